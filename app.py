@@ -1,0 +1,34 @@
+"""Transformer Explorer: the frame. Shared sidebar (model picker) and the router over pages/."""
+import streamlit as st
+
+from pages._common import DEFAULT_MODEL, load_model, scan_models, user_models_dir
+
+st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
+
+PAGES = [
+    st.Page("pages/home.py", title="Home", icon="🏠", default=True),
+]
+
+nav = st.navigation(PAGES)
+
+with st.sidebar:
+    st.markdown("### Model")
+    good, bad = scan_models()
+    if good:
+        names = [e.name for e in good]
+        default = names.index(DEFAULT_MODEL) if DEFAULT_MODEL in names else 0
+        name = st.selectbox("Model", names, index=default, key="te_model_name", label_visibility="collapsed",
+                            format_func=lambda n: n + ("" if next(e for e in good if e.name == n).shipped else " (yours)"),
+                            help=f"Shipped models live in assets/models; models you train are saved in {user_models_dir()}.")
+        entry = next(e for e in good if e.name == name)
+        model, tok = load_model(entry)
+        st.session_state["te_current"] = (entry, model, tok)
+        c = model.config
+        st.caption(f"d={c.d_model} · h={c.n_heads} · L={c.n_layers} · n_ctx={c.n_ctx} · m={c.vocab_size}")
+    else:
+        st.session_state["te_current"] = (None, None, None)
+        st.error("No model could be loaded. Check assets/models or train one on the Training page.")
+    for entry in bad:
+        st.warning(f"**{entry.name}** could not be loaded: {entry.error}", icon="⚠️")
+
+nav.run()

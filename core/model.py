@@ -1,0 +1,189 @@
+"""The lecture's transformer, small enough to read in one sitting.
+
+Order as in nanoGPT: config, attention, MLP, block, model. Attention is written out so that the
+scores (before the causal mask) and the pattern (after the masked softmax) come back from
+``forward`` itself; a fused kernel is used only when nobody asked to see them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, asdict
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class ModelConfig:
+    vocab_size: int = 65   # m, the number of distinct tokens (characters here)
+    n_ctx: int = 128       # longest sequence the position table covers
+    d_model: int = 64      # d, width of the residual stream
+    n_heads: int = 4       # h; each head works in d/h dimensions
+    n_layers: int = 2      # L, number of transformer blocks
+    d_ff: int | None = None  # hidden width of the MLP; None means the conventional 4d
+
+    def __post_init__(self):
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model
+        for name in ("vocab_size", "n_ctx", "d_model", "n_heads", "n_layers", "d_ff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be a whole number, got {value!r}")
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
+                f"each head needs a whole width d/h (try n_heads in {_divisors(self.d_model)})"
+            )
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
+
+
+@dataclass
+class AttentionRecord:
+    scores: torch.Tensor   # (B, h, n, n) scaled dot products q_i.k_j/sqrt(d_k) for all i, j, before the mask
+    pattern: torch.Tensor  # (B, h, n, n) weights after the masked softmax; rows sum to 1, zero above the diagonal
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor                      # (B, n, m)
+    loss: torch.Tensor | None = None          # mean cross-entropy when targets were given
+    attn: list[AttentionRecord] | None = None  # one record per layer when return_attn=True
+    present: list[tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, repr=False)  # key/value cache
+
+
+def causal_mask(n: int, device=None) -> torch.Tensor:
+    """Boolean (n, n) matrix, True where key j lies in the future of query i (j > i)."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d = config.d_model
+        self.n_heads = config.n_heads
+        self.d_head = config.d_head
+        # W_Q, W_K, W_V of every head stored side by side in one (d, 3d) map; bias-free as in the lecture
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.out = nn.Linear(d, d, bias=False)  # W_O mixes the concatenated heads
+
+    def forward(self, x, return_attn=False, past=None):
+        B, n, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        # (B, n, d) -> (B, n, h, d/h) -> (B, h, n, d/h)
+        q = q.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
+        k = k.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
+        v = v.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
+        if past is not None:  # incremental decoding: prepend cached keys and values
+            k = torch.cat([past[0], k], dim=2)  # (B, h, n_past + n, d/h)
+            v = torch.cat([past[1], v], dim=2)
+        present = (k, v)
+        n_k = k.shape[2]
+        record = None
+        if return_attn:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, n, d/h) x (B, h, d/h, n_k) -> (B, h, n, n_k)
+            # query i (offset by the cached prefix) may see keys j <= i only
+            future = torch.ones(n, n_k, dtype=torch.bool, device=x.device).triu(n_k - n + 1)
+            pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            y = pattern @ v  # (B, h, n, n_k) x (B, h, n_k, d/h) -> (B, h, n, d/h)
+            record = AttentionRecord(scores=scores, pattern=pattern)
+        elif n == 1:
+            # a single new query sees every cached key: no mask needed
+            y = F.scaled_dot_product_attention(q, k, v)
+        elif n == n_k:
+            # fused fast path: same math, the (n, n) matrix is never materialised
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            future = torch.ones(n, n_k, dtype=torch.bool, device=x.device).triu(n_k - n + 1)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future)
+        y = y.transpose(1, 2).contiguous().view(B, n, d)  # concatenate heads: (B, h, n, d/h) -> (B, n, d)
+        return self.out(y), record, present
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(config.d_model, config.d_ff, bias=False)  # W1 in R^{d x d_ff}
+        self.w2 = nn.Linear(config.d_ff, config.d_model, bias=False)  # W2 in R^{d_ff x d}
+
+    def forward(self, x):
+        return self.w2(F.relu(self.w1(x)))  # W2^T ReLU(W1^T u), applied at every position
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.d_model)  # scale and shift: 2d parameters
+        self.attn = MultiHeadAttention(config)
+        self.ln2 = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config)
+
+    def forward(self, x, return_attn=False, past=None):
+        # pre-norm residual updates: the stream x is read from and added to, never overwritten
+        a, record, present = self.attn(self.ln1(x), return_attn=return_attn, past=past)
+        x = x + a
+        x = x + self.mlp(self.ln2(x))
+        return x, record, present
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_emb = nn.Embedding(config.n_ctx, config.d_model)  # learned absolute positions
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # back to the m vocabulary entries
+        self.apply(self._init_weights)
+        # GPT-2's scaled init for the maps that write into the residual stream
+        for name, p in self.named_parameters():
+            if name.endswith("attn.out.weight") or name.endswith("mlp.w2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False):
+        """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
+
+        return_attn: also return per layer the scores before the mask and the pattern after it.
+        past / use_cache: key/value cache for incremental decoding (positions continue after the past).
+        """
+        B, n = idx.shape
+        offset = 0 if past is None else past[0][0].shape[2]
+        if offset + n > self.config.n_ctx:
+            raise ValueError(
+                f"sequence of {offset + n} tokens is longer than the model's context n_ctx={self.config.n_ctx}"
+            )
+        pos = torch.arange(offset, offset + n, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, n, d) + (n, d) -> (B, n, d)
+        records, presents = [], []
+        for i, block in enumerate(self.blocks):
+            x, record, present = block(x, return_attn=return_attn, past=None if past is None else past[i])
+            records.append(record)
+            presents.append(present)
+        logits = self.head(self.ln_f(x))  # (B, n, m)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n))  # (B*n, m) vs (B*n,)
+        return ModelOutput(
+            logits=logits,
+            loss=loss,
+            attn=records if return_attn else None,
+            present=presents if use_cache else None,
+        )

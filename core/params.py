@@ -1,0 +1,90 @@
+"""Parameter counting by formula, term by term, as the lecture does it."""
+from __future__ import annotations
+
+from core.model import ModelConfig
+
+
+def count_parameters(config: ModelConfig) -> dict[str, int]:
+    """Analytic count of every parameter group of ``Transformer(config)``.
+
+    Per block: attention 4d^2 (W_Q, W_K, W_V, W_O; independent of h), MLP 2*d*d_ff (8d^2 when d_ff=4d),
+    two LayerNorms with scale and shift 4d. Outside the blocks: token embedding m*d, position table
+    n_ctx*d, final LayerNorm 2d, output map d*m (not tied to the embedding).
+    """
+    d, m, L = config.d_model, config.vocab_size, config.n_layers
+    counts = {
+        "W_Q": d * d,  # h heads of d x d/h each
+        "W_K": d * d,
+        "W_V": d * d,
+        "W_O": d * d,
+        "W1": d * config.d_ff,
+        "W2": config.d_ff * d,
+        "norms": 2 * 2 * d,
+    }
+    counts["attention"] = counts["W_Q"] + counts["W_K"] + counts["W_V"] + counts["W_O"]
+    counts["mlp"] = counts["W1"] + counts["W2"]
+    counts["per_block"] = counts["attention"] + counts["mlp"] + counts["norms"]
+    counts["blocks"] = L * counts["per_block"]
+    counts["token_embedding"] = m * d
+    counts["position_embedding"] = config.n_ctx * d
+    counts["final_norm"] = 2 * d
+    counts["output"] = d * m
+    counts["total"] = (
+        counts["blocks"] + counts["token_embedding"] + counts["position_embedding"]
+        + counts["final_norm"] + counts["output"]
+    )
+    return counts
+
+
+# Rows for a breakdown table: (key, what it is, formula in LaTeX-free text)
+BREAKDOWN_ROWS = [
+    ("attention", "attention W_Q, W_K, W_V, W_O (per block)", "4·d²"),
+    ("mlp", "MLP W1, W2 (per block)", "2·d·d_ff"),
+    ("norms", "two LayerNorms, scale and shift (per block)", "4·d"),
+    ("per_block", "one block", "4d² + 2·d·d_ff + 4d"),
+    ("blocks", "all blocks", "L · per block"),
+    ("token_embedding", "token embedding", "m·d"),
+    ("position_embedding", "position table", "n_ctx·d"),
+    ("final_norm", "final LayerNorm", "2·d"),
+    ("output", "output map to the vocabulary", "d·m"),
+    ("total", "whole model", "sum of the above"),
+]
+
+
+def count_module_parameters(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def measured_counts(model) -> dict[str, int]:
+    """The same groups as ``count_parameters``, counted from the tensors of a real model."""
+    block = model.blocks[0]
+    attn = block.attn
+    d = model.config.d_model
+    qkv = attn.qkv.weight  # (3d, d): rows 0:d are W_Q, d:2d W_K, 2d:3d W_V
+    counts = {
+        "W_Q": qkv[:d].numel(), "W_K": qkv[d:2 * d].numel(), "W_V": qkv[2 * d:].numel(),
+        "W_O": attn.out.weight.numel(),
+        "W1": block.mlp.w1.weight.numel(), "W2": block.mlp.w2.weight.numel(),
+        "norms": count_module_parameters(block.ln1) + count_module_parameters(block.ln2),
+        "attention": count_module_parameters(attn),
+        "mlp": count_module_parameters(block.mlp),
+        "per_block": count_module_parameters(block),
+        "blocks": sum(count_module_parameters(b) for b in model.blocks),
+        "token_embedding": model.tok_emb.weight.numel(),
+        "position_embedding": model.pos_emb.weight.numel(),
+        "final_norm": count_module_parameters(model.ln_f),
+        "output": model.head.weight.numel(),
+        "total": count_module_parameters(model),
+    }
+    return counts
+
+
+def parameter_table(model) -> list[dict]:
+    """Rows of (part, formula, value by formula, value counted from the model, agree?)."""
+    by_formula = count_parameters(model.config)
+    counted = measured_counts(model)
+    return [
+        {"part": label, "formula": formula, "by formula": by_formula[key], "counted in the model": counted[key],
+         "agree": by_formula[key] == counted[key]}
+        for key, label, formula in BREAKDOWN_ROWS
+    ]

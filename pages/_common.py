@@ -1,0 +1,55 @@
+"""UI glue shared by app.py and the pages: model discovery, cached loading, the current selection."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_DIR = ROOT / "assets" / "models"
+MODELS_ENV = "TE_MODELS_DIR"
+DEFAULT_MODEL = "shakespeare-char"
+
+
+def user_models_dir() -> Path:
+    path = Path(os.environ.get(MODELS_ENV, "models")).expanduser()
+    return path if path.is_absolute() else ROOT / path
+
+
+def _stamp(path: Path) -> float:
+    """Changes whenever the checkpoint is rewritten, so the cache reloads a retrained model."""
+    try:
+        return max(f.stat().st_mtime_ns for f in path.iterdir())
+    except (OSError, ValueError):
+        return 0.0
+
+
+@st.cache_resource(show_spinner="Loading model ...", max_entries=16)
+def _load(path: str, stamp: float):
+    return load_checkpoint(path)  # the returned model is in eval mode with gradients off; never mutate it
+
+
+def load_model(entry: ModelEntry):
+    """(model, tokenizer) for an entry; raises CheckpointError."""
+    return _load(str(entry.path), _stamp(entry.path))
+
+
+def scan_models() -> tuple[list[ModelEntry], list[ModelEntry]]:
+    """(loadable, broken): every model folder is tried, a broken one never hides the others."""
+    good, bad = [], []
+    for entry in discover_models(SHIPPED_DIR, user_models_dir()):
+        if entry.error is None:
+            try:
+                load_model(entry)
+            except CheckpointError as e:
+                entry.error = str(e)
+        (bad if entry.error else good).append(entry)
+    return good, bad
+
+
+def current():
+    """(entry, model, tokenizer) of the model picked in the sidebar, or (None, None, None)."""
+    return st.session_state.get("te_current", (None, None, None))

@@ -1,0 +1,80 @@
+import streamlit as st
+
+from core.checkpoint import read_card, read_log
+from core.figures import loss_curve
+from core.params import count_parameters, parameter_table
+from pages._common import current
+
+st.title("Transformer Explorer")
+st.markdown(
+    "A small transformer, trained by this project on a corpus of plays, runs live in this page. "
+    "Every chart in the app is computed from that model on the text you type: the attention of each head, "
+    "the next-character distribution and how temperature bends it, the parameter count, the cost of "
+    "attention. Nothing is a canned picture."
+)
+st.markdown(
+    "**How to use it.** Pick a model in the sidebar (the shipped one is selected), then a page. "
+    "Type your own prompt wherever there is a prompt box; the model only knows the characters it was "
+    "trained on, and the app tells you when it has to drop one."
+)
+
+entry, model, tok = current()
+if model is None:
+    st.info("No model is loaded, so there is nothing to inspect yet. See the sidebar for the reason.")
+    st.stop()
+
+c = model.config
+d = c.d_model
+counts = count_parameters(c)
+st.header(f"The selected model: {entry.name}")
+left, right = st.columns([1, 1], gap="large")
+with left:
+    st.subheader("Architecture")
+    st.markdown(
+        f"- **Embedding:** each of the m = {c.vocab_size} characters gets a learned vector of width "
+        f"d = {c.d_model}, and each of the n_ctx = {c.n_ctx} positions adds a learned position vector.\n"
+        f"- **{c.n_layers} pre-norm block{'s' if c.n_layers != 1 else ''}**, each with h = {c.n_heads} "
+        f"attention heads of width d/h = {c.d_head} and an MLP of hidden width d_ff = {c.d_ff}. "
+        "Every linear map is bias-free; each LayerNorm has a scale and a shift.\n"
+        f"- **Output:** a final LayerNorm, then a linear map back to the {c.vocab_size} characters."
+    )
+    st.markdown("Each block updates the running stream of vectors twice, normalising before each sublayer:")
+    st.latex(r"X \leftarrow X + \mathrm{MultiHead}(\mathrm{LN}(X))")
+    st.latex(r"X \leftarrow X + \mathrm{MLP}(\mathrm{LN}(X))")
+    st.latex(r"\mathrm{MLP}(u) = W_2^\top \,\mathrm{ReLU}(W_1^\top u)")
+with right:
+    st.subheader("Model card")
+    card = read_card(entry.path)
+    if card:
+        with st.container(border=True):
+            # the card's own title repeats the model name shown above
+            st.markdown("\n".join(line for line in card.splitlines() if not line.startswith("# ")))
+    else:
+        st.caption("This model has no card.")
+
+st.subheader("Parameters, counted live")
+st.markdown(
+    "The formula counts each weight matrix from the configuration; the last column counts the tensors of the "
+    "model that is actually loaded. A check mark means the two agree."
+)
+if c.d_ff == 4 * d:
+    formula = (rf"\underbrace{{4d^2}}_{{\text{{attention}}}} + \underbrace{{8d^2}}_{{\text{{MLP}}}} + "
+               rf"\underbrace{{4d}}_{{\text{{norms}}}} = 12d^2 + 4d = 12({d})^2 + 4({d}) = {counts['per_block']:,}")
+else:
+    formula = rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({d})^2 + 2({d})({c.d_ff}) + 4({d}) = {counts['per_block']:,}"
+st.latex(formula.replace(",", "{,}"))
+st.caption("Per block. The number of heads appears nowhere: heads split the width, they do not add weights.")
+m1, m2, m3 = st.columns(3)
+m1.metric("Parameters per block", f"{counts['per_block']:,}")
+m2.metric(f"All {c.n_layers} blocks", f"{counts['blocks']:,}")
+m3.metric("Parameters in total", f"{counts['total']:,}")
+table = [{**row, "agree": "✓" if row["agree"] else "✗"} for row in parameter_table(model)]
+st.dataframe(table, hide_index=True, width="stretch",
+             column_config={"by formula": st.column_config.NumberColumn(format="localized"),
+                            "counted in the model": st.column_config.NumberColumn(format="localized")})
+
+log = read_log(entry.path)
+if log:
+    st.plotly_chart(loss_curve(log, title=f"How {entry.name} was trained"), width="stretch")
+else:
+    st.caption("This model has no training log.")

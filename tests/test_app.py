@@ -1,0 +1,78 @@
+"""AppTest smoke tests: app.py renders without exception and shows what the lecture promises."""
+import json
+import shutil
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
+
+APP = str(ROOT / "app.py")
+
+
+def run_app(timeout=60, **env):
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.run()
+    return at
+
+
+def all_text(at) -> str:
+    parts = []
+    for kind in ("markdown", "latex", "caption", "title", "header", "subheader", "metric", "warning", "error", "info"):
+        for el in at.get(kind):
+            parts.append(str(getattr(el, "value", "")) + " " + str(getattr(el, "body", "")) + " " + str(getattr(el, "label", "")))
+    return "\n".join(parts)
+
+
+def test_home_shows_block_count_and_card():
+    at = run_app()
+    assert not at.exception
+    text = all_text(at)
+    assert "49{,}408" in text or "49,408" in text
+    assert "12d^2 + 4d" in text
+    assert "Model card" in text and "validation loss" in text
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Parameters per block"] == "49,408"
+    charts = at.get("plotly_chart")
+    assert charts, "the pretrained loss curve is missing"
+    spec = json.loads(charts[0].proto.spec)
+    names = [trace["name"] for trace in spec["data"]]
+    assert names == ["training", "validation"]
+    table = at.dataframe[0].value
+    assert set(table["agree"]) == {"✓"}
+
+
+def test_broken_user_model_is_listed_and_others_still_work(tmp_path, monkeypatch):
+    good = tmp_path / "copy"
+    shutil.copytree(SHIPPED, good)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{ nope")
+    trunc = tmp_path / "truncated"
+    shutil.copytree(SHIPPED, trunc)
+    raw = (trunc / "model.safetensors").read_bytes()
+    (trunc / "model.safetensors").write_bytes(raw[:1000])
+    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path))
+    at = run_app()
+    assert not at.exception
+    warnings = " ".join(w.value for w in at.warning)
+    assert "broken" in warnings and "bad JSON" in warnings
+    assert "truncated" in warnings and "safetensors" in warnings
+    assert at.selectbox(key="te_model_name").options == ["shakespeare-char", "copy (yours)"]
+    at.selectbox(key="te_model_name").select("copy").run()
+    assert not at.exception
+    assert at.metric[0].value == "49,408"
+
+
+def test_no_models_at_all_gives_a_message(tmp_path, monkeypatch):
+    import pages._common as common
+
+    monkeypatch.setattr(common, "SHIPPED_DIR", tmp_path / "none")
+    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "none2"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    # AppTest re-imports app.py but pages._common stays imported in this process, so the patch applies
+    assert not at.exception
+    assert any("No model could be loaded" in e.value for e in at.error)

@@ -1,0 +1,46 @@
+import random
+
+import torch
+
+from core.model import ModelConfig, Transformer
+from core.params import count_parameters, count_module_parameters
+
+
+def test_lecture_block_is_49408():
+    counts = count_parameters(ModelConfig(vocab_size=65, d_model=64, n_heads=4, d_ff=256))
+    assert counts["per_block"] == 49_408 == 12 * 64**2 + 4 * 64
+    assert counts["attention"] == 16_384 and counts["mlp"] == 32_768 and counts["norms"] == 256
+
+
+def test_heads_do_not_change_the_count():
+    a = count_parameters(ModelConfig(d_model=64, n_heads=1))
+    b = count_parameters(ModelConfig(d_model=64, n_heads=16))
+    assert a == b
+
+
+def test_gpt3_blocks():
+    counts = count_parameters(ModelConfig(vocab_size=50257, n_ctx=2048, d_model=12288, n_heads=96, n_layers=96))
+    assert abs(counts["blocks"] / 1.74e11 - 1) < 0.005
+
+
+def test_matches_instantiated_model_for_many_configs():
+    rng = random.Random(0)
+    for _ in range(25):
+        h = rng.choice([1, 2, 3, 4, 8])
+        cfg = ModelConfig(
+            vocab_size=rng.randint(2, 300), n_ctx=rng.randint(1, 200), d_model=h * rng.randint(1, 12),
+            n_heads=h, n_layers=rng.randint(1, 4), d_ff=rng.choice([None, rng.randint(1, 100)]),
+        )
+        model = Transformer(cfg)
+        counts = count_parameters(cfg)
+        assert counts["total"] == count_module_parameters(model)
+        assert counts["per_block"] == count_module_parameters(model.blocks[0])
+        assert counts["attention"] == count_module_parameters(model.blocks[0].attn)
+        assert counts["mlp"] == count_module_parameters(model.blocks[0].mlp)
+
+
+def test_gpt3_on_meta_device():
+    cfg = ModelConfig(vocab_size=50257, n_ctx=2048, d_model=12288, n_heads=96, n_layers=96)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    assert count_module_parameters(model) == count_parameters(cfg)["total"]
