@@ -71,3 +71,44 @@ class CharTokenizer:
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+_VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
+
+
+def visible(ch: str) -> str:
+    """A printable stand-in for a character, so whitespace and control characters show on chart axes."""
+    if ch in _VISIBLE:
+        return _VISIBLE[ch]
+    if len(ch) == 1 and (ord(ch) < 32 or ord(ch) == 127):
+        return chr(0x2400 + ord(ch)) if ord(ch) < 32 else "␡"
+    return ch
+
+
+class Prompt:
+    """A user's text made ready for the model: unknown characters dropped, the window capped at n_ctx."""
+
+    def __init__(self, tokenizer: CharTokenizer, text: str, n_ctx: int):
+        text = text or ""
+        self.original_length = len(text)
+        self.unknown = tokenizer.unknown_chars(text)
+        ids = tokenizer.encode(text, errors="drop")
+        self.n_known = len(ids)
+        self.truncated = len(ids) > n_ctx
+        self.ids = ids[-n_ctx:] if self.truncated else ids  # keep the most recent n_ctx tokens
+        self.text = tokenizer.decode(self.ids)
+
+    @property
+    def empty(self) -> bool:
+        return not self.ids
+
+    def messages(self, n_ctx: int) -> list[str]:
+        """Plain-language warnings a page shows next to the prompt box."""
+        out = []
+        if self.unknown:
+            shown = " ".join(f"'{visible(c)}'" for c in self.unknown[:20]) + (" ..." if len(self.unknown) > 20 else "")
+            out.append(f"The model has never seen {len(self.unknown)} of these characters, so they were left out: {shown}")
+        if self.truncated:
+            out.append(f"The prompt has {self.n_known} characters; the model reads at most n_ctx = {n_ctx}, "
+                       f"so only the last {n_ctx} are used.")
+        return out

@@ -53,3 +53,24 @@ def scan_models() -> tuple[list[ModelEntry], list[ModelEntry]]:
 def current():
     """(entry, model, tokenizer) of the model picked in the sidebar, or (None, None, None)."""
     return st.session_state.get("te_current", (None, None, None))
+
+
+def prompt_input(label: str, default: str, key: str, tokenizer, n_ctx: int, height: int = 100):
+    """A prompt box that never fails: returns a core.tokenizer.Prompt after showing its warnings.
+    Callers check ``prompt.empty`` and show a hint instead of a chart."""
+    from core.tokenizer import Prompt
+
+    text = st.text_area(label, value=default, key=key, height=height, max_chars=10_000)
+    prompt = Prompt(tokenizer, text, n_ctx)
+    for message in prompt.messages(n_ctx):
+        st.warning(message, icon="⚠️")
+    return prompt
+
+
+def require_model():
+    """(entry, model, tokenizer) of the selected model, or stop the page with a message."""
+    entry, model, tok = current()
+    if model is None:
+        st.info("No model is loaded. Pick one in the sidebar (or see there why none could be loaded).")
+        st.stop()
+    return entry, model, tok

@@ -31,3 +31,15 @@ def test_bad_ids_and_vocabularies():
         CharTokenizer(["ab"])
     with pytest.raises(ValueError):
         CharTokenizer.from_dict({"type": "bpe"})
+
+
+def test_prompt_drops_unknown_and_keeps_the_last_n_ctx():
+    from core.tokenizer import Prompt, visible
+
+    tok = CharTokenizer.from_text("abc \n")
+    p = Prompt(tok, "ab😀c\n" * 3, n_ctx=8)
+    assert p.unknown == ["😀"] and p.truncated and p.ids == tok.encode("\nabc\nabc\n"[-8:])
+    msgs = p.messages(8)
+    assert "'😀'" in msgs[0] and "last 8" in msgs[1]
+    assert Prompt(tok, "", 8).empty and Prompt(tok, "😀", 8).empty
+    assert visible(" ") == "␣" and visible("\n") == "⏎" and visible("\x01") == "␁" and visible("a") == "a"
