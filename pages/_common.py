@@ -50,8 +50,27 @@ def scan_models() -> tuple[list[ModelEntry], list[ModelEntry]]:
     return good, bad
 
 
+def ensure_frame():
+    """Make sure this page runs inside app.py's frame (router, sidebar, model picker).
+
+    Streamlit treats a folder named pages/ beside the entry script as a legacy multipage app until some
+    session calls st.navigation. If the very first request after a server start opens a page's URL
+    directly (a bookmark), that page runs alone, without app.py. We then switch the legacy mode off
+    and rerun, which runs app.py and routes to the same page. Every page calls this first."""
+    if "te_current" in st.session_state:
+        return
+    from streamlit.runtime.pages_manager import PagesManager
+
+    PagesManager.uses_pages_directory = False
+    tries = st.session_state.get("te_frame_reruns", 0)
+    if tries < 2:
+        st.session_state["te_frame_reruns"] = tries + 1
+        st.rerun()
+
+
 def current():
     """(entry, model, tokenizer) of the model picked in the sidebar, or (None, None, None)."""
+    ensure_frame()
     return st.session_state.get("te_current", (None, None, None))
 
 

@@ -1,0 +1,169 @@
+"""Attention, inspected: what each head computes on a prompt, and what the causal mask changes.
+
+All arrays here are numpy in [head, query_pos, key_pos] order (TransformerLens' convention), one
+prompt at a time. ``run_attention`` is the only function that touches the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class AttentionRun:
+    ids: list[int]
+    scores: list[np.ndarray]    # per layer (h, n, n): q_i.k_j/sqrt(d_k) for every (i, j), before the mask
+    pattern: list[np.ndarray]   # per layer (h, n, n): weights after the masked softmax
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.scores)
+
+    @property
+    def n_heads(self) -> int:
+        return self.scores[0].shape[0]
+
+
+@torch.no_grad()
+def run_attention(model, ids: list[int]) -> AttentionRun:
+    """One forward pass with the attention returned. ``ids`` must be non-empty and at most n_ctx long."""
+    if not ids:
+        raise ValueError("the prompt is empty: there is nothing to attend to")
+    out = model(torch.tensor([ids], dtype=torch.long), return_attn=True)
+    return AttentionRun(
+        ids=list(ids),
+        scores=[rec.scores[0].double().numpy() for rec in out.attn],
+        pattern=[rec.pattern[0].double().numpy() for rec in out.attn],
+    )
+
+
+def future_mask(n: int) -> np.ndarray:
+    """(n, n) booleans, True where key j is in the future of query i (j > i)."""
+    return np.triu(np.ones((n, n), dtype=bool), k=1)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    x = x - np.max(x, axis=axis, keepdims=True)  # the max trick; rows of -inf only occur nowhere here
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def masked_softmax(scores: np.ndarray) -> np.ndarray:
+    """The right order: future scores set to -inf, then the softmax. Rows sum to 1 over the past."""
+    n = scores.shape[-1]
+    return softmax(np.where(future_mask(n), -np.inf, scores))
+
+
+def unmasked_softmax(scores: np.ndarray) -> np.ndarray:
+    """Softmax with no mask: the weight each query would put on the future if it were allowed to."""
+    return softmax(scores)
+
+
+def mask_after_softmax(scores: np.ndarray) -> np.ndarray:
+    """The wrong order: softmax over all keys, then future weights zeroed and NOT renormalised."""
+    n = scores.shape[-1]
+    return np.where(future_mask(n), 0.0, softmax(scores))
+
+
+def future_mass(weights: np.ndarray) -> np.ndarray:
+    """Per query row, the total weight on keys j > i: (..., n, n) -> (..., n)."""
+    n = weights.shape[-1]
+    return np.where(future_mask(n), weights, 0.0).sum(-1)
+
+
+@torch.no_grad()
+def future_dependence(model, ids: list[int], layer: int, head: int, replacement: int | None = None) -> dict:
+    """Change the last token and measure how much the weights of all earlier query rows move, for the
+    mask applied to the scores (should be exactly 0) and for the mask applied after the softmax."""
+    if len(ids) < 2:
+        raise ValueError("need at least two tokens: one to change and one before it")
+    vocab = model.config.vocab_size
+    replacement = (ids[-1] + 1) % vocab if replacement is None else replacement
+    changed = list(ids[:-1]) + [replacement]
+    a, b = run_attention(model, ids), run_attention(model, changed)
+    sa, sb = a.scores[layer][head], b.scores[layer][head]
+    earlier = slice(0, len(ids) - 1)  # rows whose query comes before the changed token
+    right = np.abs(masked_softmax(sa)[earlier] - masked_softmax(sb)[earlier]).max()
+    wrong = np.abs(mask_after_softmax(sa)[earlier] - mask_after_softmax(sb)[earlier]).max()
+    return {"replacement": replacement, "mask_on_scores": float(right), "mask_after_softmax": float(wrong)}
+
+
+# ----------------------------------------------------------------------------- head roles
+
+ROLE_INFO = {
+    "previous_token": "mean weight a query puts on the token just before it (1 = always looks one step back)",
+    "first_token": "mean weight a query (other than the first) puts on position 0, a common 'resting place'",
+    "entropy": "mean entropy of a row in nats: 0 = all weight on one key, high = spread over many keys",
+    "induction": "on a random sequence repeated twice, mean weight from a token in the second copy to the "
+                 "token that followed its earlier occurrence (the induction-head move: ...A B ... A -> B)",
+}
+
+
+def row_entropy(pattern: np.ndarray) -> np.ndarray:
+    """Entropy in nats of each row: (..., n, n) -> (..., n). 0 log 0 is taken as 0."""
+    p = np.clip(pattern, 1e-30, 1.0)
+    return -(np.where(pattern > 0, pattern * np.log(p), 0.0)).sum(-1)
+
+
+def previous_token_score(pattern: np.ndarray) -> np.ndarray:
+    """(..., n, n) -> (...): mean over queries i >= 1 of a[i, i-1]."""
+    n = pattern.shape[-1]
+    if n < 2:
+        return np.full(pattern.shape[:-2], np.nan)
+    return np.diagonal(pattern, offset=-1, axis1=-2, axis2=-1).mean(-1)
+
+
+def first_token_score(pattern: np.ndarray) -> np.ndarray:
+    """(..., n, n) -> (...): mean over queries i >= 1 of a[i, 0] (query 0 has no choice)."""
+    if pattern.shape[-1] < 2:
+        return np.full(pattern.shape[:-2], np.nan)
+    return pattern[..., 1:, 0].mean(-1)
+
+
+def induction_score(pattern: np.ndarray, period: int) -> np.ndarray:
+    """Pattern of a sequence whose second half repeats its first (period T): mean over the queries i of
+    the second copy of a[i, i - T + 1], the key right after the query token's previous occurrence."""
+    n = pattern.shape[-1]
+    if n < 2 * period:
+        raise ValueError("the sequence must hold two copies of the period")
+    rows = np.arange(period, 2 * period)
+    cols = rows - period + 1
+    return pattern[..., rows, cols].mean(-1)
+
+
+@torch.no_grad()
+def induction_scores(model, period: int | None = None, n_seqs: int = 16, seed: int = 0) -> np.ndarray:
+    """(L, h) induction scores averaged over ``n_seqs`` random token sequences repeated twice."""
+    n_ctx = model.config.n_ctx
+    period = period or induction_period(n_ctx)
+    g = torch.Generator().manual_seed(seed)
+    first = torch.randint(model.config.vocab_size, (n_seqs, period), generator=g)
+    idx = torch.cat([first, first], dim=1)  # (S, 2T): the same random tokens twice
+    out = model(idx, return_attn=True)
+    return np.stack([induction_score(rec.pattern.double().numpy(), period).mean(0) for rec in out.attn])
+
+
+def induction_period(n_ctx: int) -> int:
+    return min(50, n_ctx // 2)
+
+
+def induction_chance(n_ctx: int, period: int | None = None) -> float:
+    """Induction score of a head that spreads its weight evenly over the past (a[i, j] = 1/(i+1))."""
+    period = period or induction_period(n_ctx)
+    rows = np.arange(period, 2 * period)
+    return float(np.mean(1.0 / (rows + 1)))
+
+
+def head_roles(run: AttentionRun, induction: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """(L, h) arrays of each measure; the first three on the prompt's own pattern."""
+    pats = np.stack(run.pattern)  # (L, h, n, n)
+    roles = {
+        "previous_token": previous_token_score(pats),
+        "first_token": first_token_score(pats),
+        "entropy": row_entropy(pats).mean(-1),
+    }
+    if induction is not None:
+        roles["induction"] = induction
+    return roles

@@ -1,0 +1,216 @@
+"""Plotly figures for the attention page. Pure functions: arrays and token strings in, figures out.
+
+Every heatmap reads like the matrix on the board: query i down the rows from the top, key j across
+the columns, token text on both axes. Masked cells are grey (no value at all), never a pale 0.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from core.attention import ROLE_INFO, future_mask, masked_softmax, mask_after_softmax, future_mass
+
+MASKED_GREY = "#c8c8c8"  # background showing through cells that have no weight at all (masked)
+MASK_COLORS = [[0.0, "#eef3fb"], [0.5, "#eef3fb"], [0.5, "#2b2b2b"], [1.0, "#2b2b2b"]]
+MAX_TICKS = 48
+
+
+def axis_ticks(tokens: list[str], offset: int = 0, max_ticks: int = MAX_TICKS) -> dict:
+    """Tick positions and labels for a token axis; thinned when there are too many to read."""
+    n = len(tokens)
+    step = max(1, math.ceil(n / max_ticks))
+    vals = list(range(0, n, step))
+    text = [tokens[i] if step == 1 else f"{tokens[i]} {offset + i}" for i in vals]
+    return dict(tickmode="array", tickvals=vals, ticktext=text, tickfont=dict(size=13 if n <= 40 else 10),
+                tickangle=0, showgrid=False, zeroline=False)
+
+
+def _staircase(n: int) -> str:
+    """SVG path of the boundary between the visible past (j <= i) and the masked future (j > i)."""
+    pts = ["M -0.5 -0.5"]
+    for i in range(n):
+        pts.append(f"L {i + 0.5} {i - 0.5}")
+        pts.append(f"L {i + 0.5} {i + 0.5}")
+    return " ".join(pts)
+
+
+def _hover_data(tokens, scores, weights, offset):
+    n = len(tokens)
+    q = np.array([f"{offset + i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+    cd = np.empty((n, n, 4), dtype=object)
+    cd[:, :, 0] = q[:, None]
+    cd[:, :, 1] = q[None, :]
+    cd[:, :, 2] = np.round(scores, 3)
+    cd[:, :, 3] = np.where(np.isnan(weights), "masked (exactly 0)", np.round(np.nan_to_num(weights), 4).astype(str))
+    return cd
+
+
+HOVER = ("query i=%{customdata[0]}<br>key j=%{customdata[1]}<br>score s_ij = %{customdata[2]}"
+         "<br>weight a_ij = %{customdata[3]}<extra></extra>")
+
+
+def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offset: int = 0,
+                show_unmasked: bool = False, title: str = "") -> go.Figure:
+    """The lecture's plot for one head: scores before the mask, the causal mask, the masked softmax,
+    and optionally the softmax without any mask. ``scores`` and ``pattern`` are (n, n) for the tokens
+    shown; ``offset`` is the position of the first of them in the prompt."""
+    n = len(tokens)
+    if scores.shape != (n, n) or pattern.shape != (n, n):
+        raise ValueError(f"expected ({n}, {n}) matrices for {n} tokens, got {scores.shape} and {pattern.shape}")
+    future = future_mask(n)
+    weights = np.where(future, np.nan, pattern)  # masked cells carry no value: the grey shows through
+    titles = ["scores s_ij before the mask", "causal mask", "weights a_ij after the masked softmax"]
+    if show_unmasked:
+        titles.append("softmax WITHOUT the mask (cheating)")
+    cols = len(titles)
+    # the mask panel carries no numbers, so it gets less room than the panels that do
+    widths = [0.42, 0.16, 0.42] if cols == 3 else [0.3, 0.1, 0.3, 0.3]
+    fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.02, subplot_titles=titles,
+                        column_widths=widths)
+    hover = _hover_data(tokens, scores, weights, offset)
+    lim = float(np.max(np.abs(scores))) or 1.0
+
+    rows_px = min(max(420, 14 * n), 900)  # about 14 px per query row, so row labels stay readable
+
+    def colorbar(col, title, **kw):
+        dom = fig.layout[f"xaxis{'' if col == 1 else col}"].domain
+        return dict(orientation="h", x=(dom[0] + dom[1]) / 2, xanchor="center", y=-95 / rows_px, yanchor="top",
+                    len=(dom[1] - dom[0]) * 0.9, thickness=12, title=dict(text=title, side="top"), **kw)
+
+    fig.add_trace(go.Heatmap(z=scores, colorscale="RdBu_r", zmid=0, zmin=-lim, zmax=lim, customdata=hover,
+                             hovertemplate=HOVER, colorbar=colorbar(1, "score (0 = white)")), 1, 1)
+    mask_text = np.where(future, "−∞", "")
+    fig.add_trace(go.Heatmap(z=future.astype(float), colorscale=MASK_COLORS, zmin=0, zmax=1, customdata=hover,
+                             text=mask_text, texttemplate="%{text}" if n <= 24 else None,
+                             textfont=dict(color="white", size=11),
+                             hovertemplate="query i=%{customdata[0]}<br>key j=%{customdata[1]}<br>"
+                                           "%{z:.0f} = 1 means s_ij ← −∞ (a future key)<extra></extra>",
+                             colorbar=colorbar(2, "dark: s_ij ← −∞ (j > i)", tickvals=[0, 1],
+                                               ticktext=["kept", "−∞"])), 1, 2)
+    fig.add_trace(go.Heatmap(z=weights, colorscale="Blues", zmin=0, zmax=1, customdata=hover, hovertemplate=HOVER,
+                             colorbar=colorbar(3, "weight (grey = masked, exactly 0)")), 1, 3)
+    if show_unmasked:
+        from core.attention import unmasked_softmax
+
+        cheat = unmasked_softmax(scores)
+        cd = hover.copy()
+        cd[:, :, 3] = np.round(cheat, 4).astype(str)
+        fig.add_trace(go.Heatmap(z=cheat, colorscale="Oranges", zmin=0, zmax=1, customdata=cd, hovertemplate=HOVER,
+                                 colorbar=colorbar(4, "weight if the future were visible")), 1, 4)
+    ticks = axis_ticks(tokens, offset)
+    path = _staircase(n)
+    for col in range(1, cols + 1):
+        fig.update_xaxes(title_text="key j", range=[-0.5, n - 0.5], **ticks, row=1, col=col)
+        fig.add_shape(type="path", path=path, line=dict(color="#d62728", width=1.2), row=1, col=col)
+    fig.update_xaxes(showticklabels=False, row=1, col=2)  # too narrow for labels; its neighbours carry them
+    fig.update_yaxes(range=[n - 0.5, -0.5], **ticks)  # query 0 at the top, as the matrix is written
+    fig.update_yaxes(title_text="query i", row=1, col=1)
+    fig.update_layout(title=title, height=rows_px + 240, plot_bgcolor=MASKED_GREY,
+                      margin=dict(l=70, r=20, t=70, b=170))
+    return fig
+
+
+def future_mass_figure(unmasked_weights: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
+    """Bar per query row: how much weight the unmasked softmax puts on future keys."""
+    mass = future_mass(unmasked_weights)
+    labels = [f"{offset + i} '{t}'" for i, t in enumerate(tokens)]
+    fig = go.Figure(go.Bar(x=list(range(len(tokens))), y=mass, customdata=labels, marker_color="#e6550d",
+                           hovertemplate="query %{customdata}<br>weight on the future: %{y:.3f}<extra></extra>"))
+    fig.update_xaxes(title_text="query i", **axis_ticks(tokens, offset))
+    fig.update_yaxes(title_text="weight on keys j > i", range=[0, 1])
+    fig.update_layout(title="Without the mask, how much each query would read from the future", height=300,
+                      margin=dict(l=70, r=20, t=50, b=50))
+    return fig
+
+
+def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
+    """Mask on the scores (right) against mask on the weights after the softmax (wrong), plus row sums."""
+    n = len(tokens)
+    right, wrong = masked_softmax(scores), mask_after_softmax(scores)
+    future = future_mask(n)
+    fig = make_subplots(rows=1, cols=3, column_widths=[0.36, 0.36, 0.28], horizontal_spacing=0.06,
+                        subplot_titles=["mask on the scores, then softmax", "softmax, then zero the future",
+                                        "row sums Σ_j a_ij"])
+    for col, w in ((1, right), (2, wrong)):
+        fig.add_trace(go.Heatmap(z=np.where(future, np.nan, w), colorscale="Blues", zmin=0, zmax=1,
+                                 coloraxis=None, showscale=col == 2,
+                                 colorbar=dict(orientation="h", x=0.36, xanchor="center", y=-0.3, len=0.5,
+                                               thickness=12, title=dict(text="weight (grey = masked)", side="top")),
+                                 hovertemplate="query %{y} · key %{x}<br>weight %{z:.4f}<extra></extra>"), 1, col)
+        fig.update_xaxes(title_text="key j", range=[-0.5, n - 0.5], **axis_ticks(tokens, offset), row=1, col=col)
+        fig.update_yaxes(range=[n - 0.5, -0.5], **axis_ticks(tokens, offset), row=1, col=col)
+    fig.update_yaxes(title_text="query i", row=1, col=1)
+    rows = np.arange(n)
+    fig.add_trace(go.Scatter(x=right.sum(-1), y=rows, mode="lines+markers", name="mask on the scores",
+                             marker=dict(size=5), hovertemplate="query %{y}: row sum %{x:.4f}<extra></extra>"), 1, 3)
+    fig.add_trace(go.Scatter(x=wrong.sum(-1), y=rows, mode="lines+markers", name="mask after the softmax",
+                             marker=dict(size=5), hovertemplate="query %{y}: row sum %{x:.4f}<extra></extra>"), 1, 3)
+    fig.update_xaxes(title_text="row sum", range=[0, 1.05], row=1, col=3)
+    fig.update_yaxes(range=[n - 0.5, -0.5], **axis_ticks(tokens, offset), row=1, col=3)
+    fig.update_xaxes(showgrid=True, gridcolor="#e5e5e5", row=1, col=3)
+    # the grey background marks masked cells in the heatmaps; the line chart gets a white one
+    fig.add_shape(type="rect", xref="x3 domain", yref="y3 domain", x0=0, x1=1, y0=0, y1=1,
+                  fillcolor="white", line_width=0, layer="below")
+    fig.update_layout(height=600, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=170),
+                      legend=dict(orientation="h", x=1, xanchor="right", y=-0.16))
+    return fig
+
+
+def all_heads_figure(patterns: list[np.ndarray], selected: tuple[int, int] | None = None) -> go.Figure:
+    """Small multiples: the pattern of every head of every layer, one shared colour scale."""
+    L, h = len(patterns), patterns[0].shape[0]
+    n = patterns[0].shape[-1]
+    future = future_mask(n)
+    fig = make_subplots(rows=L, cols=h, horizontal_spacing=0.02, vertical_spacing=0.08,
+                        subplot_titles=[f"layer {l + 1} · head {k + 1}" for l in range(L) for k in range(h)])
+    for l in range(L):
+        for k in range(h):
+            fig.add_trace(go.Heatmap(z=np.where(future, np.nan, patterns[l][k]), coloraxis="coloraxis",
+                                     hovertemplate=f"layer {l + 1} head {k + 1}<br>query %{{y}} · key %{{x}}"
+                                                   "<br>weight %{z:.3f}<extra></extra>"), l + 1, k + 1)
+    fig.update_yaxes(range=[n - 0.5, -0.5], showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_xaxes(range=[-0.5, n - 0.5], showticklabels=False, showgrid=False, zeroline=False)
+    if selected is not None:
+        l, k = selected
+        idx = l * h + k + 1
+        xd = fig.layout[f"xaxis{'' if idx == 1 else idx}"].domain
+        yd = fig.layout[f"yaxis{'' if idx == 1 else idx}"].domain
+        fig.add_shape(type="rect", xref="paper", yref="paper", x0=xd[0] - 0.004, x1=xd[1] + 0.004,
+                      y0=yd[0] - 0.01, y1=yd[1] + 0.01, line=dict(color="#d62728", width=3))
+    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="weight", thickness=12)),
+                      height=260 * L + 40, plot_bgcolor=MASKED_GREY, margin=dict(l=20, r=20, t=40, b=20))
+    return fig
+
+
+ROLE_TITLES = {"previous_token": "previous-token score", "first_token": "first-token score",
+               "entropy": "mean entropy (nats)", "induction": "induction score"}
+
+
+def head_roles_figure(roles: dict[str, np.ndarray]) -> go.Figure:
+    """One layer x head heatmap per measure, values printed in the cells."""
+    keys = [k for k in ROLE_TITLES if k in roles]
+    L, h = roles[keys[0]].shape
+    fig = make_subplots(rows=1, cols=len(keys), subplot_titles=[ROLE_TITLES[k] for k in keys],
+                        horizontal_spacing=0.05)
+    for col, key in enumerate(keys, start=1):
+        z = roles[key]
+        scale = "Purples" if key == "entropy" else "Greens"
+        zmax = max(float(np.nanmax(z)), 1e-9) if key == "entropy" else 1.0
+        fig.add_trace(go.Heatmap(z=z, x=[f"H{k + 1}" for k in range(h)], y=[f"L{l + 1}" for l in range(L)],
+                                 colorscale=scale, zmin=0, zmax=zmax, showscale=False,
+                                 text=np.round(z, 3 if key == "induction" else 2), texttemplate="%{text}",
+                                 textfont=dict(size=13),
+                                 hovertemplate=f"{ROLE_TITLES[key]}<br>%{{y}} %{{x}}: %{{z:.3f}}<extra></extra>"),
+                      1, col)
+        fig.update_xaxes(title_text="head", row=1, col=col)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(title_text="layer", row=1, col=1)
+    fig.update_layout(height=110 + 70 * L, margin=dict(l=60, r=20, t=50, b=50))
+    return fig
+
+
+def role_explanations() -> dict[str, str]:
+    return {ROLE_TITLES[k]: v for k, v in ROLE_INFO.items()}

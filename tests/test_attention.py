@@ -1,0 +1,122 @@
+import numpy as np
+import pytest
+import torch
+
+from core.attention import (
+    future_dependence, future_mask, future_mass, head_roles, induction_chance, induction_score, induction_scores,
+    mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy, run_attention,
+    unmasked_softmax,
+)
+from core.attention_figures import all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure
+from core.model import ModelConfig, Transformer
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(vocab_size=13, n_ctx=32, d_model=16, n_heads=2, n_layers=2)).eval()
+
+
+def test_run_attention_matches_the_model(model):
+    run = run_attention(model, [1, 2, 3, 4, 5])
+    assert run.n_layers == 2 and run.n_heads == 2
+    assert run.scores[0].shape == (2, 5, 5)
+    assert np.allclose(run.pattern[1], masked_softmax(run.scores[1]), atol=1e-6)
+    with pytest.raises(ValueError, match="empty"):
+        run_attention(model, [])
+
+
+def test_mask_variants():
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=(3, 6, 6)) * 3
+    right, wrong, cheat = masked_softmax(s), mask_after_softmax(s), unmasked_softmax(s)
+    assert np.allclose(right.sum(-1), 1)
+    assert (right[..., future_mask(6)] == 0).all() and (wrong[..., future_mask(6)] == 0).all()
+    sums = wrong.sum(-1)
+    assert np.allclose(sums[..., -1], 1) and (sums[..., :-1] < 1).all()  # only the last row keeps all its mass
+    assert np.allclose(future_mass(cheat), 1 - sums)
+    assert np.allclose(cheat.sum(-1), 1)
+
+
+def test_future_dependence(model):
+    dep = future_dependence(model, [1, 2, 3, 4, 5, 6], layer=0, head=1)
+    assert dep["mask_on_scores"] < 1e-7
+    assert dep["mask_after_softmax"] > 1e-4
+
+
+def test_hand_built_previous_token_head_scores_highest():
+    n = 8
+    prev = np.zeros((n, n))
+    prev[0, 0] = 1
+    prev[np.arange(1, n), np.arange(n - 1)] = 1
+    first = np.zeros((n, n))
+    first[:, 0] = 1
+    uniform = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    pats = np.stack([prev, first, uniform])
+    assert np.argmax(previous_token_score(pats)) == 0 and previous_token_score(pats)[0] == 1
+    assert np.argmax(first_token_score(pats)) == 1 and first_token_score(pats)[1] == 1
+    ent = row_entropy(pats).mean(-1)
+    assert ent[0] == 0 and ent[1] == 0 and np.argmax(ent) == 2
+    assert np.isclose(row_entropy(uniform)[-1], np.log(n))
+
+
+def test_induction_score_of_a_perfect_induction_head():
+    T = 5
+    n = 2 * T
+    pat = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    ideal = pat.copy()
+    rows = np.arange(T, n)
+    ideal[rows] = 0
+    ideal[rows, rows - T + 1] = 1
+    assert induction_score(ideal, T) == 1
+    assert np.isclose(induction_score(pat, T), induction_chance(n, T))
+
+
+def test_induction_scores_and_roles_shapes(model):
+    ind = induction_scores(model, period=8, n_seqs=3)
+    assert ind.shape == (2, 2) and np.isfinite(ind).all() and (ind >= 0).all() and (ind <= 1).all()
+    roles = head_roles(run_attention(model, list(range(10))), ind)
+    assert set(roles) == {"previous_token", "first_token", "entropy", "induction"}
+    assert all(v.shape == (2, 2) for v in roles.values())
+
+
+def test_head_panels_figure_data(model):
+    run = run_attention(model, list(range(7)))
+    tokens = list("abc␣def")
+    fig = head_panels(run.scores[0][1], run.pattern[0][1], tokens, show_unmasked=True)
+    scores, mask, weights, cheat = fig.data
+    assert np.allclose(np.array(scores.z), run.scores[0][1])  # unmasked scores, future included
+    assert not np.isnan(np.array(scores.z, dtype=float)).any()
+    assert np.array_equal(np.array(mask.z) == 1, future_mask(7))
+    w = np.array(weights.z, dtype=float)
+    assert np.isnan(w[future_mask(7)]).all()  # masked cells have no value: grey, not a pale zero
+    assert np.allclose(w[~future_mask(7)], run.pattern[0][1][~future_mask(7)])
+    assert list(mask.text[0][1:]) == ["−∞"] * 6
+    assert fig.layout.yaxis.range == (6.5, -0.5)  # query 0 at the top
+    assert list(fig.layout.xaxis.ticktext) == tokens
+    assert np.allclose(np.array(cheat.z, dtype=float).sum(-1), 1)
+    with pytest.raises(ValueError):
+        head_panels(run.scores[0][1], run.pattern[0][1], tokens[:3])
+
+
+def test_other_figures(model):
+    run = run_attention(model, list(range(12)))
+    tokens = [str(i % 10) for i in range(12)]
+    grid = all_heads_figure(run.pattern, selected=(1, 0))
+    assert len(grid.data) == 4 and all(np.isnan(np.array(t.z, dtype=float)[future_mask(12)]).all() for t in grid.data)
+    order = mask_order_figure(run.scores[0][0], tokens)
+    right_sums, wrong_sums = order.data[2].x, order.data[3].x
+    assert np.allclose(right_sums, 1) and wrong_sums[-1] == pytest.approx(1) and min(wrong_sums) < 1
+    mass = future_mass_figure(unmasked_softmax(run.scores[0][0]), tokens)
+    assert mass.data[0].y[-1] == pytest.approx(0)
+    roles = head_roles_figure(head_roles(run, np.zeros((2, 2))))
+    assert len(roles.data) == 4 and all(np.isfinite(np.array(t.z, dtype=float)).all() for t in roles.data)
+
+
+def test_long_window_ticks_are_thinned(model):
+    run = run_attention(model, [i % 13 for i in range(32)])
+    fig = head_panels(run.scores[0][0], run.pattern[0][0], ["x"] * 32)
+    assert len(fig.layout.xaxis.tickvals) == 32
+    from core.attention_figures import axis_ticks
+    t = axis_ticks(["y"] * 128)
+    assert len(t["tickvals"]) <= 48 and t["ticktext"][1].startswith("y ")
