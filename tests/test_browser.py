@@ -118,7 +118,7 @@ def test_every_page_renders_without_exception(server, browser):
         check_clean(page, errors, name)
 
 
-def test_deep_link_right_after_start_runs_inside_the_frame(tmp_path):
+def test_deep_link_right_after_start_runs_inside_the_frame(browser, tmp_path):
     """Opening a page's URL as the first request of a fresh server must still show the sidebar picker
     (Streamlit's legacy pages/ folder mode would otherwise run the page alone)."""
     port = _free_port()
@@ -135,14 +135,12 @@ def test_deep_link_right_after_start_runs_inside_the_frame(tmp_path):
                 break
             except OSError:
                 time.sleep(0.3)
-        with sync_api.sync_playwright() as p:
-            b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = b.new_page(viewport={"width": 1400, "height": 1600})
-            page.goto(url + "/attention")
-            wait_idle(page)
-            page.get_by_text("d=64 · h=4").first.wait_for(timeout=30_000)  # the sidebar's model summary
-            assert page.locator('[data-testid="stException"]').count() == 0
-            b.close()
+        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page.goto(url + "/attention")
+        page.get_by_text("d=64 · h=4").first.wait_for(timeout=30_000)  # the sidebar's model summary
+        wait_idle(page)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.close()
     finally:
         proc.terminate()
         proc.wait(10)
