@@ -1,0 +1,242 @@
+"""Benchmarks: every figure is a ratio against a peer measured in the same run on the same machine.
+
+    pip install -r bench/requirements.txt
+    python -m bench.run            # everything (a few minutes on 2 CPU cores)
+    python -m bench.run --only train forward generate pages --quick
+
+The peer is Hugging Face transformers' GPT2LMHeadModel built from a config with the same sizes (random
+weights, no download). Absolute times drift on shared machines; ours and the peer's are measured
+interleaved, in alternating rounds, and the ratio of their medians is the result.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.model import ModelConfig, Transformer  # noqa: E402
+from core.params import count_parameters  # noqa: E402
+
+LECTURE = dict(vocab_size=65, n_ctx=128, d_model=64, n_heads=4, n_layers=2, d_ff=256)
+RESULTS: list[dict] = []
+
+
+def record(name, ours, peer, unit, target=None, higher_is_better=True, note=""):
+    ratio = ours / peer if higher_is_better else peer / ours
+    row = {"benchmark": name, "ours": ours, "peer": peer, "unit": unit, "ratio": ratio, "target": target,
+           "met": None if target is None else ratio >= target, "note": note}
+    RESULTS.append(row)
+    mark = "" if target is None else (" ✓" if row["met"] else " ✗")
+    print(f"  {name:<52} ours {ours:>12.4g}  peer {peer:>12.4g} {unit:<9} ratio {ratio:5.2f}x"
+          f"{'' if target is None else f' (target ≥ {target}x)'}{mark} {note}", flush=True)
+    return row
+
+
+def median_time(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def interleaved(fns: dict, rounds: int, reps: int) -> dict:
+    """Median seconds per call of each function, measured in alternating rounds."""
+    samples = {k: [] for k in fns}
+    for f in fns.values():
+        f()  # warm up
+    for _ in range(rounds):
+        for k, f in fns.items():
+            samples[k].append(median_time(f, reps))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def gpt2_peer(cfg: ModelConfig):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    pc = GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.n_ctx, n_embd=cfg.d_model, n_layer=cfg.n_layers,
+                    n_head=cfg.n_heads, n_inner=cfg.d_ff, activation_function="relu", resid_pdrop=0.0,
+                    embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=None, pad_token_id=0)
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(pc)
+
+
+def matmul_flops(n: int = 1024, reps: int = 20) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    t = median_time(lambda: a @ b, reps)
+    return 2 * n ** 3 / t
+
+
+def bench_train(quick: bool):
+    print("\nTraining throughput at the lecture's configuration (d=64, h=4, L=2, n_ctx=128, batch 32, AdamW)")
+    cfg = ModelConfig(**LECTURE)
+    torch.manual_seed(0)
+    ours = Transformer(cfg).train()
+    peer = gpt2_peer(cfg).train()
+    B, n = 32, cfg.n_ctx
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(cfg.vocab_size, (B, n), generator=g)
+    y = torch.randint(cfg.vocab_size, (B, n), generator=g)
+    opt_o = torch.optim.AdamW(ours.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    opt_p = torch.optim.AdamW(peer.parameters(), lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1)
+
+    def step_ours():
+        loss = ours(x, targets=y).loss
+        opt_o.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(ours.parameters(), 1.0)
+        opt_o.step()
+
+    def step_peer():
+        logits = peer(input_ids=x).logits  # same loss as ours: every position predicts its own target
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+        opt_p.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(peer.parameters(), 1.0)
+        opt_p.step()
+
+    t = interleaved({"ours": step_ours, "peer": step_peer}, rounds=3 if quick else 5, reps=5 if quick else 10)
+    tps_o, tps_p = B * n / t["ours"], B * n / t["peer"]
+    record("training tokens/s", tps_o, tps_p, "tok/s", target=1.2)
+    # model FLOPs per token: 6 per weight in the matmuls (forward 2, backward 4) + attention's n^2 terms
+    counts = count_parameters(cfg)
+    n_matmul = counts["blocks"] - cfg.n_layers * counts["norms"] + counts["output"]
+    flops_per_token = 6 * n_matmul + 12 * cfg.n_layers * n * cfg.d_model
+    peak = matmul_flops()
+    mfu = tps_o * flops_per_token / peak
+    print(f"  model FLOP utilisation: {tps_o * flops_per_token / 1e9:.2f} GFLOP/s achieved / {peak / 1e9:.1f} GFLOP/s "
+          f"measured fp32 matmul peak = {mfu:.1%} (peer {tps_p * flops_per_token / peak:.1%}); "
+          f"{torch.get_num_threads()} threads")
+    RESULTS.append({"benchmark": "model FLOP utilisation", "ours": mfu, "peer": tps_p * flops_per_token / peak,
+                    "unit": "fraction", "matmul_gflops": peak / 1e9})
+
+
+@torch.no_grad()
+def bench_forward(quick: bool):
+    print("\nForward pass with the attention returned (batch 1): ours return_attn=True vs peer output_attentions=True")
+    cfg = ModelConfig(**LECTURE)
+    ours = Transformer(cfg).eval()
+    peer = gpt2_peer(cfg).eval()
+    for n in (32, 64, 128):
+        idx = torch.randint(cfg.vocab_size, (1, n))
+        t = interleaved({"ours": lambda: ours(idx, return_attn=True),
+                         "peer": lambda: peer(input_ids=idx, output_attentions=True)},
+                        rounds=3 if quick else 5, reps=20 if quick else 50)
+        record(f"forward with attention, n={n}", t["ours"] * 1e3, t["peer"] * 1e3, "ms", target=1.0,
+               higher_is_better=False)
+
+
+@torch.no_grad()
+def bench_generate(quick: bool):
+    try:
+        from core.sampling import generate
+    except ImportError:
+        print("\n(generation benchmark skipped: core.sampling is not available)")
+        return
+    print("\nGreedy generation that fills the context: 8-token prompt to n_ctx=128 tokens")
+    cfg = ModelConfig(**LECTURE)
+    torch.manual_seed(0)
+    ours = Transformer(cfg).eval()
+    peer = gpt2_peer(cfg).eval()
+    prompt = torch.randint(cfg.vocab_size, (1, 8))
+    new = cfg.n_ctx - prompt.shape[1]
+
+    def ours_cached():
+        return generate(ours, prompt, new, temperature=0.0)
+
+    def ours_uncached():
+        return generate(ours, prompt, new, temperature=0.0, use_cache=False)
+
+    def peer_cached():
+        return peer.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True,
+                             pad_token_id=0, attention_mask=torch.ones_like(prompt))
+
+    a, b = ours_cached(), ours_uncached()
+    assert torch.equal(a, b), "cached and uncached greedy decoding disagree"
+    t = interleaved({"cached": ours_cached, "uncached": ours_uncached, "peer": peer_cached},
+                    rounds=3, reps=2 if quick else 4)
+    record("generation to n_ctx: cache vs no cache", new / t["cached"], new / t["uncached"], "tok/s", target=2.0)
+    record("generation to n_ctx: ours vs peer generate", new / t["cached"], new / t["peer"], "tok/s", target=1.5)
+    slide = 2 * cfg.n_ctx - prompt.shape[1]
+    ts = interleaved({"cached": lambda: generate(ours, prompt, slide, temperature=0.0),
+                      "uncached": lambda: generate(ours, prompt, slide, temperature=0.0, use_cache=False)},
+                     rounds=2, reps=1 if quick else 2)
+    record("generation past n_ctx (sliding window): cache vs none", slide / ts["cached"], slide / ts["uncached"],
+           "tok/s", note="(reported, not targeted)")
+
+
+def page_files() -> list[str]:
+    text = (ROOT / "app.py").read_text()
+    return re.findall(r'st\.Page\("(pages/[^"]+\.py)"', text)
+
+
+def bench_pages(quick: bool):
+    from streamlit.testing.v1 import AppTest
+
+    print("\nPage reruns with AppTest (server time of a rerun with the default input; median of several)")
+    print("  peer: the home page's rerun, the cheapest page, measured in the same run")
+    reps = 3 if quick else 7
+
+    def rerun_time(page, setup=None):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at.run()
+        if page != "pages/home.py":
+            at.switch_page(page)
+            at.run()
+        if at.exception:
+            raise RuntimeError(f"{page}: {at.exception[0].message}")
+        times = []
+        for i in range(reps):
+            if setup:
+                setup(at, i)
+            t = time.perf_counter()
+            at.run()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    home = rerun_time("pages/home.py")
+    for page in page_files():
+        t = rerun_time(page)
+        RESULTS.append({"benchmark": f"rerun {page}", "ours": t, "unit": "s", "target_s": 0.5, "met": t < 0.5,
+                        "ratio_to_home": t / home})
+        print(f"  rerun {page:<34} {t * 1e3:8.1f} ms  ({t / home:5.2f}x the home page) "
+              f"{'✓' if t < 0.5 else '✗'} (target < 500 ms)")
+    if "pages/scaling.py" in page_files():
+        def move(at, i):
+            sliders = [s for s in at.slider if s.key and "alpha" in s.key] or list(at.slider)
+            s = sliders[0]
+            lo, hi = s.min, s.max
+            s.set_value(lo + (hi - lo) * (0.3 + 0.1 * (i % 4)))
+        t = rerun_time("pages/scaling.py", setup=move)
+        RESULTS.append({"benchmark": "scaling slider move", "ours": t, "unit": "s", "target_s": 0.2, "met": t < 0.2})
+        print(f"  scaling page slider move               {t * 1e3:8.1f} ms  {'✓' if t < 0.2 else '✗'} (target < 200 ms)")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages"],
+                   choices=["train", "forward", "generate", "pages"])
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
+    p.add_argument("--json", help="also write the results to this file")
+    args = p.parse_args(argv)
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads")
+    for name in args.only:
+        globals()[f"bench_{name}"](args.quick)
+    if args.json:
+        Path(args.json).write_text(json.dumps(RESULTS, indent=2))
+    return RESULTS
+
+
+if __name__ == "__main__":
+    main()
