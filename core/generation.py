@@ -96,6 +96,11 @@ def parse_temperatures(text: str, max_count: int = MAX_TEMPERATURES) -> tuple[li
     return unique, messages
 
 
+def md_escape(text: str) -> str:
+    """Backslash every character Markdown could read as syntax, so quoted user text stays literal."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|$<>~&:])", r"\\\1", text)
+
+
 def format_t(t: float) -> str:
     return "0" if t == 0 else f"{t:.3g}"
 
@@ -118,7 +123,7 @@ def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10) -> go
               for t, d in zip(temperatures, dists)]
     fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, subplot_titles=titles, horizontal_spacing=0.02)
     for c, (t, d) in enumerate(zip(temperatures, dists), start=1):
-        fig.add_trace(go.Bar(x=d[order], y=labels, orientation="h", name=f"T = {format_t(t)}", showlegend=False,
+        fig.add_trace(go.Bar(x=d[order].tolist(), y=labels, orientation="h", name=f"T = {format_t(t)}", showlegend=False,
                              marker_color="#1f77b4", text=[f"{v:.2f}" for v in d[order]], textposition="auto",
                              hovertemplate="'%{y}' p = %{x:.4f}<extra>T = " + format_t(t) + "</extra>"),
                       row=1, col=c)
@@ -136,7 +141,7 @@ def distribution_bars(chars, logits: torch.Tensor, temperature: float) -> go.Fig
     order = torch.argsort(temperature_softmax(z, 1.0), descending=True).tolist()
     p = temperature_softmax(z, float(temperature)).numpy()[order]
     labels = _labels([chars[i] for i in order])
-    fig = go.Figure(go.Bar(x=list(range(m)), y=p, name=f"p(T = {format_t(temperature)})", marker_color="#1f77b4",
+    fig = go.Figure(go.Bar(x=list(range(m)), y=p.tolist(), name=f"p(T = {format_t(temperature)})", marker_color="#1f77b4",
                            customdata=labels, hovertemplate="'%{customdata}' p = %{y:.4f}<extra></extra>"))
     fig.add_hline(y=1 / m, line_dash="dot", line_color="#d62728", annotation_text=f"uniform 1/m = {1 / m:.4f}",
                   annotation_position="top right")
@@ -148,34 +153,35 @@ def distribution_bars(chars, logits: torch.Tensor, temperature: float) -> go.Fig
     return fig
 
 
-def sweep_curves(data: dict, m: int, mark: float | None = None, points=()) -> go.Figure:
+def sweep_curves(data: dict, m: int, mark: float | None = None, points: dict | None = None) -> go.Figure:
     """Entropy, largest probability and the distances to both limits as curves over a log T axis, with
-    the values each limit predicts drawn as dotted lines."""
+    the values each limit predicts drawn as dotted lines. ``points``: a sweep at the user's temperatures
+    (T > 0), drawn as markers; ``mark``: the slider's T, drawn as a vertical line."""
     log_m = math.log(m)
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, subplot_titles=(
         "entropy H(p(T)) in nats", "largest probability max_i p_i(T)", "total variation distance to each limit"))
     T = data["T"]
-    fig.add_trace(go.Scatter(x=T, y=data["entropy"], name="entropy", line_color="#1f77b4",
+    col = {k: np.asarray(v).tolist() for k, v in data.items()}  # plain lists: readable JSON specs
+    fig.add_trace(go.Scatter(x=col["T"], y=col["entropy"], name="entropy", line_color="#1f77b4",
                              hovertemplate="T = %{x:.3g}<br>H = %{y:.4f} nats<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=T, y=data["max_prob"], name="max probability", line_color="#9467bd",
+    fig.add_trace(go.Scatter(x=col["T"], y=col["max_prob"], name="max probability", line_color="#9467bd",
                              hovertemplate="T = %{x:.3g}<br>max p = %{y:.4f}<extra></extra>"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=T, y=data["to_one_hot"], name="distance to one-hot (T → 0 limit)",
+    fig.add_trace(go.Scatter(x=col["T"], y=col["to_one_hot"], name="distance to one-hot (T → 0 limit)",
                              line_color="#2ca02c", hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra>to one-hot</extra>"),
                   row=3, col=1)
-    fig.add_trace(go.Scatter(x=T, y=data["to_uniform"], name="distance to uniform (T → ∞ limit)",
+    fig.add_trace(go.Scatter(x=col["T"], y=col["to_uniform"], name="distance to uniform (T → ∞ limit)",
                              line_color="#ff7f0e", hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra>to uniform</extra>"),
                   row=3, col=1)
     for row, y, text in ((1, 0.0, "0 (one-hot)"), (1, log_m, f"log m = {log_m:.3f} (uniform)"),
                          (2, 1.0, "1 (one-hot)"), (2, 1 / m, f"1/m = {1 / m:.4f} (uniform)"), (3, 0.0, "0")):
         fig.add_hline(y=y, line_dash="dot", line_color="#d62728", annotation_text=text,
                       annotation_position="bottom right" if y else "top left", row=row, col=1)
-    if points:
-        sel = [i for i, t in enumerate(T) if any(math.isclose(t, q) for q in points)]
-        if sel:
-            for row, key in ((1, "entropy"), (2, "max_prob")):
-                fig.add_trace(go.Scatter(x=T[sel], y=data[key][sel], mode="markers", marker=dict(size=8, color="black"),
-                                         name="your temperatures", showlegend=row == 1,
-                                         hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra></extra>"), row=row, col=1)
+    if points is not None and len(points["T"]):
+        pts = {k: np.asarray(v).tolist() for k, v in points.items()}
+        for row, key in ((1, "entropy"), (2, "max_prob"), (3, "to_one_hot"), (3, "to_uniform")):
+            fig.add_trace(go.Scatter(x=pts["T"], y=pts[key], mode="markers", marker=dict(size=8, color="black"),
+                                     name="your temperatures", showlegend=key == "entropy",
+                                     hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra></extra>"), row=row, col=1)
     if mark is not None and mark > 0:
         fig.add_vline(x=mark, line_color="#7f7f7f", line_dash="dash")
     fig.update_xaxes(type="log", row=3, col=1, title_text="temperature T (log scale)")

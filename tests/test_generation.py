@@ -84,7 +84,7 @@ def test_sweep_curves_mark_the_limits():
     z = logits(3)
     m = len(CHARS)
     data = sweep(z, log_grid(1e-2, 1e2, 41))
-    fig = sweep_curves(data, m, mark=0.5, points=[0.1, 1.0])
+    fig = sweep_curves(data, m, mark=0.5, points=sweep(z, [0.25, 3.0]))
     names = [tr.name for tr in fig.data]
     assert names[:4] == ["entropy", "max probability", "distance to one-hot (T → 0 limit)",
                          "distance to uniform (T → ∞ limit)"]
@@ -92,7 +92,9 @@ def test_sweep_curves_mark_the_limits():
     assert levels == sorted(round(v, 6) for v in (0, math.log(m), 1, 1 / m, 0))
     assert any(s.x0 == 0.5 for s in fig.layout.shapes)  # the slider's T
     assert fig.layout.xaxis3.type == "log"
-    assert "your temperatures" in names
+    marks = [tr for tr in fig.data if tr.name == "your temperatures"]
+    assert len(marks) == 4 and list(marks[0].x) == [0.25, 3.0]
+    assert not any(s.x0 == 0.5 for s in sweep_curves(data, m).layout.shapes)  # no slider mark unless asked
 
 
 def test_distinct_bars():
@@ -114,3 +116,10 @@ def test_shaded_html_escapes_everything():
     assert len(titles) == 3 and "&lt;" in titles[0] and "&quot;" in titles[0]
     assert "⏎" in titles[1] and "drawn with 1.000" in titles[1]
     assert "rgba(255, 127, 14, 0.842)" in out  # p = 0.01 is shaded deep
+
+
+def test_md_escape_makes_markdown_literal():
+    from core.generation import md_escape
+    assert md_escape("[x](javascript:y) *b* $a$ `c` <i>") == (
+        r"\[x\]\(javascript\:y\) \*b\* \$a\$ \`c\` \<i\>")
+    assert md_escape("plain words") == "plain words"
