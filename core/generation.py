@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from core.sampling import temperature_softmax
+from core.sampling import stream, temperature_softmax
 from core.tokenizer import visible
 
 DEFAULT_TEMPERATURES = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
@@ -103,6 +103,21 @@ def md_escape(text: str) -> str:
 
 def format_t(t: float) -> str:
     return "0" if t == 0 else f"{t:.3g}"
+
+
+def step_record(step, chars) -> dict:
+    """A sampling.Step of a one-sequence batch as plain data (for the page, its session memo and the HTML)."""
+    tid = int(step.token[0])
+    return {"id": tid, "ch": chars[tid], "prob": float(step.prob[0]), "sample_prob": float(step.sample_prob[0]),
+            "alternatives": [(chars[int(i)], float(q)) for i, q in zip(step.top_ids[0], step.top_probs[0])],
+            "slid": step.slid}
+
+
+def continuations(model, ids, temperatures, n: int, seed: int, chars) -> list[list[dict]]:
+    """One continuation of ``ids`` per temperature, each drawn with a fresh generator seeded with ``seed``."""
+    return [[step_record(s, chars) for s in stream(model, [list(ids)], n, float(t),
+                                                   generator=torch.Generator().manual_seed(int(seed)))]
+            for t in temperatures]
 
 
 # ---------------------------------------------------------------- figures

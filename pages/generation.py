@@ -5,7 +5,7 @@ import streamlit as st
 import torch
 
 from core import generation as G
-from core.sampling import stream, temperature_softmax
+from core.sampling import stream
 from core.tokenizer import visible
 from pages._common import prompt_input, require_model
 
@@ -42,13 +42,6 @@ if prompt.empty:
 start_text = tok.decode(ids)
 with torch.no_grad():
     logits = model(torch.tensor([ids])).logits[0, -1].double()  # (m,) scores for the next character
-
-
-def step_dict(s, tok) -> dict:
-    tid = int(s.token[0])
-    return {"id": tid, "ch": tok.chars[tid], "prob": float(s.prob[0]), "sample_prob": float(s.sample_prob[0]),
-            "alternatives": [(tok.chars[int(i)], float(q)) for i, q in zip(s.top_ids[0], s.top_probs[0])],
-            "slid": s.slid}
 
 
 # ------------------------------------------------------------------ generate
@@ -107,7 +100,7 @@ else:
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     for s in stream(model, [ids], n_new, temperature, top_k, top_p, generator=gen):
-        steps.append(step_dict(s, tok))
+        steps.append(G.step_record(s, tok.chars))
         if time.perf_counter() - shown > 0.1:  # repaint a few times a second, not for every character
             box.html(G.shaded_html(start_text, steps))
             shown = time.perf_counter()
@@ -192,13 +185,8 @@ st.dataframe(rows, hide_index=True, width="stretch",
 
 # ------------------------------------------------------------------ continuations
 @st.cache_data(max_entries=32, show_spinner="Generating one continuation per temperature ...")
-def continuations(model_key, _model, _tok, ids: tuple, temps: tuple, n: int, seed: int):
-    out = []
-    for t in temps:
-        gen = torch.Generator().manual_seed(seed)
-        steps = [step_dict(s, _tok) for s in stream(_model, [list(ids)], n, t, generator=gen)]
-        out.append(steps)
-    return out
+def continuations(model_key, _model, chars: tuple, ids: tuple, temps: tuple, n: int, seed: int):
+    return G.continuations(_model, ids, temps, n, seed, chars)  # model_key stands in for the unhashed model
 
 
 st.header("Continuations, one per temperature")
@@ -209,7 +197,7 @@ st.markdown(
     "model keeps being handed characters it found unlikely."
 )
 n_cont = int(st.number_input("Characters per continuation", 10, 1000, 150, step=50, key="gen_cont_tokens"))
-runs = continuations((str(entry.path), id(model)), model, tok, tuple(ids), tuple(temps), n_cont, seed)
+runs = continuations((str(entry.path), id(model)), model, tuple(tok.chars), tuple(ids), tuple(temps), n_cont, seed)
 ratios = [G.distinct_n([s["id"] for s in r], 3) for r in runs]
 per_row = 3
 for r0 in range(0, len(temps), per_row):

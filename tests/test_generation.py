@@ -123,3 +123,15 @@ def test_md_escape_makes_markdown_literal():
     assert md_escape("[x](javascript:y) *b* $a$ `c` <i>") == (
         r"\[x\]\(javascript\:y\) \*b\* \$a\$ \`c\` \<i\>")
     assert md_escape("plain words") == "plain words"
+
+
+def test_continuations_share_the_seed_and_greedy_is_first(tiny_model):
+    from core.generation import continuations
+    from core.sampling import generate
+    chars = list("abcdefghijk")
+    runs = continuations(tiny_model, [1, 2], [0.0, 1.0, 1.0], 12, seed=5, chars=chars)
+    assert [len(r) for r in runs] == [12, 12, 12]
+    assert [s["id"] for s in runs[0]] == generate(tiny_model, [1, 2], 12, 0.0)[2:].tolist()
+    assert runs[1] == runs[2]  # same seed, same temperature: same text
+    s = runs[1][0]
+    assert s["ch"] == chars[s["id"]] and len(s["alternatives"]) == 5 and 0 < s["prob"] <= 1

@@ -1,4 +1,5 @@
 """AppTest of the Generation page: default view, decoding modes, and the edge inputs of the issue."""
+import html
 import json
 import math
 import re
@@ -50,7 +51,6 @@ def generated_chars(at) -> str:
     """The generated characters of the main output, read back from the shaded HTML."""
     body = at.get("html")[1].proto.body
     spans = re.findall(r'<span title="[^"]*" style="[^"]*">(.*?)</span>', body)
-    import html
     return "".join(html.unescape(s.replace("⏎<br>", "\n")) for s in spans)
 
 
