@@ -8,6 +8,7 @@ st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="
 PAGES = [
     st.Page("pages/home.py", title="Home", icon="🏠", default=True),
     st.Page("pages/attention.py", title="Attention", icon="🎯"),
+    st.Page("pages/generation.py", title="Generation", icon="✍️"),
 ]
 
 nav = st.navigation(PAGES)

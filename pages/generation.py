@@ -1,0 +1,212 @@
+import math
+import time
+
+import streamlit as st
+import torch
+
+from core import generation as G
+from core.sampling import stream
+from core.tokenizer import visible
+from pages._common import prompt_input, require_model
+
+DEFAULT_PROMPT = "QUEEN:\nWhat news from the north, good cousin?\n\nGLOUCESTER:\nThe"
+MODES = ("greedy", "sample", "top-k", "top-p")
+
+st.title("Generation")
+st.markdown(
+    "After reading the prompt, the model ends with one score per character of its vocabulary, the logits "
+    "**z**. Generating text is a loop: turn the scores into a distribution, pick a character, append it, "
+    "read again. *Greedy* decoding always picks the highest score; *sampling* draws from the distribution. "
+    "The temperature T sits in between: every logit is divided by T before the softmax."
+)
+st.latex(r"p_i(T) = \frac{e^{z_i/T}}{\sum_{j=1}^{m} e^{z_j/T}}, \qquad "
+         r"\lim_{T\to 0^+} \mathbf{p}(T) = \mathbf{e}_{i^\star}\ \text{(greedy)}, \qquad "
+         r"\lim_{T\to\infty} \mathbf{p}(T) = \left(\tfrac{1}{m}, \ldots, \tfrac{1}{m}\right)")
+st.caption("Dividing by a small T stretches the gaps between logits until only the largest matters; a large T "
+           "shrinks every gap towards zero, so all m characters become equally likely. If k logits tie for the "
+           "maximum, the T → 0 limit is uniform over those k.")
+
+entry, model, tok = require_model()
+c = model.config
+m = c.vocab_size
+
+prompt = prompt_input("Prompt", DEFAULT_PROMPT, "gen_prompt", tok, c.n_ctx, height=150)
+ids = prompt.ids
+if prompt.empty:
+    if "\n" not in tok.stoi:
+        st.info("Type a prompt: the model needs at least one character it knows to start from.")
+        st.stop()
+    ids = [tok.stoi["\n"]]
+    st.info("The prompt is empty (or none of its characters is known to the model), so the model starts "
+            "from a single line break ⏎, as at the beginning of a new speech.")
+start_text = tok.decode(ids)
+with torch.no_grad():
+    logits = model(torch.tensor([ids])).logits[0, -1].double()  # (m,) scores for the next character
+
+
+# ------------------------------------------------------------------ generate
+st.header("Generate text")
+a, b, cmode = st.columns([1, 1, 2])
+n_new = int(a.number_input("New characters", 1, 2000, 200, step=50, key="gen_new_tokens",
+                           help=f"More than n_ctx = {c.n_ctx} is fine: the window then slides over the text."))
+seed = int(b.number_input("Seed", 0, 2**31 - 1, 0, key="gen_seed",
+                          help="The same seed gives the same sampled text; greedy ignores it."))
+mode = cmode.radio("Decoding", MODES, index=1, horizontal=True, key="gen_mode",
+                   help="greedy: argmax every step · sample: draw from p(T) · top-k: draw among the k most "
+                        "likely · top-p: draw among the most likely characters whose total reaches p")
+temperature, top_k, top_p = 0.0, None, None
+if mode != "greedy":
+    t_col, f_col, _ = st.columns([1, 1, 2])
+    temperature = float(t_col.number_input("Temperature T", 0.0, 10_000.0, 1.0, step=0.1, format="%g",
+                                           key="gen_temperature"))
+    if mode == "top-k":
+        top_k = int(f_col.number_input("k", 1, m, min(10, m), key="gen_top_k",
+                                       help=f"How many of the m = {m} characters stay in the draw."))
+    elif mode == "top-p":
+        top_p = float(f_col.slider("p", 0.0, 1.0, 0.9, step=0.01, key="gen_top_p",
+                                   help="The smallest set of most likely characters whose probabilities add "
+                                        "up to at least p stays in the draw; the most likely one always does."))
+    if temperature == 0:
+        st.info("T = 0 is the limit of the formula: all the probability sits on the largest logit, so this is "
+                "greedy decoding and the seed plays no role.")
+    elif temperature < 0.01:
+        st.info(f"T = {temperature:g} is tiny: p(T) is practically one-hot, so this behaves like greedy decoding.")
+    elif temperature > 100:
+        st.info(f"T = {temperature:g} is huge: p(T) is practically uniform (1/m = {1 / m:.4f} for every "
+                "character), so the text is close to random characters.")
+    if top_k is not None and temperature > 0:
+        if top_k == 1:
+            st.info("top-k = 1 keeps only the most likely character: this is greedy decoding.")
+        elif top_k >= m:
+            st.info(f"top-k = {top_k} keeps all m = {m} characters: this is plain sampling.")
+    if top_p is not None and temperature > 0:
+        if top_p < 1e-9:
+            st.info("top-p = 0 still keeps the most likely character, and only it: this is greedy decoding.")
+        elif top_p >= 1:
+            st.info("top-p = 1 keeps every character: this is plain sampling.")
+        elif top_p < 0.05:
+            st.info(f"top-p = {top_p:g} is tiny: almost always only the most likely character survives, "
+                    "which is nearly greedy.")
+
+st.html(G.legend_html())
+key = (str(entry.path), id(model), tuple(ids), n_new, seed, mode, temperature, top_k, top_p)
+memo = st.session_state.get("gen_memo")
+box = st.empty()
+if memo and memo["key"] == key:
+    steps, elapsed = memo["steps"], memo["elapsed"]
+    box.html(G.shaded_html(start_text, steps))
+else:
+    steps, shown = [], 0.0
+    gen = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    for s in stream(model, [ids], n_new, temperature, top_k, top_p, generator=gen):
+        steps.append(G.step_record(s, tok.chars))
+        if time.perf_counter() - shown > 0.1:  # repaint a few times a second, not for every character
+            box.html(G.shaded_html(start_text, steps))
+            shown = time.perf_counter()
+    elapsed = time.perf_counter() - t0
+    box.html(G.shaded_html(start_text, steps))
+    st.session_state["gen_memo"] = {"key": key, "steps": steps, "elapsed": elapsed}
+
+gen_ids = [s["id"] for s in steps]
+slid_at = next((i for i, s in enumerate(steps) if s["slid"]), None)
+d3 = G.distinct_n(gen_ids, 3)
+mean_lp = sum(math.log(max(s["prob"], 1e-300)) for s in steps) / len(steps)
+m1, m2, m3 = st.columns(3)
+m1.metric("Distinct 3-grams", "–" if d3 is None else f"{d3:.2f}",
+          help="Distinct 3-character sequences / all 3-character sequences of the generated text.")
+m2.metric("Mean probability the model gave", f"{sum(s['prob'] for s in steps) / len(steps):.3f}")
+m3.metric("Perplexity of the generated text", f"{math.exp(-mean_lp):.2f}",
+          help="exp of the mean negative log-probability (at T = 1) of the generated characters.")
+caption = (f"Prompt in grey, then {len(steps)} generated characters, shaded by the probability the model (at T = 1) "
+           "gave each one; hover a character for the most likely alternatives at that step. "
+           f"Generated in {elapsed * 1000:.0f} ms with the key/value cache.")
+if slid_at is not None:
+    caption += (f" From character {slid_at + 1} on, the text was longer than n_ctx = {c.n_ctx}: the model reads only "
+                f"the last {c.n_ctx} characters, and because positions are learned the cache is rebuilt each step.")
+st.caption(caption)
+with st.expander("Plain text"):
+    st.code(start_text + "".join(s["ch"] for s in steps), language=None, wrap_lines=True)
+
+# ------------------------------------------------------------------ sweep
+st.header("The temperature sweep")
+st.markdown(
+    "The same logits after the prompt, divided by different temperatures. The panels share their characters "
+    "(the model's most likely ones at T = 1) and their axis, so you can watch the mass pile onto one "
+    "character as T falls and spread out as T grows."
+)
+temps_text = st.text_input("Temperatures (comma-separated)", "0, 0.25, 0.5, 1, 2, 5", key="gen_temps",
+                           max_chars=300)
+temps, messages = G.parse_temperatures(temps_text)
+for msg in messages:
+    st.warning(G.md_escape(msg), icon="⚠️")  # the messages quote what the user typed
+if not temps:
+    temps = list(G.DEFAULT_TEMPERATURES)
+    st.info("No usable temperature in the list, so the default list is shown.")
+labels = [G.md_escape(visible(ch)) for ch in tok.chars]  # shown inside markdown captions
+zero_limit, _ = G.limits(logits)
+n_ties = int((zero_limit > 0).sum())
+st.plotly_chart(G.sweep_bars(tok.chars, logits, temps), width="stretch", key="gen_sweep_bars")
+top = int(logits.argmax())
+if n_ties == 1:
+    st.caption(f"The largest logit is unique (character '{labels[top]}'), so the claim applies: T → 0 gives the "
+               "one-hot vector on it, which is what greedy decoding picks.")
+else:
+    tied = ", ".join(f"'{labels[i]}'" for i in range(m) if zero_limit[i] > 0)
+    st.caption(f"{n_ties} characters tie for the largest logit ({tied}): as T → 0 the probability splits evenly "
+               "between them.")
+
+st.subheader("Move T continuously")
+grid = [float(f"{t:.3g}") for t in G.log_grid(1e-2, 1e2, 41)]
+t_slider = st.select_slider("T (log scale)", options=grid, value=1.0, key="gen_slider_T",
+                            format_func=lambda t: f"{t:g}")
+now = G.sweep(logits, [t_slider])
+k1, k2, k3, k4 = st.columns(4)
+k1.metric("Entropy H(p(T))", f"{now['entropy'][0]:.3f} nats", help=f"0 for one-hot, log m = {math.log(m):.3f} for uniform")
+k2.metric("Largest probability", f"{now['max_prob'][0]:.3f}", help=f"1 for one-hot, 1/m = {1 / m:.4f} for uniform")
+k3.metric("Distance to one-hot", f"{now['to_one_hot'][0]:.3f}", help="total variation distance to the T → 0 limit")
+k4.metric("Distance to uniform", f"{now['to_uniform'][0]:.3f}", help="total variation distance to the T → ∞ limit")
+st.plotly_chart(G.distribution_bars(tok.chars, logits, t_slider), width="stretch", key="gen_dist_bars")
+curves = G.sweep(logits, G.log_grid(1e-3, 1e3, 121))
+st.plotly_chart(G.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
+                key="gen_curves")
+st.markdown("The same measures at your temperatures and at the two limits themselves, computed from the limit "
+            "distributions (one-hot on the argmax, and uniform 1/m):")
+table_t = temps + [0.0, math.inf]
+table = G.sweep(logits, table_t)
+rows = []
+for i, t in enumerate(table_t):
+    name = "limit T → 0⁺" if i == len(temps) else "limit T → ∞" if i == len(temps) + 1 else G.format_t(t)
+    rows.append({"T": name, "entropy (nats)": table["entropy"][i], "largest probability": table["max_prob"][i],
+                 "distance to one-hot": table["to_one_hot"][i], "distance to uniform": table["to_uniform"][i]})
+st.dataframe(rows, hide_index=True, width="stretch",
+             column_config={k: st.column_config.NumberColumn(format="%.4f") for k in rows[0] if k != "T"})
+
+
+# ------------------------------------------------------------------ continuations
+@st.cache_data(max_entries=32, show_spinner="Generating one continuation per temperature ...")
+def continuations(model_key, _model, chars: tuple, ids: tuple, temps: tuple, n: int, seed: int):
+    return G.continuations(_model, ids, temps, n, seed, chars)  # model_key stands in for the unhashed model
+
+
+st.header("Continuations, one per temperature")
+st.markdown(
+    "The same prompt continued at each temperature of the list, every one with the same seed. A repetition "
+    "measure sits on top of each: the share of distinct 3-character sequences. Greedy text tends to fall into "
+    "loops (a low share); at high T the text stops looking like words and the shading turns dark, because the "
+    "model keeps being handed characters it found unlikely."
+)
+n_cont = int(st.number_input("Characters per continuation", 10, 1000, 150, step=50, key="gen_cont_tokens"))
+runs = continuations((str(entry.path), id(model)), model, tuple(tok.chars), tuple(ids), tuple(temps), n_cont, seed)
+ratios = [G.distinct_n([s["id"] for s in r], 3) for r in runs]
+per_row = 3
+for r0 in range(0, len(temps), per_row):
+    cols = st.columns(per_row)
+    for col, t, r, d in zip(cols, temps[r0:r0 + per_row], runs[r0:r0 + per_row], ratios[r0:r0 + per_row]):
+        with col.container(border=True):
+            st.markdown(f"**T = {G.format_t(t)}**" + (" (greedy)" if t == 0 else ""))
+            st.metric("distinct 3-grams", "–" if d is None else f"{d:.2f}")
+            st.html(G.shaded_html(start_text[-40:], r, font_px=13))
+st.caption(f"Seed {seed} for every column; each shows the last 40 characters of the prompt in grey. "
+           "Change the seed above to draw again.")
+st.plotly_chart(G.distinct_bars(temps, ratios), width="stretch", key="gen_distinct")

@@ -1,0 +1,137 @@
+import math
+import re
+
+import numpy as np
+import torch
+
+from core.generation import (distinct_bars, distinct_n, distribution_bars, entropy, limits, log_grid,
+                             parse_temperatures, shaded_html, sweep, sweep_bars, sweep_curves, tv_distance)
+
+CHARS = list("\n abcdefghijklmnopqrstuvwxyz<>&\"'")  # m = 33, with characters that need escaping
+
+
+def logits(seed=0, m=len(CHARS)):
+    return torch.randn(m, generator=torch.Generator().manual_seed(seed)) * 2
+
+
+def test_entropy_and_distance():
+    assert entropy([1, 0, 0]) == 0
+    assert math.isclose(entropy([0.25] * 4), math.log(4))
+    assert tv_distance([1, 0], [0, 1]) == 1 and tv_distance([0.5, 0.5], [0.5, 0.5]) == 0
+
+
+def test_sweep_reaches_both_limits():
+    z = logits()
+    m = z.shape[0]
+    data = sweep(z, [1e-4, 1.0, 1e4])
+    assert data["entropy"][0] < 1e-6 and abs(data["entropy"][-1] - math.log(m)) < 1e-6
+    assert abs(data["max_prob"][0] - 1) < 1e-9 and abs(data["max_prob"][-1] - 1 / m) < 1e-4
+    assert data["to_one_hot"][0] < 1e-9 and data["to_uniform"][-1] < 1e-4
+    grid = log_grid(1e-3, 1e3, 61)
+    full = sweep(z, grid)
+    assert np.all(np.diff(full["entropy"]) >= -1e-9)      # entropy grows with T
+    assert np.all(np.diff(full["max_prob"]) <= 1e-9)      # the peak flattens
+    assert np.all(np.diff(full["to_one_hot"]) >= -1e-9)
+    assert np.all(np.diff(full["to_uniform"]) <= 1e-9)
+
+
+def test_tied_limit():
+    z = torch.tensor([2.0, 2.0, 0.0, -1.0])
+    zero, inf = limits(z)
+    assert np.allclose(zero, [0.5, 0.5, 0, 0]) and np.allclose(inf, 0.25)
+    assert sweep(z, [1e-4])["to_one_hot"][0] < 1e-9
+
+
+def test_distinct_n():
+    assert distinct_n([1, 2, 3, 4, 5]) == 1.0
+    assert distinct_n([1, 1, 1, 1, 1, 1]) == 0.25  # one distinct 3-gram out of four
+    assert distinct_n([1, 2]) is None
+    assert distinct_n("abab", n=2) == 2 / 3
+
+
+def test_parse_temperatures():
+    assert parse_temperatures("0, 0.25, 0.5, 1, 2, 5") == ([0, 0.25, 0.5, 1, 2, 5], [])
+    temps, msgs = parse_temperatures("2 1;1, -3, abc, nan, inf")
+    assert temps == [1.0, 2.0]
+    text = " ".join(msgs)
+    assert "'abc'" in text and "'nan'" in text and "-3" in text and "Repeated" in text
+    temps, msgs = parse_temperatures(" ".join(str(i) for i in range(12)))
+    assert len(temps) == 8 and "At most 8" in msgs[0]
+    assert parse_temperatures("") == ([], [])
+
+
+def test_sweep_bars_are_aligned():
+    z = logits(1)
+    temps = [0, 0.5, 1, 5]
+    fig = sweep_bars(CHARS, z, temps, n_top=6)
+    assert len(fig.data) == 4
+    assert all(list(tr.y) == list(fig.data[0].y) for tr in fig.data)  # same tokens, same order
+    assert list(fig.data[0].x).count(1.0) == 1 and sum(fig.data[0].x) == 1.0  # T = 0 is one-hot on the argmax
+    assert fig.data[2].x[0] == max(fig.data[2].x)  # ordered by T = 1 probability
+    assert fig.layout.xaxis.range == (0, 1)
+
+
+def test_distribution_bars_shows_all_m_and_uniform_line():
+    z = logits(2)
+    fig = distribution_bars(CHARS, z, 1e4)
+    assert len(fig.data[0].y) == len(CHARS)
+    assert np.allclose(fig.data[0].y, 1 / len(CHARS), atol=1e-3)
+    assert "⏎" in fig.layout.xaxis.ticktext and "␣" in fig.layout.xaxis.ticktext
+    assert any(abs(s.y0 - 1 / len(CHARS)) < 1e-12 for s in fig.layout.shapes)
+
+
+def test_sweep_curves_mark_the_limits():
+    z = logits(3)
+    m = len(CHARS)
+    data = sweep(z, log_grid(1e-2, 1e2, 41))
+    fig = sweep_curves(data, m, mark=0.5, points=sweep(z, [0.25, 3.0]))
+    names = [tr.name for tr in fig.data]
+    assert names[:4] == ["entropy", "max probability", "distance to one-hot (T → 0 limit)",
+                         "distance to uniform (T → ∞ limit)"]
+    levels = sorted(round(s.y0, 6) for s in fig.layout.shapes if s.y0 == s.y1)
+    assert levels == sorted(round(v, 6) for v in (0, math.log(m), 1, 1 / m, 0))
+    assert any(s.x0 == 0.5 for s in fig.layout.shapes)  # the slider's T
+    assert fig.layout.xaxis3.type == "log"
+    marks = [tr for tr in fig.data if tr.name == "your temperatures"]
+    assert len(marks) == 4 and list(marks[0].x) == [0.25, 3.0]
+    assert not any(s.x0 == 0.5 for s in sweep_curves(data, m).layout.shapes)  # no slider mark unless asked
+
+
+def test_distinct_bars():
+    fig = distinct_bars([0, 1], [0.2, None])
+    assert list(fig.data[0].x) == ["T = 0", "T = 1"]
+    assert fig.data[0].y[0] == 0.2 and np.isnan(fig.data[0].y[1])
+
+
+def test_shaded_html_escapes_everything():
+    steps = [{"ch": "<", "prob": 0.9, "sample_prob": 0.9, "alternatives": [("<", 0.9), ('"', 0.05)]},
+             {"ch": "\n", "prob": 0.1, "sample_prob": 1.0, "alternatives": [("&", 0.5)]},
+             {"ch": "b", "prob": 0.01, "sample_prob": 0.02, "alternatives": [("'", 0.5)]}]
+    out = shaded_html('<script>alert("x")</script> & "quotes"', steps)
+    assert "<script" not in out and "&lt;script&gt;" in out
+    assert out.count("<span") == 4  # the prompt plus one span per generated character
+    tags = re.findall(r"<(/?\w+)", out)
+    assert set(tags) <= {"div", "/div", "span", "/span", "br"}
+    titles = re.findall(r'title="([^"]*)"', out)
+    assert len(titles) == 3 and "&lt;" in titles[0] and "&quot;" in titles[0]
+    assert "⏎" in titles[1] and "drawn with 1.000" in titles[1]
+    assert "rgba(255, 127, 14, 0.842)" in out  # p = 0.01 is shaded deep
+
+
+def test_md_escape_makes_markdown_literal():
+    from core.generation import md_escape
+    assert md_escape("[x](javascript:y) *b* $a$ `c` <i>") == (
+        r"\[x\]\(javascript\:y\) \*b\* \$a\$ \`c\` \<i\>")
+    assert md_escape("plain words") == "plain words"
+
+
+def test_continuations_share_the_seed_and_greedy_is_first(tiny_model):
+    from core.generation import continuations
+    from core.sampling import generate
+    chars = list("abcdefghijk")
+    runs = continuations(tiny_model, [1, 2], [0.0, 1.0, 1.0], 12, seed=5, chars=chars)
+    assert [len(r) for r in runs] == [12, 12, 12]
+    assert [s["id"] for s in runs[0]] == generate(tiny_model, [1, 2], 12, 0.0)[2:].tolist()
+    assert runs[1] == runs[2]  # same seed, same temperature: same text
+    s = runs[1][0]
+    assert s["ch"] == chars[s["id"]] and len(s["alternatives"]) == 5 and 0 < s["prob"] <= 1

@@ -1,0 +1,207 @@
+import math
+
+import pytest
+import torch
+
+from core.sampling import generate, next_token_distribution, stream, temperature_softmax, top_k_filter, top_p_filter
+
+INF = float("inf")
+
+
+def random_logits(seed=0, shape=(5, 40), scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g) * scale
+
+
+@pytest.mark.parametrize("t", [0.0, 1e-4, 1e-2, 0.3, 1.0, 7.0, 1e2, 1e4, INF])
+def test_probabilities_sum_to_one_for_every_t(t):
+    p = temperature_softmax(random_logits(), t)
+    assert torch.isfinite(p).all() and (p >= 0).all()
+    assert torch.allclose(p.sum(-1), torch.ones(5), atol=1e-6)
+
+
+def test_matches_softmax_of_scaled_logits():
+    z = random_logits(1)
+    for t in (0.5, 1.0, 3.0):
+        assert torch.allclose(temperature_softmax(z, t), torch.softmax(z / t, dim=-1), atol=1e-6)
+
+
+def test_limit_t_to_zero_is_one_hot_on_unique_argmax():
+    z = random_logits(2).double()
+    one_hot = torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).double()
+    assert torch.equal(temperature_softmax(z, 0.0), one_hot)
+    gaps = []
+    for t in (1.0, 0.1, 0.01, 1e-3):
+        gaps.append((temperature_softmax(z, t) - one_hot).abs().max().item())
+    assert gaps == sorted(gaps, reverse=True)  # shrinking as T decreases
+    assert gaps[-1] < 1e-6
+    assert torch.allclose(temperature_softmax(z, 1e-4), one_hot, atol=1e-12)  # no overflow, no NaN
+
+
+def test_limit_t_to_infinity_is_uniform():
+    z = random_logits(3).double()
+    m = z.shape[-1]
+    uniform = torch.full_like(z, 1 / m)
+    gaps = [(temperature_softmax(z, t) - uniform).abs().max().item() for t in (1.0, 10.0, 1e2, 1e4, 1e6)]
+    assert gaps == sorted(gaps, reverse=True)
+    assert gaps[-1] < 1e-6
+    assert torch.allclose(temperature_softmax(z, INF), uniform)
+
+
+def test_ties_give_uniform_over_the_tied_maxima():
+    z = torch.tensor([1.0, 3.0, -2.0, 3.0, 3.0, 0.5])
+    expected = torch.tensor([0, 1, 0, 1, 1, 0]) / 3
+    assert torch.allclose(temperature_softmax(z, 0.0), expected)
+    assert torch.allclose(temperature_softmax(z, 1e-3), expected, atol=1e-6)
+
+
+def test_huge_logits_and_minus_infinity():
+    z = torch.tensor([1e30, -1e30, 0.0, -INF])
+    for t in (1e-4, 1.0, 1e4):
+        p = temperature_softmax(z, t)
+        assert not torch.isnan(p).any()
+        assert p[3] == 0 and math.isclose(p.sum().item(), 1.0, rel_tol=1e-6)
+    assert torch.equal(temperature_softmax(torch.tensor([2.0, -INF]), 1e4), torch.tensor([1.0, 0.0]))
+    assert torch.allclose(temperature_softmax(torch.tensor([-INF, -INF]), 1.0), torch.tensor([0.5, 0.5]))
+    assert torch.allclose(temperature_softmax(torch.tensor([0.0, 5.0, -INF]), INF), torch.tensor([0.5, 0.5, 0.0]))
+
+
+def test_negative_or_nan_temperature_is_refused():
+    with pytest.raises(ValueError, match="temperature"):
+        temperature_softmax(torch.zeros(3), -1.0)
+    with pytest.raises(ValueError, match="temperature"):
+        temperature_softmax(torch.zeros(3), float("nan"))
+
+
+def test_top_k_keeps_the_k_largest():
+    z = torch.tensor([[0.1, 2.0, -1.0, 3.0, 0.5]])
+    kept = torch.isfinite(top_k_filter(z, 2))
+    assert kept.tolist() == [[False, True, False, True, False]]
+    assert torch.equal(top_k_filter(z, 1).argmax(), z.argmax())
+    assert torch.isfinite(top_k_filter(z, 1)).sum() == 1
+    assert torch.equal(top_k_filter(z, 99), z) and torch.equal(top_k_filter(z, None), z)
+    # ties at the boundary are all kept
+    assert torch.isfinite(top_k_filter(torch.tensor([1.0, 2.0, 2.0, 0.0]), 1)).tolist() == [False, True, True, False]
+    with pytest.raises(ValueError, match="at least 1"):
+        top_k_filter(z, 0)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    p = torch.tensor([0.5, 0.05, 0.3, 0.15])
+    z = p.log()
+    kept = lambda q: torch.isfinite(top_p_filter(z, q)).tolist()  # noqa: E731
+    assert kept(0.5) == [True, False, False, False]      # the top token alone reaches 0.5
+    assert kept(0.6) == [True, False, True, False]       # 0.5 + 0.3
+    assert kept(0.8) == [True, False, True, False]
+    assert kept(0.81) == [True, False, True, True]
+    assert kept(1e-9) == [True, False, False, False]     # p near 0 is greedy
+    assert kept(0.0) == [True, False, False, False]
+    assert kept(1.0) == [True] * 4
+    # random rows: the kept set is a prefix in probability order whose mass reaches p
+    zs = random_logits(4)
+    for q in (0.1, 0.5, 0.9):
+        filt = top_p_filter(zs, q)
+        probs = torch.softmax(zs, -1)
+        for row, frow in zip(probs, filt):
+            keep = torch.isfinite(frow)
+            assert row[keep].sum() >= q - 1e-6
+            assert row[keep].min() >= row[~keep].max() if (~keep).any() else True
+            # dropping the least likely kept token would fall short of q
+            assert row[keep].sum() - row[keep].min() < q
+
+
+def test_next_token_distribution_applies_filters_after_temperature():
+    z = random_logits(5, shape=(40,))
+    p = next_token_distribution(z, 2.0, top_k=5)
+    assert (p > 0).sum() == 5 and math.isclose(p.sum().item(), 1.0, rel_tol=1e-6)
+    top5 = torch.topk(z, 5).indices
+    assert torch.allclose(p[top5], torch.softmax(z[top5] / 2.0, -1), atol=1e-6)
+    assert torch.equal(next_token_distribution(z, 0.0, top_k=3, top_p=0.5), temperature_softmax(z, 0.0))
+    assert torch.isfinite(next_token_distribution(z, 1e-4)).all()
+    assert torch.allclose(next_token_distribution(z, 1e4), torch.full((40,), 1 / 40), atol=1e-4)
+
+
+def _textbook_greedy(model, idx, n):
+    """The plain loop: re-read the last n_ctx tokens every step, no cache."""
+    for _ in range(n):
+        logits = model(idx[:, -model.config.n_ctx:]).logits[:, -1]
+        idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], dim=1)
+    return idx
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cached_greedy_equals_uncached_also_past_n_ctx(tiny_model, seed):
+    torch.manual_seed(seed)
+    idx = torch.randint(0, 11, (2, 3))
+    n_new = 3 * tiny_model.config.n_ctx  # slides far past n_ctx = 16
+    cached = generate(tiny_model, idx, n_new, 0.0)
+    uncached = torch.cat([idx] + [s.token[:, None] for s in stream(tiny_model, idx, n_new, 0.0, use_cache=False)], 1)
+    assert cached.shape == (2, 3 + n_new)
+    assert torch.equal(cached, uncached)
+    with torch.no_grad():
+        assert torch.equal(cached, _textbook_greedy(tiny_model, idx, n_new))
+
+
+def test_cached_and_uncached_step_probabilities_agree(tiny_model):
+    idx = torch.tensor([[1, 2, 3]])
+    a = list(stream(tiny_model, idx, 20, 0.0))
+    b = list(stream(tiny_model, idx, 20, 0.0, use_cache=False))
+    assert [s.window for s in a] == [min(3 + i, 16) for i in range(20)]
+    assert [s.slid for s in a] == [3 + i > 16 for i in range(20)]
+    for x, y in zip(a, b):
+        assert torch.allclose(x.prob, y.prob, atol=1e-5) and torch.equal(x.top_ids, y.top_ids)
+
+
+def test_sampling_is_reproducible_for_a_seed(tiny_model):
+    idx = torch.tensor([[0, 5]])
+    runs = [generate(tiny_model, idx, 40, 1.5, generator=torch.Generator().manual_seed(7)) for _ in range(2)]
+    assert torch.equal(runs[0], runs[1])
+    other = generate(tiny_model, idx, 40, 1.5, generator=torch.Generator().manual_seed(8))
+    assert not torch.equal(runs[0], other)
+
+
+def test_greedy_is_deterministic_and_ignores_the_generator(tiny_model):
+    idx = torch.tensor([[4]])
+    a = generate(tiny_model, idx, 30, 0.0, generator=torch.Generator().manual_seed(1))
+    b = generate(tiny_model, idx, 30, 0.0, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(a, b)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(tiny_model):
+    idx = torch.tensor([[3, 1]])
+    greedy = generate(tiny_model, idx, 25, 0.0)
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(generate(tiny_model, idx, 25, 1.0, top_k=1, generator=g), greedy)
+    assert torch.equal(generate(tiny_model, idx, 25, 1.0, top_p=1e-6, generator=g), greedy)
+
+
+def test_sampled_tokens_stay_in_the_filtered_support(tiny_model):
+    idx = torch.tensor([[2]])
+    for s in stream(tiny_model, idx, 40, 5.0, top_k=3, generator=torch.Generator().manual_seed(3)):
+        assert s.token.item() in s.top_ids[0, :3].tolist()
+        assert s.sample_prob.item() > 0
+
+
+def test_step_reports_probability_and_alternatives(tiny_model):
+    steps = list(stream(tiny_model, [1, 2], 5, 1.0, generator=torch.Generator().manual_seed(0), n_alternatives=4))
+    for s in steps:
+        assert s.top_ids.shape == (1, 4) and s.top_probs.shape == (1, 4)
+        assert (s.top_probs[0, :-1] >= s.top_probs[0, 1:]).all()
+        assert 0 < s.prob.item() <= s.top_probs[0, 0].item() + 1e-7
+
+
+def test_one_dimensional_input_and_bad_input(tiny_model):
+    out = generate(tiny_model, [1, 2, 3], 4, 0.0)
+    assert out.shape == (7,) and out[:3].tolist() == [1, 2, 3]
+    assert generate(tiny_model, [1], 0, 0.0).tolist() == [1]
+    with pytest.raises(ValueError, match="at least one token"):
+        generate(tiny_model, torch.zeros(1, 0, dtype=torch.long), 3, 0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(tiny_model, [1], 3, -0.5)
+
+
+def test_long_prompt_is_windowed(tiny_model):
+    idx = torch.randint(0, 11, (1, 40))  # longer than n_ctx = 16
+    out = generate(tiny_model, idx, 5, 0.0)
+    with torch.no_grad():
+        assert torch.equal(out, _textbook_greedy(tiny_model, idx, 5))
