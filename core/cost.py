@@ -73,6 +73,11 @@ def quadratic_terms(n, d: int) -> float:
     return c["scores"] + c["weighted_sum"]
 
 
+def attention_sublayer(n, d: int) -> float:
+    """Everything the attention sublayer multiplies: 2n^2 d + 4nd^2."""
+    return quadratic_terms(n, d) + layer_costs(n, d, d)["projections"]
+
+
 def linear_terms(n, d: int, d_ff: int) -> float:
     """The n d^2 part of a block: the four projections plus the MLP."""
     c = layer_costs(n, d, d_ff)

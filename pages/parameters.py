@@ -183,7 +183,7 @@ else:
     )
     st.plotly_chart(timing_figure(t, entry.name), width="stretch")
     lo, hi = t.fit_from, t.ns[-1]
-    expect_a = cost.local_slope(lambda n: cost.quadratic_terms(n, mc.d_model) + 4 * n * mc.d_model**2, lo, hi)
+    expect_a = cost.local_slope(lambda n: cost.attention_sublayer(n, mc.d_model), lo, hi)
     s1, s2, s3 = st.columns(3)
     s1.metric("Attention: measured slope", f"{t.attention_slope:.2f}", help="fitted over the shaded range")
     s2.metric("Attention: slope of 2n²d + 4nd²", f"{expect_a:.2f}", help="what the multiplication count predicts there")

@@ -163,6 +163,10 @@ def test_formulas_take_arrays():
     assert np.allclose(cost.quadratic_terms(n, 4), 2 * n**2 * 4)
     assert np.allclose(cost.linear_terms(n, 4, 16), 4 * n * 16 + 2 * n * 4 * 16)
     assert cost.local_slope(lambda n: n**2, 10, 1000) == pytest.approx(2)
+    assert cost.attention_sublayer(3, 4) == 2 * 9 * 4 + 4 * 3 * 16
+    # the sublayer's own slope climbs from 1 towards 2 as n passes 2d
+    assert 1.4 < cost.local_slope(lambda n: cost.attention_sublayer(n, 64), 64, 256) < 1.7
+    assert cost.local_slope(lambda n: cost.attention_sublayer(n, 64), 4096, 8192) > 1.95
 
 
 # ---------------------------------------------------------------- memory, 6ND, formatting
