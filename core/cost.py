@@ -207,6 +207,11 @@ class Timing:
     total_s: float                # wall time of the whole measurement
     threads: int                  # torch intra-op threads during the measurement
 
+    def last_doubling(self) -> tuple[float, float]:
+        """How much longer attention and the MLP took for the largest n than for half of it: near 4 and 2
+        once the n^2 and the n terms dominate."""
+        return self.attention_s[-1] / self.attention_s[-2], self.mlp_s[-1] / self.mlp_s[-2]
+
 
 def loglog_slope(ns, ts) -> float:
     """Least-squares slope of log t against log n: 1 for linear growth, 2 for quadratic."""

@@ -188,6 +188,9 @@ else:
     s1.metric("Attention: measured slope", f"{t.attention_slope:.2f}", help="fitted over the shaded range")
     s2.metric("Attention: slope of 2n²d + 4nd²", f"{expect_a:.2f}", help="what the multiplication count predicts there")
     s3.metric("MLP: measured slope", f"{t.mlp_slope:.2f}", help="the count 2n·d·d_ff predicts exactly 1")
+    ra, rm = t.last_doubling()
+    st.markdown(f"Doubling n from {t.ns[-2]:,} to {t.ns[-1]:,} multiplied attention's time by **{ra:.1f}** "
+                f"(4 would be purely quadratic) and the MLP's by **{rm:.1f}** (2 would be purely linear).")
     cores = f"{info['physical_cores']} physical cores, " if info["physical_cores"] else ""
     st.caption(
         f"Machine: {info['cpu']}, {cores}{info['logical_cpus']} logical CPUs ({info['usable_cpus']} usable by this "

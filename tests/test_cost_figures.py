@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from core import cost
 from core.cost_figures import flops_figure, parameter_bar, timing_figure
@@ -41,6 +42,7 @@ def test_timing_figure_shows_measurements_and_fits():
     ns = [64, 128, 256, 512]
     t = cost.Timing(ns=ns, attention_s=[1e-8 * n**2 for n in ns], mlp_s=[1e-6 * n for n in ns], fit_from=128,
                     attention_slope=2.0, mlp_slope=1.0, total_s=0.1, threads=1)
+    assert t.last_doubling() == (pytest.approx(4), pytest.approx(2))
     fig = timing_figure(t, "m")
     names = [tr.name for tr in fig.data]
     assert names == ["attention (measured)", "attention fit: slope 2.00", "MLP (measured)", "MLP fit: slope 1.00"]

@@ -55,6 +55,7 @@ def test_shipped_model_page(at):
     names = [t["name"] for t in timing["data"]]
     assert names[0] == "attention (measured)" and names[1].startswith("attention fit: slope")
     assert metrics["Attention: measured slope"] and metrics["MLP: measured slope"]
+    assert "multiplied attention's time by" in text
 
 
 @pytest.mark.parametrize("preset", list(cost.PRESETS))
