@@ -234,7 +234,7 @@ def _best_time(fn, x, repeats: int, min_s: float = 0.005) -> float:
 
 
 def time_sublayers(attn, mlp, d: int, n_start: int = 32, n_max: int = 8192, repeats: int = 3, rounds: int = 3,
-                   slow_call_s: float = 0.05, budget_s: float = 3.0, threads: int | None = 1, seed: int = 0) -> Timing:
+                   slow_call_s: float = 0.1, budget_s: float = 3.0, threads: int | None = 1, seed: int = 0) -> Timing:
     """Time a model's attention and MLP sublayers on random (1, n, d) inputs for doubling n.
 
     The sublayers never look at positions, so n may exceed the model's n_ctx. The first round doubles n
