@@ -6,9 +6,10 @@ from pages._common import DEFAULT_MODEL, load_model, scan_models, user_models_di
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
 
 PAGES = [
-    st.Page("pages/home.py", title="Home", icon="🏠", default=True),
-    st.Page("pages/attention.py", title="Attention", icon="🎯"),
-    st.Page("pages/generation.py", title="Generation", icon="✍️"),
+    st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
+    st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
+    st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
+    st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
 ]
 
 nav = st.navigation(PAGES)

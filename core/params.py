@@ -1,7 +1,9 @@
 """Parameter counting by formula, term by term, as the lecture does it."""
 from __future__ import annotations
 
-from core.model import ModelConfig
+import torch
+
+from core.model import ModelConfig, Transformer
 
 
 def count_parameters(config: ModelConfig) -> dict[str, int]:
@@ -50,6 +52,25 @@ BREAKDOWN_ROWS = [
     ("total", "whole model", "sum of the above"),
 ]
 
+# Every matrix on its own, then the groups: the order of a detailed table
+_MATRIX_ROWS = {
+    "W_Q": ("W_Q, the h query maps of d × d/h side by side (per block)", "d·d"),
+    "W_K": ("W_K, the h key maps (per block)", "d·d"),
+    "W_V": ("W_V, the h value maps (per block)", "d·d"),
+    "W_O": ("W_O, mixes the concatenated heads (per block)", "d·d"),
+    "W1": ("MLP W1, d into d_ff (per block)", "d·d_ff"),
+    "W2": ("MLP W2, d_ff back to d (per block)", "d_ff·d"),
+}
+DETAILED_ROWS = [(key, *_MATRIX_ROWS[key]) for key in ("W_Q", "W_K", "W_V", "W_O")] + BREAKDOWN_ROWS[:1] + [
+    (key, *_MATRIX_ROWS[key]) for key in ("W1", "W2")] + BREAKDOWN_ROWS[1:]
+
+
+def build_on_meta(config: ModelConfig) -> Transformer:
+    """A real ``Transformer(config)`` whose tensors live on PyTorch's meta device: shapes without storage,
+    so even GPT-3's 175 billion parameters cost no memory and can be counted tensor by tensor."""
+    with torch.device("meta"):
+        return Transformer(config)
+
 
 def count_module_parameters(module) -> int:
     return sum(p.numel() for p in module.parameters())
@@ -79,12 +100,29 @@ def measured_counts(model) -> dict[str, int]:
     return counts
 
 
-def parameter_table(model) -> list[dict]:
+def parameter_table(model, rows=BREAKDOWN_ROWS) -> list[dict]:
     """Rows of (part, formula, value by formula, value counted from the model, agree?)."""
     by_formula = count_parameters(model.config)
     counted = measured_counts(model)
     return [
         {"part": label, "formula": formula, "by formula": by_formula[key], "counted in the model": counted[key],
          "agree": by_formula[key] == counted[key]}
-        for key, label, formula in BREAKDOWN_ROWS
+        for key, label, formula in rows
     ]
+
+
+def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
+    """One block's attention count for several head counts h dividing d, by formula and counted in a
+    one-block model on the meta device: the numbers never change, because heads split the width."""
+    d = config.d_model
+    divisors = [h for h in range(1, d + 1) if d % h == 0]
+    step = max(1, len(divisors) // max_rows)
+    chosen = sorted(set(divisors[::step][:max_rows - 1] + [config.n_heads]))
+    rows = []
+    for h in chosen:
+        cfg = ModelConfig(vocab_size=1, n_ctx=1, d_model=d, n_heads=h, n_layers=1, d_ff=config.d_ff)
+        block = build_on_meta(cfg).blocks[0]
+        rows.append({"heads h": h, "width per head d/h": d // h, "attention by formula": count_parameters(cfg)["attention"],
+                     "attention counted": count_module_parameters(block.attn),
+                     "block counted": count_module_parameters(block)})
+    return rows

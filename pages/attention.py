@@ -8,7 +8,9 @@ from core.attention_figures import (
     all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
 from core.tokenizer import visible
-from pages._common import prompt_input, require_model
+from pages._common import ensure_frame, prompt_input, require_model
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 DEFAULT_PROMPT = "KING:\nThe moon is down; what news from the camp?"
 

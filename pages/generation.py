@@ -7,7 +7,9 @@ import torch
 from core import generation as G
 from core.sampling import stream
 from core.tokenizer import visible
-from pages._common import prompt_input, require_model
+from pages._common import ensure_frame, prompt_input, require_model
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 DEFAULT_PROMPT = "QUEEN:\nWhat news from the north, good cousin?\n\nGLOUCESTER:\nThe"
 MODES = ("greedy", "sample", "top-k", "top-p")

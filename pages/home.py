@@ -3,7 +3,9 @@ import streamlit as st
 from core.checkpoint import read_card, read_log
 from core.figures import loss_curve
 from core.params import count_parameters, parameter_table
-from pages._common import current
+from pages._common import current, ensure_frame
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 st.title("Transformer Explorer")
 st.markdown(

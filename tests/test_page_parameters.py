@@ -1,0 +1,94 @@
+"""AppTest of the Parameters and cost page: every preset, bad shapes, the lecture's numbers on screen."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core import cost
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PAGE = "pages/parameters.py"
+
+
+@pytest.fixture(scope="module")
+def at():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page(PAGE)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def text_of(at) -> str:
+    parts = []
+    for kind in ("markdown", "latex", "caption", "metric", "error", "warning", "info"):
+        for el in at.get(kind):
+            parts.append(f"{getattr(el, 'label', '')} {getattr(el, 'value', '')} {getattr(el, 'body', '')}")
+    return "\n".join(parts)
+
+
+def charts(at) -> dict:
+    specs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    return {spec["layout"]["title"]["text"] if "title" in spec["layout"] else "parameter bar": spec for spec in specs}
+
+
+def test_shipped_model_page(at):
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Parameters per block"] == "49,408"
+    assert metrics["Attention's share of a block"] == "33.2%" and metrics["MLP's share of a block"] == "66.3%"
+    text = text_of(at)
+    assert "49{,}408" in text and "12d^2 + 4d" in text
+    assert r"(100{,}000)^2 = 10^{10}" in text  # the lecture's long-context example, computed
+    assert r"3.14 \times 10^{23}" in text  # GPT-3's training cost
+    assert "n = 2d + d_{ff} = 384" in text
+    assert "torch thread" in text and "logical CPUs" in text
+    assert set(at.dataframe[0].value["agree"]) == {"✓"}
+    heads = at.dataframe[1].value
+    assert len(set(heads["attention counted"])) == 1 and len(heads) >= 4
+    specs = charts(at)
+    flops = specs["Cost of one layer for d = 64, d_ff = 256"]
+    cross = next(t for t in flops["data"] if t["name"] == "crossovers")
+    assert cross["x"] == [384, 64]
+    timing = next(s for title, s in specs.items() if "one attention sublayer" in title)
+    names = [t["name"] for t in timing["data"]]
+    assert names[0] == "attention (measured)" and names[1].startswith("attention fit: slope")
+    assert metrics["Attention: measured slope"] and metrics["MLP: measured slope"]
+    assert "multiplied attention's time by" in text
+
+
+@pytest.mark.parametrize("preset", list(cost.PRESETS))
+def test_every_preset(at, preset):
+    at.selectbox(key="par_preset").select(preset).run()
+    assert not at.exception and not at.error
+    values = cost.PRESETS[preset]
+    assert at.number_input(key="par_d").value == values["d_model"]
+    assert at.number_input(key="par_L").value == values["n_layers"]
+    assert set(at.dataframe[0].value["agree"]) == {"✓"}  # formula equals the meta-device model
+    total = at.dataframe[0].value.set_index("part").loc["whole model", "counted in the model"]
+    shown = f"{total:,}" if total < 1e9 else cost.pretty_sci(total, 4)
+    assert {m.label: m.value for m in at.metric}["Whole model"] == shown
+    if preset == cost.GPT3:
+        assert r"\approx 1.74 \times 10^{11}" in text_of(at)
+
+
+def test_bad_shape_is_refused_and_kept(at):
+    at.selectbox(key="par_preset").select("lecture demo (d=64, h=4, L=2)").run()
+    at.number_input(key="par_h").set_value(7).run()
+    assert not at.exception
+    assert any("not divisible by n_heads=7" in e.value for e in at.error)
+    assert at.number_input(key="par_h").value == 7  # the input is kept for the learner to fix
+    at.number_input(key="par_h").set_value(8).run()
+    assert not at.error and {m.label: m.value for m in at.metric}["Parameters per block"] == "49,408"
+
+
+def test_memory_inputs(at):
+    at.selectbox(key="par_preset").select("lecture demo (d=64, h=4, L=2)").run()
+    at.number_input(key="par_mem_n").set_value(1000).run()
+    at.selectbox(key="par_mem_dtype").select("bfloat16").run()
+    assert not at.exception
+    text = text_of(at)
+    assert r"(1{,}000)^2 = 10^{6}" in text
+    h, L = at.number_input(key="par_h").value, at.number_input(key="par_L").value
+    assert {m.label: m.value for m in at.metric}["Attention weights, all layers"] == cost.human_bytes(h * 1000**2 * L * 2)
