@@ -7,6 +7,7 @@ st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="
 
 PAGES = [
     st.Page("pages/home.py", title="Home", icon="🏠", default=True),
+    st.Page("pages/scaling.py", title="Scaling laws", icon="📈"),
 ]
 
 nav = st.navigation(PAGES)
