@@ -84,8 +84,8 @@ class FamousModel:
 
 
 FAMOUS_MODELS = (
-    FamousModel("GPT-3", 175e9, 300e9, "Brown et al. 2020, arXiv:2005.14165, Table 2.2 and D.1"),
-    FamousModel("Gopher", 280e9, 300e9, "Rae et al. 2021, arXiv:2112.11446, Table 1"),
+    FamousModel("GPT-3", 175e9, 300e9, "Brown et al. 2020, arXiv:2005.14165, Sec. 2.2 and Table D.1"),
+    FamousModel("Gopher", 280e9, 300e9, "Rae et al. 2021, arXiv:2112.11446, Table 1 and Sec. 3; Hoffmann et al. Table 1"),
     FamousModel("Chinchilla", 70e9, 1.4e12, "Hoffmann et al. 2022, arXiv:2203.15556, Table 1"),
     FamousModel("MT-NLG 530B", 530e9, 270e9, "Smith et al. 2022, arXiv:2201.11990, Sec. 3; Hoffmann et al. Table 1"),
     FamousModel("PaLM", 540e9, 780e9, "Chowdhery et al. 2022, arXiv:2204.02311, Table 1 and Sec. 3"),

@@ -53,8 +53,8 @@ st.markdown(
     "Train a transformer with $N$ parameters on $D$ tokens and its final loss is, to a good approximation, a sum "
     "of three terms: one that shrinks as the model grows, one that shrinks as the data grows, and a floor that "
     "neither can lower. The constants below come from fits to hundreds of real training runs; move them and "
-    "every chart on this page follows. Nothing here needs the sidebar's model: these are laws about models "
-    "thousands of times larger."
+    "every chart on this page follows. Nothing here needs the sidebar's model: these laws were measured on "
+    "models up to a million times larger."
 )
 st.latex(r"L(N, D) = \underbrace{\frac{A}{N^{\alpha}}}_{\text{capacity}} + "
          r"\underbrace{\frac{B}{D^{\beta}}}_{\text{data}} + \underbrace{L_\infty}_{\text{floor}}")
@@ -263,6 +263,10 @@ if fit is not None:
         st.caption(f"At Chinchilla's compute this fit's optimum is {human(n_f)} parameters on {human(d_f)} tokens.")
         st.button("Use the fitted constants above", key="scal_use_fit", on_click=load_law, args=(fit,),
                   help="Moves the sliders to the fitted values, so every chart on the page shows your law.")
+        shown = slider_values(fit)
+        if abs(10 ** shown["scal_logA"] / fit.A - 1) > 0.01 or abs(10 ** shown["scal_logB"] / fit.B - 1) > 0.01 or any(
+                abs(shown[k] - v) > 1e-3 for k, v in (("scal_alpha", fit.alpha), ("scal_beta", fit.beta), ("scal_E", fit.E))):
+            st.caption("Some fitted constants lie outside the sliders' ranges; the sliders will stop at their ends.")
     b.plotly_chart(fit_figure(fit, runs.N, runs.D, runs.loss), width="stretch", key="scal_fig_fit")
     b.caption("Each run is drawn twice: on the left with the fitted data term taken off its loss, on the right "
               "with the capacity term taken off. If the law fits, every point sits on the curve.")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.scaling import CHINCHILLA, EPOCH_2024
+from core.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
 from core.scaling_runs import MAX_BYTES, synthetic_runs
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -147,3 +147,15 @@ def test_pasted_rows_fit_and_load_into_the_sliders():
     assert at.selectbox(key="scal_preset").value.startswith("Custom")
     assert at.slider(key="scal_alpha").value == pytest.approx(0.34, abs=1e-3)
     assert at.slider(key="scal_E").value == pytest.approx(1.69, abs=1e-3)
+
+
+def test_a_fit_outside_the_slider_ranges_says_the_sliders_will_clip():
+    at = open_page()
+    at.radio(key="scal_fit_source").set_value("Paste rows").run()
+    runs = synthetic_runs(ScalingLaw(A=400.0, B=400.0, alpha=0.3, beta=0.3, E=6.0), n=40, noise=0.0, seed=1)
+    at.text_area(key="scal_paste").input(runs.to_csv()).run()
+    assert not at.exception and not at.error
+    assert any("outside the sliders' ranges" in c.value for c in at.caption)
+    at.button(key="scal_use_fit").click().run()
+    assert not at.exception
+    assert at.slider(key="scal_E").value == 5.0  # the slider's end
