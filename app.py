@@ -10,6 +10,7 @@ PAGES = [
     st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
     st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
     st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
+    st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
 ]
 
 nav = st.navigation(PAGES)

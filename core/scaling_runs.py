@@ -1,0 +1,138 @@
+"""Training runs (N, D, loss) for the scaling-law fit: read from a user's CSV or pasted rows, checked with
+messages that name the problem, or drawn from a known law to try the fit on."""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.scaling import ScalingLaw
+
+MAX_BYTES = 1_000_000  # a CSV of a thousand runs is ~50 kB; anything this big is not a list of runs
+MAX_RUNS = 1000  # the fit's cost grows with the runs; 1,000 keeps it within seconds
+MIN_RUNS = 8  # five constants to fit, and a few runs to spare
+ALIASES = {
+    "N": ("n", "params", "parameters", "n_params", "num_params", "model_size"),
+    "D": ("d", "tokens", "n_tokens", "num_tokens", "training_tokens", "data"),
+    "loss": ("loss", "l", "final_loss", "val_loss", "eval_loss", "test_loss"),
+}
+SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+class RunsError(ValueError):
+    """A CSV of runs that cannot be used; the message says why, in words for the user."""
+
+
+@dataclass
+class Runs:
+    N: np.ndarray
+    D: np.ndarray
+    loss: np.ndarray
+    warnings: list[str] = field(default_factory=list)
+
+    def __len__(self):
+        return len(self.N)
+
+    def to_csv(self) -> str:
+        lines = ["N,D,loss"] + [f"{n:.6g},{d:.6g},{l:.6f}" for n, d, l in zip(self.N, self.D, self.loss)]
+        return "\n".join(lines) + "\n"
+
+
+def _number(cell: str, allow_suffix: bool) -> float:
+    """'7e10', '70B', '1.4T', '1_000' -> float; raises ValueError."""
+    s = cell.strip().replace("_", "")
+    if allow_suffix and s and s[-1].lower() in SUFFIX:
+        return float(s[:-1]) * SUFFIX[s[-1].lower()]
+    return float(s)
+
+
+def _split(lines: list[str]) -> list[list[str]]:
+    sample = lines[0]
+    for delim in (",", ";", "\t"):
+        if delim in sample:
+            return [row for row in csv.reader(lines, delimiter=delim)]
+    return [line.split() for line in lines]
+
+
+def parse_runs(data: bytes | str) -> Runs:
+    """Runs from CSV text with columns N, D and loss (any order, a few aliases, header optional when there are
+    exactly three columns). Raises RunsError with a message naming the problem."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_BYTES:
+            raise RunsError(f"The file is {len(data) / 1e6:.1f} MB; a CSV of runs is at most "
+                            f"{MAX_BYTES / 1e6:.0f} MB ({MAX_RUNS:,} runs).")
+        if b"\x00" in data:
+            raise RunsError("This is not a text file (it contains binary data). Upload a CSV with columns N, D, loss.")
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise RunsError("This file is not UTF-8 text. Upload a CSV with columns N, D, loss.") from None
+    elif len(data) > MAX_BYTES:
+        raise RunsError(f"The text is too long; at most {MAX_RUNS:,} runs are accepted.")
+    lines = [ln for ln in data.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise RunsError("No rows: the file is empty. Give a header line N,D,loss and one run per line.")
+    rows = [[c.strip() for c in row] for row in _split(lines)]
+    header = [c.lower() for c in rows[0]]
+    try:
+        [_number(c, True) for c in rows[0]]
+        headerless = len(rows[0]) == 3
+    except ValueError:
+        headerless = False
+    if headerless:
+        cols = {"N": 0, "D": 1, "loss": 2}
+        body, first_line = rows, 1
+    else:
+        cols = {key: next((i for i, h in enumerate(header) if h in names), None) for key, names in ALIASES.items()}
+        missing = [key for key, i in cols.items() if i is None]
+        if missing:
+            found = ", ".join(repr(h) for h in rows[0][:8]) or "nothing"
+            raise RunsError(f"Missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}. The first line "
+                            f"must name the columns N, D and loss (found {found}).")
+        body, first_line = rows[1:], 2
+    if len(body) > MAX_RUNS:
+        raise RunsError(f"{len(body):,} runs is too many; at most {MAX_RUNS:,} are accepted.")
+    values, problems = [], []
+    for r, row in enumerate(body, start=first_line):
+        out = []
+        for key, i in cols.items():
+            cell = row[i] if i < len(row) else ""
+            try:
+                v = _number(cell, allow_suffix=key != "loss")
+            except ValueError:
+                problems.append(f"line {r}: {key} = {cell[:20]!r} is not a number" if cell else f"line {r}: no {key}")
+                break
+            if not math.isfinite(v) or v <= 0:
+                problems.append(f"line {r}: {key} = {cell[:20]} must be a positive finite number")
+                break
+            out.append(v)
+        else:
+            values.append(out)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise RunsError("Some rows cannot be used: " + "; ".join(problems[:3]) + more + ".")
+    if len(values) < MIN_RUNS:
+        raise RunsError(f"Only {len(values)} run{'s' if len(values) != 1 else ''}; the fit needs at least {MIN_RUNS} "
+                        "(the law has five constants).")
+    N, D, loss = np.array(values, dtype=float).T
+    runs = Runs(N, D, loss)
+    for key, v in (("N", N), ("D", D)):
+        if len(np.unique(v)) < 3:
+            runs.warnings.append(f"{key} takes fewer than three distinct values, so its exponent and constant are "
+                                 "barely constrained: read the fitted values with care.")
+    if loss.max() > 20:
+        runs.warnings.append("Some losses are above 20 nats per token. The law is for cross-entropy in nats; "
+                             "perplexities or losses in bits give different constants.")
+    return runs
+
+
+def synthetic_runs(law: ScalingLaw, n: int = 250, noise: float = 0.01, seed: int = 0) -> Runs:
+    """n runs spread over Chinchilla's range (70M to 16B parameters, 5B to 500B tokens), losses from ``law``
+    times log-normal noise of relative size ``noise``."""
+    rng = np.random.default_rng(seed)
+    N = 10 ** rng.uniform(np.log10(7e7), np.log10(1.6e10), n)
+    D = 10 ** rng.uniform(np.log10(5e9), np.log10(5e11), n)
+    loss = law.loss(N, D) * np.exp(noise * rng.standard_normal(n))
+    return Runs(N, D, loss)

@@ -1,0 +1,161 @@
+"""AppTest of the scaling-laws page: presets, sliders, budget, famous models, and fitting uploaded runs."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
+from core.scaling_runs import MAX_BYTES, synthetic_runs
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def open_page():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("pages/scaling.py")
+    at.run()
+    assert not at.exception
+    return at
+
+
+def charts(at) -> dict:
+    """Plotly specs by title (the fit figure, which has none, under 'fit')."""
+    out = {}
+    for el in at.get("plotly_chart"):
+        spec = json.loads(el.proto.spec)
+        title = spec["layout"].get("title", {}).get("text", "fit")
+        out[title.split(",")[0]] = spec
+    return out
+
+
+def text_of(at) -> str:
+    parts = []
+    for kind in ("markdown", "latex", "caption", "error", "warning", "info"):
+        parts += [str(el.value) for el in at.get(kind)]
+    return "\n".join(parts)
+
+
+def trace(spec, name):
+    return next(t for t in spec["data"] if t.get("name") == name)
+
+
+def test_page_renders_the_lecture_plots_with_the_chinchilla_preset():
+    at = open_page()
+    assert at.title[0].value == "Scaling laws"
+    assert at.selectbox(key="scal_preset").value.startswith("Chinchilla")
+    assert at.slider(key="scal_alpha").value == 0.34 and at.slider(key="scal_E").value == 1.69
+    text = text_of(at)
+    assert r"\frac{406.4}{N^{0.34}}" in text and r"\frac{410.7}{D^{0.28}}" in text
+    assert "92.8 tokens per parameter" in text  # D/N at Chinchilla's compute, computed on the page
+    c = charts(at)
+    assert {"Loss against N at fixed D", "Loss against D at fixed N", "Loss over model size and data",
+            "Iso-FLOP curves: each budget spent on every split of N and D", "fit"} <= set(c)
+    plateau = trace(c["Loss against N at fixed D"], "plateau, D = 1B")
+    assert plateau["line"]["dash"] == "dash"
+    assert plateau["y"][0] == pytest.approx(CHINCHILLA.plateau_in_N(1e9))
+    models = trace(c["Loss over model size and data"], "famous models")
+    assert len(models["text"]) == 9 and "Llama 3 8B" in models["text"]
+    table = at.dataframe[0].value
+    assert list(table["model"])[:3] == ["GPT-3", "Gopher", "Chinchilla"]
+    assert table["tokens / parameter"].round(1).tolist()[2] == 20.0
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["FLOPs C"] == "7.12e24"  # the lecture's $10M at the stated defaults
+    assert metrics["Optimal N"] == "100B"
+
+
+def test_preset_switch_moves_the_sliders_and_every_chart():
+    at = open_page()
+    before = charts(at)
+    at.selectbox(key="scal_preset").select("Epoch replication (Besiroglu et al. 2024)").run()
+    assert not at.exception
+    assert at.slider(key="scal_alpha").value == 0.3478 and at.slider(key="scal_beta").value == 0.3658
+    assert at.slider(key="scal_logB").value == pytest.approx(3.319, abs=1e-3)
+    assert "18.4 tokens per parameter" in text_of(at)
+    after = charts(at)
+    p = trace(after["Loss against N at fixed D"], "plateau, D = 1B")["y"][0]
+    assert p == pytest.approx(EPOCH_2024.plateau_in_N(1e9))
+    assert p != trace(before["Loss against N at fixed D"], "plateau, D = 1B")["y"][0]
+
+
+def test_slider_moves_make_a_custom_law_and_back():
+    at = open_page()
+    at.slider(key="scal_E").set_value(2.0).run()
+    assert not at.exception
+    assert at.selectbox(key="scal_preset").value.startswith("Custom")
+    c = charts(at)
+    assert trace(c["Loss against N at fixed D"], "L∞")["y"] == [2.0, 2.0]
+    assert {m.label: m.value for m in at.metric}["Floor L∞"] == "2.0000"
+    at.slider(key="scal_alpha").set_value(0.5).run()
+    assert r"N^{0.5}" in text_of(at)
+    at.selectbox(key="scal_preset").select("Chinchilla (Hoffmann et al. 2022)").run()
+    assert at.slider(key="scal_E").value == 1.69 and at.slider(key="scal_alpha").value == 0.34
+
+
+def test_budget_calculator_follows_its_inputs():
+    at = open_page()
+    at.number_input(key="scal_dollars").set_value(1e8).run()
+    at.slider(key="scal_util").set_value(0.8).run()
+    assert not at.exception
+    assert {m.label: m.value for m in at.metric}["FLOPs C"] == "1.42e26"  # 10x the dollars, 2x the utilisation
+
+
+def test_example_fit_is_shown_against_the_true_constants():
+    at = open_page()
+    rows = {r["constant"]: r for r in at.dataframe[1].value.to_dict("records")}
+    assert rows["α"]["true"] == EPOCH_2024.alpha
+    assert abs(rows["α"]["fitted"] - EPOCH_2024.alpha) < 0.05 and abs(rows["L∞ (E)"]["fitted"] - EPOCH_2024.E) < 0.05
+    assert {m.label: m.value for m in at.metric}["Runs"] == "250"
+
+
+@pytest.mark.parametrize("name, data, words", [
+    ("photo.csv", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00", "binary data"),
+    ("runs.csv", b"N,tokens\n1e9,1e10\n", "Missing column loss"),
+    ("empty.csv", b"", "empty"),
+    ("few.csv", b"N,D,loss\n1e9,1e10,2.5\n", "Only 1 run"),
+    ("neg.csv", b"N,D,loss\n" + b"1e9,1e10,2.5\n" * 9 + b"-1e9,1e10,2.5\n", "N = -1e9 must be a positive"),
+    ("huge.csv", b"N,D,loss\n" + b"1e9,1e10,2.5\n" * (MAX_BYTES // 13 + 1), "MB"),
+])
+def test_bad_uploads_get_a_clear_message(name, data, words):
+    at = open_page()
+    at.radio(key="scal_fit_source").set_value("Upload a CSV").run()
+    at.file_uploader(key="scal_upload").set_value((name, data, "text/csv")).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and words in errors[0], errors
+    assert "fit" not in charts(at)  # nothing fitted, and the rest of the page still stands
+    assert "Loss over model size and data" in charts(at)
+
+
+def test_pasted_rows_fit_and_load_into_the_sliders():
+    at = open_page()
+    at.radio(key="scal_fit_source").set_value("Paste rows").run()
+    assert any("Add runs" in i.value for i in at.info)
+    at.text_area(key="scal_paste").input("To be, or not to be:").run()
+    assert not at.exception
+    assert any("Missing columns N, D, loss" in e.value for e in at.error)
+    runs = synthetic_runs(CHINCHILLA, n=60, noise=0.0, seed=5)
+    at.text_area(key="scal_paste").input(runs.to_csv()).run()
+    assert not at.exception and not at.error
+    rows = {r["constant"]: r["fitted"] for r in at.dataframe[1].value.to_dict("records")}
+    assert rows["α"] == pytest.approx(0.34, abs=1e-3) and rows["β"] == pytest.approx(0.28, abs=1e-3)
+    assert "fit" in charts(at)
+    at.selectbox(key="scal_preset").select("Epoch replication (Besiroglu et al. 2024)").run()
+    at.button(key="scal_use_fit").click().run()
+    assert not at.exception
+    assert at.selectbox(key="scal_preset").value.startswith("Custom")
+    assert at.slider(key="scal_alpha").value == pytest.approx(0.34, abs=1e-3)
+    assert at.slider(key="scal_E").value == pytest.approx(1.69, abs=1e-3)
+
+
+def test_a_fit_outside_the_slider_ranges_says_the_sliders_will_clip():
+    at = open_page()
+    at.radio(key="scal_fit_source").set_value("Paste rows").run()
+    runs = synthetic_runs(ScalingLaw(A=400.0, B=400.0, alpha=0.3, beta=0.3, E=6.0), n=40, noise=0.0, seed=1)
+    at.text_area(key="scal_paste").input(runs.to_csv()).run()
+    assert not at.exception and not at.error
+    assert any("outside the sliders' ranges" in c.value for c in at.caption)
+    at.button(key="scal_use_fit").click().run()
+    assert not at.exception
+    assert at.slider(key="scal_E").value == 5.0  # the slider's end

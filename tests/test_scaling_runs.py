@@ -1,0 +1,82 @@
+"""core.scaling_runs: CSV validation names the problem; good files in any reasonable shape are read."""
+import numpy as np
+import pytest
+
+from core.scaling import CHINCHILLA
+from core.scaling_runs import MAX_BYTES, MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
+
+GOOD = synthetic_runs(CHINCHILLA, n=12, noise=0.0, seed=0)
+
+
+def csv_of(rows, header="N,D,loss"):
+    return "\n".join([header] + [",".join(str(v) for v in r) for r in rows]) + "\n"
+
+
+def test_round_trip_of_a_good_csv():
+    runs = parse_runs(GOOD.to_csv().encode())
+    assert len(runs) == 12 and not runs.warnings
+    np.testing.assert_allclose(runs.N, GOOD.N, rtol=1e-5)
+    np.testing.assert_allclose(runs.loss, GOOD.loss, rtol=1e-6)
+
+
+def test_aliases_column_order_delimiters_suffixes_comments_and_bom():
+    text = "\ufeff# my runs\nval_loss;tokens;params\n" + "\n".join(
+        f"{l};{d / 1e9:.3f}B;{n / 1e6:.2f}M" for n, d, l in zip(GOOD.N, GOOD.D, GOOD.loss))
+    runs = parse_runs(text.encode("utf-8"))
+    np.testing.assert_allclose(runs.N, GOOD.N, rtol=1e-3)
+    np.testing.assert_allclose(runs.D, GOOD.D, rtol=1e-3)
+
+
+def test_headerless_three_columns_and_whitespace_separated():
+    text = "\n".join(f"{n} {d} {l}" for n, d, l in zip(GOOD.N, GOOD.D, GOOD.loss))
+    runs = parse_runs(text)
+    assert len(runs) == 12
+
+
+@pytest.mark.parametrize("data, words", [
+    (b"", "empty"),
+    (b"   \n\n", "empty"),
+    (b"N,loss\n1e9,2.5\n", "Missing column D"),
+    (b"model,size,score\na,b,c\n", "Missing columns N, D, loss"),
+    (csv_of([(1e9, 1e10, 2.5)] * 3).encode(), "Only 3 runs"),
+    (csv_of([(1e9, 1e10, 2.5)] * 9 + [("abc", 1e10, 2.5)]).encode(), "line 11: N = 'abc' is not a number"),
+    (csv_of([(1e9, 1e10, 2.5)] * 9 + [(1e9, 0, 2.5)]).encode(), "line 11: D = 0 must be a positive"),
+    (csv_of([(1e9, 1e10, 2.5)] * 9 + [(1e9, 1e10, -1)]).encode(), "loss = -1 must be a positive"),
+    (csv_of([(1e9, 1e10, 2.5)] * 9 + [(1e9, 1e10, "nan")]).encode(), "must be a positive finite"),
+    (csv_of([(1e9, 1e10, 2.5)] * 9 + [(1e9,)]).encode(), "line 11: no D"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "binary"),
+    (b"N,D,loss\n\xff\xfe1,2,3\n", "not UTF-8"),
+])
+def test_bad_files_get_a_message_naming_the_problem(data, words):
+    with pytest.raises(RunsError, match=words.replace("(", r"\(")):
+        parse_runs(data)
+
+
+def test_many_bad_rows_are_summarised():
+    rows = [(1e9, 1e10, 2.5)] * 5 + [(1e9, 1e10, "x")] * 6
+    with pytest.raises(RunsError, match=r"and 3 more"):
+        parse_runs(csv_of(rows))
+
+
+def test_huge_uploads_and_too_many_runs_are_refused():
+    with pytest.raises(RunsError, match="MB"):
+        parse_runs(b"N,D,loss\n" + b"1e9,1e10,2.5\n" * (MAX_BYTES // 13 + 10))
+    with pytest.raises(RunsError, match="too many"):
+        parse_runs(csv_of([(1e9, 1e10, 2.5)] * (MAX_RUNS + 1)))
+    with pytest.raises(RunsError, match="too long"):
+        parse_runs("x" * (MAX_BYTES + 1))
+
+
+def test_warnings_for_data_that_cannot_pin_the_law_down():
+    rows = [(n, 1e10, l) for n, l in zip(GOOD.N, GOOD.loss)]  # a single D
+    runs = parse_runs(csv_of(rows))
+    assert any(w.startswith("D takes fewer than three distinct values") for w in runs.warnings)
+    rows = [(n, d, 100 * l) for n, d, l in zip(GOOD.N, GOOD.D, GOOD.loss)]
+    assert any("perplexities" in w for w in parse_runs(csv_of(rows)).warnings)
+
+
+def test_synthetic_runs_follow_the_law():
+    runs = synthetic_runs(CHINCHILLA, n=50, noise=0.0, seed=2)
+    assert len(runs) == 50 >= MIN_RUNS
+    np.testing.assert_allclose(runs.loss, CHINCHILLA.loss(runs.N, runs.D))
+    assert runs.N.min() >= 7e7 and runs.N.max() <= 1.6e10
