@@ -7,6 +7,7 @@ st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="
 
 PAGES = [
     st.Page("pages/home.py", title="Home", icon="🏠", default=True),
+    st.Page("pages/training.py", title="Training", icon="🏋️"),
 ]
 
 nav = st.navigation(PAGES)
