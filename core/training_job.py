@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import math
+import os
 import threading
 import time
 import weakref
@@ -46,6 +47,14 @@ _INIT_LOCK = threading.Lock()
 _WORKERS: "weakref.WeakSet[_Worker]" = weakref.WeakSet()
 
 
+def default_threads() -> int:
+    """Intra-op threads for one training run: half the cores. A run that takes every core collapses (twenty
+    times slower, measured on two cores) the moment anything else wants one, because its threads spin at
+    each barrier waiting for a partner that is not scheduled; half leaves room for the page, the other
+    pages and a second session's run."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
 class BusyError(RuntimeError):
     """Too many runs are training in this server process already."""
 
@@ -62,6 +71,7 @@ class JobSettings:
     lr: float = 3e-3
     steps: int = 2000
     seed: int = 1337
+    threads: int | None = None  # None: default_threads()
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(vocab_size=vocab_size, n_ctx=self.n_ctx, d_model=self.d_model, n_heads=self.n_heads,
@@ -195,6 +205,7 @@ class _Worker:
         self.recent = collections.deque(maxlen=50)  # (tokens, seconds) of recent steps
         self.elapsed = 0.0
         self.n_params = 0
+        self.threads = settings.threads or default_threads()
 
     # --- called from the worker thread -------------------------------------------------------------
     def _set(self, **kw):
@@ -219,8 +230,11 @@ class _Worker:
 
     def run(self):
         try:
+            # torch keeps this per thread once a thread has started (new threads inherit the latest value)
+            torch.set_num_threads(self.threads)
             if self.trainer is None:
-                with _INIT_LOCK:
+                # fork_rng: the seed the Trainer sets must not reseed other sessions' sampling
+                with _INIT_LOCK, torch.random.fork_rng(devices=[]):
                     trainer = Trainer(self.text, dict(n_ctx=self.settings.n_ctx, d_model=self.settings.d_model,
                                                       n_heads=self.settings.n_heads, n_layers=self.settings.n_layers,
                                                       d_ff=self.settings.d_ff), self.tc)
@@ -307,6 +321,10 @@ class TrainingJob:
     def corpus_name(self) -> str:
         return self._w.corpus_name
 
+    @property
+    def threads(self) -> int:
+        return self._w.threads
+
     def status(self) -> JobStatus:
         return self._w.status()
 
@@ -371,7 +389,7 @@ class TrainingJob:
             tr = w.trainer
             record = training_record(
                 tr, w.corpus_name, len(w.text), w.elapsed, source="Training page of Transformer Explorer",
-                planned_steps=w.tc.steps, stopped_early=not tr.done,
+                planned_steps=w.tc.steps, stopped_early=not tr.done, threads=w.threads,
             )
             return save_checkpoint(folder, tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite)
 
@@ -399,18 +417,26 @@ def measured_flop_rate() -> tuple[float, str]:
         if "observed" in _RATE:
             return _RATE["observed"], "the latest training run on this server"
         if "quick" not in _RATE:
-            g = torch.Generator().manual_seed(0)
-            chars = [chr(32 + i) for i in range(65)]
-            text = "".join(chars[i] for i in torch.randint(65, (4_000,), generator=g).tolist())
-            s = JobSettings()
-            batch = 8  # small: this runs while a page renders
-            with _INIT_LOCK:
-                tr = Trainer(text, dict(n_ctx=s.n_ctx, d_model=s.d_model, n_heads=s.n_heads, n_layers=s.n_layers),
-                             TrainConfig(batch_size=batch, steps=100, seed=0))
-            tr.step()  # the first step pays for allocations
-            t0 = time.perf_counter()
-            for _ in range(2):
-                tr.step()
-            dt = time.perf_counter() - t0
-            _RATE["quick"] = 6 * count_parameters(tr.config)["total"] * 2 * batch * s.n_ctx / dt
+            # in a thread of its own, with the threads a run gets, so the page's thread keeps its setting
+            worker = threading.Thread(target=_quick_rate, name="te-rate")
+            worker.start()
+            worker.join()
         return _RATE["quick"], "a quick test of the lecture's model on this server"
+
+
+def _quick_rate():
+    """A few steps of the lecture's model on synthetic text; stores FLOP/s (6·N per token) in _RATE."""
+    torch.set_num_threads(default_threads())
+    g = torch.Generator().manual_seed(0)
+    chars = [chr(32 + i) for i in range(65)]
+    text = "".join(chars[i] for i in torch.randint(65, (4_000,), generator=g).tolist())
+    s = JobSettings()
+    batch = 8  # small: this runs while a page renders
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+        tr = Trainer(text, dict(n_ctx=s.n_ctx, d_model=s.d_model, n_heads=s.n_heads, n_layers=s.n_layers),
+                     TrainConfig(batch_size=batch, steps=100, seed=0))
+    tr.step()  # the first step pays for allocations
+    t0 = time.perf_counter()
+    for _ in range(2):
+        tr.step()
+    _RATE["quick"] = 6 * count_parameters(tr.config)["total"] * 2 * batch * s.n_ctx / (time.perf_counter() - t0)

@@ -258,7 +258,8 @@ def live_view(job: TrainingJob, polling: bool):
 
     cfg = job.settings
     st.caption(f"This run: {job.corpus_name} · d={cfg.d_model} · h={cfg.n_heads} · L={cfg.n_layers} · "
-               f"n_ctx={cfg.n_ctx} · batch {cfg.batch_size} · lr {cfg.lr:g} · seed {cfg.seed}")
+               f"n_ctx={cfg.n_ctx} · batch {cfg.batch_size} · lr {cfg.lr:g} · seed {cfg.seed} · "
+               f"{job.threads} CPU thread{'s' if job.threads != 1 else ''}")
     label = {"preparing": "Preparing the data and the model ...", "running": "Training",
              "pausing": "Pausing after this step", "paused": "Paused",
              "stopping": "Stopping: finishing the step and a last evaluation", "stopped": "Stopped",
@@ -298,8 +299,9 @@ if job is None:
     st.stop()
 
 polling = job.status().moving
-# the fragment alone reruns every second while the run is alive; the worker never waits for the page
-st.fragment(run_every=1.0 if polling else None)(live_view)(job, polling)
+# while the run moves, the fragment alone reruns every two seconds (every second cost a quarter of the
+# training speed when the browser shares the two cores); the worker never waits for the page
+st.fragment(run_every=2.0 if polling else None)(live_view)(job, polling)
 
 # ---------------------------------------------------------------- save
 status = job.status()

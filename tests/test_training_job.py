@@ -253,3 +253,13 @@ def test_model_folder_stays_inside_the_models_folder(tmp_path):
         user_model_folder(base, "file", overwrite=True)
     with pytest.raises(ValueError, match="shipped"):
         user_model_folder(base, "SHAKESPEARE-char", protected=["shakespeare-char"])
+
+
+def test_a_job_leaves_the_callers_threads_and_random_state_alone():
+    threads = torch.get_num_threads()
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run_to_end(TrainingJob(TEXT, "test", tiny(steps=3, threads=1)))
+    assert torch.get_num_threads() == threads
+    assert torch.equal(torch.rand(3), expected)  # the Trainer's seeding happened in a forked generator
