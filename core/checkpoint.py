@@ -286,6 +286,10 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
     ]
     if t.get("val_loss_method"):
         lines.append(f"| validation loss measured as | {t['val_loss_method']} |")
+    if t.get("source"):
+        lines.append(f"| trained with | {t['source']} |")
+    if t.get("stopped_early") and t.get("planned_steps"):
+        lines.append(f"| stopped early | after {_fmt(t.get('steps'), ',')} of {_fmt(t['planned_steps'], ',')} planned steps |")
     if t.get("command"):
         lines += ["", "Reproduce with:", "", "```", t["command"], "```"]
     return "\n".join(lines) + "\n"

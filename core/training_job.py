@@ -112,11 +112,11 @@ def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int) -> dic
     if "d_model" not in errors and "n_heads" not in errors and s.d_model % s.n_heads:
         divisors = [k for k in range(1, min(s.d_model, 64) + 1) if s.d_model % k == 0]
         errors["n_heads"] = (f"h = {s.n_heads} does not divide d = {s.d_model}: each head needs a whole width d/h "
-                             f"(try h in {divisors})")
+                             f"(try h = {', '.join(map(str, divisors))})")
     if "n_ctx" not in errors and corpus_chars < min_corpus_chars(s.n_ctx):
-        errors["n_ctx"] = (f"the corpus has {corpus_chars:,} characters; with n_ctx = {s.n_ctx} it needs at least "
-                           f"{min_corpus_chars(s.n_ctx):,} (the last 10% is held out, and each part must hold "
-                           f"a window of n_ctx + 1 characters). Use a smaller n_ctx or a longer text.")
+        errors["n_ctx"] = (f"the corpus has {corpus_chars:,} characters; n_ctx = {s.n_ctx} needs at least "
+                           f"{min_corpus_chars(s.n_ctx):,} (10% is held out; each part needs n_ctx + 1). "
+                           "Use a smaller n_ctx or a longer text.")
     if "batch_size" not in errors and "n_ctx" not in errors and s.batch_size * s.n_ctx > MAX_TOKENS_PER_STEP:
         errors["batch_size"] = (f"batch x n_ctx = {s.batch_size * s.n_ctx:,} tokens per step; at most "
                                 f"{MAX_TOKENS_PER_STEP:,} on a CPU")

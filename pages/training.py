@@ -165,7 +165,7 @@ vocab = len(info.vocab) if info else 1
 errors = validate_settings(settings, info.chars if info else 0, vocab) if info else {}
 for key, message in errors.items():
     slot = fields.get(key) or fields["d_model"]
-    slot.error(message, icon="⛔")
+    slot.error(message, icon=":material/block:")
 
 
 # the parameter count does not depend on h, so it is shown even while h does not divide d
@@ -185,6 +185,8 @@ if min(settings.d_model, settings.n_layers, settings.n_ctx) >= 1 and (settings.d
     if info is None:
         st.caption("Choose a corpus to see the whole count and the cost: the embedding and the output layer "
                    "depend on its vocabulary m.")
+    elif tokens < 1:
+        st.caption("Set the batch size and the number of steps to see the cost.")
     else:
         st.latex(rf"N = L \cdot \text{{block}} + \underbrace{{m d}}_{{\text{{embedding}}}} + "
                  rf"\underbrace{{n_{{ctx}} d}}_{{\text{{positions}}}} + 2d + \underbrace{{d m}}_{{\text{{output}}}} "
@@ -293,7 +295,7 @@ def live_view(job: TrainingJob, polling: bool):
 
 
 if job is None:
-    if info is not None:
+    if info is not None and not errors:
         st.info("Press Start training when the settings suit you. You can leave this page while it runs; "
                 "come back to watch it or to save the model.")
     st.stop()

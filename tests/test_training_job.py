@@ -111,6 +111,8 @@ def test_stopped_run_keeps_its_weights_and_saves_a_loadable_checkpoint(tmp_path)
     assert cfg["steps"] == job.status().step and cfg["stopped_early"] is True and cfg["corpus"] == "test corpus"
     assert math.isfinite(cfg["val_loss"])
     assert checkpoint.read_log(path)[-1]["step"] == job.status().step
+    card = checkpoint.read_card(path)
+    assert "Training page" in card and f"after {job.status().step:,} of 100,000 planned steps" in card
     # the zip unpacks to one folder holding the whole checkpoint
     names = zipfile.ZipFile(io.BytesIO(checkpoint_zip(path))).namelist()
     assert sorted(names) == sorted(f"my-model/{f}" for f in ("config.json", "model.safetensors", "README.md", "log.csv"))
