@@ -9,6 +9,7 @@ PAGES = [
     st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
     st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
     st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
+    st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
     st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
     st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
 ]

@@ -12,8 +12,11 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
+import unicodedata
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,6 +171,51 @@ def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training
     return folder
 
 
+MAX_NAME_CHARS = 64
+
+
+def sanitise_model_name(raw: str) -> str:
+    """A folder name made from what the user typed: ASCII letters, digits, '-', '_' and '.' only (anything
+    else, path separators included, becomes '-'), no leading dot, at most MAX_NAME_CHARS. ValueError if nothing
+    usable is left."""
+    # accents fall away ('é' -> 'e'); other non-ASCII letters are dropped
+    name = unicodedata.normalize("NFKD", raw or "").encode("ascii", "ignore").decode("ascii").strip()
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", name)   # '/', '\\', spaces, ':' ... all become '-'
+    name = re.sub(r"-{2,}", "-", name).strip("-._")[:MAX_NAME_CHARS].strip("-._")
+    if not name:
+        raise ValueError("give the model a name made of letters, digits, '-', '_' or '.'")
+    return name
+
+
+def user_model_folder(models_dir, raw_name: str, protected=(), overwrite: bool = False) -> Path:
+    """Where a user's model called ``raw_name`` is saved: always a direct child of ``models_dir``.
+    Refuses (ValueError) a name that sanitises to nothing, one of the ``protected`` (shipped) names in any
+    letter case, a folder outside models_dir (a symlink), and an existing folder unless ``overwrite``."""
+    name = sanitise_model_name(raw_name)
+    if name.casefold() in {p.casefold() for p in protected}:
+        raise ValueError(f"'{name}' is the name of a shipped model; choose another name")
+    base = Path(models_dir).resolve()
+    folder = base / name
+    if folder.resolve().parent != base:
+        raise ValueError(f"'{name}' points outside {base}; choose another name")
+    if folder.exists() and not overwrite:
+        raise ValueError(f"you already have a model called '{name}'; choose another name or replace it")
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"'{name}' exists in {base} and is not a model folder; choose another name")
+    return folder
+
+
+def checkpoint_zip(path) -> bytes:
+    """The checkpoint folder as a zip archive in memory, files under '<name>/' so it unpacks to one folder."""
+    folder = Path(path)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(folder.iterdir()):
+            if f.is_file() and not f.is_symlink():
+                zf.write(f, arcname=f"{folder.name}/{f.name}")
+    return buf.getvalue()
+
+
 def format_log(rows: list[dict]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=LOG_FIELDS, extrasaction="ignore", lineterminator="\n")
@@ -238,6 +286,10 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
     ]
     if t.get("val_loss_method"):
         lines.append(f"| validation loss measured as | {t['val_loss_method']} |")
+    if t.get("source"):
+        lines.append(f"| trained with | {t['source']} |")
+    if t.get("stopped_early") and t.get("planned_steps"):
+        lines.append(f"| stopped early | after {_fmt(t.get('steps'), ',')} of {_fmt(t['planned_steps'], ',')} planned steps |")
     if t.get("command"):
         lines += ["", "Reproduce with:", "", "```", t["command"], "```"]
     return "\n".join(lines) + "\n"

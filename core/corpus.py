@@ -1,13 +1,22 @@
 """Where training text comes from. The Tiny Shakespeare file is never part of the repository:
-it is found through the TE_CORPUS environment variable or beside the project in ../shared/data."""
+it is found through the TE_CORPUS environment variable or beside the project in ../shared/data.
+Python's own reference documentation (``pydoc_data.topics``) ships with every interpreter, so a
+fresh machine always has a corpus; uploaded or pasted text is checked by ``check_corpus_bytes``."""
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_ENV = "TE_CORPUS"
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+MAX_CORPUS_BYTES = 5 * 2**20   # uploads and pastes: Tiny Shakespeare is 1.1 MB, five times that is plenty
+MAX_VOCAB = 1000               # the output layer scores every character at every position of every batch
+PYDOC_NAME = "Python reference documentation (pydoc_data.topics)"
+# C0 and C1 control characters except tab, line feed, form feed and carriage return
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
 
 
 def shakespeare_path() -> Path | None:
@@ -43,3 +52,45 @@ def split_train_val(ids, train_fraction: float = 0.9):
     """First 90% for training, the last 10% held out, as nanoGPT splits this corpus."""
     n = int(len(ids) * train_fraction)
     return ids[:n], ids[n:]
+
+
+def pydoc_text() -> str:
+    """The language reference topics that ship inside every Python install, joined in a fixed order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[k].strip("\n") for k in sorted(topics)) + "\n"
+
+
+def check_corpus_bytes(raw: bytes, name: str = "the text", max_bytes: int = MAX_CORPUS_BYTES) -> str:
+    """Decoded text of an uploaded or pasted corpus; ValueError with the reason for anything unusable:
+    over the size cap, binary, not UTF-8, empty, or with more distinct characters than MAX_VOCAB."""
+    if len(raw) > max_bytes:
+        raise ValueError(f"{name} is {len(raw) / 2**20:.1f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
+    text = decode_text(raw, name)
+    # control characters other than tab, newline, form feed and carriage return mean a binary file
+    control = len(_CONTROL.findall(text))
+    if control > max(2, len(text) // 1000):
+        raise ValueError(f"{name} looks binary ({control:,} control characters), not plain text")
+    vocab = len(set(text))
+    if vocab > MAX_VOCAB:
+        raise ValueError(f"{name} uses {vocab:,} distinct characters; a character model here allows at most "
+                         f"{MAX_VOCAB:,} (each one is a row of the embedding and a column of the output layer)")
+    return text
+
+
+@dataclass(frozen=True)
+class CorpusInfo:
+    name: str
+    chars: int          # length in characters, which is the number of tokens for a character model
+    bytes: int          # UTF-8 size
+    vocab: list[str]    # the distinct characters, sorted: the tokenizer's vocabulary
+    sample: str         # a short passage to show
+
+
+def describe_corpus(text: str, name: str, sample_chars: int = 400) -> CorpusInfo:
+    """Size, vocabulary and a sample from the middle of the text (the start is often a title page)."""
+    start = max(0, len(text) // 2 - sample_chars // 2)
+    nl = text.find("\n", start, start + sample_chars // 2)  # begin on a fresh line where one is near
+    start = nl + 1 if nl >= 0 else start
+    return CorpusInfo(name=name, chars=len(text), bytes=len(text.encode("utf-8")), vocab=sorted(set(text)),
+                      sample=text[start:start + sample_chars])

@@ -160,12 +160,13 @@ def stream(model, idx, max_new_tokens: int, temperature: float, top_k: int | Non
             pending = token[:, None]
 
 
-def generate(model, idx, max_new_tokens, temperature, top_k=None, top_p=None, generator=None):
+def generate(model, idx, max_new_tokens, temperature, top_k=None, top_p=None, generator=None, use_cache=True):
     """(B, n) token ids -> (B, n + max_new_tokens): greedy at T = 0, sampled otherwise (seeded by
-    ``generator``), with the key/value cache, sliding the window past n_ctx."""
+    ``generator``), with the key/value cache (use_cache=False: the plain loop), sliding the window past n_ctx."""
     idx = torch.as_tensor(idx, dtype=torch.long)
     squeeze = idx.dim() == 1
     seq = idx[None] if squeeze else idx
-    new = [s.token[:, None] for s in stream(model, seq, max_new_tokens, temperature, top_k, top_p, generator)]
+    new = [s.token[:, None] for s in stream(model, seq, max_new_tokens, temperature, top_k, top_p, generator,
+                                            use_cache=use_cache)]
     out = torch.cat([seq.cpu(), *new], dim=1)
     return out[0] if squeeze else out

@@ -60,3 +60,13 @@ def test_command_line_writes_a_loadable_checkpoint(tmp_path, capsys):
     model, tok = load_checkpoint(tmp_path / "out")
     assert model.config.n_ctx == 16
     assert (tmp_path / "out" / "log.csv").read_text().count("\n") == 1 + 4  # header, steps 0, 5, 10, 12
+
+
+def test_encode_corpus_matches_the_tokenizer():
+    from core.tokenizer import CharTokenizer
+    from core.train import encode_corpus
+
+    tok = CharTokenizer.from_text(TEXT + "é")
+    text = "xTo bé ot😀\n" + TEXT[:100]
+    assert encode_corpus(tok, text).tolist() == tok.encode(text, errors="drop")
+    assert encode_corpus(tok, text).dtype == torch.long

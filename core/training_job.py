@@ -1,0 +1,434 @@
+"""Training in the background: one worker thread per job, polled by the UI.
+
+A ``TrainingJob`` owns a ``core.train.Trainer`` and a daemon thread that calls ``trainer.step()`` until the
+planned steps are done or someone pauses or stops it. The UI never touches the trainer while it runs: it
+reads ``status()``, a copy of the metrics taken under a lock, and calls pause / resume / stop / save.
+Each job builds its own model from its own seed, so two jobs (two browser sessions) share nothing but
+the CPU, and the cached models of the sidebar are never involved.
+
+If the handle is garbage-collected (its browser session ended) the worker stops by itself.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from core.checkpoint import save_checkpoint, user_model_folder
+from core.model import ModelConfig
+from core.params import count_parameters
+from core.sampling import generate
+from core.tokenizer import Prompt
+from core.train import Trainer, TrainConfig, min_corpus_chars, training_record
+
+MAX_RUNNING_JOBS = 4            # concurrent runs per server process; more would only share the same cores
+MAX_PARAMS = 10_000_000         # a live CPU run of a bigger model would not show anything in a lecture
+MAX_TOKENS_PER_STEP = 65_536    # batch_size * n_ctx: bounds the memory of one step
+MAX_STEPS = 100_000
+SAMPLE_CHARS = 200              # length of each periodic sample
+SAMPLE_TEMPERATURE = 0.8
+
+# preparing -> running <-> paused, then stopped or finished (or failed); "pausing" and "stopping" are a
+# request the worker has not acted on yet (it finishes the step under way first)
+ACTIVE_STATES = ("preparing", "running", "pausing", "paused", "stopping")  # the thread is alive
+MOVING_STATES = ("preparing", "running", "pausing", "stopping")            # worth polling
+SAVABLE_STATES = ("paused", "stopped", "finished")
+
+# Trainer seeds torch's global generator before building its model; two sessions starting at the same
+# moment must not interleave their draws, or a seed would no longer fix the initial weights.
+_INIT_LOCK = threading.Lock()
+_WORKERS: "weakref.WeakSet[_Worker]" = weakref.WeakSet()
+
+
+def default_threads() -> int:
+    """Intra-op threads for one training run: half the cores. A run that takes every core collapses (twenty
+    times slower, measured on two cores) the moment anything else wants one, because its threads spin at
+    each barrier waiting for a partner that is not scheduled; half leaves room for the page, the other
+    pages and a second session's run."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+class BusyError(RuntimeError):
+    """Too many runs are training in this server process already."""
+
+
+@dataclass
+class JobSettings:
+    """What the training page collects; the lecture's class-demo model by default."""
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int | None = None    # None: 4d
+    n_ctx: int = 128
+    batch_size: int = 32
+    lr: float = 3e-3
+    steps: int = 2000
+    seed: int = 1337
+    threads: int | None = None  # None: default_threads()
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        return ModelConfig(vocab_size=vocab_size, n_ctx=self.n_ctx, d_model=self.d_model, n_heads=self.n_heads,
+                           n_layers=self.n_layers, d_ff=self.d_ff)
+
+    def train_config(self) -> TrainConfig:
+        eval_interval = max(1, min(250, round(self.steps / 20)))  # about 20 points on the validation curve
+        # warm up over a tenth of a short run, as over 400 of the shipped model's 12,000 steps at most
+        return TrainConfig(batch_size=self.batch_size, steps=self.steps, lr=self.lr, seed=self.seed,
+                           warmup=min(TrainConfig.warmup, self.steps // 10), eval_interval=eval_interval,
+                           eval_batches=8)
+
+    @property
+    def tokens(self) -> int:
+        """D, the number of training tokens the run will see: steps x batch x n_ctx."""
+        return self.steps * self.batch_size * self.n_ctx
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int) -> dict[str, str]:
+    """Field name -> reason for every setting that cannot be trained; empty when all is well."""
+    errors: dict[str, str] = {}
+    for name in ("d_model", "n_heads", "n_layers", "n_ctx", "batch_size", "steps"):
+        value = getattr(s, name)
+        if not _is_int(value) or value < 1:
+            errors[name] = f"must be a whole number of at least 1 (got {value})"
+    if s.d_ff is not None and (not _is_int(s.d_ff) or s.d_ff < 1):
+        errors["d_ff"] = f"must be a whole number of at least 1 (got {s.d_ff})"
+    if not (isinstance(s.lr, (int, float)) and math.isfinite(s.lr) and 0 < s.lr <= 1):
+        errors["lr"] = f"must be a number above 0 and at most 1 (got {s.lr})"
+    if not _is_int(s.seed) or not 0 <= s.seed < 2**63:
+        errors["seed"] = "must be a whole number of at least 0"
+    if "steps" not in errors and s.steps > MAX_STEPS:
+        errors["steps"] = f"at most {MAX_STEPS:,} steps in a live run"
+    if "d_model" not in errors and "n_heads" not in errors and s.d_model % s.n_heads:
+        divisors = [k for k in range(1, min(s.d_model, 64) + 1) if s.d_model % k == 0]
+        errors["n_heads"] = (f"h = {s.n_heads} does not divide d = {s.d_model}: each head needs a whole width d/h "
+                             f"(try h = {', '.join(map(str, divisors))})")
+    if "n_ctx" not in errors and corpus_chars < min_corpus_chars(s.n_ctx):
+        errors["n_ctx"] = (f"the corpus has {corpus_chars:,} characters; n_ctx = {s.n_ctx} needs at least "
+                           f"{min_corpus_chars(s.n_ctx):,} (10% is held out; each part needs n_ctx + 1). "
+                           "Use a smaller n_ctx or a longer text.")
+    if "batch_size" not in errors and "n_ctx" not in errors and s.batch_size * s.n_ctx > MAX_TOKENS_PER_STEP:
+        errors["batch_size"] = (f"batch x n_ctx = {s.batch_size * s.n_ctx:,} tokens per step; at most "
+                                f"{MAX_TOKENS_PER_STEP:,} on a CPU")
+    if not errors:
+        n = count_parameters(s.model_config(max(1, vocab_size)))["total"]
+        if n > MAX_PARAMS:
+            errors["d_model"] = f"this model has {n:,} parameters; a live CPU run allows at most {MAX_PARAMS:,}"
+    return errors
+
+
+@torch.no_grad()
+def sample_text(model, prompt_ids: list[int], n_new: int, temperature: float, seed: int) -> list[int]:
+    """n_new token ids drawn after prompt_ids with the app's own sampler (core.sampling.generate).
+    Its own generator: the same seed at every checkpoint, so changes in the text are the weights' doing."""
+    gen = torch.Generator().manual_seed(seed)
+    out = generate(model, torch.tensor([prompt_ids], dtype=torch.long), n_new, temperature, generator=gen)
+    return out[0, len(prompt_ids):].tolist()
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A consistent copy of a job's progress; safe to read from any thread."""
+    state: str
+    message: str | None
+    step: int
+    total_steps: int
+    tokens_seen: int
+    tokens_per_s: float | None   # recent optimisation steps only
+    elapsed_s: float             # time spent training, pauses excluded
+    eta_s: float | None
+    step_losses: list[float] = field(repr=False)   # the batch loss of every step
+    evals: list[dict] = field(repr=False)          # Trainer.log rows: step, train_loss, val_loss, tokens_per_s
+    samples: list[tuple[int, str]] = field(repr=False)
+    sample_prompt: str = ""
+    n_params: int = 0
+    vocab_size: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def moving(self) -> bool:
+        """The state will change without anyone asking: a page should keep polling."""
+        return self.state in MOVING_STATES
+
+    @property
+    def can_save(self) -> bool:
+        return self.state in SAVABLE_STATES and self.step > 0
+
+    @property
+    def can_resume(self) -> bool:
+        return self.state in ("paused", "stopped") and self.step < self.total_steps
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.step / max(1, self.total_steps))
+
+
+class _Worker:
+    """Everything the thread touches. The public handle holds it; the thread never holds the handle."""
+
+    def __init__(self, text: str, corpus_name: str, settings: JobSettings, sample_prompt: str):
+        self.text, self.corpus_name, self.settings = text, corpus_name, settings
+        self.tc = settings.train_config()
+        self.sample_prompt_text = sample_prompt
+        self.trainer: Trainer | None = None
+        self.prompt_ids: list[int] = []
+        self.lock = threading.Lock()        # guards the metrics below
+        self.model_lock = threading.Lock()  # held while the weights change (a step) or are read (eval, save)
+        self.stop_event = threading.Event()
+        self.go = threading.Event()         # cleared = paused
+        self.go.set()
+        self.thread: threading.Thread | None = None
+        self.state, self.message = "preparing", None
+        self.step_losses: list[float] = []
+        self.samples: list[tuple[int, str]] = []
+        self.recent = collections.deque(maxlen=50)  # (tokens, seconds) of recent steps
+        self.elapsed = 0.0
+        self.n_params = 0
+        self.threads = settings.threads or default_threads()
+
+    # --- called from the worker thread -------------------------------------------------------------
+    def _set(self, **kw):
+        with self.lock:
+            for k, v in kw.items():
+                setattr(self, k, v)
+
+    def _checkpoint_row(self):
+        """An evaluation row, plus a sample when one is due. Caller holds model_lock."""
+        tr = self.trainer
+        with self.lock:
+            tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
+        row = tr.log_eval(tokens / seconds if seconds > 0 else None)
+        _observe_rate(self.n_params, row["tokens_per_s"])
+        sample_every = 2 * self.tc.eval_interval
+        if tr.step_num % sample_every == 0 or tr.done or self.stop_event.is_set():
+            if not self.samples or self.samples[-1][0] != tr.step_num:
+                ids = sample_text(tr.model, self.prompt_ids, SAMPLE_CHARS, SAMPLE_TEMPERATURE, self.tc.seed)
+                with self.lock:
+                    self.samples.append((tr.step_num, tr.tokenizer.decode(ids)))
+        return row
+
+    def run(self):
+        try:
+            # torch keeps this per thread once a thread has started (new threads inherit the latest value)
+            torch.set_num_threads(self.threads)
+            if self.trainer is None:
+                # fork_rng: the seed the Trainer sets must not reseed other sessions' sampling
+                with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+                    trainer = Trainer(self.text, dict(n_ctx=self.settings.n_ctx, d_model=self.settings.d_model,
+                                                      n_heads=self.settings.n_heads, n_layers=self.settings.n_layers,
+                                                      d_ff=self.settings.d_ff), self.tc)
+                prompt = Prompt(trainer.tokenizer, self.sample_prompt_text, trainer.config.n_ctx)
+                # a prompt of characters the corpus never uses is empty: start from its first character
+                self.prompt_ids = prompt.ids or trainer.tokenizer.encode(self.text[0])
+                self.sample_prompt_text = trainer.tokenizer.decode(self.prompt_ids)
+                self.trainer = trainer
+                self.n_params = count_parameters(trainer.config)["total"]
+                with self.model_lock:
+                    self._checkpoint_row()  # step 0: the untrained model's loss and its gibberish
+            tr = self.trainer
+            self._set(state="running")
+            while not tr.done and not self.stop_event.is_set():
+                if not self.go.is_set():
+                    self._set(state="paused")
+                    self.go.wait()
+                    if not self.stop_event.is_set():
+                        self._set(state="running")
+                    continue
+                t0 = time.perf_counter()
+                with self.model_lock:
+                    m = tr.step()
+                    dt = time.perf_counter() - t0
+                    with self.lock:
+                        self.step_losses.append(m["loss"])
+                        self.recent.append((self.tc.batch_size * tr.config.n_ctx, dt))
+                    if tr.step_num % self.tc.eval_interval == 0 or tr.done:
+                        self._checkpoint_row()
+                with self.lock:
+                    self.elapsed += time.perf_counter() - t0
+            with self.model_lock:
+                t0 = time.perf_counter()
+                if tr.log[-1]["step"] != tr.step_num:  # a stopped run still ends its curve where it stopped
+                    self._checkpoint_row()
+                with self.lock:
+                    self.elapsed += time.perf_counter() - t0
+            self._set(state="finished" if tr.done else "stopped")
+        except Exception as e:  # noqa: BLE001 - reported to the UI, never raised into a thread's void
+            self._set(state="failed", message=f"{type(e).__name__}: {e}")
+
+    # --- called from the UI thread ----------------------------------------------------------------
+    def status(self) -> JobStatus:
+        with self.lock:
+            tr = self.trainer
+            step = tr.step_num if tr else 0
+            tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
+            per_step = self.elapsed / len(self.step_losses) if self.step_losses else None
+            eta = (self.tc.steps - step) * per_step if per_step is not None else None
+            state = self.state
+            if state in ("preparing", "running", "paused") and self.stop_event.is_set():
+                state = "stopping"
+            elif state == "running" and not self.go.is_set():
+                state = "pausing"
+            return JobStatus(
+                state=state, message=self.message, step=step, total_steps=self.tc.steps,
+                tokens_seen=tr.tokens_seen if tr else 0,
+                tokens_per_s=tokens / seconds if seconds > 0 else None,
+                elapsed_s=self.elapsed, eta_s=eta,
+                step_losses=list(self.step_losses),
+                evals=[dict(r) for r in tr.log] if tr else [],
+                samples=list(self.samples), sample_prompt=self.sample_prompt_text, n_params=self.n_params,
+                vocab_size=tr.tokenizer.vocab_size if tr else 0,
+            )
+
+
+def running_jobs() -> int:
+    return sum(1 for w in list(_WORKERS) if w.state in ("preparing", "running"))
+
+
+class TrainingJob:
+    """Handle of one background training run. Create, ``start()``, then poll ``status()``."""
+
+    def __init__(self, text: str, corpus_name: str, settings: JobSettings | None = None, sample_prompt: str = "The "):
+        self._w = _Worker(text, corpus_name, settings or JobSettings(), sample_prompt)
+        # the session that owned this handle is gone: stop the thread rather than train for nobody
+        weakref.finalize(self, _wake_to_stop, self._w.stop_event, self._w.go)
+
+    @property
+    def settings(self) -> JobSettings:
+        return self._w.settings
+
+    @property
+    def corpus_name(self) -> str:
+        return self._w.corpus_name
+
+    @property
+    def threads(self) -> int:
+        return self._w.threads
+
+    def status(self) -> JobStatus:
+        return self._w.status()
+
+    def _launch(self):
+        if running_jobs() >= MAX_RUNNING_JOBS:
+            raise BusyError(f"{MAX_RUNNING_JOBS} runs are already training on this server; "
+                            "wait for one to finish or stop one")
+        w = self._w
+        w.stop_event.clear()
+        w.go.set()
+        w._set(state="preparing" if w.trainer is None else "running")
+        _WORKERS.add(w)
+        w.thread = threading.Thread(target=w.run, name="te-training", daemon=True)
+        w.thread.start()
+
+    def start(self):
+        if self._w.thread is not None:
+            raise RuntimeError("this job was started already; use resume()")
+        self._launch()
+
+    def pause(self):
+        """Stop after the current step and wait; the thread and the optimiser state stay."""
+        if self._w.state in ("preparing", "running") and not self._w.stop_event.is_set():
+            self._w.go.clear()
+
+    def resume(self):
+        """Continue a paused run, or a stopped one from the step where it stopped."""
+        w = self._w
+        if w.stop_event.is_set() and w.state != "stopped":
+            return  # still stopping: resume once it has stopped
+        if w.state == "paused" or (w.state == "running" and not w.go.is_set()):
+            w.go.set()
+        elif w.state == "stopped" and w.trainer is not None and not w.trainer.done:
+            self.join()
+            self._launch()
+
+    def stop(self, wait: float | None = 30.0):
+        """End the run after the current step; the weights trained so far are kept. ``wait``: seconds to
+        wait for the thread to end (None: return at once; the status says "stopping" until it has)."""
+        w = self._w
+        w.stop_event.set()
+        w.go.set()  # wake a paused worker so it can leave
+        if wait:
+            self.join(wait)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the thread to end; True if it has."""
+        t = self._w.thread
+        if t is not None:
+            t.join(timeout)
+            return not t.is_alive()
+        return True
+
+    def save(self, models_dir, name: str, protected=(), overwrite: bool = False) -> Path:
+        """Write the current weights as a checkpoint folder ``models_dir/<sanitised name>`` (atomically).
+        Only a paused, stopped or finished run can be saved. ValueError with the reason otherwise."""
+        w = self._w
+        if w.state not in SAVABLE_STATES or w.trainer is None:
+            raise ValueError("pause or stop the run (or let it finish) before saving it")
+        folder = user_model_folder(models_dir, name, protected, overwrite)
+        with w.model_lock:  # a resume in the meantime waits here for the save to finish
+            tr = w.trainer
+            record = training_record(
+                tr, w.corpus_name, len(w.text), w.elapsed, source="Training page of Transformer Explorer",
+                planned_steps=w.tc.steps, stopped_early=not tr.done, threads=w.threads,
+            )
+            return save_checkpoint(folder, tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite)
+
+
+def _wake_to_stop(stop_event: threading.Event, go: threading.Event):
+    stop_event.set()
+    go.set()
+
+
+_RATE: dict[str, float] = {}
+_RATE_LOCK = threading.Lock()
+
+
+def _observe_rate(n_params: int, tokens_per_s: float | None):
+    """Runs report what they reach, so the next estimate reflects this server as it is now."""
+    if tokens_per_s:
+        with _RATE_LOCK:
+            _RATE["observed"] = 6 * n_params * tokens_per_s
+
+
+def measured_flop_rate() -> tuple[float, str]:
+    """(FLOP/s, how it was measured) for training on this server, counting 6·N FLOP per token: the rate the
+    latest run reached, else a quick measurement (a few steps of the lecture's model, once per process)."""
+    with _RATE_LOCK:
+        if "observed" in _RATE:
+            return _RATE["observed"], "the latest training run on this server"
+        if "quick" not in _RATE:
+            # in a thread of its own, with the threads a run gets, so the page's thread keeps its setting
+            worker = threading.Thread(target=_quick_rate, name="te-rate")
+            worker.start()
+            worker.join()
+        return _RATE["quick"], "a quick test of the lecture's model on this server"
+
+
+def _quick_rate():
+    """A few steps of the lecture's model on synthetic text; stores FLOP/s (6·N per token) in _RATE."""
+    torch.set_num_threads(default_threads())
+    g = torch.Generator().manual_seed(0)
+    chars = [chr(32 + i) for i in range(65)]
+    text = "".join(chars[i] for i in torch.randint(65, (4_000,), generator=g).tolist())
+    s = JobSettings()
+    batch = 8  # small: this runs while a page renders
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+        tr = Trainer(text, dict(n_ctx=s.n_ctx, d_model=s.d_model, n_heads=s.n_heads, n_layers=s.n_layers),
+                     TrainConfig(batch_size=batch, steps=100, seed=0))
+    tr.step()  # the first step pays for allocations
+    t0 = time.perf_counter()
+    for _ in range(2):
+        tr.step()
+    _RATE["quick"] = 6 * count_parameters(tr.config)["total"] * 2 * batch * s.n_ctx / (time.perf_counter() - t0)

@@ -1,0 +1,358 @@
+import math
+
+import streamlit as st
+
+from core.checkpoint import checkpoint_zip, sanitise_model_name
+from core.corpus import MAX_CORPUS_BYTES, PYDOC_NAME, check_corpus_bytes, describe_corpus, pydoc_text, \
+    read_text_file, shakespeare_path
+from core.figures import loss_curve
+from core.model import ModelConfig
+from core.params import count_parameters
+from core.tokenizer import visible
+from core.training_job import MAX_STEPS, SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, JobSettings, TrainingJob, \
+    measured_flop_rate, validate_settings
+from pages._common import SHIPPED_DIR, ensure_frame, user_models_dir
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
+
+
+def _sci(x: float) -> str:
+    """5.67 × 10¹² for a metric, where LaTeX is not available."""
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+
+def _tex(n: int) -> str:
+    return f"{n:,}".replace(",", "{,}")  # thousands separators that LaTeX does not space out
+
+
+def _fmt_time(seconds):
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _shipped_names() -> list[str]:
+    return [p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()] if SHIPPED_DIR.is_dir() else []
+
+
+st.title("Training")
+st.markdown(
+    "Here you train a transformer yourself, in the background, while you watch. Every step draws a batch of "
+    "random windows from the corpus, asks the model to predict each next character, and nudges all weights "
+    "downhill on the average surprise. The loss starts near the cost of guessing uniformly among the m "
+    "characters and falls as the model picks up spelling, then words, then some grammar; the samples below the "
+    "curve, drawn from the same prompt with the same random seed each time, make that visible."
+)
+st.latex(r"\mathcal{L}(\theta) = -\frac{1}{n}\sum_{i=1}^{n} \log p_\theta\left(x_{i+1} \mid x_1, \dots, x_i\right)")
+st.caption("One window of n = n_ctx characters gives n prediction problems at once, thanks to the causal mask; "
+           "the loss is their mean, in nats per character.")
+
+# ---------------------------------------------------------------- corpus
+st.header("1. Corpus")
+
+
+@st.cache_resource(show_spinner="Reading the corpus ...", max_entries=4)
+def _builtin(kind: str, stamp: str):
+    """(text, info) of a built-in corpus; strings are immutable, so sessions may share them."""
+    if kind == "shakespeare":
+        path = shakespeare_path()
+        text = read_text_file(path)
+        return text, describe_corpus(text, path.name)
+    text = pydoc_text()
+    return text, describe_corpus(text, PYDOC_NAME)
+
+
+@st.cache_resource(show_spinner="Checking the text ...", max_entries=8)
+def _checked(raw: bytes, name: str):
+    """(text, info, None) or (None, None, reason) for uploaded or pasted bytes."""
+    try:
+        text = check_corpus_bytes(raw, name)
+    except ValueError as e:
+        return None, None, str(e)
+    return text, describe_corpus(text, name), None
+
+
+sources = {"pydoc": "Python's reference documentation (ships with Python)", "upload": "Upload a .txt file",
+           "paste": "Paste text"}
+shakespeare = shakespeare_path()
+if shakespeare is not None:
+    sources = {"shakespeare": "Tiny Shakespeare", **sources}
+source = st.radio("Train on", list(sources), format_func=sources.get, horizontal=True, key="train_corpus",
+                  persist_state="session")
+if shakespeare is None:
+    st.caption("Tiny Shakespeare was not found: set the TE_CORPUS environment variable to its path, or place it "
+               "at ../shared/data/tinyshakespeare.txt beside the project.")
+
+text = info = None
+try:
+    if source == "shakespeare":
+        text, info = _builtin("shakespeare", f"{shakespeare}:{shakespeare.stat().st_mtime_ns}")
+    elif source == "pydoc":
+        text, info = _builtin("pydoc", "")
+    elif source == "upload":
+        up = st.file_uploader("A plain-text file, UTF-8", type=["txt"], key="train_upload",
+                              max_upload_size=4 * MAX_CORPUS_BYTES // 2**20,
+                              help=f"At most {MAX_CORPUS_BYTES // 2**20} MiB of UTF-8 text.")
+        if up is None:
+            st.info("Choose a .txt file to train on.")
+        else:
+            text, info, problem = _checked(up.getvalue(), up.name)
+            if problem:
+                st.error(f"This file cannot be used: {problem}.")
+    else:
+        pasted = st.text_area("Your text", key="train_paste", height=200, max_chars=MAX_CORPUS_BYTES,
+                              persist_state="session", placeholder="Paste a few thousand characters or more.")
+        if pasted.strip():
+            text, info, problem = _checked(pasted.encode("utf-8"), "the pasted text")
+            if problem:
+                st.error(f"This text cannot be used: {problem}.")
+        else:
+            st.info("Paste some text to train on.")
+except ValueError as e:  # an unreadable built-in file
+    st.error(f"The corpus could not be read: {e}")
+
+if info is not None:
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Characters (tokens)", f"{info.chars:,}")
+    c2.metric("Size", f"{info.bytes / 1024:,.0f} KiB" if info.bytes >= 10 * 1024 else f"{info.bytes:,} bytes")
+    c3.metric("Vocabulary m", f"{len(info.vocab):,}", help="Distinct characters; each becomes one token.")
+    with st.expander("The vocabulary and a sample of the text", expanded=False):
+        st.caption("Every distinct character, in code-point order (␣ is the space, ⏎ the line break):")
+        st.code(" ".join(visible(ch) for ch in info.vocab), language=None, wrap_lines=True)
+        st.caption("A passage from the middle of the corpus:")
+        st.code(info.sample, language=None, wrap_lines=True)
+
+# ---------------------------------------------------------------- settings
+st.header("2. Model and training settings")
+st.markdown("The defaults are the lecture's class-demo model. The parameter count and the cost update as you type.")
+defaults = JobSettings()
+row1 = st.columns(5)
+row2 = st.columns(5)
+fields = {}
+
+
+def number(col, key, label, value, max_value, help, step=1, fmt=None, min_value=0):
+    """A number box with an empty slot under it for its error message."""
+    with col:
+        v = st.number_input(label, min_value=min_value, max_value=max_value, value=value, step=step, format=fmt,
+                            key=f"train_{key}", help=help, persist_state="session")
+        fields[key] = st.empty()
+    return v
+
+
+d = number(row1[0], "d_model", "d, width", defaults.d_model, 1024, "Width of the residual stream.", step=16)
+h = number(row1[1], "n_heads", "h, heads", defaults.n_heads, 64, "Attention heads; each works in d/h dimensions.")
+L = number(row1[2], "n_layers", "L, blocks", defaults.n_layers, 24, "Number of transformer blocks.")
+with row1[3]:
+    auto_ff = st.checkbox("d_ff = 4d", value=True, key="train_dff_auto", help="The conventional MLP width.",
+                          persist_state="session")
+d_ff = None if auto_ff else number(row1[3], "d_ff", "d_ff, MLP width", 4 * defaults.d_model, 8192,
+                                   "Hidden width of the MLP.")
+n_ctx = number(row1[4], "n_ctx", "n_ctx, context", defaults.n_ctx, 2048, "Longest sequence; also the training window.")
+batch = number(row2[0], "batch_size", "batch size B", defaults.batch_size, 1024, "Windows per optimisation step.")
+lr = number(row2[1], "lr", "learning rate", defaults.lr, 1.0, "Peak of the warmup-then-cosine schedule (AdamW).",
+            step=0.0005, fmt="%.4f", min_value=0.0)
+steps = number(row2[2], "steps", "steps", defaults.steps, MAX_STEPS, "Optimisation steps.", step=100)
+seed = number(row2[3], "seed", "seed", defaults.seed, 2**31 - 1, "Fixes the initial weights and the batches.")
+with row2[4]:
+    prompt_text = st.text_input("Prompt for the samples", value="The", key="train_prompt", max_chars=100,
+                                persist_state="session",
+                                help="Every sample continues this text. Characters the corpus lacks are left out.")
+
+settings = JobSettings(d_model=int(d), n_heads=int(h), n_layers=int(L), d_ff=None if d_ff is None else int(d_ff),
+                       n_ctx=int(n_ctx), batch_size=int(batch), lr=float(lr), steps=int(steps), seed=int(seed))
+vocab = len(info.vocab) if info else 1
+errors = validate_settings(settings, info.chars if info else 0, vocab) if info else {}
+for key, message in errors.items():
+    slot = fields.get(key) or fields["d_model"]
+    slot.error(message, icon=":material/block:")
+
+
+# the parameter count does not depend on h, so it is shown even while h does not divide d
+if min(settings.d_model, settings.n_layers, settings.n_ctx) >= 1 and (settings.d_ff is None or settings.d_ff >= 1):
+    cfg = ModelConfig(vocab_size=vocab, n_ctx=settings.n_ctx, d_model=settings.d_model, n_heads=1,
+                      n_layers=settings.n_layers, d_ff=settings.d_ff)
+    counts = count_parameters(cfg)
+    dd, ff = cfg.d_model, cfg.d_ff
+    n_params = counts["total"]
+    tokens = settings.tokens
+    flops = 6 * n_params * tokens
+    if ff == 4 * dd:
+        per_block = rf"12d^2 + 4d = 12({dd})^2 + 4({dd}) = {_tex(counts['per_block'])}"
+    else:
+        per_block = rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({dd})^2 + 2({dd})({ff}) + 4({dd}) = {_tex(counts['per_block'])}"
+    st.latex(r"\text{per block: } " + per_block)
+    if info is None:
+        st.caption("Choose a corpus to see the whole count and the cost: the embedding and the output layer "
+                   "depend on its vocabulary m.")
+    elif tokens < 1:
+        st.caption("Set the batch size and the number of steps to see the cost.")
+    else:
+        st.latex(rf"N = L \cdot \text{{block}} + \underbrace{{m d}}_{{\text{{embedding}}}} + "
+                 rf"\underbrace{{n_{{ctx}} d}}_{{\text{{positions}}}} + 2d + \underbrace{{d m}}_{{\text{{output}}}} "
+                 rf"= {_tex(n_params)}")
+        st.latex(rf"C \approx 6\,N\,D = 6 \times {_tex(n_params)} \times {_tex(tokens)} \approx "
+                 rf"{flops / 1e12:.2f} \times 10^{{12}}\ \text{{FLOP}}")
+        rate, rate_source = measured_flop_rate()
+        m1, m2, m3, m4 = st.columns(4)
+        m1.metric("Parameters N", f"{n_params:,}")
+        m2.metric("Training tokens D", f"{tokens:,}", help="steps × batch size × n_ctx")
+        m3.metric("Compute 6ND (FLOP)", _sci(flops))
+        seconds = flops / rate
+        m4.metric("Estimated time", f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min",
+                  help=f"6ND divided by {rate / 1e9:,.1f} GFLOP/s, measured by {rate_source}. A rough guide: "
+                       "small models pay overheads the formula ignores, and other people's runs share the same "
+                       "processor.")
+        st.caption(f"D/N = {tokens / n_params:,.1f} tokens per parameter; the run reads the training 90% of the "
+                   f"corpus about {tokens / (0.9 * info.chars):,.1f} times over. The count has no h in it: "
+                   "heads split the width, they add no weights.")
+
+# ---------------------------------------------------------------- run
+st.header("3. Train")
+job: TrainingJob | None = st.session_state.get("train_job")
+status = job.status() if job else None
+busy = status is not None and status.active
+if info is None:
+    st.info("Choose a corpus above first.")
+start_clicked = st.button("Start training", type="primary", key="train_start",
+                          disabled=busy or info is None or bool(errors),
+                          help="Starts a new run in the background. The rest of the app stays usable meanwhile.")
+if status is not None and not busy:
+    st.caption("Starting again replaces the current run; save it first if you want to keep it.")
+if errors:
+    st.caption("Fix the settings marked above to start.")
+if start_clicked and not busy and info is not None and not errors:
+    new = TrainingJob(text, info.name, settings, sample_prompt=prompt_text)
+    try:
+        new.start()
+    except BusyError as e:
+        st.error(str(e))
+    else:
+        if job is not None:
+            job.stop(wait=None)
+        job = st.session_state["train_job"] = new
+        st.session_state.pop("train_saved", None)
+        st.session_state.pop("train_save_error", None)
+        slug = {"shakespeare": "shakespeare", "pydoc": "pydoc", "paste": "pasted"}.get(source, "upload")
+        try:
+            slug = sanitise_model_name(info.name.rsplit(".", 1)[0])[:24] if source == "upload" else slug
+        except ValueError:
+            pass
+        st.session_state["train_save_name"] = f"my-{slug}-d{settings.d_model}-L{settings.n_layers}"
+        st.rerun()  # draw the page again with the run in place: Start greyed out, the live view polling
+
+
+def live_view(job: TrainingJob, polling: bool):
+    s = job.status()
+    b1, b2, b3, _ = st.columns([1, 1, 1, 4])
+    if b1.button("Pause", key="train_pause", disabled=s.state not in ("preparing", "running")):
+        job.pause()
+        st.rerun()
+    if b2.button("Resume", key="train_resume", disabled=not s.can_resume):
+        job.resume()
+        st.rerun()
+    if b3.button("Stop", key="train_stop", disabled=s.state not in ("preparing", "running", "pausing", "paused"),
+                 help="End the run here; the weights trained so far are kept and can be saved."):
+        job.stop(wait=None)  # the worker ends its step and its last evaluation; the polling shows when
+        st.rerun()
+    if s.moving != polling:
+        st.rerun()  # started, paused or ended between two polls: redraw the page so the controls match
+
+    cfg = job.settings
+    st.caption(f"This run: {job.corpus_name} · d={cfg.d_model} · h={cfg.n_heads} · L={cfg.n_layers} · "
+               f"n_ctx={cfg.n_ctx} · batch {cfg.batch_size} · lr {cfg.lr:g} · seed {cfg.seed} · "
+               f"{job.threads} CPU thread{'s' if job.threads != 1 else ''}")
+    label = {"preparing": "Preparing the data and the model ...", "running": "Training",
+             "pausing": "Pausing after this step", "paused": "Paused",
+             "stopping": "Stopping: finishing the step and a last evaluation", "stopped": "Stopped",
+             "finished": "Finished", "failed": "Failed"}[s.state]
+    st.progress(s.fraction, text=f"{label}: step {s.step:,} of {s.total_steps:,}")
+    if s.state == "failed":
+        st.error(f"Training failed: {s.message}")
+    last = s.evals[-1] if s.evals else {}
+    m = st.columns(6)
+    m[0].metric("Step", f"{s.step:,}")
+    m[1].metric("Training loss", f"{last['train_loss']:.3f}" if last else "–",
+                help="Estimated on a fixed set of training windows at the last evaluation.")
+    m[2].metric("Validation loss", f"{last['val_loss']:.3f}" if last else "–",
+                help="The same, on the held-out last 10% of the corpus.")
+    m[3].metric("Tokens/s", f"{s.tokens_per_s:,.0f}" if s.tokens_per_s else "–")
+    m[4].metric("Elapsed", _fmt_time(s.elapsed_s), help="Time spent training; pauses do not count.")
+    m[5].metric("Time left", _fmt_time(s.eta_s) if s.active else "–")
+    baseline = math.log(s.vocab_size) if s.vocab_size > 1 else None
+    st.plotly_chart(loss_curve(s.evals, title="Loss while training", step_losses=s.step_losses,
+                               total_steps=s.total_steps, baseline=baseline), width="stretch", key="train_curve")
+    if s.samples:
+        step, sample = s.samples[-1]
+        st.markdown(f"**Sample at step {step:,}**: the prompt, then {SAMPLE_CHARS} characters drawn at temperature "
+                    f"{SAMPLE_TEMPERATURE} with the same random seed each time, so only the weights differ.")
+        st.code(s.sample_prompt + sample, language=None, wrap_lines=True)
+        if len(s.samples) > 1:
+            with st.expander("Earlier samples", key="train_earlier"):  # a fixed label keeps it open as samples arrive
+                for step, sample in reversed(s.samples[:-1]):
+                    st.caption(f"step {step:,}")
+                    st.code(s.sample_prompt + sample, language=None, wrap_lines=True)
+
+
+if job is None:
+    if info is not None and not errors:
+        st.info("Press Start training when the settings suit you. You can leave this page while it runs; "
+                "come back to watch it or to save the model.")
+    st.stop()
+
+polling = job.status().moving
+# while the run moves, the fragment alone reruns every two seconds (every second cost a quarter of the
+# training speed when the browser shares the two cores); the worker never waits for the page
+st.fragment(run_every=2.0 if polling else None)(live_view)(job, polling)
+
+# ---------------------------------------------------------------- save
+status = job.status()
+if not status.can_save:
+    if status.active:
+        st.caption("Pause or stop the run, or let it finish, to save the model.")
+    st.stop()
+
+st.header("4. Save and explore")
+st.markdown("A saved model joins the model picker in the sidebar, so the other pages can show its attention "
+            "and let you generate with it.")
+
+
+def _save():
+    """Button callback: runs before the next script run, so it may still set the sidebar's selection."""
+    st.session_state.pop("train_saved", None)
+    st.session_state.pop("train_save_error", None)
+    job = st.session_state["train_job"]
+    try:
+        path = job.save(user_models_dir(), st.session_state.get("train_save_name", ""), protected=_shipped_names(),
+                        overwrite=st.session_state.get("train_overwrite", False))
+    except (ValueError, OSError) as e:
+        st.session_state["train_save_error"] = str(e)
+        return
+    st.session_state["train_saved"] = {"name": path.name, "path": str(path), "zip": checkpoint_zip(path),
+                                       "step": job.status().step}
+    if st.session_state.get("train_select", True):
+        st.session_state["te_model_name"] = path.name
+
+
+name = st.text_input("Name", key="train_save_name", max_chars=100, persist_state="session",
+                     help="Letters, digits, '-', '_' and '.'; anything else becomes '-'.")
+try:
+    clean = sanitise_model_name(name)
+    if clean != name:
+        st.caption(f"It will be saved as **{clean}**.")
+except ValueError as e:
+    st.caption(str(e))
+c1, c2 = st.columns(2)
+c1.checkbox("Replace a model of mine with this name", key="train_overwrite", persist_state="session")
+c2.checkbox("Select it in the sidebar after saving", value=True, key="train_select", persist_state="session")
+st.button("Save the model", type="primary", key="train_save", on_click=_save)
+if st.session_state.get("train_save_error"):
+    st.error(f"Not saved: {st.session_state['train_save_error']}")
+saved = st.session_state.get("train_saved")
+if saved:
+    st.success(f"Saved **{saved['name']}** (step {saved['step']:,}) in {user_models_dir()}. It is in the sidebar's "
+               "model picker now; open Home to read its model card and loss curve.")
+    st.download_button("Download the checkpoint folder (.zip)", data=saved["zip"], file_name=f"{saved['name']}.zip",
+                       mime="application/zip", key="train_download", on_click="ignore")

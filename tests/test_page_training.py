@@ -1,0 +1,151 @@
+"""AppTest of the Training page: settings, refusals, a short run started, stopped, saved and picked."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.corpus import pydoc_text
+from core.params import count_parameters
+from core.training_job import JobSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+
+
+@pytest.fixture
+def page(tmp_path, monkeypatch):
+    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "models"))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("pages/training.py")
+    at.run()
+    assert not at.exception
+    at.radio(key="train_corpus").set_value("pydoc").run()  # always present, unlike Tiny Shakespeare
+    assert not at.exception
+    yield at
+    job = at.session_state["train_job"] if "train_job" in at.session_state else None
+    if job is not None:
+        job.stop()
+
+
+def texts(at, kind):
+    return [str(el.value) for el in at.get(kind)]
+
+
+def small_run(at, steps):
+    for key, value in (("d_model", 16), ("n_heads", 2), ("n_layers", 1), ("n_ctx", 32), ("batch_size", 4),
+                       ("steps", steps)):
+        at.number_input(key=f"train_{key}").set_value(value)
+    at.run()
+    assert not at.exception and not at.error
+
+
+def test_default_render_shows_the_lecture_model_and_its_cost(page):
+    at = page
+    assert at.title[0].value == "Training"
+    vocab = len(set(pydoc_text()))
+    n = count_parameters(JobSettings().model_config(vocab))["total"]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Vocabulary m"] == str(vocab)
+    assert metrics["Parameters N"] == f"{n:,}"
+    assert metrics["Training tokens D"] == f"{2000 * 32 * 128:,}"
+    assert metrics["Estimated time"].endswith(("s", "min"))
+    latex = " ".join(texts(at, "latex"))
+    assert "12d^2 + 4d = 12(64)^2 + 4(64) = 49{,}408" in latex
+    assert "6\\,N\\,D" in latex
+    for key, value in (("d_model", 64), ("n_heads", 4), ("n_layers", 2), ("n_ctx", 128), ("batch_size", 32),
+                       ("steps", 2000), ("seed", 1337)):
+        assert at.number_input(key=f"train_{key}").value == value
+    assert at.number_input(key="train_lr").value == pytest.approx(3e-3)
+    assert not at.button(key="train_start").disabled
+    assert "train_job" not in at.session_state  # nothing starts by itself
+    # typing a prompt (as the browser test does) starts nothing either
+    at.text_input(key="train_prompt").input("To be, or not to be:").run()
+    assert not at.exception and "train_job" not in at.session_state
+
+
+def test_invalid_settings_are_refused_next_to_the_field(page):
+    at = page
+    at.number_input(key="train_n_heads").set_value(3).run()
+    assert any("does not divide d = 64" in e for e in texts(at, "error"))
+    assert at.button(key="train_start").disabled
+    # the count does not depend on h, so it is still shown
+    assert any("49{,}408" in t for t in texts(at, "latex"))
+    at.number_input(key="train_n_heads").set_value(4)
+    at.number_input(key="train_steps").set_value(0).run()
+    assert any("at least 1" in e for e in texts(at, "error"))
+    assert at.button(key="train_start").disabled
+    at.number_input(key="train_steps").set_value(2000).run()
+    assert not at.error and not at.button(key="train_start").disabled
+
+
+def test_pasted_text_too_short_for_the_context(page):
+    at = page
+    at.radio(key="train_corpus").set_value("paste").run()
+    assert any("Paste some text" in i for i in texts(at, "info"))
+    at.text_area(key="train_paste").input("a short text " * 20).run()
+    assert not at.exception
+    assert any("needs at least 1,291" in e for e in texts(at, "error"))
+    assert at.button(key="train_start").disabled
+    at.number_input(key="train_n_ctx").set_value(16).run()
+    assert not at.error and not at.button(key="train_start").disabled
+
+
+def test_short_run_is_saved_and_joins_the_model_picker(page, tmp_path):
+    at = page
+    small_run(at, steps=5)
+    at.button(key="train_start").click().run()
+    assert not at.exception
+    job = at.session_state["train_job"]
+    assert job.join(120)
+    at.run()
+    assert not at.exception
+    s = job.status()
+    assert s.state == "finished" and s.step == 5
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = [t.get("name") for t in chart["data"]]
+    assert names == ["batch loss", "training", "validation"]
+    assert chart["data"][1]["x"] == [0, 1, 2, 3, 4, 5]  # 5 steps: an evaluation after each
+    assert any("Sample at step 5" in m for m in texts(at, "markdown"))
+    # save under a name that needs cleaning; the model is selected in the sidebar on the rerun
+    at.text_input(key="train_save_name").input("my tiny/model")
+    at.button(key="train_save").click().run()
+    assert not at.exception, at.exception
+    assert any("Saved **my-tiny-model**" in s for s in texts(at, "success"))
+    assert (tmp_path / "models" / "my-tiny-model" / "model.safetensors").is_file()
+    assert at.get("download_button")
+    # the sidebar rescans on the next run of the app: the new model is listed and already selected.
+    # (AppTest runs a switched-to page without app.py, because a pages/ folder exists; so switch back.)
+    at.switch_page("app.py").run()
+    assert not at.exception
+    picker = at.selectbox(key="te_model_name")
+    assert picker.options == ["shakespeare-char", "my-tiny-model (yours)"]
+    assert picker.value == "my-tiny-model"
+    assert "The selected model: my-tiny-model" in texts(at, "header")
+    # a second save under the same name is refused with a reason
+    at.switch_page("pages/training.py").run()
+    at.button(key="train_save").click().run()
+    assert any("already have a model" in e for e in texts(at, "error"))
+
+
+def test_a_run_can_be_stopped_and_keeps_its_weights(page):
+    at = page
+    small_run(at, steps=100_000)
+    at.button(key="train_start").click().run()
+    job = at.session_state["train_job"]
+    assert at.button(key="train_start").disabled  # one run at a time per session
+    import time
+    deadline = time.time() + 60
+    while job.status().step < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    at.run()
+    at.button(key="train_stop").click().run()
+    assert not at.exception
+    assert job.join(60)  # the page does not wait for the worker; its polling notices the stop
+    at.run()
+    s = job.status()
+    assert s.state == "stopped" and 3 <= s.step < 100_000
+    assert at.text_input(key="train_save_name").value.startswith("my-pydoc-d16-L1")
+    assert not at.button(key="train_resume").disabled
+    assert not at.button(key="train_start").disabled

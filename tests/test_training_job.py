@@ -1,0 +1,267 @@
+"""Background training jobs: start, pause, resume, stop, save; two at once; settings and names."""
+import gc
+import io
+import math
+import time
+import zipfile
+
+import pytest
+import torch
+
+import core.checkpoint as checkpoint
+import core.training_job as tj
+from core.checkpoint import checkpoint_zip, load_checkpoint, sanitise_model_name, user_model_folder
+from core.training_job import JobSettings, TrainingJob, validate_settings
+
+TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
+OTHER = ("Sing a song of sixpence, a pocket full of rye; four and twenty birds baked in a pie. " * 40)
+
+
+def tiny(steps=50, seed=3, **kw):
+    return JobSettings(d_model=16, n_heads=2, n_layers=1, n_ctx=16, batch_size=8, steps=steps, seed=seed, **kw)
+
+
+def wait_for(cond, timeout=60.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+def run_to_end(job: TrainingJob, timeout=120.0):
+    job.start()
+    assert job.join(timeout)
+    return job.status()
+
+
+def test_job_trains_in_the_background_and_loss_falls():
+    job = TrainingJob(TEXT, "test", tiny(steps=50), sample_prompt="To ")
+    s = run_to_end(job)
+    assert s.state == "finished" and s.step == 50 and not s.active
+    assert len(s.step_losses) == 50 and s.tokens_seen == 50 * 8 * 16
+    assert s.evals[0]["step"] == 0 and s.evals[-1]["step"] == 50
+    assert s.evals[-1]["train_loss"] < s.evals[0]["train_loss"] - 0.5
+    assert s.evals[0]["train_loss"] == pytest.approx(math.log(s.vocab_size), abs=0.2)  # untrained: near uniform
+    # samples at step 0 and at the end, each SAMPLE_CHARS characters after the fixed prompt
+    assert s.samples[0][0] == 0 and s.samples[-1][0] == 50
+    assert all(len(text) == tj.SAMPLE_CHARS for _, text in s.samples)
+    assert s.sample_prompt == "To "
+    assert s.tokens_per_s > 0 and s.elapsed_s > 0 and s.can_save and not s.can_resume
+
+
+def test_pause_resume_stop():
+    job = TrainingJob(TEXT, "test", tiny(steps=100_000))
+    job.start()
+    wait_for(lambda: job.status().step >= 3)
+    job.pause()
+    wait_for(lambda: job.status().state == "paused")
+    paused_at = job.status().step
+    time.sleep(0.3)
+    assert job.status().step == paused_at  # nothing moves while paused
+    assert job.status().can_save
+    job.resume()
+    wait_for(lambda: job.status().step > paused_at + 2)
+    job.stop(wait=None)
+    assert job.status().state in ("stopping", "stopped")  # the request shows at once
+    job.resume()  # ignored while stopping
+    assert job.join(30)
+    s = job.status()
+    assert s.state == "stopped" and s.step < 100_000 and s.can_resume and s.can_save
+    assert s.evals[-1]["step"] == s.step  # the curve ends where the run stopped
+    assert not job._w.thread.is_alive()
+
+
+def test_stop_then_resume_continues_from_the_same_step():
+    whole = TrainingJob(TEXT, "test", tiny(steps=40))
+    ref = run_to_end(whole)
+    job = TrainingJob(TEXT, "test", tiny(steps=40))
+    job.start()
+    wait_for(lambda: job.status().step >= 5)
+    job.stop()
+    stopped_at = job.status().step
+    weights = {k: v.clone() for k, v in job._w.trainer.model.state_dict().items()}
+    assert 5 <= stopped_at < 40
+    job.resume()
+    assert job.join(120)
+    s = job.status()
+    assert s.state == "finished" and s.step == 40
+    # the same batches, the same optimiser state: stopping and resuming changed nothing
+    assert s.step_losses == ref.step_losses
+    for k, v in job._w.trainer.model.state_dict().items():
+        assert torch.equal(v, whole._w.trainer.model.state_dict()[k])
+        if k.endswith("weight") and v.dim() == 2:
+            assert not torch.equal(v, weights[k])  # and it did keep training after the resume
+
+
+def test_stopped_run_keeps_its_weights_and_saves_a_loadable_checkpoint(tmp_path):
+    job = TrainingJob(TEXT, "test corpus", tiny(steps=100_000))
+    job.start()
+    wait_for(lambda: job.status().step >= 5)
+    job.stop()
+    trained = job._w.trainer.model
+    path = job.save(tmp_path, "my model", protected=["shakespeare-char"])
+    assert path == tmp_path.resolve() / "my-model"
+    model, tok = load_checkpoint(path)
+    idx = torch.tensor([tok.encode("To be or not")])
+    trained.eval()
+    assert torch.allclose(model(idx).logits, trained(idx).logits, atol=1e-6)
+    cfg = checkpoint.read_config(path)[2]
+    assert cfg["steps"] == job.status().step and cfg["stopped_early"] is True and cfg["corpus"] == "test corpus"
+    assert math.isfinite(cfg["val_loss"])
+    assert checkpoint.read_log(path)[-1]["step"] == job.status().step
+    card = checkpoint.read_card(path)
+    assert "Training page" in card and f"after {job.status().step:,} of 100,000 planned steps" in card
+    # the zip unpacks to one folder holding the whole checkpoint
+    names = zipfile.ZipFile(io.BytesIO(checkpoint_zip(path))).namelist()
+    assert sorted(names) == sorted(f"my-model/{f}" for f in ("config.json", "model.safetensors", "README.md", "log.csv"))
+
+
+def test_save_is_refused_while_running_and_for_taken_names(tmp_path):
+    job = TrainingJob(TEXT, "test", tiny(steps=100_000))
+    job.start()
+    wait_for(lambda: job.status().step >= 1)
+    with pytest.raises(ValueError, match="pause or stop"):
+        job.save(tmp_path, "x")
+    job.stop()
+    job.save(tmp_path, "x")
+    with pytest.raises(ValueError, match="already have a model"):
+        job.save(tmp_path, "x")
+    job.save(tmp_path, "x", overwrite=True)
+    with pytest.raises(ValueError, match="shipped model"):
+        job.save(tmp_path, "Shakespeare-Char", protected=["shakespeare-char"])
+
+
+def test_a_crash_mid_save_leaves_no_broken_checkpoint(tmp_path, monkeypatch):
+    job = TrainingJob(TEXT, "test", tiny(steps=10))
+    run_to_end(job)
+    first = job.save(tmp_path, "keep")
+    before = (first / "model.safetensors").read_bytes()
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "save_file", boom)
+    with pytest.raises(OSError):
+        job.save(tmp_path, "new")
+    with pytest.raises(OSError):
+        job.save(tmp_path, "keep", overwrite=True)
+    assert not (tmp_path / "new").exists()
+    assert (first / "model.safetensors").read_bytes() == before  # the old model is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep"]  # no temporary folders left behind
+    load_checkpoint(first)
+
+
+def test_two_jobs_at_once_do_not_interfere():
+    solo_a = run_to_end(TrainingJob(TEXT, "a", tiny(steps=30, seed=1)))
+    solo_b = run_to_end(TrainingJob(OTHER, "b", tiny(steps=30, seed=2)))
+    a, b = TrainingJob(TEXT, "a", tiny(steps=30, seed=1)), TrainingJob(OTHER, "b", tiny(steps=30, seed=2))
+    a.start()
+    b.start()
+    assert a.join(120) and b.join(120)
+    assert a.status().step_losses == solo_a.step_losses
+    assert b.status().step_losses == solo_b.step_losses
+    assert a.status().vocab_size != b.status().vocab_size
+
+
+def test_too_many_runs_are_refused(monkeypatch):
+    monkeypatch.setattr(tj, "MAX_RUNNING_JOBS", 1)
+    a = TrainingJob(TEXT, "a", tiny(steps=100_000))
+    a.start()
+    try:
+        with pytest.raises(tj.BusyError, match="already training"):
+            TrainingJob(TEXT, "b", tiny()).start()
+    finally:
+        a.stop()
+
+
+def test_an_abandoned_job_stops_by_itself():
+    job = TrainingJob(TEXT, "test", tiny(steps=100_000))
+    job.start()
+    wait_for(lambda: job.status().step >= 1)
+    worker = job._w
+    del job
+    gc.collect()
+    worker.thread.join(30)
+    assert not worker.thread.is_alive() and worker.state == "stopped"
+
+
+def test_a_failing_run_reports_its_error():
+    job = TrainingJob("abc" * 10, "short", tiny())  # far shorter than the split needs
+    s = run_to_end(job)
+    assert s.state == "failed" and "corpus too short" in s.message and not s.can_save
+
+
+def test_sample_prompt_of_unknown_characters_falls_back_to_the_corpus():
+    job = TrainingJob(TEXT, "test", tiny(steps=2), sample_prompt="ЖЖЖ")
+    s = run_to_end(job)
+    assert s.sample_prompt == TEXT[0]
+
+
+def test_validate_settings_names_the_field():
+    ok = validate_settings(JobSettings(), 1_000_000, 65)
+    assert ok == {}
+    errs = validate_settings(JobSettings(n_heads=3), 1_000_000, 65)
+    assert list(errs) == ["n_heads"] and "does not divide" in errs["n_heads"]
+    errs = validate_settings(JobSettings(), 500, 65)
+    assert list(errs) == ["n_ctx"] and "1,291" in errs["n_ctx"]
+    assert "steps" in validate_settings(JobSettings(steps=0), 1_000_000, 65)
+    assert "lr" in validate_settings(JobSettings(lr=0.0), 1_000_000, 65)
+    assert "batch_size" in validate_settings(JobSettings(batch_size=1024, n_ctx=1024), 10_000_000, 65)
+    assert "d_model" in validate_settings(JobSettings(d_model=1024, n_layers=12), 1_000_000, 65)
+    assert "d_ff" in validate_settings(JobSettings(d_ff=0), 1_000_000, 65)
+
+
+def test_settings_map_onto_the_training_core():
+    s = JobSettings(steps=2000)
+    tc = s.train_config()
+    assert (tc.steps, tc.batch_size, tc.lr, tc.seed, tc.warmup, tc.eval_interval) == (2000, 32, 3e-3, 1337, 200, 100)
+    assert s.tokens == 2000 * 32 * 128
+    cfg = s.model_config(65)
+    assert (cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.n_ctx) == (64, 4, 2, 256, 128)
+
+
+def test_flop_rate_is_positive():
+    rate, source = tj.measured_flop_rate()
+    assert rate > 0 and source
+
+
+@pytest.mark.parametrize("raw, clean", [
+    ("my model", "my-model"), ("../../etc/passwd", "etc-passwd"), ("a/b\\c", "a-b-c"), ("  .hidden ", "hidden"),
+    ("Café v2", "Cafe-v2"), ("x" * 100, "x" * 64), ("ok_name.v1", "ok_name.v1"),
+])
+def test_names_are_sanitised(raw, clean):
+    assert sanitise_model_name(raw) == clean
+
+
+@pytest.mark.parametrize("raw", ["", "   ", "..", "/", "名前"])
+def test_unusable_names_are_refused(raw):
+    with pytest.raises(ValueError, match="give the model a name"):
+        sanitise_model_name(raw)
+
+
+def test_model_folder_stays_inside_the_models_folder(tmp_path):
+    base = tmp_path / "models"
+    base.mkdir()
+    assert user_model_folder(base, "../../evil") == base.resolve() / "evil"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (base / "link").symlink_to(outside)
+    with pytest.raises(ValueError, match="outside"):
+        user_model_folder(base, "link", overwrite=True)
+    (base / "file").write_text("x")
+    with pytest.raises(ValueError, match="not a model folder"):
+        user_model_folder(base, "file", overwrite=True)
+    with pytest.raises(ValueError, match="shipped"):
+        user_model_folder(base, "SHAKESPEARE-char", protected=["shakespeare-char"])
+
+
+def test_a_job_leaves_the_callers_threads_and_random_state_alone():
+    threads = torch.get_num_threads()
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run_to_end(TrainingJob(TEXT, "test", tiny(steps=3, threads=1)))
+    assert torch.get_num_threads() == threads
+    assert torch.equal(torch.rand(3), expected)  # the Trainer's seeding happened in a forked generator
