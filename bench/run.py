@@ -229,7 +229,11 @@ def main(argv=None):
                    choices=["train", "forward", "generate", "pages"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--threads", type=int, default=int(os.environ.get("TE_TORCH_THREADS", "1") or 1),
+                   help="torch threads for ours and the peer alike (default: the app's own setting, "
+                        "TE_TORCH_THREADS or 1)")
     args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads")
     for name in args.only:
         globals()[f"bench_{name}"](args.quick)

@@ -61,7 +61,30 @@ class ModelOutput:
     logits: torch.Tensor                      # (B, n, m)
     loss: torch.Tensor | None = None          # mean cross-entropy when targets were given
     attn: list[AttentionRecord] | None = None  # one record per layer when return_attn=True
-    present: list[tuple[torch.Tensor, torch.Tensor]] | None = field(default=None, repr=False)  # key/value cache
+    present: "KVCache | None" = field(default=None, repr=False)  # key/value cache after this call
+
+
+class KVCache:
+    """Keys and values of every layer for incremental decoding, in buffers allocated once for n_ctx
+    positions: appending a step is a slice copy, not a concatenation of the whole past. The model
+    updates it in place and returns it as ``out.present``."""
+
+    def __init__(self, config: "ModelConfig", batch: int, dtype=torch.float32, device=None):
+        shape = (config.n_layers, batch, config.n_heads, config.n_ctx, config.d_head)  # (L, B, h, n_ctx, d/h)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.length = 0  # positions filled so far
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Write this call's (B, h, n, d/h) keys and values after the cached ones; return all of them."""
+        end = self.length + k.shape[2]
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, h, length + n, d/h) views
+
+    def __getitem__(self, layer: int):
+        """(keys, values) of a layer so far, each (B, h, length, d/h)."""
+        return self.k[layer, :, :, :self.length], self.v[layer, :, :, :self.length]
 
 
 def causal_mask(n: int, device=None) -> torch.Tensor:
@@ -79,17 +102,15 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.out = nn.Linear(d, d, bias=False)  # W_O mixes the concatenated heads
 
-    def forward(self, x, return_attn=False, past=None):
+    def forward(self, x, return_attn=False, cache=None, layer=0):
         B, n, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         # (B, n, d) -> (B, n, h, d/h) -> (B, h, n, d/h)
         q = q.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
         k = k.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
         v = v.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
-        if past is not None:  # incremental decoding: prepend cached keys and values
-            k = torch.cat([past[0], k], dim=2)  # (B, h, n_past + n, d/h)
-            v = torch.cat([past[1], v], dim=2)
-        present = (k, v)
+        if cache is not None:  # incremental decoding: the cached keys and values come first
+            k, v = cache.append(layer, k, v)  # (B, h, n_past + n, d/h) each
         n_k = k.shape[2]
         record = None
         if return_attn:
@@ -109,7 +130,7 @@ class MultiHeadAttention(nn.Module):
             future = torch.ones(n, n_k, dtype=torch.bool, device=x.device).triu(n_k - n + 1)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future)
         y = y.transpose(1, 2).contiguous().view(B, n, d)  # concatenate heads: (B, h, n, d/h) -> (B, n, d)
-        return self.out(y), record, present
+        return self.out(y), record
 
 
 class MLP(nn.Module):
@@ -130,12 +151,12 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
-    def forward(self, x, return_attn=False, past=None):
+    def forward(self, x, return_attn=False, cache=None, layer=0):
         # pre-norm residual updates: the stream x is read from and added to, never overwritten
-        a, record, present = self.attn(self.ln1(x), return_attn=return_attn, past=past)
+        a, record = self.attn(self.ln1(x), return_attn=return_attn, cache=cache, layer=layer)
         x = x + a
         x = x + self.mlp(self.ln2(x))
-        return x, record, present
+        return x, record
 
 
 class Transformer(nn.Module):
@@ -162,21 +183,26 @@ class Transformer(nn.Module):
         """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
 
         return_attn: also return per layer the scores before the mask and the pattern after it.
-        past / use_cache: key/value cache for incremental decoding (positions continue after the past).
+        use_cache / past: incremental decoding. use_cache=True returns ``out.present``, a KVCache; pass it
+        back as ``past`` with the next token(s), whose positions continue after it. It is updated in place.
         """
         B, n = idx.shape
-        offset = 0 if past is None else past[0][0].shape[2]
+        offset = 0 if past is None else past.length
         if offset + n > self.config.n_ctx:
             raise ValueError(
                 f"sequence of {offset + n} tokens is longer than the model's context n_ctx={self.config.n_ctx}"
             )
-        pos = torch.arange(offset, offset + n, device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, n, d) + (n, d) -> (B, n, d)
-        records, presents = [], []
+        cache = past
+        if cache is None and use_cache:
+            cache = KVCache(self.config, B, dtype=self.pos_emb.weight.dtype, device=idx.device)
+        # a slice of the position table, not a lookup: same values, one op fewer per decoding step
+        x = self.tok_emb(idx) + self.pos_emb.weight[offset:offset + n]  # (B, n, d) + (n, d) -> (B, n, d)
+        records = []
         for i, block in enumerate(self.blocks):
-            x, record, present = block(x, return_attn=return_attn, past=None if past is None else past[i])
+            x, record = block(x, return_attn=return_attn, cache=cache, layer=i)
             records.append(record)
-            presents.append(present)
+        if cache is not None:
+            cache.length += n
         logits = self.head(self.ln_f(x))  # (B, n, m)
         loss = None
         if targets is not None:
@@ -185,5 +211,5 @@ class Transformer(nn.Module):
             logits=logits,
             loss=loss,
             attn=records if return_attn else None,
-            present=presents if use_cache else None,
+            present=cache if use_cache else None,
         )

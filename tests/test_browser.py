@@ -144,3 +144,106 @@ def test_deep_link_right_after_start_runs_inside_the_frame(browser, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _open(page, server, title):
+    """Go to a page by clicking its sidebar link, as a user does."""
+    if server not in page.url:
+        page.goto(server)
+        wait_idle(page)
+        page.get_by_text("49,408").first.wait_for(timeout=30_000)
+    page.locator('[data-testid="stSidebarNavLink"]', has_text=title).first.click()
+    wait_idle(page)
+
+
+def _no_exception(page, name):
+    boxes = page.locator('[data-testid="stException"]')
+    assert boxes.count() == 0, f"{name}: {boxes.first.inner_text()[:500]}"
+
+
+@pytest.fixture
+def clean_page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    errors = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page, errors
+    assert not errors, f"console errors: {errors}"
+    page.close()
+
+
+def test_typed_html_stays_text_and_odd_characters_are_named(server, clean_page):
+    page, _ = clean_page
+    _open(page, server, "Attention")
+    box = page.locator('[data-testid="stTextArea"] textarea').first
+    payload = "<b>bold</b><script>window.__xss=1</script><img src=x onerror=\"window.__xss=2\"> 🙂 שלום"
+    box.fill(payload)
+    box.press("Control+Enter")
+    wait_idle(page)
+    _no_exception(page, "attention with HTML")
+    assert page.evaluate("window.__xss") is None  # nothing the user typed ran
+    assert page.locator("main b", has_text="bold").count() == 0  # and no tag became markup
+    warning = page.locator('[data-testid="stAlertContentWarning"]').first.inner_text()
+    assert "🙂" in warning and "ש" in warning
+    page.screenshot(path=str(SHOTS / "attention-odd-input.png"), full_page=True)
+
+
+def test_moving_a_slider_updates_the_page(server, clean_page):
+    page, _ = clean_page
+    _open(page, server, "Generation")
+    slider = page.locator('[data-testid="stSlider"] input[type="range"]').first
+    before = slider.get_attribute("aria-valuetext")
+    slider.focus()
+    for _ in range(5):
+        slider.press("ArrowRight")
+    wait_idle(page)
+    assert slider.get_attribute("aria-valuetext") != before
+    _no_exception(page, "generation after a slider move")
+
+
+def test_short_training_run_starts_and_stops(server, clean_page):
+    page, _ = clean_page
+    _open(page, server, "Training")
+    steps = page.get_by_label("steps", exact=True)
+    steps.fill("300")
+    steps.press("Enter")
+    wait_idle(page)
+    page.get_by_role("button", name="Start training").click()
+    page.get_by_role("button", name="Stop").wait_for(timeout=30_000)
+    page.wait_for_timeout(4000)  # let it train a little: the live view polls meanwhile
+    page.get_by_role("button", name="Stop").click()
+    page.get_by_text("Save the model").first.wait_for(timeout=30_000)
+    wait_idle(page)
+    _no_exception(page, "training after stop")
+    page.screenshot(path=str(SHOTS / "training-stopped.png"), full_page=True)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", "empty"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00binary", "binary"),
+    ("caf\u00e9 cr\u00e8me br\u00fbl\u00e9e ".encode("latin-1") * 50, "UTF-8"),
+])
+def test_bad_uploads_are_refused_with_a_reason(server, clean_page, content, words, tmp_path):
+    page, _ = clean_page
+    _open(page, server, "Training")
+    page.get_by_text("Upload a .txt file").click()
+    wait_idle(page)
+    f = tmp_path / "corpus.txt"
+    f.write_bytes(content)
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(f))
+    page.locator('[data-testid="stAlertContentError"]').first.wait_for(timeout=30_000)
+    wait_idle(page)
+    assert words.lower() in page.locator('[data-testid="stAlertContentError"]').first.inner_text().lower()
+    _no_exception(page, f"upload {words}")
+
+
+def test_malformed_csv_on_the_scaling_page(server, clean_page, tmp_path):
+    page, _ = clean_page
+    _open(page, server, "Scaling laws")
+    page.get_by_text("Upload a CSV").first.click()
+    wait_idle(page)
+    f = tmp_path / "runs.csv"
+    f.write_text("N,D,loss\n1e6,2e7,3.1\nnot-a-number,2e7,3.0\n")
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(f))
+    page.locator('[data-testid="stAlertContentError"]').first.wait_for(timeout=30_000)
+    _no_exception(page, "scaling with a malformed CSV")

@@ -107,3 +107,20 @@ def test_kv_cache_matches_full_forward(tiny_model):
 def test_too_long_sequence_is_refused(tiny_model):
     with pytest.raises(ValueError, match="longer than the model's context"):
         tiny_model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_kv_cache_is_preallocated_and_grows_in_place(tiny_model):
+    from core.model import KVCache
+
+    idx = torch.randint(0, 11, (2, 6))
+    out = tiny_model(idx[:, :4], use_cache=True)
+    cache = out.present
+    assert isinstance(cache, KVCache) and cache.length == 4 and cache.k.shape == (2, 2, 3, 16, 8)
+    out2 = tiny_model(idx[:, 4:], past=cache, use_cache=True)
+    assert out2.present is cache and cache.length == 6
+    k0, v0 = cache[0]
+    assert k0.shape == (2, 3, 6, 8)
+    full = tiny_model(idx, return_attn=True)
+    assert torch.allclose(out2.logits, full.logits[:, 4:], atol=1e-5)
+    with pytest.raises(ValueError, match="longer than the model's context"):
+        tiny_model(torch.zeros(2, 11, dtype=torch.long), past=cache, use_cache=True)
