@@ -1,135 +1,223 @@
-"""Classroom load: many sessions at once on the attention and generation pages while one session trains.
+"""Classroom load: many real sessions at once on the attention and generation pages while one trains.
 
-    python -m bench.load --sessions 30 --reruns 4
+    python -m bench.load --sessions 30 --reruns 3
 
-Each session is an AppTest instance in its own thread (one process, shared st.cache_resource models, as
-on a real server). Every session types its own prompt, so caches help only where prompts repeat.
-Reports the server time per rerun (p50/p95), errors, and whether the shared model was mutated.
+Starts `streamlit run app.py` on a free port and connects real websocket clients that speak Streamlit's
+own protocol (the protobuf messages the browser sends): each opens a page, then types new prompts.
+One more session starts a training run on the Training page and keeps its connection open meanwhile.
+The time of a rerun is measured from sending the new prompt to the server's "script finished".
+The shared model's output for a fixed prompt is compared before and after: it must not change.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import os
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from websockets.sync.client import connect
 
+ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
     "KING:\nWhat say you, lords?", "First Citizen:\nWe are resolved.", "To sleep, perchance", "O gentle night,",
     "Where is the duke?", "Come, come, away!", "My lord, the queen", "Hear me, good friends:",
 ]
-PAGES = {"pages/attention.py": "attn_prompt", "pages/generation.py": "gen_prompt"}
+FINISHED = ForwardMsg.ScriptFinishedStatus.FINISHED_SUCCESSFULLY
+PROBE = "ROMEO:\nIs the day so young?"
 
 
-def model_fingerprint() -> str:
-    """Hash of the cached shipped model's weights, as every session sees it."""
-    from pages._common import SHIPPED_DIR, load_model
-    from core.checkpoint import discover_models
+class Session:
+    """One browser tab, as far as the server can tell."""
 
-    entry = next(e for e in discover_models(SHIPPED_DIR) if e.name == "shakespeare-char")
-    model, _ = load_model(entry)
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.numpy().tobytes())
-    return h.hexdigest()
+    def __init__(self, url: str, timeout: float = 600):
+        host = url.split("//", 1)[1]
+        self.ws = connect(f"ws://{host}/_stcore/stream", subprotocols=["streamlit"], open_timeout=60,
+                          max_size=None, origin=url).__enter__()
+        self.timeout = timeout
+        self.page_hash = ""
+        self.elements: list = []
+        self.exceptions: list[str] = []
+
+    def run(self, page: str, widgets: dict | None = None) -> float:
+        """Ask for a rerun of ``page`` with these widget values; wait until it has finished. Seconds."""
+        msg = BackMsg()
+        cs = msg.rerun_script
+        cs.page_name = page
+        cs.page_script_hash = self.page_hash
+        for wid, value in (widgets or {}).items():
+            w = cs.widget_states.widgets.add()
+            w.id = wid
+            if value is True:
+                w.trigger_value = True
+            elif isinstance(value, str):
+                w.string_value = value
+            elif isinstance(value, (int, float)):
+                w.double_value = float(value)
+        self.elements = []
+        t0 = time.perf_counter()
+        self.ws.send(msg.SerializeToString())
+        while True:
+            fm = ForwardMsg()
+            fm.ParseFromString(self.ws.recv(timeout=self.timeout))
+            kind = fm.WhichOneof("type")
+            if kind == "new_session":
+                self.page_hash = fm.new_session.page_script_hash or self.page_hash
+            elif kind == "page_info_changed" or kind == "navigation":
+                if kind == "navigation" and fm.navigation.page_script_hash:
+                    self.page_hash = fm.navigation.page_script_hash
+            elif kind == "delta" and fm.delta.WhichOneof("type") == "new_element":
+                el = fm.delta.new_element
+                self.elements.append(el)
+                if el.WhichOneof("type") == "exception":
+                    self.exceptions.append(el.exception.message)
+            elif kind == "script_finished" and fm.script_finished == FINISHED:
+                return time.perf_counter() - t0
+
+    def widget_id(self, kind: str, label: str) -> str:
+        for el in self.elements:
+            if el.WhichOneof("type") == kind and getattr(el, kind).label == label:
+                return getattr(el, kind).id
+        raise LookupError(f"no {kind} labelled {label!r} on the page")
+
+    def charts(self) -> list[str]:
+        return [el.plotly_chart.spec for el in self.elements if el.WhichOneof("type") == "plotly_chart"]
+
+    def drain(self, stop: threading.Event):
+        """Keep reading (a training page's live view keeps sending) until told to stop."""
+        while not stop.is_set():
+            try:
+                self.ws.recv(timeout=1)
+            except TimeoutError:
+                pass
+            except Exception:
+                return
+
+    def close(self):
+        self.ws.close()
 
 
-def session(i: int, reruns: int, timings: list, errors: list, lock: threading.Lock):
-    from streamlit.testing.v1 import AppTest
+def start_server(models_dir: str) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+         "--server.address", "127.0.0.1", "--server.headless", "true"],
+        cwd=ROOT, env={**os.environ, "TE_MODELS_DIR": models_dir},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url + "/_stcore/health", timeout=1)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the server did not start")
 
-    page = list(PAGES)[i % len(PAGES)]
-    key = PAGES[page]
+
+def fingerprint(url: str) -> str:
+    """Hash of the attention page's charts for a fixed prompt: changes if the shared model does."""
+    s = Session(url)
     try:
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-        at.run()
-        at.switch_page(page)
-        t = time.perf_counter()
-        at.run()
-        first = time.perf_counter() - t
+        s.run("attention")
+        s.run("attention", {s.widget_id("text_area", "Your prompt"): PROBE})
+        canonical = [json.dumps(json.loads(spec), sort_keys=True) for spec in s.charts()]  # key order varies
+        return hashlib.sha256("".join(canonical).encode()).hexdigest()
+    finally:
+        s.close()
+
+
+def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: threading.Lock):
+    page, label = [("attention", "Your prompt"), ("generation", "Prompt")][i % 2]
+    try:
+        s = Session(url)
+        first = s.run(page)
         mine = [("first", page, first)]
+        box = s.widget_id("text_area", label)
         for k in range(reruns):
-            box = next(w for w in at.text_area if w.key == key)
-            box.input(PROMPTS[(i + k) % len(PROMPTS)] + f" {k}")
-            t = time.perf_counter()
-            at.run()
-            mine.append(("rerun", page, time.perf_counter() - t))
-            if at.exception:
-                raise RuntimeError(at.exception[0].message)
+            mine.append(("rerun", page, s.run(page, {box: f"{PROMPTS[(i + k) % len(PROMPTS)]} {i}.{k}"})))
+        if s.exceptions:
+            raise RuntimeError(f"exception box: {s.exceptions[0]}")
+        s.close()
         with lock:
             timings.extend(mine)
-    except Exception as e:  # collected and reported, the load test fails on any
+    except Exception as e:  # collected: the load test fails on any
         with lock:
             errors.append(f"session {i} ({page}): {type(e).__name__}: {e}")
 
 
-def trainer_session(stop: threading.Event, info: dict):
-    """One user training a small model in the background for the length of the test."""
+def run_load(sessions: int = 30, reruns: int = 3, train: bool = True) -> dict:
+    models = tempfile.mkdtemp(prefix="te-load-models-")
+    proc, url = start_server(models)
+    stop = threading.Event()
+    trainer = None
     try:
-        from core.corpus import builtin_corpus_text
-        text = builtin_corpus_text()
-    except Exception:  # the training core may not offer a built-in corpus
-        text = ("A small corpus for a background training run, written for the load test. " * 400)
-    from core.train import TrainConfig, Trainer
-
-    trainer = Trainer(text, dict(n_ctx=64, d_model=64, n_heads=4, n_layers=2), TrainConfig(batch_size=16, steps=10**6))
-    steps = 0
-    while not stop.is_set():
-        trainer.step()
-        steps += 1
-    info["train_steps"] = steps
-
-
-def run_load(sessions: int = 30, reruns: int = 4, train: bool = True) -> dict:
-    import torch
-
-    before = model_fingerprint()
-    timings, errors, lock = [], [], threading.Lock()
-    stop, info = threading.Event(), {}
-    trainer = threading.Thread(target=trainer_session, args=(stop, info), daemon=True) if train else None
-    if trainer:
-        trainer.start()
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=sessions) as pool:
-        for i in range(sessions):
-            pool.submit(session, i, reruns, timings, errors, lock)
-    wall = time.perf_counter() - t0
-    stop.set()
-    if trainer:
-        trainer.join(30)
-    after = model_fingerprint()
+        before = fingerprint(url)
+        if train:
+            trainer = Session(url)
+            trainer.run("training")
+            trainer.run("training", {trainer.widget_id("button", "Start training"): True})
+            threading.Thread(target=trainer.drain, args=(stop,), daemon=True).start()
+        timings, errors, lock = [], [], threading.Lock()
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=sessions) as pool:
+            for i in range(sessions):
+                pool.submit(student, url, i, reruns, timings, errors, lock)
+        wall = time.perf_counter() - t0
+        after = fingerprint(url)
+    finally:
+        stop.set()
+        if trainer:
+            trainer.close()
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     reruns_t = sorted(t for kind, _, t in timings if kind == "rerun")
     firsts = sorted(t for kind, _, t in timings if kind == "first")
 
     def pct(xs, q):
         return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
 
+    by_page = {}
+    for page in ("attention", "generation"):
+        xs = sorted(t for kind, p, t in timings if kind == "rerun" and p == page)
+        by_page[page] = (statistics.median(xs) if xs else float("nan"), pct(xs, 0.95))
     return {
-        "sessions": sessions, "reruns": len(reruns_t), "errors": errors, "wall_s": wall,
+        "sessions": sessions, "reruns": len(reruns_t), "errors": errors, "wall_s": wall, "train": train,
         "p50_s": statistics.median(reruns_t) if reruns_t else float("nan"), "p95_s": pct(reruns_t, 0.95),
         "first_p50_s": statistics.median(firsts) if firsts else float("nan"), "first_p95_s": pct(firsts, 0.95),
-        "model_unchanged": before == after, "train_steps": info.get("train_steps", 0),
-        "threads": torch.get_num_threads(),
+        "by_page": by_page, "model_unchanged": before == after,
     }
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=30)
-    p.add_argument("--reruns", type=int, default=4)
+    p.add_argument("--reruns", type=int, default=3)
     p.add_argument("--no-train", action="store_true")
     args = p.parse_args(argv)
     r = run_load(args.sessions, args.reruns, train=not args.no_train)
-    print(f"{r['sessions']} sessions, {r['reruns']} reruns with new prompts in {r['wall_s']:.1f} s "
-          f"({r['threads']} torch thread(s)); background training made {r['train_steps']} steps")
-    print(f"server time per rerun: p50 {r['p50_s'] * 1e3:.0f} ms, p95 {r['p95_s'] * 1e3:.0f} ms; "
-          f"first visit of a page: p50 {r['first_p50_s'] * 1e3:.0f} ms, p95 {r['first_p95_s'] * 1e3:.0f} ms")
+    print(f"{r['sessions']} concurrent sessions ({os.cpu_count()} cores), {r['reruns']} reruns with new prompts "
+          f"in {r['wall_s']:.1f} s{', while another session trains' if r['train'] else ''}")
+    print(f"server time per rerun: p50 {r['p50_s'] * 1e3:.0f} ms, p95 {r['p95_s'] * 1e3:.0f} ms "
+          f"(first visit of a page: p50 {r['first_p50_s'] * 1e3:.0f} ms, p95 {r['first_p95_s'] * 1e3:.0f} ms)")
+    for page, (p50, p95) in r["by_page"].items():
+        print(f"  {page:<11} p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms")
     print(f"errors: {len(r['errors'])}; shared model unchanged: {r['model_unchanged']}")
     for e in r["errors"][:10]:
         print("  ", e)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import streamlit as st
+import pandas  # noqa: F401  imported up front: Streamlit imports it lazily, and sessions racing on that
+import streamlit as st  # first import could see a half-initialised module (seen under classroom load)
 import torch
 
 from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint
