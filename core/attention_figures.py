@@ -159,8 +159,18 @@ def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) ->
     return fig
 
 
+def click_targets(n: int, per_side: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Points spread over a head's (n, n) square, so that a click anywhere lands near one of them."""
+    ticks = (np.arange(per_side) + 0.5) * n / per_side - 0.5
+    x, y = np.meshgrid(ticks, ticks)
+    return x.ravel(), y.ravel()
+
+
 def all_heads_figure(patterns: list[np.ndarray], selected: tuple[int, int] | None = None) -> go.Figure:
-    """Small multiples: the pattern of every head of every layer, one shared colour scale."""
+    """Small multiples: the pattern of every head of every layer, one shared colour scale.
+
+    Heatmaps cannot be clicked in Streamlit, so each head also carries invisible scatter points over its
+    whole square (after all the heatmaps, with customdata [layer, head]): clicking a head selects one."""
     L, h = len(patterns), patterns[0].shape[0]
     n = patterns[0].shape[-1]
     future = future_mask(n)
@@ -169,8 +179,14 @@ def all_heads_figure(patterns: list[np.ndarray], selected: tuple[int, int] | Non
     for l in range(L):
         for k in range(h):
             fig.add_trace(go.Heatmap(z=np.where(future, np.nan, patterns[l][k]), coloraxis="coloraxis",
-                                     hovertemplate=f"layer {l + 1} head {k + 1}<br>query %{{y}} · key %{{x}}"
-                                                   "<br>weight %{z:.3f}<extra></extra>"), l + 1, k + 1)
+                                     hoverinfo="skip"), l + 1, k + 1)
+    tx, ty = click_targets(n)
+    for l in range(L):
+        for k in range(h):
+            fig.add_trace(go.Scatter(x=tx, y=ty, mode="markers", marker=dict(size=30, opacity=0),
+                                     customdata=[[l, k]] * len(tx), showlegend=False,
+                                     hovertemplate=f"layer {l + 1} · head {k + 1}<br>click to open it above"
+                                                   "<extra></extra>"), l + 1, k + 1)
     fig.update_yaxes(range=[n - 0.5, -0.5], showticklabels=False, showgrid=False, zeroline=False)
     fig.update_xaxes(range=[-0.5, n - 0.5], showticklabels=False, showgrid=False, zeroline=False)
     if selected is not None:
@@ -181,7 +197,8 @@ def all_heads_figure(patterns: list[np.ndarray], selected: tuple[int, int] | Non
         fig.add_shape(type="rect", xref="paper", yref="paper", x0=xd[0] - 0.004, x1=xd[1] + 0.004,
                       y0=yd[0] - 0.01, y1=yd[1] + 0.01, line=dict(color="#d62728", width=3))
     fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title="weight", thickness=12)),
-                      height=260 * L + 40, plot_bgcolor=MASKED_GREY, margin=dict(l=20, r=20, t=40, b=20))
+                      height=260 * L + 40, plot_bgcolor=MASKED_GREY, margin=dict(l=20, r=20, t=40, b=20),
+                      hovermode="closest", hoverdistance=60, clickmode="event+select", dragmode=False)
     return fig
 
 

@@ -94,9 +94,19 @@ if show_unmasked:
 
 st.header("All heads at a glance")
 st.markdown("The same prompt through every head of every layer. Each head has learned its own idea of which "
-            "earlier characters matter; the red frame is the head shown above.")
+            "earlier characters matter; the red frame is the head shown above. **Click any cell of a head** to open "
+            "that head in the three panels above.")
+
+
+def _open_clicked_head():
+    """Selection callback: runs before the script, so it may set the layer and head pickers."""
+    points = st.session_state["attn_grid"].selection.points
+    if points and points[0].get("customdata"):
+        st.session_state["attn_layer"], st.session_state["attn_head"] = (int(v) for v in points[0]["customdata"][:2])
+
+
 st.plotly_chart(all_heads_figure([p[:, sl, sl] for p in run.pattern], selected=(layer, head)), width="stretch",
-                theme=None, key="attn_grid")
+                theme=None, key="attn_grid", on_select=_open_clicked_head, selection_mode="points")
 
 st.header("Why mask the scores and not the weights?")
 st.markdown(

@@ -103,7 +103,10 @@ def test_other_figures(model):
     run = run_attention(model, list(range(12)))
     tokens = [str(i % 10) for i in range(12)]
     grid = all_heads_figure(run.pattern, selected=(1, 0))
-    assert len(grid.data) == 4 and all(np.isnan(np.array(t.z, dtype=float)[future_mask(12)]).all() for t in grid.data)
+    heat, targets = grid.data[:4], grid.data[4:]
+    assert all(np.isnan(np.array(t.z, dtype=float)[future_mask(12)]).all() for t in heat)
+    assert [list(t.customdata[0]) for t in targets] == [[0, 0], [0, 1], [1, 0], [1, 1]]  # click -> (layer, head)
+    assert all(0 <= min(t.x) and max(t.x) <= 11 for t in targets)
     order = mask_order_figure(run.scores[0][0], tokens)
     right_sums, wrong_sums = order.data[2].x, order.data[3].x
     assert np.allclose(right_sums, 1) and wrong_sums[-1] == pytest.approx(1) and min(wrong_sums) < 1

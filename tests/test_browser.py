@@ -247,3 +247,19 @@ def test_malformed_csv_on_the_scaling_page(server, clean_page, tmp_path):
     page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(f))
     page.locator('[data-testid="stAlertContentError"]').first.wait_for(timeout=30_000)
     _no_exception(page, "scaling with a malformed CSV")
+
+
+def test_clicking_a_head_in_the_grid_opens_it(server, clean_page):
+    page, _ = clean_page
+    _open(page, server, "Attention")
+    assert page.get_by_text("Layer 1, head 1").count() > 0
+    grid = page.locator('[data-testid="stPlotlyChart"]').nth(1)  # the all-heads grid
+    grid.scroll_into_view_if_needed()
+    box = grid.bounding_box()
+    x, y = box["x"] + box["width"] * 0.60, box["y"] + box["height"] * 0.80  # layer 2, head 3 of 2 x 4
+    page.mouse.move(x, y)
+    page.wait_for_timeout(300)
+    page.mouse.click(x, y)
+    page.get_by_text("Layer 2, head 3").first.wait_for(timeout=30_000)
+    wait_idle(page)
+    _no_exception(page, "attention after a click in the grid")
