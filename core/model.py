@@ -87,9 +87,11 @@ class KVCache:
         return self.k[layer, :, :, :self.length], self.v[layer, :, :, :self.length]
 
 
-def causal_mask(n: int, device=None) -> torch.Tensor:
-    """Boolean (n, n) matrix, True where key j lies in the future of query i (j > i)."""
-    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+def causal_mask(n: int, n_k: int | None = None, device=None) -> torch.Tensor:
+    """Boolean (n, n_k) matrix, True where key j lies in the future of query i. With a cached prefix
+    (n_k > n) the n queries are the last n positions, so query i sits at position n_k - n + i."""
+    n_k = n if n_k is None else n_k
+    return torch.ones(n, n_k, dtype=torch.bool, device=device).triu(n_k - n + 1)
 
 
 class MultiHeadAttention(nn.Module):
@@ -115,8 +117,7 @@ class MultiHeadAttention(nn.Module):
         record = None
         if return_attn:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, n, d/h) x (B, h, d/h, n_k) -> (B, h, n, n_k)
-            # query i (offset by the cached prefix) may see keys j <= i only
-            future = torch.ones(n, n_k, dtype=torch.bool, device=x.device).triu(n_k - n + 1)
+            future = causal_mask(n, n_k, device=x.device)  # query i may see keys j <= i only
             pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
             y = pattern @ v  # (B, h, n, n_k) x (B, h, n_k, d/h) -> (B, h, n, d/h)
             record = AttentionRecord(scores=scores, pattern=pattern)
@@ -127,8 +128,7 @@ class MultiHeadAttention(nn.Module):
             # fused fast path: same math, the (n, n) matrix is never materialised
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            future = torch.ones(n, n_k, dtype=torch.bool, device=x.device).triu(n_k - n + 1)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(n, n_k, device=x.device))
         y = y.transpose(1, 2).contiguous().view(B, n, d)  # concatenate heads: (B, h, n, d/h) -> (B, n, d)
         return self.out(y), record
 
