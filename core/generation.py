@@ -105,19 +105,28 @@ def format_t(t: float) -> str:
     return "0" if t == 0 else f"{t:.3g}"
 
 
-def step_record(step, chars) -> dict:
-    """A sampling.Step of a one-sequence batch as plain data (for the page, its session memo and the HTML)."""
-    tid = int(step.token[0])
-    return {"id": tid, "ch": chars[tid], "prob": float(step.prob[0]), "sample_prob": float(step.sample_prob[0]),
-            "alternatives": [(chars[int(i)], float(q)) for i, q in zip(step.top_ids[0], step.top_probs[0])],
+def step_record(step, chars, row: int = 0) -> dict:
+    """One row of a sampling.Step as plain data (for the page, its session memo and the HTML)."""
+    tid = int(step.token[row])
+    return {"id": tid, "ch": chars[tid], "prob": float(step.prob[row]), "sample_prob": float(step.sample_prob[row]),
+            "alternatives": [(chars[int(i)], float(q)) for i, q in zip(step.top_ids[row], step.top_probs[row])],
             "slid": step.slid}
 
 
 def continuations(model, ids, temperatures, n: int, seed: int, chars) -> list[list[dict]]:
-    """One continuation of ``ids`` per temperature, each drawn with a fresh generator seeded with ``seed``."""
-    return [[step_record(s, chars) for s in stream(model, [list(ids)], n, float(t),
-                                                   generator=torch.Generator().manual_seed(int(seed)))]
-            for t in temperatures]
+    """One continuation of ``ids`` per temperature, each drawn with a fresh generator seeded with ``seed``
+    (so each equals a one-sequence run at that T and seed). All temperatures share one batched forward
+    pass per step, which is several times faster than running them one after another."""
+    temps = [float(t) for t in temperatures]
+    if not temps:
+        return []
+    idx = torch.tensor([list(ids)] * len(temps), dtype=torch.long)  # (T, n): the prompt once per temperature
+    gens = [torch.Generator().manual_seed(int(seed)) for _ in temps]
+    runs = [[] for _ in temps]
+    for s in stream(model, idx, n, temps, generator=gens):
+        for r, run in enumerate(runs):
+            run.append(step_record(s, chars, r))
+    return runs
 
 
 # ---------------------------------------------------------------- figures

@@ -102,6 +102,13 @@ def next_token_distribution(logits: torch.Tensor, temperature: float, top_k: int
     return temperature_softmax(z, 1.0)
 
 
+def _draw(probs: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+    """(B, m) distributions -> (B,) tokens: the argmax at T = 0 (first of any exact ties), else a draw."""
+    if temperature == 0:
+        return probs.argmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
 @dataclass
 class Step:
     """One generated token for each sequence of the batch."""
@@ -114,12 +121,15 @@ class Step:
     slid: bool                 # True once the sequence outgrew n_ctx and the window slides
 
 
-def stream(model, idx, max_new_tokens: int, temperature: float, top_k: int | None = None,
-           top_p: float | None = None, generator: torch.Generator | None = None, n_alternatives: int = 5,
+def stream(model, idx, max_new_tokens: int, temperature, top_k: int | None = None,
+           top_p: float | None = None, generator=None, n_alternatives: int = 5,
            use_cache: bool = True) -> Iterator[Step]:
     """Yield one Step per new token. ``idx`` is (B, n) token ids with n >= 1 (or a list of ids).
 
-    use_cache=False recomputes the whole window every step (the textbook loop), for comparison."""
+    ``temperature`` and ``generator`` may also be lists, one per row: the rows then share every forward
+    pass (one batch) but each samples as it would alone, so row r gives exactly what a one-row call with
+    temperature[r] and generator[r] gives. use_cache=False recomputes the whole window every step (the
+    textbook loop), for comparison."""
     idx = torch.as_tensor(idx, dtype=torch.long)
     if idx.dim() == 1:
         idx = idx[None]  # (n,) -> (1, n)
@@ -128,7 +138,14 @@ def stream(model, idx, max_new_tokens: int, temperature: float, top_k: int | Non
     max_new_tokens = int(max_new_tokens)
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    _check_temperature(temperature)
+    per_row = isinstance(temperature, (list, tuple))
+    if per_row:
+        temps = [_check_temperature(t) for t in temperature]
+        gens = list(generator) if isinstance(generator, (list, tuple)) else [generator] * len(temps)
+        if not len(temps) == len(gens) == idx.shape[0]:
+            raise ValueError("give one temperature (and one generator) per row of idx")
+    else:
+        _check_temperature(temperature)
     n_ctx = model.config.n_ctx
     k_alt = min(max(0, int(n_alternatives)), model.config.vocab_size)  # 0: no alternatives (fastest)
     device = next(model.parameters()).device
@@ -146,11 +163,13 @@ def stream(model, idx, max_new_tokens: int, temperature: float, top_k: int | Non
             past = out.present
             read = seq[:, -n_ctx:].shape[1]
             logits = out.logits[:, -1, :].float()  # (B, m) at the last position
-            probs = next_token_distribution(logits, temperature, top_k, top_p)
-            if float(temperature) == 0:
-                token = probs.argmax(dim=-1)  # first of any exact ties: deterministic
+            if per_row:  # each row with its own temperature and its own random numbers
+                probs = torch.cat([next_token_distribution(logits[r:r + 1], t, top_k, top_p)
+                                   for r, t in enumerate(temps)])
+                token = torch.stack([_draw(probs[r:r + 1], t, g)[0] for r, (t, g) in enumerate(zip(temps, gens))])
             else:
-                token = torch.multinomial(probs, 1, generator=generator)[:, 0]
+                probs = next_token_distribution(logits, temperature, top_k, top_p)
+                token = _draw(probs, float(temperature), generator)
             if k_alt:
                 model_p = temperature_softmax(logits, 1.0)
                 top = torch.topk(model_p, k_alt, dim=-1)

@@ -205,3 +205,21 @@ def test_long_prompt_is_windowed(tiny_model):
     out = generate(tiny_model, idx, 5, 0.0)
     with torch.no_grad():
         assert torch.equal(out, _textbook_greedy(tiny_model, idx, 5))
+
+
+def test_rows_with_their_own_temperature_match_one_row_runs():
+    from core.model import ModelConfig, Transformer
+    from core.sampling import generate, stream
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=11, n_ctx=16, d_model=16, n_heads=2, n_layers=1)).eval()
+    prompt = [1, 2, 3]
+    temps = [0.0, 0.5, 1.0, 3.0]
+    gens = [torch.Generator().manual_seed(7) for _ in temps]
+    idx = torch.tensor([prompt] * len(temps))
+    rows = torch.stack([s.token for s in stream(model, idx, 30, temps, generator=gens)], dim=1)  # past n_ctx too
+    for r, t in enumerate(temps):
+        alone = generate(model, torch.tensor([prompt]), 30, t, generator=torch.Generator().manual_seed(7))
+        assert rows[r].tolist() == alone[0, len(prompt):].tolist()
+    with pytest.raises(ValueError, match="one temperature"):
+        next(stream(model, idx, 1, [1.0, 2.0]))
