@@ -113,9 +113,11 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     return fig
 
 
-def future_mass_figure(unmasked_weights: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
-    """Bar per query row: how much weight the unmasked softmax puts on future keys."""
-    mass = future_mass(unmasked_weights)
+def future_mass_figure(mass: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
+    """Bar per query row of the window: the weight the unmasked softmax puts on future keys, computed over
+    the query's whole row (``core.attention.future_mass``), so zooming changes nothing."""
+    if len(mass) != len(tokens):
+        raise ValueError(f"{len(mass)} values for {len(tokens)} tokens")
     labels = [f"{offset + i} '{t}'" for i, t in enumerate(tokens)]
     fig = go.Figure(go.Bar(x=list(range(len(tokens))), y=mass, customdata=labels, marker_color="#e6550d",
                            hovertemplate="query %{customdata}<br>weight on the future: %{y:.3f}<extra></extra>"))
@@ -127,9 +129,13 @@ def future_mass_figure(unmasked_weights: np.ndarray, tokens: list[str], offset: 
 
 
 def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
-    """Mask on the scores (right) against mask on the weights after the softmax (wrong), plus row sums."""
+    """Mask on the scores (right) against mask on the weights after the softmax (wrong), plus row sums.
+    ``scores`` is one head's full (N, N) matrix; ``tokens`` the window shown, starting at ``offset``. Both
+    softmaxes and the row sums use whole rows, so a zoomed window shows the model's real weights."""
     n = len(tokens)
-    right, wrong = masked_softmax(scores), mask_after_softmax(scores)
+    win = slice(offset, offset + n)
+    right, wrong = masked_softmax(scores)[win, win], mask_after_softmax(scores)[win, win]
+    sums_right, sums_wrong = masked_softmax(scores).sum(-1)[win], mask_after_softmax(scores).sum(-1)[win]
     future = future_mask(n)
     fig = make_subplots(rows=1, cols=3, column_widths=[0.36, 0.36, 0.28], horizontal_spacing=0.06,
                         subplot_titles=["mask on the scores, then softmax", "softmax, then zero the future",
@@ -144,9 +150,9 @@ def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) ->
         fig.update_yaxes(range=[n - 0.5, -0.5], **axis_ticks(tokens, offset), row=1, col=col)
     fig.update_yaxes(title_text="query i", row=1, col=1)
     rows = np.arange(n)
-    fig.add_trace(go.Scatter(x=right.sum(-1), y=rows, mode="lines+markers", name="mask on the scores",
+    fig.add_trace(go.Scatter(x=sums_right, y=rows, mode="lines+markers", name="mask on the scores",
                              marker=dict(size=5), hovertemplate="query %{y}: row sum %{x:.4f}<extra></extra>"), 1, 3)
-    fig.add_trace(go.Scatter(x=wrong.sum(-1), y=rows, mode="lines+markers", name="mask after the softmax",
+    fig.add_trace(go.Scatter(x=sums_wrong, y=rows, mode="lines+markers", name="mask after the softmax",
                              marker=dict(size=5), hovertemplate="query %{y}: row sum %{x:.4f}<extra></extra>"), 1, 3)
     fig.update_xaxes(title_text="row sum", range=[0, 1.05], row=1, col=3)
     fig.update_yaxes(range=[n - 0.5, -0.5], **axis_ticks(tokens, offset), row=1, col=3)

@@ -87,7 +87,8 @@ st.caption("Left: raw scores for every pair, future included (red positive, blue
            "which is not the same as a pale, merely small weight. The red staircase marks the diagonal j = i.")
 if show_unmasked:
     full_cheat = unmasked_softmax(run.scores[layer][head])
-    st.plotly_chart(future_mass_figure(full_cheat[sl], tokens[sl], offset=lo), width="stretch", key="attn_future")
+    st.plotly_chart(future_mass_figure(future_mass(full_cheat)[sl], tokens[sl], offset=lo), width="stretch",
+                    key="attn_future")
     mass = future_mass(full_cheat)[:-1].mean() if n > 1 else 0.0
     st.caption(f"Averaged over the queries that have a future (all but the last), this head would put "
                f"{mass:.0%} of its weight on characters it must not see yet.")
@@ -115,7 +116,8 @@ st.markdown(
     "softmax still contains $e^{s_{ij}}$ for future keys, so the surviving weights still depend on characters "
     "the query must not see. Masking the scores removes the future from numerator and denominator alike."
 )
-st.plotly_chart(mask_order_figure(scores, tokens[sl], offset=lo), width="stretch", theme=None, key="attn_order")
+st.plotly_chart(mask_order_figure(run.scores[layer][head], tokens[sl], offset=lo), width="stretch", theme=None,
+                key="attn_order")
 if n >= 2:
     dep = _future_dependence(model_key, tuple(prompt.ids), layer, head)
     a, b = st.columns(2)

@@ -250,6 +250,13 @@ if runs is not None:
         st.error("The fit ran off to infinite constants: these runs do not pin down a law of this form. "
                  "Runs that vary both N and D over a wider range help.", icon="⚠️")
         fit = None
+    elif min(fit.A, fit.B, fit.alpha, fit.beta) <= 0:
+        # the fit is unconstrained: flat or rising losses give exponents <= 0, for which there is no
+        # compute-optimal split (the closed form would take a root of a negative number)
+        st.error(f"The best fit has α = {fit.alpha:.3g} and β = {fit.beta:.3g}: these runs show no loss that "
+                 "falls as a power law in N and in D, so there is no law of this form to fit. Runs whose loss "
+                 "drops as models and data grow are needed.", icon="⚠️")
+        fit = None
 if fit is not None:
     resid = np.log(runs.loss) - np.log(fit.loss(runs.N, runs.D))
     names = {"A": "A", "B": "B", "alpha": "α", "beta": "β", "E": "L∞ (E)"}

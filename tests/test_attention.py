@@ -110,8 +110,10 @@ def test_other_figures(model):
     order = mask_order_figure(run.scores[0][0], tokens)
     right_sums, wrong_sums = order.data[2].x, order.data[3].x
     assert np.allclose(right_sums, 1) and wrong_sums[-1] == pytest.approx(1) and min(wrong_sums) < 1
-    mass = future_mass_figure(unmasked_softmax(run.scores[0][0]), tokens)
+    mass = future_mass_figure(future_mass(unmasked_softmax(run.scores[0][0])), tokens)
     assert mass.data[0].y[-1] == pytest.approx(0)
+    zoom = mask_order_figure(run.scores[0][0], tokens[4:], offset=4)  # a window: whole rows still count
+    assert np.allclose(zoom.data[2].x, 1) and np.allclose(zoom.data[3].x, order.data[3].x[4:])
     roles = head_roles_figure(head_roles(run, np.zeros((2, 2))))
     assert len(roles.data) == 4 and all(np.isfinite(np.array(t.z, dtype=float)).all() for t in roles.data)
 

@@ -1,5 +1,7 @@
 """AppTest of the scaling-laws page: presets, sliders, budget, famous models, and fitting uploaded runs."""
 import json
+
+import numpy as np
 from pathlib import Path
 
 import pytest
@@ -159,3 +161,16 @@ def test_a_fit_outside_the_slider_ranges_says_the_sliders_will_clip():
     at.button(key="scal_use_fit").click().run()
     assert not at.exception
     assert at.slider(key="scal_E").value == 5.0  # the slider's end
+
+
+def test_runs_with_a_flat_loss_are_refused_not_crashed():
+    # 20 runs whose loss barely moves: the unconstrained fit finds exponents <= 0 (no optimum exists)
+    rng = np.random.default_rng(0)
+    rows = ["N,D,loss"] + [f"{n:.3g},{d:.3g},{2.0 * (1 + 0.001 * rng.standard_normal()):.5f}"
+                           for n in (1e7, 3e7, 1e8, 3e8, 1e9) for d in (1e9, 3e9, 1e10, 3e10)]
+    at = open_page()
+    at.radio(key="scal_fit_source").set_value("Paste rows").run()
+    at.text_area(key="scal_paste").input("\n".join(rows)).run()
+    assert not at.exception
+    assert "fit" not in charts(at)
+    assert any("no loss that falls as a power law" in e.value or "infinite constants" in e.value for e in at.error)
