@@ -1,7 +1,12 @@
 """Transformer Explorer: the frame. Shared sidebar (model picker) and the router over pages/."""
 import streamlit as st
+import torch
 
-from pages._common import DEFAULT_MODEL, load_model, scan_models, user_models_dir
+from pages._common import DEFAULT_MODEL, PAGE_THREADS, load_model, scan_models, user_models_dir
+
+# every script run happens on a fresh thread, which starts with the process-wide default thread count;
+# a training run elsewhere may have changed that default, so each page run sets its own
+torch.set_num_threads(PAGE_THREADS)
 
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
 

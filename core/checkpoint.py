@@ -25,7 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from core.model import ModelConfig, Transformer
-from core.tokenizer import CharTokenizer
+from core.tokenizer import CharTokenizer, md_escape
 
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, LOG_FILE = "config.json", "model.safetensors", "README.md", "log.csv"
@@ -266,8 +266,14 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
 
     counts = count_parameters(config)
     t = training
+
+    def text(key, default="n/a"):
+        # card fields can come from users (an upload's file name): escape them so the card, rendered as
+        # Markdown for every session, cannot carry links, images or a broken table
+        return md_escape(str(t.get(key, default))).replace("\n", " ")
+
     lines = [
-        f"# {name}",
+        f"# {md_escape(name)}",
         "",
         "A character-level transformer trained by Transformer Explorer.",
         "",
@@ -276,22 +282,22 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
         f"| architecture | d={config.d_model}, h={config.n_heads}, L={config.n_layers}, d_ff={config.d_ff}, "
         f"n_ctx={config.n_ctx}, vocabulary m={config.vocab_size} |",
         f"| parameters | {counts['per_block']:,} per block, {counts['total']:,} in total |",
-        f"| data | {t.get('corpus', 'n/a')} ({_fmt(t.get('corpus_chars'), ',')} characters) |",
-        f"| split | {t.get('split', 'n/a')} |",
-        f"| steps | {_fmt(t.get('steps'), ',')} of batch {t.get('batch_size', 'n/a')} |",
+        f"| data | {text('corpus')} ({_fmt(t.get('corpus_chars'), ',')} characters) |",
+        f"| split | {text('split')} |",
+        f"| steps | {_fmt(t.get('steps'), ',')} of batch {text('batch_size')} |",
         f"| tokens seen | {_fmt(t.get('tokens_seen'), ',')} |",
         f"| wall time | {_fmt(t.get('wall_time_s'), '.0f')} s |",
         f"| final train loss | {_fmt(t.get('train_loss'), '.4f')} nats/char |",
         f"| final validation loss | {_fmt(t.get('val_loss'), '.4f')} nats/char |",
     ]
     if t.get("val_loss_method"):
-        lines.append(f"| validation loss measured as | {t['val_loss_method']} |")
+        lines.append(f"| validation loss measured as | {text('val_loss_method')} |")
     if t.get("source"):
-        lines.append(f"| trained with | {t['source']} |")
+        lines.append(f"| trained with | {text('source')} |")
     if t.get("stopped_early") and t.get("planned_steps"):
         lines.append(f"| stopped early | after {_fmt(t.get('steps'), ',')} of {_fmt(t['planned_steps'], ',')} planned steps |")
-    if t.get("command"):
-        lines += ["", "Reproduce with:", "", "```", t["command"], "```"]
+    if t.get("command"):  # inside a code fence Markdown is inert; only a fence in the text could end it
+        lines += ["", "Reproduce with:", "", "```", str(t["command"]).replace("`", "'"), "```"]
     return "\n".join(lines) + "\n"
 
 

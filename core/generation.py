@@ -12,7 +12,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from core.sampling import stream, temperature_softmax
-from core.tokenizer import visible
+from core.tokenizer import md_escape, visible  # noqa: F401  md_escape: pages call G.md_escape
 
 DEFAULT_TEMPERATURES = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
 MAX_TEMPERATURES = 8
@@ -94,11 +94,6 @@ def parse_temperatures(text: str, max_count: int = MAX_TEMPERATURES) -> tuple[li
         messages.append(f"At most {max_count} temperatures fit side by side; the first {max_count} (smallest) are used.")
         unique = unique[:max_count]
     return unique, messages
-
-
-def md_escape(text: str) -> str:
-    """Backslash every character Markdown could read as syntax, so quoted user text stays literal."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|$<>~&:])", r"\\\1", text)
 
 
 def format_t(t: float) -> str:

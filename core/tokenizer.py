@@ -1,6 +1,7 @@
 """Character-level tokenizer: one token per distinct character of the training corpus."""
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 
@@ -71,6 +72,11 @@ class CharTokenizer:
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+def md_escape(text: str) -> str:
+    """Backslash every character Markdown could read as syntax, so quoted user text stays literal."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|$<>~&:])", r"\\\1", text)
 
 
 _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}

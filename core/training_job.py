@@ -45,6 +45,7 @@ SAVABLE_STATES = ("paused", "stopped", "finished")
 # moment must not interleave their draws, or a seed would no longer fix the initial weights.
 _INIT_LOCK = threading.Lock()
 _WORKERS: "weakref.WeakSet[_Worker]" = weakref.WeakSet()
+_SLOTS_LOCK = threading.Lock()  # the check "fewer than MAX_RUNNING_JOBS train" and the start are one step
 
 
 def default_threads() -> int:
@@ -320,15 +321,21 @@ class TrainingJob:
     def status(self) -> JobStatus:
         return self._w.status()
 
-    def _launch(self):
-        if running_jobs() >= MAX_RUNNING_JOBS:
+    @staticmethod
+    def _check_slot():
+        # paused runs hold a slot too: resuming them must not push the server past the limit
+        if sum(1 for w in list(_WORKERS) if w.state in ACTIVE_STATES) >= MAX_RUNNING_JOBS:
             raise BusyError(f"{MAX_RUNNING_JOBS} runs are already training on this server; "
                             "wait for one to finish or stop one")
+
+    def _launch(self):
         w = self._w
-        w.stop_event.clear()
-        w.go.set()
-        w._set(state="preparing" if w.trainer is None else "running")
-        _WORKERS.add(w)
+        with _SLOTS_LOCK:
+            self._check_slot()
+            w.stop_event.clear()
+            w.go.set()
+            w._set(state="preparing" if w.trainer is None else "running")
+            _WORKERS.add(w)
         w.thread = threading.Thread(target=w.run, name="te-training", daemon=True)
         w.thread.start()
 
@@ -343,7 +350,8 @@ class TrainingJob:
             self._w.go.clear()
 
     def resume(self):
-        """Continue a paused run, or a stopped one from the step where it stopped."""
+        """Continue a paused run, or a stopped one from the step where it stopped. Raises BusyError when
+        a stopped run would exceed the server's limit of concurrent runs."""
         w = self._w
         if w.stop_event.is_set() and w.state != "stopped":
             return  # still stopping: resume once it has stopped

@@ -19,7 +19,8 @@ DEFAULT_MODEL = "shakespeare-char"
 # One torch thread per operation by default. A classroom server runs many sessions at once, and this
 # model's operations are too small for a second thread to pay off: with the cores oversubscribed, one-token
 # decoding steps ran about 40x slower with two threads than with one. TE_TORCH_THREADS overrides it.
-torch.set_num_threads(max(1, int(os.environ.get("TE_TORCH_THREADS", "1") or 1)))
+PAGE_THREADS = max(1, int(os.environ.get("TE_TORCH_THREADS", "1") or 1))
+torch.set_num_threads(PAGE_THREADS)
 
 
 def user_models_dir() -> Path:
@@ -38,6 +39,11 @@ def _stamp(path: Path) -> float:
 @st.cache_resource(show_spinner="Loading model ...", max_entries=16)
 def _load(path: str, stamp: float):
     return load_checkpoint(path)  # the returned model is in eval mode with gradients off; never mutate it
+
+
+def model_key(entry: ModelEntry) -> str:
+    """Names a model's current weights, for caches: it changes when the checkpoint is rewritten."""
+    return f"{entry.path}:{_stamp(entry.path)}"
 
 
 def load_model(entry: ModelEntry):

@@ -8,7 +8,7 @@ from core.attention_figures import (
     all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
 from core.tokenizer import visible
-from pages._common import ensure_frame, prompt_input, require_model
+from pages._common import ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -54,8 +54,8 @@ def _future_dependence(model_key: str, ids: tuple[int, ...], layer: int, head: i
     return future_dependence(model, list(ids), layer, head)
 
 
-model_key = f"{entry.path}:{entry.path.stat().st_mtime_ns}"
-run = _run(model_key, tuple(prompt.ids))
+mkey = model_key(entry)  # names the weights for the caches below
+run = _run(mkey, tuple(prompt.ids))
 tokens = [visible(ch) for ch in prompt.text]
 n = len(tokens)
 
@@ -119,7 +119,7 @@ st.markdown(
 st.plotly_chart(mask_order_figure(run.scores[layer][head], tokens[sl], offset=lo), width="stretch", theme=None,
                 key="attn_order")
 if n >= 2:
-    dep = _future_dependence(model_key, tuple(prompt.ids), layer, head)
+    dep = _future_dependence(mkey, tuple(prompt.ids), layer, head)
     a, b = st.columns(2)
     a.metric("Change in earlier rows, mask on the scores", f"{dep['mask_on_scores']:.2e}")
     b.metric("Change in earlier rows, mask after the softmax", f"{dep['mask_after_softmax']:.2e}")
@@ -132,7 +132,7 @@ st.header("What each head does")
 st.markdown("Four measurements of every head in the live model. The first three are taken on your prompt; "
             "the induction score on random character sequences repeated twice, where the only way to predict "
             "the second copy is to find the earlier occurrence and copy what came next.")
-roles = head_roles(run, _induction(model_key))
+roles = head_roles(run, _induction(mkey))
 st.plotly_chart(head_roles_figure(roles), width="stretch", key="attn_roles")
 chance = induction_chance(c.n_ctx)
 st.caption(f"For scale: a head spreading its weight evenly over the past would score about {chance:.3f} on "

@@ -7,7 +7,7 @@ import torch
 from core import generation as G
 from core.sampling import stream
 from core.tokenizer import visible
-from pages._common import ensure_frame, prompt_input, require_model
+from pages._common import ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -91,7 +91,7 @@ if mode != "greedy":
                     "which is nearly greedy.")
 
 st.html(G.legend_html())
-key = (str(entry.path), id(model), tuple(ids), n_new, seed, mode, temperature, top_k, top_p)
+key = (model_key(entry), tuple(ids), n_new, seed, mode, temperature, top_k, top_p)
 memo = st.session_state.get("gen_memo")
 box = st.empty()
 if memo and memo["key"] == key:
@@ -122,10 +122,12 @@ m3.metric("Perplexity of the generated text", f"{math.exp(-mean_lp):.2f}",
           help="exp of the mean negative log-probability (at T = 1) of the generated characters.")
 caption = (f"Prompt in grey, then {len(steps)} generated characters, shaded by the probability the model (at T = 1) "
            "gave each one; hover a character for the most likely alternatives at that step. "
-           f"Generated in {elapsed * 1000:.0f} ms with the key/value cache.")
+           f"Generated in {elapsed * 1000:.0f} ms" + (" with the key/value cache." if slid_at is None else
+                                                        f", the first {slid_at} with the key/value cache."))
 if slid_at is not None:
     caption += (f" From character {slid_at + 1} on, the text was longer than n_ctx = {c.n_ctx}: the model reads only "
-                f"the last {c.n_ctx} characters, and because positions are learned the cache is rebuilt each step.")
+                f"the last {c.n_ctx} characters, and because positions are learned, every shift of the window makes "
+                "the cached keys and values stale, so each step re-reads the whole window instead.")
 st.caption(caption)
 with st.expander("Plain text"):
     st.code(start_text + "".join(s["ch"] for s in steps), language=None, wrap_lines=True)
@@ -187,8 +189,8 @@ st.dataframe(rows, hide_index=True, width="stretch",
 
 # ------------------------------------------------------------------ continuations
 @st.cache_data(max_entries=32, show_spinner="Generating one continuation per temperature ...")
-def continuations(model_key, _model, chars: tuple, ids: tuple, temps: tuple, n: int, seed: int):
-    return G.continuations(_model, ids, temps, n, seed, chars)  # model_key stands in for the unhashed model
+def continuations(weights_key, _model, chars: tuple, ids: tuple, temps: tuple, n: int, seed: int):
+    return G.continuations(_model, ids, temps, n, seed, chars)  # weights_key stands in for the unhashed model
 
 
 st.header("Continuations, one per temperature")
@@ -199,7 +201,7 @@ st.markdown(
     "model keeps being handed characters it found unlikely."
 )
 n_cont = int(st.number_input("Characters per continuation", 10, 1000, 150, step=50, key="gen_cont_tokens"))
-runs = continuations((str(entry.path), id(model)), model, tuple(tok.chars), tuple(ids), tuple(temps), n_cont, seed)
+runs = continuations(model_key(entry), model, tuple(tok.chars), tuple(ids), tuple(temps), n_cont, seed)
 ratios = [G.distinct_n([s["id"] for s in r], 3) for r in runs]
 per_row = 3
 for r0 in range(0, len(temps), per_row):

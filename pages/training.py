@@ -251,8 +251,12 @@ def live_view(job: TrainingJob, polling: bool):
         job.pause()
         st.rerun()
     if b2.button("Resume", key="train_resume", disabled=not s.can_resume):
-        job.resume()
-        st.rerun()
+        try:
+            job.resume()
+        except BusyError as e:
+            st.error(str(e))
+        else:
+            st.rerun()
     if b3.button("Stop", key="train_stop", disabled=s.state not in ("preparing", "running", "pausing", "paused"),
                  help="End the run here; the weights trained so far are kept and can be saved."):
         job.stop(wait=None)  # the worker ends its step and its last evaluation; the polling shows when

@@ -88,3 +88,13 @@ def test_checkpoint_loading_never_leaves_the_given_folder(tmp_path):
     (path / "config.json").write_text(json.dumps(cfg))
     loaded, _ = load_checkpoint(path)  # extra keys are ignored; the weights still come from the folder
     assert torch.equal(loaded.head.weight, model.head.weight)
+
+
+def test_a_file_name_cannot_put_links_into_the_shared_model_card():
+    from core.checkpoint import model_card
+
+    card = model_card("mine", ModelConfig(vocab_size=3, n_ctx=4, d_model=4, n_heads=1, n_layers=1),
+                      {"corpus": "[Sign in again](https://evil.example) | ![](https://t.example/p.png) x.txt"})
+    data_row = next(line for line in card.splitlines() if line.startswith("| data |"))
+    assert len(re.findall(r"(?<!\\)\|", data_row)) == 3  # still two cells: every pipe of the name is escaped
+    assert not re.search(r"(?<!\\)\]\(", data_row)  # and no live link or image
