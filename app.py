@@ -2,6 +2,7 @@
 import streamlit as st
 import torch
 
+from core.checkpoint import CheckpointError
 from pages._common import DEFAULT_MODEL, PAGE_THREADS, load_model, scan_models, user_models_dir
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
@@ -31,10 +32,15 @@ with st.sidebar:
                             format_func=lambda n: n + ("" if next(e for e in good if e.name == n).shipped else " (yours)"),
                             help=f"Shipped models live in assets/models; models you train are saved in {user_models_dir()}.")
         entry = next(e for e in good if e.name == name)
-        model, tok = load_model(entry)
-        st.session_state["te_current"] = (entry, model, tok)
-        c = model.config
-        st.caption(f"d={c.d_model} · h={c.n_heads} · L={c.n_layers} · n_ctx={c.n_ctx} · m={c.vocab_size}")
+        try:
+            model, tok = load_model(entry)
+        except CheckpointError as e:  # its header was fine but its weights are not (NaN, say)
+            st.session_state["te_current"] = (None, None, None)
+            st.error(f"**{entry.name}** could not be loaded: {e}", icon="⚠️")
+        else:
+            st.session_state["te_current"] = (entry, model, tok)
+            c = model.config
+            st.caption(f"d={c.d_model} · h={c.n_heads} · L={c.n_layers} · n_ctx={c.n_ctx} · m={c.vocab_size}")
     else:
         st.session_state["te_current"] = (None, None, None)
         st.error("No model could be loaded. Check assets/models or train one on the Training page.")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from core.model import ModelConfig, Transformer
@@ -31,6 +32,7 @@ FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, LOG_FILE = "config.json", "model.safetensors", "README.md", "log.csv"
 LOG_FIELDS = ["step", "train_loss", "val_loss", "tokens_per_s"]
 MAX_WEIGHTS_BYTES = 512 * 1024 * 1024  # refuse absurd files before reading them
+FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}  # safetensors' names for the floating-point dtypes
 
 
 class CheckpointError(Exception):
@@ -88,6 +90,38 @@ def read_config(path) -> tuple[ModelConfig, CharTokenizer, dict]:
     return config, tokenizer, training
 
 
+def check_checkpoint(path) -> tuple[ModelConfig, CharTokenizer, dict]:
+    """Validate a checkpoint folder without reading its weights: the config, and the safetensors header
+    (tensor names, shapes and dtypes against a model built on the meta device, which costs no memory).
+    Returns what ``read_config`` returns; raises CheckpointError naming the file and the problem."""
+    folder = Path(path)
+    config, tokenizer, training = read_config(folder)
+    wpath = folder / WEIGHTS_FILE
+    if not wpath.is_file():
+        raise CheckpointError(wpath, "missing file (the weights)")
+    if wpath.stat().st_size > MAX_WEIGHTS_BYTES:
+        raise CheckpointError(wpath, f"file is larger than {MAX_WEIGHTS_BYTES // 2**20} MiB")
+    try:
+        with safe_open(str(wpath), framework="pt", device="cpu") as f:
+            found = {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(wpath, f"not a readable safetensors file ({e})") from None
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    if missing:
+        raise CheckpointError(wpath, f"missing tensors: {', '.join(missing[:5])}")
+    if unexpected:
+        raise CheckpointError(wpath, f"unexpected tensors: {', '.join(unexpected[:5])}")
+    for name, (shape, dtype) in found.items():
+        if shape != expected[name]:
+            raise CheckpointError(wpath, f"shape mismatch for {name}: file has {shape}, config implies {expected[name]}")
+        if dtype not in FLOAT_DTYPES:
+            raise CheckpointError(wpath, f"{name} has dtype {dtype}, expected floating point")
+    return config, tokenizer, training
+
+
 def load_checkpoint(path) -> tuple[Transformer, CharTokenizer]:
     """Load and validate a checkpoint folder. Returns (model in eval mode, tokenizer).
 
@@ -95,33 +129,16 @@ def load_checkpoint(path) -> tuple[Transformer, CharTokenizer]:
     invalid config, missing or unexpected tensors, shape mismatch, non-finite weights.
     """
     folder = Path(path)
-    config, tokenizer, _ = read_config(folder)
+    config, tokenizer, _ = check_checkpoint(folder)
     wpath = folder / WEIGHTS_FILE
-    if not wpath.is_file():
-        raise CheckpointError(wpath, "missing file (the weights)")
-    if wpath.stat().st_size > MAX_WEIGHTS_BYTES:
-        raise CheckpointError(wpath, f"file is larger than {MAX_WEIGHTS_BYTES // 2**20} MiB")
     try:
         state = load_file(str(wpath), device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(wpath, f"not a readable safetensors file ({e})") from None
-    model = Transformer(config)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing:
-        raise CheckpointError(wpath, f"missing tensors: {', '.join(missing[:5])}")
-    if unexpected:
-        raise CheckpointError(wpath, f"unexpected tensors: {', '.join(unexpected[:5])}")
     for name, tensor in state.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
-            raise CheckpointError(
-                wpath, f"shape mismatch for {name}: file has {tuple(tensor.shape)}, config implies {tuple(expected[name].shape)}"
-            )
-        if not tensor.is_floating_point():
-            raise CheckpointError(wpath, f"{name} has dtype {tensor.dtype}, expected floating point")
         if not torch.isfinite(tensor).all():
             raise CheckpointError(wpath, f"{name} holds non-finite values (NaN or infinity)")
+    model = Transformer(config)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     model.eval().requires_grad_(False)
     return model, tokenizer
@@ -310,8 +327,8 @@ class ModelEntry:
 
 
 def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
-    """Every checkpoint folder under the shipped and user folders, each checked for a loadable config.
-    A broken folder is listed with its error instead of hiding the others."""
+    """Every checkpoint folder under the shipped and user folders, each checked without reading its
+    weights (``check_checkpoint``). A broken folder is listed with its error instead of hiding the others."""
     entries = []
     for base, shipped in ((shipped_dir, True), (user_dir, False)):
         if base is None:
@@ -322,9 +339,7 @@ def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
         for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
             entry = ModelEntry(name=folder.name, path=folder, shipped=shipped)
             try:
-                read_config(folder)
-                if not (folder / WEIGHTS_FILE).is_file():
-                    raise CheckpointError(folder / WEIGHTS_FILE, "missing file (the weights)")
+                check_checkpoint(folder)  # config and weight header only: cheap enough for every rerun
             except CheckpointError as e:
                 entry.error = str(e)
             entries.append(entry)

@@ -8,7 +8,7 @@ import pandas  # noqa: F401  imported up front: Streamlit imports it lazily, and
 import streamlit as st  # first import could see a half-initialised module (seen under classroom load)
 import torch
 
-from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint
+from core.checkpoint import ModelEntry, discover_models, load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = ROOT / "assets" / "models"
@@ -52,14 +52,10 @@ def load_model(entry: ModelEntry):
 
 
 def scan_models() -> tuple[list[ModelEntry], list[ModelEntry]]:
-    """(loadable, broken): every model folder is tried, a broken one never hides the others."""
+    """(loadable, broken): every model folder is checked (config and weight header, not the weights), a
+    broken one never hides the others. Only the model picked in the sidebar is loaded."""
     good, bad = [], []
     for entry in discover_models(SHIPPED_DIR, user_models_dir()):
-        if entry.error is None:
-            try:
-                load_model(entry)
-            except CheckpointError as e:
-                entry.error = str(e)
         (bad if entry.error else good).append(entry)
     return good, bad
 

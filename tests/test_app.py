@@ -13,8 +13,13 @@ SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
 APP = str(ROOT / "app.py")
 
 
-def run_app(timeout=60, **env):
+def run_app(timeout=60, model=None):
+    """One run of app.py. AppTest resets Streamlit's page registry before every run, so with a pages/
+    folder only the first run goes through app.py (later runs execute the page alone): to test the
+    sidebar with another model selected, preset the picker's state before that first run."""
     at = AppTest.from_file(APP, default_timeout=timeout)
+    if model is not None:
+        at.session_state["te_model_name"] = model
     at.run()
     return at
 
@@ -61,8 +66,9 @@ def test_broken_user_model_is_listed_and_others_still_work(tmp_path, monkeypatch
     assert "broken" in warnings and "bad JSON" in warnings
     assert "truncated" in warnings and "safetensors" in warnings
     assert at.selectbox(key="te_model_name").options == ["shakespeare-char", "copy (yours)"]
-    at.selectbox(key="te_model_name").select("copy").run()
+    at = run_app(model="copy")
     assert not at.exception
+    assert at.session_state["te_current"][0].name == "copy"
     assert at.metric[0].value == "49,408"
 
 
@@ -76,3 +82,23 @@ def test_no_models_at_all_gives_a_message(tmp_path, monkeypatch):
     # AppTest re-imports app.py but pages._common stays imported in this process, so the patch applies
     assert not at.exception
     assert any("No model could be loaded" in e.value for e in at.error)
+
+
+def test_a_model_whose_weights_fail_only_when_loaded_shows_its_error(tmp_path, monkeypatch):
+    import math
+
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "nan-model"
+    shutil.copytree(SHIPPED, bad)
+    state = load_file(bad / "model.safetensors")
+    state["head.weight"][0, 0] = math.nan  # the header is fine; only reading the weights finds this
+    save_file(state, bad / "model.safetensors")
+    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path))
+    at = run_app()
+    assert at.selectbox(key="te_model_name").options == ["shakespeare-char", "nan-model (yours)"]
+    at = run_app(model="nan-model")
+    assert not at.exception
+    assert any("non-finite" in e.value for e in at.error)
+    assert any("No model is loaded" in i.value for i in at.info)
+    assert not at.metric  # no numbers from a model that is not there
