@@ -9,10 +9,11 @@ ensure_frame()  # run inside app.py's frame even when this page's URL is the fir
 
 st.title("Transformer Explorer")
 st.markdown(
-    "A small transformer, trained by this project on a corpus of plays, runs live in this page. "
-    "Every chart in the app is computed from that model on the text you type: the attention of each head, "
-    "the next-character distribution and how temperature bends it, the parameter count, the cost of "
-    "attention. Nothing is a canned picture."
+    "A small transformer, trained by this project on a corpus of plays, runs live in this app. "
+    "Every chart about the model is computed from it on the text you type: the attention of each head, "
+    "the next-character distribution and how temperature bends it, its parameter count, the time its "
+    "attention takes. The cost and scaling pages compute theirs from the formulas as you move the sliders. "
+    "Nothing is a canned picture."
 )
 st.markdown(
     "**How to use it.** Pick a model in the sidebar (the shipped one is selected), then a page. "

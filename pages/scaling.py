@@ -7,7 +7,9 @@ from core.scaling import (BUDGET_DEFAULTS, FAMOUS_MODELS, FLOPS_PER_PARAM_TOKEN,
                           budget_flops, famous_table, fit_scaling_law)
 from core.scaling_figures import fit_figure, human, isoflop_curves, loss_map, loss_vs_D, loss_vs_N, sci, tex_sci
 from core.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
-from pages._common import ensure_frame
+from core.checkpoint import read_config
+from core.params import count_parameters
+from pages._common import SHIPPED_DIR, DEFAULT_MODEL, ensure_frame
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -52,12 +54,15 @@ if "scal_logA" not in st.session_state:
     apply_preset()
 
 st.title("Scaling laws")
+largest = max(m.N for m in FAMOUS_MODELS)
+shipped_params = count_parameters(read_config(SHIPPED_DIR / DEFAULT_MODEL)[0])["total"]
 st.markdown(
     "Train a transformer with $N$ parameters on $D$ tokens and its final loss is, to a good approximation, a sum "
     "of three terms: one that shrinks as the model grows, one that shrinks as the data grows, and a floor that "
     "neither can lower. The constants below come from fits to hundreds of real training runs; move them and "
-    "every chart on this page follows. Nothing here needs the sidebar's model: these laws were measured on "
-    "models up to a million times larger."
+    "every chart on this page follows. Nothing here needs the sidebar's model: the models these laws speak "
+    f"of are far larger (the largest in the table below, {human(largest)} parameters, has "
+    f"{largest / shipped_params:,.0f} times the {shipped_params:,} of this app's shipped model)."
 )
 st.latex(r"L(N, D) = \underbrace{\frac{A}{N^{\alpha}}}_{\text{capacity}} + "
          r"\underbrace{\frac{B}{D^{\beta}}}_{\text{data}} + \underbrace{L_\infty}_{\text{floor}}")

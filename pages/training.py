@@ -5,6 +5,7 @@ import streamlit as st
 from core.checkpoint import checkpoint_zip, sanitise_model_name
 from core.corpus import MAX_CORPUS_BYTES, PYDOC_NAME, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path
+from core.cost import latex_sci
 from core.figures import loss_curve
 from core.model import ModelConfig
 from core.params import count_parameters
@@ -194,7 +195,7 @@ if min(settings.d_model, settings.n_layers, settings.n_ctx) >= 1 and (settings.d
                  rf"\underbrace{{n_{{ctx}} d}}_{{\text{{positions}}}} + 2d + \underbrace{{d m}}_{{\text{{output}}}} "
                  rf"= {_tex(n_params)}")
         st.latex(rf"C \approx 6\,N\,D = 6 \times {_tex(n_params)} \times {_tex(tokens)} \approx "
-                 rf"{flops / 1e12:.2f} \times 10^{{12}}\ \text{{FLOP}}")
+                 rf"{latex_sci(flops)}\ \text{{FLOP}}")
         rate, rate_source = measured_flop_rate()
         m1, m2, m3, m4 = st.columns(4)
         m1.metric("Parameters N", f"{n_params:,}")
