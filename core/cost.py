@@ -141,7 +141,7 @@ def latex_int(x: int) -> str:
     return f"{int(x):,}".replace(",", "{,}")
 
 
-def _sci_parts(x: float, digits: int) -> tuple[str, int]:
+def sci_parts(x: float, digits: int) -> tuple[str, int]:
     """(mantissa with `digits` significant digits, trailing zeros dropped; exponent) of a nonzero x."""
     exp = math.floor(math.log10(abs(x)))
     mant = round(x / 10**exp, digits - 1)
@@ -154,7 +154,7 @@ def latex_sci(x: float, digits: int = 3) -> str:
     """1.74e11 -> '1.74 \\times 10^{11}'; whole numbers below a million stay plain digits."""
     if abs(x) < 1e6 and float(x).is_integer():
         return latex_int(x)
-    mant, exp = _sci_parts(x, digits)
+    mant, exp = sci_parts(x, digits)
     return f"10^{{{exp}}}" if mant == "1" else rf"{mant} \times 10^{{{exp}}}"
 
 
@@ -165,7 +165,7 @@ def pretty_sci(x: float, digits: int = 3) -> str:
     """3.4e13 -> '3.4 × 10¹³' for plain text (metrics, captions); whole numbers below a million stay digits."""
     if abs(x) < 1e6:
         return f"{x:,.0f}" if float(x).is_integer() else f"{x:.{digits}g}"
-    mant, exp = _sci_parts(x, digits)
+    mant, exp = sci_parts(x, digits)
     return f"{mant} × 10{str(exp).translate(_SUPERSCRIPT)}"
 
 

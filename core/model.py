@@ -35,7 +35,7 @@ class ModelConfig:
         if self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
-                f"each head needs a whole width d/h (try n_heads in {_divisors(self.d_model)})"
+                f"each head needs a whole width d/h (try n_heads in {head_counts(self.d_model)})"
             )
 
     @property
@@ -46,7 +46,8 @@ class ModelConfig:
         return asdict(self)
 
 
-def _divisors(n: int) -> list[int]:
+def head_counts(n: int) -> list[int]:
+    """The numbers of heads (up to 64) that divide a width n into whole head widths."""
     return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
 
 

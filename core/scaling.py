@@ -236,8 +236,9 @@ def _distinct_best(x: torch.Tensor, f: torch.Tensor, k: int, decimals: int = 2) 
 
 @contextmanager
 def _torch_threads(n: int | None):
-    """Run torch on n intra-op threads inside the block, then restore the previous count. Under OpenMP the
-    setting belongs to the calling thread, so other sessions of the app keep theirs."""
+    """Run torch on n intra-op threads inside the block, then restore the previous count. The setting is
+    also the default for threads started meanwhile; app.py sets each page run's own count, so a page
+    run that starts during a fit is not affected."""
     prev = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)

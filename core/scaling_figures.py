@@ -7,6 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from core.cost import sci_parts
 from core.scaling import FLOPS_PER_PARAM_TOKEN, ScalingLaw, famous_table
 
 COLORS = qualitative.Plotly
@@ -27,15 +28,15 @@ def human(x: float, unit: str = "") -> str:
 
 
 def sci(x: float) -> str:
-    """5.88e23 -> '5.88e23' (short, for hover text and tables)."""
-    e = math.floor(math.log10(x))
-    return f"{x / 10**e:.3g}e{e}"
+    """5.88e23 -> '5.88e23' (short, for hover text and tables); 9.999e23 -> '1e24'."""
+    mant, e = sci_parts(x, 3)
+    return f"{mant}e{e}"
 
 
 def tex_sci(x: float) -> str:
-    """5.88e23 -> '5.88 \\times 10^{23}' for st.latex."""
-    e = math.floor(math.log10(x))
-    return rf"{x / 10**e:.2f} \times 10^{{{e}}}"
+    """5.88e23 -> '5.88 \\times 10^{23}' for st.latex (the rounding of core.cost.sci_parts)."""
+    mant, e = sci_parts(x, 3)
+    return rf"{mant} \times 10^{{{e}}}"
 
 
 def _log_grid(lo, hi, n=200):

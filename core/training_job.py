@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from core.checkpoint import save_checkpoint, user_model_folder
-from core.model import ModelConfig
+from core.cost import training_flops
+from core.model import ModelConfig, head_counts
 from core.params import count_parameters
 from core.sampling import generate
 from core.tokenizer import Prompt
@@ -111,9 +112,8 @@ def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int) -> dic
     if "steps" not in errors and s.steps > MAX_STEPS:
         errors["steps"] = f"at most {MAX_STEPS:,} steps in a live run"
     if "d_model" not in errors and "n_heads" not in errors and s.d_model % s.n_heads:
-        divisors = [k for k in range(1, min(s.d_model, 64) + 1) if s.d_model % k == 0]
         errors["n_heads"] = (f"h = {s.n_heads} does not divide d = {s.d_model}: each head needs a whole width d/h "
-                             f"(try h = {', '.join(map(str, divisors))})")
+                             f"(try h = {', '.join(map(str, head_counts(s.d_model)))})")
     if "n_ctx" not in errors and corpus_chars < min_corpus_chars(s.n_ctx):
         errors["n_ctx"] = (f"the corpus has {corpus_chars:,} characters; n_ctx = {s.n_ctx} needs at least "
                            f"{min_corpus_chars(s.n_ctx):,} (10% is held out; each part needs n_ctx + 1). "
@@ -407,7 +407,7 @@ def _observe_rate(n_params: int, tokens_per_s: float | None):
     """Runs report what they reach, so the next estimate reflects this server as it is now."""
     if tokens_per_s:
         with _RATE_LOCK:
-            _RATE["observed"] = 6 * n_params * tokens_per_s
+            _RATE["observed"] = training_flops(n_params, tokens_per_s)  # FLOP/s: 6 per parameter per token
 
 
 def measured_flop_rate() -> tuple[float, str]:
@@ -439,4 +439,4 @@ def _quick_rate():
     t0 = time.perf_counter()
     for _ in range(2):
         tr.step()
-    _RATE["quick"] = 6 * count_parameters(tr.config)["total"] * 2 * batch * s.n_ctx / (time.perf_counter() - t0)
+    _RATE["quick"] = training_flops(count_parameters(tr.config)["total"], 2 * batch * s.n_ctx) / (time.perf_counter() - t0)

@@ -5,7 +5,7 @@ import streamlit as st
 from core.checkpoint import checkpoint_zip, sanitise_model_name
 from core.corpus import MAX_CORPUS_BYTES, PYDOC_NAME, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path
-from core.cost import latex_sci
+from core.cost import latex_sci, training_flops
 from core.figures import loss_curve
 from core.model import ModelConfig
 from core.params import count_parameters
@@ -179,7 +179,7 @@ if min(settings.d_model, settings.n_layers, settings.n_ctx) >= 1 and (settings.d
     dd, ff = cfg.d_model, cfg.d_ff
     n_params = counts["total"]
     tokens = settings.tokens
-    flops = 6 * n_params * tokens
+    flops = training_flops(n_params, tokens)
     if ff == 4 * dd:
         per_block = rf"12d^2 + 4d = 12({dd})^2 + 4({dd}) = {_tex(counts['per_block'])}"
     else:

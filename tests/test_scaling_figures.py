@@ -86,3 +86,7 @@ def test_fit_figure_collapses_the_runs_onto_the_curves():
     # with noise-free runs and the true law, every collapsed point sits exactly on its curve
     np.testing.assert_allclose(pts[0].y, CHINCHILLA.plateau_in_D(runs.N))
     np.testing.assert_allclose(pts[1].y, CHINCHILLA.plateau_in_N(runs.D))
+
+
+def test_scientific_notation_rounds_up_across_a_power_of_ten():
+    assert sci(9.9996e5) == "1e6" and tex_sci(9.999e23) == r"1 \times 10^{24}"
