@@ -126,3 +126,13 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
                      "attention counted": count_module_parameters(block.attn),
                      "block counted": count_module_parameters(block)})
     return rows
+
+
+def per_block_latex(config: ModelConfig) -> str:
+    """The per-block count as the lecture writes it, with this config's numbers: 12d^2 + 4d when
+    d_ff = 4d, the general 4d^2 + 2 d d_ff + 4d otherwise. LaTeX, thousands separators unspaced."""
+    d, ff, n = config.d_model, config.d_ff, count_parameters(config)["per_block"]
+    total = f"{n:,}".replace(",", "{,}")
+    if ff == 4 * d:
+        return rf"12d^2 + 4d = 12({d})^2 + 4({d}) = {total}"
+    return rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({d})^2 + 2({d})({ff}) + 4({d}) = {total}"

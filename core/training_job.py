@@ -410,9 +410,10 @@ def _observe_rate(n_params: int, tokens_per_s: float | None):
             _RATE["observed"] = training_flops(n_params, tokens_per_s)  # FLOP/s: 6 per parameter per token
 
 
-def measured_flop_rate() -> tuple[float, str]:
+def measured_flop_rate() -> tuple[float | None, str]:
     """(FLOP/s, how it was measured) for training on this server, counting 6·N FLOP per token: the rate the
-    latest run reached, else a quick measurement (a few steps of the lecture's model, once per process)."""
+    latest run reached, else a quick measurement (a few steps of the lecture's model, once per process).
+    (None, the reason) if the quick measurement failed."""
     with _RATE_LOCK:
         if "observed" in _RATE:
             return _RATE["observed"], "the latest training run on this server"
@@ -421,6 +422,8 @@ def measured_flop_rate() -> tuple[float, str]:
             worker = threading.Thread(target=_quick_rate, name="te-rate")
             worker.start()
             worker.join()
+        if "quick" not in _RATE:
+            return None, "the quick test of the lecture's model failed on this server"
         return _RATE["quick"], "a quick test of the lecture's model on this server"
 
 

@@ -2,7 +2,7 @@ import streamlit as st
 
 from core.checkpoint import read_card, read_log
 from core.figures import loss_curve
-from core.params import count_parameters, parameter_table
+from core.params import count_parameters, parameter_table, per_block_latex
 from pages._common import current, ensure_frame
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -60,12 +60,9 @@ st.markdown(
     "The formula counts each weight matrix from the configuration; the last column counts the tensors of the "
     "model that is actually loaded. A check mark means the two agree."
 )
-if c.d_ff == 4 * d:
-    formula = (rf"\underbrace{{4d^2}}_{{\text{{attention}}}} + \underbrace{{8d^2}}_{{\text{{MLP}}}} + "
-               rf"\underbrace{{4d}}_{{\text{{norms}}}} = 12d^2 + 4d = 12({d})^2 + 4({d}) = {counts['per_block']:,}")
-else:
-    formula = rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({d})^2 + 2({d})({c.d_ff}) + 4({d}) = {counts['per_block']:,}"
-st.latex(formula.replace(",", "{,}"))
+groups = (r"\underbrace{4d^2}_{\text{attention}} + \underbrace{8d^2}_{\text{MLP}} + "
+          r"\underbrace{4d}_{\text{norms}} = ") if c.d_ff == 4 * d else ""
+st.latex(groups + per_block_latex(c))
 st.caption("Per block. The number of heads appears nowhere: heads split the width, they do not add weights.")
 m1, m2, m3 = st.columns(3)
 m1.metric("Parameters per block", f"{counts['per_block']:,}")

@@ -5,26 +5,16 @@ import streamlit as st
 from core.checkpoint import checkpoint_zip, sanitise_model_name
 from core.corpus import MAX_CORPUS_BYTES, PYDOC_NAME, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path
-from core.cost import latex_sci, training_flops
+from core.cost import latex_int, latex_sci, pretty_sci, training_flops
 from core.figures import loss_curve
 from core.model import ModelConfig
-from core.params import count_parameters
+from core.params import count_parameters, per_block_latex
 from core.tokenizer import visible
 from core.training_job import MAX_STEPS, SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, JobSettings, TrainingJob, \
     measured_flop_rate, validate_settings
 from pages._common import SHIPPED_DIR, ensure_frame, user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
-
-
-def _sci(x: float) -> str:
-    """5.67 × 10¹² for a metric, where LaTeX is not available."""
-    mantissa, exponent = f"{x:.2e}".split("e")
-    return f"{mantissa} × 10" + str(int(exponent)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
-
-
-def _tex(n: int) -> str:
-    return f"{n:,}".replace(",", "{,}")  # thousands separators that LaTeX does not space out
 
 
 def _fmt_time(seconds):
@@ -176,15 +166,10 @@ if min(settings.d_model, settings.n_layers, settings.n_ctx) >= 1 and (settings.d
     cfg = ModelConfig(vocab_size=vocab, n_ctx=settings.n_ctx, d_model=settings.d_model, n_heads=1,
                       n_layers=settings.n_layers, d_ff=settings.d_ff)
     counts = count_parameters(cfg)
-    dd, ff = cfg.d_model, cfg.d_ff
     n_params = counts["total"]
     tokens = settings.tokens
     flops = training_flops(n_params, tokens)
-    if ff == 4 * dd:
-        per_block = rf"12d^2 + 4d = 12({dd})^2 + 4({dd}) = {_tex(counts['per_block'])}"
-    else:
-        per_block = rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({dd})^2 + 2({dd})({ff}) + 4({dd}) = {_tex(counts['per_block'])}"
-    st.latex(r"\text{per block: } " + per_block)
+    st.latex(r"\text{per block: } " + per_block_latex(cfg))
     if info is None:
         st.caption("Choose a corpus to see the whole count and the cost: the embedding and the output layer "
                    "depend on its vocabulary m.")
@@ -193,19 +178,22 @@ if min(settings.d_model, settings.n_layers, settings.n_ctx) >= 1 and (settings.d
     else:
         st.latex(rf"N = L \cdot \text{{block}} + \underbrace{{m d}}_{{\text{{embedding}}}} + "
                  rf"\underbrace{{n_{{ctx}} d}}_{{\text{{positions}}}} + 2d + \underbrace{{d m}}_{{\text{{output}}}} "
-                 rf"= {_tex(n_params)}")
-        st.latex(rf"C \approx 6\,N\,D = 6 \times {_tex(n_params)} \times {_tex(tokens)} \approx "
+                 rf"= {latex_int(n_params)}")
+        st.latex(rf"C \approx 6\,N\,D = 6 \times {latex_int(n_params)} \times {latex_int(tokens)} \approx "
                  rf"{latex_sci(flops)}\ \text{{FLOP}}")
         rate, rate_source = measured_flop_rate()
         m1, m2, m3, m4 = st.columns(4)
         m1.metric("Parameters N", f"{n_params:,}")
         m2.metric("Training tokens D", f"{tokens:,}", help="steps × batch size × n_ctx")
-        m3.metric("Compute 6ND (FLOP)", _sci(flops))
-        seconds = flops / rate
-        m4.metric("Estimated time", f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min",
-                  help=f"6ND divided by {rate / 1e9:,.1f} GFLOP/s, measured by {rate_source}. A rough guide: "
-                       "small models pay overheads the formula ignores, and other people's runs share the same "
-                       "processor.")
+        m3.metric("Compute 6ND (FLOP)", pretty_sci(flops))
+        if rate:
+            seconds = flops / rate
+            m4.metric("Estimated time", f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min",
+                      help=f"6ND divided by {rate / 1e9:,.1f} GFLOP/s, measured by {rate_source}. A rough guide: "
+                           "small models pay overheads the formula ignores, and other people's runs share the same "
+                           "processor.")
+        else:
+            m4.metric("Estimated time", "–", help=f"No speed measurement is available: {rate_source}.")
         st.caption(f"D/N = {tokens / n_params:,.1f} tokens per parameter; the run reads the training 90% of the "
                    f"corpus about {tokens / (0.9 * info.chars):,.1f} times over. The count has no h in it: "
                    "heads split the width, they add no weights.")

@@ -44,3 +44,10 @@ def test_gpt3_on_meta_device():
     with torch.device("meta"):
         model = Transformer(cfg)
     assert count_module_parameters(model) == count_parameters(cfg)["total"]
+
+
+def test_per_block_latex_states_the_lecture_number():
+    from core.params import per_block_latex
+
+    assert per_block_latex(ModelConfig(d_model=64)) == r"12d^2 + 4d = 12(64)^2 + 4(64) = 49{,}408"
+    assert per_block_latex(ModelConfig(d_model=8, n_heads=2, d_ff=10)).endswith("= 4(8)^2 + 2(8)(10) + 4(8) = 448")
