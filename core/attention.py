@@ -73,6 +73,34 @@ def future_mass(weights: np.ndarray) -> np.ndarray:
     return np.where(future_mask(n), weights, 0.0).sum(-1)
 
 
+@dataclass
+class HeadWindow:
+    """One head of a run, cut to the window of positions lo..hi that a page shows. Every softmax is taken
+    over the query's whole row first and only then cut, so a zoomed view shows the model's real weights."""
+    lo: int
+    hi: int
+    scores: np.ndarray        # (w, w) scores before the mask
+    pattern: np.ndarray       # (w, w) weights after the masked softmax (whole rows, then cut)
+    unmasked: np.ndarray      # (w, w) softmax without the mask (whole rows, then cut)
+    future_mass: np.ndarray   # (w,) weight the unmasked softmax puts on keys j > i, over whole rows
+    mean_future_mass: float   # the same averaged over every query of the prompt that has a future
+
+
+def head_window(run: AttentionRun, layer: int, head: int, lo: int = 0, hi: int | None = None) -> HeadWindow:
+    """The matrices of one head for positions lo..hi (inclusive) of the prompt."""
+    n = len(run.ids)
+    hi = n - 1 if hi is None else hi
+    if not 0 <= lo <= hi < n:
+        raise ValueError(f"window {lo}..{hi} is outside the prompt's {n} positions")
+    win = slice(lo, hi + 1)
+    scores = run.scores[layer][head]
+    cheat = unmasked_softmax(scores)            # (n, n): whole rows
+    mass = future_mass(cheat)                   # (n,)
+    return HeadWindow(lo=lo, hi=hi, scores=scores[win, win], pattern=run.pattern[layer][head][win, win],
+                      unmasked=cheat[win, win], future_mass=mass[win],
+                      mean_future_mass=float(mass[:-1].mean()) if n > 1 else 0.0)
+
+
 @torch.no_grad()
 def future_dependence(model, ids: list[int], layer: int, head: int, replacement: int | None = None) -> dict:
     """Change the last token and measure how much the weights of all earlier query rows move, for the

@@ -53,13 +53,18 @@ HOVER = ("query i=%{customdata[0]}<br>key j=%{customdata[1]}<br>score s_ij = %{c
 
 
 def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offset: int = 0,
-                show_unmasked: bool = False, title: str = "") -> go.Figure:
+                unmasked: np.ndarray | None = None, title: str = "") -> go.Figure:
     """The lecture's plot for one head: scores before the mask, the causal mask, the masked softmax,
-    and optionally the softmax without any mask. ``scores`` and ``pattern`` are (n, n) for the tokens
-    shown; ``offset`` is the position of the first of them in the prompt."""
+    and optionally (``unmasked``) the softmax without any mask. All matrices are (n, n) for the tokens
+    shown; ``offset`` is the position of the first of them in the prompt. Every softmax must be taken
+    over whole rows before the window is cut out (``unmasked_softmax(all_scores)[win, win]``): a softmax
+    over the window's columns alone would show weights the model never computes."""
     n = len(tokens)
     if scores.shape != (n, n) or pattern.shape != (n, n):
         raise ValueError(f"expected ({n}, {n}) matrices for {n} tokens, got {scores.shape} and {pattern.shape}")
+    if unmasked is not None and unmasked.shape != (n, n):
+        raise ValueError(f"expected a ({n}, {n}) unmasked softmax for {n} tokens, got {unmasked.shape}")
+    show_unmasked = unmasked is not None
     future = future_mask(n)
     weights = np.where(future, np.nan, pattern)  # masked cells carry no value: the grey shows through
     titles = ["scores s_ij before the mask", "causal mask", "weights a_ij after the masked softmax"]
@@ -93,12 +98,9 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     fig.add_trace(go.Heatmap(z=weights, colorscale="Blues", zmin=0, zmax=1, customdata=hover, hovertemplate=HOVER,
                              colorbar=colorbar(3, "weight (grey = masked, exactly 0)")), 1, 3)
     if show_unmasked:
-        from core.attention import unmasked_softmax
-
-        cheat = unmasked_softmax(scores)
         cd = hover.copy()
-        cd[:, :, 3] = np.round(cheat, 4).astype(str)
-        fig.add_trace(go.Heatmap(z=cheat, colorscale="Oranges", zmin=0, zmax=1, customdata=cd, hovertemplate=HOVER,
+        cd[:, :, 3] = np.round(unmasked, 4).astype(str)
+        fig.add_trace(go.Heatmap(z=unmasked, colorscale="Oranges", zmin=0, zmax=1, customdata=cd, hovertemplate=HOVER,
                                  colorbar=colorbar(4, "weight if the future were visible")), 1, 4)
     ticks = axis_ticks(tokens, offset)
     path = _staircase(n)

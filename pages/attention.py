@@ -1,8 +1,7 @@
 import streamlit as st
 
 from core.attention import (
-    future_dependence, future_mass, head_roles, induction_chance, induction_scores, run_attention,
-    unmasked_softmax,
+    future_dependence, head_roles, head_window, induction_chance, induction_scores, run_attention,
 )
 from core.attention_figures import (
     all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
@@ -72,26 +71,22 @@ with pick[2]:
 show_unmasked = st.toggle("Also show the softmax without the mask (what the mask prevents)", key="attn_unmasked")
 
 sl = slice(lo, hi + 1)
-scores = run.scores[layer][head][sl, sl]
-pattern = run.pattern[layer][head][sl, sl]
+view = head_window(run, layer, head, lo, hi)
 if lo > 0:
     # keys before the window also receive weight; the window is renormalised only in the viewer's mind
     st.caption(f"Showing positions {lo} to {hi}. Keys before position {lo} are outside the window, so the "
                "rows shown here may sum to less than 1.")
 st.plotly_chart(
-    head_panels(scores, pattern, tokens[sl], offset=lo, show_unmasked=show_unmasked,
+    head_panels(view.scores, view.pattern, tokens[sl], offset=lo, unmasked=view.unmasked if show_unmasked else None,
                 title=f"Layer {layer + 1}, head {head + 1}: rows are queries i (top to bottom), columns keys j"),
     width="stretch", theme=None, key="attn_panels")
 st.caption("Left: raw scores for every pair, future included (red positive, blue negative). Middle: the mask, "
            "dark where the score is replaced by −∞. Right: the weights; grey cells were masked and hold exactly 0, "
            "which is not the same as a pale, merely small weight. The red staircase marks the diagonal j = i.")
 if show_unmasked:
-    full_cheat = unmasked_softmax(run.scores[layer][head])
-    st.plotly_chart(future_mass_figure(future_mass(full_cheat)[sl], tokens[sl], offset=lo), width="stretch",
-                    key="attn_future")
-    mass = future_mass(full_cheat)[:-1].mean() if n > 1 else 0.0
+    st.plotly_chart(future_mass_figure(view.future_mass, tokens[sl], offset=lo), width="stretch", key="attn_future")
     st.caption(f"Averaged over the queries that have a future (all but the last), this head would put "
-               f"{mass:.0%} of its weight on characters it must not see yet.")
+               f"{view.mean_future_mass:.0%} of its weight on characters it must not see yet.")
 
 st.header("All heads at a glance")
 st.markdown("The same prompt through every head of every layer. Each head has learned its own idea of which "

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from core.attention import (
+    head_window,
     future_dependence, future_mask, future_mass, head_roles, induction_chance, induction_score, induction_scores,
     mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy, run_attention,
     unmasked_softmax,
@@ -83,7 +84,7 @@ def test_induction_scores_and_roles_shapes(model):
 def test_head_panels_figure_data(model):
     run = run_attention(model, list(range(7)))
     tokens = list("abc␣def")
-    fig = head_panels(run.scores[0][1], run.pattern[0][1], tokens, show_unmasked=True)
+    fig = head_panels(run.scores[0][1], run.pattern[0][1], tokens, unmasked=unmasked_softmax(run.scores[0][1]))
     scores, mask, weights, cheat = fig.data
     assert np.allclose(np.array(scores.z), run.scores[0][1])  # unmasked scores, future included
     assert not np.isnan(np.array(scores.z, dtype=float)).any()
@@ -125,3 +126,20 @@ def test_long_window_ticks_are_thinned(model):
     from core.attention_figures import axis_ticks
     t = axis_ticks(["y"] * 128)
     assert len(t["tickvals"]) <= 48 and t["ticktext"][1].startswith("y ")
+
+
+def test_head_window_cuts_whole_row_softmaxes(model):
+    ids = [i % 13 for i in range(30)]
+    run = run_attention(model, ids)
+    view = head_window(run, 1, 0, 5, 20)
+    with torch.no_grad():
+        s = model(torch.tensor([ids]), return_attn=True).attn[1].scores[0, 0].double()
+    future = torch.ones(30, 30, dtype=torch.bool).triu(1)
+    whole = torch.softmax(s, -1)
+    assert view.unmasked.shape == (16, 16) and view.future_mass.shape == (16,)
+    assert np.allclose(view.unmasked, whole[5:21, 5:21].numpy(), atol=1e-6)
+    assert np.allclose(view.pattern, torch.softmax(s.masked_fill(future, -torch.inf), -1)[5:21, 5:21].numpy(), atol=1e-6)
+    assert np.allclose(view.future_mass, (whole * future).sum(-1)[5:21].numpy(), atol=1e-6)
+    assert view.mean_future_mass == pytest.approx(float((whole * future).sum(-1)[:-1].mean()), abs=1e-6)
+    with pytest.raises(ValueError):
+        head_window(run, 0, 0, 20, 30)
