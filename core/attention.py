@@ -10,6 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.model import future_mask as model_future_mask
+from core.sampling import entropy, temperature_softmax
+
 
 @dataclass
 class AttentionRun:
@@ -40,14 +43,13 @@ def run_attention(model, ids: list[int]) -> AttentionRun:
 
 
 def future_mask(n: int) -> np.ndarray:
-    """(n, n) booleans, True where key j is in the future of query i (j > i)."""
-    return np.triu(np.ones((n, n), dtype=bool), k=1)
+    """(n, n) booleans, True where key j is in the future of query i (j > i): the model's own mask."""
+    return model_future_mask(n).numpy()
 
 
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    x = x - np.max(x, axis=axis, keepdims=True)  # the max trick; rows of -inf only occur nowhere here
-    e = np.exp(x)
-    return e / e.sum(axis=axis, keepdims=True)
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, rows of -inf entries included: the sampler's own (T = 1)."""
+    return temperature_softmax(torch.from_numpy(np.asarray(x, dtype=np.float64)), 1.0).numpy()
 
 
 def masked_softmax(scores: np.ndarray) -> np.ndarray:
@@ -131,8 +133,7 @@ ROLE_INFO = {
 
 def row_entropy(pattern: np.ndarray) -> np.ndarray:
     """Entropy in nats of each row: (..., n, n) -> (..., n). 0 log 0 is taken as 0."""
-    p = np.clip(pattern, 1e-30, 1.0)
-    return -(np.where(pattern > 0, pattern * np.log(p), 0.0)).sum(-1)
+    return entropy(pattern)
 
 
 def previous_token_score(pattern: np.ndarray) -> np.ndarray:

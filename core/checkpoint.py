@@ -25,8 +25,9 @@ from safetensors import SafetensorError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from core.fmt import md_escape
 from core.model import ModelConfig, Transformer
-from core.tokenizer import CharTokenizer, md_escape
+from core.tokenizer import CharTokenizer
 
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, LOG_FILE = "config.json", "model.safetensors", "README.md", "log.csv"

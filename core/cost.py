@@ -16,22 +16,22 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.model import ModelConfig
+from core.model import LECTURE, ModelConfig, PRESETS as MODEL_PRESETS
 from core.params import count_parameters
+from core.threads import torch_threads
 
 # ---------------------------------------------------------------------------------------------- presets
 
-# Published shapes. GPT-2 and GPT-3 share the 50,257-token BPE vocabulary.
-_GPT2 = dict(vocab_size=50257, n_ctx=1024)
-PRESETS = {
-    # the lecture fixes d, h, d_ff and L; m and n_ctx are those of our character-level corpus
-    "lecture demo (d=64, h=4, L=2)": dict(vocab_size=65, n_ctx=128, d_model=64, n_heads=4, n_layers=2, d_ff=256),
-    "GPT-2 small": dict(**_GPT2, d_model=768, n_heads=12, n_layers=12),
-    "GPT-2 medium": dict(**_GPT2, d_model=1024, n_heads=16, n_layers=24),
-    "GPT-2 large": dict(**_GPT2, d_model=1280, n_heads=20, n_layers=36),
-    "GPT-2 XL": dict(**_GPT2, d_model=1600, n_heads=25, n_layers=48),
-    "GPT-3 175B": dict(vocab_size=50257, n_ctx=2048, d_model=12288, n_heads=96, n_layers=96),
-}
+def preset_label(name: str) -> str:
+    """How the cost page names a preset of ``core.model.PRESETS``."""
+    if name == "lecture":
+        c = LECTURE
+        return f"lecture demo (d={c.d_model}, h={c.n_heads}, L={c.n_layers})"
+    return name
+
+
+# label -> shape, from the one table beside ModelConfig
+PRESETS = {preset_label(name): config.to_dict() for name, config in MODEL_PRESETS.items()}
 GPT3 = "GPT-3 175B"
 GPT3_TRAINING_TOKENS = 300_000_000_000  # the GPT-3 paper trains every model size on 300 billion tokens
 LECTURE_LONG_CONTEXT = 100_000  # the lecture's "modern context window"
@@ -129,54 +129,18 @@ def attention_memory(n: int, d: int, h: int, L: int, dtype_name: str = "float32"
             "stream": stream, "stream_bytes": stream * size, "bytes_per_value": size}
 
 
-def human_bytes(b: float) -> str:
-    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB"):
-        if b < 1000 or unit == "PB":
-            return f"{b:,.0f} {unit}" if unit == "bytes" else f"{b:,.1f} {unit}"
-        b /= 1000
-
-
-def latex_int(x: int) -> str:
-    """49408 -> '49{,}408': a thousands comma that LaTeX does not space like a list comma."""
-    return f"{int(x):,}".replace(",", "{,}")
-
-
-def sci_parts(x: float, digits: int) -> tuple[str, int]:
-    """(mantissa with `digits` significant digits, trailing zeros dropped; exponent) of a nonzero x."""
-    exp = math.floor(math.log10(abs(x)))
-    mant = round(x / 10**exp, digits - 1)
-    if abs(mant) >= 10:  # 9.999 rounded up to 10.0
-        mant, exp = mant / 10, exp + 1
-    return f"{mant:.{digits - 1}f}".rstrip("0").rstrip("."), exp
-
-
-def latex_sci(x: float, digits: int = 3) -> str:
-    """1.74e11 -> '1.74 \\times 10^{11}'; whole numbers below a million stay plain digits."""
-    if abs(x) < 1e6 and float(x).is_integer():
-        return latex_int(x)
-    mant, exp = sci_parts(x, digits)
-    return f"10^{{{exp}}}" if mant == "1" else rf"{mant} \times 10^{{{exp}}}"
-
-
-_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-def pretty_sci(x: float, digits: int = 3) -> str:
-    """3.4e13 -> '3.4 × 10¹³' for plain text (metrics, captions); whole numbers below a million stay digits."""
-    if abs(x) < 1e6:
-        return f"{x:,.0f}" if float(x).is_integer() else f"{x:.{digits}g}"
-    mant, exp = sci_parts(x, digits)
-    return f"{mant} × 10{str(exp).translate(_SUPERSCRIPT)}"
-
-
 # ------------------------------------------------------------------------------------ 6ND and 2N
+
+FLOPS_PER_PARAM_TOKEN = 6  # training: 2 forward (a multiply and an add), 4 backward
+
 
 def training_flops(N: float, D: float) -> float:
     """About 6 FLOPs per parameter per token: 2 forward (a multiply and an add), 4 backward."""
-    return 6 * N * D
+    return FLOPS_PER_PARAM_TOKEN * N * D
 
 
 def inference_flops_per_token(N: float) -> float:
+    """About 2 FLOPs per parameter: the forward pass alone."""
     return 2 * N
 
 
@@ -245,31 +209,25 @@ def time_sublayers(attn, mlp, d: int, n_start: int = 32, n_max: int = 8192, repe
     because on a busy machine every parallel region waits for a descheduled helper thread.
     """
     gen = torch.Generator().manual_seed(seed)
-    previous = torch.get_num_threads()
-    used = previous if threads is None else threads
     start = time.perf_counter()
-    torch.set_num_threads(used)
-    try:
-        with torch.inference_mode():
-            attn(torch.randn(1, n_start, d, generator=gen))  # first calls pay one-off allocation costs
-            ns, ta, tm, n = [], [], [], n_start
-            while n <= n_max:
+    with torch_threads(threads) as used, torch.inference_mode():
+        attn(torch.randn(1, n_start, d, generator=gen))  # first calls pay one-off allocation costs
+        ns, ta, tm, n = [], [], [], n_start
+        while n <= n_max:
+            x = torch.randn(1, n, d, generator=gen)
+            ns.append(n)
+            ta.append(_best_time(attn, x, repeats))
+            tm.append(_best_time(mlp, x, repeats))
+            if ta[-1] > slow_call_s or time.perf_counter() - start > budget_s / 2:
+                break
+            n *= 2
+        for _ in range(rounds - 1):
+            if time.perf_counter() - start > budget_s:
+                break
+            for i, n in enumerate(ns):
                 x = torch.randn(1, n, d, generator=gen)
-                ns.append(n)
-                ta.append(_best_time(attn, x, repeats))
-                tm.append(_best_time(mlp, x, repeats))
-                if ta[-1] > slow_call_s or time.perf_counter() - start > budget_s / 2:
-                    break
-                n *= 2
-            for _ in range(rounds - 1):
-                if time.perf_counter() - start > budget_s:
-                    break
-                for i, n in enumerate(ns):
-                    x = torch.randn(1, n, d, generator=gen)
-                    ta[i] = min(ta[i], _best_time(attn, x, repeats))
-                    tm[i] = min(tm[i], _best_time(mlp, x, repeats))
-    finally:
-        torch.set_num_threads(previous)
+                ta[i] = min(ta[i], _best_time(attn, x, repeats))
+                tm[i] = min(tm[i], _best_time(mlp, x, repeats))
     if len(ns) < 2:
         raise ValueError(f"only {len(ns)} length measured; raise n_max or the budget")
     k = max(2, (len(ns) + 1) // 2)  # the upper half, at least two points

@@ -14,8 +14,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
+    """A model's shape. The defaults are the lecture's class-demo model (see PRESETS below); m and n_ctx
+    are those of our character-level corpus. Frozen: a config is shared by caches and never changes."""
     vocab_size: int = 65   # m, the number of distinct tokens (characters here)
     n_ctx: int = 128       # longest sequence the position table covers
     d_model: int = 64      # d, width of the residual stream
@@ -24,19 +26,11 @@ class ModelConfig:
     d_ff: int | None = None  # hidden width of the MLP; None means the conventional 4d
 
     def __post_init__(self):
+        problems = config_problems(asdict(self))
+        if problems:
+            raise ValueError("; ".join(problems.values()))
         if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
-        for name in ("vocab_size", "n_ctx", "d_model", "n_heads", "n_layers", "d_ff"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be a whole number, got {value!r}")
-            if value < 1:
-                raise ValueError(f"{name} must be at least 1, got {value}")
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
-                f"each head needs a whole width d/h (try n_heads in {head_counts(self.d_model)})"
-            )
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
 
     @property
     def d_head(self) -> int:
@@ -46,9 +40,48 @@ class ModelConfig:
         return asdict(self)
 
 
-def head_counts(n: int) -> list[int]:
-    """The numbers of heads (up to 64) that divide a width n into whole head widths."""
-    return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
+SHAPE_FIELDS = ("vocab_size", "n_ctx", "d_model", "n_heads", "n_layers", "d_ff")
+
+
+def config_problems(values: dict) -> dict[str, str]:
+    """Field name -> what is wrong with it, for a would-be ModelConfig; empty when it can be built. The one
+    validation of a model's shape: ModelConfig raises with these messages, the training form shows them
+    beside its fields."""
+    problems: dict[str, str] = {}
+    for name in SHAPE_FIELDS:
+        value = values.get(name)
+        if name == "d_ff" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems[name] = f"{name} must be a whole number, got {value!r}"
+        elif value < 1:
+            problems[name] = f"{name} must be at least 1, got {value}"
+    if "d_model" not in problems and "n_heads" not in problems and values["d_model"] % values["n_heads"]:
+        d, h = values["d_model"], values["n_heads"]
+        problems["n_heads"] = (f"d_model={d} is not divisible by n_heads={h}: each head needs a whole width d/h "
+                               f"(try n_heads in {head_counts(d)})")
+    return problems
+
+
+def head_counts(n: int, limit: int | None = 64) -> list[int]:
+    """The numbers of heads (up to ``limit``; None: all) that divide a width n into whole head widths."""
+    top = n if limit is None else min(n, limit)
+    return [k for k in range(1, top + 1) if n % k == 0]
+
+
+# The one table of named shapes: the lecture's model and published ones. The training form, the command
+# line, the cost page and the benchmarks take their shapes from here. GPT-2 and GPT-3 share the
+# 50,257-token BPE vocabulary; their biases and tied output map are not part of this architecture.
+_GPT2 = dict(vocab_size=50257, n_ctx=1024)
+PRESETS: dict[str, ModelConfig] = {
+    "lecture": ModelConfig(),
+    "GPT-2 small": ModelConfig(**_GPT2, d_model=768, n_heads=12, n_layers=12),
+    "GPT-2 medium": ModelConfig(**_GPT2, d_model=1024, n_heads=16, n_layers=24),
+    "GPT-2 large": ModelConfig(**_GPT2, d_model=1280, n_heads=20, n_layers=36),
+    "GPT-2 XL": ModelConfig(**_GPT2, d_model=1600, n_heads=25, n_layers=48),
+    "GPT-3 175B": ModelConfig(vocab_size=50257, n_ctx=2048, d_model=12288, n_heads=96, n_layers=96),
+}
+LECTURE = PRESETS["lecture"]
 
 
 @dataclass
@@ -88,7 +121,7 @@ class KVCache:
         return self.k[layer, :, :, :self.length], self.v[layer, :, :, :self.length]
 
 
-def causal_mask(n: int, n_k: int | None = None, device=None) -> torch.Tensor:
+def future_mask(n: int, n_k: int | None = None, device=None) -> torch.Tensor:
     """Boolean (n, n_k) matrix, True where key j lies in the future of query i. With a cached prefix
     (n_k > n) the n queries are the last n positions, so query i sits at position n_k - n + i."""
     n_k = n if n_k is None else n_k
@@ -118,7 +151,7 @@ class MultiHeadAttention(nn.Module):
         record = None
         if return_attn:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, n, d/h) x (B, h, d/h, n_k) -> (B, h, n, n_k)
-            future = causal_mask(n, n_k, device=x.device)  # query i may see keys j <= i only
+            future = future_mask(n, n_k, device=x.device)  # query i may see keys j <= i only
             pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
             y = pattern @ v  # (B, h, n, n_k) x (B, h, n_k, d/h) -> (B, h, n, d/h)
             record = AttentionRecord(scores=scores, pattern=pattern)
@@ -129,7 +162,7 @@ class MultiHeadAttention(nn.Module):
             # fused fast path: same math, the (n, n) matrix is never materialised
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~causal_mask(n, n_k, device=x.device))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future_mask(n, n_k, device=x.device))
         y = y.transpose(1, 2).contiguous().view(B, n, d)  # concatenate heads: (B, h, n, d/h) -> (B, n, d)
         return self.out(y), record
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from core.model import ModelConfig, Transformer
+from core.model import ModelConfig, Transformer, head_counts
 
 
 def count_parameters(config: ModelConfig) -> dict[str, int]:
@@ -115,7 +115,7 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
     """One block's attention count for several head counts h dividing d, by formula and counted in a
     one-block model on the meta device: the numbers never change, because heads split the width."""
     d = config.d_model
-    divisors = [h for h in range(1, d + 1) if d % h == 0]
+    divisors = head_counts(d, limit=None)
     step = max(1, len(divisors) // max_rows)
     chosen = sorted(set(divisors[::step][:max_rows - 1] + [config.n_heads]))
     rows = []

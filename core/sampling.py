@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import torch
 
 
@@ -51,6 +52,14 @@ def temperature_softmax(logits: torch.Tensor, temperature: float) -> torch.Tenso
     return torch.where(ok, p, limit0)
 
 
+def entropy(p) -> np.ndarray | float:
+    """H(p) = -sum_i p_i log p_i in nats over the last axis, with 0 log 0 = 0: a float for one
+    distribution (m,), an array for a stack of them (..., m)."""
+    p = np.asarray(p, dtype=np.float64)
+    h = -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1)
+    return float(h) if h.ndim == 0 else h
+
+
 def top_k_filter(logits: torch.Tensor, k: int | None) -> torch.Tensor:
     """Logits with every entry below the k-th largest set to -inf (a new tensor).
 
@@ -67,6 +76,9 @@ def top_k_filter(logits: torch.Tensor, k: int | None) -> torch.Tensor:
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
+TOP_P_TOLERANCE = 1e-6
+
+
 def top_p_filter(logits: torch.Tensor, p: float | None) -> torch.Tensor:
     """Nucleus filter: keep the most probable tokens whose probabilities (softmax of ``logits``) first
     reach a total of at least p; the rest get -inf. The most probable token is always kept, so p -> 0
@@ -81,7 +93,8 @@ def top_p_filter(logits: torch.Tensor, p: float | None) -> torch.Tensor:
     probs = temperature_softmax(logits, 1.0)
     sorted_p, order = torch.sort(probs, dim=-1, descending=True)
     before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass of the strictly more probable tokens
-    drop_sorted = before >= p
+    # a set within float32 rounding of p has reached p (0.5 can come out of a softmax as 0.49999997)
+    drop_sorted = before >= p - TOP_P_TOLERANCE
     drop_sorted[..., 0] = False  # never empty
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to vocabulary order
     return logits.masked_fill(drop, float("-inf"))

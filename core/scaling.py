@@ -8,13 +8,13 @@ as one batch in torch float64.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-FLOPS_PER_PARAM_TOKEN = 6  # two FLOPs per parameter per token forward, four backward
+from core.cost import FLOPS_PER_PARAM_TOKEN
+from core.threads import torch_threads
 
 
 @dataclass(frozen=True)
@@ -234,20 +234,6 @@ def _distinct_best(x: torch.Tensor, f: torch.Tensor, k: int, decimals: int = 2) 
     return picked
 
 
-@contextmanager
-def _torch_threads(n: int | None):
-    """Run torch on n intra-op threads inside the block, then restore the previous count. The setting is
-    also the default for threads started meanwhile; app.py sets each page run's own count, so a page
-    run that starts during a fit is not affected."""
-    prev = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
-
-
 def fit_scaling_law(N, D, loss, delta: float = HUBER_DELTA, starts: torch.Tensor | None = None,
                     polish: int = 32, threads: int | None = 1) -> ScalingLaw:
     """Hoffmann et al. (2022, App. D.2): minimise sum_i Huber_delta(LSE(a - alpha log N_i, b - beta log D_i, e)
@@ -259,7 +245,7 @@ def fit_scaling_law(N, D, loss, delta: float = HUBER_DELTA, starts: torch.Tensor
 
     One thread by default: the batch is memory-bound, so a second thread gains ~5 % on an idle machine, while on
     a busy one OpenMP's spinning threads made the same fit 10-20 times slower (measured on the 2-core dev box)."""
-    with _torch_threads(threads):
+    with torch_threads(threads):
         return _fit(N, D, loss, delta, starts, polish)
 
 

@@ -7,8 +7,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from core.cost import sci_parts
-from core.scaling import FLOPS_PER_PARAM_TOKEN, ScalingLaw, famous_table
+from core.fmt import human, sci
+from core.cost import FLOPS_PER_PARAM_TOKEN
+from core.scaling import ScalingLaw, famous_table
 
 COLORS = qualitative.Plotly
 N_RANGE = (1e6, 1e14)
@@ -17,26 +18,6 @@ D_RANGE = (1e8, 1e14)
 LAYOUT = dict(height=480, margin=dict(l=60, r=20, t=50, b=120), template="plotly_white",
               legend=dict(orientation="h", y=-0.2, x=0, yanchor="top"))
 HALO = "0px 0px 3px white"  # text shadow that keeps labels readable on any background
-
-
-def human(x: float, unit: str = "") -> str:
-    """175e9 -> '175B', 1.4e12 -> '1.4T'; counts of parameters and tokens the way papers write them."""
-    for scale, s in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{s}{unit}"
-    return f"{x:.3g}{unit}"
-
-
-def sci(x: float) -> str:
-    """5.88e23 -> '5.88e23' (short, for hover text and tables); 9.999e23 -> '1e24'."""
-    mant, e = sci_parts(x, 3)
-    return f"{mant}e{e}"
-
-
-def tex_sci(x: float) -> str:
-    """5.88e23 -> '5.88 \\times 10^{23}' for st.latex (the rounding of core.cost.sci_parts)."""
-    mant, e = sci_parts(x, 3)
-    return rf"{mant} \times 10^{{{e}}}"
 
 
 def _log_grid(lo, hi, n=200):

@@ -1,8 +1,9 @@
 """Character-level tokenizer: one token per distinct character of the training corpus."""
 from __future__ import annotations
 
-import re
 from typing import Iterable
+
+from core.fmt import visible
 
 
 class UnknownCharactersError(ValueError):
@@ -72,23 +73,6 @@ class CharTokenizer:
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
-
-
-def md_escape(text: str) -> str:
-    """Backslash every character Markdown could read as syntax, so quoted user text stays literal."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|$<>~&:])", r"\\\1", text)
-
-
-_VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
-
-
-def visible(ch: str) -> str:
-    """A printable stand-in for a character, so whitespace and control characters show on chart axes."""
-    if ch in _VISIBLE:
-        return _VISIBLE[ch]
-    if len(ch) == 1 and (ord(ch) < 32 or ord(ch) == 127):
-        return chr(0x2400 + ord(ch)) if ord(ch) < 32 else "␡"
-    return ch
 
 
 class Prompt:

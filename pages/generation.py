@@ -4,9 +4,11 @@ import time
 import streamlit as st
 import torch
 
+from core import fmt
+from core.fmt import visible
 from core import generation as G
+from core import generation_figures as GF
 from core.sampling import stream
-from core.tokenizer import visible
 from pages._common import ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -90,13 +92,13 @@ if mode != "greedy":
             st.info(f"top-p = {top_p:g} is tiny: almost always only the most likely character survives, "
                     "which is nearly greedy.")
 
-st.html(G.legend_html())
+st.html(GF.legend_html())
 key = (model_key(entry), tuple(ids), n_new, seed, mode, temperature, top_k, top_p)
 memo = st.session_state.get("gen_memo")
 box = st.empty()
 if memo and memo["key"] == key:
     steps, elapsed = memo["steps"], memo["elapsed"]
-    box.html(G.shaded_html(start_text, steps))
+    box.html(GF.shaded_html(start_text, steps))
 else:
     steps, shown = [], 0.0
     gen = torch.Generator().manual_seed(seed)
@@ -104,10 +106,10 @@ else:
     for s in stream(model, [ids], n_new, temperature, top_k, top_p, generator=gen):
         steps.append(G.step_record(s, tok.chars))
         if time.perf_counter() - shown > 0.1:  # repaint a few times a second, not for every character
-            box.html(G.shaded_html(start_text, steps))
+            box.html(GF.shaded_html(start_text, steps))
             shown = time.perf_counter()
     elapsed = time.perf_counter() - t0
-    box.html(G.shaded_html(start_text, steps))
+    box.html(GF.shaded_html(start_text, steps))
     st.session_state["gen_memo"] = {"key": key, "steps": steps, "elapsed": elapsed}
 
 gen_ids = [s["id"] for s in steps]
@@ -143,14 +145,14 @@ temps_text = st.text_input("Temperatures (comma-separated)", "0, 0.25, 0.5, 1, 2
                            max_chars=300)
 temps, messages = G.parse_temperatures(temps_text)
 for msg in messages:
-    st.warning(G.md_escape(msg), icon="⚠️")  # the messages quote what the user typed
+    st.warning(fmt.md_escape(msg), icon="⚠️")  # the messages quote what the user typed
 if not temps:
     temps = list(G.DEFAULT_TEMPERATURES)
     st.info("No usable temperature in the list, so the default list is shown.")
-labels = [G.md_escape(visible(ch)) for ch in tok.chars]  # shown inside markdown captions
+labels = [fmt.md_escape(visible(ch)) for ch in tok.chars]  # shown inside markdown captions
 zero_limit, _ = G.limits(logits)
 n_ties = int((zero_limit > 0).sum())
-st.plotly_chart(G.sweep_bars(tok.chars, logits, temps), width="stretch", key="gen_sweep_bars")
+st.plotly_chart(GF.sweep_bars(tok.chars, logits, temps), width="stretch", key="gen_sweep_bars")
 top = int(logits.argmax())
 if n_ties == 1:
     st.caption(f"The largest logit is unique (character '{labels[top]}'), so the claim applies: T → 0 gives the "
@@ -170,9 +172,9 @@ k1.metric("Entropy H(p(T))", f"{now['entropy'][0]:.3f} nats", help=f"0 for one-h
 k2.metric("Largest probability", f"{now['max_prob'][0]:.3f}", help=f"1 for one-hot, 1/m = {1 / m:.4f} for uniform")
 k3.metric("Distance to one-hot", f"{now['to_one_hot'][0]:.3f}", help="total variation distance to the T → 0 limit")
 k4.metric("Distance to uniform", f"{now['to_uniform'][0]:.3f}", help="total variation distance to the T → ∞ limit")
-st.plotly_chart(G.distribution_bars(tok.chars, logits, t_slider), width="stretch", key="gen_dist_bars")
+st.plotly_chart(GF.distribution_bars(tok.chars, logits, t_slider), width="stretch", key="gen_dist_bars")
 curves = G.sweep(logits, G.log_grid(1e-3, 1e3, 121))
-st.plotly_chart(G.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
+st.plotly_chart(GF.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
                 key="gen_curves")
 st.markdown("The same measures at your temperatures and at the two limits themselves, computed from the limit "
             "distributions (one-hot on the argmax, and uniform 1/m):")
@@ -210,7 +212,7 @@ for r0 in range(0, len(temps), per_row):
         with col.container(border=True):
             st.markdown(f"**T = {G.format_t(t)}**" + (" (greedy)" if t == 0 else ""))
             st.metric("distinct 3-grams", "–" if d is None else f"{d:.2f}")
-            st.html(G.shaded_html(start_text[-40:], r, font_px=13))
+            st.html(GF.shaded_html(start_text[-40:], r, font_px=13))
 st.caption(f"Seed {seed} for every column; each shows the last 40 characters of the prompt in grey. "
            "Change the seed above to draw again.")
-st.plotly_chart(G.distinct_bars(temps, ratios), width="stretch", key="gen_distinct")
+st.plotly_chart(GF.distinct_bars(temps, ratios), width="stretch", key="gen_distinct")

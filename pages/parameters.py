@@ -1,5 +1,6 @@
 import streamlit as st
 
+from core import fmt
 from core import cost
 from core.checkpoint import CheckpointError, read_config
 from core.cost_figures import flops_figure, parameter_bar, timing_figure
@@ -65,17 +66,17 @@ st.markdown(
     "Attention stores W_Q, W_K and W_V for every head (each d × d/h) plus W_O (d × d); the MLP stores W1 and W2; "
     "each of the two LayerNorms learns a scale and a shift per feature. One block therefore holds"
 )
-di, fi = cost.latex_int(d), cost.latex_int(c.d_ff)
-per_block = rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({di})^2 + 2({di})({fi}) + 4({di}) = {cost.latex_int(counts['per_block'])}"
+di, fi = fmt.latex_int(d), fmt.latex_int(c.d_ff)
+per_block = rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({di})^2 + 2({di})({fi}) + 4({di}) = {fmt.latex_int(counts['per_block'])}"
 st.latex(per_block + (r"\quad (= 12d^2 + 4d \text{ when } d_{ff} = 4d)" if c.d_ff == 4 * d else ""))
 if c.d_ff == 4 * d:
     st.markdown("Dropping the small 4d and multiplying by the depth gives the lecture's size estimate:")
-    st.latex(rf"12 d^2 L = 12({di})^2({L}) \approx {cost.latex_sci(12 * d * d * L)}")
+    st.latex(rf"12 d^2 L = 12({di})^2({L}) \approx {fmt.latex_sci(12 * d * d * L)}")
 
 
 def count_metric(col, label, value, note=""):
     """Exact digits while they fit the column, 1.752 × 10¹¹ beyond a billion (exact value in the tooltip)."""
-    col.metric(label, f"{value:,}" if value < 1e9 else cost.pretty_sci(value, 4), help=f"{value:,} parameters. {note}".strip())
+    col.metric(label, f"{value:,}" if value < 1e9 else fmt.pretty_sci(value, 4), help=f"{value:,} parameters. {note}".strip())
 
 
 m1, m2, m3, m4 = st.columns(4)
@@ -128,8 +129,8 @@ st.latex(r"\underbrace{h \cdot n^2 \tfrac{d}{h}}_{QK^\top} + \underbrace{h \cdot
 n_block, n_proj, n_rec = cost.crossover_block(d, c.d_ff), cost.crossover_projections(d), cost.crossover_recurrent(d)
 st.plotly_chart(flops_figure(d, c.d_ff, n_ctx=c.n_ctx), width="stretch")
 st.markdown("Setting the n² terms equal to the others and dividing by 2nd gives each crossover:")
-st.latex(rf"2n^2 d = 4nd^2 + 2n\,d\,d_{{ff}} \iff n = 2d + d_{{ff}} = {cost.latex_int(n_block)}")
-st.latex(rf"2n^2 d = 2nd^2 \iff n = d = {cost.latex_int(n_rec)}")
+st.latex(rf"2n^2 d = 4nd^2 + 2n\,d\,d_{{ff}} \iff n = 2d + d_{{ff}} = {fmt.latex_int(n_block)}")
+st.latex(rf"2n^2 d = 2nd^2 \iff n = d = {fmt.latex_int(n_rec)}")
 where = "below" if c.n_ctx < n_block else "beyond"
 st.markdown(
     f"- Inside the attention sublayer alone, the n² terms overtake the four projections at n = 2d = {n_proj:,}.\n"
@@ -149,12 +150,12 @@ n_mem = k1.number_input("sequence length n", min_value=1, max_value=10_000_000, 
                         step=1000, key="par_mem_n")
 dtype = k2.selectbox("number format", list(cost.DTYPES), key="par_mem_dtype")
 mem = cost.attention_memory(int(n_mem), d, c.n_heads, L, dtype)
-st.latex(rf"n^2 = ({cost.latex_int(n_mem)})^2 = {cost.latex_sci(mem['per_head_layer'])} \text{{ weights per head per layer}}")
-st.latex(rf"h\,n^2 L = {c.n_heads} \cdot {cost.latex_sci(mem['per_head_layer'])} \cdot {L} = "
-         rf"{cost.latex_sci(mem['weights'])} \text{{ weights}} \times {mem['bytes_per_value']} \text{{ bytes}}")
+st.latex(rf"n^2 = ({fmt.latex_int(n_mem)})^2 = {fmt.latex_sci(mem['per_head_layer'])} \text{{ weights per head per layer}}")
+st.latex(rf"h\,n^2 L = {c.n_heads} \cdot {fmt.latex_sci(mem['per_head_layer'])} \cdot {L} = "
+         rf"{fmt.latex_sci(mem['weights'])} \text{{ weights}} \times {mem['bytes_per_value']} \text{{ bytes}}")
 x1, x2, x3 = st.columns(3)
-x1.metric("Attention weights, all layers", cost.human_bytes(mem["weight_bytes"]))
-x2.metric("Layer inputs n·d·L, for scale", cost.human_bytes(mem["stream_bytes"]))
+x1.metric("Attention weights, all layers", fmt.human_bytes(mem["weight_bytes"]))
+x2.metric("Layer inputs n·d·L, for scale", fmt.human_bytes(mem["stream_bytes"]))
 x3.metric("Ratio h·n/d", f"{mem['weights'] / mem['stream']:,.0f}×")
 st.caption("Per sequence; a batch multiplies both. Fused kernels such as FlashAttention avoid storing the weights "
            "by recomputing them in the backward pass, trading memory for time.")
@@ -211,19 +212,19 @@ st.latex(r"C_{\text{train}} \approx 6ND, \qquad C_{\text{token}} \approx 2N")
 g = cost.gpt3_example()
 st.markdown(f"**Worked example, GPT-3.** Its N is the count above for the GPT-3 preset with the output map tied to the "
             f"embedding, as GPT-3 does; it was trained on D = {g['D'] / 1e9:.0f} billion tokens.")
-st.latex(rf"6ND = 6 \cdot {cost.latex_sci(g['N'], 4)} \cdot {cost.latex_sci(g['D'])} \approx {cost.latex_sci(g['C'])} "
-         rf"\text{{ FLOPs}}, \qquad 2N \approx {cost.latex_sci(g['per_token'])} \text{{ FLOPs per token}}")
+st.latex(rf"6ND = 6 \cdot {fmt.latex_sci(g['N'], 4)} \cdot {fmt.latex_sci(g['D'])} \approx {fmt.latex_sci(g['C'])} "
+         rf"\text{{ FLOPs}}, \qquad 2N \approx {fmt.latex_sci(g['per_token'])} \text{{ FLOPs per token}}")
 default_D = int(shipped_training.get("tokens_seen") or cost.GPT3_TRAINING_TOKENS)
 D = st.number_input("training tokens D for the shape above", min_value=1, max_value=10**15, value=default_D,
                     step=1_000_000, key="par_tokens", format="%d")
 N = counts["total"]
 f1, f2, f3 = st.columns(3)
-f1.metric("Training, 6ND", cost.pretty_sci(cost.training_flops(N, D)) + " FLOPs")
-f2.metric("Generating one token, 2N", cost.pretty_sci(cost.inference_flops_per_token(N)) + " FLOPs")
-f3.metric(f"plus attention at n = n_ctx = {c.n_ctx:,}", cost.pretty_sci(cost.attention_flops_per_token(config, c.n_ctx)) + " FLOPs",
+f1.metric("Training, 6ND", fmt.pretty_sci(cost.training_flops(N, D)) + " FLOPs")
+f2.metric("Generating one token, 2N", fmt.pretty_sci(cost.inference_flops_per_token(N)) + " FLOPs")
+f3.metric(f"plus attention at n = n_ctx = {c.n_ctx:,}", fmt.pretty_sci(cost.attention_flops_per_token(config, c.n_ctx)) + " FLOPs",
           help="4·L·n·d: the new token's scores and weighted sum over n cached keys and values, which 2N leaves out")
 wall = shipped_training.get("wall_time_s")
 if shipped is not None and shipped_training.get("tokens_seen") and wall:
     C = cost.training_flops(count_parameters(shipped)["total"], shipped_training["tokens_seen"])
     st.caption(f"The shipped model saw {shipped_training['tokens_seen']:,} tokens in {wall:,.0f} s of training: "
-               f"6ND = {cost.pretty_sci(C)} FLOPs, about {C / wall / 1e9:.0f} GFLOP/s on the machine that trained it.")
+               f"6ND = {fmt.pretty_sci(C)} FLOPs, about {C / wall / 1e9:.0f} GFLOP/s on the machine that trained it.")

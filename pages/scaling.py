@@ -3,9 +3,10 @@ import math
 import numpy as np
 import streamlit as st
 
+from core.fmt import human, latex_sci, sci
 from core.scaling import (BUDGET_DEFAULTS, FAMOUS_MODELS, FLOPS_PER_PARAM_TOKEN, GRID, PRESETS, ScalingLaw,
                           budget_flops, famous_table, fit_scaling_law)
-from core.scaling_figures import fit_figure, human, isoflop_curves, loss_map, loss_vs_D, loss_vs_N, sci, tex_sci
+from core.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from core.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
 from core.checkpoint import read_config
 from core.params import count_parameters
@@ -190,10 +191,10 @@ with derivation:
     st.latex(rf"D_{{opt}} = G^{{-1}} \left(\frac{{C}}{{{P}}}\right)^{{\frac{{\alpha}}{{\alpha+\beta}}}}, \qquad "
              rf"G = \left(\frac{{\alpha A}}{{\beta B}}\right)^{{\frac{{1}}{{\alpha+\beta}}}}")
     st.markdown("With the constants above and this budget:")
-    st.latex(rf"G = {law.G:.4g}, \qquad \frac{{C}}{{{P}}} = {tex_sci(C / P)}")
-    st.latex(rf"N_{{opt}} = {law.G:.4g} \times \left({tex_sci(C / P)}\right)^{{{law.beta / (law.alpha + law.beta):.4f}}}"
-             rf" = {tex_sci(n_opt)}")
-    st.latex(rf"D_{{opt}} = \frac{{C}}{{{P}\,N_{{opt}}}} = {tex_sci(d_opt)}")
+    st.latex(rf"G = {law.G:.4g}, \qquad \frac{{C}}{{{P}}} = {latex_sci(C / P)}")
+    st.latex(rf"N_{{opt}} = {law.G:.4g} \times \left({latex_sci(C / P)}\right)^{{{law.beta / (law.alpha + law.beta):.4f}}}"
+             rf" = {latex_sci(n_opt)}")
+    st.latex(rf"D_{{opt}} = \frac{{C}}{{{P}\,N_{{opt}}}} = {latex_sci(d_opt)}")
     st.caption(f"Both exponents are near one half when α ≈ β: a ten times bigger budget buys about "
                f"{10 ** (law.beta / (law.alpha + law.beta)):.2f}× the parameters and "
                f"{10 ** (law.alpha / (law.alpha + law.beta)):.2f}× the tokens with these constants.")

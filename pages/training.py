@@ -2,14 +2,14 @@ import math
 
 import streamlit as st
 
+from core.fmt import latex_int, latex_sci, pretty_sci, visible
 from core.checkpoint import checkpoint_zip, sanitise_model_name
 from core.corpus import MAX_CORPUS_BYTES, PYDOC_NAME, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path
-from core.cost import latex_int, latex_sci, pretty_sci, training_flops
+from core.cost import training_flops
 from core.figures import loss_curve
 from core.model import ModelConfig
 from core.params import count_parameters, per_block_latex
-from core.tokenizer import visible
 from core.training_job import MAX_STEPS, SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, JobSettings, TrainingJob, \
     measured_flop_rate, validate_settings
 from pages._common import SHIPPED_DIR, ensure_frame, user_models_dir

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from core import fmt
 from core import cost
 from core.model import MLP, ModelConfig, MultiHeadAttention, Transformer
 from core.params import (DETAILED_ROWS, build_on_meta, count_module_parameters, count_parameters, heads_sweep,
@@ -173,7 +174,7 @@ def test_formulas_take_arrays():
 
 def test_lecture_long_context_memory():
     mem = cost.attention_memory(cost.LECTURE_LONG_CONTEXT, 64, 1, 1, "float32")
-    assert mem["per_head_layer"] == 10**10 and cost.latex_sci(mem["per_head_layer"]) == "10^{10}"
+    assert mem["per_head_layer"] == 10**10 and fmt.latex_sci(mem["per_head_layer"]) == "10^{10}"
     assert mem["weight_bytes"] == 4 * 10**10
     big = cost.attention_memory(1000, 64, 8, 3, "bfloat16")
     assert big["weights"] == 8 * 1000**2 * 3 and big["weight_bytes"] == 2 * big["weights"]
@@ -184,19 +185,19 @@ def test_lecture_long_context_memory():
 def test_gpt3_training_cost_is_3_14e23():
     g = cost.gpt3_example()
     assert f"{g['C']:.2e}" == "3.14e+23"
-    assert cost.latex_sci(g["C"]) == r"3.14 \times 10^{23}"
+    assert fmt.latex_sci(g["C"]) == r"3.14 \times 10^{23}"
     assert g["per_token"] == 2 * g["N"]
     assert cost.training_flops(10, 3) == 180 and cost.inference_flops_per_token(5) == 10
     assert cost.attention_flops_per_token(ModelConfig(d_model=8, n_heads=2, n_layers=3), 10) == 4 * 10 * 8 * 3
 
 
 def test_number_formatting():
-    assert cost.latex_int(49408) == "49{,}408"
-    assert cost.latex_sci(49408) == "49{,}408"
-    assert cost.latex_sci(1.7394e11) == r"1.74 \times 10^{11}"
-    assert cost.latex_sci(9.9999e12) == "10^{13}"
-    assert cost.pretty_sci(3.4e13) == "3.4 × 10¹³" and cost.pretty_sci(230_912) == "230,912"
-    assert cost.human_bytes(999) == "999 bytes" and cost.human_bytes(3.2e11) == "320.0 GB"
+    assert fmt.latex_int(49408) == "49{,}408"
+    assert fmt.latex_sci(49408) == "49{,}408"
+    assert fmt.latex_sci(1.7394e11) == r"1.74 \times 10^{11}"
+    assert fmt.latex_sci(9.9999e12) == "10^{13}"
+    assert fmt.pretty_sci(3.4e13) == "3.4 × 10¹³" and fmt.pretty_sci(230_912) == "230,912"
+    assert fmt.human_bytes(999) == "999 bytes" and fmt.human_bytes(3.2e11) == "320.0 GB"
 
 
 # ---------------------------------------------------------------- measured timings (no timed assertions)

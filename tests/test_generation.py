@@ -5,8 +5,9 @@ import re
 import numpy as np
 import torch
 
-from core.generation import (distinct_bars, distinct_n, distribution_bars, entropy, limits, log_grid,
-                             parse_temperatures, shaded_html, sweep, sweep_bars, sweep_curves, tv_distance)
+from core.generation import distinct_n, limits, log_grid, parse_temperatures, sweep, tv_distance
+from core.generation_figures import distinct_bars, distribution_bars, shaded_html, sweep_bars, sweep_curves
+from core.sampling import entropy
 
 CHARS = list("\n abcdefghijklmnopqrstuvwxyz<>&\"'")  # m = 33, with characters that need escaping
 
@@ -120,7 +121,7 @@ def test_shaded_html_escapes_everything():
 
 
 def test_md_escape_makes_markdown_literal():
-    from core.generation import md_escape
+    from core.fmt import md_escape
     assert md_escape("[x](javascript:y) *b* $a$ `c` <i>") == (
         r"\[x\]\(javascript\:y\) \*b\* \$a\$ \`c\` \<i\>")
     assert md_escape("plain words") == "plain words"

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.model import ModelConfig, Transformer, causal_mask
+from core.model import ModelConfig, Transformer, future_mask
 
 
 def test_config_defaults_and_validation():
@@ -50,7 +50,7 @@ def test_causality(tiny_model):
 
 def test_pattern_rows_sum_to_one_and_zero_above_diagonal(tiny_model):
     out = tiny_model(torch.randint(0, 11, (3, 16)), return_attn=True)
-    future = causal_mask(16)
+    future = future_mask(16)
     for rec in out.attn:
         assert torch.allclose(rec.pattern.sum(-1), torch.ones(3, 3, 16), atol=1e-6)
         assert (rec.pattern[..., future] == 0).all()
@@ -60,7 +60,7 @@ def test_pattern_rows_sum_to_one_and_zero_above_diagonal(tiny_model):
 def test_pattern_is_softmax_of_masked_scores(tiny_model):
     out = tiny_model(torch.randint(0, 11, (2, 10)), return_attn=True)
     for rec in out.attn:
-        expected = F.softmax(rec.scores.masked_fill(causal_mask(10), float("-inf")), dim=-1)
+        expected = F.softmax(rec.scores.masked_fill(future_mask(10), float("-inf")), dim=-1)
         assert torch.allclose(rec.pattern, expected, atol=1e-7)
         # the scores are unmasked: future entries are ordinary finite numbers
         assert torch.isfinite(rec.scores).all()

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from core import fmt
 from core import cost
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -67,7 +68,7 @@ def test_every_preset(at, preset):
     assert at.number_input(key="par_L").value == values["n_layers"]
     assert set(at.dataframe[0].value["agree"]) == {"✓"}  # formula equals the meta-device model
     total = at.dataframe[0].value.set_index("part").loc["whole model", "counted in the model"]
-    shown = f"{total:,}" if total < 1e9 else cost.pretty_sci(total, 4)
+    shown = f"{total:,}" if total < 1e9 else fmt.pretty_sci(total, 4)
     assert {m.label: m.value for m in at.metric}["Whole model"] == shown
     if preset == cost.GPT3:
         assert r"\approx 1.74 \times 10^{11}" in text_of(at)
@@ -91,4 +92,4 @@ def test_memory_inputs(at):
     text = text_of(at)
     assert r"(1{,}000)^2 = 10^{6}" in text
     h, L = at.number_input(key="par_h").value, at.number_input(key="par_L").value
-    assert {m.label: m.value for m in at.metric}["Attention weights, all layers"] == cost.human_bytes(h * 1000**2 * L * 2)
+    assert {m.label: m.value for m in at.metric}["Attention weights, all layers"] == fmt.human_bytes(h * 1000**2 * L * 2)

@@ -1,0 +1,81 @@
+"""Numbers and text for display, in one place: LaTeX and plain scientific notation, parameter and token
+counts the way papers write them, byte sizes, Markdown escaping, and printable stand-ins for whitespace."""
+from __future__ import annotations
+
+import math
+import re
+
+
+# ---------------------------------------------------------------- numbers
+
+def human_bytes(b: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB"):
+        if b < 1000 or unit == "PB":
+            return f"{b:,.0f} {unit}" if unit == "bytes" else f"{b:,.1f} {unit}"
+        b /= 1000
+
+
+def latex_int(x: int) -> str:
+    """49408 -> '49{,}408': a thousands comma that LaTeX does not space like a list comma."""
+    return f"{int(x):,}".replace(",", "{,}")
+
+
+def sci_parts(x: float, digits: int) -> tuple[str, int]:
+    """(mantissa with `digits` significant digits, trailing zeros dropped; exponent) of a nonzero x."""
+    exp = math.floor(math.log10(abs(x)))
+    mant = round(x / 10**exp, digits - 1)
+    if abs(mant) >= 10:  # 9.999 rounded up to 10.0
+        mant, exp = mant / 10, exp + 1
+    return f"{mant:.{digits - 1}f}".rstrip("0").rstrip("."), exp
+
+
+def latex_sci(x: float, digits: int = 3) -> str:
+    """1.74e11 -> '1.74 \\times 10^{11}'; whole numbers below a million stay plain digits."""
+    if abs(x) < 1e6 and float(x).is_integer():
+        return latex_int(x)
+    mant, exp = sci_parts(x, digits)
+    return f"10^{{{exp}}}" if mant == "1" else rf"{mant} \times 10^{{{exp}}}"
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def pretty_sci(x: float, digits: int = 3) -> str:
+    """3.4e13 -> '3.4 × 10¹³' for plain text (metrics, captions); whole numbers below a million stay digits."""
+    if abs(x) < 1e6:
+        return f"{x:,.0f}" if float(x).is_integer() else f"{x:.{digits}g}"
+    mant, exp = sci_parts(x, digits)
+    return f"{mant} × 10{str(exp).translate(_SUPERSCRIPT)}"
+
+
+def human(x: float, unit: str = "") -> str:
+    """175e9 -> '175B', 1.4e12 -> '1.4T'; counts of parameters and tokens the way papers write them."""
+    for scale, s in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{s}{unit}"
+    return f"{x:.3g}{unit}"
+
+
+def sci(x: float) -> str:
+    """5.88e23 -> '5.88e23' (short, for hover text and tables); 9.999e23 -> '1e24'."""
+    mant, e = sci_parts(x, 3)
+    return f"{mant}e{e}"
+
+
+# ---------------------------------------------------------------- text
+
+def md_escape(text: str) -> str:
+    """Backslash every character Markdown could read as syntax, so quoted user text stays literal."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|$<>~&:])", r"\\\1", text)
+
+
+_VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
+
+
+def visible(ch: str) -> str:
+    """A printable stand-in for a character, so whitespace and control characters show on chart axes."""
+    if ch in _VISIBLE:
+        return _VISIBLE[ch]
+    if len(ch) == 1 and (ord(ch) < 32 or ord(ch) == 127):
+        return chr(0x2400 + ord(ch)) if ord(ch) < 32 else "␡"
+    return ch
