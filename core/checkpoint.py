@@ -4,6 +4,12 @@
     <name>/model.safetensors  the weights
     <name>/README.md          the model card
     <name>/log.csv            step, train_loss, val_loss, tokens_per_s
+
+config.json's top-level "owner" names who saved the model from the app (an opaque per-session id; null for a
+model saved by the command line): one person cannot replace another's model (``user_model_folder``).
+
+Replacing a model swaps two folders with two renames (``_swap_into_place``); a process killed between them
+leaves the old model under ``.<name>.old``, which ``recover_interrupted_saves`` puts back.
 """
 from __future__ import annotations
 
@@ -12,12 +18,16 @@ import io
 import json
 import math
 import os
+import random
 import re
 import shutil
 import tempfile
+import threading
+import time
 import unicodedata
 import zipfile
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -145,11 +155,135 @@ def load_checkpoint(path) -> tuple[Transformer, CharTokenizer]:
     return model, tokenizer
 
 
+OWNER_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+STALE_TMP_S = 3600  # a temporary save folder this old belongs to no save still running
+
+
+def check_owner(owner) -> str | None:
+    """``owner`` unchanged if it is None or a short printable id (1 to 64 of A-Z a-z 0-9 '_' '-'); else ValueError."""
+    if owner is None or (isinstance(owner, str) and OWNER_RE.fullmatch(owner)):
+        return owner
+    raise ValueError("a model owner must be 1 to 64 letters, digits, '_' or '-'")
+
+
+def checkpoint_owner(path) -> str | None:
+    """The owner recorded in a checkpoint folder's config.json; None when there is none or it cannot be read."""
+    try:
+        data = json.loads((Path(path) / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    owner = data.get("owner") if isinstance(data, dict) else None
+    return owner if isinstance(owner, str) and owner else None
+
+
+# Serialises, within this process (the Streamlit server, where every session is a thread), the folder swap of
+# a save and the recovery of interrupted swaps, so that recovery never mistakes a swap in progress for one
+# that was interrupted. Another process saving into the same folder is not covered (see recover_interrupted_saves).
+_SWAP_LOCK = threading.Lock()
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove a folder (or a link, never what it points to); failing is harmless to the caller."""
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    except OSError:
+        pass
+
+
+def _restore_locked(parent: Path, name: str) -> bool:
+    """Put ``parent/.<name>.old`` back as ``parent/<name>`` if a swap was interrupted between its two renames
+    (the old folder is there and nothing is under the name). Caller holds _SWAP_LOCK. True if restored."""
+    if not name or name.startswith(".") or "/" in name or os.sep in name:
+        return False  # a plain, visible name only (the command line may save names the app would not choose)
+    old, target = parent / f".{name}.old", parent / name
+    if old.is_symlink() or not old.is_dir() or os.path.lexists(target):
+        return False
+    os.rename(old, target)
+    return True
+
+
+def _swap_into_place(tmp: Path, folder: Path) -> None:
+    """Replace the complete folder ``folder`` by the complete folder ``tmp``. Caller holds _SWAP_LOCK.
+
+    1. rename folder -> .<name>.old   (fails: nothing moved)
+    2. rename tmp -> folder           (fails: the old folder is renamed back, and the error re-raised)
+    3. remove .<name>.old             (fails: harmless, a leftover that the next replacement removes)
+    Between 1 and 2 only the hidden name holds the model; a process killed there leaves exactly the state
+    that ``recover_interrupted_saves`` (run by discover_models) and the next save to the same name undo."""
+    old = folder.with_name(f".{folder.name}.old")
+    if os.path.lexists(old):  # left by a replacement whose step 3 failed; ``folder`` is complete
+        _remove_quietly(old)
+    os.rename(folder, old)
+    try:
+        os.rename(tmp, folder)
+    except BaseException:
+        try:
+            os.rename(old, folder)
+        except OSError:
+            pass  # still recoverable: .<name>.old with nothing under the name
+        raise
+    _remove_quietly(old)
+
+
+def recover_interrupted_saves(models_dir, stale_tmp_s: float = STALE_TMP_S) -> list[str]:
+    """Undo what a process killed in the middle of a save left in ``models_dir``, a folder that holds only
+    models (the app's user folder; not an arbitrary parent folder such as a command-line --out's):
+
+    * every folder ``.<name>.old`` with nothing called ``<name>`` beside it is renamed back to ``<name>``
+      (a replacement killed between its two renames);
+    * every temporary folder ``.<name>.<random>.tmp`` not modified for ``stale_tmp_s`` seconds (an hour by
+      default) is removed. Younger ones are kept: they may belong to a save still writing, in another thread
+      or process, and a save takes seconds.
+
+    Links are never followed, renamed or removed through: only real folders directly inside ``models_dir``
+    are touched. Errors on one entry are ignored. Returns the restored names."""
+    base = Path(models_dir)
+    restored: list[str] = []
+    if not base.is_dir():
+        return restored
+    now = time.time()
+    with _SWAP_LOCK:
+        try:
+            entries = list(os.scandir(base))
+        except OSError:
+            return restored
+        for entry in entries:
+            try:
+                if not entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.name.endswith(".old"):
+                    name = entry.name[1:-len(".old")]
+                    if _restore_locked(base, name):
+                        restored.append(name)
+                elif re.fullmatch(r"\..+\.[A-Za-z0-9_]+\.tmp", entry.name):
+                    if now - entry.stat(follow_symlinks=False).st_mtime > stale_tmp_s:
+                        shutil.rmtree(entry.path, ignore_errors=True)
+            except OSError:
+                continue
+    return restored
+
+
 def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training: dict | None = None,
-                    log: list[dict] | None = None, card: str | None = None, overwrite: bool = False) -> Path:
+                    log: list[dict] | None = None, card: str | None = None, overwrite: bool = False,
+                    owner: str | None = None) -> Path:
     """Write a checkpoint folder atomically: everything goes to a temporary folder beside the target,
-    which is renamed into place only once complete, so a crash never leaves a half-written model."""
+    which is renamed into place only once complete, so a crash never leaves a half-written model.
+
+    ``owner`` (None, or an id accepted by ``check_owner``) is recorded in config.json. Replacing an existing
+    folder (``overwrite``) keeps the old model until the new one is in place (``_swap_into_place``); with an
+    ``owner``, a folder recorded as someone else's is never replaced (ValueError). A replacement of this same
+    folder that was killed half-way is undone first."""
     folder = Path(path)
+    check_owner(owner)
+    if folder.parent.is_dir():
+        with _SWAP_LOCK:
+            try:
+                _restore_locked(folder.parent, folder.name)
+            except OSError:
+                pass
     if folder.exists() and not overwrite:
         raise FileExistsError(f"{folder} already exists")
     if tokenizer.vocab_size != model.config.vocab_size:
@@ -166,6 +300,7 @@ def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training
             "model": model.config.to_dict(),
             "tokenizer": tokenizer.to_dict(),
             "training": training,
+            "owner": owner,
         }
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
         (tmp / LOG_FILE).write_text(format_log(log or []), encoding="utf-8")
@@ -175,16 +310,17 @@ def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training
             f.chmod(0o644)
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if folder.exists():
-            old = folder.with_name(f".{folder.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            folder.rename(old)
-            tmp.rename(folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(folder)
+        with _SWAP_LOCK:  # checked again here: another save may have finished meanwhile
+            if os.path.lexists(folder):
+                if not overwrite:
+                    raise FileExistsError(f"{folder} already exists")
+                if owner is not None and checkpoint_owner(folder) != owner:
+                    raise ValueError(_someone_elses(folder.name))
+                _swap_into_place(tmp, folder)
+            else:
+                os.rename(tmp, folder)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_quietly(tmp)
         raise
     return folder
 
@@ -205,22 +341,47 @@ def sanitise_model_name(raw: str) -> str:
     return name
 
 
-def user_model_folder(models_dir, raw_name: str, protected=(), overwrite: bool = False) -> Path:
+def _someone_elses(name: str) -> str:
+    return f"a model called '{name}' already exists and belongs to someone else; choose another name"
+
+
+def user_model_folder(models_dir, raw_name: str, protected=(), overwrite: bool = False,
+                      owner: str | None = None) -> Path:
     """Where a user's model called ``raw_name`` is saved: always a direct child of ``models_dir``.
     Refuses (ValueError) a name that sanitises to nothing, one of the ``protected`` (shipped) names in any
-    letter case, a folder outside models_dir (a symlink), and an existing folder unless ``overwrite``."""
+    letter case, a folder outside models_dir (a symlink), a bad ``owner`` (see ``check_owner``), an existing
+    folder recorded as someone else's even with ``overwrite`` (a model with no recorded owner, saved by the
+    command line, belongs to no one who passes an owner), and any other existing folder unless ``overwrite``."""
     name = sanitise_model_name(raw_name)
+    check_owner(owner)
     if name.casefold() in {p.casefold() for p in protected}:
         raise ValueError(f"'{name}' is the name of a shipped model; choose another name")
     base = Path(models_dir).resolve()
     folder = base / name
     if folder.resolve().parent != base:
         raise ValueError(f"'{name}' points outside {base}; choose another name")
-    if folder.exists() and not overwrite:
-        raise ValueError(f"you already have a model called '{name}'; choose another name or replace it")
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"'{name}' exists in {base} and is not a model folder; choose another name")
+    if os.path.lexists(folder):
+        if folder.is_symlink() or not folder.is_dir():
+            raise ValueError(f"'{name}' exists in {base} and is not a model folder; choose another name")
+        if checkpoint_owner(folder) != owner:
+            raise ValueError(_someone_elses(name))
+        if not overwrite:
+            raise ValueError(f"you already have a model called '{name}'; choose another name or replace it")
     return folder
+
+
+def default_model_name(corpus_name: str, now: datetime | None = None, rng: random.Random | None = None) -> str:
+    """A default name to save a model under, unlikely to be anyone else's: a short slug of the corpus name
+    (its extension dropped, at most 20 characters of a-z, 0-9 and '-'; "model" when nothing is left), then
+    month-day, hour-minute and 4 random hex digits, e.g. ``shakespeare-1130-0912-7f3a``. ``sanitise_model_name``
+    leaves it unchanged."""
+    base = re.split(r"[\\/]", corpus_name or "")[-1]
+    base = re.sub(r"\.[A-Za-z0-9]{1,5}$", "", base)  # 'shakespeare.txt' -> 'shakespeare'
+    slug = unicodedata.normalize("NFKD", base).encode("ascii", "ignore").decode("ascii").lower()
+    slug = re.sub(r"[^a-z0-9]+", "-", slug).strip("-")[:20].strip("-") or "model"
+    now = now or datetime.now()
+    rng = rng or random.SystemRandom()
+    return f"{slug}-{now:%m%d-%H%M}-{rng.getrandbits(16):04x}"
 
 
 def checkpoint_zip(path) -> bytes:
@@ -325,11 +486,18 @@ class ModelEntry:
     path: Path
     shipped: bool
     error: str | None = None
+    owner: str | None = None  # who saved it from the app (config.json's "owner"); None if no one recorded
 
 
 def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
     """Every checkpoint folder under the shipped and user folders, each checked without reading its
-    weights (``check_checkpoint``). A broken folder is listed with its error instead of hiding the others."""
+    weights (``check_checkpoint``). A broken folder is listed with its error instead of hiding the others.
+    Saves into the user folder that were killed half-way are undone first (``recover_interrupted_saves``)."""
+    if user_dir is not None:
+        try:
+            recover_interrupted_saves(user_dir)
+        except OSError:
+            pass
     entries = []
     for base, shipped in ((shipped_dir, True), (user_dir, False)):
         if base is None:
@@ -338,7 +506,7 @@ def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
         if not base.is_dir():
             continue
         for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            entry = ModelEntry(name=folder.name, path=folder, shipped=shipped)
+            entry = ModelEntry(name=folder.name, path=folder, shipped=shipped, owner=checkpoint_owner(folder))
             try:
                 check_checkpoint(folder)  # config and weight header only: cheap enough for every rerun
             except CheckpointError as e:

@@ -1,13 +1,21 @@
 import json
 import math
+import os
+import random
+import re
+import shutil
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import core.checkpoint as ck
 from core.checkpoint import (
-    CheckpointError, discover_models, load_checkpoint, read_card, read_log, save_checkpoint,
+    CheckpointError, discover_models, load_checkpoint, read_card, read_log, sanitise_model_name, save_checkpoint,
+    user_model_folder,
 )
 from core.model import ModelConfig, Transformer
 from core.tokenizer import CharTokenizer
@@ -141,3 +149,226 @@ def test_discover_lists_broken_models_with_their_error(saved, tmp_path_factory):
     entries = discover_models(path.parent, user)
     assert [(e.name, e.shipped, e.error is None) for e in entries] == [("m", True, True), ("broken", False, False)]
     assert "bad JSON" in entries[1].error
+
+
+# --- owners, default names, and replacing a model safely (issue 12) ---
+# New API is reached as ck.<name> inside the tests so that this file still imports against older code.
+
+def _tok():
+    return CharTokenizer.from_text(TEXT)
+
+
+def _model(seed: int, tok):
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig(vocab_size=tok.vocab_size, n_ctx=16, d_model=16, n_heads=2, n_layers=1))
+
+
+def _holds(path, model) -> bool:
+    """The checkpoint at ``path`` loads completely and holds exactly ``model``'s weights."""
+    loaded, _ = load_checkpoint(path)
+    ref = model.state_dict()
+    state = loaded.state_dict()
+    return state.keys() == ref.keys() and all(torch.equal(state[k], ref[k]) for k in ref)
+
+
+def test_owner_is_recorded_and_read_back(tmp_path):
+    tok = _tok()
+    model = _model(0, tok)
+    owned = save_checkpoint(tmp_path / "owned", model, tok, owner="sess_1-A")
+    cli = save_checkpoint(tmp_path / "cli", model, tok)
+    assert _config(owned)["owner"] == "sess_1-A"
+    assert "owner" in _config(cli) and _config(cli)["owner"] is None
+    assert ck.checkpoint_owner(owned) == "sess_1-A"
+    assert ck.checkpoint_owner(cli) is None
+    assert ck.checkpoint_owner(tmp_path / "missing") is None
+    (cli / "config.json").write_text("{")
+    assert ck.checkpoint_owner(cli) is None  # unreadable: no owner, no exception
+    assert _holds(owned, model)  # the owner key does not disturb loading
+
+
+def test_discover_fills_the_owner(tmp_path):
+    tok = _tok()
+    user = tmp_path / "user"
+    save_checkpoint(user / "a", _model(0, tok), tok, owner="alice")
+    save_checkpoint(user / "b", _model(0, tok), tok)
+    entries = discover_models(None, user)
+    assert [(e.name, e.owner, e.error) for e in entries] == [("a", "alice", None), ("b", None, None)]
+
+
+def test_user_model_folder_refuses_someone_elses_model(tmp_path):
+    tok = _tok()
+    first, second = _model(0, tok), _model(1, tok)
+    base = tmp_path / "models"
+    save_checkpoint(base / "mine", first, tok, owner="alice")
+    save_checkpoint(base / "cli", first, tok)  # saved by the command line: no owner
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="'mine' already exists and belongs to someone else; choose another name"):
+            user_model_folder(base, "mine", overwrite=overwrite, owner="bob")
+        with pytest.raises(ValueError, match="belongs to someone else"):
+            user_model_folder(base, "cli", overwrite=overwrite, owner="bob")
+    with pytest.raises(ValueError, match="belongs to someone else"):
+        user_model_folder(base, "mine", overwrite=True)  # no owner is not alice either
+    with pytest.raises(ValueError, match="you already have a model called 'mine'; choose another name or replace it"):
+        user_model_folder(base, "mine", owner="alice")
+    assert user_model_folder(base, "mine", overwrite=True, owner="alice") == base.resolve() / "mine"
+    assert user_model_folder(base, "cli", overwrite=True) == base.resolve() / "cli"
+    assert user_model_folder(base, "new", owner="bob") == base.resolve() / "new"
+    # a save with an owner never replaces someone else's model, even when called without the check above
+    with pytest.raises(ValueError, match="belongs to someone else"):
+        save_checkpoint(base / "mine", second, tok, overwrite=True, owner="bob")
+    assert _holds(base / "mine", first) and ck.checkpoint_owner(base / "mine") == "alice"
+    assert sorted(p.name for p in base.iterdir()) == ["cli", "mine"]
+    save_checkpoint(base / "mine", second, tok, overwrite=True, owner="alice")
+    assert _holds(base / "mine", second)
+
+
+@pytest.mark.parametrize("bad", ["", "a" * 65, "a b", "../x", "x/y", "x.y", "\u00e9", "x\n", "<b>", 5, b"abc"])
+def test_bad_owner_strings_are_refused(tmp_path, bad):
+    tok = _tok()
+    with pytest.raises(ValueError, match="owner"):
+        user_model_folder(tmp_path, "x", owner=bad)
+    with pytest.raises(ValueError, match="owner"):
+        save_checkpoint(tmp_path / "x", _model(0, tok), tok, owner=bad)
+    assert list(tmp_path.iterdir()) == []
+    assert user_model_folder(tmp_path, "x", owner="a" * 64) == tmp_path.resolve() / "x"
+
+
+def test_default_model_name():
+    now = datetime(2024, 11, 30, 9, 12, 59)
+    name = ck.default_model_name("shakespeare.txt", now, random.Random(1))
+    assert re.fullmatch(r"shakespeare-1130-0912-[0-9a-f]{4}", name)
+    assert sanitise_model_name(name) == name
+    assert ck.default_model_name("shakespeare.txt", now, random.Random(2)) != name
+    assert ck.default_model_name("Tiny Shakespeare (v2).txt", now).startswith("tiny-shakespeare-v2-1130-0912-")
+    assert ck.default_model_name("\u65e5\u672c\u8a9e.txt", now).startswith("model-1130-0912-")
+    assert ck.default_model_name("", now).startswith("model-1130-0912-")
+    for corpus in ["../../etc/passwd", "C:\\data\\Caf\u00e9.md", "a" * 200, ".hidden", "x.y.z", "---", "v1.5 final"]:
+        made = ck.default_model_name(corpus, now)
+        assert sanitise_model_name(made) == made
+        assert re.fullmatch(r"[a-z0-9-]{1,20}-1130-0912-[0-9a-f]{4}", made), made
+
+
+class _FailingRenames:
+    """os.rename that raises at the given calls (1 = the first rename after patching)."""
+
+    def __init__(self, fail_at):
+        self.fail_at, self.calls, self.real = set(fail_at), 0, os.rename
+
+    def __call__(self, src, dst, *args, **kwargs):
+        self.calls += 1
+        if self.calls in self.fail_at:
+            raise OSError(f"simulated failure of rename {self.calls}: {src} -> {dst}")
+        return self.real(src, dst, *args, **kwargs)
+
+
+@pytest.mark.parametrize("fail_renames, fail_removal, expect", [
+    ({1}, False, "old"),         # 1st operation: m -> .m.old
+    ({2}, False, "old"),         # 2nd operation: tmp -> m (the old model is renamed back)
+    ({2, 3}, False, "recover"),  # 2nd operation, and renaming the old model back fails too
+    (set(), True, "new"),        # 3rd operation: removing .m.old
+], ids=["rename-1", "rename-2", "rename-2-and-rollback", "remove-old"])
+def test_a_failed_replacement_keeps_the_old_or_the_new_model(tmp_path, monkeypatch, fail_renames, fail_removal, expect):
+    tok = _tok()
+    old_model, new_model = _model(0, tok), _model(1, tok)
+    base = tmp_path / "models"
+    path = save_checkpoint(base / "m", old_model, tok)
+    monkeypatch.setattr(os, "rename", _FailingRenames(fail_renames))
+    if fail_removal:
+        real_rmtree = shutil.rmtree
+
+        def rmtree(p, ignore_errors=False, *args, **kwargs):
+            if Path(p).name == ".m.old":
+                if ignore_errors:
+                    return None  # what a real rmtree that cannot remove anything does when told to ignore errors
+                raise PermissionError(f"simulated: cannot remove {p}")
+            return real_rmtree(p, ignore_errors, *args, **kwargs)
+        monkeypatch.setattr(shutil, "rmtree", rmtree)
+    raised = False
+    try:
+        save_checkpoint(path, new_model, tok, overwrite=True)
+    except OSError:
+        raised = True
+    monkeypatch.undo()
+    assert raised == (expect != "new")
+    if expect == "recover":  # nothing under the name until the next model listing puts the old one back
+        assert not path.exists() and (base / ".m.old").is_dir()
+        assert [(e.name, e.error) for e in discover_models(None, base)] == [("m", None)]
+    assert _holds(path, new_model if expect == "new" else old_model)
+    names = sorted(p.name for p in base.iterdir())
+    assert names == ([".m.old", "m"] if fail_removal else ["m"])  # never a temporary folder left behind
+    # a leftover old copy is neither listed nor put back over the new model, and the next replacement clears it
+    assert [e.name for e in discover_models(None, base)] == ["m"]
+    assert _holds(path, new_model if expect == "new" else old_model)
+    third = _model(2, tok)
+    save_checkpoint(path, third, tok, overwrite=True)
+    assert _holds(path, third) and sorted(p.name for p in base.iterdir()) == ["m"]
+
+
+def _kill_between_the_renames(base, model, tok):
+    """The models folder as a process killed right after a replacement's first rename leaves it."""
+    path = save_checkpoint(base / "m", model, tok)
+    os.rename(path, base / ".m.old")
+    partial = base / ".m.k1l2l3ed.tmp"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half written")
+    return path
+
+
+def test_discover_undoes_a_save_killed_between_its_two_renames(tmp_path):
+    tok = _tok()
+    old_model = _model(0, tok)
+    base = tmp_path / "models"
+    path = _kill_between_the_renames(base, old_model, tok)
+    hour_ago = time.time() - 3700
+    os.utime(base / ".m.k1l2l3ed.tmp", (hour_ago, hour_ago))
+    young = base / ".x.y0ung000.tmp"  # may belong to a save still writing: kept
+    young.mkdir()
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / ".s.old").mkdir()  # the shipped folder is never touched
+    assert [(e.name, e.shipped, e.error) for e in discover_models(shipped, base)] == [("m", False, None)]
+    assert _holds(path, old_model)
+    assert sorted(p.name for p in base.iterdir()) == [".x.y0ung000.tmp", "m"]
+    assert sorted(p.name for p in shipped.iterdir()) == [".s.old"]
+
+
+def test_recover_interrupted_saves_and_the_next_save_undo_a_killed_save(tmp_path):
+    tok = _tok()
+    old_model, new_model = _model(0, tok), _model(1, tok)
+    base = tmp_path / "a"
+    path = _kill_between_the_renames(base, old_model, tok)
+    assert ck.recover_interrupted_saves(base, stale_tmp_s=0) == ["m"]
+    assert _holds(path, old_model) and sorted(p.name for p in base.iterdir()) == ["m"]
+    assert ck.recover_interrupted_saves(base) == []
+    # a save to that name first puts the old model back: it is refused without overwrite, replaced with it
+    base = tmp_path / "b"
+    path = _kill_between_the_renames(base, old_model, tok)
+    with pytest.raises(FileExistsError):
+        save_checkpoint(path, new_model, tok)
+    assert _holds(path, old_model)
+    os.rename(path, base / ".m.old")
+    save_checkpoint(path, new_model, tok, overwrite=True)
+    assert _holds(path, new_model) and ".m.old" not in [p.name for p in base.iterdir()]
+
+
+def test_recovery_never_follows_links_or_replaces_a_model(tmp_path):
+    tok = _tok()
+    first, second = _model(0, tok), _model(1, tok)
+    outside = tmp_path / "outside"
+    victim = save_checkpoint(outside / "victim", first, tok)
+    base = tmp_path / "models"
+    base.mkdir()
+    (base / ".evil.old").symlink_to(victim)
+    (base / ".link.abcd1234.tmp").symlink_to(outside)
+    os.utime(base / ".link.abcd1234.tmp", (0, 0), follow_symlinks=False)
+    (base / "dangling").symlink_to(tmp_path / "nowhere")
+    save_checkpoint(base / "dangling-old", first, tok)
+    os.rename(base / "dangling-old", base / ".dangling.old")
+    save_checkpoint(base / "m", first, tok)
+    save_checkpoint(base / "m2", second, tok)
+    os.rename(base / "m2", base / ".m.old")  # an old copy beside a complete model: a leftover, not restored
+    assert ck.recover_interrupted_saves(base, stale_tmp_s=0) == []
+    assert sorted(p.name for p in base.iterdir()) == [".dangling.old", ".evil.old", ".link.abcd1234.tmp", ".m.old",
+                                                      "dangling", "m"]
+    assert _holds(victim, first) and sorted(p.name for p in outside.iterdir()) == ["victim"]
+    assert _holds(base / "m", first)
