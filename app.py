@@ -1,13 +1,12 @@
 """Transformer Explorer: the frame. Shared sidebar (model picker) and the router over pages/."""
 import streamlit as st
-import torch
-
 from core.checkpoint import CheckpointError
-from pages._common import DEFAULT_MODEL, PAGE_THREADS, load_model, scan_models, user_models_dir
+from core.threads import page_threads, use_threads
+from pages._common import DEFAULT_MODEL, load_model, model_label, scan_models, session_owner, user_models_dir
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own
-torch.set_num_threads(PAGE_THREADS)
+use_threads(page_threads())
 
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
 
@@ -27,10 +26,14 @@ with st.sidebar:
     good, bad = scan_models()
     if good:
         names = [e.name for e in good]
+        me = session_owner()  # this browser session's id: the owner recorded in the models it saves
+        labels = {e.name: model_label(e, me) for e in good}  # yours or a classmate's, decided in this run
         default = names.index(DEFAULT_MODEL) if DEFAULT_MODEL in names else 0
         name = st.selectbox("Model", names, index=default, key="te_model_name", label_visibility="collapsed",
-                            format_func=lambda n: n + ("" if next(e for e in good if e.name == n).shipped else " (yours)"),
-                            help=f"Shipped models live in assets/models; models you train are saved in {user_models_dir()}.")
+                            format_func=labels.get,
+                            help=f"Shipped models live in assets/models; models trained here are saved in "
+                                 f"{user_models_dir()}, where everyone on this server sees them (a class gallery). "
+                                 "Only the browser session that saved a model may replace it.")
         entry = next(e for e in good if e.name == name)
         try:
             model, tok = load_model(entry)

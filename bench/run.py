@@ -24,10 +24,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.model import ModelConfig, Transformer  # noqa: E402
+from core.model import LECTURE, ModelConfig, Transformer  # noqa: E402
 from core.params import count_parameters  # noqa: E402
+from core.threads import page_threads, use_threads  # noqa: E402
 
-LECTURE = dict(vocab_size=65, n_ctx=128, d_model=64, n_heads=4, n_layers=2, d_ff=256)
 RESULTS: list[dict] = []
 
 
@@ -80,7 +80,7 @@ def matmul_flops(n: int = 1024, reps: int = 20) -> float:
 
 def bench_train(quick: bool):
     print("\nTraining throughput at the lecture's configuration (d=64, h=4, L=2, n_ctx=128, batch 32, AdamW)")
-    cfg = ModelConfig(**LECTURE)
+    cfg = LECTURE
     torch.manual_seed(0)
     ours = Transformer(cfg).train()
     peer = gpt2_peer(cfg).train()
@@ -125,7 +125,7 @@ def bench_train(quick: bool):
 @torch.no_grad()
 def bench_forward(quick: bool):
     print("\nForward pass with the attention returned (batch 1): ours return_attn=True vs peer output_attentions=True")
-    cfg = ModelConfig(**LECTURE)
+    cfg = LECTURE
     ours = Transformer(cfg).eval()
     peer = gpt2_peer(cfg).eval()
     for n in (32, 64, 128):
@@ -145,7 +145,7 @@ def bench_generate(quick: bool):
         print("\n(generation benchmark skipped: core.sampling is not available)")
         return
     print("\nGreedy generation that fills the context: 8-token prompt to n_ctx=128 tokens")
-    cfg = ModelConfig(**LECTURE)
+    cfg = LECTURE
     torch.manual_seed(0)
     ours = Transformer(cfg).eval()
     peer = gpt2_peer(cfg).eval()
@@ -229,11 +229,11 @@ def main(argv=None):
                    choices=["train", "forward", "generate", "pages"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
-    p.add_argument("--threads", type=int, default=int(os.environ.get("TE_TORCH_THREADS", "1") or 1),
+    p.add_argument("--threads", type=int, default=page_threads(),
                    help="torch threads for ours and the peer alike (default: the app's own setting, "
                         "TE_TORCH_THREADS or 1)")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads")
     for name in args.only:
         globals()[f"bench_{name}"](args.quick)

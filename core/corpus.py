@@ -12,7 +12,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS_ENV = "TE_CORPUS"
 DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
-MAX_CORPUS_BYTES = 5 * 2**20   # uploads and pastes: Tiny Shakespeare is 1.1 MB, five times that is plenty
 MAX_VOCAB = 1000               # the output layer scores every character at every position of every batch
 PYDOC_NAME = "Python reference documentation (pydoc_data.topics)"
 # C0 and C1 control characters except tab, line feed, form feed and carriage return
@@ -48,8 +47,15 @@ def decode_text(raw: bytes, name: str = "the text") -> str:
     return text
 
 
-def split_train_val(ids, train_fraction: float = 0.9):
-    """First 90% for training, the last 10% held out, as nanoGPT splits this corpus."""
+TRAIN_FRACTION = 0.9  # the first 90% trains, the last 10% is held out, as nanoGPT splits this corpus
+
+
+def split_description(train_fraction: float = TRAIN_FRACTION) -> str:
+    return f"first {train_fraction:.0%} train, last {1 - train_fraction:.0%} validation"
+
+
+def split_train_val(ids, train_fraction: float = TRAIN_FRACTION):
+    """The first ``train_fraction`` for training, the rest held out."""
     n = int(len(ids) * train_fraction)
     return ids[:n], ids[n:]
 
@@ -61,9 +67,10 @@ def pydoc_text() -> str:
     return "\n\n".join(topics[k].strip("\n") for k in sorted(topics)) + "\n"
 
 
-def check_corpus_bytes(raw: bytes, name: str = "the text", max_bytes: int = MAX_CORPUS_BYTES) -> str:
+def check_corpus_bytes(raw: bytes, name: str, max_bytes: int) -> str:
     """Decoded text of an uploaded or pasted corpus; ValueError with the reason for anything unusable:
-    over the size cap, binary, not UTF-8, empty, or with more distinct characters than MAX_VOCAB."""
+    over ``max_bytes`` (the server's upload cap, ``server.maxUploadSize`` in .streamlit/config.toml, the one
+    home of that number), binary, not UTF-8, empty, or with more distinct characters than MAX_VOCAB."""
     if len(raw) > max_bytes:
         raise ValueError(f"{name} is {len(raw) / 2**20:.1f} MiB; the limit is {max_bytes / 2**20:.0f} MiB")
     text = decode_text(raw, name)

@@ -62,6 +62,14 @@ def sci(x: float) -> str:
     return f"{mant}e{e}"
 
 
+def clock(seconds: float | None) -> str:
+    """125 -> '2:05', minutes and seconds of a run; '–' when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
 # ---------------------------------------------------------------- text
 
 def md_escape(text: str) -> str:

@@ -111,3 +111,53 @@ def continuations(model, ids, temperatures, n: int, seed: int, chars) -> list[li
         for r, run in enumerate(runs):
             run.append(step_record(s, chars, r))
     return runs
+
+
+@torch.no_grad()
+def next_logits(model, ids) -> torch.Tensor:
+    """The model's scores for the token after ``ids`` (non-empty, at most n_ctx): (m,) in float64."""
+    return model(torch.tensor([list(ids)], dtype=torch.long)).logits[0, -1].double()
+
+
+def decoding_notes(temperature: float, m: int, top_k: int | None = None, top_p: float | None = None) -> list[str]:
+    """What a decoding setting amounts to, in words, where it reaches one of the limits: T = 0 or a tiny T
+    is greedy, a huge T is uniform, top-k = 1 or top-p = 0 is greedy, top-k >= m or top-p >= 1 is plain
+    sampling. Empty when nothing is special."""
+    notes = []
+    t = float(temperature)
+    if t == 0:
+        notes.append("T = 0 is the limit of the formula: all the probability sits on the largest logit, so this is "
+                     "greedy decoding and the seed plays no role.")
+    elif t < 0.01:
+        notes.append(f"T = {t:g} is tiny: p(T) is practically one-hot, so this behaves like greedy decoding.")
+    elif t > 100:
+        notes.append(f"T = {t:g} is huge: p(T) is practically uniform (1/m = {1 / m:.4f} for every "
+                     "character), so the text is close to random characters.")
+    if top_k is not None and t > 0:
+        if top_k == 1:
+            notes.append("top-k = 1 keeps only the most likely character: this is greedy decoding.")
+        elif top_k >= m:
+            notes.append(f"top-k = {top_k} keeps all m = {m} characters: this is plain sampling.")
+    if top_p is not None and t > 0:
+        if top_p < 1e-9:
+            notes.append("top-p = 0 still keeps the most likely character, and only it: this is greedy decoding.")
+        elif top_p >= 1:
+            notes.append("top-p = 1 keeps every character: this is plain sampling.")
+        elif top_p < 0.05:
+            notes.append(f"top-p = {top_p:g} is tiny: almost always only the most likely character survives, "
+                         "which is nearly greedy.")
+    return notes
+
+
+def text_measures(steps: list[dict]) -> dict:
+    """Of a generated text (``step_record`` dicts): distinct 3-grams, the mean probability the model gave its
+    tokens, the perplexity exp(-mean log p) at T = 1, and the step at which the window began to slide
+    (None if it never did)."""
+    if not steps:
+        return {"distinct_3": None, "mean_prob": None, "perplexity": None, "slid_at": None}
+    mean_lp = sum(math.log(max(s["prob"], 1e-300)) for s in steps) / len(steps)
+    return {"distinct_3": distinct_n([s["id"] for s in steps], 3),
+            "mean_prob": sum(s["prob"] for s in steps) / len(steps),
+            "perplexity": math.exp(-mean_lp),
+            "slid_at": next((i for i, s in enumerate(steps) if s["slid"]), None)}
+

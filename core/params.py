@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from core.fmt import latex_int
 from core.model import ModelConfig, Transformer, head_counts
 
 
@@ -128,11 +129,20 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
     return rows
 
 
-def per_block_latex(config: ModelConfig) -> str:
+def per_block_latex(config: ModelConfig, general: bool = False) -> str:
     """The per-block count as the lecture writes it, with this config's numbers: 12d^2 + 4d when
-    d_ff = 4d, the general 4d^2 + 2 d d_ff + 4d otherwise. LaTeX, thousands separators unspaced."""
+    d_ff = 4d (unless ``general``), the general 4d^2 + 2 d d_ff + 4d otherwise. LaTeX, thousands
+    separators unspaced."""
     d, ff, n = config.d_model, config.d_ff, count_parameters(config)["per_block"]
-    total = f"{n:,}".replace(",", "{,}")
+    di, fi, total = latex_int(d), latex_int(ff), latex_int(n)
+    if ff == 4 * d and not general:
+        return rf"12d^2 + 4d = 12({di})^2 + 4({di}) = {total}"
+    return rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({di})^2 + 2({di})({fi}) + 4({di}) = {total}"
+
+
+def per_block_formula(config: ModelConfig) -> str:
+    """The same in plain text, for a terminal."""
+    d, ff, n = config.d_model, config.d_ff, count_parameters(config)["per_block"]
     if ff == 4 * d:
-        return rf"12d^2 + 4d = 12({d})^2 + 4({d}) = {total}"
-    return rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({d})^2 + 2({d})({ff}) + 4({d}) = {total}"
+        return f"12d^2 + 4d = 12*{d}^2 + 4*{d} = {n:,}"
+    return f"4d^2 + 2*d*d_ff + 4d = 4*{d}^2 + 2*{d}*{ff} + 4*{d} = {n:,}"

@@ -234,6 +234,10 @@ def _distinct_best(x: torch.Tensor, f: torch.Tensor, k: int, decimals: int = 2) 
     return picked
 
 
+class FitError(ValueError):
+    """The runs do not pin down a law of this form; the message says why, in words for the user."""
+
+
 def fit_scaling_law(N, D, loss, delta: float = HUBER_DELTA, starts: torch.Tensor | None = None,
                     polish: int = 32, threads: int | None = 1) -> ScalingLaw:
     """Hoffmann et al. (2022, App. D.2): minimise sum_i Huber_delta(LSE(a - alpha log N_i, b - beta log D_i, e)
@@ -246,7 +250,17 @@ def fit_scaling_law(N, D, loss, delta: float = HUBER_DELTA, starts: torch.Tensor
     One thread by default: the batch is memory-bound, so a second thread gains ~5 % on an idle machine, while on
     a busy one OpenMP's spinning threads made the same fit 10-20 times slower (measured on the 2-core dev box)."""
     with torch_threads(threads):
-        return _fit(N, D, loss, delta, starts, polish)
+        law = _fit(N, D, loss, delta, starts, polish)
+    if not all(math.isfinite(v) for v in (law.A, law.B, law.alpha, law.beta, law.E)):
+        raise FitError("The fit ran off to infinite constants: these runs do not pin down a law of this form. "
+                       "Runs that vary both N and D over a wider range help.")
+    if min(law.A, law.B, law.alpha, law.beta) <= 0:
+        # flat or rising losses give exponents <= 0, for which there is no compute-optimal split (the
+        # closed form would take a root of a negative number)
+        raise FitError(f"The best fit has α = {law.alpha:.3g} and β = {law.beta:.3g}: these runs show no loss that "
+                       "falls as a power law in N and in D, so there is no law of this form to fit. Runs whose "
+                       "loss drops as models and data grow are needed.")
+    return law
 
 
 def _fit(N, D, loss, delta, starts, polish) -> ScalingLaw:
@@ -260,7 +274,8 @@ def _fit(N, D, loss, delta, starts, polish) -> ScalingLaw:
         x, f = _lbfgs(start.to(dtype), lambda z: _objective(z, logN, logD, logL, delta), **tol)
     best = _distinct_best(x, f, 1)
     if not best:
-        raise FloatingPointError("the fit found no finite objective from any start")
+        raise FitError("The fit found no finite objective from any starting point: these runs do not pin down "
+                       "a law of this form.")
     a, b, e, alpha, beta = x[best[0]].tolist()
     with np.errstate(over="ignore"):  # an unbounded direction shows up as an infinite constant, not a crash
         A, B, E = (float(np.exp(v)) for v in (a, b, e))

@@ -9,15 +9,18 @@ import argparse
 import math
 import shlex
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, asdict
 
 import numpy as np
 import torch
 
-from core.corpus import read_text_file, shakespeare_path, split_train_val
-from core.model import ModelConfig, Transformer
-from core.params import count_parameters
+from core.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_description, split_train_val
+from core.model import LECTURE, ModelConfig, Transformer
+from core.params import count_parameters, per_block_formula
+from core.threads import use_threads
 from core.tokenizer import CharTokenizer
 
 
@@ -36,14 +39,32 @@ class TrainConfig:
     seed: int = 1337
 
     def __post_init__(self):
-        if self.batch_size < 1:
-            raise ValueError("batch_size must be at least 1")
-        if self.steps < 1:
-            raise ValueError("steps must be at least 1")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError("lr must be a positive number")
-        if self.warmup < 0 or self.eval_interval < 1 or self.eval_batches < 1:
-            raise ValueError("warmup must be >= 0, eval_interval and eval_batches >= 1")
+        problems = train_problems(asdict(self))
+        if problems:
+            raise ValueError("; ".join(problems.values()))
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def train_problems(values: dict) -> dict[str, str]:
+    """Field name -> what is wrong, for the training settings present in ``values``; empty when all is
+    well. The one validation of a run's settings: TrainConfig raises with these messages, the training
+    form shows them beside its fields."""
+    problems: dict[str, str] = {}
+    for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
+        if name in values and (not _whole(values[name]) or values[name] < 1):
+            problems[name] = f"{name} must be a whole number of at least 1 (got {values[name]!r})"
+    if "warmup" in values and (not _whole(values["warmup"]) or values["warmup"] < 0):
+        problems["warmup"] = f"warmup must be a whole number of at least 0 (got {values['warmup']!r})"
+    lr = values.get("lr", 1e-3)
+    if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and 0 < lr <= 1):
+        problems["lr"] = f"lr must be a number above 0 and at most 1 (got {lr!r})"
+    seed = values.get("seed", 0)
+    if not _whole(seed) or not 0 <= seed < 2**63:
+        problems["seed"] = f"seed must be a whole number of at least 0 (got {seed!r})"
+    return problems
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:
@@ -105,6 +126,19 @@ def windowed_loss(model: Transformer, data: torch.Tensor, n_ctx: int | None = No
     return total / n_windows
 
 
+_INIT_LOCK = threading.Lock()
+
+
+@contextmanager
+def _seeded(seed: int):
+    """Torch's global generator seeded for the block, then put back as it was. Building a model draws its
+    initial weights from that generator; two sessions starting at the same moment must not interleave
+    their draws (or a seed would no longer fix the weights), nor reseed anyone else's sampling."""
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 class Trainer:
     def __init__(self, text: str, model_config: ModelConfig | dict, train_config: TrainConfig | None = None,
                  tokenizer: CharTokenizer | None = None):
@@ -122,8 +156,8 @@ class Trainer:
                 f"corpus too short: with a 90/10 split each part needs more than n_ctx+1={model_config.n_ctx + 1} "
                 f"characters, i.e. at least {min_corpus_chars(model_config.n_ctx):,} characters in all (got {len(data):,})"
             )
-        torch.manual_seed(self.tc.seed)
-        self.model = Transformer(model_config)
+        with _seeded(self.tc.seed):
+            self.model = Transformer(model_config)
         self.model.train()
         decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
@@ -183,21 +217,21 @@ class Trainer:
 def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_time_s: float,
                     command: str | None = None, **extra) -> dict:
     """The ``training`` metadata of a checkpoint, with train and validation loss measured the same way
-    for every model: over all full n_ctx windows of the held-out 10% (and as many training characters)."""
+    for every model: over all full n_ctx windows of the held-out part (and as many training characters)."""
     c, tc = trainer.config, trainer.tc
     val_full = windowed_loss(trainer.model, trainer.val_data)
     train_full = windowed_loss(trainer.model, trainer.train_data[: len(trainer.val_data)])
     record = {
         "corpus": corpus_name,
         "corpus_chars": corpus_chars,
-        "split": "first 90% train, last 10% validation",
+        "split": split_description(),
         "steps": trainer.step_num,
         "batch_size": tc.batch_size,
         "tokens_seen": trainer.tokens_seen,
         "wall_time_s": round(wall_time_s, 1),
         "train_loss": round(train_full, 4),
         "val_loss": round(val_full, 4),
-        "val_loss_method": f"mean next-character cross-entropy over all full {c.n_ctx}-character windows of the held-out 10%",
+        "val_loss_method": f"mean next-character cross-entropy over all full {c.n_ctx}-character windows of the held-out {1 - TRAIN_FRACTION:.0%}",
         "train_config": asdict(tc),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -225,11 +259,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m core.train", description="Train a character-level transformer.")
     p.add_argument("--corpus", help="UTF-8 text file (default: Tiny Shakespeare via $TE_CORPUS or ../shared/data)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--n-heads", type=int, default=4)
-    p.add_argument("--n-layers", type=int, default=2)
-    p.add_argument("--d-ff", type=int, default=None)
-    p.add_argument("--n-ctx", type=int, default=128)
+    for name in ("d_model", "n_heads", "n_layers", "n_ctx"):  # the lecture's shape by default
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(LECTURE, name))
+    p.add_argument("--d-ff", type=int, default=None, help="MLP width (default: 4 d)")
     defaults = TrainConfig()
     for name in ("batch_size", "steps", "warmup", "eval_interval", "eval_batches", "seed"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
@@ -239,8 +271,7 @@ def main(argv=None):
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     corpus = args.corpus or shakespeare_path()
     if corpus is None:
         p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
@@ -251,7 +282,7 @@ def main(argv=None):
     counts = count_parameters(trainer.config)
     c = trainer.config
     print(f"model: d={c.d_model} h={c.n_heads} L={c.n_layers} d_ff={c.d_ff} n_ctx={c.n_ctx} m={c.vocab_size}")
-    print(f"parameters per block: {counts['per_block']:,}  (12d^2+4d = {12 * c.d_model**2 + 4 * c.d_model:,} when d_ff=4d)")
+    print(f"parameters per block: {counts['per_block']:,}  ({per_block_formula(c)})")
     print(f"parameters in total:  {counts['total']:,}")
     print(f"corpus: {corpus} ({len(text):,} chars; {len(trainer.train_data):,} train / {len(trainer.val_data):,} val)")
 
@@ -270,7 +301,7 @@ def main(argv=None):
             _progress(trainer.step_num, tc.steps, m["loss"], val, m["tokens_per_s"], time.perf_counter() - start)
     sys.stderr.write("\n")
     wall = time.perf_counter() - start
-    print("measuring the validation loss over every full window of the held-out 10% ...")
+    print(f"measuring the validation loss over every full window of the held-out {1 - TRAIN_FRACTION:.0%} ...")
     from core.checkpoint import save_checkpoint
     from pathlib import Path
 

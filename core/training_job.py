@@ -11,8 +11,6 @@ If the handle is garbage-collected (its browser session ended) the worker stops 
 from __future__ import annotations
 
 import collections
-import math
-import os
 import threading
 import time
 import weakref
@@ -22,17 +20,15 @@ from pathlib import Path
 import torch
 
 from core.checkpoint import save_checkpoint, user_model_folder
-from core.cost import training_flops
-from core.model import ModelConfig, head_counts
+from core.job_settings import JobSettings
 from core.params import count_parameters
 from core.sampling import generate
+from core.speed import observe_rate
+from core.threads import training_threads, use_threads
 from core.tokenizer import Prompt
-from core.train import Trainer, TrainConfig, min_corpus_chars, training_record
+from core.train import Trainer, training_record
 
 MAX_RUNNING_JOBS = 4            # concurrent runs per server process; more would only share the same cores
-MAX_PARAMS = 10_000_000         # a live CPU run of a bigger model would not show anything in a lecture
-MAX_TOKENS_PER_STEP = 65_536    # batch_size * n_ctx: bounds the memory of one step
-MAX_STEPS = 100_000
 SAMPLE_CHARS = 200              # length of each periodic sample
 SAMPLE_TEMPERATURE = 0.8
 
@@ -42,90 +38,12 @@ ACTIVE_STATES = ("preparing", "running", "pausing", "paused", "stopping")  # the
 MOVING_STATES = ("preparing", "running", "pausing", "stopping")            # worth polling
 SAVABLE_STATES = ("paused", "stopped", "finished")
 
-# Trainer seeds torch's global generator before building its model; two sessions starting at the same
-# moment must not interleave their draws, or a seed would no longer fix the initial weights.
-_INIT_LOCK = threading.Lock()
 _WORKERS: "weakref.WeakSet[_Worker]" = weakref.WeakSet()
 _SLOTS_LOCK = threading.Lock()  # the check "fewer than MAX_RUNNING_JOBS train" and the start are one step
 
 
-def default_threads() -> int:
-    """Intra-op threads for one training run: half the cores. A run that takes every core collapses (twenty
-    times slower, measured on two cores) the moment anything else wants one, because its threads spin at
-    each barrier waiting for a partner that is not scheduled; half leaves room for the page, the other
-    pages and a second session's run."""
-    return max(1, (os.cpu_count() or 1) // 2)
-
-
 class BusyError(RuntimeError):
     """Too many runs are training in this server process already."""
-
-
-@dataclass
-class JobSettings:
-    """What the training page collects; the lecture's class-demo model by default."""
-    d_model: int = 64
-    n_heads: int = 4
-    n_layers: int = 2
-    d_ff: int | None = None    # None: 4d
-    n_ctx: int = 128
-    batch_size: int = 32
-    lr: float = 3e-3
-    steps: int = 2000
-    seed: int = 1337
-    threads: int | None = None  # None: default_threads()
-
-    def model_config(self, vocab_size: int) -> ModelConfig:
-        return ModelConfig(vocab_size=vocab_size, n_ctx=self.n_ctx, d_model=self.d_model, n_heads=self.n_heads,
-                           n_layers=self.n_layers, d_ff=self.d_ff)
-
-    def train_config(self) -> TrainConfig:
-        eval_interval = max(1, min(250, round(self.steps / 20)))  # about 20 points on the validation curve
-        # warm up over a tenth of a short run, as over 400 of the shipped model's 12,000 steps at most
-        return TrainConfig(batch_size=self.batch_size, steps=self.steps, lr=self.lr, seed=self.seed,
-                           warmup=min(TrainConfig.warmup, self.steps // 10), eval_interval=eval_interval,
-                           eval_batches=8)
-
-    @property
-    def tokens(self) -> int:
-        """D, the number of training tokens the run will see: steps x batch x n_ctx."""
-        return self.steps * self.batch_size * self.n_ctx
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int) -> dict[str, str]:
-    """Field name -> reason for every setting that cannot be trained; empty when all is well."""
-    errors: dict[str, str] = {}
-    for name in ("d_model", "n_heads", "n_layers", "n_ctx", "batch_size", "steps"):
-        value = getattr(s, name)
-        if not _is_int(value) or value < 1:
-            errors[name] = f"must be a whole number of at least 1 (got {value})"
-    if s.d_ff is not None and (not _is_int(s.d_ff) or s.d_ff < 1):
-        errors["d_ff"] = f"must be a whole number of at least 1 (got {s.d_ff})"
-    if not (isinstance(s.lr, (int, float)) and math.isfinite(s.lr) and 0 < s.lr <= 1):
-        errors["lr"] = f"must be a number above 0 and at most 1 (got {s.lr})"
-    if not _is_int(s.seed) or not 0 <= s.seed < 2**63:
-        errors["seed"] = "must be a whole number of at least 0"
-    if "steps" not in errors and s.steps > MAX_STEPS:
-        errors["steps"] = f"at most {MAX_STEPS:,} steps in a live run"
-    if "d_model" not in errors and "n_heads" not in errors and s.d_model % s.n_heads:
-        errors["n_heads"] = (f"h = {s.n_heads} does not divide d = {s.d_model}: each head needs a whole width d/h "
-                             f"(try h = {', '.join(map(str, head_counts(s.d_model)))})")
-    if "n_ctx" not in errors and corpus_chars < min_corpus_chars(s.n_ctx):
-        errors["n_ctx"] = (f"the corpus has {corpus_chars:,} characters; n_ctx = {s.n_ctx} needs at least "
-                           f"{min_corpus_chars(s.n_ctx):,} (10% is held out; each part needs n_ctx + 1). "
-                           "Use a smaller n_ctx or a longer text.")
-    if "batch_size" not in errors and "n_ctx" not in errors and s.batch_size * s.n_ctx > MAX_TOKENS_PER_STEP:
-        errors["batch_size"] = (f"batch x n_ctx = {s.batch_size * s.n_ctx:,} tokens per step; at most "
-                                f"{MAX_TOKENS_PER_STEP:,} on a CPU")
-    if not errors:
-        n = count_parameters(s.model_config(max(1, vocab_size)))["total"]
-        if n > MAX_PARAMS:
-            errors["d_model"] = f"this model has {n:,} parameters; a live CPU run allows at most {MAX_PARAMS:,}"
-    return errors
 
 
 @torch.no_grad()
@@ -165,6 +83,19 @@ class JobStatus:
         return self.state in MOVING_STATES
 
     @property
+    def can_pause(self) -> bool:
+        return self.state in ("preparing", "running")
+
+    @property
+    def can_stop(self) -> bool:
+        return self.state in ("preparing", "running", "pausing", "paused")
+
+    @property
+    def can_start(self) -> bool:
+        """A new run may replace this one: it is not training (a paused run must be stopped first)."""
+        return not self.active
+
+    @property
     def can_save(self) -> bool:
         return self.state in SAVABLE_STATES and self.step > 0
 
@@ -198,7 +129,7 @@ class _Worker:
         self.recent = collections.deque(maxlen=50)  # (tokens, seconds) of recent steps
         self.elapsed = 0.0
         self.n_params = 0
-        self.threads = settings.threads or default_threads()
+        self.threads = settings.threads or training_threads()
 
     # --- called from the worker thread -------------------------------------------------------------
     def _set(self, **kw):
@@ -212,7 +143,7 @@ class _Worker:
         with self.lock:
             tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
         row = tr.log_eval(tokens / seconds if seconds > 0 else None)
-        _observe_rate(self.n_params, row["tokens_per_s"])
+        observe_rate(self.n_params, row["tokens_per_s"])
         sample_every = 2 * self.tc.eval_interval
         if tr.step_num % sample_every == 0 or tr.done or self.stop_event.is_set():
             if not self.samples or self.samples[-1][0] != tr.step_num:
@@ -223,14 +154,9 @@ class _Worker:
 
     def run(self):
         try:
-            # torch keeps this per thread once a thread has started (new threads inherit the latest value)
-            torch.set_num_threads(self.threads)
+            use_threads(self.threads)  # this thread's own setting
             if self.trainer is None:
-                # fork_rng: the seed the Trainer sets must not reseed other sessions' sampling
-                with _INIT_LOCK, torch.random.fork_rng(devices=[]):
-                    trainer = Trainer(self.text, dict(n_ctx=self.settings.n_ctx, d_model=self.settings.d_model,
-                                                      n_heads=self.settings.n_heads, n_layers=self.settings.n_layers,
-                                                      d_ff=self.settings.d_ff), self.tc)
+                trainer = Trainer(self.text, self.settings.shape(0), self.tc)  # m comes from the corpus
                 prompt = Prompt(trainer.tokenizer, self.sample_prompt_text, trainer.config.n_ctx)
                 # a prompt of characters the corpus never uses is empty: start from its first character
                 self.prompt_ids = prompt.ids or trainer.tokenizer.encode(self.text[0])
@@ -378,20 +304,21 @@ class TrainingJob:
             return not t.is_alive()
         return True
 
-    def save(self, models_dir, name: str, protected=(), overwrite: bool = False) -> Path:
-        """Write the current weights as a checkpoint folder ``models_dir/<sanitised name>`` (atomically).
+    def save(self, models_dir, name: str, protected=(), overwrite: bool = False, owner: str | None = None) -> Path:
+        """Write the current weights as a checkpoint folder ``models_dir/<sanitised name>`` (atomically),
+        recording ``owner`` (a browser session's id): only the same owner may later replace it.
         Only a paused, stopped or finished run can be saved. ValueError with the reason otherwise."""
         w = self._w
         if w.state not in SAVABLE_STATES or w.trainer is None:
             raise ValueError("pause or stop the run (or let it finish) before saving it")
-        folder = user_model_folder(models_dir, name, protected, overwrite)
+        folder = user_model_folder(models_dir, name, protected, overwrite, owner=owner)
         with w.model_lock:  # a resume in the meantime waits here for the save to finish
             tr = w.trainer
             record = training_record(
                 tr, w.corpus_name, len(w.text), w.elapsed, source="Training page of Transformer Explorer",
                 planned_steps=w.tc.steps, stopped_early=not tr.done, threads=w.threads,
             )
-            return save_checkpoint(folder, tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite)
+            return save_checkpoint(folder, tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite, owner=owner)
 
 
 def _wake_to_stop(stop_event: threading.Event, go: threading.Event):
@@ -399,47 +326,3 @@ def _wake_to_stop(stop_event: threading.Event, go: threading.Event):
     go.set()
 
 
-_RATE: dict[str, float] = {}
-_RATE_LOCK = threading.Lock()
-
-
-def _observe_rate(n_params: int, tokens_per_s: float | None):
-    """Runs report what they reach, so the next estimate reflects this server as it is now."""
-    if tokens_per_s:
-        with _RATE_LOCK:
-            _RATE["observed"] = training_flops(n_params, tokens_per_s)  # FLOP/s: 6 per parameter per token
-
-
-def measured_flop_rate() -> tuple[float | None, str]:
-    """(FLOP/s, how it was measured) for training on this server, counting 6·N FLOP per token: the rate the
-    latest run reached, else a quick measurement (a few steps of the lecture's model, once per process).
-    (None, the reason) if the quick measurement failed."""
-    with _RATE_LOCK:
-        if "observed" in _RATE:
-            return _RATE["observed"], "the latest training run on this server"
-        if "quick" not in _RATE:
-            # in a thread of its own, with the threads a run gets, so the page's thread keeps its setting
-            worker = threading.Thread(target=_quick_rate, name="te-rate")
-            worker.start()
-            worker.join()
-        if "quick" not in _RATE:
-            return None, "the quick test of the lecture's model failed on this server"
-        return _RATE["quick"], "a quick test of the lecture's model on this server"
-
-
-def _quick_rate():
-    """A few steps of the lecture's model on synthetic text; stores FLOP/s (6·N per token) in _RATE."""
-    torch.set_num_threads(default_threads())
-    g = torch.Generator().manual_seed(0)
-    chars = [chr(32 + i) for i in range(65)]
-    text = "".join(chars[i] for i in torch.randint(65, (4_000,), generator=g).tolist())
-    s = JobSettings()
-    batch = 8  # small: this runs while a page renders
-    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
-        tr = Trainer(text, dict(n_ctx=s.n_ctx, d_model=s.d_model, n_heads=s.n_heads, n_layers=s.n_layers),
-                     TrainConfig(batch_size=batch, steps=100, seed=0))
-    tr.step()  # the first step pays for allocations
-    t0 = time.perf_counter()
-    for _ in range(2):
-        tr.step()
-    _RATE["quick"] = training_flops(count_parameters(tr.config)["total"], 2 * batch * s.n_ctx) / (time.perf_counter() - t0)

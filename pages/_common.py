@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas  # noqa: F401  imported up front: Streamlit imports it lazily, and sessions racing on that
 import streamlit as st  # first import could see a half-initialised module (seen under classroom load)
-import torch
 
 from core.checkpoint import ModelEntry, discover_models, load_checkpoint
+from core.threads import page_threads, use_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_DIR = ROOT / "assets" / "models"
@@ -16,11 +16,7 @@ MODELS_ENV = "TE_MODELS_DIR"
 DEFAULT_MODEL = "shakespeare-char"
 
 
-# One torch thread per operation by default. A classroom server runs many sessions at once, and this
-# model's operations are too small for a second thread to pay off: with the cores oversubscribed, one-token
-# decoding steps ran about 40x slower with two threads than with one. TE_TORCH_THREADS overrides it.
-PAGE_THREADS = max(1, int(os.environ.get("TE_TORCH_THREADS", "1") or 1))
-torch.set_num_threads(PAGE_THREADS)
+use_threads(page_threads())  # see core.threads: one thread per page run unless TE_TORCH_THREADS says otherwise
 
 
 def user_models_dir() -> Path:
@@ -39,6 +35,11 @@ def _stamp(path: Path) -> float:
 @st.cache_resource(show_spinner="Loading model ...", max_entries=16)
 def _load(path: str, stamp: float):
     return load_checkpoint(path)  # the returned model is in eval mode with gradients off; never mutate it
+
+
+def shipped_names() -> list[str]:
+    """Names no user model may take: the shipped models' folders."""
+    return [p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()] if SHIPPED_DIR.is_dir() else []
 
 
 def model_key(entry: ModelEntry) -> str:
@@ -103,3 +104,36 @@ def require_model():
         st.info("No model is loaded. Pick one in the sidebar (or see there why none could be loaded).")
         st.stop()
     return entry, model, tok
+
+
+def session_owner() -> str:
+    """This browser session's identity: a random id kept for the session (no login). A saved model records
+    it, so everyone sees every model but only its owner may replace it."""
+    import secrets
+
+    return st.session_state.setdefault("te_owner", secrets.token_hex(8))
+
+
+def upload_limit_mb() -> int:
+    """The server's upload cap in MiB (``server.maxUploadSize``, set once in .streamlit/config.toml)."""
+    return int(st.get_option("server.maxUploadSize"))
+
+
+def model_label(entry: ModelEntry, me: str) -> str:
+    """How the picker names a model: shipped, yours (saved by the session ``me``) or a classmate's."""
+    if entry.shipped:
+        return entry.name
+    return f"{entry.name} ({'yours' if entry.owner == me else 'a classmate’s'})"
+
+
+def shipped_config():
+    """(config, training metadata) of the shipped default model, read from its folder (no weights); with a
+    warning on the page and (None, {}) when that folder is broken, so a page never crashes on it."""
+    from core.checkpoint import CheckpointError, read_config
+
+    try:
+        config, _, training = read_config(SHIPPED_DIR / DEFAULT_MODEL)
+    except CheckpointError as e:
+        st.warning(f"The shipped model's configuration could not be read: {e}", icon="⚠️")
+        return None, {}
+    return config, training

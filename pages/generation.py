@@ -44,8 +44,7 @@ if prompt.empty:
     st.info("The prompt is empty (or none of its characters is known to the model), so the model starts "
             "from a single line break ⏎, as at the beginning of a new speech.")
 start_text = tok.decode(ids)
-with torch.no_grad():
-    logits = model(torch.tensor([ids])).logits[0, -1].double()  # (m,) scores for the next character
+logits = G.next_logits(model, ids)  # (m,) scores for the next character
 
 
 # ------------------------------------------------------------------ generate
@@ -70,27 +69,8 @@ if mode != "greedy":
         top_p = float(f_col.slider("p", 0.0, 1.0, 0.9, step=0.01, key="gen_top_p",
                                    help="The smallest set of most likely characters whose probabilities add "
                                         "up to at least p stays in the draw; the most likely one always does."))
-    if temperature == 0:
-        st.info("T = 0 is the limit of the formula: all the probability sits on the largest logit, so this is "
-                "greedy decoding and the seed plays no role.")
-    elif temperature < 0.01:
-        st.info(f"T = {temperature:g} is tiny: p(T) is practically one-hot, so this behaves like greedy decoding.")
-    elif temperature > 100:
-        st.info(f"T = {temperature:g} is huge: p(T) is practically uniform (1/m = {1 / m:.4f} for every "
-                "character), so the text is close to random characters.")
-    if top_k is not None and temperature > 0:
-        if top_k == 1:
-            st.info("top-k = 1 keeps only the most likely character: this is greedy decoding.")
-        elif top_k >= m:
-            st.info(f"top-k = {top_k} keeps all m = {m} characters: this is plain sampling.")
-    if top_p is not None and temperature > 0:
-        if top_p < 1e-9:
-            st.info("top-p = 0 still keeps the most likely character, and only it: this is greedy decoding.")
-        elif top_p >= 1:
-            st.info("top-p = 1 keeps every character: this is plain sampling.")
-        elif top_p < 0.05:
-            st.info(f"top-p = {top_p:g} is tiny: almost always only the most likely character survives, "
-                    "which is nearly greedy.")
+    for note in G.decoding_notes(temperature, m, top_k, top_p):
+        st.info(note)
 
 st.html(GF.legend_html())
 key = (model_key(entry), tuple(ids), n_new, seed, mode, temperature, top_k, top_p)
@@ -112,15 +92,13 @@ else:
     box.html(GF.shaded_html(start_text, steps))
     st.session_state["gen_memo"] = {"key": key, "steps": steps, "elapsed": elapsed}
 
-gen_ids = [s["id"] for s in steps]
-slid_at = next((i for i, s in enumerate(steps) if s["slid"]), None)
-d3 = G.distinct_n(gen_ids, 3)
-mean_lp = sum(math.log(max(s["prob"], 1e-300)) for s in steps) / len(steps)
+measures = G.text_measures(steps)
+d3, slid_at = measures["distinct_3"], measures["slid_at"]
 m1, m2, m3 = st.columns(3)
 m1.metric("Distinct 3-grams", "–" if d3 is None else f"{d3:.2f}",
           help="Distinct 3-character sequences / all 3-character sequences of the generated text.")
-m2.metric("Mean probability the model gave", f"{sum(s['prob'] for s in steps) / len(steps):.3f}")
-m3.metric("Perplexity of the generated text", f"{math.exp(-mean_lp):.2f}",
+m2.metric("Mean probability the model gave", f"{measures['mean_prob']:.3f}")
+m3.metric("Perplexity of the generated text", f"{measures['perplexity']:.2f}",
           help="exp of the mean negative log-probability (at T = 1) of the generated characters.")
 caption = (f"Prompt in grey, then {len(steps)} generated characters, shaded by the probability the model (at T = 1) "
            "gave each one; hover a character for the most likely alternatives at that step. "

@@ -1,6 +1,6 @@
 import streamlit as st
 
-from core.checkpoint import read_card, read_log
+from core.checkpoint import CheckpointError, read_card, read_log
 from core.figures import loss_curve
 from core.params import count_parameters, parameter_table, per_block_latex
 from pages._common import current, ensure_frame
@@ -73,8 +73,12 @@ st.dataframe(table, hide_index=True, width="stretch",
              column_config={"by formula": st.column_config.NumberColumn(format="localized"),
                             "counted in the model": st.column_config.NumberColumn(format="localized")})
 
-log = read_log(entry.path)
+try:
+    log = read_log(entry.path)
+except CheckpointError as e:  # a log that is not UTF-8 or not CSV: the model still works, its curve cannot be drawn
+    log = None
+    st.error(f"The training log of **{entry.name}** could not be read: {e}", icon="⚠️")
 if log:
     st.plotly_chart(loss_curve(log, title=f"How {entry.name} was trained"), width="stretch")
-else:
+elif log is not None:
     st.caption("This model has no training log.")

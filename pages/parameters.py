@@ -2,11 +2,10 @@ import streamlit as st
 
 from core import fmt
 from core import cost
-from core.checkpoint import CheckpointError, read_config
 from core.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.model import ModelConfig
-from core.params import DETAILED_ROWS, build_on_meta, count_parameters, heads_sweep, parameter_table
-from pages._common import DEFAULT_MODEL, SHIPPED_DIR, current, ensure_frame
+from core.params import DETAILED_ROWS, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex
+from pages._common import DEFAULT_MODEL, current, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -18,11 +17,7 @@ st.markdown(
     "times the loaded model on this machine to see whether the prediction holds."
 )
 
-try:
-    shipped, _, shipped_training = read_config(SHIPPED_DIR / DEFAULT_MODEL)
-except CheckpointError as e:
-    shipped, shipped_training = None, {}
-    st.warning(f"The shipped model's configuration could not be read, so its preset is missing: {e}", icon="⚠️")
+shipped, shipped_training = shipped_config()  # a broken shipped folder: a warning, and no preset for it
 PRESETS = cost.preset_configs(shipped, DEFAULT_MODEL)
 FIELDS = [("par_d", "d_model", "width d"), ("par_h", "n_heads", "heads h"), ("par_L", "n_layers", "blocks L"),
           ("par_dff", "d_ff", "MLP width d_ff"), ("par_m", "vocab_size", "vocabulary m"), ("par_nctx", "n_ctx", "context n_ctx")]
@@ -66,9 +61,8 @@ st.markdown(
     "Attention stores W_Q, W_K and W_V for every head (each d × d/h) plus W_O (d × d); the MLP stores W1 and W2; "
     "each of the two LayerNorms learns a scale and a shift per feature. One block therefore holds"
 )
-di, fi = fmt.latex_int(d), fmt.latex_int(c.d_ff)
-per_block = rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({di})^2 + 2({di})({fi}) + 4({di}) = {fmt.latex_int(counts['per_block'])}"
-st.latex(per_block + (r"\quad (= 12d^2 + 4d \text{ when } d_{ff} = 4d)" if c.d_ff == 4 * d else ""))
+di = fmt.latex_int(d)
+st.latex(per_block_latex(c, general=True) + (r"\quad (= 12d^2 + 4d \text{ when } d_{ff} = 4d)" if c.d_ff == 4 * d else ""))
 if c.d_ff == 4 * d:
     st.markdown("Dropping the small 4d and multiplying by the depth gives the lecture's size estimate:")
     st.latex(rf"12 d^2 L = 12({di})^2({L}) \approx {fmt.latex_sci(12 * d * d * L)}")

@@ -4,13 +4,13 @@ import numpy as np
 import streamlit as st
 
 from core.fmt import human, latex_sci, sci
-from core.scaling import (BUDGET_DEFAULTS, FAMOUS_MODELS, FLOPS_PER_PARAM_TOKEN, GRID, PRESETS, ScalingLaw,
-                          budget_flops, famous_table, fit_scaling_law)
+from core.cost import FLOPS_PER_PARAM_TOKEN
+from core.scaling import (BUDGET_DEFAULTS, FAMOUS_MODELS, GRID, PRESETS, FitError, ScalingLaw, budget_flops,
+                          famous_table, fit_scaling_law)
 from core.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from core.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
-from core.checkpoint import read_config
 from core.params import count_parameters
-from pages._common import SHIPPED_DIR, DEFAULT_MODEL, ensure_frame
+from pages._common import ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -56,14 +56,16 @@ if "scal_logA" not in st.session_state:
 
 st.title("Scaling laws")
 largest = max(m.N for m in FAMOUS_MODELS)
-shipped_params = count_parameters(read_config(SHIPPED_DIR / DEFAULT_MODEL)[0])["total"]
+shipped, _ = shipped_config()
+size_note = "" if shipped is None else (
+    f" (the largest in the table below, {human(largest)} parameters, has {largest / count_parameters(shipped)['total']:,.0f} "
+    f"times the {count_parameters(shipped)['total']:,} of this app's shipped model)")
 st.markdown(
     "Train a transformer with $N$ parameters on $D$ tokens and its final loss is, to a good approximation, a sum "
     "of three terms: one that shrinks as the model grows, one that shrinks as the data grows, and a floor that "
     "neither can lower. The constants below come from fits to hundreds of real training runs; move them and "
     "every chart on this page follows. Nothing here needs the sidebar's model: the models these laws speak "
-    f"of are far larger (the largest in the table below, {human(largest)} parameters, has "
-    f"{largest / shipped_params:,.0f} times the {shipped_params:,} of this app's shipped model)."
+    f"of are far larger{size_note}."
 )
 st.latex(r"L(N, D) = \underbrace{\frac{A}{N^{\alpha}}}_{\text{capacity}} + "
          r"\underbrace{\frac{B}{D^{\beta}}}_{\text{data}} + \underbrace{L_\infty}_{\text{floor}}")
@@ -250,19 +252,8 @@ if runs is not None:
         st.warning(w, icon="⚠️")
     try:
         fit = fitted(runs.to_csv())
-    except FloatingPointError:
-        pass
-    if fit is None or not all(math.isfinite(v) for v in (fit.A, fit.B, fit.alpha, fit.beta, fit.E)):
-        st.error("The fit ran off to infinite constants: these runs do not pin down a law of this form. "
-                 "Runs that vary both N and D over a wider range help.", icon="⚠️")
-        fit = None
-    elif min(fit.A, fit.B, fit.alpha, fit.beta) <= 0:
-        # the fit is unconstrained: flat or rising losses give exponents <= 0, for which there is no
-        # compute-optimal split (the closed form would take a root of a negative number)
-        st.error(f"The best fit has α = {fit.alpha:.3g} and β = {fit.beta:.3g}: these runs show no loss that "
-                 "falls as a power law in N and in D, so there is no law of this form to fit. Runs whose loss "
-                 "drops as models and data grow are needed.", icon="⚠️")
-        fit = None
+    except FitError as e:
+        st.error(str(e), icon="⚠️")
 if fit is not None:
     resid = np.log(runs.loss) - np.log(fit.loss(runs.N, runs.D))
     names = {"A": "A", "B": "B", "alpha": "α", "beta": "β", "E": "L∞ (E)"}

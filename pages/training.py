@@ -2,30 +2,18 @@ import math
 
 import streamlit as st
 
-from core.fmt import latex_int, latex_sci, pretty_sci, visible
-from core.checkpoint import checkpoint_zip, sanitise_model_name
-from core.corpus import MAX_CORPUS_BYTES, PYDOC_NAME, check_corpus_bytes, describe_corpus, pydoc_text, \
+from core.fmt import clock, latex_int, latex_sci, pretty_sci, visible
+from core.checkpoint import checkpoint_zip, default_model_name, sanitise_model_name
+from core.corpus import PYDOC_NAME, TRAIN_FRACTION, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path
-from core.cost import training_flops
 from core.figures import loss_curve
-from core.model import ModelConfig
-from core.params import count_parameters, per_block_latex
-from core.training_job import MAX_STEPS, SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, JobSettings, TrainingJob, \
-    measured_flop_rate, validate_settings
-from pages._common import SHIPPED_DIR, ensure_frame, user_models_dir
+from core.job_settings import MAX_STEPS, JobSettings, job_cost, validate_settings
+from core.params import per_block_latex
+from core.speed import measured_flop_rate
+from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob
+from pages._common import ensure_frame, session_owner, shipped_names, upload_limit_mb, user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
-
-
-def _fmt_time(seconds):
-    if seconds is None or not math.isfinite(seconds):
-        return "–"
-    seconds = int(round(seconds))
-    return f"{seconds // 60}:{seconds % 60:02d}"
-
-
-def _shipped_names() -> list[str]:
-    return [p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()] if SHIPPED_DIR.is_dir() else []
 
 
 st.title("Training")
@@ -56,10 +44,10 @@ def _builtin(kind: str, stamp: str):
 
 
 @st.cache_resource(show_spinner="Checking the text ...", max_entries=8)
-def _checked(raw: bytes, name: str):
+def _checked(raw: bytes, name: str, max_bytes: int):
     """(text, info, None) or (None, None, reason) for uploaded or pasted bytes."""
     try:
-        text = check_corpus_bytes(raw, name)
+        text = check_corpus_bytes(raw, name, max_bytes)
     except ValueError as e:
         return None, None, str(e)
     return text, describe_corpus(text, name), None
@@ -76,6 +64,8 @@ if shakespeare is None:
     st.caption("Tiny Shakespeare was not found: set the TE_CORPUS environment variable to its path, or place it "
                "at ../shared/data/tinyshakespeare.txt beside the project.")
 
+limit_mb = upload_limit_mb()  # the server's cap: the uploader, the paste box and the check all use it
+limit_bytes = limit_mb * 2**20
 text = info = None
 try:
     if source == "shakespeare":
@@ -84,19 +74,18 @@ try:
         text, info = _builtin("pydoc", "")
     elif source == "upload":
         up = st.file_uploader("A plain-text file, UTF-8", type=["txt"], key="train_upload",
-                              max_upload_size=4 * MAX_CORPUS_BYTES // 2**20,
-                              help=f"At most {MAX_CORPUS_BYTES // 2**20} MiB of UTF-8 text.")
+                              max_upload_size=limit_mb, help=f"At most {limit_mb} MiB of UTF-8 text.")
         if up is None:
             st.info("Choose a .txt file to train on.")
         else:
-            text, info, problem = _checked(up.getvalue(), up.name)
+            text, info, problem = _checked(up.getvalue(), up.name, limit_bytes)
             if problem:
                 st.error(f"This file cannot be used: {problem}.")
     else:
-        pasted = st.text_area("Your text", key="train_paste", height=200, max_chars=MAX_CORPUS_BYTES,
+        pasted = st.text_area("Your text", key="train_paste", height=200, max_chars=limit_bytes,
                               persist_state="session", placeholder="Paste a few thousand characters or more.")
         if pasted.strip():
-            text, info, problem = _checked(pasted.encode("utf-8"), "the pasted text")
+            text, info, problem = _checked(pasted.encode("utf-8"), "the pasted text", limit_bytes)
             if problem:
                 st.error(f"This text cannot be used: {problem}.")
         else:
@@ -161,48 +150,42 @@ for key, message in errors.items():
     slot.error(message, icon=":material/block:")
 
 
-# the parameter count does not depend on h, so it is shown even while h does not divide d
-if min(settings.d_model, settings.n_layers, settings.n_ctx) >= 1 and (settings.d_ff is None or settings.d_ff >= 1):
-    cfg = ModelConfig(vocab_size=vocab, n_ctx=settings.n_ctx, d_model=settings.d_model, n_heads=1,
-                      n_layers=settings.n_layers, d_ff=settings.d_ff)
-    counts = count_parameters(cfg)
-    n_params = counts["total"]
-    tokens = settings.tokens
-    flops = training_flops(n_params, tokens)
-    st.latex(r"\text{per block: } " + per_block_latex(cfg))
+cost = job_cost(settings, vocab, info.chars if info else 0)
+if cost is not None:
+    st.latex(r"\text{per block: } " + per_block_latex(cost.config))
     if info is None:
         st.caption("Choose a corpus to see the whole count and the cost: the embedding and the output layer "
                    "depend on its vocabulary m.")
-    elif tokens < 1:
+    elif cost.tokens < 1:
         st.caption("Set the batch size and the number of steps to see the cost.")
     else:
         st.latex(rf"N = L \cdot \text{{block}} + \underbrace{{m d}}_{{\text{{embedding}}}} + "
                  rf"\underbrace{{n_{{ctx}} d}}_{{\text{{positions}}}} + 2d + \underbrace{{d m}}_{{\text{{output}}}} "
-                 rf"= {latex_int(n_params)}")
-        st.latex(rf"C \approx 6\,N\,D = 6 \times {latex_int(n_params)} \times {latex_int(tokens)} \approx "
-                 rf"{latex_sci(flops)}\ \text{{FLOP}}")
+                 rf"= {latex_int(cost.n_params)}")
+        st.latex(rf"C \approx 6\,N\,D = 6 \times {latex_int(cost.n_params)} \times {latex_int(cost.tokens)} \approx "
+                 rf"{latex_sci(cost.flops)}\ \text{{FLOP}}")
         rate, rate_source = measured_flop_rate()
         m1, m2, m3, m4 = st.columns(4)
-        m1.metric("Parameters N", f"{n_params:,}")
-        m2.metric("Training tokens D", f"{tokens:,}", help="steps × batch size × n_ctx")
-        m3.metric("Compute 6ND (FLOP)", pretty_sci(flops))
+        m1.metric("Parameters N", f"{cost.n_params:,}")
+        m2.metric("Training tokens D", f"{cost.tokens:,}", help="steps × batch size × n_ctx")
+        m3.metric("Compute 6ND (FLOP)", pretty_sci(cost.flops))
         if rate:
-            seconds = flops / rate
+            seconds = cost.flops / rate
             m4.metric("Estimated time", f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min",
                       help=f"6ND divided by {rate / 1e9:,.1f} GFLOP/s, measured by {rate_source}. A rough guide: "
                            "small models pay overheads the formula ignores, and other people's runs share the same "
                            "processor.")
         else:
             m4.metric("Estimated time", "–", help=f"No speed measurement is available: {rate_source}.")
-        st.caption(f"D/N = {tokens / n_params:,.1f} tokens per parameter; the run reads the training 90% of the "
-                   f"corpus about {tokens / (0.9 * info.chars):,.1f} times over. The count has no h in it: "
+        st.caption(f"D/N = {cost.tokens_per_param:,.1f} tokens per parameter; the run reads the training "
+                   f"{TRAIN_FRACTION:.0%} of the corpus about {cost.epochs:,.1f} times over. The count has no h in it: "
                    "heads split the width, they add no weights.")
 
 # ---------------------------------------------------------------- run
 st.header("3. Train")
 job: TrainingJob | None = st.session_state.get("train_job")
 status = job.status() if job else None
-busy = status is not None and status.active
+busy = status is not None and not status.can_start
 if info is None:
     st.info("Choose a corpus above first.")
 start_clicked = st.button("Start training", type="primary", key="train_start",
@@ -224,19 +207,15 @@ if start_clicked and not busy and info is not None and not errors:
         job = st.session_state["train_job"] = new
         st.session_state.pop("train_saved", None)
         st.session_state.pop("train_save_error", None)
-        slug = {"shakespeare": "shakespeare", "pydoc": "pydoc", "paste": "pasted"}.get(source, "upload")
-        try:
-            slug = sanitise_model_name(info.name.rsplit(".", 1)[0])[:24] if source == "upload" else slug
-        except ValueError:
-            pass
-        st.session_state["train_save_name"] = f"my-{slug}-d{settings.d_model}-L{settings.n_layers}"
+        # a name of its own for every run: the corpus and a time stamp, never one shared default
+        st.session_state["train_save_name"] = default_model_name({"pydoc": "pydoc", "paste": "pasted"}.get(source, info.name))
         st.rerun()  # draw the page again with the run in place: Start greyed out, the live view polling
 
 
 def live_view(job: TrainingJob, polling: bool):
     s = job.status()
     b1, b2, b3, _ = st.columns([1, 1, 1, 4])
-    if b1.button("Pause", key="train_pause", disabled=s.state not in ("preparing", "running")):
+    if b1.button("Pause", key="train_pause", disabled=not s.can_pause):
         job.pause()
         st.rerun()
     if b2.button("Resume", key="train_resume", disabled=not s.can_resume):
@@ -246,7 +225,7 @@ def live_view(job: TrainingJob, polling: bool):
             st.error(str(e))
         else:
             st.rerun()
-    if b3.button("Stop", key="train_stop", disabled=s.state not in ("preparing", "running", "pausing", "paused"),
+    if b3.button("Stop", key="train_stop", disabled=not s.can_stop,
                  help="End the run here; the weights trained so far are kept and can be saved."):
         job.stop(wait=None)  # the worker ends its step and its last evaluation; the polling shows when
         st.rerun()
@@ -272,8 +251,8 @@ def live_view(job: TrainingJob, polling: bool):
     m[2].metric("Validation loss", f"{last['val_loss']:.3f}" if last else "–",
                 help="The same, on the held-out last 10% of the corpus.")
     m[3].metric("Tokens/s", f"{s.tokens_per_s:,.0f}" if s.tokens_per_s else "–")
-    m[4].metric("Elapsed", _fmt_time(s.elapsed_s), help="Time spent training; pauses do not count.")
-    m[5].metric("Time left", _fmt_time(s.eta_s) if s.active else "–")
+    m[4].metric("Elapsed", clock(s.elapsed_s), help="Time spent training; pauses do not count.")
+    m[5].metric("Time left", clock(s.eta_s) if s.active else "–")
     baseline = math.log(s.vocab_size) if s.vocab_size > 1 else None
     st.plotly_chart(loss_curve(s.evals, title="Loss while training", step_losses=s.step_losses,
                                total_steps=s.total_steps, baseline=baseline), width="stretch", key="train_curve")
@@ -309,7 +288,8 @@ if not status.can_save:
 
 st.header("4. Save and explore")
 st.markdown("A saved model joins the model picker in the sidebar, so the other pages can show its attention "
-            "and let you generate with it.")
+            "and let you generate with it. Everyone on this server sees every saved model there (a class gallery), "
+            "but only the browser session that saved a model may replace it.")
 
 
 def _save():
@@ -318,8 +298,8 @@ def _save():
     st.session_state.pop("train_save_error", None)
     job = st.session_state["train_job"]
     try:
-        path = job.save(user_models_dir(), st.session_state.get("train_save_name", ""), protected=_shipped_names(),
-                        overwrite=st.session_state.get("train_overwrite", False))
+        path = job.save(user_models_dir(), st.session_state.get("train_save_name", ""), protected=shipped_names(),
+                        overwrite=st.session_state.get("train_overwrite", False), owner=session_owner())
     except (ValueError, OSError) as e:
         st.session_state["train_save_error"] = str(e)
         return
@@ -338,7 +318,8 @@ try:
 except ValueError as e:
     st.caption(str(e))
 c1, c2 = st.columns(2)
-c1.checkbox("Replace a model of mine with this name", key="train_overwrite", persist_state="session")
+c1.checkbox("Replace a model of mine with this name", key="train_overwrite", persist_state="session",
+            help="Only a model saved from this browser session can be replaced; other people's models never are.")
 c2.checkbox("Select it in the sidebar after saving", value=True, key="train_select", persist_state="session")
 st.button("Save the model", type="primary", key="train_save", on_click=_save)
 if st.session_state.get("train_save_error"):

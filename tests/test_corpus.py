@@ -12,7 +12,7 @@ def test_pydoc_corpus_is_always_there():
 
 
 def test_good_text_passes():
-    assert check_corpus_bytes("héllo\nworld\t!\r\n".encode("utf-8"), "f.txt") == "héllo\nworld\t!\r\n"
+    assert check_corpus_bytes("héllo\nworld\t!\r\n".encode("utf-8"), "f.txt", 100) == "héllo\nworld\t!\r\n"
 
 
 @pytest.mark.parametrize("raw, reason", [

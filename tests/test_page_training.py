@@ -1,5 +1,6 @@
 """AppTest of the Training page: settings, refusals, a short run started, stopped, saved and picked."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_default_render_shows_the_lecture_model_and_its_cost(page):
 def test_invalid_settings_are_refused_next_to_the_field(page):
     at = page
     at.number_input(key="train_n_heads").set_value(3).run()
-    assert any("does not divide d = 64" in e for e in texts(at, "error"))
+    assert any("not divisible by n_heads=3" in e for e in texts(at, "error"))
     assert at.button(key="train_start").disabled
     # the count does not depend on h, so it is still shown
     assert any("49{,}408" in t for t in texts(at, "latex"))
@@ -146,6 +147,54 @@ def test_a_run_can_be_stopped_and_keeps_its_weights(page):
     at.run()
     s = job.status()
     assert s.state == "stopped" and 3 <= s.step < 100_000
-    assert at.text_input(key="train_save_name").value.startswith("my-pydoc-d16-L1")
+    name = at.text_input(key="train_save_name").value
+    assert re.fullmatch(r"pydoc-\d{4}-\d{4}-[0-9a-f]{4}", name), name  # the corpus and a time stamp, never a fixed word
     assert not at.button(key="train_resume").disabled
     assert not at.button(key="train_start").disabled
+
+
+def _train_and_stop(at):
+    small_run(at, steps=3)
+    at.button(key="train_start").click().run()
+    assert at.session_state["train_job"].join(120)
+    at.run()
+    assert not at.exception
+
+
+def test_two_sessions_saving_the_same_name_never_overwrite_each_other(tmp_path, monkeypatch):
+    """Two students, one server: each session has an owner id; the second cannot replace the first's model,
+    even with "replace" ticked, and each session's default name is its own."""
+    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "models"))
+    sessions = []
+    for _ in range(2):
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        at.switch_page("pages/training.py").run()
+        at.radio(key="train_corpus").set_value("pydoc").run()
+        _train_and_stop(at)
+        sessions.append(at)
+    first, second = sessions
+    assert first.session_state["te_owner"] != second.session_state["te_owner"]
+    first.text_input(key="train_save_name").input("class-model")
+    first.button(key="train_save").click().run()
+    assert any("Saved **class-model**" in s for s in texts(first, "success"))
+    saved = (tmp_path / "models" / "class-model" / "model.safetensors").read_bytes()
+    second.text_input(key="train_save_name").input("class-model")
+    second.checkbox(key="train_overwrite").check()
+    second.button(key="train_save").click().run()
+    assert not second.exception
+    assert any("belongs to someone else" in e for e in texts(second, "error"))
+    assert (tmp_path / "models" / "class-model" / "model.safetensors").read_bytes() == saved  # untouched
+    # both see it in the class gallery: the first as theirs, the second as a classmate's
+    for at, mark in ((first, "yours"), (second, "a classmate’s")):
+        at.switch_page("app.py").run()
+        picker = at.selectbox(key="te_model_name")
+        assert f"class-model ({mark})" in picker.options
+    # the first may replace their own
+    first.switch_page("pages/training.py").run()
+    first.text_input(key="train_save_name").input("class-model")
+    first.checkbox(key="train_overwrite").check()
+    first.button(key="train_save").click().run()
+    assert any("Saved **class-model**" in s for s in texts(first, "success"))
+    for at in sessions:
+        at.session_state["train_job"].stop()

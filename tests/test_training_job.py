@@ -9,9 +9,11 @@ import pytest
 import torch
 
 import core.checkpoint as checkpoint
+import core.speed as speed
 import core.training_job as tj
 from core.checkpoint import checkpoint_zip, load_checkpoint, sanitise_model_name, user_model_folder
-from core.training_job import JobSettings, TrainingJob, validate_settings
+from core.job_settings import JobSettings, validate_settings
+from core.training_job import TrainingJob
 
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
 OTHER = ("Sing a song of sixpence, a pocket full of rye; four and twenty birds baked in a pie. " * 40)
@@ -203,7 +205,7 @@ def test_validate_settings_names_the_field():
     ok = validate_settings(JobSettings(), 1_000_000, 65)
     assert ok == {}
     errs = validate_settings(JobSettings(n_heads=3), 1_000_000, 65)
-    assert list(errs) == ["n_heads"] and "does not divide" in errs["n_heads"]
+    assert list(errs) == ["n_heads"] and "not divisible by n_heads=3" in errs["n_heads"]
     errs = validate_settings(JobSettings(), 500, 65)
     assert list(errs) == ["n_ctx"] and "1,291" in errs["n_ctx"]
     assert "steps" in validate_settings(JobSettings(steps=0), 1_000_000, 65)
@@ -223,7 +225,7 @@ def test_settings_map_onto_the_training_core():
 
 
 def test_flop_rate_is_positive():
-    rate, source = tj.measured_flop_rate()
+    rate, source = speed.measured_flop_rate()
     assert rate > 0 and source
 
 
