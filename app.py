@@ -3,7 +3,7 @@ import streamlit as st
 import torch
 
 from core.checkpoint import CheckpointError
-from pages._common import DEFAULT_MODEL, PAGE_THREADS, load_model, scan_models, user_models_dir
+from ui import DEFAULT_MODEL, PAGE_THREADS, load_model, scan_models, user_models_dir
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own

@@ -7,7 +7,7 @@ import torch
 from core import generation as G
 from core.sampling import stream
 from core.tokenizer import visible
-from pages._common import ensure_frame, model_key, prompt_input, require_model
+from ui import ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

@@ -5,7 +5,7 @@ from core.checkpoint import CheckpointError, read_config
 from core.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.model import ModelConfig
 from core.params import DETAILED_ROWS, build_on_meta, count_parameters, heads_sweep, parameter_table
-from pages._common import DEFAULT_MODEL, SHIPPED_DIR, current, ensure_frame
+from ui import DEFAULT_MODEL, SHIPPED_DIR, current, ensure_frame
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

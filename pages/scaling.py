@@ -9,7 +9,7 @@ from core.scaling_figures import fit_figure, human, isoflop_curves, loss_map, lo
 from core.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
 from core.checkpoint import read_config
 from core.params import count_parameters
-from pages._common import SHIPPED_DIR, DEFAULT_MODEL, ensure_frame
+from ui import SHIPPED_DIR, DEFAULT_MODEL, ensure_frame
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

@@ -12,7 +12,7 @@ from core.params import count_parameters, per_block_latex
 from core.tokenizer import visible
 from core.training_job import MAX_STEPS, SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, JobSettings, TrainingJob, \
     measured_flop_rate, validate_settings
-from pages._common import SHIPPED_DIR, ensure_frame, user_models_dir
+from ui import SHIPPED_DIR, ensure_frame, user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

@@ -10,7 +10,7 @@ import torch
 
 from core.checkpoint import ModelEntry, discover_models, load_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent
 SHIPPED_DIR = ROOT / "assets" / "models"
 MODELS_ENV = "TE_MODELS_DIR"
 DEFAULT_MODEL = "shakespeare-char"
