@@ -3,7 +3,8 @@ import streamlit as st
 import torch
 
 from core.checkpoint import CheckpointError
-from ui import DEFAULT_MODEL, PAGE_THREADS, load_model, scan_models, user_models_dir
+from ui import (DEFAULT_MODEL, PAGE_THREADS, load_model, resume_deep_link, scan_models, show_page_menu,
+                user_models_dir)
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own
@@ -20,7 +21,9 @@ PAGES = [
     st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
 ]
 
+show_page_menu()  # config.toml hides Streamlit's pages/ folder menu; ours is shown
 nav = st.navigation(PAGES)
+resume_deep_link()  # a bookmark opened before app.py had run: back to that page, in the frame
 
 with st.sidebar:
     st.markdown("### Model")
