@@ -1,8 +1,10 @@
 """Transformer Explorer: the frame. Shared sidebar (model picker) and the router over pages/."""
 import streamlit as st
+
 from core.checkpoint import CheckpointError
 from core.threads import page_threads, use_threads
-from pages._common import DEFAULT_MODEL, load_model, model_label, scan_models, session_owner, user_models_dir
+from ui import (DEFAULT_MODEL, load_model, model_label, resume_deep_link, scan_models, session_owner, show_page_menu,
+                user_models_dir)
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own
@@ -19,7 +21,9 @@ PAGES = [
     st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
 ]
 
+show_page_menu()  # config.toml hides Streamlit's pages/ folder menu; ours is shown
 nav = st.navigation(PAGES)
+resume_deep_link()  # a bookmark opened before app.py had run: back to that page, in the frame
 
 with st.sidebar:
     st.markdown("### Model")

@@ -7,7 +7,7 @@ from core.attention import (
 from core.attention_figures import (
     all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
-from pages._common import ensure_frame, model_key, prompt_input, require_model
+from ui import ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

@@ -9,7 +9,7 @@ from core.fmt import visible
 from core import generation as G
 from core import generation_figures as GF
 from core.sampling import stream
-from pages._common import ensure_frame, model_key, prompt_input, require_model
+from ui import ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

@@ -3,7 +3,7 @@ import streamlit as st
 from core.checkpoint import CheckpointError, read_card, read_log
 from core.figures import loss_curve
 from core.params import count_parameters, parameter_table, per_block_latex
-from pages._common import current, ensure_frame
+from ui import current, ensure_frame
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

@@ -5,7 +5,7 @@ from core import cost
 from core.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.model import ModelConfig
 from core.params import DETAILED_ROWS, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex
-from pages._common import DEFAULT_MODEL, current, ensure_frame, shipped_config
+from ui import DEFAULT_MODEL, current, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

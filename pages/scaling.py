@@ -10,7 +10,7 @@ from core.scaling import (BUDGET_DEFAULTS, FAMOUS_MODELS, GRID, PRESETS, FitErro
 from core.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from core.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
 from core.params import count_parameters
-from pages._common import ensure_frame, shipped_config
+from ui import ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

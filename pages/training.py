@@ -11,7 +11,7 @@ from core.job_settings import MAX_STEPS, JobSettings, job_cost, validate_setting
 from core.params import per_block_latex
 from core.speed import measured_flop_rate
 from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob
-from pages._common import ensure_frame, session_owner, shipped_names, upload_limit_mb, user_models_dir
+from ui import ensure_frame, session_owner, shipped_names, upload_limit_mb, user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

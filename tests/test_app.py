@@ -74,13 +74,13 @@ def test_broken_user_model_is_listed_and_others_still_work(tmp_path, monkeypatch
 
 
 def test_no_models_at_all_gives_a_message(tmp_path, monkeypatch):
-    import pages._common as common
+    import ui as common
 
     monkeypatch.setattr(common, "SHIPPED_DIR", tmp_path / "none")
     monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "none2"))
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
-    # AppTest re-imports app.py but pages._common stays imported in this process, so the patch applies
+    # AppTest re-imports app.py but ui stays imported in this process, so the patch applies
     assert not at.exception
     assert any("No model could be loaded" in e.value for e in at.error)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import app_pages
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("TE_CHROMIUM", "/usr/bin/chromium")
 SHOTS = ROOT / "artifacts" / "screenshots"
@@ -118,9 +120,30 @@ def test_every_page_renders_without_exception(server, browser):
         check_clean(page, errors, name)
 
 
-def test_deep_link_right_after_start_runs_inside_the_frame(browser, tmp_path):
-    """Opening a page's URL as the first request of a fresh server must still show the sidebar picker
-    (Streamlit's legacy pages/ folder mode would otherwise run the page alone)."""
+# records, in the browser, every list of sidebar menu entries ever shown (the legacy pages/ mode's menu
+# could flash by before the app routes into the frame)
+RECORD_MENUS = """
+window.__menus = [];
+new MutationObserver(() => {
+  const names = Array.from(document.querySelectorAll('[data-testid="stSidebarNavLink"]'))
+    .map(e => e.innerText.trim().split("\\n").pop().trim());
+  const last = window.__menus[window.__menus.length - 1];
+  if (names.length && JSON.stringify(names) !== JSON.stringify(last)) window.__menus.push(names);
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
+
+
+def _menu(page):
+    links = page.locator('[data-testid="stSidebarNavLink"]')
+    return [links.nth(i).inner_text().strip().split("\n")[-1].strip() for i in range(links.count())]
+
+
+@pytest.mark.parametrize("path, heading", [("/attention", "Attention, head by head"), ("/generation", "Generation")])
+def test_deep_link_right_after_start_runs_inside_the_frame(browser, tmp_path, path, heading):
+    """Opening a page's URL as the first request of a fresh server must end on that page, inside the
+    frame: the sidebar picker and our own menu, never Streamlit's legacy pages/ folder menu (whose
+    entries are file names: "common" for a helper module, "app", ...)."""
+    titles = [title for _, title in app_pages()]
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
@@ -135,11 +158,22 @@ def test_deep_link_right_after_start_runs_inside_the_frame(browser, tmp_path):
                 break
             except OSError:
                 time.sleep(0.3)
-        page = browser.new_page(viewport={"width": 1400, "height": 1600})
-        page.goto(url + "/attention")
+        page = browser.new_page(viewport={"width": 1400, "height": 2400})
+        page.add_init_script(RECORD_MENUS)
+        page.goto(url + path)
         page.get_by_text("d=64 · h=4").first.wait_for(timeout=30_000)  # the sidebar's model summary
+        first = _menu(page)  # the menu right after the first load
         wait_idle(page)
         assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.url.split("?")[0].rstrip("/").endswith(path), page.url  # still the bookmarked page
+        assert page.locator("h1", has_text=heading).count() == 1
+        assert first == titles and _menu(page) == titles
+        shown = page.evaluate("window.__menus")
+        assert shown, "no sidebar menu was recorded"
+        strays = sorted({name for menu in shown for name in menu} - set(titles))
+        assert not strays, f"the sidebar menu showed {strays} (all menus shown: {shown})"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"cold-deep-link-{path.strip('/')}.png"), full_page=True)
         page.close()
     finally:
         proc.terminate()

@@ -23,7 +23,7 @@ def test_a_log_that_is_not_utf8_is_reported_on_the_home_page(tmp_path, monkeypat
 
 
 def test_a_broken_shipped_config_does_not_crash_the_scaling_or_parameters_page(tmp_path, monkeypatch):
-    import pages._common as common
+    import ui as common
 
     broken = tmp_path / "shipped" / "shakespeare-char"
     shutil.copytree(SHIPPED, broken)
