@@ -146,11 +146,12 @@ def prompt_input(label: str, default: str, key: str, tokenizer, n_ctx: int, heig
     return prompt
 
 
-def require_model():
-    """(entry, model, tokenizer) of the selected model, or stop the page with a message."""
+def require_model(why: str = "") -> tuple:
+    """(entry, model, tokenizer) of the selected model, or stop the page with a message (``why`` says what
+    the page would have shown)."""
     entry, model, tok = current()
     if model is None:
-        st.info("No model is loaded. Pick one in the sidebar (or see there why none could be loaded).")
+        st.info(f"No model is loaded{why}. Pick one in the sidebar (or see there why none could be loaded).")
         st.stop()
     return entry, model, tok
 

@@ -58,6 +58,15 @@ class ScalingLaw:
     def optimal_loss(self, C):
         return self.loss(*self.compute_optimal(C))
 
+    def rms_log_error(self, N, D, loss) -> float:
+        """Root mean square of log(loss) - log(predicted loss) over runs: how well the law fits them."""
+        resid = np.log(np.asarray(loss, dtype=float)) - np.log(self.loss(N, D))
+        return float(np.sqrt(np.mean(resid ** 2)))
+
+    def constants(self) -> dict[str, float]:
+        """The five constants under the names a page shows."""
+        return {"A": self.A, "B": self.B, "α": self.alpha, "β": self.beta, "L∞ (E)": self.E}
+
 
 # Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models", arXiv:2203.15556,
 # Appendix D.2 (approach 3, parametric fit): A=406.4, B=410.7, alpha=0.34, beta=0.28, E=1.69.

@@ -3,7 +3,7 @@ import streamlit as st
 from core.checkpoint import CheckpointError, read_card, read_log
 from core.figures import loss_curve
 from core.params import count_parameters, parameter_table, per_block_latex
-from ui import current, ensure_frame
+from ui import ensure_frame, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -21,10 +21,7 @@ st.markdown(
     "trained on, and the app tells you when it has to drop one."
 )
 
-entry, model, tok = current()
-if model is None:
-    st.info("No model is loaded, so there is nothing to inspect yet. See the sidebar for the reason.")
-    st.stop()
+entry, model, tok = require_model(", so there is nothing to inspect yet")
 
 c = model.config
 d = c.d_model

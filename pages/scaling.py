@@ -1,6 +1,5 @@
 import math
 
-import numpy as np
 import streamlit as st
 
 from core.fmt import human, latex_sci, sci
@@ -255,17 +254,16 @@ if runs is not None:
     except FitError as e:
         st.error(str(e), icon="⚠️")
 if fit is not None:
-    resid = np.log(runs.loss) - np.log(fit.loss(runs.N, runs.D))
-    names = {"A": "A", "B": "B", "alpha": "α", "beta": "β", "E": "L∞ (E)"}
-    table = [{"constant": name, "fitted": getattr(fit, k), **({"true": getattr(truth, k)} if truth else {})}
-             for k, name in names.items()]
+    true = truth.constants() if truth else None
+    table = [{"constant": name, "fitted": value, **({"true": true[name]} if true else {})}
+             for name, value in fit.constants().items()]
     a, b = st.columns([1, 2.4])
     with a:
         st.dataframe(table, hide_index=True, width="stretch", key="scal_fit_table",
                      column_config={"fitted": st.column_config.NumberColumn(format="%.4g"),
                                     "true": st.column_config.NumberColumn(format="%.4g")})
         st.metric("Runs", f"{len(runs)}")
-        st.metric("RMS error of log loss", f"{float(np.sqrt(np.mean(resid ** 2))):.4f}")
+        st.metric("RMS error of log loss", f"{fit.rms_log_error(runs.N, runs.D, runs.loss):.4f}")
         n_f, d_f = fit.compute_optimal(chin.compute)
         st.caption(f"At Chinchilla's compute this fit's optimum is {human(n_f)} parameters on {human(d_f)} tokens.")
         st.button("Use the fitted constants above", key="scal_use_fit", on_click=load_law, args=(fit,),

@@ -118,3 +118,13 @@ def test_fit_refuses_runs_without_a_power_law():
     D = 10 ** rng.uniform(9, 12, 20)
     with pytest.raises(FitError, match="no loss that falls as a power law"):
         fit_scaling_law(N, D, np.full(20, 3.0) + 0.001 * rng.standard_normal(20))
+
+
+def test_rms_log_error_and_constants_by_hand():
+    from core.scaling import CHINCHILLA
+
+    N, D = np.array([1e9, 1e10]), np.array([1e10, 1e11])
+    pred = 406.4 / N**0.34 + 410.7 / D**0.28 + 1.69
+    loss = pred * np.exp([0.1, -0.1])
+    assert CHINCHILLA.rms_log_error(N, D, loss) == pytest.approx(0.1)
+    assert list(CHINCHILLA.constants().values()) == [406.4, 410.7, 0.34, 0.28, 1.69]
