@@ -1,26 +1,14 @@
 """AppTest of the Training page: settings, refusals, a short run started, stopped, saved and picked."""
 import json
-from pathlib import Path
-
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from core.corpus import pydoc_text
 from core.params import count_parameters
 from core.training_job import JobSettings
 
-ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
-
-
 @pytest.fixture
-def page(tmp_path, monkeypatch):
-    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "models"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("pages/training.py")
-    at.run()
-    assert not at.exception
+def page(tmp_path, open_page):
+    at = open_page("pages/training.py", models_dir=tmp_path / "models")
     at.radio(key="train_corpus").set_value("pydoc").run()  # always present, unlike Tiny Shakespeare
     assert not at.exception
     yield at
