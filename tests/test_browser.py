@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # runs by default; `pytest -m "not slow"` skips it locally
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("TE_CHROMIUM", "/usr/bin/chromium")
 SHOTS = ROOT / "artifacts" / "screenshots"
