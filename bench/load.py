@@ -6,14 +6,21 @@ Starts `streamlit run app.py` on a free port and connects real websocket clients
 own protocol (the protobuf messages the browser sends): each opens a page, then types new prompts.
 One more session starts a training run on the Training page and keeps its connection open meanwhile.
 The time of a rerun is measured from sending the new prompt to the server's "script finished".
-The shared model's output for a fixed prompt is compared before and after: it must not change.
+
+The shared model must come out unchanged, checked two ways that no cache can answer for:
+  - the shipped weights on disk hash the same before and after (sha256, tensor by tensor, sorted names);
+  - after the load, a new session opens the attention page with a prompt holding a random nonce, and the
+    attention pattern the server draws (layer 1, head 1) equals the one this process computes from the
+    checkpoint on disk: the server's model in memory still has the weights of the file.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -25,6 +32,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+import torch
+from safetensors.torch import load_file
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
@@ -35,7 +45,9 @@ PROMPTS = [
     "Where is the duke?", "Come, come, away!", "My lord, the queen", "Hear me, good friends:",
 ]
 FINISHED = ForwardMsg.ScriptFinishedStatus.FINISHED_SUCCESSFULLY
-PROBE = "ROMEO:\nIs the day so young?"
+SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"  # the model every session shares
+PROBE = "ROMEO:\nIs the day so young? "  # + a random nonce of letters, so no cache can hold the answer
+PATTERN_TOLERANCE = 1e-5
 
 
 class Session:
@@ -128,16 +140,79 @@ def start_server(models_dir: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError("the server did not start")
 
 
-def fingerprint(url: str) -> str:
-    """Hash of the attention page's charts for a fixed prompt: changes if the shared model does."""
+def weights_sha256(folder: Path = SHIPPED) -> str:
+    """sha256 of a checkpoint's state dict: every tensor's name, dtype, shape and bytes, in sorted name order."""
+    state = load_file(str(folder / "model.safetensors"), device="cpu")
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _plotly_array(z) -> np.ndarray:
+    """A plotly JSON array: a nested list (null for NaN) or a typed array {"dtype", "bdata", "shape"}."""
+    if isinstance(z, dict):
+        shape = [int(n) for n in str(z.get("shape", "-1")).split(",")]
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape).astype(float)
+    return np.array(z, dtype=float)
+
+
+def served_pattern(url: str, prompt: str) -> np.ndarray:
+    """A new session's attention page for ``prompt``: the weights a_ij of layer 1, head 1 as drawn in the first
+    chart (its third heatmap, "weights a_ij after the masked softmax"; masked cells are NaN)."""
     s = Session(url)
     try:
         s.run("attention")
-        s.run("attention", {s.widget_id("text_area", "Your prompt"): PROBE})
-        canonical = [json.dumps(json.loads(spec), sort_keys=True) for spec in s.charts()]  # key order varies
-        return hashlib.sha256("".join(canonical).encode()).hexdigest()
+        s.run("attention", {s.widget_id("text_area", "Your prompt"): prompt})
+        if s.exceptions:
+            raise RuntimeError(f"exception box: {s.exceptions[0]}")
+        spec = json.loads(s.charts()[0])
     finally:
         s.close()
+    titles = [a.get("text", "") for a in spec["layout"].get("annotations", [])]
+    if not any("after the masked softmax" in t for t in titles):
+        raise LookupError(f"the first chart has no 'after the masked softmax' panel: {titles}")
+    if "layer 1, head 1" not in spec["layout"]["title"]["text"].lower():
+        raise LookupError(f"the first chart is not layer 1, head 1: {spec['layout']['title']['text']!r}")
+    heatmaps = [t for t in spec["data"] if t.get("type") == "heatmap"]
+    return _plotly_array(heatmaps[2]["z"])
+
+
+def disk_pattern(prompt: str, layer: int = 0, head: int = 0, folder: Path = SHIPPED) -> np.ndarray:
+    """The same pattern computed here, in a fresh model loaded from the checkpoint on disk."""
+    from core.checkpoint import load_checkpoint
+
+    model, tok = load_checkpoint(folder)
+    ids = tok.encode(prompt)  # strict: the nonce uses only characters of the vocabulary
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), return_attn=True)
+    return out.attn[layer].pattern[0, head].double().numpy()
+
+
+def compare_patterns(served: np.ndarray, expected: np.ndarray) -> tuple[bool, float, str]:
+    """(equal within PATTERN_TOLERANCE, largest difference, what differs). Masked cells must be NaN there."""
+    if served.shape != expected.shape:
+        return False, float("inf"), f"shape {served.shape} served, {expected.shape} expected"
+    future = np.triu(np.ones(expected.shape, dtype=bool), k=1)
+    if not np.array_equal(np.isnan(served), future):
+        return False, float("inf"), "the masked (NaN) cells are not exactly those above the diagonal"
+    diff = float(np.max(np.abs(served[~future] - expected[~future])))
+    return diff <= PATTERN_TOLERANCE, diff, f"largest difference {diff:.2e} (tolerance {PATTERN_TOLERANCE:.0e})"
+
+
+def fresh_forward_check(url: str) -> dict:
+    """Does the server's shared model still compute what the weights on disk compute, on a prompt never seen?"""
+    nonce = "".join(random.SystemRandom().choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+                    for _ in range(16))
+    prompt = PROBE + nonce
+    try:
+        served = served_pattern(url, prompt)
+    except Exception as e:  # reported, and the model then counts as changed: nothing was shown to match
+        return {"prompt": prompt, "ok": False, "max_diff": float("inf"), "detail": f"{type(e).__name__}: {e}"}
+    ok, diff, detail = compare_patterns(served, disk_pattern(prompt))
+    return {"prompt": prompt, "ok": ok, "max_diff": diff, "detail": detail}
 
 
 def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: threading.Lock):
@@ -161,11 +236,11 @@ def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: th
 
 def run_load(sessions: int = 30, reruns: int = 3, train: bool = True) -> dict:
     models = tempfile.mkdtemp(prefix="te-load-models-")
+    weights_before = weights_sha256()
     proc, url = start_server(models)
     stop = threading.Event()
     trainer = None
     try:
-        before = fingerprint(url)
         if train:
             trainer = Session(url)
             trainer.run("training")
@@ -177,7 +252,8 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True) -> dict:
             for i in range(sessions):
                 pool.submit(student, url, i, reruns, timings, errors, lock)
         wall = time.perf_counter() - t0
-        after = fingerprint(url)
+        fresh = fresh_forward_check(url)  # a new session, a new prompt: computed now, not served from a cache
+        weights_after = weights_sha256()
     finally:
         stop.set()
         if trainer:
@@ -201,7 +277,10 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True) -> dict:
         "sessions": sessions, "reruns": len(reruns_t), "errors": errors, "wall_s": wall, "train": train,
         "p50_s": statistics.median(reruns_t) if reruns_t else float("nan"), "p95_s": pct(reruns_t, 0.95),
         "first_p50_s": statistics.median(firsts) if firsts else float("nan"), "first_p95_s": pct(firsts, 0.95),
-        "by_page": by_page, "model_unchanged": before == after,
+        "by_page": by_page,
+        "weights_unchanged": weights_before == weights_after,
+        "server_matches_disk": fresh["ok"], "pattern_max_diff": fresh["max_diff"], "pattern_check": fresh["detail"],
+        "model_unchanged": weights_before == weights_after and fresh["ok"],
     }
 
 
@@ -218,7 +297,9 @@ def main(argv=None):
           f"(first visit of a page: p50 {r['first_p50_s'] * 1e3:.0f} ms, p95 {r['first_p95_s'] * 1e3:.0f} ms)")
     for page, (p50, p95) in r["by_page"].items():
         print(f"  {page:<11} p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms")
-    print(f"errors: {len(r['errors'])}; shared model unchanged: {r['model_unchanged']}")
+    print(f"errors: {len(r['errors'])}; shared model unchanged: {r['model_unchanged']} (weights on disk unchanged: "
+          f"{r['weights_unchanged']}; server's attention on a new prompt matches them: {r['server_matches_disk']}, "
+          f"{r['pattern_check']})")
     for e in r["errors"][:10]:
         print("  ", e)
     return r

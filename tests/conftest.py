@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -12,6 +13,8 @@ from core.corpus import shakespeare_path  # noqa: E402
 from core.model import ModelConfig, Transformer  # noqa: E402
 
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
+APP = str(ROOT / "app.py")
+HOME = "pages/home.py"  # app.py's default page: the first run already shows it
 
 
 @pytest.fixture
@@ -40,3 +43,39 @@ def app_pages() -> list[tuple[str, str]]:
         title = next(k.value.value for k in call.keywords if k.arg == "title")
         found.append((call.args[0].value, title))
     return found
+
+
+def _page_opener(mp: pytest.MonkeyPatch):
+    def open_page(page: str, timeout: float = 60, models_dir=None, state: dict | None = None) -> AppTest:
+        """An AppTest of app.py showing ``page`` ("pages/attention.py"), after a run without exception.
+
+        models_dir: TE_MODELS_DIR for this test (user models are saved and discovered there).
+        state: session state set before the first run, when app.py still runs (AppTest runs app.py only on
+        its first run while a pages/ folder exists; later runs execute the page alone), e.g. the picker's
+        {"te_model_name": "copy"}."""
+        if models_dir is not None:
+            mp.setenv("TE_MODELS_DIR", str(models_dir))
+        at = AppTest.from_file(APP, default_timeout=timeout)
+        for key, value in (state or {}).items():
+            at.session_state[key] = value
+        at.run()
+        if page not in (HOME, "app.py"):
+            at.switch_page(page)
+            at.run()
+        assert not at.exception, f"{page}: {at.exception[0].message}"
+        return at
+
+    return open_page
+
+
+@pytest.fixture
+def open_page(monkeypatch):
+    """Factory: ``open_page("pages/training.py", models_dir=tmp_path)`` -> AppTest on that page."""
+    return _page_opener(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def open_page_once():
+    """The same factory for module-scoped fixtures (an environment it sets lasts for the module)."""
+    with pytest.MonkeyPatch.context() as mp:
+        yield _page_opener(mp)

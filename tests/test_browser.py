@@ -17,6 +17,8 @@ import pytest
 
 from conftest import app_pages
 
+pytestmark = pytest.mark.slow  # runs by default; `pytest -m "not slow"` skips it locally
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("TE_CHROMIUM", "/usr/bin/chromium")
 SHOTS = ROOT / "artifacts" / "screenshots"

@@ -2,39 +2,28 @@
 import shutil
 from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
-
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
 
 
-def test_a_log_that_is_not_utf8_is_reported_on_the_home_page(tmp_path, monkeypatch):
+def test_a_log_that_is_not_utf8_is_reported_on_the_home_page(tmp_path, open_page):
     model = tmp_path / "latin-log"
     shutil.copytree(SHIPPED, model)
     (model / "log.csv").write_bytes("step,train_loss\n0,4.2 é\n".encode("latin-1"))
-    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.session_state["te_model_name"] = "latin-log"
-    at.run()
-    assert not at.exception, at.exception
+    at = open_page("pages/home.py", models_dir=tmp_path, state={"te_model_name": "latin-log"})
     assert any("training log of **latin-log** could not be read" in e.value and "log.csv" in e.value for e in at.error)
     assert {m.label: m.value for m in at.metric}["Parameters per block"] == "49,408"  # the rest of the page is there
 
 
-def test_a_broken_shipped_config_does_not_crash_the_scaling_or_parameters_page(tmp_path, monkeypatch):
+def test_a_broken_shipped_config_does_not_crash_the_scaling_or_parameters_page(tmp_path, monkeypatch, open_page):
     import ui as common
 
     broken = tmp_path / "shipped" / "shakespeare-char"
     shutil.copytree(SHIPPED, broken)
     (broken / "config.json").write_text("{ not json")
     monkeypatch.setattr(common, "SHIPPED_DIR", tmp_path / "shipped")
-    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "none"))
     for page in ("pages/scaling.py", "pages/parameters.py"):
-        at = AppTest.from_file(APP, default_timeout=60)
-        at.run()
-        at.switch_page(page).run()
-        assert not at.exception, (page, at.exception)
+        at = open_page(page, models_dir=tmp_path / "none")
         assert any("shipped model's configuration could not be read" in w.value and "bad JSON" in w.value
                    for w in at.warning), page
         assert at.get("plotly_chart"), page  # the page's charts still render

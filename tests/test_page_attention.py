@@ -1,31 +1,29 @@
 """AppTest of the attention page with the default prompt and the awkward ones."""
 import json
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
-def open_page(prompt=None):
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("pages/attention.py")
-    at.run()
-    if prompt is not None:
-        at.text_area(key="attn_prompt").input(prompt)
-        at.run()
-    assert not at.exception
-    return at
+@pytest.fixture
+def attention(open_page):
+    """attention(prompt=None): the attention page, with this prompt typed in if given."""
+    def open_(prompt=None):
+        at = open_page("pages/attention.py")
+        if prompt is not None:
+            at.text_area(key="attn_prompt").input(prompt)
+            at.run()
+        assert not at.exception
+        return at
+
+    return open_
 
 
 def charts(at):
     return {c.proto.id: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
 
 
-def test_default_prompt_shows_every_view():
-    at = open_page()
+def test_default_prompt_shows_every_view(attention):
+    at = attention()
     specs = list(charts(at).values())
     assert len(specs) == 4  # three panels, all heads, mask order, head roles
     panels = specs[0]
@@ -39,8 +37,8 @@ def test_default_prompt_shows_every_view():
     assert float(metrics["Change in earlier rows, mask after the softmax"]) > 0
 
 
-def test_toggle_unmasked_and_pick_another_head():
-    at = open_page()
+def test_toggle_unmasked_and_pick_another_head(attention):
+    at = attention()
     at.toggle(key="attn_unmasked").set_value(True).run()
     at.selectbox(key="attn_layer").select(1).run()
     at.selectbox(key="attn_head").select(3).run()
@@ -51,16 +49,16 @@ def test_toggle_unmasked_and_pick_another_head():
     assert any("must not see yet" in c.value for c in at.caption)
 
 
-def test_empty_prompt_gives_a_hint_and_no_chart():
-    at = open_page("")
+def test_empty_prompt_gives_a_hint_and_no_chart(attention):
+    at = attention("")
     assert not at.get("plotly_chart")
     assert any("Type a few characters" in i.value for i in at.info)
-    at = open_page("🙂🙂")  # only unknown characters: nothing left to show
+    at = attention("🙂🙂")  # only unknown characters: nothing left to show
     assert not at.get("plotly_chart") and at.warning
 
 
-def test_long_prompt_uses_the_last_n_ctx_and_says_so():
-    at = open_page("abcdefghij " * 50)  # 550 characters
+def test_long_prompt_uses_the_last_n_ctx_and_says_so(attention):
+    at = attention("abcdefghij " * 50)  # 550 characters
     assert any("only the last 128" in w.value for w in at.warning)
     window = at.slider(key="attn_window")
     assert window.value == (80, 127)
@@ -72,14 +70,14 @@ def test_long_prompt_uses_the_last_n_ctx_and_says_so():
     assert panels["layout"]["yaxis"]["range"] == [pytest.approx(127.5), -0.5]
 
 
-def test_unknown_characters_are_named_and_dropped():
-    at = open_page("Good morrow, 🙂 señor <script>alert(1)</script>")
+def test_unknown_characters_are_named_and_dropped(attention):
+    at = attention("Good morrow, 🙂 señor <script>alert(1)</script>")
     warnings = " ".join(w.value for w in at.warning)
     assert "'🙂'" in warnings and "'ñ'" in warnings
     assert len(charts(at)) == 4
 
 
-def test_single_character_prompt():
-    at = open_page("A")
+def test_single_character_prompt(attention):
+    at = attention("A")
     assert len(charts(at)) == 4  # every chart renders for one character; the experiment needs two
     assert not at.metric

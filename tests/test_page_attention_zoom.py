@@ -9,12 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from streamlit.testing.v1 import AppTest
 
 from core.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
 PROMPT = ("Every head of this model reads the line before it, and a learner can zoom into any stretch "
           "of a long prompt to see it.")
@@ -29,12 +27,9 @@ def array(value) -> np.ndarray:
     return np.array(value, dtype=float)
 
 
-def test_zoomed_unmasked_panel_uses_whole_rows():
+def test_zoomed_unmasked_panel_uses_whole_rows(open_page):
     assert len(PROMPT) == 118
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("pages/attention.py")
-    at.run()
+    at = open_page("pages/attention.py")
     at.text_area(key="attn_prompt").input(PROMPT).run()
     at.slider(key="attn_window").set_range(LO, HI).run()
     at.toggle(key="attn_unmasked").set_value(True).run()

@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
 
 from core.checkpoint import load_checkpoint
 from core.sampling import generate
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
 
 
@@ -22,18 +20,19 @@ def shipped():
     return load_checkpoint(SHIPPED)
 
 
-def open_page(short=True):
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("pages/generation.py")
-    at.run()
-    assert not at.exception
-    if short:  # fewer characters keep the edge-case runs quick
-        at.number_input(key="gen_new_tokens").set_value(40)
-        at.number_input(key="gen_cont_tokens").set_value(20)
-        at.run()
-        assert not at.exception
-    return at
+@pytest.fixture
+def generation(open_page):
+    """generation(short=True): the Generation page, with fewer characters to generate unless short=False."""
+    def open_(short=True):
+        at = open_page("pages/generation.py")
+        if short:  # fewer characters keep the edge-case runs quick
+            at.number_input(key="gen_new_tokens").set_value(40)
+            at.number_input(key="gen_cont_tokens").set_value(20)
+            at.run()
+            assert not at.exception
+        return at
+
+    return open_
 
 
 def charts(at) -> dict:
@@ -62,8 +61,8 @@ def warnings(at) -> str:
     return " ".join(w.value for w in at.warning)
 
 
-def test_default_view_shows_sweep_limits_and_continuations():
-    at = open_page(short=False)
+def test_default_view_shows_sweep_limits_and_continuations(generation):
+    at = generation(short=False)
     assert at.title[0].value == "Generation"
     assert any("e^{z_i/T}" in el.value for el in at.latex)
     assert len(generated_chars(at)) == 200
@@ -83,9 +82,9 @@ def test_default_view_shows_sweep_limits_and_continuations():
     assert sum(m.label == "distinct 3-grams" for m in at.metric) == 6
 
 
-def test_greedy_matches_core_and_sampling_is_reproducible(shipped):
+def test_greedy_matches_core_and_sampling_is_reproducible(shipped, generation):
     model, tok = shipped
-    at = open_page()
+    at = generation()
     sampled = generated_chars(at)
     at.number_input(key="gen_seed").set_value(1).run()
     assert generated_chars(at) != sampled
@@ -100,16 +99,16 @@ def test_greedy_matches_core_and_sampling_is_reproducible(shipped):
 
 @pytest.mark.parametrize("t, says", [(0.0, "greedy decoding"), (1e-4, "practically one-hot"),
                                      (10_000.0, "practically uniform")])
-def test_extreme_temperatures(t, says):
-    at = open_page()
+def test_extreme_temperatures(t, says, generation):
+    at = generation()
     at.number_input(key="gen_temperature").set_value(t).run()
     assert not at.exception
     assert says in infos(at)
     assert len(generated_chars(at)) == 40
 
 
-def test_top_k_one_and_top_p_zero_are_greedy():
-    at = open_page()
+def test_top_k_one_and_top_p_zero_are_greedy(generation):
+    at = generation()
     at.radio(key="gen_mode").set_value("greedy").run()
     greedy = generated_chars(at)
     at.radio(key="gen_mode").set_value("top-k").run()
@@ -122,16 +121,16 @@ def test_top_k_one_and_top_p_zero_are_greedy():
     assert generated_chars(at) == greedy
 
 
-def test_empty_prompt_starts_from_a_line_break():
-    at = open_page()
+def test_empty_prompt_starts_from_a_line_break(generation):
+    at = generation()
     at.text_area(key="gen_prompt").input("").run()
     assert not at.exception
     assert "starts from a single line break" in infos(at)
     assert len(generated_chars(at)) == 40
 
 
-def test_long_prompt_and_unknown_characters():
-    at = open_page()
+def test_long_prompt_and_unknown_characters(generation):
+    at = generation()
     at.text_area(key="gen_prompt").input("To sleep, perchance to dream; ay, there. " * 8 + "ü🙂").run()
     assert not at.exception
     text = warnings(at)
@@ -142,8 +141,8 @@ def test_long_prompt_and_unknown_characters():
     assert "longer than n_ctx = 128" in " ".join(c.value for c in at.caption)
 
 
-def test_bad_temperature_lists_give_messages():
-    at = open_page()
+def test_bad_temperature_lists_give_messages(generation):
+    at = generation()
     at.text_input(key="gen_temps").input("2, abc, -1, [x](y), 0").run()
     assert not at.exception
     text = warnings(at)
@@ -155,8 +154,8 @@ def test_bad_temperature_lists_give_messages():
     assert len(chart(at, "one panel per temperature")["data"]) == 6
 
 
-def test_slider_moves_t_on_a_log_scale():
-    at = open_page()
+def test_slider_moves_t_on_a_log_scale(generation):
+    at = generation()
     slider = at.select_slider(key="gen_slider_T")
     assert min(slider.options, key=float) == "0.01" and max(slider.options, key=float) == "100"
     slider.set_value(100.0).run()

@@ -1,25 +1,17 @@
 """AppTest of the Parameters and cost page: every preset, bad shapes, the lecture's numbers on screen."""
 import json
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from core import fmt
 from core import cost
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGE = "pages/parameters.py"
 
 
 @pytest.fixture(scope="module")
-def at():
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page(PAGE)
-    at.run()
-    assert not at.exception
-    return at
+def at(open_page_once):
+    return open_page_once(PAGE)
 
 
 def text_of(at) -> str:
@@ -59,6 +51,20 @@ def test_shipped_model_page(at):
     assert "multiplied attention's time by" in text
 
 
+def hand_count(vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff=None):
+    """The lecture's count, written out here rather than taken from core: per block 4d^2 (W_Q, W_K, W_V, W_O)
+    + 2 d d_ff (the MLP) + 4d (two LayerNorms); then the token table m d, the position table n_ctx d, the final
+    LayerNorm 2d and the untied output map d m."""
+    d, m = d_model, vocab_size
+    d_ff = 4 * d if d_ff is None else d_ff
+    block = 4 * d * d + 2 * d * d_ff + 4 * d
+    return n_layers * block + m * d + n_ctx * d + 2 * d + d * m
+
+
+def test_hand_count_is_the_lectures():
+    assert hand_count(65, 128, 64, 4, 2, 256) - 65 * 64 * 2 - 128 * 64 - 128 == 2 * 49_408
+
+
 @pytest.mark.parametrize("preset", list(cost.PRESETS))
 def test_every_preset(at, preset):
     at.selectbox(key="par_preset").select(preset).run()
@@ -67,10 +73,12 @@ def test_every_preset(at, preset):
     assert at.number_input(key="par_d").value == values["d_model"]
     assert at.number_input(key="par_L").value == values["n_layers"]
     assert set(at.dataframe[0].value["agree"]) == {"✓"}  # formula equals the meta-device model
-    total = at.dataframe[0].value.set_index("part").loc["whole model", "counted in the model"]
-    shown = f"{total:,}" if total < 1e9 else fmt.pretty_sci(total, 4)
+    total = hand_count(**values)
+    assert at.dataframe[0].value.set_index("part").loc["whole model", "counted in the model"] == total
+    shown = f"{total:,}" if total < 1e9 else fmt.pretty_sci(total, 4)  # the page's rule: digits below a billion
     assert {m.label: m.value for m in at.metric}["Whole model"] == shown
     if preset == cost.GPT3:
+        assert shown == "1.752 × 10¹¹"  # 175,211,200,512 parameters, untied output map
         assert r"\approx 1.74 \times 10^{11}" in text_of(at)
 
 

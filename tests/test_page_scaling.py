@@ -2,24 +2,16 @@
 import json
 
 import numpy as np
-from pathlib import Path
-
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from core.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
 from core.scaling_runs import MAX_BYTES, synthetic_runs
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
-
-def open_page():
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("pages/scaling.py")
-    at.run()
-    assert not at.exception
-    return at
+@pytest.fixture
+def scaling(open_page):
+    """scaling(): the scaling-laws page, freshly opened."""
+    return lambda: open_page("pages/scaling.py")
 
 
 def charts(at) -> dict:
@@ -43,8 +35,8 @@ def trace(spec, name):
     return next(t for t in spec["data"] if t.get("name") == name)
 
 
-def test_page_renders_the_lecture_plots_with_the_chinchilla_preset():
-    at = open_page()
+def test_page_renders_the_lecture_plots_with_the_chinchilla_preset(scaling):
+    at = scaling()
     assert at.title[0].value == "Scaling laws"
     assert at.selectbox(key="scal_preset").value.startswith("Chinchilla")
     assert at.slider(key="scal_alpha").value == 0.34 and at.slider(key="scal_E").value == 1.69
@@ -67,8 +59,8 @@ def test_page_renders_the_lecture_plots_with_the_chinchilla_preset():
     assert metrics["Optimal N"] == "100B"
 
 
-def test_preset_switch_moves_the_sliders_and_every_chart():
-    at = open_page()
+def test_preset_switch_moves_the_sliders_and_every_chart(scaling):
+    at = scaling()
     before = charts(at)
     at.selectbox(key="scal_preset").select("Epoch replication (Besiroglu et al. 2024)").run()
     assert not at.exception
@@ -81,8 +73,8 @@ def test_preset_switch_moves_the_sliders_and_every_chart():
     assert p != trace(before["Loss against N at fixed D"], "plateau, D = 1B")["y"][0]
 
 
-def test_slider_moves_make_a_custom_law_and_back():
-    at = open_page()
+def test_slider_moves_make_a_custom_law_and_back(scaling):
+    at = scaling()
     at.slider(key="scal_E").set_value(2.0).run()
     assert not at.exception
     assert at.selectbox(key="scal_preset").value.startswith("Custom")
@@ -95,16 +87,16 @@ def test_slider_moves_make_a_custom_law_and_back():
     assert at.slider(key="scal_E").value == 1.69 and at.slider(key="scal_alpha").value == 0.34
 
 
-def test_budget_calculator_follows_its_inputs():
-    at = open_page()
+def test_budget_calculator_follows_its_inputs(scaling):
+    at = scaling()
     at.number_input(key="scal_dollars").set_value(1e8).run()
     at.slider(key="scal_util").set_value(0.8).run()
     assert not at.exception
     assert {m.label: m.value for m in at.metric}["FLOPs C"] == "1.42e26"  # 10x the dollars, 2x the utilisation
 
 
-def test_example_fit_is_shown_against_the_true_constants():
-    at = open_page()
+def test_example_fit_is_shown_against_the_true_constants(scaling):
+    at = scaling()
     rows = {r["constant"]: r for r in at.dataframe[1].value.to_dict("records")}
     assert rows["α"]["true"] == EPOCH_2024.alpha
     assert abs(rows["α"]["fitted"] - EPOCH_2024.alpha) < 0.05 and abs(rows["L∞ (E)"]["fitted"] - EPOCH_2024.E) < 0.05
@@ -119,8 +111,8 @@ def test_example_fit_is_shown_against_the_true_constants():
     ("neg.csv", b"N,D,loss\n" + b"1e9,1e10,2.5\n" * 9 + b"-1e9,1e10,2.5\n", "N = -1e9 must be a positive"),
     ("huge.csv", b"N,D,loss\n" + b"1e9,1e10,2.5\n" * (MAX_BYTES // 13 + 1), "MB"),
 ])
-def test_bad_uploads_get_a_clear_message(name, data, words):
-    at = open_page()
+def test_bad_uploads_get_a_clear_message(name, data, words, scaling):
+    at = scaling()
     at.radio(key="scal_fit_source").set_value("Upload a CSV").run()
     at.file_uploader(key="scal_upload").set_value((name, data, "text/csv")).run()
     assert not at.exception
@@ -130,8 +122,8 @@ def test_bad_uploads_get_a_clear_message(name, data, words):
     assert "Loss over model size and data" in charts(at)
 
 
-def test_pasted_rows_fit_and_load_into_the_sliders():
-    at = open_page()
+def test_pasted_rows_fit_and_load_into_the_sliders(scaling):
+    at = scaling()
     at.radio(key="scal_fit_source").set_value("Paste rows").run()
     assert any("Add runs" in i.value for i in at.info)
     at.text_area(key="scal_paste").input("To be, or not to be:").run()
@@ -151,8 +143,8 @@ def test_pasted_rows_fit_and_load_into_the_sliders():
     assert at.slider(key="scal_E").value == pytest.approx(1.69, abs=1e-3)
 
 
-def test_a_fit_outside_the_slider_ranges_says_the_sliders_will_clip():
-    at = open_page()
+def test_a_fit_outside_the_slider_ranges_says_the_sliders_will_clip(scaling):
+    at = scaling()
     at.radio(key="scal_fit_source").set_value("Paste rows").run()
     runs = synthetic_runs(ScalingLaw(A=400.0, B=400.0, alpha=0.3, beta=0.3, E=6.0), n=40, noise=0.0, seed=1)
     at.text_area(key="scal_paste").input(runs.to_csv()).run()
@@ -163,12 +155,12 @@ def test_a_fit_outside_the_slider_ranges_says_the_sliders_will_clip():
     assert at.slider(key="scal_E").value == 5.0  # the slider's end
 
 
-def test_runs_with_a_flat_loss_are_refused_not_crashed():
+def test_runs_with_a_flat_loss_are_refused_not_crashed(scaling):
     # 20 runs whose loss barely moves: the unconstrained fit finds exponents <= 0 (no optimum exists)
     rng = np.random.default_rng(0)
     rows = ["N,D,loss"] + [f"{n:.3g},{d:.3g},{2.0 * (1 + 0.001 * rng.standard_normal()):.5f}"
                            for n in (1e7, 3e7, 1e8, 3e8, 1e9) for d in (1e9, 3e9, 1e10, 3e10)]
-    at = open_page()
+    at = scaling()
     at.radio(key="scal_fit_source").set_value("Paste rows").run()
     at.text_area(key="scal_paste").input("\n".join(rows)).run()
     assert not at.exception

@@ -1,27 +1,16 @@
 """AppTest of the Training page: settings, refusals, a short run started, stopped, saved and picked."""
 import json
 import re
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from core.corpus import pydoc_text
 from core.params import count_parameters
-from core.training_job import JobSettings
-
-ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
-
+from core.job_settings import JobSettings
 
 @pytest.fixture
-def page(tmp_path, monkeypatch):
-    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "models"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("pages/training.py")
-    at.run()
-    assert not at.exception
+def page(tmp_path, open_page):
+    at = open_page("pages/training.py", models_dir=tmp_path / "models")
     at.radio(key="train_corpus").set_value("pydoc").run()  # always present, unlike Tiny Shakespeare
     assert not at.exception
     yield at
@@ -161,15 +150,12 @@ def _train_and_stop(at):
     assert not at.exception
 
 
-def test_two_sessions_saving_the_same_name_never_overwrite_each_other(tmp_path, monkeypatch):
+def test_two_sessions_saving_the_same_name_never_overwrite_each_other(tmp_path, open_page):
     """Two students, one server: each session has an owner id; the second cannot replace the first's model,
     even with "replace" ticked, and each session's default name is its own."""
-    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "models"))
     sessions = []
     for _ in range(2):
-        at = AppTest.from_file(APP, default_timeout=60)
-        at.run()
-        at.switch_page("pages/training.py").run()
+        at = open_page("pages/training.py", models_dir=tmp_path / "models")
         at.radio(key="train_corpus").set_value("pydoc").run()
         _train_and_stop(at)
         sessions.append(at)

@@ -76,7 +76,16 @@ def test_warnings_for_data_that_cannot_pin_the_law_down():
 
 
 def test_synthetic_runs_follow_the_law():
-    runs = synthetic_runs(CHINCHILLA, n=50, noise=0.0, seed=2)
-    assert len(runs) == 50 >= MIN_RUNS
-    np.testing.assert_allclose(runs.loss, CHINCHILLA.loss(runs.N, runs.D))
-    assert runs.N.min() >= 7e7 and runs.N.max() <= 1.6e10
+    """Real noise, checked against the law written out here: the log residuals are the noise, N(0, 0.05^2)."""
+    law, noise = CHINCHILLA, 0.05
+    runs = synthetic_runs(law, n=2000, noise=noise, seed=2)
+    assert len(runs) == 2000 >= MIN_RUNS
+    truth = law.A / runs.N**law.alpha + law.B / runs.D**law.beta + law.E
+    r = np.log(runs.loss) - np.log(truth)
+    assert abs(r.mean()) < 4 * noise / np.sqrt(len(r))  # standard error 0.0011
+    assert np.std(r, ddof=1) == pytest.approx(noise, rel=0.05)  # standard error of the std about 1.6 %
+    assert abs(np.mean(r**3)) / noise**3 < 0.2  # symmetric, as log-normal noise on the loss is
+    # Chinchilla's range: 70M to 16B parameters, 5B to 500B tokens, spread evenly in log
+    assert 7e7 <= runs.N.min() < 7.5e7 and 1.5e10 < runs.N.max() <= 1.6e10
+    assert 5e9 <= runs.D.min() < 5.5e9 and 4.6e11 < runs.D.max() <= 5e11
+    assert np.median(np.log10(runs.N)) == pytest.approx((np.log10(7e7) + np.log10(1.6e10)) / 2, abs=0.1)

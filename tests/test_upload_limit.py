@@ -7,12 +7,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from core.corpus import check_corpus_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
-APP = str(ROOT / "app.py")
 
 
 def effective_limit_mb() -> int:
@@ -23,13 +21,10 @@ def effective_limit_mb() -> int:
     return int(out.stdout.split()[-1])
 
 
-def test_the_page_uses_the_servers_effective_limit_everywhere(tmp_path, monkeypatch):
+def test_the_page_uses_the_servers_effective_limit_everywhere(tmp_path, open_page):
     limit = effective_limit_mb()
     assert limit == tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]["maxUploadSize"]
-    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("pages/training.py").run()
+    at = open_page("pages/training.py", models_dir=tmp_path)
     from streamlit import config
     assert config.get_option("server.maxUploadSize") == limit  # AppTest reads the same config
     at.radio(key="train_corpus").set_value("upload").run()

@@ -1,0 +1,62 @@
+"""Contracts between the layers: core/ never needs Streamlit, and the model's output names stay what pages read."""
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from core.model import AttentionRecord, ModelConfig, ModelOutput, Transformer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Imports every core module in a fresh interpreter, checking after each one whether Streamlit came in with it.
+PROBE = """
+import importlib, json, sys
+pulled = []
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    if "streamlit" in sys.modules:
+        pulled.append(name)
+        for key in [k for k in sys.modules if k == "streamlit" or k.startswith("streamlit.")]:
+            del sys.modules[key]  # so that the next module is judged on its own imports
+print(json.dumps(pulled))
+"""
+
+
+def test_core_never_imports_streamlit():
+    modules = sorted(f"core.{p.stem}" for p in (ROOT / "core").glob("*.py") if p.stem != "__init__")
+    assert len(modules) >= 10, modules  # discovered, so a new module is covered without editing this test
+    out = subprocess.run([sys.executable, "-c", PROBE, "core", *modules], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    pulled = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not pulled, f"these core modules import streamlit (directly or through another module): {pulled}"
+
+
+def test_model_output_names_are_the_documented_ones():
+    assert [f.name for f in dataclasses.fields(ModelOutput)] == ["logits", "loss", "attn", "present"]
+    assert [f.name for f in dataclasses.fields(AttentionRecord)] == ["scores", "pattern"]
+
+
+def test_a_forward_pass_fills_them_with_the_documented_shapes():
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=11, n_ctx=16, d_model=24, n_heads=3, n_layers=2)
+    model = Transformer(cfg).eval()
+    B, n = 2, 7
+    idx = torch.randint(0, cfg.vocab_size, (B, n))
+    out = model(idx, return_attn=True)
+    assert isinstance(out, ModelOutput)
+    assert out.logits.shape == (B, n, cfg.vocab_size)  # (B, n, m)
+    assert out.loss is None and out.present is None  # no targets, no cache asked for
+    assert len(out.attn) == cfg.n_layers
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    for rec in out.attn:
+        assert isinstance(rec, AttentionRecord)
+        assert rec.scores.shape == rec.pattern.shape == (B, cfg.n_heads, n, n)  # (B, h, n, n)
+        torch.testing.assert_close(rec.pattern.sum(-1), torch.ones(B, cfg.n_heads, n))  # rows sum to 1
+        assert torch.all(rec.pattern[..., future] == 0)  # nothing on the future
+        assert torch.all(rec.scores[..., future] != 0)  # scores are kept before the mask, future included
+    with_loss = model(idx, targets=idx, use_cache=True)
+    assert with_loss.loss.shape == () and with_loss.attn is None and with_loss.present.length == n
