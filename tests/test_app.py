@@ -3,25 +3,19 @@ import json
 import shutil
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
 
-APP = str(ROOT / "app.py")
 
 
-def run_app(timeout=60, model=None):
-    """One run of app.py. AppTest resets Streamlit's page registry before every run, so with a pages/
-    folder only the first run goes through app.py (later runs execute the page alone): to test the
-    sidebar with another model selected, preset the picker's state before that first run."""
-    at = AppTest.from_file(APP, default_timeout=timeout)
-    if model is not None:
-        at.session_state["te_model_name"] = model
-    at.run()
-    return at
+@pytest.fixture
+def run_app(open_page):
+    """One run of app.py on its home page, with the picker preset to ``model`` before that first run (the
+    only run that goes through app.py in AppTest while a pages/ folder exists)."""
+    return lambda model=None: open_page("pages/home.py", state={"te_model_name": model} if model else None)
 
 
 def all_text(at) -> str:
@@ -32,7 +26,7 @@ def all_text(at) -> str:
     return "\n".join(parts)
 
 
-def test_home_shows_block_count_and_card():
+def test_home_shows_block_count_and_card(run_app):
     at = run_app()
     assert not at.exception
     text = all_text(at)
@@ -50,7 +44,7 @@ def test_home_shows_block_count_and_card():
     assert set(table["agree"]) == {"✓"}
 
 
-def test_broken_user_model_is_listed_and_others_still_work(tmp_path, monkeypatch):
+def test_broken_user_model_is_listed_and_others_still_work(tmp_path, monkeypatch, run_app):
     good = tmp_path / "copy"
     shutil.copytree(SHIPPED, good)
     (tmp_path / "broken").mkdir()
@@ -73,19 +67,18 @@ def test_broken_user_model_is_listed_and_others_still_work(tmp_path, monkeypatch
     assert at.metric[0].value == "49,408"
 
 
-def test_no_models_at_all_gives_a_message(tmp_path, monkeypatch):
+def test_no_models_at_all_gives_a_message(tmp_path, monkeypatch, open_page):
     import ui as common
 
     monkeypatch.setattr(common, "SHIPPED_DIR", tmp_path / "none")
     monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "none2"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
+    at = open_page("pages/home.py")
     # AppTest re-imports app.py but ui stays imported in this process, so the patch applies
     assert not at.exception
     assert any("No model could be loaded" in e.value for e in at.error)
 
 
-def test_a_model_whose_weights_fail_only_when_loaded_shows_its_error(tmp_path, monkeypatch):
+def test_a_model_whose_weights_fail_only_when_loaded_shows_its_error(tmp_path, monkeypatch, run_app):
     import math
 
     from safetensors.torch import load_file, save_file
