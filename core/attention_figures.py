@@ -68,8 +68,9 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     future = future_mask(n)
     weights = np.where(future, np.nan, pattern)  # masked cells carry no value: the grey shows through
     titles = ["scores s_ij before the mask", "causal mask", "weights a_ij after the masked softmax"]
-    if show_unmasked:
-        titles.append("softmax WITHOUT the mask (cheating)")
+    if show_unmasked:  # four panels: two-line titles, or neighbours' titles run into each other
+        titles = ["scores s_ij<br>before the mask", "causal<br>mask", "weights a_ij after<br>the masked softmax",
+                  "softmax WITHOUT the mask<br>(cheating)"]
     cols = len(titles)
     # the mask panel carries no numbers, so it gets less room than the panels that do
     widths = [0.42, 0.16, 0.42] if cols == 3 else [0.3, 0.1, 0.3, 0.3]
@@ -110,8 +111,10 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     fig.update_xaxes(showticklabels=False, row=1, col=2)  # too narrow for labels; its neighbours carry them
     fig.update_yaxes(range=[n - 0.5, -0.5], **ticks)  # query 0 at the top, as the matrix is written
     fig.update_yaxes(title_text="query i", row=1, col=1)
-    fig.update_layout(title=title, height=rows_px + 240, plot_bgcolor=MASKED_GREY,
-                      margin=dict(l=70, r=20, t=70, b=170))
+    top = 100 if show_unmasked else 70  # room for the two-line panel titles under the figure's title
+    fig.update_layout(title=dict(text=title, y=1 - 12 / (rows_px + 240 + top - 70), yanchor="top"),
+                      height=rows_px + 240 + top - 70, plot_bgcolor=MASKED_GREY,
+                      margin=dict(l=70, r=20, t=top, b=170))
     return fig
 
 

@@ -84,6 +84,10 @@ st.caption("Left: raw scores for every pair, future included (red positive, blue
            "dark where the score is replaced by −∞. Right: the weights; grey cells were masked and hold exactly 0, "
            "which is not the same as a pale, merely small weight. The red staircase marks the diagonal j = i.")
 if show_unmasked:
+    if lo > 0 or hi < n - 1:
+        st.caption(f"The unmasked softmax is taken over each whole row of {n} keys, then cut to the window: on "
+                   f"average {view.unmasked.sum(-1).mean():.0%} of a row's weight lands on the keys shown, the rest "
+                   "on keys outside the window.")
     st.plotly_chart(future_mass_figure(view.future_mass, tokens[sl], offset=lo), width="stretch", key="attn_future")
     st.caption(f"Averaged over the queries that have a future (all but the last), this head would put "
                f"{view.mean_future_mass:.0%} of its weight on characters it must not see yet.")
