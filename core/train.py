@@ -24,13 +24,30 @@ from core.threads import use_threads
 from core.tokenizer import CharTokenizer
 
 
+OPTIMIZERS = ("muon", "adamw")
+SCHEDULES = ("wsd", "cosine")
+
+
 @dataclass
 class TrainConfig:
+    """How a run trains. Two named recipes (``RECIPES``, ``TrainConfig.recipe``):
+
+    - "adamw", the usual one: AdamW on every parameter, linear warmup over 400 steps, cosine decay;
+    - "muon": Muon on the blocks' weight matrices (their updates orthogonalised, so every direction of a
+      matrix moves at the same pace), AdamW on the embeddings, norms and output map; a warmup that scales
+      with the run, a constant rate, and a linear cooldown at the end ("wsd": warmup, stable, decay).
+    The architecture is the same either way."""
     batch_size: int = 32
     steps: int = 12000
-    lr: float = 3e-3          # peak learning rate of the one-cycle schedule
-    warmup: int = 400         # linear warmup steps, then cosine decay
-    min_lr_ratio: float = 0.02  # the cosine ends at lr * min_lr_ratio
+    optimizer: str = "adamw"  # "muon" or "adamw"
+    lr: float = 3e-3          # AdamW's peak rate (for "muon": embeddings, norms and the output map)
+    muon_lr: float = 0.02     # Muon's peak rate, for the blocks' matrices (unused by "adamw")
+    muon_momentum: float = 0.95
+    schedule: str = "cosine"  # "cosine": warmup then cosine decay; "wsd": warmup, constant, final cooldown
+    warmup: int | None = 400  # linear warmup steps; None: warmup_frac of the run
+    warmup_frac: float = 0.02
+    cooldown_frac: float = 0.4  # "wsd": the last fraction of the steps decays linearly
+    min_lr_ratio: float = 0.02  # both schedules end at lr * min_lr_ratio
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     beta2: float = 0.99       # small batches of characters: nanoGPT's char recipe uses 0.99
@@ -42,10 +59,31 @@ class TrainConfig:
         problems = train_problems(asdict(self))
         if problems:
             raise ValueError("; ".join(problems.values()))
+        if self.warmup is None:
+            self.warmup = max(1, round(self.warmup_frac * self.steps))
+
+    @classmethod
+    def recipe(cls, name: str, **overrides) -> "TrainConfig":
+        """A named recipe of RECIPES, with any field overridden."""
+        if name not in RECIPES:
+            raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
+        return cls(**{**RECIPES[name], **overrides})
+
+
+# The named recipes: only the fields where they differ from TrainConfig's plain defaults.
+RECIPES: dict[str, dict] = {
+    "adamw": dict(optimizer="adamw", schedule="cosine", lr=3e-3, warmup=400),
+    "muon": dict(optimizer="muon", schedule="wsd", lr=3e-3, muon_lr=0.02, warmup=None),
+}
+DEFAULT_RECIPE = "muon"
 
 
 def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _rate(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1
 
 
 def train_problems(values: dict) -> dict[str, str]:
@@ -56,25 +94,75 @@ def train_problems(values: dict) -> dict[str, str]:
     for name in ("batch_size", "steps", "eval_interval", "eval_batches"):
         if name in values and (not _whole(values[name]) or values[name] < 1):
             problems[name] = f"{name} must be a whole number of at least 1 (got {values[name]!r})"
-    if "warmup" in values and (not _whole(values["warmup"]) or values["warmup"] < 0):
+    if values.get("warmup") is not None and (not _whole(values["warmup"]) or values["warmup"] < 0):
         problems["warmup"] = f"warmup must be a whole number of at least 0 (got {values['warmup']!r})"
-    lr = values.get("lr", 1e-3)
-    if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and math.isfinite(lr) and 0 < lr <= 1):
-        problems["lr"] = f"lr must be a number above 0 and at most 1 (got {lr!r})"
+    for name in ("lr", "muon_lr"):
+        if name in values and not _rate(values[name]):
+            problems[name] = f"{name} must be a number above 0 and at most 1 (got {values[name]!r})"
+    for name in ("warmup_frac", "cooldown_frac", "min_lr_ratio", "muon_momentum"):
+        v = values.get(name, 0.5)
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1):
+            problems[name] = f"{name} must be a number from 0 to 1 (got {v!r})"
+    if values.get("optimizer", OPTIMIZERS[0]) not in OPTIMIZERS:
+        problems["optimizer"] = f"optimizer must be one of {', '.join(OPTIMIZERS)} (got {values['optimizer']!r})"
+    if values.get("schedule", SCHEDULES[0]) not in SCHEDULES:
+        problems["schedule"] = f"schedule must be one of {', '.join(SCHEDULES)} (got {values['schedule']!r})"
     seed = values.get("seed", 0)
     if not _whole(seed) or not 0 <= seed < 2**63:
         problems["seed"] = f"seed must be a whole number of at least 0 (got {seed!r})"
     return problems
 
 
-def lr_at(step: int, tc: TrainConfig) -> float:
-    """Linear warmup to the peak, then cosine decay to lr * min_lr_ratio at the last step."""
+def lr_scale(step: int, tc: TrainConfig) -> float:
+    """The schedule as a factor of the peak rate at 0-based ``step``: linear warmup to 1, then either a
+    cosine down to min_lr_ratio at the last step, or ("wsd") 1 until the last cooldown_frac of the run and
+    a straight line down to min_lr_ratio at the last step."""
     if step < tc.warmup:
-        return tc.lr * (step + 1) / tc.warmup
-    progress = (step - tc.warmup) / max(1, tc.steps - tc.warmup)
-    progress = min(1.0, progress)
-    floor = tc.lr * tc.min_lr_ratio
-    return floor + 0.5 * (tc.lr - floor) * (1 + math.cos(math.pi * progress))
+        return (step + 1) / tc.warmup
+    floor = tc.min_lr_ratio
+    last = max(1, tc.steps - 1)
+    if tc.schedule == "wsd":
+        start = max(tc.warmup, round(tc.steps * (1 - tc.cooldown_frac)))
+        if step < start:
+            return 1.0
+        return 1.0 - (1.0 - floor) * min(1.0, (step - start) / max(1, last - start))
+    progress = min(1.0, (step - tc.warmup) / max(1, tc.steps - tc.warmup))
+    return floor + 0.5 * (1 - floor) * (1 + math.cos(math.pi * progress))
+
+
+def lr_at(step: int, tc: TrainConfig) -> float:
+    """AdamW's rate at ``step``."""
+    return tc.lr * lr_scale(step, tc)
+
+
+def param_groups(model: Transformer) -> dict[str, list[tuple[str, torch.nn.Parameter]]]:
+    """The model's parameters split for the optimisers, each exactly once: "matrices", the 2-D weights inside
+    the blocks (W_Q, W_K, W_V together, W_O, W1, W2: Muon's share); "other_matrices", the token and position
+    embeddings and the output map (AdamW, with weight decay); "vectors", the LayerNorm scales and shifts
+    (AdamW, no decay)."""
+    groups = {"matrices": [], "other_matrices": [], "vectors": []}
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            groups["vectors"].append((name, p))
+        elif name.startswith("blocks."):
+            groups["matrices"].append((name, p))
+        else:
+            groups["other_matrices"].append((name, p))
+    return groups
+
+
+def make_optimizers(model: Transformer, tc: TrainConfig) -> list[torch.optim.Optimizer]:
+    """The optimisers of a recipe; every param group remembers its peak rate as "peak_lr"."""
+    g = param_groups(model)
+    params = lambda key: [p for _, p in g[key]]  # noqa: E731
+    adamw_groups = [{"params": params("other_matrices"), "weight_decay": tc.weight_decay, "peak_lr": tc.lr},
+                    {"params": params("vectors"), "weight_decay": 0.0, "peak_lr": tc.lr}]
+    if tc.optimizer == "adamw":
+        adamw_groups[0]["params"] = params("matrices") + adamw_groups[0]["params"]
+        return [torch.optim.AdamW(adamw_groups, lr=tc.lr, betas=(0.9, tc.beta2))]
+    muon = torch.optim.Muon([{"params": params("matrices"), "peak_lr": tc.muon_lr}], lr=tc.muon_lr,
+                            weight_decay=tc.weight_decay, momentum=tc.muon_momentum)
+    return [muon, torch.optim.AdamW(adamw_groups, lr=tc.lr, betas=(0.9, tc.beta2))]
 
 
 def min_corpus_chars(n_ctx: int) -> int:
@@ -159,12 +247,7 @@ class Trainer:
         with _seeded(self.tc.seed):
             self.model = Transformer(model_config)
         self.model.train()
-        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.tc.lr, betas=(0.9, self.tc.beta2),
-        )
+        self.optimizers = make_optimizers(self.model, self.tc)
         self.batch_gen = torch.Generator().manual_seed(self.tc.seed)
         self.eval_gen_seed = self.tc.seed + 1
         self.step_num = 0
@@ -179,16 +262,20 @@ class Trainer:
     def step(self) -> dict:
         """One optimisation step; returns step, loss, lr, tokens_per_s of this step."""
         t0 = time.perf_counter()
-        lr = lr_at(self.step_num, self.tc)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        scale = lr_scale(self.step_num, self.tc)
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                group["lr"] = group["peak_lr"] * scale
         x, y = get_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen)
         loss = self.model(x, targets=y).loss
-        self.optimizer.zero_grad(set_to_none=True)
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.tc.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tc.grad_clip)
-        self.optimizer.step()
+        for opt in self.optimizers:
+            opt.step()
+        lr = self.tc.lr * scale
         dt = time.perf_counter() - t0
         self.step_num += 1
         self.tokens_seen += x.numel()
@@ -262,11 +349,17 @@ def main(argv=None):
     for name in ("d_model", "n_heads", "n_layers", "n_ctx"):  # the lecture's shape by default
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(LECTURE, name))
     p.add_argument("--d-ff", type=int, default=None, help="MLP width (default: 4 d)")
+    p.add_argument("--optimizer", choices=list(RECIPES), default=DEFAULT_RECIPE,
+                   help="the recipe: 'muon' (Muon on the blocks' matrices, AdamW elsewhere, warmup-constant-cooldown) "
+                        "or 'adamw' (the usual AdamW with warmup and cosine decay); the flags below override it")
+    p.add_argument("--schedule", choices=list(SCHEDULES), default=None)
     defaults = TrainConfig()
     for name in ("batch_size", "steps", "warmup", "eval_interval", "eval_batches", "seed"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "beta2"):
-        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
+                       help=f"default: the recipe's ({getattr(defaults, name)} for adamw)")
+    for name in ("lr", "muon_lr", "muon_momentum", "warmup_frac", "cooldown_frac", "min_lr_ratio", "weight_decay",
+                 "grad_clip", "beta2"):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
@@ -276,7 +369,8 @@ def main(argv=None):
     if corpus is None:
         p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
     text = read_text_file(corpus)
-    tc = TrainConfig(**{k: getattr(args, k) for k in asdict(defaults)})
+    given = {k: getattr(args, k) for k in asdict(defaults) if k != "optimizer" and getattr(args, k, None) is not None}
+    tc = TrainConfig.recipe(args.optimizer, **{"steps": defaults.steps, **given})
     mc = dict(n_ctx=args.n_ctx, d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_ff)
     trainer = Trainer(text, mc, tc)
     counts = count_parameters(trainer.config)
