@@ -439,6 +439,16 @@ def _fmt(value, spec: str) -> str:
     return format(value, spec) if isinstance(value, (int, float)) and math.isfinite(value) else "n/a"
 
 
+def _recipe(tc) -> str:
+    """The optimiser and schedule of a training record's train_config, in words."""
+    if not isinstance(tc, dict):
+        return "n/a"
+    opt = {"muon": "Muon (block matrices) + AdamW", "adamw": "AdamW"}.get(tc.get("optimizer", "adamw"), "n/a")
+    sched = {"wsd": "warmup, constant, linear cooldown", "cosine": "warmup, cosine decay"}.get(
+        tc.get("schedule", "cosine"), "n/a")
+    return md_escape(f"{opt}; {sched}; peak lr {tc.get('lr')}" + (f", Muon {tc.get('muon_lr')}" if tc.get("optimizer") == "muon" else ""))
+
+
 def model_card(name: str, config: ModelConfig, training: dict) -> str:
     """A short markdown card from the config and the training metadata."""
     from core.params import count_parameters  # local import: params imports model only
@@ -464,6 +474,7 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
         f"| data | {text('corpus')} ({_fmt(t.get('corpus_chars'), ',')} characters) |",
         f"| split | {text('split')} |",
         f"| steps | {_fmt(t.get('steps'), ',')} of batch {text('batch_size')} |",
+        f"| recipe | {_recipe(t.get('train_config'))} |",
         f"| tokens seen | {_fmt(t.get('tokens_seen'), ',')} |",
         f"| wall time | {_fmt(t.get('wall_time_s'), '.0f')} s |",
         f"| final train loss | {_fmt(t.get('train_loss'), '.4f')} nats/char |",

@@ -13,13 +13,13 @@ from core.corpus import TRAIN_FRACTION
 from core.cost import training_flops
 from core.model import LECTURE, ModelConfig, config_problems
 from core.params import count_parameters
-from core.train import TrainConfig, min_corpus_chars, train_problems
+from core.train import DEFAULT_RECIPE, RECIPES, TrainConfig, min_corpus_chars, train_problems
 
 MAX_PARAMS = 10_000_000         # a live CPU run of a bigger model would not show anything in a lecture
 MAX_TOKENS_PER_STEP = 65_536    # batch_size * n_ctx: bounds the memory of one step
 MAX_STEPS = 100_000
 LIVE_STEPS = 2000               # a class demo: a couple of minutes on a laptop
-_TRAIN = TrainConfig()
+_TRAIN = TrainConfig.recipe(DEFAULT_RECIPE)
 
 
 @dataclass
@@ -34,6 +34,7 @@ class JobSettings:
     lr: float = _TRAIN.lr
     steps: int = LIVE_STEPS
     seed: int = _TRAIN.seed
+    recipe: str = DEFAULT_RECIPE  # a name of core.train.RECIPES
     threads: int | None = None  # None: core.threads.training_threads()
 
     def shape(self, vocab_size: int) -> dict:
@@ -45,10 +46,12 @@ class JobSettings:
 
     def train_config(self) -> TrainConfig:
         eval_interval = max(1, min(250, round(self.steps / 20)))  # about 20 points on the validation curve
-        # warm up over a tenth of a short run, as over 400 of the shipped model's 12,000 steps at most
-        return TrainConfig(batch_size=self.batch_size, steps=self.steps, lr=self.lr, seed=self.seed,
-                           warmup=min(_TRAIN.warmup, self.steps // 10), eval_interval=eval_interval,
-                           eval_batches=8)
+        extra = {}
+        if RECIPES[self.recipe].get("warmup") is not None:
+            # a fixed warmup: over a tenth of a short run at most, as over 400 of the shipped model's 12,000 steps
+            extra["warmup"] = min(RECIPES[self.recipe]["warmup"], self.steps // 10)
+        return TrainConfig.recipe(self.recipe, batch_size=self.batch_size, steps=self.steps, lr=self.lr,
+                                  seed=self.seed, eval_interval=eval_interval, eval_batches=8, **extra)
 
     @property
     def tokens(self) -> int:
@@ -61,6 +64,8 @@ def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int) -> dic
     errors = config_problems(s.shape(max(1, vocab_size)))
     errors.pop("vocab_size", None)  # the corpus decides m; check_corpus_bytes bounds it
     errors.update(train_problems(dict(batch_size=s.batch_size, steps=s.steps, lr=s.lr, seed=s.seed)))
+    if s.recipe not in RECIPES:
+        errors["recipe"] = f"recipe must be one of {', '.join(RECIPES)} (got {s.recipe!r})"
     if "steps" not in errors and s.steps > MAX_STEPS:
         errors["steps"] = f"at most {MAX_STEPS:,} steps in a live run"
     if "n_ctx" not in errors and corpus_chars < min_corpus_chars(s.n_ctx):

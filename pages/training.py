@@ -10,6 +10,7 @@ from core.figures import loss_curve
 from core.job_settings import MAX_STEPS, JobSettings, job_cost, validate_settings
 from core.params import per_block_latex
 from core.speed import measured_flop_rate
+from core.train import RECIPE_TITLES, RECIPES, describe_recipe
 from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob
 from ui import ensure_frame, session_owner, shipped_names, upload_limit_mb, user_models_dir
 
@@ -132,8 +133,9 @@ d_ff = None if auto_ff else number(row1[3], "d_ff", "d_ff, MLP width", 4 * defau
                                    "Hidden width of the MLP.")
 n_ctx = number(row1[4], "n_ctx", "n_ctx, context", defaults.n_ctx, 2048, "Longest sequence; also the training window.")
 batch = number(row2[0], "batch_size", "batch size B", defaults.batch_size, 1024, "Windows per optimisation step.")
-lr = number(row2[1], "lr", "learning rate", defaults.lr, 1.0, "Peak of the warmup-then-cosine schedule (AdamW).",
-            step=0.0005, fmt="%.4f", min_value=0.0)
+lr = number(row2[1], "lr", "AdamW learning rate", defaults.lr, 1.0,
+            "AdamW's peak rate: every parameter with the AdamW recipe; embeddings, norms and the output map with "
+            "the Muon recipe (Muon has its own rate for the blocks' matrices).", step=0.0005, fmt="%.4f", min_value=0.0)
 steps = number(row2[2], "steps", "steps", defaults.steps, MAX_STEPS, "Optimisation steps.", step=100)
 seed = number(row2[3], "seed", "seed", defaults.seed, 2**31 - 1, "Fixes the initial weights and the batches.")
 with row2[4]:
@@ -141,8 +143,20 @@ with row2[4]:
                                 persist_state="session",
                                 help="Every sample continues this text. Characters the corpus lacks are left out.")
 
+def _recipe_rate():
+    """Each recipe brings its own AdamW rate; the box can still be changed afterwards."""
+    st.session_state["train_lr"] = RECIPES[st.session_state["train_recipe"]]["lr"]
+
+
+recipe = st.radio("Recipe", list(RECIPES), index=list(RECIPES).index(defaults.recipe), format_func=RECIPE_TITLES.get,
+                  horizontal=True, key="train_recipe",
+                  persist_state="session", on_change=_recipe_rate,
+                  help="How the weights are updated; the model is the same either way.")
+st.caption(describe_recipe(recipe))
+
 settings = JobSettings(d_model=int(d), n_heads=int(h), n_layers=int(L), d_ff=None if d_ff is None else int(d_ff),
-                       n_ctx=int(n_ctx), batch_size=int(batch), lr=float(lr), steps=int(steps), seed=int(seed))
+                       n_ctx=int(n_ctx), batch_size=int(batch), lr=float(lr), steps=int(steps), seed=int(seed),
+                       recipe=recipe)
 vocab = len(info.vocab) if info else 1
 errors = validate_settings(settings, info.chars if info else 0, vocab) if info else {}
 for key, message in errors.items():
@@ -234,7 +248,7 @@ def live_view(job: TrainingJob, polling: bool):
 
     cfg = job.settings
     st.caption(f"This run: {job.corpus_name} · d={cfg.d_model} · h={cfg.n_heads} · L={cfg.n_layers} · "
-               f"n_ctx={cfg.n_ctx} · batch {cfg.batch_size} · lr {cfg.lr:g} · seed {cfg.seed} · "
+               f"n_ctx={cfg.n_ctx} · batch {cfg.batch_size} · {RECIPE_TITLES[cfg.recipe]}, AdamW lr {cfg.lr:g} · seed {cfg.seed} · "
                f"{job.threads} CPU thread{'s' if job.threads != 1 else ''}")
     label = {"preparing": "Preparing the data and the model ...", "running": "Training",
              "pausing": "Pausing after this step", "paused": "Paused",

@@ -140,7 +140,8 @@ def _menu(page):
     return [links.nth(i).inner_text().strip().split("\n")[-1].strip() for i in range(links.count())]
 
 
-@pytest.mark.parametrize("path, heading", [("/attention", "Attention, head by head"), ("/generation", "Generation")])
+# one cold start (a fresh server each costs ~12 s); tests/test_frame.py checks every other page's deep link
+@pytest.mark.parametrize("path, heading", [("/attention", "Attention, head by head")])
 def test_deep_link_right_after_start_runs_inside_the_frame(browser, tmp_path, path, heading):
     """Opening a page's URL as the first request of a fresh server must end on that page, inside the
     frame: the sidebar picker and our own menu, never Streamlit's legacy pages/ folder menu (whose

@@ -41,7 +41,7 @@ def menu_hidden():
 
 
 @pytest.mark.parametrize("page, title", [("pages/attention.py", "Attention, head by head"),
-                                         ("pages/parameters.py", "Parameters")])
+                                         ("pages/generation.py", "Generation"), ("pages/parameters.py", "Parameters")])
 def test_a_page_run_before_app_py_ends_inside_the_frame(menu_hidden, page, title):
     # AppTest starts every run in the legacy mode; switching before the first run is a bookmark opened
     # as the first request of a fresh server: the page runs alone, without app.py

@@ -47,7 +47,12 @@ def test_default_render_shows_the_lecture_model_and_its_cost(page):
     for key, value in (("d_model", 64), ("n_heads", 4), ("n_layers", 2), ("n_ctx", 128), ("batch_size", 32),
                        ("steps", 2000), ("seed", 1337)):
         assert at.number_input(key=f"train_{key}").value == value
+    assert at.number_input(key="train_lr").value == pytest.approx(6e-3)  # the Muon recipe's AdamW rate
+    assert at.radio(key="train_recipe").value == "muon"
+    assert any("orthogonalised" in c for c in texts(at, "caption"))  # what Muon does, in a sentence
+    at.radio(key="train_recipe").set_value("adamw").run()  # the usual recipe brings its own rate
     assert at.number_input(key="train_lr").value == pytest.approx(3e-3)
+    assert any("cosine" in c for c in texts(at, "caption")) and not at.exception
     assert not at.button(key="train_start").disabled
     assert "train_job" not in at.session_state  # nothing starts by itself
     # typing a prompt (as the browser test does) starts nothing either

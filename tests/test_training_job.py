@@ -218,7 +218,11 @@ def test_validate_settings_names_the_field():
 def test_settings_map_onto_the_training_core():
     s = JobSettings(steps=2000)
     tc = s.train_config()
-    assert (tc.steps, tc.batch_size, tc.lr, tc.seed, tc.warmup, tc.eval_interval) == (2000, 32, 3e-3, 1337, 200, 100)
+    assert s.recipe == "muon" and (tc.optimizer, tc.schedule) == ("muon", "wsd")
+    assert (tc.steps, tc.batch_size, tc.lr, tc.seed, tc.eval_interval) == (2000, 32, 6e-3, 1337, 100)
+    assert tc.warmup == round(tc.warmup_frac * 2000)  # the warmup scales with the run
+    old = JobSettings(steps=2000, recipe="adamw").train_config()
+    assert (old.optimizer, old.schedule, old.warmup) == ("adamw", "cosine", 200)  # a tenth of a short run
     assert s.tokens == 2000 * 32 * 128
     cfg = s.model_config(65)
     assert (cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.n_ctx) == (64, 4, 2, 256, 128)
