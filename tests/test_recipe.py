@@ -82,3 +82,19 @@ def test_a_short_run_lowers_the_loss_and_is_deterministic(recipe):
     first, last, losses = run()
     assert last < first - 0.3 and math.log(27) - 0.5 < first < math.log(27) + 0.5
     assert run()[2] == losses  # the same seed, the same steps
+
+
+def test_the_model_card_names_the_recipe():
+    from dataclasses import asdict
+
+    from core.checkpoint import model_card
+
+    cfg = ModelConfig(vocab_size=3, n_ctx=4, d_model=4, n_heads=1, n_layers=1)
+    def recipe_row(training):  # the card escapes Markdown; read the row as a reader sees it
+        row = next(line for line in model_card("m", cfg, training).splitlines() if line.startswith("| recipe |"))
+        return row.replace("\\", "")
+    assert recipe_row({"train_config": asdict(TrainConfig.recipe("muon", steps=10))}).startswith(
+        "| recipe | Muon (block matrices) + AdamW; warmup, constant, linear cooldown; peak lr 0.006, Muon 0.02")
+    assert recipe_row({"train_config": asdict(TrainConfig.recipe("adamw", steps=10))}).startswith(
+        "| recipe | AdamW; warmup, cosine decay; peak lr 0.003")
+    assert "| recipe | n/a |" in model_card("m", cfg, {})
