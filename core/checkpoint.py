@@ -78,7 +78,11 @@ def _read_config(folder: Path) -> dict:
 
 def read_config(path) -> tuple[ModelConfig, CharTokenizer, dict]:
     """Validated (model config, tokenizer, training metadata) of a checkpoint folder, weights untouched."""
-    folder = Path(path)
+    return _read_all(Path(path))[:3]
+
+
+def _read_all(folder: Path) -> tuple[ModelConfig, CharTokenizer, dict, str | None]:
+    """read_config's three, plus the recorded owner, from one reading of config.json."""
     if not folder.is_dir():
         raise CheckpointError(folder, "not a checkpoint folder (it does not exist or is a file)")
     data = _read_config(folder)
@@ -98,15 +102,20 @@ def read_config(path) -> tuple[ModelConfig, CharTokenizer, dict]:
     training = data.get("training") or {}
     if not isinstance(training, dict):
         raise CheckpointError(cfg_path, "'training' must be a JSON object")
-    return config, tokenizer, training
+    owner = data.get("owner")
+    return config, tokenizer, training, owner if isinstance(owner, str) and owner else None
 
 
 def check_checkpoint(path) -> tuple[ModelConfig, CharTokenizer, dict]:
     """Validate a checkpoint folder without reading its weights: the config, and the safetensors header
     (tensor names, shapes and dtypes against a model built on the meta device, which costs no memory).
     Returns what ``read_config`` returns; raises CheckpointError naming the file and the problem."""
-    folder = Path(path)
-    config, tokenizer, training = read_config(folder)
+    return _check(Path(path))[:3]
+
+
+def _check(folder: Path) -> tuple[ModelConfig, CharTokenizer, dict, str | None]:
+    """check_checkpoint's three, plus the recorded owner (config.json is read once)."""
+    config, tokenizer, training, owner = _read_all(folder)
     wpath = folder / WEIGHTS_FILE
     if not wpath.is_file():
         raise CheckpointError(wpath, "missing file (the weights)")
@@ -130,7 +139,7 @@ def check_checkpoint(path) -> tuple[ModelConfig, CharTokenizer, dict]:
             raise CheckpointError(wpath, f"shape mismatch for {name}: file has {shape}, config implies {expected[name]}")
         if dtype not in FLOAT_DTYPES:
             raise CheckpointError(wpath, f"{name} has dtype {dtype}, expected floating point")
-    return config, tokenizer, training
+    return config, tokenizer, training, owner
 
 
 def load_checkpoint(path) -> tuple[Transformer, CharTokenizer]:
@@ -517,9 +526,9 @@ def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
         if not base.is_dir():
             continue
         for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            entry = ModelEntry(name=folder.name, path=folder, shipped=shipped, owner=checkpoint_owner(folder))
+            entry = ModelEntry(name=folder.name, path=folder, shipped=shipped)
             try:
-                check_checkpoint(folder)  # config and weight header only: cheap enough for every rerun
+                entry.owner = _check(folder)[3]  # config and weight header only: cheap enough for every rerun
             except CheckpointError as e:
                 entry.error = str(e)
             entries.append(entry)
