@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import inspect
 import os
+import secrets
 from pathlib import Path
 
 import pandas  # noqa: F401  imported up front: Streamlit imports it lazily, and sessions racing on that
 import streamlit as st  # first import could see a half-initialised module (seen under classroom load)
 from streamlit.errors import StreamlitAPIException
 
-from core.checkpoint import ModelEntry, discover_models, load_checkpoint
+from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
 from core.threads import page_threads, use_threads
 
 ROOT = Path(__file__).resolve().parent
@@ -159,8 +160,6 @@ def require_model(why: str = "") -> tuple:
 def session_owner() -> str:
     """This browser session's identity: a random id kept for the session (no login). A saved model records
     it, so everyone sees every model but only its owner may replace it."""
-    import secrets
-
     return st.session_state.setdefault("te_owner", secrets.token_hex(8))
 
 
@@ -179,8 +178,6 @@ def model_label(entry: ModelEntry, me: str) -> str:
 def shipped_config():
     """(config, training metadata) of the shipped default model, read from its folder (no weights); with a
     warning on the page and (None, {}) when that folder is broken, so a page never crashes on it."""
-    from core.checkpoint import CheckpointError, read_config
-
     try:
         config, _, training = read_config(SHIPPED_DIR / DEFAULT_MODEL)
     except CheckpointError as e:
