@@ -11,7 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.attention import ROLE_INFO, future_mask, masked_softmax, mask_after_softmax, future_mass
+from core.attention import ROLE_INFO, future_mask, masked_softmax, mask_after_softmax
 
 MASKED_GREY = "#c8c8c8"  # background showing through cells that have no weight at all (masked)
 MASK_COLORS = [[0.0, "#eef3fb"], [0.5, "#eef3fb"], [0.5, "#2b2b2b"], [1.0, "#2b2b2b"]]

@@ -69,7 +69,6 @@ def sweep_curves(data: dict, m: int, mark: float | None = None, points: dict | N
     log_m = math.log(m)
     fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, subplot_titles=(
         "entropy H(p(T)) in nats", "largest probability max_i p_i(T)", "total variation distance to each limit"))
-    T = data["T"]
     col = {k: np.asarray(v).tolist() for k, v in data.items()}  # plain lists: readable JSON specs
     fig.add_trace(go.Scatter(x=col["T"], y=col["entropy"], name="entropy", line_color="#1f77b4",
                              hovertemplate="T = %{x:.3g}<br>H = %{y:.4f} nats<extra></extra>"), row=1, col=1)

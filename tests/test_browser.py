@@ -5,7 +5,6 @@ Streamlit exception box or browser console error. Screenshots land in artifacts/
 Skips (with the reason) where /usr/bin/chromium or the playwright package is missing.
 """
 import os
-import shutil
 import socket
 import subprocess
 import sys

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from core.checkpoint import load_checkpoint
-from core.model import ModelConfig
 from core.train import TrainConfig, Trainer, lr_at, main, windowed_loss
 
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
