@@ -36,11 +36,13 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from core.fmt import md_escape
+from core.induction import HEADS_CSV, write_heads_csv
 from core.model import ModelConfig, Transformer
 from core.tokenizer import CharTokenizer
 
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, LOG_FILE = "config.json", "model.safetensors", "README.md", "log.csv"
+HEADS_FILE = HEADS_CSV  # per-head probe scores recorded during training (core.induction), when there are any
 LOG_FIELDS = ["step", "train_loss", "val_loss", "tokens_per_s"]
 MAX_WEIGHTS_BYTES = 512 * 1024 * 1024  # refuse absurd files before reading them
 FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}  # safetensors' names for the floating-point dtypes
@@ -277,7 +279,7 @@ def recover_interrupted_saves(models_dir, stale_tmp_s: float = STALE_TMP_S) -> l
 
 def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training: dict | None = None,
                     log: list[dict] | None = None, card: str | None = None, overwrite: bool = False,
-                    owner: str | None = None) -> Path:
+                    owner: str | None = None, heads: list[dict] | None = None) -> Path:
     """Write a checkpoint folder atomically: everything goes to a temporary folder beside the target,
     which is renamed into place only once complete, so a crash never leaves a half-written model.
 
@@ -313,6 +315,8 @@ def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training
         }
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
         (tmp / LOG_FILE).write_text(format_log(log or []), encoding="utf-8")
+        if heads:
+            write_heads_csv(tmp / HEADS_FILE, heads)
         (tmp / CARD_FILE).write_text(card if card is not None else model_card(folder.name, model.config, training),
                                      encoding="utf-8")
         for f in tmp.iterdir():  # flush to disk before the rename makes the folder visible
@@ -355,7 +359,7 @@ def _someone_elses(name: str) -> str:
 
 
 def user_model_folder(models_dir, raw_name: str, protected=(), overwrite: bool = False,
-                      owner: str | None = None) -> Path:
+                      owner: str | None = None, heads: list[dict] | None = None) -> Path:
     """Where a user's model called ``raw_name`` is saved: always a direct child of ``models_dir``.
     Refuses (ValueError) a name that sanitises to nothing, one of the ``protected`` (shipped) names in any
     letter case, a folder outside models_dir (a symlink), a bad ``owner`` (see ``check_owner``), an existing
@@ -491,6 +495,11 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
     ]
     if t.get("val_loss_method"):
         lines.append(f"| validation loss measured as | {text('val_loss_method')} |")
+    tc = t.get("train_config") if isinstance(t.get("train_config"), dict) else {}
+    if tc.get("repeat_fraction") or tc.get("repeat_first_steps"):
+        lines.append(f"| repeat mixture | {_repeats(tc)} |")
+    if isinstance(t.get("induction"), dict):
+        lines.append(f"| induction head | {_induction(t['induction'])} |")
     if t.get("source"):
         lines.append(f"| trained with | {text('source')} |")
     if t.get("stopped_early") and t.get("planned_steps"):
@@ -498,6 +507,34 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
     if t.get("command"):  # inside a code fence Markdown is inert; only a fence in the text could end it
         lines += ["", "Reproduce with:", "", "```", str(t["command"]).replace("`", "'"), "```"]
     return "\n".join(lines) + "\n"
+
+
+def _repeats(tc: dict) -> str:
+    parts = []
+    if tc.get("repeat_first_steps"):
+        parts.append(f"every row for the first {_fmt(tc['repeat_first_steps'], ',')} steps")
+    if tc.get("repeat_fraction"):
+        parts.append(f"{_fmt(100 * tc['repeat_fraction'], '.0f')}% of rows after that" if parts
+                     else f"{_fmt(100 * tc['repeat_fraction'], '.0f')}% of rows")
+    span = f"{_fmt(tc.get('repeat_min_span'), 'd')}-{_fmt(tc.get('repeat_max_span'), 'd')}"
+    return (", ".join(parts) + f" hold a span of {span} random characters written again at a random later place "
+            "(see heads.csv)")
+
+
+def _induction(s: dict) -> str:
+    try:
+        layer, head = (int(v) for v in s["best_head"])
+        text = (f"layer {layer} head {head}: induction score {float(s['best_induction']):.2f} at step "
+                f"{int(s['measured_at_step']):,}")
+        formed = s.get("formed_at_step")
+        text += (f"; crossed {float(s['threshold']):.2f} at step {int(formed):,}" if formed is not None
+                 else f"; never reached {float(s['threshold']):.2f}")
+        if s.get("first_copy_loss") is not None:
+            text += (f"; probe loss {float(s['first_copy_loss']):.2f} nats on a first copy, "
+                     f"{float(s['second_copy_loss']):.2f} on the second")
+        return text
+    except (KeyError, TypeError, ValueError):
+        return "n/a"
 
 
 @dataclass

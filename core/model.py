@@ -138,7 +138,7 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.out = nn.Linear(d, d, bias=False)  # W_O mixes the concatenated heads
 
-    def forward(self, x, return_attn=False, cache=None, layer=0):
+    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None):
         B, n, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         # (B, n, d) -> (B, n, h, d/h) -> (B, h, n, d/h)
@@ -163,6 +163,8 @@ class MultiHeadAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future_mask(n, n_k, device=x.device))
+        if head_fn is not None:  # an intervention sees (and may replace) every head's output before W_O
+            y = head_fn(layer, y)  # (B, h, n, d/h) -> (B, h, n, d/h)
         y = y.transpose(1, 2).contiguous().view(B, n, d)  # concatenate heads: (B, h, n, d/h) -> (B, n, d)
         return self.out(y), record
 
@@ -187,9 +189,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config)
 
-    def forward(self, x, return_attn=False, cache=None, layer=0):
+    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None):
         # pre-norm residual updates: the stream x is read from and added to, never overwritten
-        a, record = self.attn(self.ln1(x), return_attn=return_attn, cache=cache, layer=layer)
+        a, record = self.attn(self.ln1(x), return_attn=return_attn, cache=cache, layer=layer, head_fn=head_fn)
         x = x + a
         x = x + self.mlp(self.ln2(x))
         return x, record
@@ -215,10 +217,12 @@ class Transformer(nn.Module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False):
+    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None):
         """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
 
         return_attn: also return per layer the scores before the mask and the pattern after it.
+        head_fn: optional ``f(layer, y) -> y`` applied to each layer's per-head outputs y (B, h, n, d/h) before
+        W_O mixes them, for interventions such as switching heads off (core.interventions).
         use_cache / past: incremental decoding. use_cache=True returns ``out.present``, a KVCache; pass it
         back as ``past`` with the next token(s), whose positions continue after it. It is updated in place.
         """
@@ -235,7 +239,7 @@ class Transformer(nn.Module):
         x = self.tok_emb(idx) + self.pos_emb.weight[offset:offset + n]  # (B, n, d) + (n, d) -> (B, n, d)
         records = []
         for i, block in enumerate(self.blocks):
-            x, record = block(x, return_attn=return_attn, cache=cache, layer=i)
+            x, record = block(x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn)
             records.append(record)
         if cache is not None:
             cache.length += n

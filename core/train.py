@@ -17,6 +17,7 @@ from dataclasses import dataclass, asdict
 import numpy as np
 import torch
 
+from core.induction import HeadRecorder, add_repeats, formation_step, induction_summary
 from core.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_description, split_train_val
 from core.model import LECTURE, ModelConfig, Transformer
 from core.params import count_parameters, per_block_formula
@@ -55,6 +56,13 @@ class TrainConfig:
     eval_interval: int = 250
     eval_batches: int = 16
     seed: int = 1337
+    # the repeat mixture (core.induction.add_repeats): rows whose random span is written again later, the data
+    # on which an induction head pays off. Off by default; the induction model uses it (see its card)
+    repeat_fraction: float = 0.0    # share of rows holding a repeated span
+    repeat_first_steps: int = 0     # a curriculum: during the first steps every row holds one
+    repeat_min_span: int = 20
+    repeat_max_span: int = 60
+    heads_interval: int = 100       # every so many steps each head is measured on the induction probe (0: never)
 
     def __post_init__(self):
         problems = train_problems(asdict(self))
@@ -113,7 +121,8 @@ def train_problems(values: dict) -> dict[str, str]:
     well. The one validation of a run's settings: TrainConfig raises with these messages, the training
     form shows them beside its fields."""
     problems: dict[str, str] = {}
-    for name in ("batch_size", "steps", "eval_interval", "eval_batches", "muon_ns_steps"):
+    for name in ("batch_size", "steps", "eval_interval", "eval_batches", "muon_ns_steps", "repeat_min_span",
+                 "repeat_max_span"):
         if name in values and (not _whole(values[name]) or values[name] < 1):
             problems[name] = f"{name} must be a whole number of at least 1 (got {values[name]!r})"
     if values.get("warmup") is not None and (not _whole(values["warmup"]) or values["warmup"] < 0):
@@ -121,7 +130,14 @@ def train_problems(values: dict) -> dict[str, str]:
     for name in ("lr", "muon_lr"):
         if name in values and not _rate(values[name]):
             problems[name] = f"{name} must be a number above 0 and at most 1 (got {values[name]!r})"
-    for name in ("warmup_frac", "cooldown_frac", "min_lr_ratio", "muon_momentum"):
+    for name in ("repeat_first_steps", "heads_interval"):
+        if name in values and (not _whole(values[name]) or values[name] < 0):
+            problems[name] = f"{name} must be a whole number of at least 0 (got {values[name]!r})"
+    if ("repeat_min_span" not in problems and "repeat_max_span" not in problems
+            and values.get("repeat_min_span", 1) > values.get("repeat_max_span", 1)):
+        problems["repeat_max_span"] = (f"repeat_max_span ({values['repeat_max_span']}) must be at least "
+                                       f"repeat_min_span ({values['repeat_min_span']})")
+    for name in ("warmup_frac", "cooldown_frac", "min_lr_ratio", "muon_momentum", "repeat_fraction"):
         v = values.get(name, 0.5)
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1):
             problems[name] = f"{name} must be a number from 0 to 1 (got {v!r})"
@@ -276,6 +292,21 @@ class Trainer:
         self.tokens_seen = 0
         self.train_time = 0.0
         self.log: list[dict] = []
+        self.heads = HeadRecorder(self.model, every=self.tc.heads_interval) if self.tc.heads_interval else None
+
+    def repeat_share(self, step: int | None = None) -> float:
+        """The share of rows holding a repeated span at 0-based ``step`` (default: the next one)."""
+        step = self.step_num if step is None else step
+        return 1.0 if step < self.tc.repeat_first_steps else self.tc.repeat_fraction
+
+    def record_heads(self) -> bool:
+        """Measure every head on the induction probe if this step is due (and step 0); True if measured."""
+        if self.heads is None or not (self.heads.due(self.step_num) or self.done):
+            return False
+        if self.heads.rows and self.heads.rows[-1]["step"] == self.step_num:
+            return False
+        self.heads.record(self.model, self.step_num)
+        return True
 
     @property
     def done(self) -> bool:
@@ -283,12 +314,14 @@ class Trainer:
 
     def step(self) -> dict:
         """One optimisation step; returns step, loss, lr, tokens_per_s of this step."""
+        if self.step_num == 0:
+            self.record_heads()  # the untrained model, the curve's first point
         t0 = time.perf_counter()
         scale = lr_scale(self.step_num, self.tc)
         for opt in self.optimizers:
             for group in opt.param_groups:
                 group["lr"] = group["peak_lr"] * scale
-        x, y = get_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen)
+        x, y = self.next_batch()
         loss = self.model(x, targets=y).loss
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
@@ -302,7 +335,19 @@ class Trainer:
         self.step_num += 1
         self.tokens_seen += x.numel()
         self.train_time += dt
+        self.record_heads()  # outside the timed part: the probe is not training
         return {"step": self.step_num, "loss": loss.item(), "lr": lr, "tokens_per_s": x.numel() / max(dt, 1e-9)}
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's inputs and targets, (B, n_ctx) each, with the repeat mixture where it is on."""
+        share = self.repeat_share()
+        if share <= 0:
+            return get_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen)
+        n, g = self.config.n_ctx, self.batch_gen
+        starts = torch.randint(len(self.train_data) - n, (self.tc.batch_size,), generator=g)
+        w = torch.stack([self.train_data[s:s + n + 1] for s in starts.tolist()])  # (B, n+1) windows
+        w = add_repeats(w, share, g, self.config.vocab_size, self.tc.repeat_min_span, self.tc.repeat_max_span)
+        return w[:, :-1], w[:, 1:]  # (B, n) inputs and the (B, n) next tokens
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -376,12 +421,17 @@ def main(argv=None):
                         "or 'adamw' (the usual AdamW with warmup and cosine decay); the flags below override it")
     p.add_argument("--schedule", choices=list(SCHEDULES), default=None)
     defaults = TrainConfig()
-    for name in ("batch_size", "steps", "warmup", "eval_interval", "eval_batches", "seed"):
+    for name in ("batch_size", "steps", "warmup", "eval_interval", "eval_batches", "seed", "repeat_first_steps",
+                 "repeat_min_span", "repeat_max_span", "heads_interval"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
                        help=f"default: the recipe's ({getattr(defaults, name)} for adamw)")
     for name in ("lr", "muon_lr", "muon_momentum", "warmup_frac", "cooldown_frac", "min_lr_ratio", "weight_decay",
                  "grad_clip", "beta2"):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=None)
+    p.add_argument("--repeat-fraction", type=float, default=None,
+                   help="share of training rows holding a span of random characters written twice at a random "
+                        "distance (default 0: plain text); with --repeat-first-steps N every row holds one for the "
+                        "first N steps. The data on which an induction head forms")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
@@ -425,7 +475,13 @@ def main(argv=None):
     command = "python -m core.train " + shlex.join(str(a) for a in argv_used)
     training = training_record(trainer, Path(corpus).name, len(text), wall, command)
     print(f"validation loss {training['val_loss']:.4f} nats/char (full {c.n_ctx}-char windows)")
-    path = save_checkpoint(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite)
+    heads = trainer.heads.rows if trainer.heads else None
+    if heads:
+        formed = formation_step(heads)
+        training["induction"] = induction_summary(heads)
+        print("induction head: " + ("none reached the threshold" if formed is None else f"formed at step {formed:,}"))
+    path = save_checkpoint(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite,
+                           heads=heads)
     print(f"saved {path}")
     return trainer
 

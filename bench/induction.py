@@ -1,0 +1,103 @@
+"""Search for a training setup in which the lecture's model grows an induction head.
+
+    python -m bench.induction --label adamw-f50 --fraction 0.5 --steps 3000
+
+Trains on Tiny Shakespeare with a share of rows holding a repeated span (core.induction.add_repeats), and
+every --every steps measures each head on the fixed probe (8 rows of 50 distinct random characters written
+twice): the best induction score, the best previous-token score and the in-context gain. Appends the curve
+to bench/results/induction-search.csv and prints one line per measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.corpus import read_text_file, shakespeare_path  # noqa: E402
+from core.induction import HeadRecorder, add_repeats  # noqa: E402
+from core.threads import use_threads  # noqa: E402
+from core.train import TrainConfig, Trainer, windowed_loss  # noqa: E402
+
+
+class SearchTrainer(Trainer):
+    def __init__(self, *a, schedule=None, span=(8, 40), random_share=1.0, synthetic_until=0, **k):
+        super().__init__(*a, **k)
+        self.schedule = schedule
+        self.span = span
+        self.random_share = random_share
+        self.synthetic_until = synthetic_until
+
+    def next_batch(self):
+        n, B, g = self.config.n_ctx, self.tc.batch_size, self.batch_gen
+        starts = torch.randint(len(self.train_data) - n, (B,), generator=g)
+        w = torch.stack([self.train_data[s:s + n + 1] for s in starts.tolist()])  # (B, n+1)
+        if self.step_num < self.synthetic_until:  # rows of pure random characters
+            w = torch.randint(self.config.vocab_size, w.shape, generator=g)
+        frac = self.schedule(self.step_num)
+        w = add_repeats(w, frac, g, self.config.vocab_size, *self.span, random_share=self.random_share)
+        return w[:, :-1], w[:, 1:]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--label", required=True)
+    p.add_argument("--recipe", default="muon")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--fraction", type=float, default=0.5, help="share of rows with a repeated span")
+    p.add_argument("--early-fraction", type=float, default=None, help="share during the first --early-steps")
+    p.add_argument("--early-steps", type=int, default=0)
+    p.add_argument("--synthetic-until", type=int, default=0, help="rows of random characters before this step")
+    p.add_argument("--random-share", type=float, default=1.0)
+    p.add_argument("--span", type=int, nargs=2, default=(8, 40))
+    p.add_argument("--n-ctx", type=int, default=128)
+    p.add_argument("--every", type=int, default=100)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--set", nargs="*", default=[], help="TrainConfig overrides key=value")
+    p.add_argument("--seed", type=int, default=1337)
+    a = p.parse_args(argv)
+    use_threads(a.threads)
+    overrides = {}
+    for kv in a.set:
+        k, v = kv.split("=")
+        d = getattr(TrainConfig(), k)
+        overrides[k] = type(d)(v) if d is not None else int(v)
+    tc = TrainConfig.recipe(a.recipe, steps=a.steps, seed=a.seed, **overrides)
+    early = a.fraction if a.early_fraction is None else a.early_fraction
+    schedule = lambda s: early if s < a.early_steps else a.fraction  # noqa: E731
+    text = read_text_file(shakespeare_path())
+    t = SearchTrainer(text, dict(n_ctx=a.n_ctx), tc, schedule=schedule, span=tuple(a.span),
+                      random_share=a.random_share, synthetic_until=a.synthetic_until)
+    rec = HeadRecorder(t.model, every=a.every)
+    out = ROOT / "bench" / "results" / "induction-search.csv"
+    new = not out.exists()
+    t0 = time.perf_counter()
+    losses = []
+    with open(out, "a", newline="") as f:
+        w = csv.writer(f)
+        if new:
+            w.writerow(["label", "args", "step", "wall_s", "train_loss", "best_induction", "best_head",
+                        "best_previous_token", "first_copy_loss", "second_copy_loss", "val_loss"])
+        while not t.done:
+            losses.append(t.step()["loss"])
+            if rec.due(t.step_num) or t.done:
+                s = rec.record(t.model, t.step_num)
+                val = windowed_loss(t.model, t.val_data) if t.done or t.step_num % (10 * a.every) == 0 else None
+                row = [a.label, " ".join(argv or sys.argv[1:]), t.step_num, round(time.perf_counter() - t0, 1),
+                       round(sum(losses[-a.every:]) / len(losses[-a.every:]), 4), round(float(s.induction.max()), 4),
+                       "L%dH%d" % s.best_head(), round(float(s.previous_token.max()), 4),
+                       round(s.first_copy_loss, 3), round(s.second_copy_loss, 3),
+                       None if val is None else round(val, 4)]
+                w.writerow(row)
+                f.flush()
+                print(*row[2:], flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Induction heads: the probe that measures them, the data that grows them, the log that watches them form.
+
+An induction head completes patterns it has seen earlier in the same context: having seen ``... A B ...``,
+at a later ``A`` it attends to the ``B`` that followed the earlier ``A`` and copies it. The probe is a
+sequence of distinct random tokens written twice; in the second copy only that move predicts anything.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+PROBE_SEQS = 8      # sequences in the probe
+PROBE_PERIOD = 50   # distinct random tokens per copy
+THRESHOLD = 0.30    # an induction score at or above this counts as an induction head
+HEADS_CSV = "heads.csv"
+HEADS_COLUMNS = ("step", "layer", "head", "previous_token", "induction", "first_copy_loss", "second_copy_loss",
+                 "in_context_gain")
+
+
+def repeat_probe(vocab_size: int, n_seqs: int = PROBE_SEQS, period: int = PROBE_PERIOD, seed: int = 0) -> torch.Tensor:
+    """(n_seqs, 2 * period) token ids: per row, ``period`` distinct random tokens, then the same tokens again.
+    Distinct, so that every query of the second copy has exactly one earlier occurrence to look back at."""
+    if period > vocab_size:
+        raise ValueError(f"{period} distinct tokens need a vocabulary of at least {period} (got {vocab_size})")
+    g = torch.Generator().manual_seed(seed)
+    first = torch.stack([torch.randperm(vocab_size, generator=g)[:period] for _ in range(n_seqs)])  # (S, T)
+    return torch.cat([first, first], dim=1)  # (S, 2T)
+
+
+def probe_period(n_ctx: int, vocab_size: int) -> int:
+    """The probe's period for a model: 50 where context and vocabulary allow, else the most that fits."""
+    return max(1, min(PROBE_PERIOD, n_ctx // 2, vocab_size))
+
+
+@dataclass
+class HeadScores:
+    previous_token: np.ndarray   # (L, h) mean weight from each query to the token just before it
+    induction: np.ndarray        # (L, h) mean weight from each second-copy query to the key after its first occurrence
+    first_copy_loss: float       # mean next-token loss (nats) on predictions of first-copy tokens
+    second_copy_loss: float      # the same on the second copy, where an induction head can copy
+
+    @property
+    def in_context_gain(self) -> float:
+        return self.first_copy_loss - self.second_copy_loss
+
+    def best_head(self) -> tuple[int, int]:
+        layer, head = np.unravel_index(np.argmax(self.induction), self.induction.shape)
+        return int(layer), int(head)
+
+
+def stripe_scores(pattern: np.ndarray | torch.Tensor, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """From a (..., n, n) pattern of repeated sequences (period T), the previous-token score (mean of
+    a[i, i-1] over i >= 1) and the induction score (mean of a[i, i-T+1] over the second copy i in [T, 2T)),
+    both averaged over every leading axis but the last two (batch first: (B, ...) -> (...))."""
+    a = torch.as_tensor(pattern, dtype=torch.float64)
+    n = a.shape[-1]
+    if n < 2 * period:
+        raise ValueError(f"the pattern covers {n} positions, fewer than two copies of period {period}")
+    prev = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1).mean(-1)       # (..., ) over queries 1..n-1
+    rows = torch.arange(period, 2 * period)
+    ind = a[..., rows, rows - period + 1].mean(-1)                      # (..., )
+    return prev.mean(0).numpy(), ind.mean(0).numpy()
+
+
+@torch.no_grad()
+def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0) -> HeadScores:
+    """Measure every head of ``model`` on the probe (default: ``repeat_probe`` sized for the model)."""
+    c = model.config
+    if probe is None:
+        probe = repeat_probe(c.vocab_size, period=probe_period(c.n_ctx, c.vocab_size), seed=seed)
+    period = probe.shape[1] // 2
+    was_training = model.training
+    model.eval()
+    out = model(probe, return_attn=True)
+    model.train(was_training)
+    pats = torch.stack([rec.pattern for rec in out.attn], dim=1)  # (S, L, h, n, n)
+    prev, ind = stripe_scores(pats, period)
+    # position i predicts token i + 1: predictions of first-copy tokens 1..T-1 and of second-copy tokens T+1..2T-1
+    # (token T, the first of the second copy, cannot be known from the first copy alone)
+    loss = F.cross_entropy(out.logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")  # (S, 2T-1)
+    first = loss[:, : period - 1].mean().item()
+    second = loss[:, period:].mean().item()
+    return HeadScores(previous_token=prev, induction=ind, first_copy_loss=first, second_copy_loss=second)
+
+
+def score_rows(step: int, scores: HeadScores) -> list[dict]:
+    """One heads.csv row per (layer, head) for a measurement at ``step``."""
+    L, h = scores.induction.shape
+    return [{"step": step, "layer": l, "head": k,
+             "previous_token": round(float(scores.previous_token[l, k]), 4),
+             "induction": round(float(scores.induction[l, k]), 4),
+             "first_copy_loss": round(scores.first_copy_loss, 4),
+             "second_copy_loss": round(scores.second_copy_loss, 4),
+             "in_context_gain": round(scores.in_context_gain, 4)}
+            for l in range(L) for k in range(h)]
+
+
+class HeadRecorder:
+    """Measures the heads on one fixed probe every ``every`` steps and keeps the rows (for heads.csv)."""
+
+    def __init__(self, model, every: int = 100, seed: int = 0):
+        c = model.config
+        self.probe = repeat_probe(c.vocab_size, period=probe_period(c.n_ctx, c.vocab_size), seed=seed)
+        self.every = max(1, int(every))
+        self.rows: list[dict] = []
+
+    def due(self, step: int) -> bool:
+        return step % self.every == 0
+
+    def record(self, model, step: int) -> HeadScores:
+        scores = head_scores(model, self.probe)
+        self.rows.extend(score_rows(step, scores))
+        return scores
+
+
+def write_heads_csv(path: str | Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(HEADS_COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def read_heads_csv(path: str | Path) -> list[dict]:
+    """Rows of a heads.csv as dicts of numbers; raises ValueError when a column is missing or a cell is not a number."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = {"step", "layer", "head", "previous_token", "induction"} - set(reader.fieldnames or [])
+        if missing:
+            raise ValueError(f"heads.csv lacks the column(s) {', '.join(sorted(missing))}")
+        rows = []
+        for r in reader:
+            try:
+                rows.append({k: (int(v) if k in ("step", "layer", "head") else float(v)) for k, v in r.items() if v != ""})
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"heads.csv line {reader.line_num}: {e}") from None
+    return rows
+
+
+def formation_step(rows: list[dict], threshold: float = THRESHOLD) -> int | None:
+    """The first recorded step at which some head's induction score reached ``threshold``; None if never."""
+    steps = sorted({r["step"] for r in rows if r.get("induction", 0.0) >= threshold})
+    return steps[0] if steps else None
+
+
+def induction_summary(rows: list[dict], threshold: float = THRESHOLD) -> dict:
+    """What a model card states about its heads: the step the head formed, and the final best head."""
+    last = max(r["step"] for r in rows)
+    final = [r for r in rows if r["step"] == last]
+    best = max(final, key=lambda r: r["induction"])
+    prev = max(final, key=lambda r: r["previous_token"])
+    return {"threshold": threshold, "formed_at_step": formation_step(rows, threshold), "measured_at_step": last,
+            "best_head": [best["layer"], best["head"]], "best_induction": best["induction"],
+            "best_previous_token_head": [prev["layer"], prev["head"]], "best_previous_token": prev["previous_token"],
+            "first_copy_loss": best.get("first_copy_loss"), "second_copy_loss": best.get("second_copy_loss")}
+
+
+# ----------------------------------------------------------------------------- data with repeats
+
+def add_repeats(windows: torch.Tensor, fraction: float, generator: torch.Generator, vocab_size: int,
+                min_span: int = 8, max_span: int = 40, random_share: float = 1.0) -> torch.Tensor:
+    """A copy of ``windows`` (B, n) in which about ``fraction`` of the rows hold a repeated span: a span of
+    ``min_span``..``max_span`` tokens at a random place is written again at a random later place, so that
+    only "find the earlier copy of my token, then read what followed it" predicts the second copy. With
+    probability ``random_share`` the span is first overwritten with random tokens (nothing but the copy
+    predicts them); otherwise it is the row's own text. Distances vary row to row: no fixed offset pays."""
+    out = windows.clone()
+    B, n = out.shape
+    if fraction <= 0 or n < 2 * min_span:
+        return out
+    top = min(max_span, n // 2)
+    for r in range(B):
+        u = torch.rand(3, generator=generator).tolist()
+        if u[0] >= fraction:
+            continue
+        span = int(torch.randint(min_span, top + 1, (1,), generator=generator))
+        a = int(torch.randint(0, n - 2 * span + 1, (1,), generator=generator))           # first copy at a
+        b = int(torch.randint(a + span, n - span + 1, (1,), generator=generator))       # second at b >= a + span
+        if u[1] < random_share:
+            out[r, a:a + span] = torch.randint(vocab_size, (span,), generator=generator)
+        out[r, b:b + span] = out[r, a:a + span]
+    return out

@@ -1,0 +1,144 @@
+"""Switching heads off: what a head is for, measured by what breaks when it is gone.
+
+``ablate_heads`` runs the model with chosen heads' outputs removed before W_O mixes them: set to zero
+("zero"), or replaced by their mean over the batch and positions ("mean", which keeps the head's average
+push on the residual stream and removes only what depends on the tokens). Layers and heads count from 0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MODES = ("zero", "mean")
+Head = tuple[int, int]
+
+
+def check_heads(config, heads) -> list[Head]:
+    """The heads as a sorted list of distinct (layer, head) pairs; ValueError for one the model lacks."""
+    out = set()
+    for pair in heads:
+        layer, head = (int(v) for v in pair)
+        if not (0 <= layer < config.n_layers and 0 <= head < config.n_heads):
+            raise ValueError(f"the model has no head ({layer}, {head}): layers 0..{config.n_layers - 1}, "
+                             f"heads 0..{config.n_heads - 1}")
+        out.add((layer, head))
+    return sorted(out)
+
+
+@torch.no_grad()
+def head_means(model, idx: torch.Tensor) -> list[torch.Tensor]:
+    """Per layer, every head's output averaged over the batch and positions of ``idx``: (h, d/h) each."""
+    means = [None] * model.config.n_layers
+
+    def keep(layer, y):  # y: (B, h, n, d/h)
+        means[layer] = y.mean(dim=(0, 2))  # (h, d/h)
+        return y
+
+    model(idx, head_fn=keep)
+    return means
+
+
+def ablation_fn(config, heads, mode: str = "zero", means: list[torch.Tensor] | None = None):
+    """The ``head_fn`` for ``Transformer.forward`` that switches ``heads`` off (None when there are none)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+    heads = check_heads(config, heads)
+    if not heads:
+        return None
+    if mode == "mean" and means is None:
+        raise ValueError("mean ablation needs the heads' mean outputs (head_means)")
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+
+    def fn(layer, y):  # y: (B, h, n, d/h)
+        if layer not in by_layer:
+            return y
+        y = y.clone()
+        for h in by_layer[layer]:
+            y[:, h] = 0.0 if mode == "zero" else means[layer][h]  # (d/h,) broadcast over (B, n, d/h)
+        return y
+
+    return fn
+
+
+@torch.no_grad()
+def ablate_heads(model, idx: torch.Tensor, heads=(), mode: str = "zero", targets: torch.Tensor | None = None,
+                 return_attn: bool = False):
+    """The model's ``ModelOutput`` on ``idx`` (B, n) with ``heads`` [(layer, head), ...] switched off.
+    zero: the head's output is 0 before W_O; mean: its mean over the batch and positions of ``idx``.
+    ``heads=[]`` is exactly the normal forward pass."""
+    heads = check_heads(model.config, heads)
+    means = head_means(model, idx) if heads and mode == "mean" else None
+    fn = ablation_fn(model.config, heads, mode, means)
+    return model(idx, targets=targets, return_attn=return_attn, head_fn=fn)
+
+
+@torch.no_grad()
+def token_losses(model, ids: list[int], heads=(), mode: str = "zero") -> np.ndarray:
+    """(n-1,) loss in nats of predicting ids[i+1] from ids[:i+1], with ``heads`` switched off."""
+    if len(ids) < 2:
+        raise ValueError("need at least two tokens: one to read and one to predict")
+    idx = torch.tensor([ids], dtype=torch.long)
+    logits = ablate_heads(model, idx, heads, mode).logits[0, :-1]  # (n-1, m)
+    return F.cross_entropy(logits, idx[0, 1:], reduction="none").double().numpy()
+
+
+@torch.no_grad()
+def next_token_probs(model, ids: list[int], heads=(), mode: str = "zero") -> np.ndarray:
+    """(n, m) next-token distributions at every position with ``heads`` switched off."""
+    idx = torch.tensor([ids], dtype=torch.long)
+    return F.softmax(ablate_heads(model, idx, heads, mode).logits[0].double(), dim=-1).numpy()
+
+
+@torch.no_grad()
+def greedy_continuation(model, ids: list[int], steps: int, heads=(), mode: str = "zero") -> list[int]:
+    """``steps`` greedy tokens after ``ids`` with ``heads`` switched off. A mean ablation keeps the means of
+    the prompt itself for every new token, so the intervention is the same one the other views show."""
+    if not ids:
+        raise ValueError("the prompt is empty")
+    n_ctx = model.config.n_ctx
+    prompt = torch.tensor([ids[-n_ctx:]], dtype=torch.long)
+    heads = check_heads(model.config, heads)
+    means = head_means(model, prompt) if heads and mode == "mean" else None
+    fn = ablation_fn(model.config, heads, mode, means)
+    seq = list(ids)
+    for _ in range(steps):
+        window = torch.tensor([seq[-n_ctx:]], dtype=torch.long)
+        seq.append(int(model(window, head_fn=fn).logits[0, -1].argmax()))
+    return seq[len(ids):]
+
+
+@dataclass
+class HeadEffect:
+    layer: int
+    head: int
+    loss: float          # mean loss on the prompt with this head off
+    increase: float      # loss - the intact model's loss (nats per token)
+
+
+@torch.no_grad()
+def rank_heads(model, ids: list[int], mode: str = "zero", positions: slice | None = None) -> list[HeadEffect]:
+    """Every head switched off alone, ranked by how much it raises the mean loss on the prompt (largest
+    first). ``positions`` restricts the mean to some predictions (e.g. the second copy of a repeat)."""
+    sel = positions or slice(None)
+    base = float(token_losses(model, ids)[sel].mean())
+    c = model.config
+    effects = []
+    for layer in range(c.n_layers):
+        for head in range(c.n_heads):
+            loss = float(token_losses(model, ids, [(layer, head)], mode)[sel].mean())
+            effects.append(HeadEffect(layer, head, loss, loss - base))
+    return sorted(effects, key=lambda e: -e.increase)
+
+
+def repeat_ids(ids: list[int], n_ctx: int) -> tuple[list[int], bool]:
+    """``ids`` written twice, for watching an induction head at work. When two copies do not fit in the
+    context, the prompt's last n_ctx // 2 tokens are repeated; the flag says whether it was cut."""
+    half = max(1, n_ctx // 2)
+    cut = len(ids) > half
+    part = list(ids[-half:])
+    return part + part, cut

@@ -1,0 +1,132 @@
+"""core.interventions: switching heads off, checked against forward passes built independently."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core.interventions import (ablate_heads, check_heads, greedy_continuation, rank_heads, repeat_ids,
+                                token_losses)
+from core.model import ModelConfig, Transformer
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig(vocab_size=11, n_ctx=24, d_model=16, n_heads=4, n_layers=2))
+    # larger weights than the init so that every head matters visibly
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.3)
+    return m.eval()
+
+
+@pytest.fixture(scope="module")
+def idx():
+    return torch.randint(11, (3, 20), generator=torch.Generator().manual_seed(1))
+
+
+def manual_forward(model, idx, edit):
+    """The model's forward written out again from its weights; ``edit(layer, y)`` on (B, h, n, d/h)."""
+    c = model.config
+    B, n = idx.shape
+    x = model.tok_emb.weight[idx] + model.pos_emb.weight[:n]
+    for layer, block in enumerate(model.blocks):
+        u = F.layer_norm(x, (c.d_model,), block.ln1.weight, block.ln1.bias)
+        q, k, v = (u @ block.attn.qkv.weight.T).split(c.d_model, dim=2)
+        q, k, v = (t.view(B, n, c.n_heads, c.d_head).transpose(1, 2) for t in (q, k, v))
+        s = q @ k.transpose(-1, -2) / math.sqrt(c.d_head)
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        y = edit(layer, s.softmax(-1) @ v)
+        x = x + y.transpose(1, 2).reshape(B, n, c.d_model) @ block.attn.out.weight.T
+        u = F.layer_norm(x, (c.d_model,), block.ln2.weight, block.ln2.bias)
+        x = x + torch.relu(u @ block.mlp.w1.weight.T) @ block.mlp.w2.weight.T
+    return F.layer_norm(x, (c.d_model,), model.ln_f.weight, model.ln_f.bias) @ model.head.weight.T
+
+
+def test_no_heads_is_exactly_the_normal_output(model, idx):
+    assert torch.equal(ablate_heads(model, idx, []).logits, model(idx).logits)
+    assert torch.equal(ablate_heads(model, idx, [], mode="mean").logits, model(idx).logits)
+
+
+def test_zeroing_a_whole_layer_equals_a_model_whose_wo_input_is_zero(model, idx):
+    heads = [(0, h) for h in range(4)]
+    got = ablate_heads(model, idx, heads).logits
+    # independent construction: the same weights with W_O of layer 0 set to zero
+    other = Transformer(model.config)
+    other.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        other.blocks[0].attn.out.weight.zero_()
+    torch.testing.assert_close(got, other.eval()(idx).logits)
+    assert not torch.allclose(got, model(idx).logits, atol=1e-3)
+
+
+def test_zeroing_one_head_matches_a_hand_written_forward(model, idx):
+    def edit(layer, y):
+        if layer == 1:
+            y = y.clone()
+            y[:, 2] = 0
+        return y
+    torch.testing.assert_close(ablate_heads(model, idx, [(1, 2)]).logits, manual_forward(model, idx, edit),
+                               atol=1e-5, rtol=1e-4)
+
+
+def test_mean_mode_uses_the_mean_over_batch_and_positions(model, idx):
+    means = {}
+
+    def record(layer, y):
+        means[layer] = y.mean(dim=(0, 2))
+        return y
+    manual_forward(model, idx, record)  # the intact run's per-head means
+
+    def edit(layer, y):
+        if layer == 0:
+            y = y.clone()
+            y[:, 1] = means[0][1]
+        return y
+    got = ablate_heads(model, idx, [(0, 1)], mode="mean").logits
+    torch.testing.assert_close(got, manual_forward(model, idx, edit), atol=1e-5, rtol=1e-4)
+    zero = ablate_heads(model, idx, [(0, 1)], mode="zero").logits
+    assert not torch.allclose(got, zero, atol=1e-4)
+
+
+def test_bad_heads_and_modes_are_refused(model, idx):
+    with pytest.raises(ValueError, match="no head"):
+        ablate_heads(model, idx, [(2, 0)])
+    with pytest.raises(ValueError, match="no head"):
+        ablate_heads(model, idx, [(0, 4)])
+    with pytest.raises(ValueError, match="mode"):
+        ablate_heads(model, idx, [(0, 0)], mode="half")
+    assert check_heads(model.config, [(1, 0), (0, 3), (1, 0)]) == [(0, 3), (1, 0)]
+
+
+def test_token_losses_and_ranking(model, idx):
+    ids = idx[0].tolist()
+    base = token_losses(model, ids)
+    logits = model(idx[:1]).logits[0, :-1]
+    expected = F.cross_entropy(logits, idx[0, 1:], reduction="none")
+    torch.testing.assert_close(torch.from_numpy(base).float(), expected, atol=1e-5, rtol=1e-5)
+    ranking = rank_heads(model, ids)
+    assert len(ranking) == 8 and {(e.layer, e.head) for e in ranking} == {(l, h) for l in range(2) for h in range(4)}
+    assert [e.increase for e in ranking] == sorted((e.increase for e in ranking), reverse=True)
+    top = ranking[0]
+    assert top.loss == pytest.approx(token_losses(model, ids, [(top.layer, top.head)]).mean())
+    assert top.increase == pytest.approx(top.loss - base.mean())
+
+
+def test_greedy_continuation_with_and_without_heads(model):
+    ids = [1, 2, 3, 4, 5]
+    plain = greedy_continuation(model, ids, 6)
+    seq = list(ids)
+    for _ in range(6):
+        seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    assert plain == seq[5:]
+    off = greedy_continuation(model, ids, 6, heads=[(l, h) for l in range(2) for h in range(4)])
+    assert len(off) == 6
+
+
+def test_repeat_ids():
+    assert repeat_ids([1, 2, 3], 24) == ([1, 2, 3, 1, 2, 3], False)
+    ids, cut = repeat_ids(list(range(20)), 24)
+    assert cut and ids == list(range(8, 20)) * 2 and len(ids) <= 24
