@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.induction import PROBE_SEQS, head_scores, probe_period, repeat_probe
 from core.model import future_mask as model_future_mask
 from core.sampling import entropy, temperature_softmax
 
@@ -162,25 +163,21 @@ def induction_score(pattern: np.ndarray, period: int) -> np.ndarray:
     return pattern[..., rows, cols].mean(-1)
 
 
-@torch.no_grad()
-def induction_scores(model, period: int | None = None, n_seqs: int = 16, seed: int = 0) -> np.ndarray:
-    """(L, h) induction scores averaged over ``n_seqs`` random token sequences repeated twice."""
-    n_ctx = model.config.n_ctx
-    period = period or induction_period(n_ctx)
-    g = torch.Generator().manual_seed(seed)
-    first = torch.randint(model.config.vocab_size, (n_seqs, period), generator=g)
-    idx = torch.cat([first, first], dim=1)  # (S, 2T): the same random tokens twice
-    out = model(idx, return_attn=True)
-    return np.stack([induction_score(rec.pattern.double().numpy(), period).mean(0) for rec in out.attn])
+def induction_scores(model, period: int | None = None, n_seqs: int = PROBE_SEQS, seed: int = 0) -> np.ndarray:
+    """(L, h) induction scores on the probe of core.induction: ``n_seqs`` strings of ``period`` distinct
+    random tokens, each written twice (the measure the training log records)."""
+    c = model.config
+    period = period or induction_period(c.n_ctx, c.vocab_size)
+    return head_scores(model, repeat_probe(c.vocab_size, n_seqs=n_seqs, period=period, seed=seed)).induction
 
 
-def induction_period(n_ctx: int) -> int:
-    return min(50, n_ctx // 2)
+def induction_period(n_ctx: int, vocab_size: int | None = None) -> int:
+    return probe_period(n_ctx, vocab_size if vocab_size is not None else n_ctx)
 
 
-def induction_chance(n_ctx: int, period: int | None = None) -> float:
+def induction_chance(n_ctx: int, period: int | None = None, vocab_size: int | None = None) -> float:
     """Induction score of a head that spreads its weight evenly over the past (a[i, j] = 1/(i+1))."""
-    period = period or induction_period(n_ctx)
+    period = period or induction_period(n_ctx, vocab_size)
     rows = np.arange(period, 2 * period)
     return float(np.mean(1.0 / (rows + 1)))
 

@@ -4,6 +4,7 @@
     <name>/model.safetensors  the weights
     <name>/README.md          the model card
     <name>/log.csv            step, train_loss, val_loss, tokens_per_s
+    <name>/heads.csv          optional: every head's probe scores during training (core.induction)
 
 config.json's top-level "owner" names who saved the model from the app (an opaque per-session id; null for a
 model saved by the command line): one person cannot replace another's model (``user_model_folder``).
@@ -36,7 +37,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from core.fmt import md_escape
-from core.induction import HEADS_CSV, write_heads_csv
+from core.induction import HEADS_CSV, read_heads_csv, write_heads_csv
 from core.model import ModelConfig, Transformer
 from core.tokenizer import CharTokenizer
 
@@ -437,6 +438,18 @@ def read_log(path) -> list[dict]:
                     rows.append(row)
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise CheckpointError(lpath, f"unreadable log: {e}") from None
+    return rows
+
+
+def read_heads(path) -> list[dict] | None:
+    """Rows of a checkpoint's heads.csv (core.induction.read_heads_csv); None when the model has none."""
+    hpath = Path(path) / HEADS_FILE
+    if not hpath.is_file():
+        return None
+    try:
+        rows = read_heads_csv(hpath)
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as e:
+        raise CheckpointError(hpath, f"unreadable head scores: {e}") from None
     return rows
 
 

@@ -18,12 +18,14 @@ def _bucket_means(values: list[float], max_points: int) -> tuple[list[float], li
 
 
 def loss_curve(rows: list[dict], title: str = "Training loss", step_losses: list[float] | None = None,
-               total_steps: int | None = None, baseline: float | None = None) -> go.Figure:
+               total_steps: int | None = None, baseline: float | None = None,
+               marks: dict[int, str] | None = None) -> go.Figure:
     """Train and validation loss against step from a checkpoint's log rows.
 
     step_losses: the batch loss of every step (a noisy light trace, averaged down to 400 points);
     total_steps: fixes the x axis to the whole planned run, so a live curve grows into place;
-    baseline: a horizontal reference line, e.g. ln m, the loss of guessing uniformly."""
+    baseline: a horizontal reference line, e.g. ln m, the loss of guessing uniformly;
+    marks: step -> label, vertical lines at events such as the step where an induction head formed."""
     fig = go.Figure()
     if step_losses:
         xs, ys = _bucket_means(step_losses, 400)
@@ -38,6 +40,9 @@ def loss_curve(rows: list[dict], title: str = "Training loss", step_losses: list
     if baseline is not None:
         fig.add_hline(y=baseline, line=dict(color="gray", dash="dot", width=1),
                       annotation_text=f"uniform guess ln m = {baseline:.2f}", annotation_position="top right")
+    for step, text in (marks or {}).items():
+        fig.add_vline(x=step, line=dict(color="crimson", width=1),
+                      annotation_text=text, annotation_position="top left", annotation_font_color="crimson")
     fig.update_layout(title=title, xaxis_title="optimisation step", yaxis_title="cross-entropy (nats per character)",
                       height=360, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=1.02, x=1,
                                                                                     xanchor="right", yanchor="bottom"))

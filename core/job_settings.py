@@ -36,6 +36,7 @@ class JobSettings:
     seed: int = _TRAIN.seed
     recipe: str = DEFAULT_RECIPE  # a name of core.train.RECIPES
     threads: int | None = None  # None: core.threads.training_threads()
+    repeat_fraction: float = 0.0  # share of rows holding a repeated random span (core.induction.add_repeats)
 
     def shape(self, vocab_size: int) -> dict:
         return dict(vocab_size=vocab_size, n_ctx=self.n_ctx, d_model=self.d_model, n_heads=self.n_heads,
@@ -51,7 +52,9 @@ class JobSettings:
             # a fixed warmup: over a tenth of a short run at most, as over 400 of the shipped model's 12,000 steps
             extra["warmup"] = min(RECIPES[self.recipe]["warmup"], self.steps // 10)
         return TrainConfig.recipe(self.recipe, batch_size=self.batch_size, steps=self.steps, lr=self.lr,
-                                  seed=self.seed, eval_interval=eval_interval, eval_batches=8, **extra)
+                                  seed=self.seed, eval_interval=eval_interval, eval_batches=8,
+                                  repeat_fraction=self.repeat_fraction, heads_interval=heads_interval(self.steps),
+                                  **extra)
 
     @property
     def tokens(self) -> int:
@@ -63,7 +66,8 @@ def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int) -> dic
     """Field name -> reason for every setting that cannot be trained; empty when all is well."""
     errors = config_problems(s.shape(max(1, vocab_size)))
     errors.pop("vocab_size", None)  # the corpus decides m; check_corpus_bytes bounds it
-    errors.update(train_problems(dict(batch_size=s.batch_size, steps=s.steps, lr=s.lr, seed=s.seed)))
+    errors.update(train_problems(dict(batch_size=s.batch_size, steps=s.steps, lr=s.lr, seed=s.seed,
+                                      repeat_fraction=s.repeat_fraction)))
     if s.recipe not in RECIPES:
         errors["recipe"] = f"recipe must be one of {', '.join(RECIPES)} (got {s.recipe!r})"
     if "steps" not in errors and s.steps > MAX_STEPS:
@@ -81,6 +85,19 @@ def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int) -> dic
         if n > MAX_PARAMS:
             errors["d_model"] = f"this model has {n:,} parameters; a live CPU run allows at most {MAX_PARAMS:,}"
     return errors
+
+
+def heads_interval(steps: int) -> int:
+    """How often a live run measures its heads: about 80 points on the formation curve, at most every 10 steps
+    (each measurement is one forward pass over the probe, a few milliseconds)."""
+    return max(10, round(steps / 80))
+
+
+# The training page's preset for watching an induction head form: the lecture's model, the default recipe,
+# every row holding a repeated span. bench/induction.py measured the phase change near step 500 on this data
+# (run "C" in bench/results/induction-search.csv); 1,500 steps leave room to watch the curve settle.
+INDUCTION_PRESET = dict(steps=1500, repeat_fraction=1.0)
+INDUCTION_FORMS_NEAR = 500  # the step, as measured there; tests/test_induction_live.py checks it still holds
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from core.checkpoint import save_checkpoint, user_model_folder
+from core.induction import induction_summary
 from core.job_settings import JobSettings
 from core.params import count_parameters
 from core.sampling import generate
@@ -72,6 +73,7 @@ class JobStatus:
     sample_prompt: str = ""
     n_params: int = 0
     vocab_size: int = 0
+    heads: list[dict] = field(default_factory=list, repr=False)  # heads.csv rows measured so far
 
     @property
     def active(self) -> bool:
@@ -217,6 +219,7 @@ class _Worker:
                 evals=[dict(r) for r in tr.log] if tr else [],
                 samples=list(self.samples), sample_prompt=self.sample_prompt_text, n_params=self.n_params,
                 vocab_size=tr.tokenizer.vocab_size if tr else 0,
+                heads=list(tr.heads.rows) if tr and tr.heads else [],
             )
 
 
@@ -243,6 +246,10 @@ class TrainingJob:
     @property
     def threads(self) -> int:
         return self._w.threads
+
+    @property
+    def train_config(self):
+        return self._w.tc
 
     def status(self) -> JobStatus:
         return self._w.status()
@@ -314,11 +321,14 @@ class TrainingJob:
         folder = user_model_folder(models_dir, name, protected, overwrite, owner=owner)
         with w.model_lock:  # a resume in the meantime waits here for the save to finish
             tr = w.trainer
+            heads = list(tr.heads.rows) if tr.heads else []
+            extra = {"induction": induction_summary(heads)} if heads else {}
             record = training_record(
                 tr, w.corpus_name, len(w.text), w.elapsed, source="Training page of Transformer Explorer",
-                planned_steps=w.tc.steps, stopped_early=not tr.done, threads=w.threads,
+                planned_steps=w.tc.steps, stopped_early=not tr.done, threads=w.threads, **extra,
             )
-            return save_checkpoint(folder, tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite, owner=owner)
+            return save_checkpoint(folder, tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite, owner=owner,
+                                   heads=heads)
 
 
 def _wake_to_stop(stop_event: threading.Event, go: threading.Event):

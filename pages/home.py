@@ -1,7 +1,9 @@
 import streamlit as st
 
-from core.checkpoint import CheckpointError, read_card, read_log
+from core.checkpoint import CheckpointError, read_card, read_heads, read_log
 from core.figures import loss_curve
+from core.induction import THRESHOLD, formation_step
+from core.induction_figures import formation_figure
 from core.params import count_parameters, parameter_table, per_block_latex
 from ui import ensure_frame, require_model
 
@@ -75,7 +77,37 @@ try:
 except CheckpointError as e:  # a log that is not UTF-8 or not CSV: the model still works, its curve cannot be drawn
     log = None
     st.error(f"The training log of **{entry.name}** could not be read: {e}", icon="⚠️")
+try:
+    heads = read_heads(entry.path)
+except CheckpointError as e:
+    heads = None
+    st.error(f"The head scores of **{entry.name}** could not be read: {e}", icon="⚠️")
+formed = formation_step(heads) if heads else None
 if log:
-    st.plotly_chart(loss_curve(log, title=f"How {entry.name} was trained"), width="stretch")
+    marks = {formed: "induction head"} if formed is not None else None
+    st.plotly_chart(loss_curve(log, title=f"How {entry.name} was trained", marks=marks), width="stretch")
 elif log is not None:
     st.caption("This model has no training log.")
+
+st.subheader("Its heads while it trained")
+if heads:
+    st.markdown(
+        "While this model trained, every head was measured again and again on a fixed probe: strings of distinct "
+        "random characters, each written twice. An **induction head** looks, from a character in the second copy, "
+        "at the character that followed the same character in the first copy, and so can predict the rest of "
+        "the copy. Its score is the mean weight it puts there; a head spreading its weight evenly would score "
+        "about 0.01. The previous-token score is the weight on the character just before, the head an induction "
+        "head is built on."
+    )
+    st.plotly_chart(formation_figure(heads, title=f"Heads of {entry.name} while it trained"), width="stretch")
+    last = max(r["step"] for r in heads)
+    best = max((r for r in heads if r["step"] == last), key=lambda r: r["induction"])
+    st.caption(
+        (f"An induction head formed at step {formed:,}: the first measurement where a head's score reached "
+         f"{THRESHOLD:.2f}. " if formed is not None else
+         f"No head reached the induction threshold {THRESHOLD:.2f} while it trained. ")
+        + f"At the end (step {last:,}) the best is L{best['layer']} H{best['head']} with {best['induction']:.2f}. "
+        "Switch it off on the Switch heads off page to see what it does.")
+elif heads is None:
+    st.info("Head scores were not recorded for this model (it has no heads.csv), so how its heads formed cannot "
+            "be shown. Models trained now record them; the attention page still measures its heads as they are.")

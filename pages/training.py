@@ -7,7 +7,9 @@ from core.checkpoint import checkpoint_zip, default_model_name, sanitise_model_n
 from core.corpus import PYDOC_NAME, TRAIN_FRACTION, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path
 from core.figures import loss_curve
-from core.job_settings import MAX_STEPS, JobSettings, job_cost, validate_settings
+from core.induction import THRESHOLD, formation_step
+from core.induction_figures import formation_figure
+from core.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET, MAX_STEPS, JobSettings, job_cost, validate_settings
 from core.params import per_block_latex
 from core.speed import measured_flop_rate
 from core.train import RECIPE_TITLES, RECIPES, describe_recipe
@@ -148,15 +150,46 @@ def _recipe_rate():
     st.session_state["train_lr"] = RECIPES[st.session_state["train_recipe"]]["lr"]
 
 
+def _induction_preset():
+    """Button callback: the settings in which an induction head forms within minutes (the lecture's model)."""
+    base = JobSettings()
+    for key in ("d_model", "n_heads", "n_layers", "n_ctx", "batch_size", "seed"):
+        st.session_state[f"train_{key}"] = getattr(base, key)
+    st.session_state["train_dff_auto"] = True
+    st.session_state["train_recipe"] = base.recipe
+    st.session_state["train_lr"] = base.lr
+    st.session_state["train_steps"] = INDUCTION_PRESET["steps"]
+    st.session_state["train_repeat_on"] = True
+    st.session_state["train_repeat"] = int(round(100 * INDUCTION_PRESET["repeat_fraction"]))
+
+
 recipe = st.radio("Recipe", list(RECIPES), index=list(RECIPES).index(defaults.recipe), format_func=RECIPE_TITLES.get,
                   horizontal=True, key="train_recipe",
                   persist_state="session", on_change=_recipe_rate,
                   help="How the weights are updated; the model is the same either way.")
 st.caption(describe_recipe(recipe))
 
+st.subheader("Repeats in the data: growing an induction head")
+st.markdown(
+    "Plain text rarely rewards copying. Switch this on and a share of the training windows get a span of "
+    "random characters written twice, the second time at a random later place. Nothing but copying predicts "
+    "the second copy: the model must find the earlier occurrence of the current character and read what "
+    "followed it. A head that does this, an **induction head**, appears suddenly after a plateau; the "
+    "training view below measures every head on a fixed probe as it trains and marks the step it appears."
+)
+rc1, rc2 = st.columns([1, 2])
+repeat_on = rc1.toggle("Mix in repeated spans", key="train_repeat_on", persist_state="session",
+                       help="Off: plain text, as the default shipped model was trained.")
+repeat_pct = rc2.slider("Share of windows holding a repeated span (%)", 5, 100, 100, step=5, key="train_repeat",
+                        disabled=not repeat_on, persist_state="session",
+                        help="Each chosen window gets one span of 20 to 60 random characters, written twice.")
+st.button("Preset: watch an induction head form", key="train_induction_preset", on_click=_induction_preset,
+          help=f"The lecture's model, the default recipe, {INDUCTION_PRESET['steps']:,} steps, every window holding "
+               "a repeated span.")
+
 settings = JobSettings(d_model=int(d), n_heads=int(h), n_layers=int(L), d_ff=None if d_ff is None else int(d_ff),
                        n_ctx=int(n_ctx), batch_size=int(batch), lr=float(lr), steps=int(steps), seed=int(seed),
-                       recipe=recipe)
+                       recipe=recipe, repeat_fraction=repeat_pct / 100 if repeat_on else 0.0)
 vocab = len(info.vocab) if info else 1
 errors = validate_settings(settings, info.chars if info else 0, vocab) if info else {}
 for key, message in errors.items():
@@ -191,6 +224,12 @@ if cost is not None:
                            "processor.")
         else:
             m4.metric("Estimated time", "–", help=f"No speed measurement is available: {rate_source}.")
+        if rate and settings.repeat_fraction >= INDUCTION_PRESET["repeat_fraction"] and settings.steps > 0:
+            at = min(settings.steps, INDUCTION_FORMS_NEAR)
+            st.caption(f"With every window holding a repeat, our runs of the lecture's model grew an induction head "
+                       f"near step {INDUCTION_FORMS_NEAR:,}: expect it after about "
+                       f"{clock(cost.flops / rate * at / settings.steps)} of this run. Fewer repeats, another shape "
+                       "or another recipe move that step, sometimes past the end of the run.")
         st.caption(f"D/N = {cost.tokens_per_param:,.1f} tokens per parameter; the run reads the training "
                    f"{TRAIN_FRACTION:.0%} of the corpus about {cost.epochs:,.1f} times over. The count has no h in it: "
                    "heads split the width, they add no weights.")
@@ -268,8 +307,27 @@ def live_view(job: TrainingJob, polling: bool):
     m[4].metric("Elapsed", clock(s.elapsed_s), help="Time spent training; pauses do not count.")
     m[5].metric("Time left", clock(s.eta_s) if s.active else "–")
     baseline = math.log(s.vocab_size) if s.vocab_size > 1 else None
-    st.plotly_chart(loss_curve(s.evals, title="Loss while training", step_losses=s.step_losses,
-                               total_steps=s.total_steps, baseline=baseline), width="stretch", key="train_curve")
+    formed = formation_step(s.heads) if s.heads else None
+    marks = {formed: "induction head"} if formed is not None else None
+    curve = loss_curve(s.evals, title="Loss while training", step_losses=s.step_losses, total_steps=s.total_steps,
+                       baseline=baseline, marks=marks)
+    if s.heads:
+        left, right = st.columns(2)
+        left.plotly_chart(curve, width="stretch", key="train_curve")
+        right.plotly_chart(formation_figure(s.heads, total_steps=s.total_steps), width="stretch", key="train_heads")
+        last = max(r["step"] for r in s.heads)
+        best = max((r for r in s.heads if r["step"] == last), key=lambda r: r["induction"])
+        st.caption(
+            f"Right: every {job.train_config.heads_interval} steps each head is run on a fixed probe, 8 strings of "
+            f"distinct random characters written twice. Induction score: the mean weight a character in the second "
+            f"copy puts on the character that followed its first occurrence; previous-token score: the weight on "
+            f"the character just before. At step {last:,} the best head is L{best['layer']} H{best['head']} "
+            f"({best['induction']:.2f}); on the probe the model's loss is {best['first_copy_loss']:.2f} nats on the "
+            f"first copy and {best['second_copy_loss']:.2f} on the second. "
+            + (f"An induction head crossed {THRESHOLD:.2f} at step {formed:,}, marked on the loss curve."
+               if formed is not None else f"No head has reached {THRESHOLD:.2f} yet."))
+    else:
+        st.plotly_chart(curve, width="stretch", key="train_curve")
     if s.samples:
         step, sample = s.samples[-1]
         st.markdown(f"**Sample at step {step:,}**: the prompt, then {SAMPLE_CHARS} characters drawn at temperature "

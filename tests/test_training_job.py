@@ -117,7 +117,7 @@ def test_stopped_run_keeps_its_weights_and_saves_a_loadable_checkpoint(tmp_path)
     assert "Training page" in card and f"after {job.status().step:,} of 100,000 planned steps" in card
     # the zip unpacks to one folder holding the whole checkpoint
     names = zipfile.ZipFile(io.BytesIO(checkpoint_zip(path))).namelist()
-    assert sorted(names) == sorted(f"my-model/{f}" for f in ("config.json", "model.safetensors", "README.md", "log.csv"))
+    assert sorted(names) == sorted(f"my-model/{f}" for f in ("config.json", "model.safetensors", "README.md", "log.csv", "heads.csv"))
 
 
 def test_save_is_refused_while_running_and_for_taken_names(tmp_path):
