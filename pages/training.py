@@ -224,12 +224,12 @@ if cost is not None:
                            "processor.")
         else:
             m4.metric("Estimated time", "–", help=f"No speed measurement is available: {rate_source}.")
-        if rate and settings.repeat_fraction >= INDUCTION_PRESET["repeat_fraction"] and settings.steps > 0:
-            at = min(settings.steps, INDUCTION_FORMS_NEAR)
+        if settings.repeat_fraction >= INDUCTION_PRESET["repeat_fraction"]:
+            when = (f": expect it after about {clock(cost.flops / rate * INDUCTION_FORMS_NEAR / settings.steps)} "
+                    "of this run" if rate and settings.steps >= INDUCTION_FORMS_NEAR else "")
             st.caption(f"With every window holding a repeat, our runs of the lecture's model grew an induction head "
-                       f"near step {INDUCTION_FORMS_NEAR:,}: expect it after about "
-                       f"{clock(cost.flops / rate * at / settings.steps)} of this run. Fewer repeats, another shape "
-                       "or another recipe move that step, sometimes past the end of the run.")
+                       f"near step {INDUCTION_FORMS_NEAR:,}{when}. Fewer repeats, another shape or another recipe "
+                       "move that step, sometimes past the end of the run.")
         st.caption(f"D/N = {cost.tokens_per_param:,.1f} tokens per parameter; the run reads the training "
                    f"{TRAIN_FRACTION:.0%} of the corpus about {cost.epochs:,.1f} times over. The count has no h in it: "
                    "heads split the width, they add no weights.")

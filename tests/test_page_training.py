@@ -189,3 +189,53 @@ def test_two_sessions_saving_the_same_name_never_overwrite_each_other(tmp_path, 
     assert any("Saved **class-model**" in s for s in texts(first, "success"))
     for at in sessions:
         at.session_state["train_job"].stop()
+
+
+def test_induction_preset_sets_the_run_and_says_when_the_head_should_form(page):
+    from core.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET
+    at = page
+    assert not at.toggle(key="train_repeat_on").value  # plain text unless asked
+    at.button(key="train_induction_preset").click().run()
+    assert not at.exception
+    assert at.number_input(key="train_steps").value == INDUCTION_PRESET["steps"]
+    assert at.toggle(key="train_repeat_on").value and at.slider(key="train_repeat").value == 100
+    assert any(f"near step {INDUCTION_FORMS_NEAR:,}" in c for c in texts(at, "caption"))
+
+
+def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, tmp_path):
+    """The live head view plots, for each head, scores that the test recomputes from the saved weights."""
+    import numpy as np
+    import torch
+    from core.checkpoint import load_checkpoint, read_heads
+    from core.induction import repeat_probe
+    at = page
+    small_run(at, steps=20)
+    at.toggle(key="train_repeat_on").set_value(True).run()
+    at.slider(key="train_repeat").set_value(50).run()
+    at.button(key="train_start").click().run()
+    job = at.session_state["train_job"]
+    assert job.join(120)
+    at.run()
+    assert not at.exception
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    heads_chart = next(c for c in charts if "induction" in json.dumps(c["layout"]))
+    names = {t["name"] for t in heads_chart["data"]}
+    assert names == {"L0 H0", "L0 H1"}  # one layer of two heads
+    assert any("No head has reached" in c or "crossed" in c for c in texts(at, "caption"))
+    at.text_input(key="train_save_name").input("with-heads")
+    at.button(key="train_save").click().run()
+    folder = tmp_path / "models" / "with-heads"
+    rows = read_heads(folder)
+    assert rows and {r["step"] for r in rows} >= {0, 20}
+    # recompute the final induction score of head 1 from the saved model and the probe, by hand
+    model, _ = load_checkpoint(folder)
+    c = model.config
+    period = min(50, c.n_ctx // 2, c.vocab_size)
+    probe = repeat_probe(c.vocab_size, period=period)
+    pat = model(probe, return_attn=True).attn[0].pattern.detach().numpy()  # (S, h, n, n)
+    i = np.arange(period, 2 * period)
+    expected = pat[:, 1, i, i - period + 1].mean()
+    final = next(r for r in rows if r["step"] == 20 and r["layer"] == 0 and r["head"] == 1)
+    assert abs(final["induction"] - expected) < 1e-3
+    trace = next(t for t in heads_chart["data"] if t["name"] == "L0 H1" and t.get("yaxis", "y") == "y")
+    assert trace["x"][-1] == 20 and abs(trace["y"][-1] - expected) < 1e-3
