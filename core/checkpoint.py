@@ -511,6 +511,11 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
     tc = t.get("train_config") if isinstance(t.get("train_config"), dict) else {}
     if tc.get("repeat_fraction") or tc.get("repeat_first_steps"):
         lines.append(f"| repeat mixture | {_repeats(tc)} |")
+    cmp = t.get("compared_to")
+    if isinstance(cmp, dict) and isinstance(cmp.get("val_loss"), (int, float)):
+        lines.append(f"| against plain text | validation loss {_fmt(t.get('val_loss'), '.4f')} vs "
+                     f"{_fmt(cmp['val_loss'], '.4f')} for {md_escape(str(cmp.get('model', '?')))} (no repeats), "
+                     f"a difference of {_fmt(cmp.get('difference'), '+.4f')} nats/char |")
     if isinstance(t.get("induction"), dict):
         lines.append(f"| induction head | {_induction(t['induction'])} |")
     if t.get("source"):

@@ -142,3 +142,14 @@ def repeat_ids(ids: list[int], n_ctx: int) -> tuple[list[int], bool]:
     cut = len(ids) > half
     part = list(ids[-half:])
     return part + part, cut
+
+
+@torch.no_grad()
+def copy_losses(model, probe: torch.Tensor, heads=(), mode: str = "zero") -> tuple[float, float]:
+    """Mean loss on the first and on the second copy of a repeated probe (B, 2T), with ``heads`` off.
+    Predictions of tokens 1..T-1 count for the first copy, of tokens T+1..2T-1 for the second (token T
+    cannot be known from the first copy)."""
+    period = probe.shape[1] // 2
+    logits = ablate_heads(model, probe, heads, mode).logits[:, :-1]  # (B, 2T-1, m)
+    loss = F.cross_entropy(logits.transpose(1, 2), probe[:, 1:], reduction="none")  # (B, 2T-1)
+    return loss[:, : period - 1].mean().item(), loss[:, period:].mean().item()

@@ -396,14 +396,14 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
     return record
 
 
-def _progress(step, total, loss, val, tps, elapsed):
+def _progress(step, total, loss, val, tps, elapsed, extra=""):
     eta = (total - step) * elapsed / max(step, 1)
     width = 28
     filled = int(width * step / total)
     bar = "#" * filled + "-" * (width - filled)
     val_s = f" val {val:.3f}" if val is not None else ""
     sys.stderr.write(
-        f"\r[{bar}] {step}/{total} loss {loss:.3f}{val_s} | {tps / 1000:.1f}K tok/s | "
+        f"\r[{bar}] {step}/{total} loss {loss:.3f}{val_s}{extra} | {tps / 1000:.1f}K tok/s | "
         f"{elapsed:.0f}s elapsed, ETA {eta:.0f}s "
     )
     sys.stderr.flush()
@@ -432,6 +432,9 @@ def main(argv=None):
                    help="share of training rows holding a span of random characters written twice at a random "
                         "distance (default 0: plain text); with --repeat-first-steps N every row holds one for the "
                         "first N steps. The data on which an induction head forms")
+    p.add_argument("--compare-to", default=None, metavar="CHECKPOINT",
+                   help="a model trained without repeats: its validation loss is measured the same way and the card "
+                        "states the difference (what the repeat mixture costs on plain text)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
@@ -464,7 +467,9 @@ def main(argv=None):
             val = trainer.log_eval(tps_window)["val_loss"]
             window_tokens, window_time = 0, 0.0
         if trainer.step_num % 10 == 0 or trainer.done:
-            _progress(trainer.step_num, tc.steps, m["loss"], val, m["tokens_per_s"], time.perf_counter() - start)
+            rows = trainer.heads.rows if trainer.heads else []
+            ind = f" induction {max(r['induction'] for r in rows[-c.n_layers * c.n_heads:]):.2f}" if rows else ""
+            _progress(trainer.step_num, tc.steps, m["loss"], val, m["tokens_per_s"], time.perf_counter() - start, ind)
     sys.stderr.write("\n")
     wall = time.perf_counter() - start
     print(f"measuring the validation loss over every full window of the held-out {1 - TRAIN_FRACTION:.0%} ...")
@@ -475,6 +480,16 @@ def main(argv=None):
     command = "python -m core.train " + shlex.join(str(a) for a in argv_used)
     training = training_record(trainer, Path(corpus).name, len(text), wall, command)
     print(f"validation loss {training['val_loss']:.4f} nats/char (full {c.n_ctx}-char windows)")
+    if args.compare_to:
+        from core.checkpoint import load_checkpoint
+        base, base_tok = load_checkpoint(args.compare_to)
+        if base_tok.chars != trainer.tokenizer.chars:
+            p.error(f"{args.compare_to} has another vocabulary; its loss is not comparable")
+        base_val = round(windowed_loss(base, trainer.val_data), 4)
+        training["compared_to"] = {"model": Path(args.compare_to).name, "val_loss": base_val,
+                                   "difference": round(training["val_loss"] - base_val, 4)}
+        print(f"{Path(args.compare_to).name}: validation loss {base_val:.4f}; difference "
+              f"{training['val_loss'] - base_val:+.4f}")
     heads = trainer.heads.rows if trainer.heads else None
     if heads:
         formed = formation_step(heads)

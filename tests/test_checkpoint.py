@@ -372,3 +372,22 @@ def test_recovery_never_follows_links_or_replaces_a_model(tmp_path):
                                                       "dangling", "m"]
     assert _holds(victim, first) and sorted(p.name for p in outside.iterdir()) == ["victim"]
     assert _holds(base / "m", first)
+
+
+def test_card_states_the_repeat_mixture_its_cost_and_when_the_head_formed():
+    from core.checkpoint import model_card
+    from core.induction import induction_summary
+    from core.model import ModelConfig
+    rows = [{"step": s, "layer": l, "head": h, "previous_token": 0.5, "induction": (v if (l, h) == (1, 3) else 0.01),
+             "first_copy_loss": 4.0, "second_copy_loss": 0.5}
+            for s, v in ((0, 0.0), (500, 0.2), (600, 0.45), (700, 0.8)) for l in range(2) for h in range(4)]
+    training = {"train_config": {"repeat_fraction": 0.2, "repeat_first_steps": 1000, "repeat_min_span": 20,
+                                 "repeat_max_span": 60},
+                "val_loss": 1.55, "compared_to": {"model": "plain", "val_loss": 1.52, "difference": 0.03},
+                "induction": induction_summary(rows)}
+    card = model_card("m", ModelConfig(), training)
+    assert "every row for the first 1,000 steps, 20% of rows after that" in card
+    assert "20-60 random characters" in card
+    assert "layer 1 head 3: induction score 0.80 at step 700; crossed 0.30 at step 600" in card
+    assert "1.5500 vs 1.5200 for plain (no repeats), a difference of +0.0300" in card
+    assert "repeat mixture" not in model_card("m", ModelConfig(), {"train_config": {"repeat_fraction": 0.0}})
