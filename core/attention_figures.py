@@ -186,7 +186,7 @@ def all_heads_figure(patterns: list[np.ndarray], selected: tuple[int, int] | Non
     n = patterns[0].shape[-1]
     future = future_mask(n)
     fig = make_subplots(rows=L, cols=h, horizontal_spacing=0.02, vertical_spacing=0.08,
-                        subplot_titles=[f"layer {l} · head {k}" for l in range(L) for k in range(h)])
+                        subplot_titles=[f"layer {l + 1} · head {k + 1}" for l in range(L) for k in range(h)])
     for l in range(L):
         for k in range(h):
             fig.add_trace(go.Heatmap(z=np.where(future, np.nan, patterns[l][k]), coloraxis="coloraxis",
@@ -196,7 +196,7 @@ def all_heads_figure(patterns: list[np.ndarray], selected: tuple[int, int] | Non
         for k in range(h):
             fig.add_trace(go.Scatter(x=tx, y=ty, mode="markers", marker=dict(size=30, opacity=0),
                                      customdata=[[l, k]] * len(tx), showlegend=False,
-                                     hovertemplate=f"layer {l} · head {k}<br>click to open it above"
+                                     hovertemplate=f"layer {l + 1} · head {k + 1}<br>click to open it above"
                                                    "<extra></extra>"), l + 1, k + 1)
     fig.update_yaxes(range=[n - 0.5, -0.5], showticklabels=False, showgrid=False, zeroline=False)
     fig.update_xaxes(range=[-0.5, n - 0.5], showticklabels=False, showgrid=False, zeroline=False)
@@ -227,7 +227,7 @@ def head_roles_figure(roles: dict[str, np.ndarray]) -> go.Figure:
         z = roles[key]
         scale = "Purples" if key == "entropy" else "Greens"
         zmax = max(float(np.nanmax(z)), 1e-9) if key == "entropy" else 1.0
-        fig.add_trace(go.Heatmap(z=z, x=[f"H{k}" for k in range(h)], y=[f"L{l}" for l in range(L)],
+        fig.add_trace(go.Heatmap(z=z, x=[f"H{k + 1}" for k in range(h)], y=[f"L{l + 1}" for l in range(L)],
                                  colorscale=scale, zmin=0, zmax=zmax, showscale=False,
                                  text=np.round(z, 3 if key == "induction" else 2), texttemplate="%{text}",
                                  textfont=dict(size=13),

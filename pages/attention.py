@@ -59,9 +59,8 @@ tokens = [visible(ch) for ch in prompt.text]
 n = len(tokens)
 
 pick = st.columns([1, 1, 2])
-layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"layer {l}", key="attn_layer",
-                          help="Layers and heads are counted from 0, as in the code and in the training logs.")
-head = pick[1].selectbox("Head", range(c.n_heads), format_func=lambda k: f"head {k}", key="attn_head")
+layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"layer {l + 1}", key="attn_layer")
+head = pick[1].selectbox("Head", range(c.n_heads), format_func=lambda k: f"head {k + 1}", key="attn_head")
 with pick[2]:
     if n > 48:
         lo, hi = st.slider("Window of positions to show (zoom)", 0, n - 1, (max(0, n - 48), n - 1), key="attn_window",
@@ -79,7 +78,7 @@ if lo > 0:
                "rows shown here may sum to less than 1.")
 st.plotly_chart(
     head_panels(view.scores, view.pattern, tokens[sl], offset=lo, unmasked=view.unmasked if show_unmasked else None,
-                title=f"Layer {layer}, head {head}: rows are queries i (top to bottom), columns keys j"),
+                title=f"Layer {layer + 1}, head {head + 1}: rows are queries i (top to bottom), columns keys j"),
     width="stretch", theme=None, key="attn_panels")
 st.caption("Left: raw scores for every pair, future included (red positive, blue negative). Middle: the mask, "
            "dark where the score is replaced by −∞. Right: the weights; grey cells were masked and hold exactly 0, "
@@ -125,7 +124,7 @@ if n >= 2:
     b.metric("Change in earlier rows, mask after the softmax", f"{dep['mask_after_softmax']:.2e}")
     st.caption(f"Experiment: replace the last character '{visible(prompt.text[-1])}' by "
                f"'{visible(tok.decode([dep['replacement']]))}' and measure the largest change in any weight of the "
-               f"rows before it (layer {layer}, head {head}). With the mask on the scores nothing moves; with the "
+               f"rows before it (layer {layer + 1}, head {head + 1}). With the mask on the scores nothing moves; with the "
                "mask after the softmax the earlier rows react to a character in their future.")
 
 st.header("What each head does")

@@ -45,7 +45,7 @@ def test_toggle_unmasked_and_pick_another_head(attention):
     assert not at.exception
     specs = list(charts(at).values())
     assert len(specs[0]["data"]) == 4  # the fourth, unmasked panel
-    assert "layer 1, head 3" in specs[0]["layout"]["title"]["text"].lower()
+    assert "layer 2, head 4" in specs[0]["layout"]["title"]["text"].lower()
     assert any("must not see yet" in c.value for c in at.caption)
 
 
