@@ -142,3 +142,19 @@ def repeat_ids(ids: list[int], n_ctx: int) -> tuple[list[int], bool]:
     cut = len(ids) > half
     part = list(ids[-half:])
     return part + part, cut
+
+
+def repeat_period(ids: list[int]) -> int | None:
+    """T when ``ids`` is some T >= 2 tokens written twice (first half == second half), else None."""
+    n = len(ids)
+    half = n // 2
+    if n % 2 or half < 2 or list(ids[:half]) != list(ids[half:]):
+        return None
+    return half
+
+
+def copy_slices(period: int) -> tuple[slice, slice]:
+    """Slices of ``token_losses`` (entry i predicts token i + 1) for a sequence written twice with period T:
+    predictions of first-copy tokens 1..T-1, and of second-copy tokens T+1..2T-1. Token T, the first of the
+    second copy, is left out: nothing before it says which token starts the copy. As in core.induction."""
+    return slice(0, period - 1), slice(period, 2 * period - 1)
