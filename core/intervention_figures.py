@@ -19,6 +19,7 @@ from core.fmt import visible
 WORSE = (214, 39, 40)    # red: the loss rose when the heads were switched off
 BETTER = (31, 119, 180)  # blue: the loss fell
 MIN_SCALE = 0.5          # nats of change that shade a character fully, at the least
+STRIPE_X_TICKS = 24      # labels on the key axis: more run into each other
 MONO = "font-family: ui-monospace, monospace; line-height: 1.7; white-space: pre-wrap; word-break: break-all;"
 
 
@@ -159,7 +160,7 @@ def induction_frame(scores: np.ndarray) -> pd.DataFrame:
 
 def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: str = "") -> go.Figure:
     """One head's (n, n) attention pattern on a sequence written twice (period T), query i down the rows,
-    key j across, masked cells grey. The dashed line marks the induction keys j = i − T + 1 of the second
+    key j across, masked cells grey. The dotted line marks the induction keys j = i − T + 1 of the second
     copy's queries i >= T: the character right after the earlier occurrence of query i's character."""
     n = len(tokens)
     if pattern.shape != (n, n):
@@ -171,11 +172,12 @@ def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: st
                                hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}"
                                              "<extra></extra>"))
     rows = np.arange(period, n)
+    # dotted and thin, so that a real stripe under it stays visible
     fig.add_trace(go.Scatter(x=rows - period + 1, y=rows, mode="lines", name=f"induction keys: j = i − {period} + 1",
-                             line=dict(color="#d62728", width=2, dash="dash"), hoverinfo="skip"))
-    ticks = axis_ticks(tokens)
-    fig.update_xaxes(**ticks, range=[-0.5, n - 0.5], title_text="key j (the characters looked at)")
-    fig.update_yaxes(**ticks, range=[n - 0.5, -0.5], title_text="query i (the character predicting the next)")
+                             line=dict(color="#d62728", width=1.5, dash="dot"), opacity=0.7, hoverinfo="skip"))
+    fig.update_xaxes(**axis_ticks(tokens, max_ticks=STRIPE_X_TICKS), range=[-0.5, n - 0.5],
+                     title_text="key j (the characters looked at)")
+    fig.update_yaxes(**axis_ticks(tokens), range=[n - 0.5, -0.5], title_text="query i (the character predicting the next)")
     fig.update_layout(title=title, height=620, width=None, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=60),
                       legend=dict(orientation="h", y=1.0, x=1.0, xanchor="right", yanchor="bottom"))
     return fig
