@@ -80,8 +80,10 @@ def _repeat(tok, n_ctx: int):
         st.session_state["heads_repeat_note"] = (tok.decode(doubled), cut, len(ids))
 
 
-# the key is PROMPT_KEY, written out: tests/test_bad_input.py finds the prompt boxes by their literal keys
-prompt = prompt_input("Your prompt", DEFAULT_PROMPT, "heads_prompt", tok, c.n_ctx, height=150)
+# the default text goes into the box's state, not its value: the Repeat button writes that state too, and a
+# box given both logs a warning. The key is PROMPT_KEY, written out: tests/test_bad_input.py finds boxes by key
+st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
+prompt = prompt_input("Your prompt", None, "heads_prompt", tok, c.n_ctx, height=150)
 half = c.n_ctx // 2
 b, note = st.columns([1, 4], vertical_alignment="center")
 b.button("Repeat my prompt", key="heads_repeat", on_click=_repeat, args=(tok, c.n_ctx), disabled=prompt.empty)
