@@ -144,12 +144,28 @@ def repeat_ids(ids: list[int], n_ctx: int) -> tuple[list[int], bool]:
     return part + part, cut
 
 
+def repeat_period(ids: list[int]) -> int | None:
+    """T when ``ids`` is some T >= 2 tokens written twice (first half == second half), else None."""
+    n = len(ids)
+    half = n // 2
+    if n % 2 or half < 2 or list(ids[:half]) != list(ids[half:]):
+        return None
+    return half
+
+
+def copy_slices(period: int) -> tuple[slice, slice]:
+    """Slices of ``token_losses`` (entry i predicts token i + 1) for a sequence written twice with period T:
+    predictions of first-copy tokens 1..T-1, and of second-copy tokens T+1..2T-1. Token T, the first of the
+    second copy, is left out: nothing before it says which token starts the copy. As in core.induction."""
+    return slice(0, period - 1), slice(period, 2 * period - 1)
+
+
 @torch.no_grad()
 def copy_losses(model, probe: torch.Tensor, heads=(), mode: str = "zero") -> tuple[float, float]:
     """Mean loss on the first and on the second copy of a repeated probe (B, 2T), with ``heads`` off.
     Predictions of tokens 1..T-1 count for the first copy, of tokens T+1..2T-1 for the second (token T
     cannot be known from the first copy)."""
-    period = probe.shape[1] // 2
+    first, second = copy_slices(probe.shape[1] // 2)
     logits = ablate_heads(model, probe, heads, mode).logits[:, :-1]  # (B, 2T-1, m)
     loss = F.cross_entropy(logits.transpose(1, 2), probe[:, 1:], reduction="none")  # (B, 2T-1)
-    return loss[:, : period - 1].mean().item(), loss[:, period:].mean().item()
+    return loss[:, first].mean().item(), loss[:, second].mean().item()

@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.interventions import (ablate_heads, check_heads, greedy_continuation, rank_heads, repeat_ids,
-                                token_losses)
+from core.interventions import (ablate_heads, check_heads, copy_slices, greedy_continuation, rank_heads, repeat_ids,
+                                repeat_period, token_losses)
 from core.model import ModelConfig, Transformer
 
 
@@ -130,3 +130,20 @@ def test_repeat_ids():
     assert repeat_ids([1, 2, 3], 24) == ([1, 2, 3, 1, 2, 3], False)
     ids, cut = repeat_ids(list(range(20)), 24)
     assert cut and ids == list(range(8, 20)) * 2 and len(ids) <= 24
+
+
+def test_repeat_period_finds_exact_repetitions_only():
+    assert repeat_period([1, 2, 3, 1, 2, 3]) == 3
+    assert repeat_period([1, 2, 1, 2]) == 2
+    assert repeat_period([1, 2, 3, 1, 2, 4]) is None
+    assert repeat_period([1, 2, 3, 1, 2]) is None  # odd length
+    assert repeat_period([5, 5]) is None  # one token written twice: no copy to predict
+    assert repeat_period([]) is None
+
+
+def test_copy_slices_pick_the_predictions_of_each_copy():
+    ids = [7, 8, 9, 7, 8, 9]  # T = 3; entry i of the losses predicts ids[i + 1]
+    first, second = copy_slices(3)
+    targets = list(range(1, len(ids)))  # the token each loss entry predicts
+    assert targets[first] == [1, 2]  # first-copy tokens 1..T-1
+    assert targets[second] == [4, 5]  # second-copy tokens T+1..2T-1, not token T

@@ -1,0 +1,183 @@
+"""Figures, tables and HTML for the "Switch heads off" page. Pure functions: arrays in, figure or markup out.
+
+Heads are (layer, head) pairs counted from 0 in code; on screen they count from 1 ("L1 H1" is the first head
+of the first layer), as on the Attention page. ``head_label`` is the one place that converts. Every piece
+of text that reaches HTML is escaped, so nothing typed into the prompt can become markup.
+"""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from core.attention import future_mask
+from core.attention_figures import MASKED_GREY, axis_ticks
+from core.fmt import visible
+
+WORSE = (214, 39, 40)    # red: the loss rose when the heads were switched off
+BETTER = (31, 119, 180)  # blue: the loss fell
+MIN_SCALE = 0.5          # nats of change that shade a character fully, at the least
+STRIPE_X_TICKS = 24      # labels on the key axis: more run into each other
+MONO = "font-family: ui-monospace, monospace; line-height: 1.7; white-space: pre-wrap; word-break: break-all;"
+
+
+def head_label(layer: int, head: int) -> str:
+    """(0, 2) -> 'L1 H3': layers and heads count from 1 on screen."""
+    return f"L{layer + 1} H{head + 1}"
+
+
+def heads_label(heads) -> str:
+    """'L1 H3, L2 H1' for a list of heads; 'no head' for none."""
+    return ", ".join(head_label(l, h) for l, h in heads) or "no head"
+
+
+def _chars(text: str) -> str:
+    """Escaped text for HTML, a newline shown as ⏎ before the line break."""
+    return html.escape(text).replace("\n", "⏎<br>")
+
+
+# ---------------------------------------------------------------- loss change, character by character
+
+def change_scale(delta: np.ndarray) -> float:
+    """Nats of change that shade a character fully: the largest change shown, at least MIN_SCALE (so that
+    tiny changes stay pale instead of being stretched to full colour)."""
+    delta = np.asarray(delta, dtype=float)
+    return max(MIN_SCALE, float(np.max(np.abs(delta)))) if delta.size else MIN_SCALE
+
+
+def change_color(d: float, scale: float) -> str:
+    """Background for a change of d nats: red when worse (d > 0), blue when better, clear at 0."""
+    alpha = 0.8 * min(abs(float(d)) / scale, 1.0)
+    r, g, b = WORSE if d > 0 else BETTER
+    return f"rgba({r}, {g}, {b}, {alpha:.3f})"
+
+
+def loss_change_html(text: str, before: np.ndarray, after: np.ndarray, font_px: int = 16) -> str:
+    """``text`` with character i + 1 on a background shaded by after[i] - before[i], the change in its loss
+    (``before``/``after``: token_losses, entry i predicting character i + 1). The first character has no
+    loss (nothing before it predicts it) and stays grey. Hover a character for its two losses."""
+    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if not (len(before) == len(after) == len(text) - 1):
+        raise ValueError(f"{len(text)} characters need {len(text) - 1} losses, got {len(before)} and {len(after)}")
+    scale = change_scale(after - before)
+    out = [f'<div style="{MONO} font-size: {font_px}px;">',
+           f'<span style="color: #7f7f7f;" title="the first character: nothing before it predicts it">'
+           f'{_chars(text[:1])}</span>']
+    for i, ch in enumerate(text[1:]):
+        d = after[i] - before[i]
+        title = html.escape(f"'{visible(ch)}' at position {i + 1}: loss {before[i]:.3f} → {after[i]:.3f} nats "
+                            f"({d:+.3f})", quote=True)
+        out.append(f'<span title="{title}" style="background: {change_color(d, scale)}; border-radius: 2px;">'
+                   f'{_chars(ch)}</span>')
+    out.append("</div>")
+    return "".join(out)
+
+
+def loss_change_legend(scale: float) -> str:
+    cells = "".join(f'<span style="background: {change_color(d, scale)}; padding: 0 6px; font-family: monospace;">'
+                    f'{d:+.2f}</span>' for d in (-scale, -scale / 2, 0.0, scale / 2, scale))
+    return ('<div style="font-size: 13px; color: #555;">change in a character\'s loss (nats), after − before: '
+            f'{cells} &nbsp; red: predicted worse with the heads off, blue: better; '
+            'hover a character for its losses</div>')
+
+
+# ---------------------------------------------------------------- next character, before and after
+
+def next_token_bars(chars, before: np.ndarray, after: np.ndarray, after_name: str, actual: int | None = None,
+                    n_top: int = 10) -> go.Figure:
+    """Grouped bars of two next-character distributions (m,) over the ``n_top`` characters most likely in
+    either, most likely first. ``actual``: the id of the character that really comes next, marked."""
+    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if before.shape != after.shape or before.shape != (len(chars),):
+        raise ValueError(f"expected two distributions over {len(chars)} characters, got {before.shape} and {after.shape}")
+    order = np.argsort(-np.maximum(before, after), kind="stable")[:n_top]
+    labels = [visible(chars[i]) for i in order]
+    x = np.arange(len(order))
+    fig = go.Figure()
+    for name, p, color in (("all heads on", before, "#7f7f7f"), (after_name, after, "#d62728")):
+        fig.add_trace(go.Bar(x=x, y=p[order], name=name, marker_color=color, customdata=labels,
+                             text=[f"{v:.2f}" for v in p[order]], textposition="outside",
+                             hovertemplate="'%{customdata}' p = %{y:.4f}<extra>" + html.escape(name) + "</extra>"))
+    title = "Next character: the most likely ones, with and without the heads"
+    if actual is not None:
+        title += (f"<br><sup>the character that really comes next, '{html.escape(visible(chars[actual]))}', gets "
+                  f"p = {before[actual]:.3f} with all heads on and {after[actual]:.3f} without them</sup>")
+        hits = np.flatnonzero(order == actual)
+        if hits.size:
+            fig.add_annotation(x=int(hits[0]), y=float(max(before[actual], after[actual])), text="really next",
+                               showarrow=True, arrowhead=2, ay=-40, yshift=14)
+    fig.update_xaxes(tickvals=x, ticktext=labels, tickfont=dict(size=16), title_text="next character (␣ space, ⏎ newline)")
+    fig.update_yaxes(range=[0, 1.15], title_text="probability")
+    fig.update_layout(barmode="group", height=380, margin=dict(l=60, r=20, t=80, b=60), title=title,
+                      legend=dict(orientation="h", y=1.0, x=1.0, xanchor="right", yanchor="bottom"))
+    return fig
+
+
+# ---------------------------------------------------------------- greedy continuation
+
+def continuation_html(context: str, text: str, reference: str | None = None, font_px: int = 15) -> str:
+    """The end of the prompt (grey), then a continuation; characters that differ from ``reference`` at the
+    same place are marked (yellow), so two continuations side by side show where they part."""
+    out = [f'<div style="{MONO} font-size: {font_px}px;">', f'<span style="color: #9a9a9a;">{_chars(context)}</span>']
+    for i, ch in enumerate(text):
+        differs = reference is not None and (i >= len(reference) or reference[i] != ch)
+        style = ' style="background: #ffe08a; border-radius: 2px;"' if differs else ""
+        out.append(f"<span{style}>{_chars(ch)}</span>")
+    out.append("</div>")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------- tables
+
+def ranking_frame(effects, second=None, induction: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per head, in the order of ``effects`` (rank_heads: largest rise first): the mean loss on the
+    prompt with that head off and the rise over the intact model; with ``second`` (rank_heads on the second
+    copy) the same there; with ``induction`` ((L, h) scores) each head's induction score."""
+    rows = []
+    by_head = {(e.layer, e.head): e for e in (second or [])}
+    for e in effects:
+        row = {"head": head_label(e.layer, e.head), "loss with it off": e.loss, "rise": e.increase}
+        if second is not None:
+            s = by_head[(e.layer, e.head)]
+            row["second copy: loss with it off"] = s.loss
+            row["second copy: rise"] = s.increase
+        if induction is not None:
+            row["induction score"] = float(induction[e.layer, e.head])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def induction_frame(scores: np.ndarray) -> pd.DataFrame:
+    """(L, h) induction scores as a table: rows 'layer 1'.., columns 'head 1'.. (counted from 1)."""
+    L, h = scores.shape
+    return pd.DataFrame(np.asarray(scores, dtype=float), index=[f"layer {l + 1}" for l in range(L)],
+                        columns=[f"head {k + 1}" for k in range(h)])
+
+
+# ---------------------------------------------------------------- the induction stripe
+
+def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: str = "") -> go.Figure:
+    """One head's (n, n) attention pattern on a sequence written twice (period T), query i down the rows,
+    key j across, masked cells grey. The dotted line marks the induction keys j = i − T + 1 of the second
+    copy's queries i >= T: the character right after the earlier occurrence of query i's character."""
+    n = len(tokens)
+    if pattern.shape != (n, n):
+        raise ValueError(f"expected an ({n}, {n}) pattern for {n} tokens, got {pattern.shape}")
+    z = np.where(future_mask(n), np.nan, pattern)
+    q = np.array([f"{i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+    fig = go.Figure(go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="weight", thickness=12),
+                               customdata=np.stack(np.broadcast_arrays(q[:, None], q[None, :]), axis=-1),
+                               hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}"
+                                             "<extra></extra>"))
+    rows = np.arange(period, n)
+    # dotted and thin, so that a real stripe under it stays visible
+    fig.add_trace(go.Scatter(x=rows - period + 1, y=rows, mode="lines", name=f"induction keys: j = i − {period} + 1",
+                             line=dict(color="#d62728", width=1.5, dash="dot"), opacity=0.7, hoverinfo="skip"))
+    fig.update_xaxes(**axis_ticks(tokens, max_ticks=STRIPE_X_TICKS), range=[-0.5, n - 0.5],
+                     title_text="key j (the characters looked at)")
+    fig.update_yaxes(**axis_ticks(tokens), range=[n - 0.5, -0.5], title_text="query i (the character predicting the next)")
+    fig.update_layout(title=title, height=620, width=None, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=60),
+                      legend=dict(orientation="h", y=1.0, x=1.0, xanchor="right", yanchor="bottom"))
+    return fig

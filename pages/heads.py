@@ -1,0 +1,283 @@
+import numpy as np
+import streamlit as st
+
+from core import intervention_figures as IF
+from core.attention import induction_chance, run_attention
+from core.fmt import md_escape, visible
+from core.induction import THRESHOLD, head_scores, probe_period, stripe_scores
+from core.interventions import (MODES, copy_slices, greedy_continuation, next_token_probs, rank_heads, repeat_ids,
+                                repeat_period, token_losses)
+from ui import ensure_frame, model_key, prompt_input, require_model
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
+
+DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\n"  # a newline: the repeat reads well
+CONTINUE = 60  # characters of greedy continuation
+PROMPT_KEY = "heads_prompt"
+
+st.title("Switch heads off")
+st.markdown(
+    "Each attention head writes its own small vector into the residual stream. A good way to find out what a "
+    "head is for is to take it away and watch what breaks. Here you pick heads, the model runs again on your "
+    "prompt without them, and every view below shows the model **with all heads on** next to the model **with "
+    "your heads off**. Switching off is done just before the output map $W_O$ mixes the heads: head h's output "
+    "$z^h$ is replaced by zero, or by its mean over the positions of your prompt. The mean keeps the head's "
+    "average push and removes only what depends on which characters it looked at."
+)
+st.latex(r"\operatorname{attn}(x) = \sum_{h} z^h W_O^h, \qquad z^h = A^h\, x W_V^h, \qquad "
+         r"\text{off:}\quad z^h_i \leftarrow 0 \quad\text{(zero)} \qquad\text{or}\qquad "
+         r"z^h_i \leftarrow \tfrac{1}{n}\textstyle\sum_{j=1}^{n} z^h_j \quad\text{(mean)}")
+
+entry, model, tok = require_model()
+c = model.config
+mkey = model_key(entry)  # names the weights for the caches below
+
+
+# ------------------------------------------------------------------ cached computations
+
+@st.cache_data(max_entries=8, show_spinner="Measuring induction on repeated random sequences ...")
+def _scores(model_key: str):
+    return head_scores(model)
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _losses(model_key: str, ids: tuple[int, ...], heads: tuple, mode: str):
+    return token_losses(model, list(ids), list(heads), mode)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _probs(model_key: str, ids: tuple[int, ...], heads: tuple, mode: str):
+    return next_token_probs(model, list(ids), list(heads), mode)
+
+
+@st.cache_data(max_entries=64, show_spinner="Continuing the text ...")
+def _greedy(model_key: str, ids: tuple[int, ...], steps: int, heads: tuple, mode: str):
+    return tok.decode(greedy_continuation(model, list(ids), steps, list(heads), mode))
+
+
+@st.cache_data(max_entries=64, show_spinner="Switching off every head in turn ...")
+def _rank(model_key: str, ids: tuple[int, ...], mode: str, start: int | None):
+    return rank_heads(model, list(ids), mode, positions=None if start is None else slice(start, None))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def _pattern(model_key: str, ids: tuple[int, ...], layer: int, head: int):
+    return run_attention(model, list(ids)).pattern[layer][head]
+
+
+_cache = st.cache_data(max_entries=32, show_spinner=False)
+next_token_bars, stripe_figure = map(_cache, (IF.next_token_bars, IF.stripe_figure))
+
+
+# ------------------------------------------------------------------ the prompt
+
+def _repeat(tok, n_ctx: int):
+    """Button callback (runs before the script, so it may set the prompt box): the prompt written twice."""
+    ids = tok.encode(st.session_state.get(PROMPT_KEY, ""), errors="drop")  # what the model reads of it
+    if ids:
+        doubled, cut = repeat_ids(ids, n_ctx)
+        st.session_state[PROMPT_KEY] = tok.decode(doubled)
+        st.session_state["heads_repeat_note"] = (tok.decode(doubled), cut, len(ids))
+
+
+# the default text goes into the box's state, not its value: the Repeat button writes that state too, and a
+# box given both logs a warning. The key is PROMPT_KEY, written out: tests/test_bad_input.py finds boxes by key
+st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
+prompt = prompt_input("Your prompt", None, "heads_prompt", tok, c.n_ctx, height=150)
+half = c.n_ctx // 2
+b, note = st.columns([1, 4], vertical_alignment="center")
+b.button("Repeat my prompt", key="heads_repeat", on_click=_repeat, args=(tok, c.n_ctx), disabled=prompt.empty)
+done = st.session_state.get("heads_repeat_note")
+if done and done[0] == prompt.text and done[1]:
+    note.caption(f"Your prompt had {done[2]} characters, but two copies must fit in n_ctx = {c.n_ctx}: only its "
+                 f"last {half} characters were written twice.")
+else:
+    note.caption("Writes your prompt twice. In the second copy every character has been seen before, followed by "
+                 "the character that comes next: a model with an induction head can copy it from the first copy "
+                 f"(at most {half} characters are repeated, so that both copies fit in n_ctx = {c.n_ctx}).")
+if prompt.empty:
+    st.info("Type a few characters above (letters, punctuation, newlines) to see what switching heads off changes.")
+    st.stop()
+
+ids = tuple(prompt.ids)
+n = len(ids)
+period = repeat_period(ids)
+scores = _scores(mkey)
+best = scores.best_head()
+
+# ------------------------------------------------------------------ which heads, how
+
+options = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
+heads_key = f"heads_off_{c.n_layers}x{c.n_heads}"  # a model of another shape gets a box of its own
+
+
+def _set_heads(value):
+    st.session_state[heads_key] = value
+
+
+pick, how = st.columns([3, 1])
+with pick:
+    chosen = st.multiselect(
+        "Heads to switch off", options, default=[best], key=heads_key, format_func=lambda p: IF.head_label(*p),
+        help="Layers and heads count from 1, as on the Attention page: L1 H1 is the first head of the first layer. "
+             "The page opens with the head that scores highest on induction switched off.")
+    a1, a2, _ = st.columns([1, 1, 3])
+    a1.button("Switch all off", key="heads_all", on_click=_set_heads, args=(options,))
+    a2.button("Switch all on", key="heads_none", on_click=_set_heads, args=([],))
+mode = how.radio("Switched off means", MODES, key="heads_mode", horizontal=True,
+                 format_func={"zero": "zero", "mean": "mean over positions"}.get,
+                 help="zero: the head's output is 0 at every position. mean: it is the head's average output over "
+                      "your prompt, the same at every position.")
+heads = tuple(sorted(chosen))
+off = f"{IF.heads_label(heads)} off" if len(heads) < len(options) else "every head off"
+st.caption(f"Layers and heads count from 1 (L1 H1 is the first head of the first layer). This model has "
+           f"{c.n_layers} layer(s) of {c.n_heads} heads.")
+if not heads:
+    st.info("All heads on: before = after. Pick heads above to switch them off; the ranking further down shows "
+            "which heads matter most on this prompt.")
+elif len(heads) == len(options):
+    st.info("Every head is off: no position can read any other, so each prediction rests on the current "
+            "character and its position alone, as in a bigram model. Expect the loss to rise a lot.")
+
+# ------------------------------------------------------------------ losses
+
+st.header("Loss on your prompt, character by character")
+if n < 2:
+    st.info("One character: there is nothing inside the prompt to predict, so there are no losses to compare. "
+            "Type at least two characters; the next-character view and the continuation below still work.")
+else:
+    before = _losses(mkey, ids, (), mode)
+    after = _losses(mkey, ids, heads, mode)
+    m1, m2, _ = st.columns([1, 1, 2])
+    m1.metric("Mean loss, all heads on", f"{before.mean():.3f} nats")
+    m2.metric(f"Mean loss, {off}", f"{after.mean():.3f} nats", delta=f"{after.mean() - before.mean():+.3f} nats",
+              delta_color="inverse")
+    st.html(IF.loss_change_html(prompt.text, before, after))
+    st.html(IF.loss_change_legend(IF.change_scale(after - before)))
+    st.caption("A character's loss is −log of the probability the model gave it, reading everything before it. "
+               "The first character has no loss: nothing comes before it.")
+    if period:
+        first, second = copy_slices(period)
+        table = {"first copy": [before[first].mean(), after[first].mean()],
+                 "second copy": [before[second].mean(), after[second].mean()]}
+        table["drop (first − second)"] = [f - s for f, s in zip(table["first copy"], table["second copy"])]
+        st.markdown(f"**Your prompt is {period} characters written twice.** Mean loss (nats) on each copy:")
+        st.table({"": ["all heads on", off], **{k: [f"{v:.3f}" for v in vals] for k, vals in table.items()}})
+        gain_on, gain_off = table["drop (first − second)"]
+
+        def compared(gain):
+            return f"{abs(gain):.3f} nats {'lower' if gain >= 0 else 'higher'} than on the first"
+
+        verdict = ("the model reads the first copy to predict the second" if gain_on > 0.1 else
+                   "the model barely uses the first copy: it has no working induction head")
+        st.caption(f"With all heads on, the loss on the second copy is {compared(gain_on)}: {verdict}. With {off} "
+                   f"it is {compared(gain_off)}. An induction head shows as a large drop that shrinks when the head "
+                   "is switched off.")
+    else:
+        st.caption("Press **Repeat my prompt** to see the loss on a second copy of your text: that is where an "
+                   "induction head helps, and where switching it off hurts.")
+
+# ------------------------------------------------------------------ next character
+
+st.header("The next character, before and after")
+p_before, p_after = _probs(mkey, ids, (), mode), _probs(mkey, ids, heads, mode)
+if n > 1:
+    pos = st.slider("Position i (counting from 0): the distribution for the character after position i", 0, n - 1,
+                    n - 1, key=f"heads_pos_{n}")
+else:
+    pos = 0
+tail = prompt.text[max(0, pos - 29):pos + 1]
+actual = ids[pos + 1] if pos + 1 < n else None
+st.caption(f"The model has read …`{md_escape(''.join(visible(ch) for ch in tail))}` (position {pos}); "
+           + ("this is the end of your prompt." if actual is None else
+              f"the next character in your text is `{md_escape(visible(tok.chars[actual]))}`."))
+st.plotly_chart(next_token_bars(tuple(tok.chars), p_before[pos], p_after[pos], off, actual), width="stretch",
+                theme=None, key="heads_bars")
+
+# ------------------------------------------------------------------ continuation
+
+st.header("Greedy continuation")
+steps = min(CONTINUE, c.n_ctx)
+cont_on = _greedy(mkey, ids, steps, (), mode)
+cont_off = _greedy(mkey, ids, steps, heads, mode)
+context = prompt.text[-30:]
+left, right = st.columns(2)
+with left:
+    st.markdown("**All heads on**")
+    st.html(IF.continuation_html(context, cont_on))
+with right:
+    st.markdown(f"**{off}**")
+    st.html(IF.continuation_html(context, cont_off, reference=cont_on))
+st.caption(f"{steps} characters, each the most likely one; the end of your prompt is grey. On the right, yellow marks "
+           "the characters that differ from the left.")
+
+# ------------------------------------------------------------------ ranking
+
+st.header("Which heads matter on this prompt")
+if n < 2:
+    st.info("Ranking the heads needs losses, so at least two characters.")
+else:
+    effects = _rank(mkey, ids, mode, None)
+    second = _rank(mkey, ids, mode, period) if period else None
+    frame = IF.ranking_frame(effects, second, scores.induction)
+    rises = [col for col in frame.columns if col.endswith("rise")]
+    styled = frame.style.format({col: "{:.3f}" for col in frame.columns if col != "head"}).highlight_max(
+        subset=rises, color="#ffd6d6")
+    st.dataframe(styled, hide_index=True, width="stretch", key="heads_rank")
+    top = effects[0]
+    text = (f"Each head switched off alone ({mode}), every other head on. The rise is the mean loss with the head off "
+            f"minus {effects[0].loss - effects[0].increase:.3f} nats with all heads on. Here "
+            f"**{IF.head_label(top.layer, top.head)}** matters most: {top.increase:+.3f} nats over the whole prompt.")
+    if second:
+        s = max(second, key=lambda e: e.increase)
+        score = float(scores.induction[s.layer, s.head])
+        text += f" On the second copy alone it is **{IF.head_label(s.layer, s.head)}** ({s.increase:+.3f} nats), " + (
+            f"an induction head (score {score:.2f}): the head that copies from the first copy." if score >= THRESHOLD
+            else f"which is no induction head (score {score:.2f}): it matters for reading text in general, not for "
+                 "copying.")
+    st.markdown(text)
+
+# ------------------------------------------------------------------ the induction stripe
+
+st.header("The induction stripe")
+period_probe = probe_period(c.n_ctx, c.vocab_size)
+st.markdown(
+    "An **induction head** completes patterns seen earlier in the context: at a character A it looks for the "
+    "earlier A and attends to the character right after it, then copies it. We measure this on random "
+    f"characters written twice ({period_probe} of them, then the same again), where nothing else predicts the "
+    "second copy. A head's **induction score** is the weight its second-copy queries give, on average, to the "
+    f"key right after the earlier occurrence. We call a head an induction head from **{THRESHOLD:.2f}** on: "
+    "it then puts at least that share of its attention on one key out of dozens.")
+st.dataframe(IF.induction_frame(scores.induction).style.format("{:.3f}").highlight_between(
+    left=THRESHOLD, right=None, color="#c7ecc7"), width="content", key="heads_induction")
+st.caption(f"Highlighted: at or above {THRESHOLD:.2f}. A head spreading its weight evenly over the past would score "
+           f"about {induction_chance(c.n_ctx, period_probe):.3f}. On the probe this model's loss is "
+           f"{scores.first_copy_loss:.2f} nats on the first copy (random characters: a model of English expects "
+           f"something else, so it can do worse than guessing, log m = {np.log(c.vocab_size):.2f}) and "
+           f"{scores.second_copy_loss:.2f} on the second.")
+if float(scores.induction.max()) < THRESHOLD:
+    st.info(f"No head of this model reaches {THRESHOLD:.2f}: it has no induction head (yet). The stripe below stays "
+            "faint, and switching the head off changes the second copy little. A model trained longer, or on text "
+            "with repeats, grows one.")
+
+rep = list(ids) if period else repeat_ids(list(ids), c.n_ctx)[0]
+T = len(rep) // 2
+layer, head = st.selectbox("Head to look at", options, index=options.index(best), key=f"heads_stripe_{heads_key}",
+                           format_func=lambda p: IF.head_label(*p) + (" (highest induction score)" if p == best else ""))
+if T < 2:
+    st.info("The stripe needs a prompt of at least two characters.")
+else:
+    pattern = _pattern(mkey, tuple(rep), layer, head)
+    here = float(stripe_scores(pattern[None], T)[1])
+    where = "your prompt" if period else "your prompt written twice"
+    st.plotly_chart(stripe_figure(pattern, [visible(ch) for ch in tok.decode(rep)], T,
+                                  f"{IF.head_label(layer, head)} on {where} (period {T})"),
+                    width="stretch", theme=None, key="heads_stripe")
+    on = _losses(mkey, tuple(rep), (), mode)
+    off1 = _losses(mkey, tuple(rep), ((layer, head),), mode)
+    _, sec = copy_slices(T)
+    st.caption(f"Rows are queries, columns keys; grey cells lie in the future and are masked. An induction head "
+               f"lights up the dotted line j = i − {T} + 1: from each character of the second copy to the one after "
+               f"its twin in the first. On {where} this head gives that line {here:.2f} of its weight on average. "
+               f"Switching it off ({mode}) moves the second copy's loss from {on[sec].mean():.3f} to "
+               f"{off1[sec].mean():.3f} nats.")
