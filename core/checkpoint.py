@@ -36,7 +36,7 @@ from safetensors import SafetensorError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from core.fmt import md_escape
+from core.fmt import head_label, md_escape
 from core.induction import HEADS_CSV, read_heads_csv, write_heads_csv
 from core.model import ModelConfig, Transformer
 from core.tokenizer import CharTokenizer
@@ -542,7 +542,7 @@ def _repeats(tc: dict) -> str:
 def _induction(s: dict) -> str:
     try:
         layer, head = (int(v) for v in s["best_head"])
-        text = (f"layer {layer} head {head}: induction score {float(s['best_induction']):.2f} at step "
+        text = (f"{head_label(layer, head)} (counted from 1): induction score {float(s['best_induction']):.2f} at step "
                 f"{int(s['measured_at_step']):,}")
         formed = s.get("formed_at_step")
         text += (f"; crossed {float(s['threshold']):.2f} at step {int(formed):,}" if formed is not None

@@ -87,3 +87,14 @@ def visible(ch: str) -> str:
     if len(ch) == 1 and (ord(ch) < 32 or ord(ch) == 127):
         return chr(0x2400 + ord(ch)) if ord(ch) < 32 else "␡"
     return ch
+
+
+def head_label(layer: int, head: int) -> str:
+    """(0, 2) -> 'L1 H3'. In code and in heads.csv layers and heads count from 0; on screen from 1: this is
+    the one place that converts."""
+    return f"L{layer + 1} H{head + 1}"
+
+
+def heads_label(heads) -> str:
+    """'L1 H3, L2 H1' for a list of heads; 'no head' for none."""
+    return ", ".join(head_label(l, h) for l, h in heads) or "no head"

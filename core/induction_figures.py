@@ -4,6 +4,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from core.fmt import head_label
 from core.induction import THRESHOLD, formation_step
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -33,9 +34,9 @@ def formation_figure(rows: list[dict], threshold: float = THRESHOLD, total_steps
     for row, key in ((1, "induction"), (2, "previous_token")):
         for (layer, head), (xs, ys) in head_series(rows, key).items():
             color = _COLORS[(layer * n_heads + head) % len(_COLORS)]
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"L{layer} H{head}", legendgroup=f"{layer}-{head}",
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=head_label(layer, head), legendgroup=f"{layer}-{head}",
                                      showlegend=row == 1, line=dict(color=color, width=2, dash="dot" if layer == 0 else "solid"),
-                                     hovertemplate=f"L{layer} H{head}<br>step %{{x:,}}<br>{key.replace('_', '-')} "
+                                     hovertemplate=f"{head_label(layer, head)}<br>step %{{x:,}}<br>{key.replace('_', '-')} "
                                                    "score %{y:.3f}<extra></extra>"), row=row, col=1)
     fig.add_hline(y=threshold, line=dict(color="gray", dash="dash", width=1), row=1, col=1,
                   annotation_text=f"threshold {threshold:.2f}", annotation_position="top left")

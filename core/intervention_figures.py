@@ -14,23 +14,13 @@ import plotly.graph_objects as go
 
 from core.attention import future_mask
 from core.attention_figures import MASKED_GREY, axis_ticks
-from core.fmt import visible
+from core.fmt import head_label, heads_label, visible  # noqa: F401 (re-exported for the page)
 
 WORSE = (214, 39, 40)    # red: the loss rose when the heads were switched off
 BETTER = (31, 119, 180)  # blue: the loss fell
 MIN_SCALE = 0.5          # nats of change that shade a character fully, at the least
 STRIPE_X_TICKS = 24      # labels on the key axis: more run into each other
 MONO = "font-family: ui-monospace, monospace; line-height: 1.7; white-space: pre-wrap; word-break: break-all;"
-
-
-def head_label(layer: int, head: int) -> str:
-    """(0, 2) -> 'L1 H3': layers and heads count from 1 on screen."""
-    return f"L{layer + 1} H{head + 1}"
-
-
-def heads_label(heads) -> str:
-    """'L1 H3, L2 H1' for a list of heads; 'no head' for none."""
-    return ", ".join(head_label(l, h) for l, h in heads) or "no head"
 
 
 def _chars(text: str) -> str:

@@ -1,5 +1,7 @@
 import streamlit as st
 
+from core.fmt import head_label
+
 from core.checkpoint import CheckpointError, read_card, read_heads, read_log
 from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
@@ -106,7 +108,7 @@ if heads:
         (f"An induction head formed at step {formed:,}: the first measurement where a head's score reached "
          f"{THRESHOLD:.2f}. " if formed is not None else
          f"No head reached the induction threshold {THRESHOLD:.2f} while it trained. ")
-        + f"At the end (step {last:,}) the best is L{best['layer']} H{best['head']} with {best['induction']:.2f}. "
+        + f"At the end (step {last:,}) the best is {head_label(best['layer'], best['head'])} with {best['induction']:.2f}. "
         "Switch it off on the Switch heads off page to see what it does.")
 elif heads is None:
     st.info("Head scores were not recorded for this model (it has no heads.csv), so how its heads formed cannot "

@@ -2,7 +2,7 @@ import math
 
 import streamlit as st
 
-from core.fmt import clock, latex_int, latex_sci, pretty_sci, visible
+from core.fmt import clock, head_label, latex_int, latex_sci, pretty_sci, visible
 from core.checkpoint import checkpoint_zip, default_model_name, sanitise_model_name
 from core.corpus import PYDOC_NAME, TRAIN_FRACTION, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path
@@ -321,7 +321,7 @@ def live_view(job: TrainingJob, polling: bool):
             f"Right: every {job.train_config.heads_interval} steps each head is run on a fixed probe, 8 strings of "
             f"distinct random characters written twice. Induction score: the mean weight a character in the second "
             f"copy puts on the character that followed its first occurrence; previous-token score: the weight on "
-            f"the character just before. At step {last:,} the best head is L{best['layer']} H{best['head']} "
+            f"the character just before. At step {last:,} the best head is {head_label(best['layer'], best['head'])} "
             f"({best['induction']:.2f}); on the probe the model's loss is {best['first_copy_loss']:.2f} nats on the "
             f"first copy and {best['second_copy_loss']:.2f} on the second. "
             + (f"An induction head crossed {THRESHOLD:.2f} at step {formed:,}, marked on the loss curve."

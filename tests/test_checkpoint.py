@@ -388,6 +388,6 @@ def test_card_states_the_repeat_mixture_its_cost_and_when_the_head_formed():
     card = model_card("m", ModelConfig(), training)
     assert "every row for the first 1,000 steps, 20% of rows after that" in card
     assert "20-60 random characters" in card
-    assert "layer 1 head 3: induction score 0.80 at step 700; crossed 0.30 at step 600" in card
+    assert "L2 H4 (counted from 1): induction score 0.80 at step 700; crossed 0.30 at step 600" in card
     assert "1.5500 vs 1.5200 for plain (no repeats), a difference of +0.0300" in card
     assert "repeat mixture" not in model_card("m", ModelConfig(), {"train_config": {"repeat_fraction": 0.0}})

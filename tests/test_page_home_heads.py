@@ -29,7 +29,7 @@ def test_formation_view_marks_the_step_a_head_crossed_the_threshold(tmp_path, op
     write_heads_csv(folder / "heads.csv", rows)
     at = open_page("pages/home.py", models_dir=tmp_path, state={"te_model_name": "formed"})
     captions = [c.value for c in at.caption]
-    assert any("formed at step 300" in c and "L1 H2 with 0.60" in c for c in captions), captions
+    assert any("formed at step 300" in c and "L2 H3 with 0.60" in c for c in captions), captions
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     heads = next(c for c in charts if "Heads of formed" in c["layout"]["title"]["text"])
     assert len([t for t in heads["data"] if t.get("showlegend", True)]) == 8  # one legend entry per head

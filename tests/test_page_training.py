@@ -220,7 +220,7 @@ def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, t
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     heads_chart = next(c for c in charts if "induction" in json.dumps(c["layout"]))
     names = {t["name"] for t in heads_chart["data"]}
-    assert names == {"L0 H0", "L0 H1"}  # one layer of two heads
+    assert names == {"L1 H1", "L1 H2"}  # one layer of two heads, counted from 1 on screen
     assert any("No head has reached" in c or "crossed" in c for c in texts(at, "caption"))
     at.text_input(key="train_save_name").input("with-heads")
     at.button(key="train_save").click().run()
@@ -237,5 +237,5 @@ def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, t
     expected = pat[:, 1, i, i - period + 1].mean()
     final = next(r for r in rows if r["step"] == 20 and r["layer"] == 0 and r["head"] == 1)
     assert abs(final["induction"] - expected) < 1e-3
-    trace = next(t for t in heads_chart["data"] if t["name"] == "L0 H1" and t.get("yaxis", "y") == "y")
+    trace = next(t for t in heads_chart["data"] if t["name"] == "L1 H2" and t.get("yaxis", "y") == "y")
     assert trace["x"][-1] == 20 and abs(trace["y"][-1] - expected) < 1e-3
