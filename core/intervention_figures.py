@@ -67,7 +67,7 @@ def loss_change_html(text: str, before: np.ndarray, after: np.ndarray, font_px: 
 
 def loss_change_legend(scale: float) -> str:
     cells = "".join(f'<span style="background: {change_color(d, scale)}; padding: 0 6px; font-family: monospace;">'
-                    f'{d:+.2f}</span>' for d in (-scale, -scale / 2, 0.0, scale / 2, scale))
+                    f'{html.escape(format(d, "+.2f"))}</span>' for d in (-scale, -scale / 2, 0.0, scale / 2, scale))
     return ('<div style="font-size: 13px; color: #555;">change in a character\'s loss (nats), after − before: '
             f'{cells} &nbsp; red: predicted worse with the heads off, blue: better; '
             'hover a character for its losses</div>')
@@ -110,11 +110,14 @@ def next_token_bars(chars, before: np.ndarray, after: np.ndarray, after_name: st
 def continuation_html(context: str, text: str, reference: str | None = None, font_px: int = 15) -> str:
     """The end of the prompt (grey), then a continuation; characters that differ from ``reference`` at the
     same place are marked (yellow), so two continuations side by side show where they part."""
-    out = [f'<div style="{MONO} font-size: {font_px}px;">', f'<span style="color: #9a9a9a;">{_chars(context)}</span>']
+    def chars(t: str) -> str:  # escaped here, in the function the page renders (tests/test_security.py)
+        return html.escape(t).replace("\n", "⏎<br>")
+
+    out = [f'<div style="{MONO} font-size: {font_px}px;">', f'<span style="color: #9a9a9a;">{chars(context)}</span>']
     for i, ch in enumerate(text):
         differs = reference is not None and (i >= len(reference) or reference[i] != ch)
         style = ' style="background: #ffe08a; border-radius: 2px;"' if differs else ""
-        out.append(f"<span{style}>{_chars(ch)}</span>")
+        out.append(f"<span{style}>{chars(ch)}</span>")
     out.append("</div>")
     return "".join(out)
 

@@ -74,7 +74,7 @@ def array(value) -> np.ndarray:
 
 def test_mean_loss_with_a_head_off_equals_the_model_with_its_w_o_columns_zeroed(heads_page, shipped):
     model, tok = shipped
-    prompt = "First Citizen:\nBefore we proceed any further, hear me speak."
+    prompt = "Second Tailor:\nWe measured twice, then we cut the cloth once."
     at = heads_page(prompt, heads=[(1, 2)])
     ids = tok.encode(prompt)
     shown = metrics(at)
