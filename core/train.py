@@ -17,6 +17,7 @@ from dataclasses import dataclass, asdict
 import numpy as np
 import torch
 
+from core.checkpoint import load_checkpoint, save_checkpoint
 from core.induction import HeadRecorder, add_repeats, formation_step, induction_summary
 from core.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_description, split_train_val
 from core.model import LECTURE, ModelConfig, Transformer
@@ -473,7 +474,6 @@ def main(argv=None):
     sys.stderr.write("\n")
     wall = time.perf_counter() - start
     print(f"measuring the validation loss over every full window of the held-out {1 - TRAIN_FRACTION:.0%} ...")
-    from core.checkpoint import save_checkpoint
     from pathlib import Path
 
     argv_used = argv if argv is not None else sys.argv[1:]
@@ -481,7 +481,6 @@ def main(argv=None):
     training = training_record(trainer, Path(corpus).name, len(text), wall, command)
     print(f"validation loss {training['val_loss']:.4f} nats/char (full {c.n_ctx}-char windows)")
     if args.compare_to:
-        from core.checkpoint import load_checkpoint
         base, base_tok = load_checkpoint(args.compare_to)
         if base_tok.chars != trainer.tokenizer.chars:
             p.error(f"{args.compare_to} has another vocabulary; its loss is not comparable")
