@@ -28,3 +28,50 @@ def test_shipped_model_validation_loss(corpus_text):
     assert loss <= 1.60, loss
     _, _, training = read_config(SHIPPED)
     assert abs(loss - training["val_loss"]) < 1e-3  # the card reports what the weights give
+
+
+def _probe_measures(model, heads_off=()):
+    """Induction stripe and per-copy losses on 8 rows of 50 distinct random characters written twice, computed
+    here from the model's own attention pattern and logits (heads switched off by zeroing their W_O columns in a
+    copy of the weights, not through core.interventions)."""
+    import copy
+
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(123)
+    first = torch.stack([torch.randperm(model.config.vocab_size, generator=g)[:50] for _ in range(8)])
+    idx = torch.cat([first, first], dim=1)                                     # (8, 100)
+    m = copy.deepcopy(model)
+    d_h = m.config.d_head
+    with torch.no_grad():
+        for layer, head in heads_off:
+            m.blocks[layer].attn.out.weight[:, head * d_h:(head + 1) * d_h] = 0
+    out = m(idx, return_attn=True)
+    rows = torch.arange(50, 100)
+    stripe = torch.stack([rec.pattern[:, :, rows, rows - 49].mean(dim=(0, 2)) for rec in out.attn])  # (L, h)
+    loss = F.cross_entropy(out.logits[:, :-1].transpose(1, 2), idx[:, 1:], reduction="none")   # (8, 99)
+    return stripe, loss[:, :49].mean().item(), loss[:, 50:].mean().item()
+
+
+def test_shipped_model_has_an_induction_head_that_copies():
+    model, _ = load_checkpoint(SHIPPED)
+    stripe, first, second = _probe_measures(model)
+    assert stripe.max() >= 0.30, stripe
+    assert second <= 0.5 * first, (first, second)
+
+
+def test_switching_the_induction_head_off_breaks_copying_and_no_other_head_does():
+    model, _ = load_checkpoint(SHIPPED)
+    stripe, _, second = _probe_measures(model)
+    layer, head = divmod(int(stripe.argmax()), model.config.n_heads)
+    rise = _probe_measures(model, [(layer, head)])[2] - second
+    others = [_probe_measures(model, [(layer, h)])[2] - second for h in range(model.config.n_heads) if h != head]
+    assert rise >= 0.5, rise
+    assert rise >= 2 * max(others), (rise, others)
+
+
+def test_shipped_heads_csv_records_when_the_head_formed():
+    from core.induction import formation_step, read_heads_csv
+    rows = read_heads_csv(SHIPPED / "heads.csv")
+    _, _, training = read_config(SHIPPED)
+    assert formation_step(rows) == training["induction"]["formed_at_step"] is not None
+    assert {(r["layer"], r["head"]) for r in rows} == {(l, h) for l in range(2) for h in range(4)}
