@@ -187,7 +187,8 @@ def test_attribution_of_one_writer_by_hand():
         sigma = torch.sqrt(x.var(unbiased=False) + ln.eps)
 
         def logit_with_frozen_sigma(y):
-            return float(((y - y.mean()) / sigma * ln.weight.double() + ln.bias.double()) @ model.head.weight[token].double())
+            normed = (y - y.mean()) / sigma * ln.weight.double() + ln.bias.double()
+            return float(normed @ model.head.weight[token].double())
 
         att = direct_logit_attribution(model, tr, token, pos)
         parts = {"embedding": tr.embed[0, pos], "L2 H3": tr.head_out[1][0, 2, pos], "L1 MLP": tr.mlp_out[0][0, pos]}
