@@ -101,7 +101,9 @@ def stream_figure(steps: list[StreamStep], selected: int | None = None) -> go.Fi
     added = np.array([np.linalg.norm(s.added) for s in steps])
     after = np.array([np.linalg.norm(s.after) for s in steps])
     y = np.arange(len(steps))
-    data = [dict(type="bar", x=values, y=y, orientation="h", name=label, marker_color=color, customdata=y[:, None],
+    # customdata as plain lists: a numpy array would travel as a typed array, which a click reports garbled
+    data = [dict(type="bar", x=values, y=y, orientation="h", name=label, marker_color=color,
+                 customdata=[[i] for i in range(len(steps))],
                  hovertext=names, text=[f"{v:.2f}" for v in values], textposition="outside", cliponaxis=False,
                  hovertemplate="%{hovertext}<br>" + label + " = %{x:.3f}<br>click to open its numbers<extra></extra>")
             for label, values, color in (("‖what this step adds‖", added, ADDED),
@@ -230,7 +232,7 @@ def weighted_values(weights: np.ndarray, values: np.ndarray, key_labels: list[st
         labels.append(f"other {rest.size} keys · a = {weights[rest].sum():.3f}")
     rows = np.stack(rows)
     r = len(rows)
-    rows_px, top, bottom = 26 * r, 40, 50
+    rows_px, top, bottom = max(26 * r, 52), 40, 50
     p_dom, z_dom = (_from_top(d) for d in _domains([rows_px, 30], 50))
     lim = _lim(rows, z)
     cd = np.broadcast_to(np.array(labels, dtype=object)[:, None], (r, dh))

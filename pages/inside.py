@@ -83,8 +83,9 @@ STEP_KEY = f"inside_step_{c.n_layers}"  # a model of another depth gets a box of
 def _open_clicked_step():
     """Selection callback: runs before the script, so it may set the step box."""
     points = st.session_state["inside_stream"].selection.points
-    if points and points[0].get("customdata"):
-        st.session_state[STEP_KEY] = step_names[int(points[0]["customdata"][0])]
+    data = points[0].get("customdata") if points else None  # [step index]
+    if isinstance(data, list) and data and 0 <= int(data[0]) < len(step_names):
+        st.session_state[STEP_KEY] = step_names[int(data[0])]
 
 
 chosen_name = st.session_state.get(STEP_KEY, step_names[0])
@@ -94,27 +95,31 @@ step_i = step_names.index(st.selectbox("Step to open", step_names, key=STEP_KEY)
 step = steps[step_i]
 before = steps[step_i - 1].after if step_i else np.zeros(c.d_model)
 if step.kind == "embed":
-    rows = [tr_row.numpy() for tr_row in (model.tok_emb.weight[ids[pos]].detach(),
-                                          model.pos_emb.weight[pos].detach())] + [step.after]
+    token_vec, position_vec = model.tok_emb.weight[ids[pos]], model.pos_emb.weight[pos]  # read, never changed
+    rows = [token_vec.detach().numpy(), position_vec.detach().numpy(), step.after]
     labels = [f"token '{visible(chars[ids[pos]])}'", f"position {pos}", "= start of the stream"]
     title = "The embedding: a vector for the character plus a vector for its position"
+    adds_up = "the first two rows add up to the third"
     st.latex(r"x^{(0)}_i = E[t_i] + P[i]")
 elif step.kind == "attn":
     heads = tr.head_out[step.layer][0, :, pos].numpy()  # (h, d)
     rows = [before] + list(heads) + [step.added, step.after]
     labels = (["stream before"] + [f"+ {head_label(step.layer, h)} adds" for h in range(c.n_heads)]
-              + [f"= attention adds (sum)", "stream after"])
+              + ["= attention adds (sum)", "stream after"])
     title = f"Block {step.layer + 1}, attention: each head's share, their sum, and the stream after"
+    adds_up = (f"the {c.n_heads} head rows add up to the sum row, and the stream before plus that sum is the stream "
+               "after")
     st.latex(r"\operatorname{attn}(x)_i = \sum_{h} z^h_i\, W_O^h, \qquad x_i \leftarrow x_i + "
              r"\operatorname{attn}(\operatorname{LN}(x))_i")
 else:
     rows = [before, step.added, step.after]
     labels = ["stream before", "+ MLP adds", "= stream after"]
     title = f"Block {step.layer + 1}, MLP: what it adds to the stream"
+    adds_up = "the first two rows add up to the third"
     st.latex(r"x_i \leftarrow x_i + W_2\,\operatorname{ReLU}\big(W_1 \operatorname{LN}(x_i)\big)")
 st.plotly_chart(TF.vector_rows(np.stack(rows), labels, title), width="stretch", theme=None, key="inside_step_rows")
 st.caption(f"Each row is a vector of d = {c.d_model} numbers (red positive, blue negative, one colour scale for "
-           "all rows). Read any column downwards: the rows above the last one add up to it.")
+           f"all rows; hover for the values). Column by column, {adds_up}.")
 
 # ------------------------------------------------------------------ 2. attention at this position
 
@@ -199,11 +204,13 @@ lens = lens_top(tr, k=5)
 st.plotly_chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
                                lens_stage_names(c.n_layers), offset=lo, chosen=pos),
                 width="stretch", theme=None, key="inside_lens")
-right = [float(np.mean(lens.top_ids[s, :-1, 0] == np.array(ids[1:]))) for s in range(c.n_layers + 1)] if n > 1 else []
-if right:
-    st.caption("Share of positions whose favourite is the character that really comes next: " + ", ".join(
-        f"{name} {share:.0%}" for name, share in zip(lens_stage_names(c.n_layers), right)) + ". The red frame is "
-        f"position {pos}.")
+where = f"Columns are positions {lo} to {hi - 1}, each headed by the character read there; the red frame is " \
+        f"position {pos}."
+if n > 1:
+    right = [float(np.mean(lens.top_ids[s, :-1, 0] == np.array(ids[1:]))) for s in range(c.n_layers + 1)]
+    where += " Over the whole prompt, the favourite is the character that really comes next " + ", ".join(
+        f"{name} at {share:.0%} of positions" for name, share in zip(lens_stage_names(c.n_layers), right)) + "."
+st.caption(where)
 
 # ------------------------------------------------------------------ 5. who wrote the prediction
 
