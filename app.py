@@ -16,6 +16,7 @@ PAGES = [
     st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
     st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
     st.Page("pages/heads.py", title="Switch heads off", icon=":material/power_settings_new:"),
+    st.Page("pages/inside.py", title="Inside the model", icon=":material/account_tree:"),
     st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
     st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
     st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),

@@ -212,6 +212,28 @@ def bench_pages(quick: bool):
                         "ratio_to_home": t / home})
         print(f"  rerun {page:<34} {t * 1e3:8.1f} ms  ({t / home:5.2f}x the home page) "
               f"{'✓' if t < 0.5 else '✗'} (target < 500 ms)")
+    if "pages/inside.py" in page_files():
+        # issue 15's target: the whole forward pass traced and nine figures drawn for a 128-character prompt, first
+        # with the same input (caches warm), then with the followed position moved on every rerun (figures redrawn)
+        prompt = ("KING:\nThe moon is down; what news from the camp?\n\nMESSENGER:\nMy lord, the enemy is near; " * 3)
+        prompt = prompt[:128]
+
+        def type_prompt(at, i):
+            if i == 0:
+                at.text_area(key="inside_prompt").input(prompt)
+                at.run()
+
+        def move_position(at, i):
+            type_prompt(at, i)
+            at.slider(key=f"inside_pos_{len(prompt)}").set_value(127 - 9 * (i + 1))
+
+        for name, setup in (("rerun pages/inside.py, 128 chars", type_prompt),
+                            ("inside page, position moved, 128 chars", move_position)):
+            t = rerun_time("pages/inside.py", setup=setup)
+            RESULTS.append({"benchmark": name, "ours": t, "unit": "s", "target_s": 0.3, "met": t < 0.3,
+                            "ratio_to_home": t / home})
+            print(f"  {name:<40} {t * 1e3:8.1f} ms  ({t / home:5.2f}x the home page) "
+                  f"{'✓' if t < 0.3 else '✗'} (target < 300 ms)")
     if "pages/scaling.py" in page_files():
         def move(at, i):
             sliders = [s for s in at.slider if s.key and "alpha" in s.key] or list(at.slider)

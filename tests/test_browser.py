@@ -299,3 +299,22 @@ def test_clicking_a_head_in_the_grid_opens_it(server, clean_page):
     page.get_by_text("Layer 2, head 3").first.wait_for(timeout=30_000)
     wait_idle(page)
     _no_exception(page, "attention after a click in the grid")
+
+
+def test_clicking_a_step_in_the_stream_column_opens_it(server, clean_page):
+    """AppTest cannot click a chart: this is the one check that a click on the Inside the model page's stream
+    column reaches its callback and opens that step's numbers."""
+    page, _ = clean_page
+    _open(page, server, "Inside the model")
+    assert page.get_by_text("The embedding: a vector for the character").count() > 0  # the step open at first
+    column = page.locator('[data-testid="stPlotlyChart"]').first
+    column.scroll_into_view_if_needed()
+    bar = column.locator("g.trace.bars").first.locator("g.point").nth(1)  # "L1 attention", what it adds
+    box = bar.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    page.wait_for_timeout(300)
+    page.mouse.click(x, y)
+    page.get_by_text("Block 1, attention: each head's share").first.wait_for(timeout=30_000)
+    wait_idle(page)
+    _no_exception(page, "inside the model after a click in the stream column")

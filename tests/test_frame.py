@@ -20,7 +20,7 @@ MENU = "client.showSidebarNavigation"
 
 def test_pages_folder_holds_only_the_pages_app_py_lists():
     listed = [script for script, _ in app_pages()]
-    assert len(listed) == len(set(listed)) == 7
+    assert len(listed) == len(set(listed)) == 8
     present = sorted(f"pages/{p.name}" for p in (ROOT / "pages").iterdir() if p.name != "__pycache__")
     # anything else there (a helper module, say) would be a page of its own in the legacy mode's menu
     assert present == sorted(listed)
@@ -42,6 +42,7 @@ def menu_hidden():
 
 @pytest.mark.parametrize("page, title", [("pages/attention.py", "Attention, head by head"),
                                          ("pages/heads.py", "Switch heads off"),
+                                         ("pages/inside.py", "Inside the model"),
                                          ("pages/generation.py", "Generation"), ("pages/parameters.py", "Parameters")])
 def test_a_page_run_before_app_py_ends_inside_the_frame(menu_hidden, page, title):
     # AppTest starts every run in the legacy mode; switching before the first run is a bookmark opened

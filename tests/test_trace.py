@@ -1,0 +1,241 @@
+"""core.trace: every field of one traced forward pass checked against the model's own forward pass (its fused
+fast path, its return_attn scores, its modules called one by one) or hand-written math, on random models of
+several shapes, to 1e-4."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core.model import ModelConfig, Transformer
+from core.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
+
+TOL = dict(atol=1e-4, rtol=0)
+SHAPES = [  # (vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff), B, n
+    ((11, 16, 24, 3, 2, None), 2, 9),
+    ((7, 8, 8, 1, 1, None), 1, 8),      # one head, one block, a full context
+    ((13, 20, 32, 8, 3, 40), 3, 5),     # many narrow heads, an unusual d_ff
+    ((65, 12, 16, 2, 4, 16), 1, 1),     # a single position
+]
+
+
+def random_model(shape, seed=0):
+    """A model whose every parameter is random, the LayerNorms' scales and shifts included (the default init
+    leaves them at 1 and 0, which would hide a forgotten shift)."""
+    torch.manual_seed(seed)
+    m, n_ctx, d, h, L, d_ff = shape
+    model = Transformer(ModelConfig(vocab_size=m, n_ctx=n_ctx, d_model=d, n_heads=h, n_layers=L, d_ff=d_ff)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.5 * torch.randn_like(p))
+            else:
+                p.mul_(5.0)  # larger weights than at init, so the stream grows and the attention is not flat
+    return model
+
+
+@pytest.fixture(params=SHAPES, ids=lambda s: "x".join(map(str, s[0][2:5])) + f"-B{s[1]}-n{s[2]}")
+def case(request):
+    shape, B, n = request.param
+    model = random_model(shape)
+    idx = torch.randint(0, shape[0], (B, n), generator=torch.Generator().manual_seed(1))
+    return model, idx, trace(model, idx)
+
+
+def close(a, b):
+    torch.testing.assert_close(a, b, **TOL)
+
+
+def test_shapes(case):
+    model, idx, tr = case
+    c, (B, n) = model.config, idx.shape
+    h, d, dh, L = c.n_heads, c.d_model, c.d_head, c.n_layers
+    assert tr.embed.shape == tr.resid_final.shape == (B, n, d)
+    assert len(tr.attn_out) == len(tr.mlp_out) == len(tr.head_out) == len(tr.q) == L
+    for l in range(L):
+        assert tr.attn_out[l].shape == tr.mlp_out[l].shape == tr.resid_mid[l].shape == (B, n, d)
+        assert tr.head_out[l].shape == (B, h, n, d)
+        assert tr.q[l].shape == tr.k[l].shape == tr.v[l].shape == tr.z[l].shape == (B, h, n, dh)
+        assert tr.mlp_hidden[l].shape == (B, n, c.d_ff)
+    assert tr.resid.shape == (L + 1, B, n, d)
+    assert tr.lens_logits.shape == (L + 1, B, n, c.vocab_size) and tr.logits.shape == (B, n, c.vocab_size)
+    assert tr.ln_scale.shape == (B, n)
+
+
+def test_logits_are_the_models_own(case):
+    model, idx, tr = case
+    with torch.no_grad():
+        close(tr.logits, model(idx).logits)  # the fused fast path
+
+
+def test_scores_and_pattern_are_the_models_own_and_q_dot_k(case):
+    model, idx, tr = case
+    with torch.no_grad():
+        records = model(idx, return_attn=True).attn
+    for l, rec in enumerate(records):
+        by_hand = torch.einsum("bhic,bhjc->bhij", tr.q[l], tr.k[l]) / math.sqrt(model.config.d_head)
+        close(by_hand, rec.scores)
+        close(tr.scores[l], rec.scores)
+        close(tr.pattern[l], rec.pattern)
+        close(tr.z[l], rec.pattern @ tr.v[l])
+
+
+def test_q_k_v_are_the_blocks_maps_of_the_normalised_stream(case):
+    model, idx, tr = case
+    c = model.config
+    for l, block in enumerate(model.blocks):
+        stream = tr.resid[l]  # what block l reads
+        normed = F.layer_norm(stream, (c.d_model,), block.ln1.weight, block.ln1.bias, block.ln1.eps)
+        w_q, w_k, w_v = block.attn.qkv.weight.detach().split(c.d_model, dim=0)  # (d, d) each, rows = outputs
+        for got, w in ((tr.q[l], w_q), (tr.k[l], w_k), (tr.v[l], w_v)):
+            flat = normed @ w.T  # (B, n, d)
+            heads = flat.view(*flat.shape[:2], c.n_heads, c.d_head).transpose(1, 2)
+            close(got, heads)
+
+
+def test_each_head_is_what_the_attention_adds_with_the_other_heads_off(case):
+    """head_out[l][:, h] is the attention module's own output when every other head is zeroed before W_O;
+    and the heads add up to attn_out, itself the module's output with every head on."""
+    model, idx, tr = case
+    c = model.config
+    with torch.no_grad():
+        for l, block in enumerate(model.blocks):
+            x = block.ln1(tr.resid[l])
+            whole, _ = block.attn(x)
+            close(tr.attn_out[l], whole)
+            close(tr.head_out[l].sum(1), tr.attn_out[l])
+            for h in range(c.n_heads):
+                only = torch.zeros(c.n_heads, 1, 1)
+                only[h] = 1.0
+                alone, _ = block.attn(x, head_fn=lambda layer, y: y * only)
+                close(tr.head_out[l][:, h], alone)
+
+
+def test_mlp_by_hand(case):
+    model, idx, tr = case
+    c = model.config
+    with torch.no_grad():
+        for l, block in enumerate(model.blocks):
+            close(tr.resid_mid[l], tr.resid[l] + tr.attn_out[l])
+            u = F.layer_norm(tr.resid_mid[l], (c.d_model,), block.ln2.weight, block.ln2.bias, block.ln2.eps)
+            hidden = torch.clamp(u @ block.mlp.w1.weight.T, min=0.0)
+            close(tr.mlp_hidden[l], hidden)
+            close(tr.mlp_out[l], hidden @ block.mlp.w2.weight.T)
+            close(tr.mlp_out[l], block.mlp(block.ln2(tr.resid_mid[l])))  # the module itself
+
+
+def test_stream_is_the_embedding_plus_every_sublayer(case):
+    model, idx, tr = case
+    n = idx.shape[1]
+    with torch.no_grad():
+        embed = model.tok_emb.weight[idx] + model.pos_emb.weight[:n]
+        close(tr.embed, embed)
+        total = embed + sum(tr.attn_out) + sum(tr.mlp_out)
+        close(tr.resid_final, total)
+        close(tr.resid_final, tr.resid[-1])
+        # and that is what the model reads out: its final LayerNorm and output map on it give its logits
+        close(model.head(model.ln_f(total)), model(idx).logits)
+        x = embed  # block by block, through the model's own Block.forward
+        for l, block in enumerate(model.blocks):
+            x, _ = block(x)
+            close(tr.resid[l + 1], x)
+
+
+def test_logit_lens_by_hand(case):
+    model, idx, tr = case
+    c = model.config
+    ln = model.ln_f
+    with torch.no_grad():
+        for stage in range(c.n_layers + 1):
+            x = tr.resid[stage]
+            mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+            by_hand = ((x - mu) / torch.sqrt(var + ln.eps) * ln.weight + ln.bias) @ model.head.weight.T
+            close(tr.lens_logits[stage], by_hand)
+        close(tr.lens_logits[-1], model(idx).logits)
+        sigma = torch.sqrt(tr.resid_final.var(-1, unbiased=False) + ln.eps)
+        close(tr.ln_scale, 1 / sigma)
+
+
+def test_attribution_sums_to_the_logit_for_every_position_and_token(case):
+    model, idx, tr = case
+    c = model.config
+    B, n = idx.shape
+    with torch.no_grad():
+        logits = model(idx).logits.double()
+    w_u, beta = model.head.weight.detach().double(), model.ln_f.bias.detach().double()
+    for b in range(B):
+        for pos in range(n):
+            for token in range(c.vocab_size):
+                att = direct_logit_attribution(model, tr, token, pos, b)
+                assert len(att.values) == 1 + c.n_layers * (c.n_heads + 1)
+                assert att.constant == pytest.approx(float(w_u[token] @ beta), abs=1e-6)
+                assert att.values.sum() + att.constant == pytest.approx(float(logits[b, pos, token]), abs=1e-4)
+                assert att.logit == pytest.approx(float(logits[b, pos, token]), abs=1e-4)
+    assert abs(att.constant) > 1e-3  # the shift is random here, so a forgotten constant would be caught
+
+
+def test_attribution_of_one_writer_by_hand():
+    """A writer's bar: the logit's change when that writer's vector is removed from the stream while the
+    LayerNorm keeps dividing by the sigma of the whole stream (the frozen scale)."""
+    model = random_model((9, 10, 12, 3, 2, None), seed=3)
+    idx = torch.tensor([[1, 4, 2, 8, 5, 7]])
+    tr = trace(model, idx)
+    ln, pos, token = model.ln_f, 5, 2
+    with torch.no_grad():
+        x = tr.resid_final[0, pos].double()
+        sigma = torch.sqrt(x.var(unbiased=False) + ln.eps)
+
+        def logit_with_frozen_sigma(y):
+            normed = (y - y.mean()) / sigma * ln.weight.double() + ln.bias.double()
+            return float(normed @ model.head.weight[token].double())
+
+        att = direct_logit_attribution(model, tr, token, pos)
+        parts = {"embedding": tr.embed[0, pos], "L2 H3": tr.head_out[1][0, 2, pos], "L1 MLP": tr.mlp_out[0][0, pos]}
+        for name, part in parts.items():
+            expected = logit_with_frozen_sigma(x) - logit_with_frozen_sigma(x - part.double())
+            assert att.values[att.names.index(name)] == pytest.approx(expected, abs=1e-6)
+    assert att.names == ["embedding", "L1 H1", "L1 H2", "L1 H3", "L1 MLP", "L2 H1", "L2 H2", "L2 H3", "L2 MLP"]
+
+
+def test_stream_steps_follow_the_stream(case):
+    model, idx, tr = case
+    pos = idx.shape[1] - 1
+    steps = stream_steps(tr, pos)
+    assert [s.name for s in steps][:3] == ["embedding", "L1 attention", "L1 MLP"]
+    assert len(steps) == 1 + 2 * model.config.n_layers
+    stream = np.zeros(model.config.d_model)
+    for s in steps:
+        stream = stream + s.added
+        np.testing.assert_allclose(s.after, stream, atol=1e-4)
+    np.testing.assert_allclose(steps[-1].after, tr.resid_final[0, pos].numpy(), atol=1e-4)
+
+
+def test_lens_top_is_sorted_and_ends_with_the_models_prediction(case):
+    model, idx, tr = case
+    lens = lens_top(tr, k=5)
+    L, n = model.config.n_layers, idx.shape[1]
+    k = min(5, model.config.vocab_size)
+    assert lens.top_ids.shape == lens.top_probs.shape == (L + 1, n, k)
+    assert np.all(np.diff(lens.top_probs, axis=-1) <= 0)
+    with torch.no_grad():
+        p = F.softmax(model(idx).logits[0].double(), -1).numpy()
+    np.testing.assert_array_equal(lens.top_ids[-1, :, 0], p.argmax(-1))
+    np.testing.assert_allclose(lens.top_probs[-1, :, 0], p.max(-1), atol=1e-6)
+    assert lens_stage_names(2) == ["after the embedding", "after block 1", "after block 2"]
+
+
+def test_trace_leaves_the_model_alone_and_refuses_bad_input():
+    model = random_model((11, 16, 24, 3, 2, None))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    tr = trace(model, [3, 1, 4, 1, 5])  # a flat list is one sequence
+    assert tr.logits.shape == (1, 5, 11)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="empty"):
+        trace(model, torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="n_ctx=16"):
+        trace(model, torch.zeros(1, 17, dtype=torch.long))
+    with pytest.raises(ValueError, match="vocabulary"):
+        direct_logit_attribution(model, tr, 11, 0)
+    with pytest.raises(ValueError, match="position"):
+        direct_logit_attribution(model, tr, 0, 5)
