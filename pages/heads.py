@@ -3,7 +3,7 @@ import streamlit as st
 
 from core import intervention_figures as IF
 from core.attention import induction_chance, run_attention
-from core.fmt import md_escape, visible
+from core.fmt import visible
 from core.induction import THRESHOLD, head_scores, probe_period, stripe_scores
 from core.interventions import (MODES, copy_slices, greedy_continuation, next_token_probs, rank_heads, repeat_ids,
                                 repeat_period, token_losses)
@@ -188,9 +188,10 @@ else:
     pos = 0
 tail = prompt.text[max(0, pos - 29):pos + 1]
 actual = ids[pos + 1] if pos + 1 < n else None
-st.caption(f"The model has read …`{md_escape(''.join(visible(ch) for ch in tail))}` (position {pos}); "
-           + ("this is the end of your prompt." if actual is None else
-              f"the next character in your text is `{md_escape(visible(tok.chars[actual]))}`."))
+seen = "".join(visible(ch) for ch in tail).replace("`", "'")  # shown as code: no Markdown escapes inside
+nxt = "" if actual is None else visible(tok.chars[actual]).replace("`", "'")
+st.caption(f"The model has read …`{seen}` (position {pos}); "
+           + ("this is the end of your prompt." if actual is None else f"the next character in your text is `{nxt}`."))
 st.plotly_chart(next_token_bars(tuple(tok.chars), p_before[pos], p_after[pos], off, actual), width="stretch",
                 theme=None, key="heads_bars")
 
