@@ -72,7 +72,8 @@ def report(folder: str, mode: str = "zero") -> dict:
                   for g in combinations([lh for lh in ranked if lh not in target], k)]
         worst_other = max(others) if others else float("nan")
         print(f"  {mode} ablation of {k} head(s) {target}: second-copy loss +{rise:.3f} nats; other sets of {k} in "
-              f"layer {layer}: at most +{worst_other:.3f} (ratio {rise / max(worst_other, 1e-9):.1f}x)")
+              f"layer {layer}: at most {worst_other:+.3f}"
+              + (f" (ratio {rise / worst_other:.1f}x)" if worst_other > 0 else " (none raises it)"))
         out[f"rise_{k}"], out[f"other_{k}"] = rise, worst_other
     return out
 

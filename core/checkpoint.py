@@ -522,6 +522,8 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
         lines.append(f"| trained with | {text('source')} |")
     if t.get("stopped_early") and t.get("planned_steps"):
         lines.append(f"| stopped early | after {_fmt(t.get('steps'), ',')} of {_fmt(t['planned_steps'], ',')} planned steps |")
+    if t.get("note"):
+        lines.append(f"| note | {text('note')} |")
     if t.get("command"):  # inside a code fence Markdown is inert; only a fence in the text could end it
         lines += ["", "Reproduce with:", "", "```", str(t["command"]).replace("`", "'"), "```"]
     return "\n".join(lines) + "\n"
