@@ -159,7 +159,7 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
     chosen = sorted(set(divisors[::step][:max_rows - 1] + [config.n_heads]))
     rows = []
     for h in chosen:
-        cfg = ModelConfig(vocab_size=1, n_ctx=1, d_model=d, n_heads=h, n_layers=1, d_ff=config.d_ff)
+        cfg = ModelConfig(vocab_size=1, n_ctx=1, d_model=d, n_heads=h, n_layers=1, d_ff=config.d_ff, bias=config.bias)
         block = build_on_meta(cfg).blocks[0]
         rows.append({"heads h": h, "width per head d/h": d // h, "attention by formula": count_parameters(cfg)["attention"],
                      "attention counted": count_module_parameters(block.attn),
