@@ -69,4 +69,4 @@ def test_the_app_never_imports_transformers():
     files = [ROOT / "app.py", ROOT / "ui.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "core").glob("*.py")]
     for path in files:
         assert not re.search(r"^\s*(import|from)\s+transformers\b", path.read_text(), re.M), path
-    assert "transformers" not in (ROOT / "requirements.txt").read_text().replace("transformers 5.24", "")
+    assert not re.search(r"^transformers\b", (ROOT / "requirements.txt").read_text(), re.M)
