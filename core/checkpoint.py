@@ -38,14 +38,20 @@ from safetensors.torch import load_file, save_file
 
 from core.fmt import head_label, md_escape
 from core.induction import HEADS_CSV, read_heads_csv, write_heads_csv
+from core.hf import (PICKLE_SUFFIXES, config_from_hf, expected_shapes as hf_expected_shapes, file_prefix,
+                     is_hf_config, relevant as hf_relevant, state_from_hf)
 from core.model import ModelConfig, Transformer
-from core.tokenizer import CharTokenizer
+from core.tokenizer import (MERGES_FILE, TOKENIZER_FILE, VOCAB_FILE, Tokenizer, hf_tokenizer, hf_tokenizer_files,
+                            tokenizer_from_dict)
 
 FORMAT_VERSION = 1
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, LOG_FILE = "config.json", "model.safetensors", "README.md", "log.csv"
 HEADS_FILE = HEADS_CSV  # per-head probe scores recorded during training (core.induction), when there are any
 LOG_FIELDS = ["step", "train_loss", "val_loss", "tokens_per_s"]
 MAX_WEIGHTS_BYTES = 512 * 1024 * 1024  # refuse absurd files before reading them
+MAX_HF_WEIGHTS_BYTES = 2 * 1024**3     # a GPT-2 folder: small (0.5 GB in float32) and medium (1.4 GB) fit
+MAX_CONFIG_BYTES = 1024 * 1024
+TIED_NAME = "head.weight"  # a tied output map is the token embedding: saved once, under tok_emb.weight
 FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}  # safetensors' names for the floating-point dtypes
 
 
@@ -59,9 +65,12 @@ class CheckpointError(Exception):
 
 
 def _read_config(folder: Path) -> dict:
+    """config.json as a JSON object (ours or a Hugging Face one); CheckpointError otherwise."""
     path = folder / CONFIG_FILE
     if not path.is_file():
         raise CheckpointError(path, "missing file (every checkpoint needs config.json)")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(path, f"file is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
@@ -70,67 +79,141 @@ def _read_config(folder: Path) -> dict:
         raise CheckpointError(path, f"bad JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     if not isinstance(data, dict):
         raise CheckpointError(path, "expected a JSON object at the top level")
-    version = data.get("format_version")
-    if version != FORMAT_VERSION:
-        raise CheckpointError(path, f"unknown format_version {version!r} (this app reads version {FORMAT_VERSION})")
-    for key in ("model", "tokenizer"):
-        if not isinstance(data.get(key), dict):
-            raise CheckpointError(path, f"missing or malformed '{key}' entry")
     return data
 
 
-def read_config(path) -> tuple[ModelConfig, CharTokenizer, dict]:
+def _refuse_pickles(folder: Path) -> None:
+    """A folder without model.safetensors but with PyTorch's own weight files (pickles, which can run any code
+    when opened) is refused by name; nothing is unpickled, ever. A sharded safetensors checkpoint is refused too."""
+    if (folder / WEIGHTS_FILE).is_file():
+        return
+    pickles = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in PICKLE_SUFFIXES)
+    if pickles:
+        raise CheckpointError(pickles[0], "PyTorch pickle weights, which this app never opens (unpickling can run "
+                              "any code). Convert the folder to safetensors where you trust the file, e.g. with "
+                              "transformers: GPT2LMHeadModel.from_pretrained(folder).save_pretrained(folder), "
+                              "which writes model.safetensors")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        raise CheckpointError(index, "weights split over several safetensors files; this app reads one "
+                              "model.safetensors (save the model again with a larger max_shard_size)")
+
+
+@dataclass
+class _Info:
+    """What config.json (and the tokenizer files) of a checkpoint folder say, before any weights are read."""
+    config: ModelConfig
+    tokenizer: Tokenizer | None  # None when read without the tokenizer (discovery)
+    training: dict
+    owner: str | None
+    hf: bool  # a Hugging Face GPT-2 folder rather than one of ours
+
+
+def read_config(path) -> tuple[ModelConfig, Tokenizer, dict]:
     """Validated (model config, tokenizer, training metadata) of a checkpoint folder, weights untouched."""
-    return _read_all(Path(path))[:3]
+    info = _read_all(Path(path))
+    return info.config, info.tokenizer, info.training
 
 
-def _read_all(folder: Path) -> tuple[ModelConfig, CharTokenizer, dict, str | None]:
-    """read_config's three, plus the recorded owner, from one reading of config.json."""
+def _read_all(folder: Path, with_tokenizer: bool = True) -> _Info:
+    """One reading of config.json: ours or a Hugging Face GPT-2 one. ``with_tokenizer=False`` only checks
+    that the tokenizer's files are there (discovery runs on every page load; parsing GPT-2's 50,257-token
+    tokenizer each time would cost more than the rest)."""
     if not folder.is_dir():
         raise CheckpointError(folder, "not a checkpoint folder (it does not exist or is a file)")
+    _refuse_pickles(folder)
     data = _read_config(folder)
     cfg_path = folder / CONFIG_FILE
+    if is_hf_config(data):
+        return _read_hf(folder, data, with_tokenizer)
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(cfg_path, f"unknown format_version {version!r} (this app reads version {FORMAT_VERSION}); "
+                              "a Hugging Face folder's config.json names its model_type")
+    for key in ("model", "tokenizer"):
+        if not isinstance(data.get(key), dict):
+            raise CheckpointError(cfg_path, f"missing or malformed '{key}' entry")
     try:
         config = ModelConfig(**data["model"])
     except (TypeError, ValueError) as e:
         raise CheckpointError(cfg_path, f"invalid model config: {e}") from None
-    try:
-        tokenizer = CharTokenizer.from_dict(data["tokenizer"])
-    except ValueError as e:
-        raise CheckpointError(cfg_path, f"invalid tokenizer: {e}") from None
-    if tokenizer.vocab_size != config.vocab_size:
-        raise CheckpointError(
-            cfg_path, f"tokenizer has {tokenizer.vocab_size} characters but the model expects vocab_size={config.vocab_size}"
-        )
+    tokenizer = None
+    entry = data["tokenizer"]
+    if with_tokenizer or entry.get("type") == "char":  # characters are in config.json itself: cheap
+        try:
+            tokenizer = tokenizer_from_dict(entry, folder)
+        except ValueError as e:
+            raise CheckpointError(cfg_path if entry.get("type") != "bpe" else folder / TOKENIZER_FILE,
+                                  f"invalid tokenizer: {e}") from None
+        if tokenizer.vocab_size != config.vocab_size:
+            raise CheckpointError(cfg_path, f"tokenizer has {tokenizer.vocab_size} {tokenizer.units} but the model "
+                                            f"expects vocab_size={config.vocab_size}")
+    elif entry.get("type") == "bpe" and not (folder / TOKENIZER_FILE).is_file():
+        raise CheckpointError(folder / TOKENIZER_FILE, "missing file (this model's tokenizer)")
+    elif entry.get("type") not in ("char", "bpe"):
+        raise CheckpointError(cfg_path, f"invalid tokenizer: unknown tokenizer type {entry.get('type')!r}")
     training = data.get("training") or {}
     if not isinstance(training, dict):
         raise CheckpointError(cfg_path, "'training' must be a JSON object")
     owner = data.get("owner")
-    return config, tokenizer, training, owner if isinstance(owner, str) and owner else None
+    return _Info(config, tokenizer, training, owner if isinstance(owner, str) and owner else None, hf=False)
 
 
-def check_checkpoint(path) -> tuple[ModelConfig, CharTokenizer, dict]:
+def _read_hf(folder: Path, data: dict, with_tokenizer: bool) -> _Info:
+    cfg_path = folder / CONFIG_FILE
+    try:
+        config = config_from_hf(data)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(cfg_path, f"not a checkpoint this app can open: {e}") from None
+    files = hf_tokenizer_files(folder)
+    if not files:
+        raise CheckpointError(folder / TOKENIZER_FILE, f"missing file: a GPT-2 folder needs its tokenizer, "
+                                                       f"{TOKENIZER_FILE} or {VOCAB_FILE} and {MERGES_FILE}")
+    tokenizer = None
+    if with_tokenizer:
+        try:
+            tokenizer = hf_tokenizer(folder, vocab_size=config.vocab_size)
+        except ValueError as e:
+            raise CheckpointError(files[0], f"invalid tokenizer: {e}") from None
+    training = {"source": "a Hugging Face GPT-2 folder"}
+    return _Info(config, tokenizer, training, None, hf=True)
+
+
+def check_checkpoint(path) -> tuple[ModelConfig, Tokenizer, dict]:
     """Validate a checkpoint folder without reading its weights: the config, and the safetensors header
     (tensor names, shapes and dtypes against a model built on the meta device, which costs no memory).
     Returns what ``read_config`` returns; raises CheckpointError naming the file and the problem."""
-    return _check(Path(path))[:3]
+    info = _check(Path(path))
+    return info.config, info.tokenizer, info.training
 
 
-def _check(folder: Path) -> tuple[ModelConfig, CharTokenizer, dict, str | None]:
-    """check_checkpoint's three, plus the recorded owner (config.json is read once)."""
-    config, tokenizer, training, owner = _read_all(folder)
+def _expected(config: ModelConfig) -> dict[str, tuple]:
+    """Our tensor names and shapes for a config (a tied output map is stored once, as the embedding)."""
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
+    if config.tie_weights:
+        del shapes[TIED_NAME]
+    return shapes
+
+
+def _check(folder: Path, with_tokenizer: bool = True) -> _Info:
+    """check_checkpoint's reading, with the owner and the folder's kind (config.json is read once)."""
+    info = _read_all(folder, with_tokenizer)
     wpath = folder / WEIGHTS_FILE
     if not wpath.is_file():
         raise CheckpointError(wpath, "missing file (the weights)")
-    if wpath.stat().st_size > MAX_WEIGHTS_BYTES:
-        raise CheckpointError(wpath, f"file is larger than {MAX_WEIGHTS_BYTES // 2**20} MiB")
+    limit = MAX_HF_WEIGHTS_BYTES if info.hf else MAX_WEIGHTS_BYTES
+    if wpath.stat().st_size > limit:
+        raise CheckpointError(wpath, f"file is larger than {limit // 2**20} MiB")
     try:
         with safe_open(str(wpath), framework="pt", device="cpu") as f:
             found = {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(wpath, f"not a readable safetensors file ({e})") from None
-    with torch.device("meta"):
-        expected = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
+    expected = _expected(info.config)
+    if info.hf:
+        found = {k: found[k] for k in hf_relevant(found, info.config)}
+        expected = hf_expected_shapes(info.config, expected, file_prefix(found))
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
     if missing:
@@ -142,29 +225,41 @@ def _check(folder: Path) -> tuple[ModelConfig, CharTokenizer, dict, str | None]:
             raise CheckpointError(wpath, f"shape mismatch for {name}: file has {shape}, config implies {expected[name]}")
         if dtype not in FLOAT_DTYPES:
             raise CheckpointError(wpath, f"{name} has dtype {dtype}, expected floating point")
-    return config, tokenizer, training, owner
+    return info
 
 
-def load_checkpoint(path) -> tuple[Transformer, CharTokenizer]:
-    """Load and validate a checkpoint folder. Returns (model in eval mode, tokenizer).
+def load_checkpoint(path) -> tuple[Transformer, Tokenizer]:
+    """Load and validate a checkpoint folder: ours, or a Hugging Face GPT-2 folder (config.json with
+    model_type gpt2, model.safetensors, tokenizer.json or vocab.json + merges.txt). Returns (model in eval
+    mode, tokenizer).
 
     Raises CheckpointError naming the file and the problem: missing file, bad JSON, unknown version,
-    invalid config, missing or unexpected tensors, shape mismatch, non-finite weights.
+    invalid config, missing or unexpected tensors, shape mismatch, non-finite weights, pickle weights, a
+    model type other than GPT-2 or custom code.
     """
     folder = Path(path)
-    config, tokenizer, _ = check_checkpoint(folder)
+    info = _check(folder)
     wpath = folder / WEIGHTS_FILE
     try:
         state = load_file(str(wpath), device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(wpath, f"not a readable safetensors file ({e})") from None
+    if info.hf:
+        state = state_from_hf({k: state[k] for k in hf_relevant(state, info.config)}, info.config)
     for name, tensor in state.items():
         if not torch.isfinite(tensor).all():
             raise CheckpointError(wpath, f"{name} holds non-finite values (NaN or infinity)")
-    model = Transformer(config)
-    model.load_state_dict({k: v.float() for k, v in state.items()})
+    config = info.config
+    if config.tie_weights:
+        state[TIED_NAME] = state["tok_emb.weight"]
+    # built on the meta device and given the file's tensors: no random initialisation, no second copy
+    with torch.device("meta"):
+        model = Transformer(config)
+    model.load_state_dict({k: v.float().contiguous() for k, v in state.items()}, assign=True)
+    if config.tie_weights:  # assign=True gave each module its own Parameter: tie them again
+        model.head.weight = model.tok_emb.weight
     model.eval().requires_grad_(False)
-    return model, tokenizer
+    return model, info.tokenizer
 
 
 OWNER_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -278,7 +373,7 @@ def recover_interrupted_saves(models_dir, stale_tmp_s: float = STALE_TMP_S) -> l
     return restored
 
 
-def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training: dict | None = None,
+def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: dict | None = None,
                     log: list[dict] | None = None, card: str | None = None, overwrite: bool = False,
                     owner: str | None = None, heads: list[dict] | None = None) -> Path:
     """Write a checkpoint folder atomically: everything goes to a temporary folder beside the target,
@@ -305,8 +400,11 @@ def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
         tmp.chmod(0o755)  # mkdtemp makes a private folder; a checkpoint is an ordinary readable one
-        state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+        state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()
+                 if not (model.config.tie_weights and k == TIED_NAME)}  # a tied matrix is stored once
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        for name, text in tokenizer.files().items():  # a BPE's tokenizer.json; nothing for characters
+            (tmp / name).write_text(text, encoding="utf-8")
         config = {
             "format_version": FORMAT_VERSION,
             "model": model.config.to_dict(),
@@ -318,7 +416,8 @@ def save_checkpoint(path, model: Transformer, tokenizer: CharTokenizer, training
         (tmp / LOG_FILE).write_text(format_log(log or []), encoding="utf-8")
         if heads:
             write_heads_csv(tmp / HEADS_FILE, heads)
-        (tmp / CARD_FILE).write_text(card if card is not None else model_card(folder.name, model.config, training),
+        (tmp / CARD_FILE).write_text(card if card is not None else model_card(folder.name, model.config, training,
+                                                                                    tokenizer),
                                      encoding="utf-8")
         for f in tmp.iterdir():  # flush to disk before the rename makes the folder visible
             f.chmod(0o644)
@@ -475,8 +574,8 @@ def _recipe(tc) -> str:
     return md_escape(f"{opt}; {sched}; peak lr {tc.get('lr')}" + (f", Muon {tc.get('muon_lr')}" if tc.get("optimizer") == "muon" else ""))
 
 
-def model_card(name: str, config: ModelConfig, training: dict) -> str:
-    """A short markdown card from the config and the training metadata."""
+def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokenizer | None = None) -> str:
+    """A short markdown card from the config, the training metadata and (when given) the tokenizer."""
     from core.params import count_parameters  # local import: params imports model only
 
     counts = count_parameters(config)
@@ -490,7 +589,8 @@ def model_card(name: str, config: ModelConfig, training: dict) -> str:
     lines = [
         f"# {md_escape(name)}",
         "",
-        "A character-level transformer trained by Transformer Explorer.",
+        "A character-level transformer trained by Transformer Explorer." if tokenizer is None or tokenizer.kind == "char"
+        else f"A transformer over {md_escape(tokenizer.describe())} trained by Transformer Explorer.",
         "",
         "| property | value |",
         "|---|---|",
@@ -564,6 +664,7 @@ class ModelEntry:
     shipped: bool
     error: str | None = None
     owner: str | None = None  # who saved it from the app (config.json's "owner"); None if no one recorded
+    hf: bool = False  # a Hugging Face GPT-2 folder (read as it is; never written by this app)
 
 
 def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
@@ -585,7 +686,8 @@ def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
         for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
             entry = ModelEntry(name=folder.name, path=folder, shipped=shipped)
             try:
-                entry.owner = _check(folder)[3]  # config and weight header only: cheap enough for every rerun
+                info = _check(folder, with_tokenizer=False)  # config and weight header only: cheap for every rerun
+                entry.owner, entry.hf = info.owner, info.hf
             except CheckpointError as e:
                 entry.error = str(e)
             entries.append(entry)

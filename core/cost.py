@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.model import LECTURE, ModelConfig, PRESETS as MODEL_PRESETS
+from core.model import LECTURE, SHAPE_FIELDS, ModelConfig, PRESETS as MODEL_PRESETS
 from core.params import count_parameters
 from core.threads import torch_threads
 
@@ -30,8 +30,9 @@ def preset_label(name: str) -> str:
     return name
 
 
-# label -> shape, from the one table beside ModelConfig
-PRESETS = {preset_label(name): config.to_dict() for name, config in MODEL_PRESETS.items()}
+# label -> shape, from the one table beside ModelConfig (the shape fields only: biases and tying are set on the page)
+PRESETS = {preset_label(name): {k: v for k, v in config.to_dict().items() if k in SHAPE_FIELDS}
+           for name, config in MODEL_PRESETS.items()}
 GPT3 = "GPT-3 175B"
 GPT3_TRAINING_TOKENS = 300_000_000_000  # the GPT-3 paper trains every model size on 300 billion tokens
 LECTURE_LONG_CONTEXT = 100_000  # the lecture's "modern context window"

@@ -11,11 +11,12 @@ PARTS = [
     ("W_Q", "W_Q", "d²", "#08519c"), ("W_K", "W_K", "d²", "#3182bd"), ("W_V", "W_V", "d²", "#6baed6"),
     ("W_O", "W_O", "d²", "#9ecae1"),
     ("W1", "MLP W1", "d·d_ff", "#e6550d"), ("W2", "MLP W2", "d_ff·d", "#fdae6b"),
+    ("biases", "biases", "4d + d_ff + d", "#bdbdbd"),
     ("norms", "LayerNorms", "4d per block, 2d final", "#969696"),
     ("token_embedding", "token embedding", "m·d", "#31a354"), ("position_embedding", "positions", "n_ctx·d", "#a1d99b"),
     ("output", "output map", "d·m", "#756bb1"),
 ]
-_PER_BLOCK = {"W_Q", "W_K", "W_V", "W_O", "W1", "W2", "norms"}
+_PER_BLOCK = {"W_Q", "W_K", "W_V", "W_O", "W1", "W2", "biases", "norms"}
 
 
 def parameter_bar(counts: dict, n_layers: int) -> go.Figure:
@@ -24,6 +25,8 @@ def parameter_bar(counts: dict, n_layers: int) -> go.Figure:
     totals = [counts["per_block"], counts["total"]]
     fig = go.Figure()
     for key, name, formula, colour in PARTS:
+        if not counts.get(key) and key == "biases":  # the lecture's model has none: no empty legend entry
+            continue
         if key in _PER_BLOCK:
             whole = n_layers * counts[key] + (counts["final_norm"] if key == "norms" else 0)
             values, form = [counts[key], whole], [formula, f"L·{formula}" if key != "norms" else "4dL + 2d"]

@@ -80,13 +80,17 @@ def md_escape(text: str) -> str:
 _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}
 
 
-def visible(ch: str) -> str:
-    """A printable stand-in for a character, so whitespace and control characters show on chart axes."""
-    if ch in _VISIBLE:
-        return _VISIBLE[ch]
-    if len(ch) == 1 and (ord(ch) < 32 or ord(ch) == 127):
-        return chr(0x2400 + ord(ch)) if ord(ch) < 32 else "␡"
-    return ch
+def visible(text: str) -> str:
+    """Printable stand-ins for whitespace and control characters, so they show on chart axes: a character
+    (' ' -> '␣') or a token's whole text (' the' -> '␣the')."""
+    if len(text) == 1:
+        ch = text
+        if ch in _VISIBLE:
+            return _VISIBLE[ch]
+        if ord(ch) < 32 or ord(ch) == 127:
+            return chr(0x2400 + ord(ch)) if ord(ch) < 32 else "␡"
+        return ch
+    return "".join(visible(ch) for ch in text)
 
 
 def head_label(layer: int, head: int) -> str:

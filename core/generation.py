@@ -119,7 +119,8 @@ def next_logits(model, ids) -> torch.Tensor:
     return model(torch.tensor([list(ids)], dtype=torch.long)).logits[0, -1].double()
 
 
-def decoding_notes(temperature: float, m: int, top_k: int | None = None, top_p: float | None = None) -> list[str]:
+def decoding_notes(temperature: float, m: int, top_k: int | None = None, top_p: float | None = None,
+                   unit: str = "character") -> list[str]:
     """What a decoding setting amounts to, in words, where it reaches one of the limits: T = 0 or a tiny T
     is greedy, a huge T is uniform, top-k = 1 or top-p = 0 is greedy, top-k >= m or top-p >= 1 is plain
     sampling. Empty when nothing is special."""
@@ -132,19 +133,19 @@ def decoding_notes(temperature: float, m: int, top_k: int | None = None, top_p: 
         notes.append(f"T = {t:g} is tiny: p(T) is practically one-hot, so this behaves like greedy decoding.")
     elif t > 100:
         notes.append(f"T = {t:g} is huge: p(T) is practically uniform (1/m = {1 / m:.4f} for every "
-                     "character), so the text is close to random characters.")
+                     f"{unit}), so the text is close to random {unit}s.")
     if top_k is not None and t > 0:
         if top_k == 1:
-            notes.append("top-k = 1 keeps only the most likely character: this is greedy decoding.")
+            notes.append(f"top-k = 1 keeps only the most likely {unit}: this is greedy decoding.")
         elif top_k >= m:
-            notes.append(f"top-k = {top_k} keeps all m = {m} characters: this is plain sampling.")
+            notes.append(f"top-k = {top_k} keeps all m = {m} {unit}s: this is plain sampling.")
     if top_p is not None and t > 0:
         if top_p < 1e-9:
-            notes.append("top-p = 0 still keeps the most likely character, and only it: this is greedy decoding.")
+            notes.append(f"top-p = 0 still keeps the most likely {unit}, and only it: this is greedy decoding.")
         elif top_p >= 1:
-            notes.append("top-p = 1 keeps every character: this is plain sampling.")
+            notes.append(f"top-p = 1 keeps every {unit}: this is plain sampling.")
         elif top_p < 0.05:
-            notes.append(f"top-p = {top_p:g} is tiny: almost always only the most likely character survives, "
+            notes.append(f"top-p = {top_p:g} is tiny: almost always only the most likely {unit} survives, "
                          "which is nearly greedy.")
     return notes
 

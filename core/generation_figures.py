@@ -20,7 +20,7 @@ def _labels(chars) -> list[str]:
     return [visible(c) for c in chars]
 
 
-def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10) -> go.Figure:
+def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10, unit: str = "character") -> go.Figure:
     """One horizontal bar chart per temperature, side by side, over the same tokens in the same order
     (the model's top tokens at T = 1) and the same probability axis [0, 1]."""
     z = logits.double()
@@ -37,25 +37,32 @@ def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10) -> go
                              hovertemplate="'%{y}' p = %{x:.4f}<extra>T = " + format_t(t) + "</extra>"),
                       row=1, col=c)
         fig.update_xaxes(range=[0, 1], tickvals=[0, 0.5, 1], title_text="probability", row=1, col=c)
-    fig.update_yaxes(autorange="reversed", type="category", row=1, col=1, title_text="next character")
+    fig.update_yaxes(autorange="reversed", type="category", row=1, col=1, title_text=f"next {unit}")
     fig.update_layout(height=80 + 28 * len(order) + 60, margin=dict(l=70, r=10, t=70, b=50),
-                      title="Next-character distribution after the prompt, one panel per temperature")
+                      title=f"Next-{unit} distribution after the prompt, one panel per temperature")
     return fig
 
 
-def distribution_bars(chars, logits: torch.Tensor, temperature: float) -> go.Figure:
-    """All m probabilities at one temperature, in the model's T = 1 order, with the uniform level 1/m."""
+MAX_BARS = 200  # a GPT-2 vocabulary has 50,257 entries: one bar each would be unreadable and heavy
+
+
+def distribution_bars(chars, logits: torch.Tensor, temperature: float, unit: str = "character",
+                      max_bars: int = MAX_BARS) -> go.Figure:
+    """All m probabilities at one temperature (the ``max_bars`` most likely at T = 1 when m is larger), in
+    the model's T = 1 order, with the uniform level 1/m."""
     z = logits.double()
     m = z.shape[-1]
-    order = torch.argsort(temperature_softmax(z, 1.0), descending=True).tolist()
+    order = torch.argsort(temperature_softmax(z, 1.0), descending=True)[:max_bars].tolist()
+    shown = len(order)
     p = temperature_softmax(z, float(temperature)).numpy()[order]
     labels = _labels([chars[i] for i in order])
-    fig = go.Figure(go.Bar(x=list(range(m)), y=p.tolist(), name=f"p(T = {format_t(temperature)})", marker_color="#1f77b4",
+    fig = go.Figure(go.Bar(x=list(range(shown)), y=p.tolist(), name=f"p(T = {format_t(temperature)})", marker_color="#1f77b4",
                            customdata=labels, hovertemplate="'%{customdata}' p = %{y:.4f}<extra></extra>"))
     fig.add_hline(y=1 / m, line_dash="dot", line_color="#d62728", annotation_text=f"uniform 1/m = {1 / m:.4f}",
                   annotation_position="top right")
-    fig.update_xaxes(tickvals=list(range(m)), ticktext=labels, tickangle=0, tickfont=dict(size=10),
-                     title_text="every character of the vocabulary, most likely at T = 1 first")
+    fig.update_xaxes(tickvals=list(range(shown)), ticktext=labels, tickangle=0, tickfont=dict(size=10),
+                     title_text=f"every {unit} of the vocabulary, most likely at T = 1 first" if shown == m else
+                     f"the {shown} {unit}s most likely at T = 1 (of m = {m:,}), most likely first")
     fig.update_yaxes(range=[0, 1.02], title_text="probability")
     fig.update_layout(height=340, margin=dict(l=60, r=20, t=50, b=60), showlegend=False,
                       title=f"p(T) at T = {format_t(temperature)}")
@@ -150,7 +157,7 @@ def shaded_html(prompt: str, steps: list[dict], font_px: int = 15) -> str:
     return "".join(out)
 
 
-def legend_html() -> str:
+def legend_html(unit: str = "character") -> str:
     cells = "".join(f'<span style="background: {shade(p)}; padding: 0 6px; font-family: monospace;">{p:g}</span>'
                     for p in (1.0, 0.75, 0.5, 0.25, 0.05))
-    return f'<div style="font-size: 13px; color: #555;">probability the model gave the character: {cells}</div>'
+    return f'<div style="font-size: 13px; color: #555;">probability the model gave the {html.escape(unit)}: {cells}</div>'

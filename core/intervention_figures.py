@@ -44,18 +44,20 @@ def change_color(d: float, scale: float) -> str:
     return f"rgba({r}, {g}, {b}, {alpha:.3f})"
 
 
-def loss_change_html(text: str, before: np.ndarray, after: np.ndarray, font_px: int = 16) -> str:
-    """``text`` with character i + 1 on a background shaded by after[i] - before[i], the change in its loss
-    (``before``/``after``: token_losses, entry i predicting character i + 1). The first character has no
-    loss (nothing before it predicts it) and stays grey. Hover a character for its two losses."""
+def loss_change_html(tokens, before: np.ndarray, after: np.ndarray, font_px: int = 16) -> str:
+    """The prompt's tokens (a string of characters, or a list of token strings) with token i + 1 on a
+    background shaded by after[i] - before[i], the change in its loss (``before``/``after``: token_losses,
+    entry i predicting token i + 1). The first token has no loss (nothing before it predicts it) and stays
+    grey. Hover a token for its two losses."""
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    if not (len(before) == len(after) == len(text) - 1):
-        raise ValueError(f"{len(text)} characters need {len(text) - 1} losses, got {len(before)} and {len(after)}")
+    tokens = list(tokens)
+    if not (len(before) == len(after) == len(tokens) - 1):
+        raise ValueError(f"{len(tokens)} tokens need {len(tokens) - 1} losses, got {len(before)} and {len(after)}")
     scale = change_scale(after - before)
     out = [f'<div style="{MONO} font-size: {font_px}px;">',
-           f'<span style="color: #7f7f7f;" title="the first character: nothing before it predicts it">'
-           f'{_chars(text[:1])}</span>']
-    for i, ch in enumerate(text[1:]):
+           f'<span style="color: #7f7f7f;" title="the first token: nothing before it predicts it">'
+           f'{_chars("".join(tokens[:1]))}</span>']
+    for i, ch in enumerate(tokens[1:]):
         d = after[i] - before[i]
         title = html.escape(f"'{visible(ch)}' at position {i + 1}: loss {before[i]:.3f} → {after[i]:.3f} nats "
                             f"({d:+.3f})", quote=True)
@@ -76,7 +78,7 @@ def loss_change_legend(scale: float) -> str:
 # ---------------------------------------------------------------- next character, before and after
 
 def next_token_bars(chars, before: np.ndarray, after: np.ndarray, after_name: str, actual: int | None = None,
-                    n_top: int = 10) -> go.Figure:
+                    n_top: int = 10, unit: str = "character") -> go.Figure:
     """Grouped bars of two next-character distributions (m,) over the ``n_top`` characters most likely in
     either, most likely first. ``actual``: the id of the character that really comes next, marked."""
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
@@ -90,15 +92,15 @@ def next_token_bars(chars, before: np.ndarray, after: np.ndarray, after_name: st
         fig.add_trace(go.Bar(x=x, y=p[order], name=name, marker_color=color, customdata=labels,
                              text=[f"{v:.2f}" for v in p[order]], textposition="outside",
                              hovertemplate="'%{customdata}' p = %{y:.4f}<extra>" + html.escape(name) + "</extra>"))
-    title = "Next character: the most likely ones, with and without the heads"
+    title = f"Next {unit}: the most likely ones, with and without the heads"
     if actual is not None:
-        title += (f"<br><sup>the character that really comes next, '{html.escape(visible(chars[actual]))}', gets "
+        title += (f"<br><sup>the {unit} that really comes next, '{html.escape(visible(chars[actual]))}', gets "
                   f"p = {before[actual]:.3f} with all heads on and {after[actual]:.3f} without them</sup>")
         hits = np.flatnonzero(order == actual)
         if hits.size:
             fig.add_annotation(x=int(hits[0]), y=float(max(before[actual], after[actual])), text="really next",
                                showarrow=True, arrowhead=2, ay=-40, yshift=14)
-    fig.update_xaxes(tickvals=x, ticktext=labels, tickfont=dict(size=16), title_text="next character (␣ space, ⏎ newline)")
+    fig.update_xaxes(tickvals=x, ticktext=labels, tickfont=dict(size=16), title_text=f"next {unit} (␣ space, ⏎ newline)")
     fig.update_yaxes(range=[0, 1.15], title_text="probability")
     fig.update_layout(barmode="group", height=380, margin=dict(l=60, r=20, t=80, b=60), title=title,
                       legend=dict(orientation="h", y=1.0, x=1.0, xanchor="right", yanchor="bottom"))

@@ -24,6 +24,11 @@ class ModelConfig:
     n_heads: int = 4       # h; each head works in d/h dimensions
     n_layers: int = 2      # L, number of transformer blocks
     d_ff: int | None = None  # hidden width of the MLP; None means the conventional 4d
+    # What GPT-2 adds to the lecture's model; the defaults are the lecture's (and every checkpoint saved before them)
+    bias: bool = False         # a bias on every linear map inside the blocks (W_QKV, W_O, W1, W2)
+    activation: str = "relu"   # the MLP's nonlinearity: "relu", "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
+    tie_weights: bool = False  # the output map reuses the token embedding matrix (GPT-2) instead of its own
+    ln_eps: float = 1e-5       # LayerNorm's epsilon (PyTorch's default, and GPT-2's)
 
     def __post_init__(self):
         problems = config_problems(asdict(self))
@@ -41,6 +46,7 @@ class ModelConfig:
 
 
 SHAPE_FIELDS = ("vocab_size", "n_ctx", "d_model", "n_heads", "n_layers", "d_ff")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 
 
 def config_problems(values: dict) -> dict[str, str]:
@@ -60,6 +66,14 @@ def config_problems(values: dict) -> dict[str, str]:
         d, h = values["d_model"], values["n_heads"]
         problems["n_heads"] = (f"d_model={d} is not divisible by n_heads={h}: each head needs a whole width d/h "
                                f"(try n_heads in {head_counts(d)})")
+    for name in ("bias", "tie_weights"):
+        if not isinstance(values.get(name, False), bool):
+            problems[name] = f"{name} must be true or false, got {values[name]!r}"
+    if values.get("activation", "relu") not in ACTIVATIONS:
+        problems["activation"] = f"activation must be one of {', '.join(ACTIVATIONS)}, got {values['activation']!r}"
+    eps = values.get("ln_eps", 1e-5)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        problems["ln_eps"] = f"ln_eps must be a number between 0 and 1, got {eps!r}"
     return problems
 
 
@@ -71,7 +85,8 @@ def head_counts(n: int, limit: int | None = 64) -> list[int]:
 
 # The one table of named shapes: the lecture's model and published ones. The training form, the command
 # line, the cost page and the benchmarks take their shapes from here. GPT-2 and GPT-3 share the
-# 50,257-token BPE vocabulary; their biases and tied output map are not part of this architecture.
+# 50,257-token BPE vocabulary. These are shapes: GPT-2's biases, GELU and tied output map are the config
+# fields bias, activation and tie_weights, which a GPT-2 folder sets when it is loaded (core.hf).
 _GPT2 = dict(vocab_size=50257, n_ctx=1024)
 PRESETS: dict[str, ModelConfig] = {
     "lecture": ModelConfig(),
@@ -134,9 +149,9 @@ class MultiHeadAttention(nn.Module):
         d = config.d_model
         self.n_heads = config.n_heads
         self.d_head = config.d_head
-        # W_Q, W_K, W_V of every head stored side by side in one (d, 3d) map; bias-free as in the lecture
-        self.qkv = nn.Linear(d, 3 * d, bias=False)
-        self.out = nn.Linear(d, d, bias=False)  # W_O mixes the concatenated heads
+        # W_Q, W_K, W_V of every head stored side by side in one (d, 3d) map; bias-free in the lecture, not in GPT-2
+        self.qkv = nn.Linear(d, 3 * d, bias=config.bias)
+        self.out = nn.Linear(d, d, bias=config.bias)  # W_O mixes the concatenated heads
 
     def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None):
         B, n, d = x.shape
@@ -172,21 +187,27 @@ class MultiHeadAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.w1 = nn.Linear(config.d_model, config.d_ff, bias=False)  # W1 in R^{d x d_ff}
-        self.w2 = nn.Linear(config.d_ff, config.d_model, bias=False)  # W2 in R^{d_ff x d}
+        self.w1 = nn.Linear(config.d_model, config.d_ff, bias=config.bias)  # W1 in R^{d x d_ff}
+        self.w2 = nn.Linear(config.d_ff, config.d_model, bias=config.bias)  # W2 in R^{d_ff x d}
+        self.activation = config.activation
 
     def forward(self, x):
-        # W2^T ReLU(W1^T u) at every position. The ReLU may overwrite W1's output in place: the linear map's
+        # W2^T f(W1^T u) at every position. The ReLU may overwrite W1's output in place: the linear map's
         # backward needs its input, not its output, so this saves a (B, n, d_ff) buffer (about 3% per step)
-        return self.w2(F.relu(self.w1(x), inplace=True))
+        h = self.w1(x)
+        if self.activation == "relu":
+            h = F.relu(h, inplace=True)
+        else:  # GELU needs its input for the backward pass, so it cannot work in place
+            h = F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
+        return self.w2(h)
 
 
 class Block(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.d_model)  # scale and shift: 2d parameters
+        self.ln1 = nn.LayerNorm(config.d_model, eps=config.ln_eps)  # scale and shift: 2d parameters
         self.attn = MultiHeadAttention(config)
-        self.ln2 = nn.LayerNorm(config.d_model)
+        self.ln2 = nn.LayerNorm(config.d_model, eps=config.ln_eps)
         self.mlp = MLP(config)
 
     def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None):
@@ -204,8 +225,10 @@ class Transformer(nn.Module):
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         self.pos_emb = nn.Embedding(config.n_ctx, config.d_model)  # learned absolute positions
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.ln_f = nn.LayerNorm(config.d_model)
+        self.ln_f = nn.LayerNorm(config.d_model, eps=config.ln_eps)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # back to the m vocabulary entries
+        if config.tie_weights:  # GPT-2: one (m, d) matrix reads tokens in and scores them out
+            self.head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
         # GPT-2's scaled init for the maps that write into the residual stream
         for name, p in self.named_parameters():
@@ -216,6 +239,8 @@ class Transformer(nn.Module):
     def _init_weights(module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None):
         """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).

@@ -13,6 +13,8 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
     Per block: attention 4d^2 (W_Q, W_K, W_V, W_O; independent of h), MLP 2*d*d_ff (8d^2 when d_ff=4d),
     two LayerNorms with scale and shift 4d. Outside the blocks: token embedding m*d, position table
     n_ctx*d, final LayerNorm 2d, output map d*m (not tied to the embedding).
+    GPT-2's terms where the config has them: biases (4d on attention's maps, d_ff + d on the MLP's), and a
+    tied output map, which reuses the embedding and so adds nothing.
     """
     d, m, L = config.d_model, config.vocab_size, config.n_layers
     counts = {
@@ -20,18 +22,21 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
         "W_K": d * d,
         "W_V": d * d,
         "W_O": d * d,
+        "attention_biases": 4 * d if config.bias else 0,  # b_Q, b_K, b_V (d each) and b_O (d)
         "W1": d * config.d_ff,
         "W2": config.d_ff * d,
+        "mlp_biases": config.d_ff + d if config.bias else 0,  # b1 (d_ff) and b2 (d)
         "norms": 2 * 2 * d,
     }
-    counts["attention"] = counts["W_Q"] + counts["W_K"] + counts["W_V"] + counts["W_O"]
-    counts["mlp"] = counts["W1"] + counts["W2"]
+    counts["biases"] = counts["attention_biases"] + counts["mlp_biases"]
+    counts["attention"] = counts["W_Q"] + counts["W_K"] + counts["W_V"] + counts["W_O"] + counts["attention_biases"]
+    counts["mlp"] = counts["W1"] + counts["W2"] + counts["mlp_biases"]
     counts["per_block"] = counts["attention"] + counts["mlp"] + counts["norms"]
     counts["blocks"] = L * counts["per_block"]
     counts["token_embedding"] = m * d
     counts["position_embedding"] = config.n_ctx * d
     counts["final_norm"] = 2 * d
-    counts["output"] = d * m
+    counts["output"] = 0 if config.tie_weights else d * m  # tied: the embedding matrix again, nothing new
     counts["total"] = (
         counts["blocks"] + counts["token_embedding"] + counts["position_embedding"]
         + counts["final_norm"] + counts["output"]
@@ -39,7 +44,7 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
     return counts
 
 
-# Rows for a breakdown table: (key, what it is, formula in LaTeX-free text)
+# Rows for a breakdown table: (key, what it is, formula in LaTeX-free text), for the lecture's model
 BREAKDOWN_ROWS = [
     ("attention", "attention W_Q, W_K, W_V, W_O (per block)", "4·d²"),
     ("mlp", "MLP W1, W2 (per block)", "2·d·d_ff"),
@@ -59,11 +64,34 @@ _MATRIX_ROWS = {
     "W_K": ("W_K, the h key maps (per block)", "d·d"),
     "W_V": ("W_V, the h value maps (per block)", "d·d"),
     "W_O": ("W_O, mixes the concatenated heads (per block)", "d·d"),
+    "attention_biases": ("attention biases b_Q, b_K, b_V, b_O (per block)", "4·d"),
     "W1": ("MLP W1, d into d_ff (per block)", "d·d_ff"),
     "W2": ("MLP W2, d_ff back to d (per block)", "d_ff·d"),
+    "mlp_biases": ("MLP biases b1, b2 (per block)", "d_ff + d"),
 }
 DETAILED_ROWS = [(key, *_MATRIX_ROWS[key]) for key in ("W_Q", "W_K", "W_V", "W_O")] + BREAKDOWN_ROWS[:1] + [
     (key, *_MATRIX_ROWS[key]) for key in ("W1", "W2")] + BREAKDOWN_ROWS[1:]
+
+
+def breakdown_rows(config: ModelConfig, detailed: bool = False) -> list[tuple[str, str, str]]:
+    """The breakdown rows (``DETAILED_ROWS`` when ``detailed``) with the terms that apply to ``config``: the
+    lecture's rows unchanged; with biases, their own rows and the formulas that include them; with a tied
+    output map, that row says it adds nothing."""
+    rows = list(DETAILED_ROWS if detailed else BREAKDOWN_ROWS)
+    if config.bias:
+        changed = {"attention": ("attention W_Q, W_K, W_V, W_O and their biases (per block)", "4·d² + 4·d"),
+                   "mlp": ("MLP W1, W2 and their biases (per block)", "2·d·d_ff + d_ff + d"),
+                   "per_block": ("one block", "4d² + 2·d·d_ff + 9d + d_ff")}
+        rows = [(key, *changed[key]) if key in changed else (key, label, formula) for key, label, formula in rows]
+        if detailed:
+            at = [key for key, *_ in rows].index("attention")
+            rows.insert(at, ("attention_biases", *_MATRIX_ROWS["attention_biases"]))
+            at = [key for key, *_ in rows].index("mlp")
+            rows.insert(at, ("mlp_biases", *_MATRIX_ROWS["mlp_biases"]))
+    if config.tie_weights:
+        rows = [(key, "output map, tied to the token embedding (the same matrix)", "0 new") if key == "output"
+                else (key, label, formula) for key, label, formula in rows]
+    return rows
 
 
 def build_on_meta(config: ModelConfig) -> Transformer:
@@ -83,10 +111,16 @@ def measured_counts(model) -> dict[str, int]:
     attn = block.attn
     d = model.config.d_model
     qkv = attn.qkv.weight  # (3d, d): rows 0:d are W_Q, d:2d W_K, 2d:3d W_V
+
+    def numel(bias):
+        return 0 if bias is None else bias.numel()
+
     counts = {
         "W_Q": qkv[:d].numel(), "W_K": qkv[d:2 * d].numel(), "W_V": qkv[2 * d:].numel(),
         "W_O": attn.out.weight.numel(),
+        "attention_biases": numel(attn.qkv.bias) + numel(attn.out.bias),
         "W1": block.mlp.w1.weight.numel(), "W2": block.mlp.w2.weight.numel(),
+        "mlp_biases": numel(block.mlp.w1.bias) + numel(block.mlp.w2.bias),
         "norms": count_module_parameters(block.ln1) + count_module_parameters(block.ln2),
         "attention": count_module_parameters(attn),
         "mlp": count_module_parameters(block.mlp),
@@ -95,16 +129,20 @@ def measured_counts(model) -> dict[str, int]:
         "token_embedding": model.tok_emb.weight.numel(),
         "position_embedding": model.pos_emb.weight.numel(),
         "final_norm": count_module_parameters(model.ln_f),
-        "output": model.head.weight.numel(),
+        # a tied output map is the embedding's own tensor: PyTorch counts it once, and so do we
+        "output": 0 if model.head.weight is model.tok_emb.weight else model.head.weight.numel(),
         "total": count_module_parameters(model),
     }
+    counts["biases"] = counts["attention_biases"] + counts["mlp_biases"]
     return counts
 
 
-def parameter_table(model, rows=BREAKDOWN_ROWS) -> list[dict]:
-    """Rows of (part, formula, value by formula, value counted from the model, agree?)."""
+def parameter_table(model, rows=None) -> list[dict]:
+    """Rows of (part, formula, value by formula, value counted from the model, agree?); ``rows`` default to
+    ``breakdown_rows`` of the model's config."""
     by_formula = count_parameters(model.config)
     counted = measured_counts(model)
+    rows = breakdown_rows(model.config) if rows is None else rows
     return [
         {"part": label, "formula": formula, "by formula": by_formula[key], "counted in the model": counted[key],
          "agree": by_formula[key] == counted[key]}
@@ -121,7 +159,7 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
     chosen = sorted(set(divisors[::step][:max_rows - 1] + [config.n_heads]))
     rows = []
     for h in chosen:
-        cfg = ModelConfig(vocab_size=1, n_ctx=1, d_model=d, n_heads=h, n_layers=1, d_ff=config.d_ff)
+        cfg = ModelConfig(vocab_size=1, n_ctx=1, d_model=d, n_heads=h, n_layers=1, d_ff=config.d_ff, bias=config.bias)
         block = build_on_meta(cfg).blocks[0]
         rows.append({"heads h": h, "width per head d/h": d // h, "attention by formula": count_parameters(cfg)["attention"],
                      "attention counted": count_module_parameters(block.attn),
@@ -131,10 +169,14 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
 
 def per_block_latex(config: ModelConfig, general: bool = False) -> str:
     """The per-block count as the lecture writes it, with this config's numbers: 12d^2 + 4d when
-    d_ff = 4d (unless ``general``), the general 4d^2 + 2 d d_ff + 4d otherwise. LaTeX, thousands
-    separators unspaced."""
+    d_ff = 4d (unless ``general``), the general 4d^2 + 2 d d_ff + 4d otherwise; with biases (GPT-2)
+    12d^2 + 13d and 4d^2 + 2 d d_ff + 9d + d_ff. LaTeX, thousands separators unspaced."""
     d, ff, n = config.d_model, config.d_ff, count_parameters(config)["per_block"]
     di, fi, total = latex_int(d), latex_int(ff), latex_int(n)
+    if config.bias:
+        if ff == 4 * d and not general:
+            return rf"12d^2 + 13d = 12({di})^2 + 13({di}) = {total}"
+        return rf"4d^2 + 2\,d\,d_{{ff}} + 9d + d_{{ff}} = 4({di})^2 + 2({di})({fi}) + 9({di}) + {fi} = {total}"
     if ff == 4 * d and not general:
         return rf"12d^2 + 4d = 12({di})^2 + 4({di}) = {total}"
     return rf"4d^2 + 2\,d\,d_{{ff}} + 4d = 4({di})^2 + 2({di})({fi}) + 4({di}) = {total}"
@@ -143,6 +185,8 @@ def per_block_latex(config: ModelConfig, general: bool = False) -> str:
 def per_block_formula(config: ModelConfig) -> str:
     """The same in plain text, for a terminal."""
     d, ff, n = config.d_model, config.d_ff, count_parameters(config)["per_block"]
+    if config.bias:
+        return f"4d^2 + 2*d*d_ff + 9d + d_ff = 4*{d}^2 + 2*{d}*{ff} + 9*{d} + {ff} = {n:,}"
     if ff == 4 * d:
         return f"12d^2 + 4d = 12*{d}^2 + 4*{d} = {n:,}"
     return f"4d^2 + 2*d*d_ff + 4d = 4*{d}^2 + 2*{d}*{ff} + 4*{d} = {n:,}"

@@ -1,6 +1,5 @@
 import streamlit as st
 
-from core.fmt import visible
 from core.attention import (
     future_dependence, head_roles, head_window, induction_chance, induction_scores, run_attention,
 )
@@ -18,7 +17,7 @@ st.markdown(
     "Every head compares each position's **query** with the **key** of every position. The result is a "
     "score matrix: row i says how well query i matches each key j. Before the softmax turns a row into "
     "weights, the **causal mask** overwrites every score whose key lies in the future (j > i) with −∞, so "
-    "that a position predicting the next character cannot peek at it. Below, the three steps sit side by "
+    "that a position predicting the next token cannot peek at it. Below, the three steps sit side by "
     "side for any head, on your own text."
 )
 st.latex(r"s_{ij} = \frac{\langle q_i, k_j\rangle}{\sqrt{d_k}}, \qquad "
@@ -55,7 +54,7 @@ def _future_dependence(model_key: str, ids: tuple[int, ...], layer: int, head: i
 
 mkey = model_key(entry)  # names the weights for the caches below
 run = _run(mkey, tuple(prompt.ids))
-tokens = [visible(ch) for ch in prompt.text]
+tokens = tok.visible_tokens(prompt.ids)  # each position's token text, spaces shown as ␣ (a token may hold several characters)
 n = len(tokens)
 
 pick = st.columns([1, 1, 2])
@@ -67,7 +66,7 @@ with pick[2]:
                            help="At full length the cells get tiny; zoom in on a stretch of the prompt.")
     else:
         lo, hi = 0, n - 1
-        st.caption(f"{n} characters: every position is shown.")
+        st.caption(f"{n} {tok.units}: every position is shown.")
 show_unmasked = st.toggle("Also show the softmax without the mask (what the mask prevents)", key="attn_unmasked")
 
 sl = slice(lo, hi + 1)
@@ -90,11 +89,11 @@ if show_unmasked:
                    "on keys outside the window.")
     st.plotly_chart(future_mass_figure(view.future_mass, tokens[sl], offset=lo), width="stretch", key="attn_future")
     st.caption(f"Averaged over the queries that have a future (all but the last), this head would put "
-               f"{view.mean_future_mass:.0%} of its weight on characters it must not see yet.")
+               f"{view.mean_future_mass:.0%} of its weight on {tok.units} it must not see yet.")
 
 st.header("All heads at a glance")
 st.markdown("The same prompt through every head of every layer. Each head has learned its own idea of which "
-            "earlier characters matter; the red frame is the head shown above. **Click any cell of a head** to open "
+            f"earlier {tok.units} matter; the red frame is the head shown above. **Click any cell of a head** to open "
             "that head in the three panels above.")
 
 
@@ -112,8 +111,8 @@ st.header("Why mask the scores and not the weights?")
 st.markdown(
     "Suppose we ran the softmax over all keys first and then zeroed the future weights. Two things break. "
     "The rows no longer sum to 1, so each output is a shrunken average. Worse, the denominator of the "
-    "softmax still contains $e^{s_{ij}}$ for future keys, so the surviving weights still depend on characters "
-    "the query must not see. Masking the scores removes the future from numerator and denominator alike."
+    "softmax still contains $e^{s_{ij}}$ for future keys, so the surviving weights still depend on " + tok.units +
+    " the query must not see. Masking the scores removes the future from numerator and denominator alike."
 )
 st.plotly_chart(mask_order_figure(run.scores[layer][head], tokens[sl], offset=lo), width="stretch", theme=None,
                 key="attn_order")
@@ -122,14 +121,14 @@ if n >= 2:
     a, b = st.columns(2)
     a.metric("Change in earlier rows, mask on the scores", f"{dep['mask_on_scores']:.2e}")
     b.metric("Change in earlier rows, mask after the softmax", f"{dep['mask_after_softmax']:.2e}")
-    st.caption(f"Experiment: replace the last character '{visible(prompt.text[-1])}' by "
-               f"'{visible(tok.decode([dep['replacement']]))}' and measure the largest change in any weight of the "
+    st.caption(f"Experiment: replace the last {tok.unit} '{tokens[-1]}' by "
+               f"'{tok.visible_tokens([dep['replacement']])[0]}' and measure the largest change in any weight of the "
                f"rows before it (layer {layer + 1}, head {head + 1}). With the mask on the scores nothing moves; with the "
-               "mask after the softmax the earlier rows react to a character in their future.")
+               f"mask after the softmax the earlier rows react to a {tok.unit} in their future.")
 
 st.header("What each head does")
 st.markdown("Four measurements of every head in the live model. The first three are taken on your prompt; "
-            "the induction score on random character sequences repeated twice, where the only way to predict "
+            f"the induction score on random {tok.unit} sequences repeated twice, where the only way to predict "
             "the second copy is to find the earlier occurrence and copy what came next.")
 roles = head_roles(run, _induction(mkey))
 st.plotly_chart(head_roles_figure(roles), width="stretch", key="attn_roles")

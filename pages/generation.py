@@ -1,11 +1,11 @@
 import math
 import time
 
+import numpy as np
 import streamlit as st
 import torch
 
 from core import fmt
-from core.fmt import visible
 from core import generation as G
 from core import generation_figures as GF
 from core.sampling import stream
@@ -18,8 +18,9 @@ MODES = ("greedy", "sample", "top-k", "top-p")
 
 st.title("Generation")
 st.markdown(
-    "After reading the prompt, the model ends with one score per character of its vocabulary, the logits "
-    "**z**. Generating text is a loop: turn the scores into a distribution, pick a character, append it, "
+    "After reading the prompt, the model ends with one score per token of its vocabulary (a character, for a "
+    "character-level model), the logits **z**. Generating text is a loop: turn the scores into a distribution, "
+    "pick a token, append it, "
     "read again. *Greedy* decoding always picks the highest score; *sampling* draws from the distribution. "
     "The temperature T sits in between: every logit is divided by T before the softmax."
 )
@@ -27,7 +28,7 @@ st.latex(r"p_i(T) = \frac{e^{z_i/T}}{\sum_{j=1}^{m} e^{z_j/T}}, \qquad "
          r"\lim_{T\to 0^+} \mathbf{p}(T) = \mathbf{e}_{i^\star}\ \text{(greedy)}, \qquad "
          r"\lim_{T\to\infty} \mathbf{p}(T) = \left(\tfrac{1}{m}, \ldots, \tfrac{1}{m}\right)")
 st.caption("Dividing by a small T stretches the gaps between logits until only the largest matters; a large T "
-           "shrinks every gap towards zero, so all m characters become equally likely. If k logits tie for the "
+           "shrinks every gap towards zero, so all m tokens become equally likely. If k logits tie for the "
            "maximum, the T → 0 limit is uniform over those k.")
 
 entry, model, tok = require_model()
@@ -37,26 +38,27 @@ m = c.vocab_size
 prompt = prompt_input("Prompt", DEFAULT_PROMPT, "gen_prompt", tok, c.n_ctx, height=150)
 ids = prompt.ids
 if prompt.empty:
-    if "\n" not in tok.stoi:
-        st.info("Type a prompt: the model needs at least one character it knows to start from.")
+    ids = tok.encode("\n", errors="drop")  # a line break, when the vocabulary has one
+    if not ids:
+        st.info(f"Type a prompt: the model needs at least one {tok.unit} it knows to start from.")
         st.stop()
-    ids = [tok.stoi["\n"]]
     st.info("The prompt is empty (or none of its characters is known to the model), so the model starts "
             "from a single line break ⏎, as at the beginning of a new speech.")
 start_text = tok.decode(ids)
-logits = G.next_logits(model, ids)  # (m,) scores for the next character
+unit, units = tok.unit, tok.units  # "character(s)" for a character model, "token(s)" otherwise
+logits = G.next_logits(model, ids)  # (m,) scores for the next token
 
 
 # ------------------------------------------------------------------ generate
 st.header("Generate text")
 a, b, cmode = st.columns([1, 1, 2])
-n_new = int(a.number_input("New characters", 1, 2000, 200, step=50, key="gen_new_tokens",
+n_new = int(a.number_input(f"New {units}", 1, 2000, 200, step=50, key="gen_new_tokens",
                            help=f"More than n_ctx = {c.n_ctx} is fine: the window then slides over the text."))
 seed = int(b.number_input("Seed", 0, 2**31 - 1, 0, key="gen_seed",
                           help="The same seed gives the same sampled text; greedy ignores it."))
 mode = cmode.radio("Decoding", MODES, index=1, horizontal=True, key="gen_mode",
                    help="greedy: argmax every step · sample: draw from p(T) · top-k: draw among the k most "
-                        "likely · top-p: draw among the most likely characters whose total reaches p")
+                        f"likely · top-p: draw among the most likely {units} whose total reaches p")
 temperature, top_k, top_p = 0.0, None, None
 if mode != "greedy":
     t_col, f_col, _ = st.columns([1, 1, 2])
@@ -64,15 +66,15 @@ if mode != "greedy":
                                            key="gen_temperature"))
     if mode == "top-k":
         top_k = int(f_col.number_input("k", 1, m, min(10, m), key="gen_top_k",
-                                       help=f"How many of the m = {m} characters stay in the draw."))
+                                       help=f"How many of the m = {m} {units} stay in the draw."))
     elif mode == "top-p":
         top_p = float(f_col.slider("p", 0.0, 1.0, 0.9, step=0.01, key="gen_top_p",
-                                   help="The smallest set of most likely characters whose probabilities add "
+                                   help=f"The smallest set of most likely {units} whose probabilities add "
                                         "up to at least p stays in the draw; the most likely one always does."))
-    for note in G.decoding_notes(temperature, m, top_k, top_p):
+    for note in G.decoding_notes(temperature, m, top_k, top_p, unit=unit):
         st.info(note)
 
-st.html(GF.legend_html())
+st.html(GF.legend_html(unit))
 key = (model_key(entry), tuple(ids), n_new, seed, mode, temperature, top_k, top_p)
 memo = st.session_state.get("gen_memo")
 box = st.empty()
@@ -84,8 +86,8 @@ else:
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     for s in stream(model, [ids], n_new, temperature, top_k, top_p, generator=gen):
-        steps.append(G.step_record(s, tok.chars))
-        if time.perf_counter() - shown > 0.1:  # repaint a few times a second, not for every character
+        steps.append(G.step_record(s, tok.pieces))
+        if time.perf_counter() - shown > 0.1:  # repaint a few times a second, not for every token
             box.html(GF.shaded_html(start_text, steps))
             shown = time.perf_counter()
     elapsed = time.perf_counter() - t0
@@ -96,28 +98,28 @@ measures = G.text_measures(steps)
 d3, slid_at = measures["distinct_3"], measures["slid_at"]
 m1, m2, m3 = st.columns(3)
 m1.metric("Distinct 3-grams", "–" if d3 is None else f"{d3:.2f}",
-          help="Distinct 3-character sequences / all 3-character sequences of the generated text.")
+          help=f"Distinct sequences of 3 {units} / all sequences of 3 {units} of the generated text.")
 m2.metric("Mean probability the model gave", f"{measures['mean_prob']:.3f}")
 m3.metric("Perplexity of the generated text", f"{measures['perplexity']:.2f}",
-          help="exp of the mean negative log-probability (at T = 1) of the generated characters.")
-caption = (f"Prompt in grey, then {len(steps)} generated characters, shaded by the probability the model (at T = 1) "
-           "gave each one; hover a character for the most likely alternatives at that step. "
+          help=f"exp of the mean negative log-probability (at T = 1) of the generated {units}.")
+caption = (f"Prompt in grey, then {len(steps)} generated {units}, shaded by the probability the model (at T = 1) "
+           f"gave each one; hover a {unit} for the most likely alternatives at that step. "
            f"Generated in {elapsed * 1000:.0f} ms" + (" with the key/value cache." if slid_at is None else
                                                         f", the first {slid_at} with the key/value cache."))
 if slid_at is not None:
-    caption += (f" From character {slid_at + 1} on, the text was longer than n_ctx = {c.n_ctx}: the model reads only "
-                f"the last {c.n_ctx} characters, and because positions are learned, every shift of the window makes "
+    caption += (f" From {unit} {slid_at + 1} on, the text was longer than n_ctx = {c.n_ctx}: the model reads only "
+                f"the last {c.n_ctx} {units}, and because positions are learned, every shift of the window makes "
                 "the cached keys and values stale, so each step re-reads the whole window instead.")
 st.caption(caption)
 with st.expander("Plain text"):
-    st.code(start_text + "".join(s["ch"] for s in steps), language=None, wrap_lines=True)
+    st.code(tok.decode(list(ids) + [s["id"] for s in steps]), language=None, wrap_lines=True)
 
 # ------------------------------------------------------------------ sweep
 st.header("The temperature sweep")
 st.markdown(
-    "The same logits after the prompt, divided by different temperatures. The panels share their characters "
-    "(the model's most likely ones at T = 1) and their axis, so you can watch the mass pile onto one "
-    "character as T falls and spread out as T grows."
+    f"The same logits after the prompt, divided by different temperatures. The panels share their {units} "
+    f"(the model's most likely ones at T = 1) and their axis, so you can watch the mass pile onto one "
+    f"{unit} as T falls and spread out as T grows."
 )
 temps_text = st.text_input("Temperatures (comma-separated)", "0, 0.25, 0.5, 1, 2, 5", key="gen_temps",
                            max_chars=300)
@@ -127,17 +129,20 @@ for msg in messages:
 if not temps:
     temps = list(G.DEFAULT_TEMPERATURES)
     st.info("No usable temperature in the list, so the default list is shown.")
-labels = [fmt.md_escape(visible(ch)) for ch in tok.chars]  # shown inside markdown captions
+def label(i: int) -> str:  # a token's text, shown inside markdown captions
+    return fmt.md_escape(tok.visible_tokens([i])[0])
+
+
 zero_limit, _ = G.limits(logits)
 n_ties = int((zero_limit > 0).sum())
-st.plotly_chart(GF.sweep_bars(tok.chars, logits, temps), width="stretch", key="gen_sweep_bars")
+st.plotly_chart(GF.sweep_bars(tok.pieces, logits, temps, unit=unit), width="stretch", key="gen_sweep_bars")
 top = int(logits.argmax())
 if n_ties == 1:
-    st.caption(f"The largest logit is unique (character '{labels[top]}'), so the claim applies: T → 0 gives the "
+    st.caption(f"The largest logit is unique ({unit} '{label(top)}'), so the claim applies: T → 0 gives the "
                "one-hot vector on it, which is what greedy decoding picks.")
 else:
-    tied = ", ".join(f"'{labels[i]}'" for i in range(m) if zero_limit[i] > 0)
-    st.caption(f"{n_ties} characters tie for the largest logit ({tied}): as T → 0 the probability splits evenly "
+    tied = ", ".join(f"'{label(i)}'" for i in np.flatnonzero(zero_limit > 0)[:20])
+    st.caption(f"{n_ties} {units} tie for the largest logit ({tied}): as T → 0 the probability splits evenly "
                "between them.")
 
 st.subheader("Move T continuously")
@@ -150,7 +155,7 @@ k1.metric("Entropy H(p(T))", f"{now['entropy'][0]:.3f} nats", help=f"0 for one-h
 k2.metric("Largest probability", f"{now['max_prob'][0]:.3f}", help=f"1 for one-hot, 1/m = {1 / m:.4f} for uniform")
 k3.metric("Distance to one-hot", f"{now['to_one_hot'][0]:.3f}", help="total variation distance to the T → 0 limit")
 k4.metric("Distance to uniform", f"{now['to_uniform'][0]:.3f}", help="total variation distance to the T → ∞ limit")
-st.plotly_chart(GF.distribution_bars(tok.chars, logits, t_slider), width="stretch", key="gen_dist_bars")
+st.plotly_chart(GF.distribution_bars(tok.pieces, logits, t_slider, unit=unit), width="stretch", key="gen_dist_bars")
 curves = G.sweep(logits, G.log_grid(1e-3, 1e3, 121))
 st.plotly_chart(GF.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
                 key="gen_curves")
@@ -176,12 +181,12 @@ def continuations(weights_key, _model, chars: tuple, ids: tuple, temps: tuple, n
 st.header("Continuations, one per temperature")
 st.markdown(
     "The same prompt continued at each temperature of the list, every one with the same seed. A repetition "
-    "measure sits on top of each: the share of distinct 3-character sequences. Greedy text tends to fall into "
+    f"measure sits on top of each: the share of distinct sequences of 3 {units}. Greedy text tends to fall into "
     "loops (a low share); at high T the text stops looking like words and the shading turns dark, because the "
-    "model keeps being handed characters it found unlikely."
+    f"model keeps being handed {units} it found unlikely."
 )
-n_cont = int(st.number_input("Characters per continuation", 10, 1000, 150, step=50, key="gen_cont_tokens"))
-runs = continuations(model_key(entry), model, tuple(tok.chars), tuple(ids), tuple(temps), n_cont, seed)
+n_cont = int(st.number_input(f"{units.capitalize()} per continuation", 10, 1000, 150, step=50, key="gen_cont_tokens"))
+runs = continuations(model_key(entry), model, tok.pieces, tuple(ids), tuple(temps), n_cont, seed)
 ratios = [G.distinct_n([s["id"] for s in r], 3) for r in runs]
 per_row = 3
 for r0 in range(0, len(temps), per_row):

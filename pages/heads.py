@@ -3,7 +3,6 @@ import streamlit as st
 
 from core import intervention_figures as IF
 from core.attention import induction_chance, run_attention
-from core.fmt import visible
 from core.induction import THRESHOLD, head_scores, probe_period, stripe_scores
 from core.interventions import (MODES, copy_slices, greedy_continuation, next_token_probs, rank_heads, repeat_ids,
                                 repeat_period, token_losses)
@@ -89,12 +88,12 @@ b, note = st.columns([1, 4], vertical_alignment="center")
 b.button("Repeat my prompt", key="heads_repeat", on_click=_repeat, args=(tok, c.n_ctx), disabled=prompt.empty)
 done = st.session_state.get("heads_repeat_note")
 if done and done[0] == prompt.text and done[1]:
-    note.caption(f"Your prompt had {done[2]} characters, but two copies must fit in n_ctx = {c.n_ctx}: only its "
-                 f"last {half} characters were written twice.")
+    note.caption(f"Your prompt had {done[2]} {tok.units}, but two copies must fit in n_ctx = {c.n_ctx}: only its "
+                 f"last {half} {tok.units} were written twice.")
 else:
-    note.caption("Writes your prompt twice. In the second copy every character has been seen before, followed by "
-                 "the character that comes next: a model with an induction head can copy it from the first copy "
-                 f"(at most {half} characters are repeated, so that both copies fit in n_ctx = {c.n_ctx}).")
+    note.caption(f"Writes your prompt twice. In the second copy every {tok.unit} has been seen before, followed by "
+                 f"the {tok.unit} that comes next: a model with an induction head can copy it from the first copy "
+                 f"(at most {half} {tok.units} are repeated, so that both copies fit in n_ctx = {c.n_ctx}).")
 if prompt.empty:
     st.info("Type a few characters above (letters, punctuation, newlines) to see what switching heads off changes.")
     st.stop()
@@ -137,14 +136,14 @@ if not heads:
             "which heads matter most on this prompt.")
 elif len(heads) == len(options):
     st.info("Every head is off: no position can read any other, so each prediction rests on the current "
-            "character and its position alone, as in a bigram model. Expect the loss to rise a lot.")
+            f"{tok.unit} and its position alone, as in a bigram model. Expect the loss to rise a lot.")
 
 # ------------------------------------------------------------------ losses
 
-st.header("Loss on your prompt, character by character")
+st.header(f"Loss on your prompt, {tok.unit} by {tok.unit}")
 if n < 2:
-    st.info("One character: there is nothing inside the prompt to predict, so there are no losses to compare. "
-            "Type at least two characters; the next-character view and the continuation below still work.")
+    st.info(f"One {tok.unit}: there is nothing inside the prompt to predict, so there are no losses to compare. "
+            f"Type at least two {tok.units}; the next-{tok.unit} view and the continuation below still work.")
 else:
     before = _losses(mkey, ids, (), mode)
     after = _losses(mkey, ids, heads, mode)
@@ -152,16 +151,16 @@ else:
     m1.metric("Mean loss, all heads on", f"{before.mean():.3f} nats")
     m2.metric(f"Mean loss, {off}", f"{after.mean():.3f} nats", delta=f"{after.mean() - before.mean():+.3f} nats",
               delta_color="inverse")
-    st.html(IF.loss_change_html(prompt.text, before, after))
+    st.html(IF.loss_change_html(tok.token_strings(ids), before, after))
     st.html(IF.loss_change_legend(IF.change_scale(after - before)))
-    st.caption("A character's loss is −log of the probability the model gave it, reading everything before it. "
-               "The first character has no loss: nothing comes before it.")
+    st.caption(f"A {tok.unit}'s loss is −log of the probability the model gave it, reading everything before it. "
+               f"The first {tok.unit} has no loss: nothing comes before it.")
     if period:
         first, second = copy_slices(period)
         table = {"first copy": [before[first].mean(), after[first].mean()],
                  "second copy": [before[second].mean(), after[second].mean()]}
         table["drop (first − second)"] = [f - s for f, s in zip(table["first copy"], table["second copy"])]
-        st.markdown(f"**Your prompt is {period} characters written twice.** Mean loss (nats) on each copy:")
+        st.markdown(f"**Your prompt is {period} {tok.units} written twice.** Mean loss (nats) on each copy:")
         st.table({"": ["all heads on", off], **{k: [f"{v:.3f}" for v in vals] for k, vals in table.items()}})
         gain_on, gain_off = table["drop (first − second)"]
 
@@ -179,20 +178,20 @@ else:
 
 # ------------------------------------------------------------------ next character
 
-st.header("The next character, before and after")
+st.header(f"The next {tok.unit}, before and after")
 p_before, p_after = _probs(mkey, ids, (), mode), _probs(mkey, ids, heads, mode)
 if n > 1:
-    pos = st.slider("Position i (counting from 0): the distribution for the character after position i", 0, n - 1,
+    pos = st.slider(f"Position i (counting from 0): the distribution for the {tok.unit} after position i", 0, n - 1,
                     n - 1, key=f"heads_pos_{n}")
 else:
     pos = 0
-tail = prompt.text[max(0, pos - 29):pos + 1]
+tail = tok.visible_tokens(ids[max(0, pos - 29):pos + 1])  # the last 30 tokens read (characters, for a character model)
 actual = ids[pos + 1] if pos + 1 < n else None
-seen = "".join(visible(ch) for ch in tail).replace("`", "'")  # shown as code: no Markdown escapes inside
-nxt = "" if actual is None else visible(tok.chars[actual]).replace("`", "'")
+seen = "".join(tail).replace("`", "'")  # shown as code: no Markdown escapes inside
+nxt = "" if actual is None else tok.visible_tokens([actual])[0].replace("`", "'")
 st.caption(f"The model has read …`{seen}` (position {pos}); "
-           + ("this is the end of your prompt." if actual is None else f"the next character in your text is `{nxt}`."))
-st.plotly_chart(next_token_bars(tuple(tok.chars), p_before[pos], p_after[pos], off, actual), width="stretch",
+           + ("this is the end of your prompt." if actual is None else f"the next {tok.unit} in your text is `{nxt}`."))
+st.plotly_chart(next_token_bars(tok.pieces, p_before[pos], p_after[pos], off, actual, unit=tok.unit), width="stretch",
                 theme=None, key="heads_bars")
 
 # ------------------------------------------------------------------ continuation
@@ -209,14 +208,14 @@ with left:
 with right:
     st.markdown(f"**{off}**")
     st.html(IF.continuation_html(context, cont_off, reference=cont_on))
-st.caption(f"{steps} characters, each the most likely one; the end of your prompt is grey. On the right, yellow marks "
-           "the characters that differ from the left.")
+st.caption(f"{steps} {tok.units}, each the most likely one; the end of your prompt is grey. On the right, yellow marks "
+           f"the {tok.units} that differ from the left.")
 
 # ------------------------------------------------------------------ ranking
 
 st.header("Which heads matter on this prompt")
 if n < 2:
-    st.info("Ranking the heads needs losses, so at least two characters.")
+    st.info(f"Ranking the heads needs losses, so at least two {tok.units}.")
 else:
     effects = _rank(mkey, ids, mode, None)
     second = _rank(mkey, ids, mode, period) if period else None
@@ -243,9 +242,9 @@ else:
 st.header("The induction stripe")
 period_probe = probe_period(c.n_ctx, c.vocab_size)
 st.markdown(
-    "An **induction head** completes patterns seen earlier in the context: at a character A it looks for the "
-    "earlier A and attends to the character right after it, then copies it. We measure this on random "
-    f"characters written twice ({period_probe} of them, then the same again), where nothing else predicts the "
+    f"An **induction head** completes patterns seen earlier in the context: at a {tok.unit} A it looks for the "
+    f"earlier A and attends to the {tok.unit} right after it, then copies it. We measure this on random "
+    f"{tok.units} written twice ({period_probe} of them, then the same again), where nothing else predicts the "
     "second copy. A head's **induction score** is the weight its second-copy queries give, on average, to the "
     f"key right after the earlier occurrence. We call a head an induction head from **{THRESHOLD:.2f}** on: "
     "it then puts at least that share of its attention on one key out of dozens.")
@@ -253,7 +252,7 @@ st.dataframe(IF.induction_frame(scores.induction).style.format("{:.3f}").highlig
     left=THRESHOLD, right=None, color="#c7ecc7"), width="content", key="heads_induction")
 st.caption(f"Highlighted: at or above {THRESHOLD:.2f}. A head spreading its weight evenly over the past would score "
            f"about {induction_chance(c.n_ctx, period_probe):.3f}. On the probe this model's loss is "
-           f"{scores.first_copy_loss:.2f} nats on the first copy (random characters: a model of English expects "
+           f"{scores.first_copy_loss:.2f} nats on the first copy (random {tok.units}: a model of English expects "
            f"something else, so it can do worse than guessing, log m = {np.log(c.vocab_size):.2f}) and "
            f"{scores.second_copy_loss:.2f} on the second.")
 if float(scores.induction.max()) < THRESHOLD:
@@ -266,19 +265,19 @@ T = len(rep) // 2
 layer, head = st.selectbox("Head to look at", options, index=options.index(best), key=f"heads_stripe_{heads_key}",
                            format_func=lambda p: IF.head_label(*p) + (" (highest induction score)" if p == best else ""))
 if T < 2:
-    st.info("The stripe needs a prompt of at least two characters.")
+    st.info(f"The stripe needs a prompt of at least two {tok.units}.")
 else:
     pattern = _pattern(mkey, tuple(rep), layer, head)
     here = float(stripe_scores(pattern[None], T)[1])
     where = "your prompt" if period else "your prompt written twice"
-    st.plotly_chart(stripe_figure(pattern, [visible(ch) for ch in tok.decode(rep)], T,
+    st.plotly_chart(stripe_figure(pattern, tok.visible_tokens(rep), T,
                                   f"{IF.head_label(layer, head)} on {where} (period {T})"),
                     width="stretch", theme=None, key="heads_stripe")
     on = _losses(mkey, tuple(rep), (), mode)
     off1 = _losses(mkey, tuple(rep), ((layer, head),), mode)
     _, sec = copy_slices(T)
     st.caption(f"Rows are queries, columns keys; grey cells lie in the future and are masked. An induction head "
-               f"lights up the dotted line j = i − {T} + 1: from each character of the second copy to the one after "
+               f"lights up the dotted line j = i − {T} + 1: from each {tok.unit} of the second copy to the one after "
                f"its twin in the first. On {where} this head gives that line {here:.2f} of its weight on average. "
                f"Switching it off ({mode}) moves the second copy's loss from {on[sec].mean():.3f} to "
                f"{off1[sec].mean():.3f} nats.")

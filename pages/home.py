@@ -2,12 +2,13 @@ import streamlit as st
 
 from core.fmt import head_label
 
-from core.checkpoint import CheckpointError, read_card, read_heads, read_log
+from core.checkpoint import WEIGHTS_FILE, CheckpointError, checkpoint_zip, read_card, read_heads, read_log
+from core.hf import export_zip
 from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
 from core.induction_figures import formation_figure
 from core.params import count_parameters, parameter_table, per_block_latex
-from ui import ensure_frame, require_model
+from ui import ensure_frame, model_key, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -35,17 +36,22 @@ left, right = st.columns([1, 1], gap="large")
 with left:
     st.subheader("Architecture")
     st.markdown(
-        f"- **Embedding:** each of the m = {c.vocab_size} characters gets a learned vector of width "
-        f"d = {c.d_model}, and each of the n_ctx = {c.n_ctx} positions adds a learned position vector.\n"
+        f"- **Tokens:** {tok.describe()}.\n"
+        f"- **Embedding:** each of the m = {c.vocab_size:,} {tok.units} gets a learned vector of width "
+        f"d = {c.d_model}, and each of the n_ctx = {c.n_ctx:,} positions adds a learned position vector.\n"
         f"- **{c.n_layers} pre-norm block{'s' if c.n_layers != 1 else ''}**, each with h = {c.n_heads} "
-        f"attention heads of width d/h = {c.d_head} and an MLP of hidden width d_ff = {c.d_ff}. "
-        "Every linear map is bias-free; each LayerNorm has a scale and a shift.\n"
-        f"- **Output:** a final LayerNorm, then a linear map back to the {c.vocab_size} characters."
+        f"attention heads of width d/h = {c.d_head} and an MLP of hidden width d_ff = {c.d_ff:,}. "
+        + ("Every linear map has a bias, as in GPT-2" if c.bias else "Every linear map is bias-free")
+        + "; each LayerNorm has a scale and a shift.\n"
+        f"- **Output:** a final LayerNorm, then a linear map back to the {c.vocab_size:,} {tok.units}"
+        + (", which is the token embedding matrix again (tied, as in GPT-2)." if c.tie_weights else ".")
     )
     st.markdown("Each block updates the running stream of vectors twice, normalising before each sublayer:")
     st.latex(r"X \leftarrow X + \mathrm{MultiHead}(\mathrm{LN}(X))")
     st.latex(r"X \leftarrow X + \mathrm{MLP}(\mathrm{LN}(X))")
-    st.latex(r"\mathrm{MLP}(u) = W_2^\top \,\mathrm{ReLU}(W_1^\top u)")
+    f = {"relu": r"\mathrm{ReLU}", "gelu": r"\mathrm{GELU}", "gelu_tanh": r"\mathrm{GELU}_{\tanh}"}[c.activation]
+    st.latex(rf"\mathrm{{MLP}}(u) = W_2^\top \,{f}(W_1^\top u + b_1) + b_2" if c.bias else
+             rf"\mathrm{{MLP}}(u) = W_2^\top \,{f}(W_1^\top u)")
 with right:
     st.subheader("Model card")
     card = read_card(entry.path)
@@ -62,7 +68,7 @@ st.markdown(
     "model that is actually loaded. A check mark means the two agree."
 )
 groups = (r"\underbrace{4d^2}_{\text{attention}} + \underbrace{8d^2}_{\text{MLP}} + "
-          r"\underbrace{4d}_{\text{norms}} = ") if c.d_ff == 4 * d else ""
+          r"\underbrace{4d}_{\text{norms}} = ") if c.d_ff == 4 * d and not c.bias else ""
 st.latex(groups + per_block_latex(c))
 st.caption("Per block. The number of heads appears nowhere: heads split the width, they do not add weights.")
 m1, m2, m3 = st.columns(3)
@@ -73,6 +79,28 @@ table = [{**row, "agree": "✓" if row["agree"] else "✗"} for row in parameter
 st.dataframe(table, hide_index=True, width="stretch",
              column_config={"by formula": st.column_config.NumberColumn(format="localized"),
                             "counted in the model": st.column_config.NumberColumn(format="localized")})
+
+MAX_EXPORT_BYTES = 64 * 2**20  # zipping a larger model on every visit would hold the page up
+
+
+@st.cache_data(max_entries=4, show_spinner="Packing the model ...")
+def _zips(key: str, name: str) -> tuple[bytes, bytes]:
+    """(the checkpoint folder, the same model as a Hugging Face GPT-2 folder), each zipped; ``key`` names the weights."""
+    return checkpoint_zip(entry.path), export_zip(model, tok, f"{name}-gpt2")
+
+
+if entry.hf:
+    st.caption("This model is a Hugging Face GPT-2 folder already: transformers and TransformerLens read it as it is.")
+elif (entry.path / WEIGHTS_FILE).stat().st_size <= MAX_EXPORT_BYTES:
+    folder_zip, hf_zip = _zips(model_key(entry), entry.name)
+    z1, z2, _ = st.columns([1, 1, 2])
+    z1.download_button("Download the checkpoint folder (.zip)", data=folder_zip, file_name=f"{entry.name}.zip",
+                       mime="application/zip", key="home_download", on_click="ignore")
+    z2.download_button("Download for transformers (.zip)", data=hf_zip, file_name=f"{entry.name}-gpt2.zip",
+                       mime="application/zip", key="home_download_hf", on_click="ignore",
+                       help="The same model as a Hugging Face GPT-2 folder: GPT2LMHeadModel.from_pretrained(folder) "
+                            "gives the same logits and AutoTokenizer the same token ids, so you can go on in "
+                            "transformers, TransformerLens or any Hugging Face tool.")
 
 try:
     log = read_log(entry.path)

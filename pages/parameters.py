@@ -4,7 +4,7 @@ from core import fmt
 from core import cost
 from core.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.model import ModelConfig
-from core.params import DETAILED_ROWS, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex
+from core.params import breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex
 from ui import DEFAULT_MODEL, current, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -19,13 +19,20 @@ st.markdown(
 
 shipped, shipped_training = shipped_config()  # a broken shipped folder: a warning, and no preset for it
 PRESETS = cost.preset_configs(shipped, DEFAULT_MODEL)
+selected, selected_model, _ = current()
+if selected is not None and selected.name != DEFAULT_MODEL:  # the model picked in the sidebar, a GPT-2 one say
+    PRESETS[f"{selected.name} (selected)"] = selected_model.config
 FIELDS = [("par_d", "d_model", "width d"), ("par_h", "n_heads", "heads h"), ("par_L", "n_layers", "blocks L"),
           ("par_dff", "d_ff", "MLP width d_ff"), ("par_m", "vocab_size", "vocabulary m"), ("par_nctx", "n_ctx", "context n_ctx")]
 
 
+TERMS = [("par_bias", "bias", "biases on every linear map (GPT-2)"),
+         ("par_tied", "tie_weights", "output map tied to the token embedding (GPT-2)")]
+
+
 def apply_preset():
     config = PRESETS[st.session_state.par_preset]
-    for key, attr, _ in FIELDS:
+    for key, attr, _ in FIELDS + TERMS:
         st.session_state[key] = getattr(config, attr)
 
 
@@ -39,7 +46,14 @@ st.selectbox("Preset", list(PRESETS), key="par_preset", on_change=apply_preset,
 cols = st.columns(len(FIELDS))
 for col, (key, attr, label) in zip(cols, FIELDS):
     col.number_input(label, min_value=1, max_value=300 if attr == "n_layers" else 2_000_000, step=1, key=key)
+terms = st.columns(len(TERMS) + 1)
+for col, (key, attr, label) in zip(terms, TERMS):
+    col.toggle(label, key=key, help="GPT-2's terms: the lecture's model has neither. A tied output map reuses the "
+                                    "embedding matrix, so it adds no parameters.")
 values = {attr: int(st.session_state[key]) for key, attr, _ in FIELDS}
+values.update({attr: bool(st.session_state[key]) for key, attr, _ in TERMS})
+# the activation changes no count; a selected model's other fields come with its preset
+values.update({k: v for k, v in PRESETS[st.session_state.par_preset].to_dict().items() if k in ("activation", "ln_eps")})
 try:
     config = ModelConfig(**values)
 except ValueError as e:
@@ -52,19 +66,25 @@ counts = count_parameters(config)
 @st.cache_data(show_spinner="Building the model on the meta device ...", max_entries=32)
 def meta_tables(shape: tuple) -> tuple[list[dict], list[dict]]:
     cfg = ModelConfig(**dict(shape))
-    return parameter_table(build_on_meta(cfg), rows=DETAILED_ROWS), heads_sweep(cfg)
+    return parameter_table(build_on_meta(cfg), rows=breakdown_rows(cfg, detailed=True)), heads_sweep(cfg)
 
 
 table, sweep = meta_tables(tuple(sorted(config.to_dict().items())))
 
 st.markdown(
     "Attention stores W_Q, W_K and W_V for every head (each d × d/h) plus W_O (d × d); the MLP stores W1 and W2; "
-    "each of the two LayerNorms learns a scale and a shift per feature. One block therefore holds"
+    "each of the two LayerNorms learns a scale and a shift per feature"
+    + ("; with biases (GPT-2) each of those four maps and both MLP maps adds a vector: 3d + d for attention, "
+       "d_ff + d for the MLP" if c.bias else "") + ". One block therefore holds"
 )
 di = fmt.latex_int(d)
-st.latex(per_block_latex(c, general=True) + (r"\quad (= 12d^2 + 4d \text{ when } d_{ff} = 4d)" if c.d_ff == 4 * d else ""))
+small = "13d" if c.bias else "4d"
+st.latex(per_block_latex(c, general=True) + (rf"\quad (= 12d^2 + {small} \text{{ when }} d_{{ff}} = 4d)" if c.d_ff == 4 * d else ""))
+if c.tie_weights:
+    st.caption("The output map is tied to the token embedding: it is the same m × d matrix read backwards, so it "
+               "adds no parameters of its own (the output row of the table shows 0).")
 if c.d_ff == 4 * d:
-    st.markdown("Dropping the small 4d and multiplying by the depth gives the lecture's size estimate:")
+    st.markdown(f"Dropping the small {small} and multiplying by the depth gives the lecture's size estimate:")
     st.latex(rf"12 d^2 L = 12({di})^2({L}) \approx {fmt.latex_sci(12 * d * d * L)}")
 
 
@@ -78,8 +98,8 @@ count_metric(m1, "Parameters per block", counts["per_block"])
 count_metric(m2, f"All {L} blocks", counts["blocks"])
 count_metric(m3, "Whole model", counts["total"])
 count_metric(m4, "Tied output map", cost.tied_total(config),
-             "The total if the output map reuses the token embedding matrix, as GPT-2 and GPT-3 do; they also add "
-             "biases, which this bias-free architecture lacks.")
+             "The total if the output map reuses the token embedding matrix, as GPT-2 and GPT-3 do (GPT-2 also adds "
+             "biases: switch them on above).")
 
 st.subheader("Every matrix, counted twice")
 st.markdown(

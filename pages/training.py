@@ -3,7 +3,8 @@ import math
 import streamlit as st
 
 from core.fmt import clock, head_label, latex_int, latex_sci, pretty_sci, visible
-from core.checkpoint import checkpoint_zip, default_model_name, sanitise_model_name
+from core.checkpoint import checkpoint_zip, default_model_name, load_checkpoint, sanitise_model_name
+from core.hf import export_zip
 from core.corpus import PYDOC_NAME, TRAIN_FRACTION, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path
 from core.figures import loss_curve
@@ -375,8 +376,9 @@ def _save():
     except (ValueError, OSError) as e:
         st.session_state["train_save_error"] = str(e)
         return
+    model, tok = load_checkpoint(path)  # what was written, read back: the export is of the saved model
     st.session_state["train_saved"] = {"name": path.name, "path": str(path), "zip": checkpoint_zip(path),
-                                       "step": job.status().step}
+                                       "hf_zip": export_zip(model, tok, f"{path.name}-gpt2"), "step": job.status().step}
     if st.session_state.get("train_select", True):
         st.session_state["te_model_name"] = path.name
 
@@ -400,5 +402,11 @@ saved = st.session_state.get("train_saved")
 if saved:
     st.success(f"Saved **{saved['name']}** (step {saved['step']:,}) in {user_models_dir()}. It is in the sidebar's "
                "model picker now; open Home to read its model card and loss curve.")
-    st.download_button("Download the checkpoint folder (.zip)", data=saved["zip"], file_name=f"{saved['name']}.zip",
+    z1, z2, _ = st.columns([1, 1, 2])
+    z1.download_button("Download the checkpoint folder (.zip)", data=saved["zip"], file_name=f"{saved['name']}.zip",
                        mime="application/zip", key="train_download", on_click="ignore")
+    z2.download_button("Download for transformers (.zip)", data=saved["hf_zip"], file_name=f"{saved['name']}-gpt2.zip",
+                       mime="application/zip", key="train_download_hf", on_click="ignore",
+                       help="The same model as a Hugging Face GPT-2 folder: GPT2LMHeadModel.from_pretrained(folder) "
+                            "gives the same logits and AutoTokenizer the same token ids, so you can go on in "
+                            "transformers, TransformerLens or any Hugging Face tool.")

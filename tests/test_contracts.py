@@ -60,3 +60,13 @@ def test_a_forward_pass_fills_them_with_the_documented_shapes():
         assert torch.all(rec.scores[..., future] != 0)  # scores are kept before the mask, future included
     with_loss = model(idx, targets=idx, use_cache=True)
     assert with_loss.loss.shape == () and with_loss.attn is None and with_loss.present.length == n
+
+
+def test_the_app_never_imports_transformers():
+    """transformers is the reference in tests and benchmarks only; the app reads and writes GPT-2 folders itself."""
+    import re
+
+    files = [ROOT / "app.py", ROOT / "ui.py", *(ROOT / "pages").glob("*.py"), *(ROOT / "core").glob("*.py")]
+    for path in files:
+        assert not re.search(r"^\s*(import|from)\s+transformers\b", path.read_text(), re.M), path
+    assert not re.search(r"^transformers\b", (ROOT / "requirements.txt").read_text(), re.M)

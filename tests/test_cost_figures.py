@@ -49,3 +49,14 @@ def test_timing_figure_shows_measurements_and_fits():
     fit = fig.data[1]
     assert list(fit.x) == [128, 256, 512]
     assert np.allclose(fit.y, [1e-8 * n**2 * 1e3 for n in (128, 256, 512)])  # milliseconds
+
+
+def test_parameter_bar_shows_gpt2_biases_and_still_adds_up():
+    cfg = ModelConfig(vocab_size=50, n_ctx=16, d_model=32, n_heads=4, n_layers=3, bias=True, tie_weights=True)
+    counts = count_parameters(cfg)
+    fig = parameter_bar(counts, cfg.n_layers)
+    by_name = {t.name: t for t in fig.data}
+    assert by_name["biases"].x == (4 * 32 + 128 + 32, 3 * (4 * 32 + 128 + 32))
+    assert sum(t.x[1] or 0 for t in fig.data) == counts["total"]
+    assert sum(t.x[0] or 0 for t in fig.data) == counts["per_block"]
+    assert "biases" not in {t.name for t in parameter_bar(count_parameters(ModelConfig()), 2).data}

@@ -124,3 +124,49 @@ def test_kv_cache_is_preallocated_and_grows_in_place(tiny_model):
     assert torch.allclose(out2.logits, full.logits[:, 4:], atol=1e-5)
     with pytest.raises(ValueError, match="longer than the model's context"):
         tiny_model(torch.zeros(2, 11, dtype=torch.long), past=cache, use_cache=True)
+
+
+# ------------------------------------------------------------------ what GPT-2 adds, behind config fields
+
+def test_lecture_defaults_are_unchanged():
+    cfg = ModelConfig()
+    assert (cfg.bias, cfg.activation, cfg.tie_weights, cfg.ln_eps) == (False, "relu", False, 1e-5)
+    model = Transformer(cfg)
+    assert model.head.weight is not model.tok_emb.weight
+    assert all(m.eps == 1e-5 for m in model.modules() if isinstance(m, torch.nn.LayerNorm))
+
+
+def test_new_fields_are_validated():
+    from core.model import config_problems
+
+    base = ModelConfig().to_dict()
+    for field, bad in [("bias", 1), ("tie_weights", "yes"), ("activation", "swish"), ("ln_eps", 0), ("ln_eps", True),
+                       ("ln_eps", "1e-5")]:
+        assert field in config_problems({**base, field: bad}), (field, bad)
+        with pytest.raises(ValueError, match=field):
+            ModelConfig(**{**base, field: bad})
+    assert config_problems({k: v for k, v in base.items() if k not in ("bias", "activation")}) == {}  # old configs
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+def test_gpt2_style_model_biases_tied_output_and_activation(activation):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=13, n_ctx=10, d_model=16, n_heads=2, n_layers=2, bias=True, activation=activation,
+                      tie_weights=True, ln_eps=1e-6)
+    model = Transformer(cfg).eval()
+    assert model.head.weight is model.tok_emb.weight
+    assert model.blocks[0].attn.qkv.bias.shape == (48,) and model.blocks[0].mlp.w2.bias.shape == (16,)
+    with torch.no_grad():
+        for p in model.parameters():  # non-zero biases and LayerNorm parameters everywhere
+            p.add_(0.1 * torch.randn_like(p))
+    idx = torch.randint(0, 13, (2, 10))
+    fused, explicit = model(idx).logits, model(idx, return_attn=True).logits
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=0)
+    # the MLP by hand
+    mlp, u = model.blocks[1].mlp, torch.randn(3, 16)
+    f = {"relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[activation]
+    torch.testing.assert_close(mlp(u), f(u @ mlp.w1.weight.T + mlp.w1.bias) @ mlp.w2.weight.T + mlp.w2.bias)
+    # the cache and the full pass agree with biases too
+    out = model(idx[:, :4], use_cache=True)
+    step = model(idx[:, 4:], past=out.present, use_cache=True)
+    torch.testing.assert_close(step.logits, fused[:, 4:], atol=1e-5, rtol=0)

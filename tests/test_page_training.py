@@ -109,7 +109,9 @@ def test_short_run_is_saved_and_joins_the_model_picker(page, tmp_path):
     assert not at.exception, at.exception
     assert any("Saved **my-tiny-model**" in s for s in texts(at, "success"))
     assert (tmp_path / "models" / "my-tiny-model" / "model.safetensors").is_file()
-    assert at.get("download_button")
+    labels = [b.label for b in at.get("download_button")]
+    assert labels == ["Download the checkpoint folder (.zip)", "Download for transformers (.zip)"]
+    assert at.session_state["train_saved"]["hf_zip"][:2] == b"PK"  # a zip archive
     # the sidebar rescans on the next run of the app: the new model is listed and already selected.
     # (AppTest runs a switched-to page without app.py, because a pages/ folder exists; so switch back.)
     at.switch_page("app.py").run()

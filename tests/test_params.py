@@ -51,3 +51,27 @@ def test_per_block_latex_states_the_lecture_number():
 
     assert per_block_latex(ModelConfig(d_model=64)) == r"12d^2 + 4d = 12(64)^2 + 4(64) = 49{,}408"
     assert per_block_latex(ModelConfig(d_model=8, n_heads=2, d_ff=10)).endswith("= 4(8)^2 + 2(8)(10) + 4(8) = 448")
+
+
+def test_gpt2_terms_biases_and_tied_output_agree_with_the_model():
+    from core.params import breakdown_rows, measured_counts, parameter_table, per_block_latex
+
+    rng = random.Random(1)
+    for _ in range(20):
+        h = rng.choice([1, 2, 3, 4])
+        cfg = ModelConfig(vocab_size=rng.randint(2, 300), n_ctx=rng.randint(1, 64), d_model=h * rng.randint(1, 8),
+                          n_heads=h, n_layers=rng.randint(1, 3), d_ff=rng.choice([None, rng.randint(1, 50)]),
+                          bias=rng.random() < 0.5, tie_weights=rng.random() < 0.5)
+        model = Transformer(cfg)
+        counts = count_parameters(cfg)
+        assert counts["total"] == count_module_parameters(model) == sum(p.numel() for p in model.parameters())
+        assert {k: v for k, v in counts.items() if k in measured_counts(model)} == measured_counts(model)
+        for detailed in (False, True):
+            assert all(r["agree"] for r in parameter_table(model, breakdown_rows(cfg, detailed)))
+    gpt2ish = ModelConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, n_layers=12, bias=True, tie_weights=True)
+    assert count_parameters(gpt2ish)["per_block"] == 7_087_872 == 12 * 768**2 + 13 * 768
+    assert per_block_latex(gpt2ish) == r"12d^2 + 13d = 12(768)^2 + 13(768) = 7{,}087{,}872"
+    rows = {key: (label, formula) for key, label, formula in breakdown_rows(gpt2ish, detailed=True)}
+    assert rows["attention_biases"][1] == "4·d" and rows["mlp_biases"][1] == "d_ff + d"
+    assert "tied" in rows["output"][0] and count_parameters(gpt2ish)["output"] == 0
+    assert "attention_biases" not in {key for key, *_ in breakdown_rows(ModelConfig(), detailed=True)}

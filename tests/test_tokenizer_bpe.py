@@ -1,0 +1,113 @@
+"""The tokenizer interface's second kind: byte-level BPE through Hugging Face's tokenizers library. Its ids
+must equal Hugging Face's own tokenizer on the same files, and odd text must come back exactly."""
+import json
+
+import pytest
+
+from core.tokenizer import (BPETokenizer, CharTokenizer, Prompt, Tokenizer, hf_tokenizer, load_tokenizer,
+                            tokenizer_from_dict)
+
+ODD = [
+    "KING HENRY:\nOnce more unto the breach, dear friends!",
+    "emoji 🙂👍🏽 and a family 👨‍👩‍👧 in one grapheme",
+    "right to left: مرحبا بالعالم and עברית, mixed ‮reversed‬",
+    "control \x00\x01\x07\x1b[31m\x7f tab\tCR\r\nform\x0c feed",
+    "   leading and trailing spaces   ",
+    "",
+    "accents é è ü, CJK 漢字かな, maths ∑∫√ and a lone combining mark \u0301",
+]
+
+
+@pytest.fixture(scope="module")
+def bpe(corpus_text):
+    return BPETokenizer.train(corpus_text[:200_000], vocab_size=400, special_tokens=["<|endoftext|>"])
+
+
+def test_both_kinds_share_the_interface(bpe):
+    char = CharTokenizer.from_text("abc ")
+    for tok in (char, bpe):
+        assert isinstance(tok, Tokenizer)
+        assert len(tok.pieces) == tok.vocab_size == len(tok)
+        ids = tok.encode("abc a")
+        assert tok.decode(ids) == "abc a" and "".join(tok.token_strings(ids)) == "abc a"
+    assert (char.unit, char.units, bpe.unit, bpe.units) == ("character", "characters", "token", "tokens")
+    assert bpe.vocab_size == 400 and bpe.byte_level
+
+
+@pytest.mark.parametrize("text", ODD)
+def test_byte_level_bpe_round_trips_odd_text(bpe, text):
+    ids = bpe.encode(text)
+    assert bpe.decode(ids) == text
+    assert bpe.unknown_chars(text) == []  # bytes: nothing is ever unknown
+    assert bpe.encode(text, errors="drop") == ids
+
+
+def test_token_strings_show_spaces_and_pieces_of_characters(bpe):
+    ids = bpe.encode(" the king 🙂")
+    shown = bpe.visible_tokens(ids)
+    assert shown[0].startswith("␣")  # a leading space belongs to the token, shown as ␣
+    assert any(s.startswith("⟨") for s in shown)  # the emoji's four bytes are not all one token here
+    assert bpe.pieces[bpe.encode("<|endoftext|>")[0]] == "<|endoftext|>"
+
+
+def test_words_become_fewer_tokens_than_characters(bpe):
+    text = "KING HENRY:\nWhat say you to the king?"
+    assert len(bpe.encode(text)) < 0.7 * len(text)
+
+
+def test_prompt_counts_tokens(bpe):
+    p = Prompt(bpe, "the king " * 20, n_ctx=8)
+    assert p.truncated and len(p.ids) == 8 and p.unknown == []
+    assert "tokens" in p.messages(8)[0] and "characters" not in p.messages(8)[0]
+
+
+def test_saved_and_rebuilt_through_the_checkpoint_entry(bpe, tmp_path):
+    for name, text in bpe.files().items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "config.json").write_text(json.dumps({"format_version": 1, "tokenizer": bpe.to_dict()}))
+    for again in (tokenizer_from_dict(bpe.to_dict(), tmp_path), load_tokenizer(tmp_path)):
+        assert again.pieces == bpe.pieces and again.encode(ODD[1]) == bpe.encode(ODD[1])
+    char = CharTokenizer.from_text("xyz")
+    assert tokenizer_from_dict(char.to_dict()).chars == char.chars
+    with pytest.raises(ValueError, match="unknown tokenizer type"):
+        tokenizer_from_dict({"type": "wordpiece"})
+    (tmp_path / "tokenizer.json").write_text("{ broken")
+    with pytest.raises(ValueError, match="tokenizers library"):
+        tokenizer_from_dict({"type": "bpe"}, tmp_path)
+
+
+def test_vocabulary_size_is_checked():
+    with pytest.raises(ValueError, match="at least 256"):
+        BPETokenizer.train("abc", vocab_size=100)
+    tok = BPETokenizer.train("ab " * 50, vocab_size=300)
+    assert tok.vocab_size <= 300  # the text ran out of pairs before 300
+    padded = BPETokenizer.from_str(tok.to_str(), vocab_size=tok.vocab_size + 3)
+    assert padded.pieces[-1] == f"⟨id {tok.vocab_size + 2}⟩" and padded.decode([tok.vocab_size + 2]) == ""
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        padded.decode([tok.vocab_size + 3])
+
+
+# ------------------------------------------------------------------ the same ids as Hugging Face's tokenizer
+
+def _gpt2_files(bpe, folder, kind):
+    folder.mkdir()
+    if kind == "tokenizer.json":
+        (folder / "tokenizer.json").write_text(bpe.to_str())
+    else:
+        vocab, merges = bpe.vocab_and_merges()
+        (folder / "vocab.json").write_text(json.dumps(vocab))
+        (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["tokenizer.json", "vocab.json + merges.txt"])
+def test_ids_equal_hugging_face_for_the_same_files(bpe, tmp_path, kind):
+    transformers = pytest.importorskip("transformers")
+    folder = _gpt2_files(bpe, tmp_path / "tok", kind)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ours = hf_tokenizer(folder)
+    assert ours.vocab_size == len(theirs)
+    for text in ODD + ["the end<|endoftext|>A new text", "1234567 numbers, 's 't 're contractions"]:
+        assert ours.encode(text) == theirs.encode(text), text
+        assert theirs.decode(ours.encode(text)) == ours.decode(ours.encode(text))
