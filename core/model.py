@@ -191,15 +191,16 @@ class MLP(nn.Module):
         self.w2 = nn.Linear(config.d_ff, config.d_model, bias=config.bias)  # W2 in R^{d_ff x d}
         self.activation = config.activation
 
-    def forward(self, x):
-        # W2^T f(W1^T u) at every position. The ReLU may overwrite W1's output in place: the linear map's
-        # backward needs its input, not its output, so this saves a (B, n, d_ff) buffer (about 3% per step)
-        h = self.w1(x)
+    def act(self, h):
+        """The nonlinearity on W1's output (B, n, d_ff). The ReLU may overwrite its input in place: the linear
+        map's backward needs its input, not its output, so this saves a (B, n, d_ff) buffer (about 3% per step)."""
         if self.activation == "relu":
-            h = F.relu(h, inplace=True)
-        else:  # GELU needs its input for the backward pass, so it cannot work in place
-            h = F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
-        return self.w2(h)
+            return F.relu(h, inplace=True)
+        # GELU needs its input for the backward pass, so it cannot work in place
+        return F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
+
+    def forward(self, x):
+        return self.w2(self.act(self.w1(x)))  # W2^T f(W1^T u) at every position
 
 
 class Block(nn.Module):

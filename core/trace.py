@@ -7,7 +7,8 @@ fast path untouched. Tests check every field against the model's own forward pas
 TransformerLens' cache (embed, attn_out, mlp_out, resid): the stream starts as ``embed`` and every sublayer
 adds to it, so
 
-    resid_final = embed + sum_l attn_out[l] + sum_l mlp_out[l],    attn_out[l] = sum_h head_out[l][:, h].
+    resid_final = embed + sum_l attn_out[l] + sum_l mlp_out[l],
+    attn_out[l] = sum_h head_out[l][:, h] + attn_bias[l]   (attn_bias is 0 for a bias-free model).
 
 Layers and heads count from 0 here; pages show them from 1 (core.fmt.head_label).
 """
@@ -31,6 +32,7 @@ class Trace:
     embed: torch.Tensor             # (B, n, d) token plus position embedding: the stream's start
     attn_out: list[torch.Tensor]    # (B, n, d) what block l's attention sublayer adds to the stream
     head_out: list[torch.Tensor]    # (B, h, n, d) each head's share of attn_out[l], after W_O
+    attn_bias: list[torch.Tensor]   # (d,) W_O's bias (zeros without one): the part of attn_out[l] no head writes
     q: list[torch.Tensor]           # (B, h, n, d_h) queries
     k: list[torch.Tensor]           # (B, h, n, d_h) keys
     v: list[torch.Tensor]           # (B, h, n, d_h) values
@@ -38,7 +40,7 @@ class Trace:
     pattern: list[torch.Tensor]     # (B, h, n, n) weights after the masked softmax
     z: list[torch.Tensor]           # (B, h, n, d_h) each head's weighted sum of values, before W_O
     resid_mid: list[torch.Tensor]   # (B, n, d) the stream after block l's attention, what its MLP reads
-    mlp_hidden: list[torch.Tensor]  # (B, n, d_ff) after the ReLU
+    mlp_hidden: list[torch.Tensor]  # (B, n, d_ff) after the nonlinearity (ReLU; GELU for GPT-2)
     mlp_out: list[torch.Tensor]     # (B, n, d) what block l's MLP adds to the stream
     resid: torch.Tensor             # (L+1, B, n, d) the stream after the embedding and after each block
     resid_final: torch.Tensor       # (B, n, d) the stream before the final LayerNorm (= resid[-1])
@@ -55,7 +57,8 @@ class Trace:
         return self.q[0].shape[1]
 
 
-PER_LAYER = ("attn_out", "head_out", "q", "k", "v", "scores", "pattern", "z", "resid_mid", "mlp_hidden", "mlp_out")
+PER_LAYER = ("attn_out", "head_out", "attn_bias", "q", "k", "v", "scores", "pattern", "z", "resid_mid", "mlp_hidden",
+             "mlp_out")
 
 
 def _readout(model, x: torch.Tensor) -> torch.Tensor:
@@ -97,14 +100,16 @@ def trace(model, idx) -> Trace:
         # head k's share reads only its d_h columns of W_O (weight is (d_out, d_in), d_in = h * d_h side by side)
         w_o = attn.out.weight.view(d, h, dh)  # (d, h, d_h)
         head_out = torch.einsum("bhnk,dhk->bhnd", z, w_o)  # (B, h, n, d_h) x (d, h, d_h) -> (B, h, n, d)
+        # W_O's bias (GPT-2 has one) belongs to no head: its own term, so that sum(head_out) + attn_bias == attn_out
+        attn_bias = attn.out.bias if attn.out.bias is not None else torch.zeros(d, device=device)  # (d,)
         x = x + attn_out
         resid_mid = x
-        mlp_hidden = F.relu(block.mlp.w1(block.ln2(x)))  # (B, n, d_ff)
+        mlp_hidden = block.mlp.act(block.mlp.w1(block.ln2(x)))  # (B, n, d_ff): the model's own nonlinearity
         mlp_out = block.mlp.w2(mlp_hidden)               # (B, n, d)
         x = x + mlp_out
         resid.append(x)
-        for name, value in zip(PER_LAYER, (attn_out, head_out, q, k, v, scores, pattern, z, resid_mid, mlp_hidden,
-                                           mlp_out)):
+        for name, value in zip(PER_LAYER, (attn_out, head_out, attn_bias, q, k, v, scores, pattern, z, resid_mid,
+                                           mlp_hidden, mlp_out)):
             keep[name].append(value)
     resid = torch.stack(resid)  # (L+1, B, n, d)
     ln = model.ln_f
@@ -184,6 +189,9 @@ def direct_logit_attribution(model, tr: Trace, token: int, pos: int, b: int = 0)
         for head in range(tr.n_heads):
             names.append(head_label(layer, head))
             values.append(share(tr.head_out[layer][b, head, pos]))
+        if model.blocks[layer].attn.out.bias is not None:  # W_O's bias writes too, the same at every position
+            names.append(f"L{layer + 1} attention bias")
+            values.append(share(tr.attn_bias[layer]))
         names.append(f"L{layer + 1} MLP")
         values.append(share(tr.mlp_out[layer][b, pos]))
     constant = float(w @ ln.bias.double()) if ln.bias is not None else 0.0

@@ -44,24 +44,24 @@ ids = tuple(prompt.ids)
 n = len(ids)
 text = prompt.text
 tr = _trace(mkey, ids)
-chars = tok.chars
+chars = tok.pieces  # the text of every token id (one character each for a character model)
 
 if n > 1:
-    pos = st.slider("Position i to follow (counting from 0): the model's guess for the character after it", 0, n - 1,
+    pos = st.slider(f"Position i to follow (counting from 0): the model's guess for the {tok.unit} after it", 0, n - 1,
                     n - 1, key=f"inside_pos_{n}")
 else:
     pos = 0
-    st.caption("One character: there is one position to follow, position 0.")
+    st.caption(f"One {tok.unit}: there is one position to follow, position 0.")
 logits = tr.logits[0, pos].double()
 probs = temperature_softmax(logits, 1.0).numpy()
 predicted = int(probs.argmax())
-tail = "".join(visible(ch) for ch in text[max(0, pos - 39):pos + 1]).replace("`", "'")  # shown as code
+tail = "".join(tok.visible_tokens(ids[max(0, pos - 39):pos + 1])).replace("`", "'")  # shown as code
 actual = ids[pos + 1] if pos + 1 < n else None
 st.markdown(
     f"At position **{pos}** the model has read …`{tail}` and predicts "
     f"**'{md_escape(visible(chars[predicted]))}'** with probability {probs[predicted]:.2f}. "
     + ("That is the end of your prompt." if actual is None else
-       f"In your text the next character is '{md_escape(visible(chars[actual]))}' "
+       f"In your text the next {tok.unit} is '{md_escape(visible(chars[actual]))}' "
        f"(probability {probs[actual]:.2f}).")
 )
 
@@ -98,7 +98,7 @@ if step.kind == "embed":
     token_vec, position_vec = model.tok_emb.weight[ids[pos]], model.pos_emb.weight[pos]  # read, never changed
     rows = [token_vec.detach().numpy(), position_vec.detach().numpy(), step.after]
     labels = [f"token '{visible(chars[ids[pos]])}'", f"position {pos}", "= start of the stream"]
-    title = "The embedding: a vector for the character plus a vector for its position"
+    title = f"The embedding: a vector for the {tok.unit} plus a vector for its position"
     adds_up = "the first two rows add up to the third"
     st.latex(r"x^{(0)}_i = E[t_i] + P[i]")
 elif step.kind == "attn":
@@ -248,5 +248,5 @@ st.latex(r"p_t(T) = \frac{e^{z_t / T}}{\sum_{u=1}^{m} e^{z_u / T}}")
 temperature = float(st.number_input("Temperature T", 0.0, 10_000.0, 1.0, step=0.1, format="%g",
                                     key="inside_temperature"))
 st.plotly_chart(TF.output_figure(logits.numpy(), chars, temperature), width="stretch", theme=None, key="inside_output")
-st.caption(f"The ten characters with the largest logits out of m = {c.vocab_size}; their order does not depend "
+st.caption(f"The ten {tok.units} with the largest logits out of m = {c.vocab_size}; their order does not depend "
            "on T, only how the probability is shared among them.")

@@ -86,7 +86,7 @@ def test_the_lecture_model_exported_gives_our_logits_and_ids(tmp_path):
     model, tok = load_checkpoint(SHIPPED)
     folder = export_gpt2(model, tok, tmp_path / "lecture-gpt2")
     hf_tok = transformers.AutoTokenizer.from_pretrained(str(folder))
-    text = "KING RICHARD:\nNow is the winter of our discontent\nMade glorious summer by this sun of York;"
+    text = "KING OF CLUBS:\nA deck of cards was shuffled twice\nand every ace came out in spring;"
     ids = tok.encode(text)
     assert hf_tok.encode(text) == ids and hf_tok.decode(ids) == text
     idx = torch.tensor([ids])

@@ -17,6 +17,7 @@ SHAPES = [  # (vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff), B, n
     ((7, 8, 8, 1, 1, None), 1, 8),      # one head, one block, a full context
     ((13, 20, 32, 8, 3, 40), 3, 5),     # many narrow heads, an unusual d_ff
     ((65, 12, 16, 2, 4, 16), 1, 1),     # a single position
+    ((17, 16, 24, 4, 2, None, dict(bias=True, activation="gelu_tanh", tie_weights=True)), 2, 7),  # GPT-2's kind
 ]
 
 
@@ -24,11 +25,14 @@ def random_model(shape, seed=0):
     """A model whose every parameter is random, the LayerNorms' scales and shifts included (the default init
     leaves them at 1 and 0, which would hide a forgotten shift)."""
     torch.manual_seed(seed)
-    m, n_ctx, d, h, L, d_ff = shape
-    model = Transformer(ModelConfig(vocab_size=m, n_ctx=n_ctx, d_model=d, n_heads=h, n_layers=L, d_ff=d_ff)).eval()
+    m, n_ctx, d, h, L, d_ff, *extra = shape
+    model = Transformer(ModelConfig(vocab_size=m, n_ctx=n_ctx, d_model=d, n_heads=h, n_layers=L, d_ff=d_ff,
+                                    **(extra[0] if extra else {}))).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "ln" in name:
+            if name.endswith("bias") and "ln" not in name:  # biases of the linear maps (GPT-2): never zero here
+                p.copy_(0.5 * torch.randn_like(p))
+            elif "ln" in name:
                 p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.5 * torch.randn_like(p))
             else:
                 p.mul_(5.0)  # larger weights than at init, so the stream grows and the attention is not flat
@@ -88,8 +92,10 @@ def test_q_k_v_are_the_blocks_maps_of_the_normalised_stream(case):
         stream = tr.resid[l]  # what block l reads
         normed = F.layer_norm(stream, (c.d_model,), block.ln1.weight, block.ln1.bias, block.ln1.eps)
         w_q, w_k, w_v = block.attn.qkv.weight.detach().split(c.d_model, dim=0)  # (d, d) each, rows = outputs
-        for got, w in ((tr.q[l], w_q), (tr.k[l], w_k), (tr.v[l], w_v)):
-            flat = normed @ w.T  # (B, n, d)
+        bias = block.attn.qkv.bias
+        b_q, b_k, b_v = bias.detach().split(c.d_model) if bias is not None else (0.0, 0.0, 0.0)
+        for got, w, b in ((tr.q[l], w_q, b_q), (tr.k[l], w_k, b_k), (tr.v[l], w_v, b_v)):
+            flat = normed @ w.T + b  # (B, n, d)
             heads = flat.view(*flat.shape[:2], c.n_heads, c.d_head).transpose(1, 2)
             close(got, heads)
 
@@ -104,12 +110,12 @@ def test_each_head_is_what_the_attention_adds_with_the_other_heads_off(case):
             x = block.ln1(tr.resid[l])
             whole, _ = block.attn(x)
             close(tr.attn_out[l], whole)
-            close(tr.head_out[l].sum(1), tr.attn_out[l])
+            close(tr.head_out[l].sum(1) + tr.attn_bias[l], tr.attn_out[l])
             for h in range(c.n_heads):
                 only = torch.zeros(c.n_heads, 1, 1)
                 only[h] = 1.0
                 alone, _ = block.attn(x, head_fn=lambda layer, y: y * only)
-                close(tr.head_out[l][:, h], alone)
+                close(tr.head_out[l][:, h] + tr.attn_bias[l], alone)  # W_O's bias is added with every head off too
 
 
 def test_mlp_by_hand(case):
@@ -119,9 +125,15 @@ def test_mlp_by_hand(case):
         for l, block in enumerate(model.blocks):
             close(tr.resid_mid[l], tr.resid[l] + tr.attn_out[l])
             u = F.layer_norm(tr.resid_mid[l], (c.d_model,), block.ln2.weight, block.ln2.bias, block.ln2.eps)
-            hidden = torch.clamp(u @ block.mlp.w1.weight.T, min=0.0)
+            b1 = block.mlp.w1.bias if block.mlp.w1.bias is not None else 0.0
+            b2 = block.mlp.w2.bias if block.mlp.w2.bias is not None else 0.0
+            pre = u @ block.mlp.w1.weight.T + b1
+            if c.activation == "relu":
+                hidden = torch.clamp(pre, min=0.0)
+            else:  # GPT-2's GELU, tanh approximation, written out
+                hidden = 0.5 * pre * (1 + torch.tanh(math.sqrt(2 / math.pi) * (pre + 0.044715 * pre ** 3)))
             close(tr.mlp_hidden[l], hidden)
-            close(tr.mlp_out[l], hidden @ block.mlp.w2.weight.T)
+            close(tr.mlp_out[l], hidden @ block.mlp.w2.weight.T + b2)
             close(tr.mlp_out[l], block.mlp(block.ln2(tr.resid_mid[l])))  # the module itself
 
 
@@ -164,15 +176,18 @@ def test_attribution_sums_to_the_logit_for_every_position_and_token(case):
     with torch.no_grad():
         logits = model(idx).logits.double()
     w_u, beta = model.head.weight.detach().double(), model.ln_f.bias.detach().double()
+    constants = []
     for b in range(B):
         for pos in range(n):
             for token in range(c.vocab_size):
                 att = direct_logit_attribution(model, tr, token, pos, b)
-                assert len(att.values) == 1 + c.n_layers * (c.n_heads + 1)
+                # the embedding, every head and MLP, and W_O's bias of each layer when the model has one
+                assert len(att.values) == 1 + c.n_layers * (c.n_heads + 1 + int(c.bias))
                 assert att.constant == pytest.approx(float(w_u[token] @ beta), abs=1e-6)
                 assert att.values.sum() + att.constant == pytest.approx(float(logits[b, pos, token]), abs=1e-4)
                 assert att.logit == pytest.approx(float(logits[b, pos, token]), abs=1e-4)
-    assert abs(att.constant) > 1e-3  # the shift is random here, so a forgotten constant would be caught
+                constants.append(abs(att.constant))
+    assert max(constants) > 1e-3  # the shift is random here, so a forgotten constant would be caught
 
 
 def test_attribution_of_one_writer_by_hand():
