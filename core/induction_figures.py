@@ -43,15 +43,15 @@ def formation_figure(rows: list[dict], threshold: float = THRESHOLD, total_steps
     formed = formation_step(rows, threshold)
     if formed is not None:
         fig.add_vline(x=formed, line=dict(color="crimson", width=1), row="all", col=1)
-        fig.add_annotation(x=formed, y=1.0, yref="y domain", text=f"formed at step {formed:,}", showarrow=False,
-                           xanchor="left", font=dict(color="crimson"), row=1, col=1)
+        fig.add_annotation(x=formed, y=0.55, yref="y domain", text=f" formed at step {formed:,}", showarrow=False,
+                           xanchor="left", font=dict(color="crimson"), bgcolor="rgba(255,255,255,0.8)", row=1, col=1)
     fig.update_yaxes(range=[0, 1], title_text="mean weight", row=1, col=1)
     fig.update_yaxes(range=[0, 1], title_text="mean weight", row=2, col=1)
     fig.update_xaxes(title_text="optimisation step", row=2, col=1)
     if total_steps:
         fig.update_xaxes(range=[0, total_steps])
-    fig.update_layout(title=title, height=520, margin=dict(l=60, r=20, t=80, b=50),
-                      legend=dict(orientation="h", y=1.08, x=1, xanchor="right", yanchor="bottom"))
+    fig.update_layout(title=title, height=560, margin=dict(l=60, r=20, t=60, b=50),
+                      legend=dict(orientation="h", y=-0.12, x=0.5, xanchor="center", yanchor="top"))
     return fig
 
 

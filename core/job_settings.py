@@ -88,9 +88,9 @@ def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int) -> dic
 
 
 def heads_interval(steps: int) -> int:
-    """How often a live run measures its heads: about 80 points on the formation curve, at most every 10 steps
-    (each measurement is one forward pass over the probe, a few milliseconds)."""
-    return max(10, round(steps / 80))
+    """How often a live run measures its heads: about 80 points on the formation curve, a round number of steps
+    and at most every 10 (each measurement is one forward pass over the probe, a few milliseconds)."""
+    return max(10, 10 * round(steps / 800))
 
 
 # The training page's preset for watching an induction head form: the lecture's model, the default recipe,

@@ -3,7 +3,7 @@ import streamlit as st
 
 from core import intervention_figures as IF
 from core.attention import induction_chance, run_attention
-from core.induction import THRESHOLD, head_scores, probe_period, stripe_scores
+from core.induction import THRESHOLD, head_scores, probe_period, repeat_probe, stripe_scores
 from core.interventions import (MODES, copy_slices, greedy_continuation, next_token_probs, rank_heads, repeat_ids,
                                 repeat_period, token_losses)
 from ui import ensure_frame, model_key, prompt_input, require_model
@@ -79,6 +79,17 @@ def _repeat(tok, n_ctx: int):
         st.session_state["heads_repeat_note"] = (tok.decode(doubled), cut, len(ids))
 
 
+def _random_twice(tok, n_ctx: int):
+    """Button callback: distinct random tokens written twice, the probe's kind of text, where nothing but copying
+    predicts the second copy (a fresh draw each press)."""
+    period = probe_period(n_ctx, tok.vocab_size)
+    seed = int(st.session_state.get("heads_random_draws", 0))
+    st.session_state["heads_random_draws"] = seed + 1
+    ids = repeat_probe(tok.vocab_size, n_seqs=1, period=period, seed=1000 + seed)[0].tolist()
+    st.session_state[PROMPT_KEY] = tok.decode(ids)
+    st.session_state.pop("heads_repeat_note", None)
+
+
 # the default text goes into the box's state, not its value: the Repeat button writes that state too, and a
 # box given both logs a warning. The key is PROMPT_KEY, written out: tests/test_bad_input.py finds boxes by key
 st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
@@ -86,6 +97,10 @@ prompt = prompt_input("Your prompt", None, "heads_prompt", tok, c.n_ctx, height=
 half = c.n_ctx // 2
 b, note = st.columns([1, 4], vertical_alignment="center")
 b.button("Repeat my prompt", key="heads_repeat", on_click=_repeat, args=(tok, c.n_ctx), disabled=prompt.empty)
+b.button("Random characters, twice" if tok.unit == "character" else "Random tokens, twice", key="heads_random",
+         on_click=_random_twice, args=(tok, c.n_ctx),
+         help="Replaces your prompt by distinct random characters written twice: text no language model can predict "
+              "the first time, and only copying can predict the second time.")
 done = st.session_state.get("heads_repeat_note")
 if done and done[0] == prompt.text and done[1]:
     note.caption(f"Your prompt had {done[2]} {tok.units}, but two copies must fit in n_ctx = {c.n_ctx}: only its "

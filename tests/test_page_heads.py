@@ -185,3 +185,20 @@ def test_another_models_shape(heads_page, shipped, tmp_path):
     at.button(key="heads_repeat").click().run()
     assert not at.exception and at.text_area(key=PROMPT).value == "efghijkl" * 2
     assert len(at.dataframe[0].value) == 2
+
+
+def test_random_characters_twice_show_the_induction_head_copying(heads_page, shipped):
+    """On distinct random characters written twice the shipped model's second copy is nearly free, and the
+    rise when its induction head is off is large; both checked against the model run here."""
+    model, tok = shipped
+    at = heads_page("x", heads=[])
+    at.button(key="heads_random").click().run()
+    assert not at.exception
+    text = at.session_state["heads_prompt"]
+    ids = tok.encode(text)
+    half = len(ids) // 2
+    assert len(ids) == 2 * half and ids[:half] == ids[half:] and len(set(ids[:half])) == half
+    base = losses(model, ids)
+    assert base[half:].mean() < 0.5 * base[:half - 1].mean()  # the model copies
+    copies = at.table[0].value
+    assert float(copies.iloc[0]["second copy"]) == pytest.approx(base[half:].mean(), abs=6e-4)
