@@ -1,6 +1,7 @@
 """Classroom load: many real sessions at once on the attention and generation pages while one trains.
 
     python -m bench.load --sessions 30 --reruns 3
+    python -m bench.load --sessions 30 --think 5 20 --json   # students who read before typing again; one JSON line
 
 Starts `streamlit run app.py` on a free port and connects real websocket clients that speak Streamlit's
 own protocol (the protobuf messages the browser sends): each opens a page, then types new prompts.
@@ -215,14 +216,20 @@ def fresh_forward_check(url: str) -> dict:
     return {"prompt": prompt, "ok": ok, "max_diff": diff, "detail": detail}
 
 
-def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: threading.Lock):
+def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: threading.Lock,
+            think: tuple[float, float] | None = None):
+    """One student: opens a page, then types ``reruns`` new prompts, back to back or (``think``) after reading
+    for a random time between think[0] and think[1] seconds each time."""
     page, label = [("attention", "Your prompt"), ("generation", "Prompt")][i % 2]
+    pause = random.Random(i)
     try:
         s = Session(url)
         first = s.run(page)
         mine = [("first", page, first)]
         box = s.widget_id("text_area", label)
         for k in range(reruns):
+            if think:
+                time.sleep(pause.uniform(*think))
             mine.append(("rerun", page, s.run(page, {box: f"{PROMPTS[(i + k) % len(PROMPTS)]} {i}.{k}"})))
         if s.exceptions:
             raise RuntimeError(f"exception box: {s.exceptions[0]}")
@@ -234,7 +241,7 @@ def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: th
             errors.append(f"session {i} ({page}): {type(e).__name__}: {e}")
 
 
-def run_load(sessions: int = 30, reruns: int = 3, train: bool = True) -> dict:
+def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tuple[float, float] | None = None) -> dict:
     models = tempfile.mkdtemp(prefix="te-load-models-")
     weights_before = weights_sha256()
     proc, url = start_server(models)
@@ -250,7 +257,7 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True) -> dict:
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=sessions) as pool:
             for i in range(sessions):
-                pool.submit(student, url, i, reruns, timings, errors, lock)
+                pool.submit(student, url, i, reruns, timings, errors, lock, think)
         wall = time.perf_counter() - t0
         fresh = fresh_forward_check(url)  # a new session, a new prompt: computed now, not served from a cache
         weights_after = weights_sha256()
@@ -275,6 +282,7 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True) -> dict:
         by_page[page] = (statistics.median(xs) if xs else float("nan"), pct(xs, 0.95))
     return {
         "sessions": sessions, "reruns": len(reruns_t), "errors": errors, "wall_s": wall, "train": train,
+        "think_s": list(think) if think else None,
         "p50_s": statistics.median(reruns_t) if reruns_t else float("nan"), "p95_s": pct(reruns_t, 0.95),
         "first_p50_s": statistics.median(firsts) if firsts else float("nan"), "first_p95_s": pct(firsts, 0.95),
         "by_page": by_page,
@@ -289,8 +297,11 @@ def main(argv=None):
     p.add_argument("--sessions", type=int, default=30)
     p.add_argument("--reruns", type=int, default=3)
     p.add_argument("--no-train", action="store_true")
+    p.add_argument("--think", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
+                   help="seconds each student waits before each new prompt, drawn uniformly (default: none)")
+    p.add_argument("--json", action="store_true", help="also print one JSON line with the figures at the end")
     args = p.parse_args(argv)
-    r = run_load(args.sessions, args.reruns, train=not args.no_train)
+    r = run_load(args.sessions, args.reruns, train=not args.no_train, think=tuple(args.think) if args.think else None)
     print(f"{r['sessions']} concurrent sessions ({os.cpu_count()} cores), {r['reruns']} reruns with new prompts "
           f"in {r['wall_s']:.1f} s{', while another session trains' if r['train'] else ''}")
     print(f"server time per rerun: p50 {r['p50_s'] * 1e3:.0f} ms, p95 {r['p95_s'] * 1e3:.0f} ms "
@@ -302,7 +313,21 @@ def main(argv=None):
           f"{r['pattern_check']})")
     for e in r["errors"][:10]:
         print("  ", e)
+    if args.json:
+        print(json.dumps(summary_json(r)))
     return r
+
+
+def summary_json(r: dict) -> dict:
+    """The figures of a load run as one flat JSON object (the keys issue 17 names, per page too)."""
+    out = {"sessions": r["sessions"], "replicas_used": r.get("replicas_used", 1), "errors": len(r["errors"]),
+           "train": r["train"], "think_s": r.get("think_s"), "reruns": r["reruns"],
+           "rerun_p50_s": round(r["p50_s"], 4), "rerun_p95_s": round(r["p95_s"], 4),
+           "first_visit_p50_s": round(r["first_p50_s"], 4), "first_visit_p95_s": round(r["first_p95_s"], 4),
+           "model_unchanged": r["model_unchanged"], "cores": os.cpu_count()}
+    for page, (p50, p95) in r["by_page"].items():
+        out[f"{page}_p50_s"], out[f"{page}_p95_s"] = round(p50, 4), round(p95, 4)
+    return out
 
 
 if __name__ == "__main__":

@@ -20,3 +20,8 @@ def test_thirty_sessions_and_a_training_run(capsys):
     assert r["weights_unchanged"], "the shipped weights on disk changed during the load"
     assert r["server_matches_disk"], f"the server's model no longer computes what its weights on disk do: {r['pattern_check']}"
     assert r["model_unchanged"]
+    from bench.load import summary_json
+    line = summary_json(r)
+    assert line["sessions"] == 30 and line["replicas_used"] == 1 and line["errors"] == 0
+    assert line["rerun_p50_s"] <= line["rerun_p95_s"] and line["first_visit_p50_s"] <= line["first_visit_p95_s"]
+    assert {"attention_p50_s", "attention_p95_s", "generation_p50_s", "generation_p95_s"} <= set(line)
