@@ -18,6 +18,12 @@ MASK_COLORS = [[0.0, "#eef3fb"], [0.5, "#eef3fb"], [0.5, "#2b2b2b"], [1.0, "#2b2
 MAX_TICKS = 48
 
 
+
+def _f32(a) -> np.ndarray:
+    """A heatmap's values as float32: Plotly sends numpy arrays as binary typed arrays, and float32 halves the
+    bytes every rerun ships to the browser (7 significant digits, far below what a colour can show)."""
+    return np.asarray(a, dtype=np.float32)
+
 def axis_ticks(tokens: list[str], offset: int = 0, max_ticks: int = MAX_TICKS) -> dict:
     """Tick positions and labels for a token axis; thinned when there are too many to read."""
     n = len(tokens)
@@ -86,7 +92,7 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
         return dict(orientation="h", x=(dom[0] + dom[1]) / 2, xanchor="center", y=-95 / rows_px, yanchor="top",
                     len=(dom[1] - dom[0]) * 0.9, thickness=12, title=dict(text=title, side="top"), **kw)
 
-    fig.add_trace(go.Heatmap(z=scores, colorscale="RdBu_r", zmid=0, zmin=-lim, zmax=lim, customdata=hover,
+    fig.add_trace(go.Heatmap(z=_f32(scores), colorscale="RdBu_r", zmid=0, zmin=-lim, zmax=lim, customdata=hover,
                              hovertemplate=HOVER, colorbar=colorbar(1, "score (0 = white)")), 1, 1)
     mask_text = np.where(future, "−∞", "")
     fig.add_trace(go.Heatmap(z=future.astype(float), colorscale=MASK_COLORS, zmin=0, zmax=1, customdata=hover,
@@ -96,12 +102,12 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
                                            "%{z:.0f} = 1 means s_ij ← −∞ (a future key)<extra></extra>",
                              colorbar=colorbar(2, "dark: s_ij ← −∞ (j > i)", tickvals=[0, 1],
                                                ticktext=["kept", "−∞"])), 1, 2)
-    fig.add_trace(go.Heatmap(z=weights, colorscale="Blues", zmin=0, zmax=1, customdata=hover, hovertemplate=HOVER,
+    fig.add_trace(go.Heatmap(z=_f32(weights), colorscale="Blues", zmin=0, zmax=1, customdata=hover, hovertemplate=HOVER,
                              colorbar=colorbar(3, "weight (grey = masked, exactly 0)")), 1, 3)
     if show_unmasked:
         cd = hover.copy()
         cd[:, :, 3] = np.round(unmasked, 4).astype(str)
-        fig.add_trace(go.Heatmap(z=unmasked, colorscale="Oranges", zmin=0, zmax=1, customdata=cd, hovertemplate=HOVER,
+        fig.add_trace(go.Heatmap(z=_f32(unmasked), colorscale="Oranges", zmin=0, zmax=1, customdata=cd, hovertemplate=HOVER,
                                  colorbar=colorbar(4, "weight if the future were visible")), 1, 4)
     ticks = axis_ticks(tokens, offset)
     path = _staircase(n)
@@ -146,7 +152,7 @@ def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) ->
                         subplot_titles=["mask on the scores, then softmax", "softmax, then zero the future",
                                         "row sums Σ_j a_ij"])
     for col, w in ((1, right), (2, wrong)):
-        fig.add_trace(go.Heatmap(z=np.where(future, np.nan, w), colorscale="Blues", zmin=0, zmax=1,
+        fig.add_trace(go.Heatmap(z=_f32(np.where(future, np.nan, w)), colorscale="Blues", zmin=0, zmax=1,
                                  coloraxis=None, showscale=col == 2,
                                  colorbar=dict(orientation="h", x=0.36, xanchor="center", y=-0.3, len=0.5,
                                                thickness=12, title=dict(text="weight (grey = masked)", side="top")),
@@ -189,7 +195,7 @@ def all_heads_figure(patterns: list[np.ndarray], selected: tuple[int, int] | Non
                         subplot_titles=[f"layer {l + 1} · head {k + 1}" for l in range(L) for k in range(h)])
     for l in range(L):
         for k in range(h):
-            fig.add_trace(go.Heatmap(z=np.where(future, np.nan, patterns[l][k]), coloraxis="coloraxis",
+            fig.add_trace(go.Heatmap(z=_f32(np.where(future, np.nan, patterns[l][k])), coloraxis="coloraxis",
                                      hoverinfo="skip"), l + 1, k + 1)
     tx, ty = click_targets(n)
     for l in range(L):
