@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import inspect
-import os
 import secrets
 from pathlib import Path
 
@@ -11,20 +10,15 @@ import streamlit as st  # first import could see a half-initialised module (seen
 from streamlit.errors import StreamlitAPIException
 
 from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
+from core.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
 from core.threads import page_threads, use_threads
 
 ROOT = Path(__file__).resolve().parent
 SHIPPED_DIR = ROOT / "assets" / "models"
-MODELS_ENV = "TE_MODELS_DIR"
 DEFAULT_MODEL = "shakespeare-char"
 
 
 use_threads(page_threads())  # see core.threads: one thread per page run unless TE_TORCH_THREADS says otherwise
-
-
-def user_models_dir() -> Path:
-    path = Path(os.environ.get(MODELS_ENV, "models")).expanduser()
-    return path if path.is_absolute() else ROOT / path
 
 
 def _stamp(path: Path) -> float:
