@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import inspect
-import os
 import secrets
 from pathlib import Path
 
@@ -11,20 +10,15 @@ import streamlit as st  # first import could see a half-initialised module (seen
 from streamlit.errors import StreamlitAPIException
 
 from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
+from core.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
 from core.threads import page_threads, use_threads
 
 ROOT = Path(__file__).resolve().parent
 SHIPPED_DIR = ROOT / "assets" / "models"
-MODELS_ENV = "TE_MODELS_DIR"
 DEFAULT_MODEL = "shakespeare-char"
 
 
 use_threads(page_threads())  # see core.threads: one thread per page run unless TE_TORCH_THREADS says otherwise
-
-
-def user_models_dir() -> Path:
-    path = Path(os.environ.get(MODELS_ENV, "models")).expanduser()
-    return path if path.is_absolute() else ROOT / path
 
 
 def _stamp(path: Path) -> float:
@@ -184,3 +178,27 @@ def shipped_config():
         st.warning(f"The shipped model's configuration could not be read: {e}", icon="⚠️")
         return None, {}
     return config, training
+
+
+def offer_shakespeare_fetch(key: str) -> bool:
+    """Where Tiny Shakespeare was looked for, where to put it by hand, and a button that fetches it: from its
+    public source, on this click only, checked against its SHA-256 and saved in the corpora folder beside the
+    models (core.fetch). True once it is saved: the caller reruns, and shakespeare_path() finds it from then
+    on. Any failure is shown with the same where-to-put-it advice."""
+    from core import fetch  # read at call time: tests point fetch.SHAKESPEARE at a local server
+    from core.corpus import CORPUS_ENV, fetched_shakespeare_path, shakespeare_candidates
+
+    source, dest = fetch.SHAKESPEARE, fetched_shakespeare_path()
+    by_hand = f"save {source.url} as `{dest}` yourself, or set the {CORPUS_ENV} environment variable to the file's path"
+    looked = " and ".join(f"`{p}`" for p in shakespeare_candidates())
+    st.caption(f"{source.name} was not found (looked for {looked}). Fetch it with the button, or {by_hand}.")
+    if not st.button(f"Fetch {source.name} ({source.size_label})", key=key, icon=":material/download:",
+                     help=f"Downloads {source.url} once, checks its SHA-256 and saves it in {dest.parent}."):
+        return False
+    with st.spinner(f"Fetching {source.name} ..."):
+        try:
+            fetch.fetch_corpus(source.url, dest, source.sha256, timeout=60, max_bytes=source.size)
+        except fetch.FetchError as e:
+            st.error(f"{source.name} could not be fetched: {e}. Instead, {by_hand}.", icon="⚠️")
+            return False
+    return True

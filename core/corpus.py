@@ -1,5 +1,6 @@
 """Where training text comes from. The Tiny Shakespeare file is never part of the repository:
-it is found through the TE_CORPUS environment variable or beside the project in ../shared/data.
+it is found through the TE_CORPUS environment variable or beside the project in ../shared/data, or, once a
+user has fetched it (core.fetch, on the training page's button), in the corpora folder beside the models.
 Python's own reference documentation (``pydoc_data.topics``) ships with every interpreter, so a
 fresh machine always has a corpus; uploaded or pasted text is checked by ``check_corpus_bytes``."""
 from __future__ import annotations
@@ -9,20 +10,32 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from core.paths import REPO_ROOT, corpora_dir
+
 CORPUS_ENV = "TE_CORPUS"
-DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+SHAKESPEARE_FILE = "tinyshakespeare.txt"
+DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "data" / SHAKESPEARE_FILE
 MAX_VOCAB = 1000               # the output layer scores every character at every position of every batch
 PYDOC_NAME = "Python reference documentation (pydoc_data.topics)"
 # C0 and C1 control characters except tab, line feed, form feed and carriage return
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
 
 
+def fetched_shakespeare_path() -> Path:
+    """Where the training page's fetch saves Tiny Shakespeare: the corpora folder beside the models."""
+    return corpora_dir() / SHAKESPEARE_FILE
+
+
+def shakespeare_candidates() -> list[Path]:
+    """Where Tiny Shakespeare is looked for, in order: TE_CORPUS (or, unset, ../shared/data), then the copy a
+    user fetched. A fetched copy was checked against its SHA-256 before it got its name, so it is whole."""
+    candidate = os.environ.get(CORPUS_ENV)
+    return [Path(candidate).expanduser() if candidate else DEFAULT_CORPUS, fetched_shakespeare_path()]
+
+
 def shakespeare_path() -> Path | None:
     """Path of the Tiny Shakespeare corpus if it can be found, else None."""
-    candidate = os.environ.get(CORPUS_ENV)
-    path = Path(candidate).expanduser() if candidate else DEFAULT_CORPUS
-    return path if path.is_file() else None
+    return next((path for path in shakespeare_candidates() if path.is_file()), None)
 
 
 def read_text_file(path) -> str:

@@ -15,7 +15,8 @@ from core.params import per_block_latex
 from core.speed import measured_flop_rate
 from core.train import RECIPE_TITLES, RECIPES, describe_recipe
 from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob
-from ui import ensure_frame, session_owner, shipped_names, upload_limit_mb, user_models_dir
+from ui import ensure_frame, offer_shakespeare_fetch, session_owner, shipped_names, upload_limit_mb, \
+    user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -62,11 +63,16 @@ sources = {"pydoc": "Python's reference documentation (ships with Python)", "upl
 shakespeare = shakespeare_path()
 if shakespeare is not None:
     sources = {"shakespeare": "Tiny Shakespeare", **sources}
+fetched = st.session_state.pop("train_fetched", None)  # set by the fetch button below, the run before this one
+if fetched and shakespeare is not None:
+    st.session_state["train_corpus"] = "shakespeare"  # the corpus just fetched is the one to train on
 source = st.radio("Train on", list(sources), format_func=sources.get, horizontal=True, key="train_corpus",
                   persist_state="session")
-if shakespeare is None:
-    st.caption("Tiny Shakespeare was not found: set the TE_CORPUS environment variable to its path, or place it "
-               "at ../shared/data/tinyshakespeare.txt beside the project.")
+if fetched and shakespeare is not None:
+    st.success(f"Tiny Shakespeare was fetched, checked and saved as `{shakespeare}`; it is offered from now on.")
+if shakespeare is None and offer_shakespeare_fetch(key="train_fetch"):
+    st.session_state["train_fetched"] = True
+    st.rerun()
 
 limit_mb = upload_limit_mb()  # the server's cap: the uploader, the paste box and the check all use it
 limit_bytes = limit_mb * 2**20

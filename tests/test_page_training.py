@@ -241,3 +241,81 @@ def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, t
     assert abs(final["induction"] - expected) < 1e-3
     trace = next(t for t in heads_chart["data"] if t["name"] == "L1 H2" and t.get("yaxis", "y") == "y")
     assert trace["x"][-1] == 20 and abs(trace["y"][-1] - expected) < 1e-3
+
+
+# ---------------------------------------------------------------- Tiny Shakespeare missing: fetch it in one click
+
+FETCH_BODY = "".join(f"{i:04d} a text built for the fetch test, not the corpus\n" for i in range(3000)).encode()
+
+
+@pytest.fixture
+def no_corpus(tmp_path, monkeypatch):
+    """TE_CORPUS names a missing file and the default place is empty too: no Tiny Shakespeare anywhere."""
+    import core.corpus
+    monkeypatch.setenv("TE_CORPUS", str(tmp_path / "missing.txt"))
+    monkeypatch.setattr(core.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def local_source(monkeypatch):
+    """core.fetch.SHAKESPEARE pointed at a local server that serves FETCH_BODY (with that body's checksum)."""
+    import hashlib
+    from core import fetch
+    from tests.local_http import serve
+    with serve(FETCH_BODY) as server:
+        source = fetch.Source(name="Tiny Shakespeare", url=server.url("/good.txt"),
+                              sha256=hashlib.sha256(FETCH_BODY).hexdigest(), size=len(FETCH_BODY))
+        monkeypatch.setattr(fetch, "SHAKESPEARE", source)
+        yield server, source
+
+
+def test_without_the_corpus_the_page_offers_the_fetch_and_downloads_nothing(no_corpus, open_page, monkeypatch):
+    import urllib.request
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a download started without a click")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    at = open_page("pages/training.py", models_dir=no_corpus / "models")
+    assert "Tiny Shakespeare" not in at.radio(key="train_corpus").options  # options are the labels
+    assert at.button(key="train_fetch").label == "Fetch Tiny Shakespeare (1.1 MB)"
+    caption = next(c for c in texts(at, "caption") if "was not found" in c)
+    assert str(no_corpus / "corpora" / "tinyshakespeare.txt") in caption and "TE_CORPUS" in caption
+    at.radio(key="train_corpus").set_value("paste").run()  # other reruns fetch nothing either
+    assert not at.exception and not (no_corpus / "corpora").exists()
+
+
+def test_the_fetch_button_saves_the_corpus_and_selects_it(no_corpus, open_page, local_source):
+    server, source = local_source
+    at = open_page("pages/training.py", models_dir=no_corpus / "models")
+    at.button(key="train_fetch").click().run()
+    assert not at.exception and not at.error
+    saved = no_corpus / "corpora" / "tinyshakespeare.txt"
+    assert saved.read_bytes() == FETCH_BODY and server.requests == ["/good.txt"]  # one download, on the click
+    assert at.radio(key="train_corpus").value == "shakespeare"
+    assert any("fetched, checked and saved" in s and str(saved) in s for s in texts(at, "success"))
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Characters (tokens)"] == f"{len(FETCH_BODY.decode()):,}"
+    assert "train_fetch" not in [b.key for b in at.button]
+    # from then on every session finds it, and no one is offered the download again
+    again = open_page("pages/training.py", models_dir=no_corpus / "models")
+    assert "Tiny Shakespeare" in again.radio(key="train_corpus").options
+    assert "train_fetch" not in [b.key for b in again.button] and server.requests == ["/good.txt"]
+
+
+def test_a_failed_fetch_says_where_to_put_the_file_and_saves_nothing(no_corpus, open_page, local_source, monkeypatch):
+    import dataclasses
+    from core import fetch
+    _, source = local_source
+    monkeypatch.setattr(fetch, "SHAKESPEARE", dataclasses.replace(source, sha256="0" * 64))
+    at = open_page("pages/training.py", models_dir=no_corpus / "models")
+    at.button(key="train_fetch").click().run()
+    assert not at.exception
+    error = " ".join(texts(at, "error"))
+    assert "could not be fetched" in error and "not the expected one" in error
+    assert str(no_corpus / "corpora" / "tinyshakespeare.txt") in error and "TE_CORPUS" in error
+    assert list((no_corpus / "corpora").iterdir()) == []  # nothing half-written, nothing to be read later
+    assert "Tiny Shakespeare" not in at.radio(key="train_corpus").options  # options are the labels
