@@ -164,3 +164,27 @@ def test_slider_moves_t_on_a_log_scale(generation):
     assert max(bars["data"][0]["y"]) < 0.05  # close to uniform
     slider = at.select_slider(key="gen_slider_T").set_value(0.01).run()
     assert max(chart(at, "p(T) at T = 0.01")["data"][0]["y"]) > 0.99
+
+
+def test_a_text_drawn_once_is_shared_by_every_session(generation, shipped, monkeypatch):
+    """Two students, one prompt, one seed: the second session shows the first one's text without generating."""
+    import random
+
+    import core.sampling
+    first = generation()
+    seed = random.SystemRandom().randrange(1, 2**30)  # a key no earlier test has drawn
+    first.number_input(key="gen_seed").set_value(seed).run()
+    text = generated_chars(first)
+    assert len(text) == 40
+
+    def no_generation(*a, **k):
+        raise AssertionError("the second session generated again")
+
+    monkeypatch.setattr(core.sampling, "stream", no_generation)
+    second = generation()
+    second.number_input(key="gen_seed").set_value(seed).run()
+    assert not second.exception, second.exception
+    assert generated_chars(second) == text
+    # and a key nobody drew yet is generated (here: refused by the patched sampler, which shows it was called)
+    second.number_input(key="gen_seed").set_value(seed + 1).run()
+    assert second.exception
