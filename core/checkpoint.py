@@ -27,6 +27,7 @@ import threading
 import time
 import unicodedata
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,6 +36,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+
+try:
+    import fcntl
+except ImportError:  # Windows: saves are serialised within the process only
+    fcntl = None
 
 from core.fmt import head_label, md_escape
 from core.induction import HEADS_CSV, read_heads_csv, write_heads_csv
@@ -285,8 +291,34 @@ def checkpoint_owner(path) -> str | None:
 
 # Serialises, within this process (the Streamlit server, where every session is a thread), the folder swap of
 # a save and the recovery of interrupted swaps, so that recovery never mistakes a swap in progress for one
-# that was interrupted. Another process saving into the same folder is not covered (see recover_interrupted_saves).
+# that was interrupted. Other processes (replicas of the app sharing one models folder) are serialised by
+# _swap_lock's lock on the folder itself.
 _SWAP_LOCK = threading.Lock()
+
+
+@contextmanager
+def _swap_lock(parent: Path):
+    """Hold _SWAP_LOCK and, where the system allows it, an exclusive ``flock`` on the folder ``parent`` itself,
+    so that processes sharing a models folder (replicas of the app, in containers on one host too, and the
+    command line) never interleave a swap with another swap or a recovery. No lock file is created. Where the
+    folder cannot be locked (Windows, a network file system without flock) only this process is serialised;
+    a save is still atomic there, but a replica's recovery could then undo another replica's swap in progress
+    and make that save fail (never leave a half-written model)."""
+    with _SWAP_LOCK:
+        fd = None
+        if fcntl is not None:
+            try:
+                fd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                if fd is not None:
+                    os.close(fd)
+                fd = None
+        try:
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # closing the only descriptor releases the flock
 
 
 def _remove_quietly(path: Path) -> None:
@@ -302,7 +334,7 @@ def _remove_quietly(path: Path) -> None:
 
 def _restore_locked(parent: Path, name: str) -> bool:
     """Put ``parent/.<name>.old`` back as ``parent/<name>`` if a swap was interrupted between its two renames
-    (the old folder is there and nothing is under the name). Caller holds _SWAP_LOCK. True if restored."""
+    (the old folder is there and nothing is under the name). Caller holds _swap_lock. True if restored."""
     if not name or name.startswith(".") or "/" in name or os.sep in name:
         return False  # a plain, visible name only (the command line may save names the app would not choose)
     old, target = parent / f".{name}.old", parent / name
@@ -313,7 +345,7 @@ def _restore_locked(parent: Path, name: str) -> bool:
 
 
 def _swap_into_place(tmp: Path, folder: Path) -> None:
-    """Replace the complete folder ``folder`` by the complete folder ``tmp``. Caller holds _SWAP_LOCK.
+    """Replace the complete folder ``folder`` by the complete folder ``tmp``. Caller holds _swap_lock.
 
     1. rename folder -> .<name>.old   (fails: nothing moved)
     2. rename tmp -> folder           (fails: the old folder is renamed back, and the error re-raised)
@@ -352,7 +384,7 @@ def recover_interrupted_saves(models_dir, stale_tmp_s: float = STALE_TMP_S) -> l
     if not base.is_dir():
         return restored
     now = time.time()
-    with _SWAP_LOCK:
+    with _swap_lock(base):
         try:
             entries = list(os.scandir(base))
         except OSError:
@@ -386,7 +418,7 @@ def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: di
     folder = Path(path)
     check_owner(owner)
     if folder.parent.is_dir():
-        with _SWAP_LOCK:
+        with _swap_lock(folder.parent):
             try:
                 _restore_locked(folder.parent, folder.name)
             except OSError:
@@ -423,7 +455,7 @@ def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: di
             f.chmod(0o644)
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        with _SWAP_LOCK:  # checked again here: another save may have finished meanwhile
+        with _swap_lock(folder.parent):  # checked again here: another save (thread or process) may have finished
             if os.path.lexists(folder):
                 if not overwrite:
                     raise FileExistsError(f"{folder} already exists")
@@ -431,7 +463,12 @@ def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: di
                     raise ValueError(_someone_elses(folder.name))
                 _swap_into_place(tmp, folder)
             else:
-                os.rename(tmp, folder)
+                try:
+                    os.rename(tmp, folder)
+                except OSError as e:  # made meanwhile by a process that _swap_lock could not hold off
+                    if os.path.lexists(folder):
+                        raise FileExistsError(f"{folder} already exists") from e
+                    raise
     except BaseException:
         _remove_quietly(tmp)
         raise
