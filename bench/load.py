@@ -2,11 +2,21 @@
 
     python -m bench.load --sessions 30 --reruns 3
     python -m bench.load --sessions 30 --think 5 20 --json   # students who read before typing again; one JSON line
+    python -m bench.load --replicas 2 --sessions 40 --json   # two app processes behind HAProxy (deploy/replicas.py)
 
 Starts `streamlit run app.py` on a free port and connects real websocket clients that speak Streamlit's
 own protocol (the protobuf messages the browser sends): each opens a page, then types new prompts.
 One more session starts a training run on the Training page and keeps its connection open meanwhile.
 The time of a rerun is measured from sending the new prompt to the server's "script finished".
+
+With ``--replicas N`` (N > 1), N app processes run behind HAProxy (deploy/replicas.py) and every session goes
+through the balancer as a browser does: it loads the page and the health endpoint over HTTP, keeps the cookies it
+is given (HAProxy's SERVERID naming its replica, Streamlit's XSRF token) and sends them with the websocket
+handshake and with its uploads. Each session must be answered by the replica its cookie names (the X-Served-By
+header of the handshake), every replica must serve sessions, and ``--uploads`` more sessions each upload a small
+text file on the Training page (PUT /_stcore/upload_file/<session>/<file>, which only the replica holding the
+session accepts) and must see it read back. The training session reconnects at the end with its cookie and its
+session id, and must find its run where it left it: on the replica that started it.
 
 The shared model must come out unchanged, checked two ways that no cache can answer for:
   - the shipped weights on disk hash the same before and after (sha256, tensor by tensor, sorted names);
@@ -29,7 +39,9 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,6 +49,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.Common_pb2 import FileUploaderState
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.sync.client import connect
 
@@ -52,12 +65,22 @@ PATTERN_TOLERANCE = 1e-5
 
 
 class Session:
-    """One browser tab, as far as the server can tell."""
+    """One browser tab, as far as the server can tell.
 
-    def __init__(self, url: str, timeout: float = 600):
+    cookie: the Cookie header a browser would send with the handshake (a balancer's stickiness cookie included);
+    xsrf: Streamlit's XSRF token (its cookie's value), sent as the browser does, in the subprotocol list;
+    existing_session: the id of a session to reconnect to (the browser's reconnect after a dropped socket)."""
+
+    def __init__(self, url: str, timeout: float = 600, cookie: str = "", xsrf: str = "", existing_session: str = ""):
         host = url.split("//", 1)[1]
-        self.ws = connect(f"ws://{host}/_stcore/stream", subprotocols=["streamlit"], open_timeout=60,
-                          max_size=None, origin=url).__enter__()
+        protocols = ["streamlit"]
+        if xsrf or existing_session:
+            protocols += [xsrf or "PLACEHOLDER_AUTH_TOKEN"] + ([existing_session] if existing_session else [])
+        self.ws = connect(f"ws://{host}/_stcore/stream", subprotocols=protocols, open_timeout=60,
+                          max_size=None, origin=url,
+                          additional_headers={"Cookie": cookie} if cookie else None).__enter__()
+        self.served_by = self.ws.response.headers.get("X-Served-By", "")  # set by the balancer (deploy/haproxy)
+        self.session_id = ""
         self.timeout = timeout
         self.page_hash = ""
         self.elements: list = []
@@ -72,7 +95,9 @@ class Session:
         for wid, value in (widgets or {}).items():
             w = cs.widget_states.widgets.add()
             w.id = wid
-            if value is True:
+            if isinstance(value, FileUploaderState):
+                w.file_uploader_state_value.CopyFrom(value)
+            elif value is True:
                 w.trigger_value = True
             elif isinstance(value, str):
                 w.string_value = value
@@ -87,6 +112,7 @@ class Session:
             kind = fm.WhichOneof("type")
             if kind == "new_session":
                 self.page_hash = fm.new_session.page_script_hash or self.page_hash
+                self.session_id = fm.new_session.initialize.session_id or self.session_id
             elif kind == "page_info_changed" or kind == "navigation":
                 if kind == "navigation" and fm.navigation.page_script_hash:
                     self.page_hash = fm.navigation.page_script_hash
@@ -104,6 +130,27 @@ class Session:
                 return getattr(el, kind).id
         raise LookupError(f"no {kind} labelled {label!r} on the page")
 
+    def file_urls(self, name: str):
+        """Ask the server where to upload a file, as the browser's uploader does first: its FileURLs."""
+        msg = BackMsg()
+        req = msg.file_urls_request
+        req.request_id, req.session_id = uuid.uuid4().hex, self.session_id
+        req.file_names.append(name)
+        self.ws.send(msg.SerializeToString())
+        while True:
+            fm = ForwardMsg()
+            fm.ParseFromString(self.ws.recv(timeout=self.timeout))
+            if fm.WhichOneof("type") == "file_urls_response" and fm.file_urls_response.response_id == req.request_id:
+                if fm.file_urls_response.error_msg:
+                    raise RuntimeError(f"file_urls_request: {fm.file_urls_response.error_msg}")
+                return fm.file_urls_response.file_urls[0]
+
+    def metric(self, label: str) -> str:
+        for el in self.elements:
+            if el.WhichOneof("type") == "metric" and el.metric.label == label:
+                return el.metric.body
+        raise LookupError(f"no metric labelled {label!r} on the page")
+
     def charts(self) -> list[str]:
         return [el.plotly_chart.spec for el in self.elements if el.WhichOneof("type") == "plotly_chart"]
 
@@ -119,6 +166,57 @@ class Session:
 
     def close(self):
         self.ws.close()
+
+
+class Browser:
+    """The HTTP side of one browser on one site: the cookies it was given, sent back with every request (the
+    websocket handshake included), like a browser. Through HAProxy, SERVERID names the replica."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.cookies: dict[str, str] = {}
+
+    def _request(self, path: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None):
+        req = urllib.request.Request(self.url + path, data=body, method=method,
+                                     headers={**({"Cookie": self.cookie_header()} if self.cookies else {}),
+                                              **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                r.read()
+                status, h = r.status, r.headers
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"{method} {path}: HTTP {e.code} {e.read()[:300]!r}") from None
+        for line in h.get_all("Set-Cookie") or []:
+            name, _, value = line.split(";", 1)[0].strip().partition("=")
+            self.cookies[name] = value.strip('"')
+        return status, h
+
+    def cookie_header(self) -> str:
+        return "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+
+    def visit(self) -> str:
+        """Load the page and the health endpoint, as the browser does before opening its websocket: the
+        balancer's cookie and Streamlit's XSRF cookie arrive. The replica named by the cookie ("" without one)."""
+        self._request("/")
+        self._request("/_stcore/health")
+        return self.cookies.get("SERVERID", "")
+
+    def session(self, existing_session: str = "") -> Session:
+        return Session(self.url, cookie=self.cookie_header(), xsrf=self.cookies.get("_streamlit_xsrf", ""),
+                       existing_session=existing_session)
+
+    def upload(self, upload_url: str, name: str, data: bytes) -> str:
+        """PUT one file to the uploader's URL as the browser does (multipart, the XSRF header, the cookies).
+        The replica that answered (X-Served-By, "" without a balancer)."""
+        boundary = uuid.uuid4().hex
+        body = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+                f"Content-Type: text/plain\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+        status, h = self._request(upload_url, "PUT", body, {
+            "Content-Type": f"multipart/form-data; boundary={boundary}",
+            "X-Xsrftoken": self.cookies.get("_streamlit_xsrf", ""), "Origin": self.url})
+        if status != 204:
+            raise RuntimeError(f"upload answered {status}")
+        return h.get("X-Served-By", "")
 
 
 def start_server(models_dir: str) -> tuple[subprocess.Popen, str]:
@@ -216,14 +314,30 @@ def fresh_forward_check(url: str) -> dict:
     return {"prompt": prompt, "ok": ok, "max_diff": diff, "detail": detail}
 
 
+def open_tab(url: str, balanced: bool) -> tuple[Browser, Session, str]:
+    """A new browser's first tab: the page and the health endpoint over HTTP (the cookies), then the websocket
+    with them. Through a balancer, the replica its cookie names must be the one that answered the handshake.
+    (browser, session, the replica's name; "" without a balancer)."""
+    b = Browser(url)
+    replica = b.visit()
+    if balanced and not replica:
+        raise RuntimeError(f"the balancer set no SERVERID cookie (cookies: {sorted(b.cookies)})")
+    s = b.session()
+    if balanced and s.served_by != replica:
+        s.close()
+        raise RuntimeError(f"the cookie names {replica}, but {s.served_by or 'no replica'} answered the websocket")
+    return b, s, replica
+
+
 def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: threading.Lock,
-            think: tuple[float, float] | None = None):
+            think: tuple[float, float] | None = None, served: dict | None = None):
     """One student: opens a page, then types ``reruns`` new prompts, back to back or (``think``) after reading
-    for a random time between think[0] and think[1] seconds each time."""
+    for a random time between think[0] and think[1] seconds each time. ``served`` (through a balancer): counts
+    the sessions of each replica."""
     page, label = [("attention", "Your prompt"), ("generation", "Prompt")][i % 2]
     pause = random.Random(i)
     try:
-        s = Session(url)
+        _, s, replica = open_tab(url, served is not None)
         first = s.run(page)
         mine = [("first", page, first)]
         box = s.widget_id("text_area", label)
@@ -236,40 +350,129 @@ def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: th
         s.close()
         with lock:
             timings.extend(mine)
+            if served is not None:
+                served[replica] = served.get(replica, 0) + 1
     except Exception as e:  # collected: the load test fails on any
         with lock:
             errors.append(f"session {i} ({page}): {type(e).__name__}: {e}")
 
 
-def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tuple[float, float] | None = None) -> dict:
+UPLOAD_SOURCE, UPLOAD_BOX = "Upload a .txt file", "A plain-text file, UTF-8"  # the Training page's labels
+
+
+def uploader(url: str, i: int, uploads: dict, errors: list, lock: threading.Lock, balanced: bool):
+    """One student who trains on a text of their own: the Training page, "Upload a .txt file", the file sent as
+    the browser sends it (the server's upload URL for this session, then a PUT, which only the replica holding
+    the session accepts), then a rerun with the uploader's new value: the page must read the file back (its
+    character count). ``uploads`` counts the uploads each replica took."""
+    name = f"student-{i}.txt"
+    text = f"Notes of student {i}.\n" + "\n".join(PROMPTS) * 10
+    data = text.encode("utf-8")
+    try:
+        b, s, replica = open_tab(url, balanced)
+        s.run("training")
+        s.run("training", {s.widget_id("radio", "Train on"): UPLOAD_SOURCE})
+        box = s.widget_id("file_uploader", UPLOAD_BOX)
+        urls = s.file_urls(name)
+        if not urls.upload_url.startswith(f"/_stcore/upload_file/{s.session_id}/"):
+            raise RuntimeError(f"unexpected upload URL {urls.upload_url!r}")
+        took = b.upload(urls.upload_url, name, data)
+        if balanced and took != replica:
+            raise RuntimeError(f"the upload went to {took or 'no replica'}, the session is on {replica}")
+        state = FileUploaderState()
+        info = state.uploaded_file_info.add()
+        info.file_id, info.name, info.size = urls.file_id, name, len(data)
+        info.file_urls.CopyFrom(urls)
+        s.run("training", {box: state})
+        if s.exceptions:
+            raise RuntimeError(f"exception box: {s.exceptions[0]}")
+        chars = s.metric("Characters (tokens)")
+        if chars != f"{len(text):,}":
+            raise RuntimeError(f"the page read back {chars} characters, {len(text):,} were uploaded")
+        s.close()
+        with lock:
+            uploads[replica] = uploads.get(replica, 0) + 1
+    except Exception as e:  # collected: the load test fails on any
+        with lock:
+            errors.append(f"upload {i}: {type(e).__name__}: {e}")
+
+
+def trainer_comes_back(browser: Browser, trainer: Session, replica: str) -> str:
+    """The training session's websocket drops and the browser reconnects, with its cookie and its session id,
+    as Streamlit's frontend does: it must reach the same session on the replica that started the run, and find
+    the run there (its Pause button). "" when it does, else what went wrong."""
+    trainer.close()
+    s = browser.session(existing_session=trainer.session_id)
+    try:
+        s.run("training")
+        if replica and s.served_by != replica:
+            return f"the reconnect reached {s.served_by or 'no replica'}, the run is on {replica}"
+        if s.session_id != trainer.session_id:
+            return f"the reconnect got a new session ({s.session_id}), not {trainer.session_id}"
+        s.widget_id("button", "Pause")  # drawn only while this session has a run
+        return ""
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        s.close()
+
+
+def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tuple[float, float] | None = None,
+             replicas: int = 1, uploads: int | None = None) -> dict:
+    """``replicas`` > 1: that many app processes behind HAProxy (deploy.replicas), every session through it;
+    ``uploads`` more sessions upload a file on the Training page (default: two per replica behind a balancer,
+    none on one server)."""
     models = tempfile.mkdtemp(prefix="te-load-models-")
     weights_before = weights_sha256()
-    proc, url = start_server(models)
+    balanced = replicas > 1
+    uploads = (2 * replicas if balanced else 0) if uploads is None else uploads
+    cluster = proc = None
+    if balanced:
+        from deploy.replicas import Replicas
+        cluster = Replicas(replicas, models_dir=models).start()
+        url = cluster.url
+    else:
+        proc, url = start_server(models)
     stop = threading.Event()
-    trainer = None
+    trainer = drainer = None
+    timings, errors, lock = [], [], threading.Lock()
+    served, uploaded, trainer_replica = {}, {}, ""
     try:
         if train:
-            trainer = Session(url)
+            tb, trainer, trainer_replica = open_tab(url, balanced)
             trainer.run("training")
             trainer.run("training", {trainer.widget_id("button", "Start training"): True})
-            threading.Thread(target=trainer.drain, args=(stop,), daemon=True).start()
-        timings, errors, lock = [], [], threading.Lock()
+            drainer = threading.Thread(target=trainer.drain, args=(stop,), daemon=True)
+            drainer.start()
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=sessions) as pool:
+        with ThreadPoolExecutor(max_workers=sessions + uploads) as pool:
             for i in range(sessions):
-                pool.submit(student, url, i, reruns, timings, errors, lock, think)
+                pool.submit(student, url, i, reruns, timings, errors, lock, think, served if balanced else None)
+            for i in range(uploads):
+                pool.submit(uploader, url, i, uploaded, errors, lock, balanced)
         wall = time.perf_counter() - t0
+        if train and balanced:
+            stop.set()
+            drainer.join(5)
+            problem = trainer_comes_back(tb, trainer, trainer_replica)
+            if problem:
+                errors.append(f"training session after a reconnect: {problem}")
         fresh = fresh_forward_check(url)  # a new session, a new prompt: computed now, not served from a cache
         weights_after = weights_sha256()
+        if cluster:
+            balancer_sessions = {name: int(row["stot"]) for name, row in cluster.stats().items()}
     finally:
         stop.set()
         if trainer:
             trainer.close()
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if cluster:
+            cluster.stop()
+        else:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     reruns_t = sorted(t for kind, _, t in timings if kind == "rerun")
     firsts = sorted(t for kind, _, t in timings if kind == "first")
 
@@ -289,6 +492,9 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tup
         "weights_unchanged": weights_before == weights_after,
         "server_matches_disk": fresh["ok"], "pattern_max_diff": fresh["max_diff"], "pattern_check": fresh["detail"],
         "model_unchanged": weights_before == weights_after and fresh["ok"],
+        "replicas": replicas, "replicas_used": len(served) if balanced else 1, "served_by": served,
+        "uploads": sum(uploaded.values()), "uploads_by": uploaded, "trainer_replica": trainer_replica,
+        "balancer_sessions": balancer_sessions if balanced else None,
     }
 
 
@@ -300,14 +506,25 @@ def main(argv=None):
     p.add_argument("--think", type=float, nargs=2, metavar=("MIN", "MAX"), default=None,
                    help="seconds each student waits before each new prompt, drawn uniformly (default: none)")
     p.add_argument("--json", action="store_true", help="also print one JSON line with the figures at the end")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="app processes; more than one runs them behind HAProxy (deploy/replicas.py) with cookie "
+                        "stickiness and drives every session through it (default: 1, no balancer)")
+    p.add_argument("--uploads", type=int, default=None,
+                   help="more sessions that each upload a text file on the Training page (default: two per "
+                        "replica behind a balancer, none on one server)")
     args = p.parse_args(argv)
-    r = run_load(args.sessions, args.reruns, train=not args.no_train, think=tuple(args.think) if args.think else None)
+    r = run_load(args.sessions, args.reruns, train=not args.no_train, think=tuple(args.think) if args.think else None,
+                 replicas=args.replicas, uploads=args.uploads)
     print(f"{r['sessions']} concurrent sessions ({os.cpu_count()} cores), {r['reruns']} reruns with new prompts "
           f"in {r['wall_s']:.1f} s{', while another session trains' if r['train'] else ''}")
     print(f"server time per rerun: p50 {r['p50_s'] * 1e3:.0f} ms, p95 {r['p95_s'] * 1e3:.0f} ms "
           f"(first visit of a page: p50 {r['first_p50_s'] * 1e3:.0f} ms, p95 {r['first_p95_s'] * 1e3:.0f} ms)")
     for page, (p50, p95) in r["by_page"].items():
         print(f"  {page:<11} p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms")
+    if r["replicas"] > 1:
+        print(f"{r['replicas']} replicas behind HAProxy, {r['replicas_used']} served sessions: {r['served_by']} "
+              f"(connections HAProxy counted: {r['balancer_sessions']}); uploads {r['uploads']}: {r['uploads_by']}; "
+              f"the training run on {r['trainer_replica'] or '-'}")
     print(f"errors: {len(r['errors'])}; shared model unchanged: {r['model_unchanged']} (weights on disk unchanged: "
           f"{r['weights_unchanged']}; server's attention on a new prompt matches them: {r['server_matches_disk']}, "
           f"{r['pattern_check']})")
@@ -320,7 +537,8 @@ def main(argv=None):
 
 def summary_json(r: dict) -> dict:
     """The figures of a load run as one flat JSON object (the keys issue 17 names, per page too)."""
-    out = {"sessions": r["sessions"], "replicas_used": r.get("replicas_used", 1), "errors": len(r["errors"]),
+    out = {"sessions": r["sessions"], "replicas": r.get("replicas", 1), "replicas_used": r.get("replicas_used", 1),
+           "served_by": r.get("served_by") or None, "uploads": r.get("uploads", 0), "errors": len(r["errors"]),
            "train": r["train"], "think_s": r.get("think_s"), "reruns": r["reruns"],
            "rerun_p50_s": round(r["p50_s"], 4), "rerun_p95_s": round(r["p95_s"], 4),
            "first_visit_p50_s": round(r["first_p50_s"], 4), "first_visit_p95_s": round(r["first_p95_s"], 4),

@@ -1,0 +1,183 @@
+"""Replicas behind HAProxy with cookie stickiness (deploy/): the configs, then real processes.
+
+The files that cannot run here (deploy/compose.yaml, containers) are checked for what they must say; the setup
+that can (app processes and HAProxy on this machine, deploy/replicas.py) is run: sessions through the balancer
+on both replicas, an upload that reaches the replica holding its session (and is refused by the other one), a
+training run that a reconnecting browser finds on its replica, and a replica that stops being taken out of the
+pool. The balancer tests skip, with the reason, only where haproxy is not installed (CI installs it: .ci/run).
+Nothing here is timed: bench.load --replicas N measures."""
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deploy.replicas import COMPOSE_CONFIG, TEMPLATE, Replicas, compose_config, find_haproxy
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+HAPROXY = find_haproxy()
+needs_haproxy = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (apt-get install -y haproxy)")
+
+
+def test_the_compose_config_is_the_template_rendered():
+    assert COMPOSE_CONFIG.read_text() == compose_config(3), \
+        "deploy/haproxy.cfg is stale: python -m deploy.replicas compose-config --replicas 3 > deploy/haproxy.cfg"
+
+
+def test_the_template_says_what_a_class_needs():
+    text = TEMPLATE.read_text()
+    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+    assert "cookie SERVERID insert indirect nocache httponly" in lines  # stickiness by cookie ...
+    assert not any(line.startswith(("balance source", "hash-type", "stick on src")) for line in lines)  # ... not IP
+    assert "http-check send meth GET uri /_stcore/health" in lines and "option httpchk" in lines
+    assert "timeout tunnel 2h" in lines  # websockets are long-lived
+    assert "mode http" in lines  # cookies, headers and upgrades are seen: not a plain TCP relay
+
+
+@needs_haproxy
+def test_haproxy_accepts_the_compose_config():
+    out = subprocess.run([HAPROXY, "-c", "-f", str(COMPOSE_CONFIG)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr  # app1..app3 do not resolve here: warnings, not errors
+
+
+def test_the_compose_file_runs_the_dockerfile_behind_haproxy_with_one_models_volume():
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    apps = sorted(name for name in services if name != "haproxy")
+    assert apps == ["app1", "app2", "app3"]
+    cfg = COMPOSE_CONFIG.read_text()
+    for name in apps:
+        s = services[name]
+        assert s["build"]["dockerfile"] == "deploy/Dockerfile" and (DEPLOY / s["build"]["context"]).resolve() == ROOT
+        assert "models:/data/models" in [v.split("  ")[0].strip() for v in s["volumes"]]
+        assert s["environment"]["TE_MODELS_DIR"] == "/data/models"
+        assert "/_stcore/health" in " ".join(s["healthcheck"]["test"])
+        assert f"server {name} {name}:8501 cookie {name}" in cfg  # HAProxy knows every replica, by its name
+    assert "models" in compose["volumes"]
+    assert "/_stcore/health" in (DEPLOY / "Dockerfile").read_text()
+    proxy = services["haproxy"]
+    assert proxy["image"].startswith("haproxy:")
+    assert "./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in proxy["volumes"]
+    assert any(p.endswith(":8080") for p in proxy["ports"]) and "bind :8080" in cfg
+    assert all(proxy["depends_on"][a]["condition"] == "service_healthy" for a in apps)
+
+
+# ---------------------------------------------------------------------------------------------- real processes
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if HAPROXY is None:
+        pytest.skip("haproxy is not installed (apt-get install -y haproxy)")
+    r = Replicas(2, models_dir=tmp_path_factory.mktemp("models"), check_interval="1s",
+                 workdir=tmp_path_factory.mktemp("replicas"))
+    r.start()
+    yield r
+    r.stop()
+
+
+def _browser_on(cluster, replica: str):
+    """A browser whose cookie names ``replica`` (as if the balancer had chosen it)."""
+    from bench.load import Browser
+    b = Browser(cluster.url)
+    b.cookies["SERVERID"] = replica
+    b._request("/_stcore/health")  # Streamlit's XSRF cookie, from that replica
+    return b
+
+
+@pytest.mark.slow
+def test_bench_load_through_the_balancer(capsys):
+    """bench.load --replicas 2, small: sessions, an upload and a training run, all through HAProxy."""
+    if HAPROXY is None:
+        pytest.skip("haproxy is not installed (apt-get install -y haproxy)")
+    from bench.load import run_load, summary_json
+    r = run_load(sessions=4, reruns=1, train=True, replicas=2, uploads=1)
+    with capsys.disabled():
+        print(f"\n[replicas] sessions per replica {r['served_by']}, uploads {r['uploads_by']}, "
+              f"training on {r['trainer_replica']}")
+    assert not r["errors"], r["errors"][:5]  # every session answered by its cookie's replica, the upload read back,
+    # and the training session, reconnecting with its cookie and id, found its run on its replica
+    assert r["replicas_used"] == 2 and set(r["served_by"]) == {"app1", "app2"}
+    assert sum(r["served_by"].values()) == 4 and r["uploads"] == 1 and r["trainer_replica"] in ("app1", "app2")
+    assert r["model_unchanged"]
+    line = summary_json(r)
+    assert line["replicas_used"] == 2 and line["errors"] == 0 and line["uploads"] == 1
+
+
+@pytest.mark.slow
+def test_a_browser_stays_on_its_replica(cluster):
+    from bench.load import Browser
+    seen = set()
+    for _ in range(4):
+        b = Browser(cluster.url)
+        replica = b.visit()
+        assert replica in cluster.servers
+        seen.add(replica)
+        for _ in range(3):
+            _, headers = b._request("/")
+            assert headers["X-Served-By"] == replica and "SERVERID" not in (headers.get("Set-Cookie") or "")
+        s = b.session()
+        try:
+            s.run("attention")
+            assert s.served_by == replica and not s.exceptions
+        finally:
+            s.close()
+    assert seen == set(cluster.servers)  # new browsers are spread over both
+
+
+@pytest.mark.slow
+def test_an_upload_reaches_only_the_replica_that_holds_the_session(cluster):
+    """Why the cookie: the upload URL names a session that exists on one replica only; the other refuses it."""
+    b = _browser_on(cluster, "app1")
+    s = b.session()
+    try:
+        s.run("training")
+        s.run("training", {s.widget_id("radio", "Train on"): "Upload a .txt file"})
+        urls = s.file_urls("notes.txt")
+        elsewhere = _browser_on(cluster, "app2")
+        with pytest.raises(RuntimeError, match="HTTP 400"):
+            elsewhere.upload(urls.upload_url, "notes.txt", b"to be or not to be\n")
+        assert b.upload(urls.upload_url, "notes.txt", b"to be or not to be\n") == "app1"
+    finally:
+        s.close()
+
+
+@pytest.mark.slow
+def test_every_replica_sees_the_shared_models_folder(cluster):
+    import torch
+
+    from core.checkpoint import save_checkpoint
+    from core.model import ModelConfig, Transformer
+    from core.tokenizer import CharTokenizer
+    tok = CharTokenizer.from_text("a class gallery\n")
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_ctx=16, d_model=16, n_heads=2, n_layers=1))
+    save_checkpoint(cluster.models_dir / "class-gallery", model, tok)
+    for replica in ("app1", "app2"):
+        s = _browser_on(cluster, replica).session()
+        try:
+            s.run("attention")
+            picker = next(el.selectbox for el in s.elements if el.WhichOneof("type") == "selectbox"
+                          and el.selectbox.id.endswith("te_model_name"))
+            assert any("class-gallery" in o for o in picker.options), (replica, list(picker.options))
+        finally:
+            s.close()
+
+
+@pytest.mark.slow
+def test_a_replica_that_stops_is_taken_out_of_the_pool(cluster):
+    """Runs last in this module: HAProxy's health check on /_stcore/health takes app2 out; a browser whose
+    cookie names app2 is sent to app1 and gets a working session there."""
+    cluster.stop_replica("app2")
+    deadline = time.monotonic() + 120  # a wait for HAProxy to notice, not a measurement
+    while cluster.states()["app2"] != "DOWN":
+        assert time.monotonic() < deadline, cluster.stats()["app2"]
+        time.sleep(0.5)
+    assert cluster.states()["app1"] == "UP"
+    b = _browser_on(cluster, "app2")
+    s = b.session()
+    try:
+        s.run("attention")
+        assert s.served_by == "app1" and not s.exceptions
+    finally:
+        s.close()
