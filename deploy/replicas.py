@@ -1,7 +1,7 @@
 """Several replicas of the app behind HAProxy with cookie stickiness, on this machine.
 
     python -m deploy.replicas --replicas 3 --port 8500     # until Ctrl-C; students open http://<this host>:8500
-    python -m deploy.replicas compose-config --replicas 3  # the HAProxy config of deploy/compose.yaml (deploy/haproxy.cfg)
+    python -m deploy.replicas compose-config --replicas 3  # deploy/compose.yaml's HAProxy config (deploy/haproxy.cfg)
 
 Starts N ``streamlit run app.py`` processes on free local ports, all saving models into one folder
 (TE_MODELS_DIR), waits until each answers on /_stcore/health, then runs HAProxy (Debian: ``apt-get install
@@ -237,7 +237,8 @@ def main(argv=None) -> None:
     r = Replicas(args.replicas, models_dir=args.models_dir, host=args.host, port=args.port)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with r:
-        print(f"{args.replicas} replicas behind HAProxy: open {r.url} (every interface: port {r.url.rsplit(':', 1)[1]})")
+        where = f" (on every interface: http://<this host>:{r.url.rsplit(':', 1)[1]})" if args.host == "0.0.0.0" else ""
+        print(f"{args.replicas} replicas behind HAProxy: open {r.url}{where}")
         for name, url in r.servers.items():
             print(f"  {name}: {url} (pid {r.apps[name].pid})")
         print(f"HAProxy's statistics page: {r.stats_url}; models folder: {r.models_dir}; logs: {r.workdir}")
