@@ -58,6 +58,7 @@ ENGINES = ("local", "ray")
 # Muennighoff et al. 2023 ("Scaling Data-Constrained Language Models", arXiv:2305.16264): up to about four passes
 # over the same text cost little against fresh text; beyond that a run measures repetition rather than data.
 MAX_EPOCHS = 4
+STARTUP_S = 8.0                 # starting Python, torch and the workers before the first step (measured: 5-10 s)
 MIN_FREE_BYTES = 1_000_000      # runs.csv, study.json, fit.json and a card: a few kilobytes
 N_CONVENTION = ("N counts every parameter except the token embedding, the position table and the output map "
                 "(the non-embedding count of Kaplan et al. 2020); N_total counts them all (Hoffmann et al. 2022)")
@@ -611,6 +612,7 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
         _quietly(save_meta)
         _quietly(lambda: save_progress("failed", f"{type(e).__name__}: {e}"))
         raise
+    _quietly(lambda: save_progress("trained", "every run is in"))
     return rows
 
 
@@ -642,9 +644,8 @@ def fit_study(rows: list[dict], resamples: int = 200, seed: int = 0) -> dict:
             "rms_log": law.rms_log_error(N, D, loss), "bootstrap": boot, "N_convention": N_CONVENTION}
 
 
-COMPARED = (("alpha", "α, the capacity exponent"), ("beta", "β, the data exponent"),
-            ("a", "a = β/(α+β): N_opt grows as C^a"), ("E", "E, the floor (nats per character here, per token there)"),
-            ("A", "A"), ("B", "B"))
+COMPARED = (("alpha", "α (capacity exponent)"), ("beta", "β (data exponent)"),
+            ("a", "β/(α+β): N_opt ∝ C to this power"), ("E", "E (the floor)"), ("A", "A"), ("B", "B"))
 
 
 def comparison_rows(law, intervals: dict | None = None) -> list[dict]:
@@ -675,7 +676,7 @@ def estimate_seconds(grid: Grid, reference: list[dict], workers: int | None = No
     lanes = [0.0] * max(1, workers or os.cpu_count() or 1)
     for c in costs:  # longest first onto the least loaded worker, as the pool schedules them
         lanes[lanes.index(min(lanes))] += c
-    return max(lanes)
+    return STARTUP_S + max(lanes)
 
 
 def _spec_of(row: dict) -> RunSpec:

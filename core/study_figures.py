@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from core.cost import FLOPS_PER_PARAM_TOKEN
-from core.fmt import human, sci
+from core.fmt import human
 from core.scaling import ScalingLaw
 from core.scaling_figures import HALO, LAYOUT, _log_grid
 from core.study import rows_to_arrays
@@ -29,39 +29,52 @@ def _panel_title(x: float, text: str) -> dict:
                 text=text, font=dict(size=14))
 
 
-def study_figure(rows: list[dict], law: ScalingLaw | None = None) -> go.Figure:
+def study_figure(rows: list[dict], law: ScalingLaw | None = None, title: str = "Your study") -> go.Figure:
     """Left: loss against N, one colour per budget D; right: loss against D, one colour per size. With a law, the
-    fitted L(N, D) runs through each group as a line of the same colour."""
+    fitted L(N, D) runs through each group as a line of the same colour. Each group is named at its right end (two
+    legends of look-alike colours would leave the reader matching them by eye)."""
     N, D, L = rows_to_arrays(rows)
-    traces = []
-    panels = (("x", "y", N, D, "D", "N", "parameters N (non-embedding)", "training tokens D"),
-              ("x2", "y2", D, N, "N", "D", "training tokens D", "parameters N"))
-    for xa, ya, x, group, gname, xname, _, _ in panels:
+    traces, notes, ranges = [], [], []
+    panels = (("x", "y", N, D, "D", "N"), ("x2", "y2", D, N, "N", "D"))
+    for xa, ya, x, group, gname, xname in panels:
         values = np.unique(group)
-        colors = _palette(len(values))
         span = _log_grid(x.min() / 1.3, x.max() * 1.3, 60) if len(x) else np.array([])
-        for v, color in zip(values, colors):
+        right = float(span[-1]) if law is not None and len(span) else float(x.max()) if len(x) else 1.0
+        ranges.append([math.log10(x.min() / 1.4) if len(x) else 0, math.log10(right) + 0.45])
+        ends = []  # [y, label, colour] of each group's right end
+        for v, color in zip(values, _palette(len(values))):
             sel = group == v
             order = np.argsort(x[sel])
             label = f"{gname} = {human(v)}"
             traces.append(go.Scatter(
-                x=x[sel][order], y=L[sel][order], mode="markers", name=label, legendgroup=f"{xa}{v}",
+                x=x[sel][order], y=L[sel][order], mode="markers", name=label, showlegend=False,
                 xaxis=xa, yaxis=ya, marker=dict(color=color, size=9, line=dict(color="white", width=1)),
                 hovertemplate=f"{xname} = %{{x:,.0f}}<br>{gname} = {v:,.0f}<br>loss %{{y:.4f}}<extra>run</extra>"))
+            end = float(L[sel][order][-1])
             if law is not None:
                 y = law.loss(span, v) if xa == "x" else law.loss(v, span)
-                traces.append(go.Scatter(x=span, y=y, mode="lines", name=f"fit, {label}", legendgroup=f"{xa}{v}",
-                                         showlegend=False, xaxis=xa, yaxis=ya, line=dict(color=color, width=2),
+                end = float(y[-1])
+                traces.append(go.Scatter(x=span, y=y, mode="lines", name=f"fit, {label}", showlegend=False,
+                                         xaxis=xa, yaxis=ya, line=dict(color=color, width=2),
                                          hovertemplate=f"fitted L({xname} = %{{x:,.0f}}, {gname} = {human(v)}) = "
                                                        "%{y:.4f}<extra></extra>"))
-    notes = [_panel_title(0.225, "loss against N: one colour per budget D"),
-             _panel_title(0.775, "loss against D: one colour per model size N")]
-    sub = "the runs and the fitted law L(N, D)" if law is not None else "the runs so far (the fit needs more)"
+            ends.append([end, label, color])
+        gap = 0.045 * (float(L.max() - L.min()) + 0.2) if len(L) else 0.0
+        for i in range(1, len(ends)):  # labels ordered top to bottom, never closer than gap
+            ends.sort(key=lambda e: -e[0])
+            ends[i][0] = min(ends[i][0], ends[i - 1][0] - gap)
+        for y, label, color in ends:
+            notes.append(dict(x=math.log10(right) + 0.03, y=y, xref=xa, yref=ya, text=label, showarrow=False,
+                              xanchor="left", font=dict(size=11, color=color, shadow=HALO)))
+    notes += [_panel_title(0.225, "loss against N: one colour per budget D"),
+              _panel_title(0.775, "loss against D: one colour per model size N")]
+    sub = ("the runs (points) and the fitted law L(N, D) (lines)" if law is not None
+           else "the runs so far (the law is fitted from 8 runs on)")
     return go.Figure(traces, dict(
-        **{**LAYOUT, "height": 520, "margin": dict(l=60, r=20, t=80, b=140)}, annotations=notes,
-        title=dict(text=f"Your scaling study: {sub}", y=0.98),
-        xaxis=dict(type="log", title="parameters N (non-embedding)", domain=[0, 0.45]),
-        xaxis2=dict(type="log", title="training tokens D (characters)", domain=[0.55, 1]),
+        **{**LAYOUT, "height": 500, "margin": dict(l=60, r=20, t=80, b=60)}, annotations=notes,
+        title=dict(text=f"{title}: {sub}", y=0.98),
+        xaxis=dict(type="log", title="parameters N (non-embedding)", domain=[0, 0.45], range=ranges[0]),
+        xaxis2=dict(type="log", title="training tokens D (characters)", domain=[0.55, 1], range=ranges[1]),
         yaxis=dict(title="validation loss (nats per character)"), yaxis2=dict(anchor="x2", matches="y")))
 
 
@@ -111,12 +124,12 @@ def frontier_figure(law: ScalingLaw, rows: list[dict], published: dict[str, Scal
                                  hovertemplate="C = %{customdata[0]:.3g}: N = 10^%{x:.2f}, D = 10^%{y:.2f}, "
                                                f"D/N = %{{customdata[1]:.1f}}<extra>{name}</extra>"))
     n, d = law.compute_optimal(Cs)
-    traces.append(go.Scatter(x=np.log10(n), y=np.log10(d), mode="lines", name="your frontier (this fit)",
+    traces.append(go.Scatter(x=np.log10(n), y=np.log10(d), mode="lines", name="this study's frontier",
                              line=dict(color=OURS, width=4), customdata=np.stack([Cs, d / n], 1),
                              hovertemplate="C = %{customdata[0]:.3g}: N = 10^%{x:.2f}, D = 10^%{y:.2f}, "
-                                           "D/N = %{customdata[1]:.1f}<extra>your fit</extra>"))
+                                           "D/N = %{customdata[1]:.1f}<extra>this study</extra>"))
     traces.append(go.Scatter(
-        x=np.log10(N), y=np.log10(D), mode="markers", name="your runs",
+        x=np.log10(N), y=np.log10(D), mode="markers", name="the runs",
         marker=dict(color=L, colorscale="Viridis_r", size=11, line=dict(color="black", width=1),
                     colorbar=dict(title=dict(text="loss", side="right"), len=0.7)),
         customdata=np.stack([N, D, L, C], 1),
@@ -129,14 +142,7 @@ def frontier_figure(law: ScalingLaw, rows: list[dict], published: dict[str, Scal
 
     return go.Figure(traces, dict(
         **{**LAYOUT, "height": 560}, annotations=notes,
-        title="Compute-optimal frontiers at your study's scale: yours against the published laws'",
+        title="Compute-optimal frontiers at this study's scale",
         xaxis=dict(title="parameters N", range=list(lx), **ticks(*lx)),
         yaxis=dict(title="training tokens D", range=list(ly), **ticks(*ly))))
 
-
-def tokens_per_parameter(law: ScalingLaw, C: float) -> float:
-    n, d = law.compute_optimal(C)
-    return float(d / n)
-
-
-__all__ = ["study_figure", "residual_figure", "frontier_figure", "tokens_per_parameter", "sci"]

@@ -96,10 +96,11 @@ class StudyJob:
     folder); ``temporary``: remove the folder with the handle (always so for a folder made here)."""
 
     def __init__(self, corpus_path, grid: str, folder=None, workers: int | None = None, nice: int = NICE,
-                 temporary: bool = False):
+                 temporary: bool = False, corpus_name: str | None = None):
         self.grid = resolve_grid(grid)
         self.grid_name = grid
         self.corpus_path = Path(corpus_path)
+        self.corpus_name = corpus_name or self.corpus_path.name
         self.own_folder = temporary or folder is None
         self.folder = Path(folder) if folder else self.new_folder()
         self.workers, self.nice = workers, nice

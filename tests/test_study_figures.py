@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from core.scaling import CHINCHILLA, EPOCH_2024, PRESETS, ScalingLaw
-from core.study import comparison_rows, estimate_seconds, Grid
+from core.study import STARTUP_S, Grid, comparison_rows, estimate_seconds
 from core.study_figures import frontier_figure, residual_figure, study_figure
 
 LAW = ScalingLaw(A=30.0, B=60.0, alpha=0.3, beta=0.3, E=1.3)
@@ -32,6 +32,8 @@ def test_study_figure_points_are_the_runs_and_lines_the_law():
     np.testing.assert_allclose(left.y, LAW.loss(np.asarray(left.x), 1.2e6))
     right = next(t for t in lines if t.name == "fit, N = 25k")
     np.testing.assert_allclose(right.y, LAW.loss(2.5e4, np.asarray(right.x)))
+    labels = {a.text for a in fig.layout.annotations}
+    assert {"D = 300k", "D = 1.2M", "D = 3M", "N = 6k", "N = 25k", "N = 100k"} <= labels  # each group named
     assert not [t for t in study_figure(r[:3]).data if t.mode == "lines"]  # no law yet: points only
 
 
@@ -47,7 +49,7 @@ def test_residuals_are_log_ratios_in_percent():
 def test_frontiers_are_the_laws_optima_over_the_runs_compute():
     r = rows()
     fig = frontier_figure(LAW, r, PRESETS)
-    ours = next(t for t in fig.data if t.name == "your frontier (this fit)")
+    ours = next(t for t in fig.data if t.name == "this study's frontier")
     C = np.asarray(ours.customdata)[:, 0]
     assert C.min() < 6 * 6e3 * 3e5 and C.max() > 6 * 1e5 * 3e6  # spans every run's compute
     n, d = LAW.compute_optimal(C)
@@ -57,7 +59,7 @@ def test_frontiers_are_the_laws_optima_over_the_runs_compute():
     n, d = CHINCHILLA.compute_optimal(np.asarray(chin.customdata)[:, 0])
     np.testing.assert_allclose(chin.x, np.log10(n))
     assert any(t.name == "Epoch replication's frontier" for t in fig.data)
-    runs = next(t for t in fig.data if t.name == "your runs")
+    runs = next(t for t in fig.data if t.name == "the runs")
     np.testing.assert_allclose(runs.marker.color, [row["loss"] for row in r])
 
 
@@ -73,5 +75,5 @@ def test_estimate_spreads_the_runs_over_the_workers():
     ref = [{**vars(s), "cpu_s": 1.0} for s in g.specs()]
     ref = [{k: v for k, v in row.items() if k != "text"} for row in ref]
     one, two = estimate_seconds(g, ref, workers=1), estimate_seconds(g, ref, workers=2)
-    assert one == pytest.approx(4.0) and 2.0 <= two < one
+    assert one == pytest.approx(STARTUP_S + 4.0) and STARTUP_S + 2.0 <= two < one
     assert estimate_seconds(g, [], workers=2) is None
