@@ -609,8 +609,9 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
         _quietly(lambda: save_progress("failed", msg))
         raise StudyError(msg) from None
     except BaseException as e:
+        failure = f"{type(e).__name__}: {e}"
         _quietly(save_meta)
-        _quietly(lambda: save_progress("failed", f"{type(e).__name__}: {e}"))
+        _quietly(lambda: save_progress("failed", failure))
         raise
     _quietly(lambda: save_progress("trained", "every run is in"))
     return rows

@@ -323,7 +323,7 @@ st.markdown(
        f"{', '.join(human(t) for t in sorted({r['D'] for r in shipped_rows}))} characters of "
        f"{shipped_meta['corpus']}, with the training loop of the Training page. Below it you can run a grid yourself "
        "and watch the points arrive."))
-st.caption(f"N here is the non-embedding count (Kaplan et al. 2020): the blocks and the final LayerNorm, without the "
+st.caption("N here is the non-embedding count (Kaplan et al. 2020): the blocks and the final LayerNorm, without the "
            "token embedding, the position table and the output map, which are a large share of a model this small "
            "and do little of the modelling the capacity term describes; Hoffmann et al. count every parameter "
            "(runs.csv has both). D counts characters, and the loss is the validation loss over every full window of "

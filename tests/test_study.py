@@ -244,6 +244,7 @@ def test_a_killed_study_restarts_where_it_stopped(tmp_path, text):
 
 # ---------------------------------------------------------------- the fit of a study
 
+@pytest.mark.slow  # 24 refits: half a minute on a busy machine
 def test_bootstrap_intervals_cover_the_truth_and_r2_is_by_hand():
     law = ScalingLaw(A=30.0, B=60.0, alpha=0.3, beta=0.3, E=1.3)
     N = np.repeat([6e3, 1.5e4, 4e4, 1e5, 2.5e5], 4)

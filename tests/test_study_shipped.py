@@ -67,3 +67,18 @@ def test_the_study_was_made_from_the_corpus_found_here():
         pytest.skip("Tiny Shakespeare not found (set TE_CORPUS)")
     assert META["corpus_sha256"] == corpus_sha256(path.read_text(encoding="utf-8"))
     assert json.loads(json.dumps(META["grid"]))["name"] == "full"
+
+
+def test_a_shipped_run_trained_again_gives_the_same_row():
+    """The cheapest run of the shipped grid, retrained here from its spec: the same row but for the timings
+    (the engines, the day and the other work on the machine change nothing)."""
+    from core.study import GRIDS, TIMING_FIELDS, train_one
+
+    path = shakespeare_path()
+    if path is None:
+        pytest.skip("Tiny Shakespeare not found (set TE_CORPUS)")
+    row = min(ROWS, key=lambda r: r["cpu_s"])
+    spec = next(s for s in GRIDS["full"].specs(path.read_text(encoding="utf-8")) if s.run_id == row["run_id"])
+    again = train_one(spec)
+    assert {k: v for k, v in again.items() if k not in TIMING_FIELDS} == \
+        {k: v for k, v in row.items() if k not in TIMING_FIELDS}
