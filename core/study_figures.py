@@ -29,7 +29,8 @@ def _panel_title(x: float, text: str) -> dict:
                 text=text, font=dict(size=14))
 
 
-def study_figure(rows: list[dict], law: ScalingLaw | None = None, title: str = "Your study") -> go.Figure:
+def study_figure(rows: list[dict], law: ScalingLaw | None = None, title: str = "Your study",
+                 unfitted: str = "the runs so far (the law is fitted from 8 runs on)") -> go.Figure:
     """Left: loss against N, one colour per budget D; right: loss against D, one colour per size. With a law, the
     fitted L(N, D) runs through each group as a line of the same colour. Each group is named at its right end (two
     legends of look-alike colours would leave the reader matching them by eye)."""
@@ -68,8 +69,7 @@ def study_figure(rows: list[dict], law: ScalingLaw | None = None, title: str = "
                               xanchor="left", font=dict(size=11, color=color, shadow=HALO)))
     notes += [_panel_title(0.225, "loss against N: one colour per budget D"),
               _panel_title(0.775, "loss against D: one colour per model size N")]
-    sub = ("the runs (points) and the fitted law L(N, D) (lines)" if law is not None
-           else "the runs so far (the law is fitted from 8 runs on)")
+    sub = "the runs (points) and the fitted law L(N, D) (lines)" if law is not None else unfitted
     return go.Figure(traces, dict(
         **{**LAYOUT, "height": 500, "margin": dict(l=60, r=20, t=80, b=60)}, annotations=notes,
         title=dict(text=f"{title}: {sub}", y=0.98),

@@ -346,9 +346,9 @@ def comparison_table(law: ScalingLaw, intervals: dict | None, key: str):
 
 
 def show_study(rows: list[dict], law: ScalingLaw | None, intervals: dict | None, key: str, boot: dict | None = None,
-               title: str = "Your study"):
+               title: str = "Your study", unfitted: str = f"the runs so far (the law is fitted from {MIN_RUNS} runs on)"):
     """The runs with the fitted law, the constants beside the published ones, the residuals and the frontier."""
-    st.plotly_chart(study_figure(rows, law, title=title), width="stretch", key=f"{key}_fig")
+    st.plotly_chart(study_figure(rows, law, title=title, unfitted=unfitted), width="stretch", key=f"{key}_fig")
     if law is None:
         return
     N, D, loss = rows_to_arrays(rows)
@@ -529,11 +529,14 @@ def study_view(job: StudyJob, polling: bool):
     done_fit = read_study(job.folder)[2] if s.state == "finished" else None
     if done_fit:
         law = ScalingLaw(**done_fit["law"])
+    unfitted = (f"its {len(s.rows)} runs (too few to fit five constants: the fit needs {MIN_RUNS})"
+                if s.total < MIN_RUNS and s.done == s.total else
+                f"the runs so far (the law is fitted from {MIN_RUNS} runs on)")
     show_study(s.rows, law, done_fit["bootstrap"]["intervals"] if done_fit else None, "scal_yours",
-               boot=done_fit["bootstrap"] if done_fit else None)
+               boot=done_fit["bootstrap"] if done_fit else None, unfitted=unfitted)
     if fit_error:
         st.warning(fit_error, icon="⚠️")
-    elif law is None:
+    elif law is None and s.total >= MIN_RUNS:
         st.caption(f"{len(s.rows)} runs so far; the fit starts at {MIN_RUNS}.")
     st.download_button("Download runs.csv", job.runs_csv.read_bytes(), "runs.csv", "text/csv",
                        key="scal_study_download", on_click="ignore")
