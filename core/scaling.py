@@ -63,6 +63,17 @@ class ScalingLaw:
         resid = np.log(np.asarray(loss, dtype=float)) - np.log(self.loss(N, D))
         return float(np.sqrt(np.mean(resid ** 2)))
 
+    def r2_log(self, N, D, loss) -> float:
+        """R² of log(loss): the share of the runs' variance in log loss that the law explains."""
+        logL = np.log(np.asarray(loss, dtype=float))
+        resid = logL - np.log(self.loss(N, D))
+        return float(1.0 - np.sum(resid ** 2) / np.sum((logL - logL.mean()) ** 2))
+
+    @property
+    def N_exponent(self) -> float:
+        """a in N_opt ∝ C^a: beta / (alpha + beta); D_opt grows as C^(1 - a)."""
+        return self.beta / (self.alpha + self.beta)
+
     def constants(self) -> dict[str, float]:
         """The five constants under the names a page shows."""
         return {"A": self.A, "B": self.B, "α": self.alpha, "β": self.beta, "L∞ (E)": self.E}
@@ -74,6 +85,9 @@ CHINCHILLA = ScalingLaw(A=406.4, B=410.7, alpha=0.34, beta=0.28, E=1.69)
 # Besiroglu, Erdil, Barnett, You 2024, "Chinchilla Scaling: A replication attempt", arXiv:2404.10102,
 # Eq. (3) / Table 1: the fit redone on data reconstructed from Hoffmann et al.'s Figure 4.
 EPOCH_2024 = ScalingLaw(A=482.01, B=2085.43, alpha=0.3478, beta=0.3658, E=1.8172)
+# The range of Hoffmann et al.'s runs, from their abstract: "over 400 language models ranging from 70 million to over
+# 16 billion parameters on 5 to 500 billion tokens".
+CHINCHILLA_RUNS = dict(count=400, N=(70e6, 16e9), D=(5e9, 500e9))
 PRESETS = {
     "Chinchilla (Hoffmann et al. 2022)": CHINCHILLA,
     "Epoch replication (Besiroglu et al. 2024)": EPOCH_2024,
@@ -289,3 +303,37 @@ def _fit(N, D, loss, delta, starts, polish) -> ScalingLaw:
     with np.errstate(over="ignore"):  # an unbounded direction shows up as an infinite constant, not a crash
         A, B, E = (float(np.exp(v)) for v in (a, b, e))
     return ScalingLaw(A=A, B=B, alpha=alpha, beta=beta, E=E)
+
+
+BOOTSTRAP_KEYS = ("A", "B", "alpha", "beta", "E", "a")  # "a": the exponent of N_opt in C, beta / (alpha + beta)
+
+
+def bootstrap_fit(N, D, loss, law: ScalingLaw, resamples: int = 200, seed: int = 0, level: float = 0.95,
+                  grid_step: int = 15) -> dict:
+    """Percentile intervals of the constants over fits to runs drawn with replacement (a bootstrap over runs).
+
+    Each refit starts from ``law`` (the fit to every run) and from every ``grid_step``-th point of Hoffmann et al.'s
+    grid, so a resample whose best fit lies in another basin can still reach it; 300 starts instead of 4,500 make
+    200 refits cost about as much as a few full fits. A resample that pins down no law of this form (a FitError:
+    exponents <= 0, infinite constants) is counted in ``failed`` and left out of the intervals."""
+    N, D, loss = (np.asarray(v, dtype=float) for v in (N, D, loss))
+    rng = np.random.default_rng(seed)
+    best = torch.tensor([[math.log(law.A), math.log(law.B), math.log(law.E), law.alpha, law.beta]], dtype=torch.float64)
+    starts = torch.cat([best, start_grid()[::grid_step]])
+    samples, failed = [], 0
+    for _ in range(resamples):
+        idx = rng.integers(0, len(N), len(N))
+        try:
+            f = fit_scaling_law(N[idx], D[idx], loss[idx], starts=starts, polish=8)
+        except FitError:
+            failed += 1
+            continue
+        samples.append([f.A, f.B, f.alpha, f.beta, f.E, f.N_exponent])
+    tail = 100 * (1 - level) / 2
+    if samples:
+        arr = np.array(samples)
+        lo, hi = np.percentile(arr, tail, axis=0), np.percentile(arr, 100 - tail, axis=0)
+        intervals = {k: [float(lo[i]), float(hi[i])] for i, k in enumerate(BOOTSTRAP_KEYS)}
+    else:
+        intervals = {k: [math.nan, math.nan] for k in BOOTSTRAP_KEYS}
+    return {"resamples": resamples, "failed": failed, "seed": seed, "level": level, "intervals": intervals}

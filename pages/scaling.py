@@ -1,15 +1,23 @@
 import math
+import os
+from pathlib import Path
 
+import numpy as np
 import streamlit as st
 
 from core.fmt import human, latex_sci, sci
 from core.cost import FLOPS_PER_PARAM_TOKEN
-from core.scaling import (BUDGET_DEFAULTS, FAMOUS_MODELS, GRID, PRESETS, FitError, ScalingLaw, budget_flops,
-                          famous_table, fit_scaling_law)
+from core.scaling import (BUDGET_DEFAULTS, CHINCHILLA_RUNS, FAMOUS_MODELS, GRID, PRESETS, FitError, ScalingLaw,
+                          budget_flops, famous_table, fit_scaling_law)
 from core.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D, loss_vs_N
-from core.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
+from core.scaling_runs import MAX_RUNS, MIN_RUNS, Runs, RunsError, parse_runs, synthetic_runs
 from core.params import count_parameters
-from ui import ensure_frame, shipped_config
+from core.corpus import TRAIN_FRACTION, pydoc_text, read_text_file, shakespeare_path
+from core.study import (GRIDS, SHIPPED_STUDY, StudyError, comparison_rows, corpus_problem, estimate_seconds,
+                        read_study, rows_to_arrays)
+from core.study_figures import frontier_figure, residual_figure, study_figure
+from core.study_job import BusyError as StudyBusy, StudyJob, grid_choices
+from ui import ensure_frame, offer_shakespeare_fetch, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -24,6 +32,30 @@ SLIDERS = {
 }
 EXAMPLE_LAW_NAME = "Epoch replication (Besiroglu et al. 2024)"
 P = FLOPS_PER_PARAM_TOKEN  # the 6 of C = 6ND, for the formulas
+
+
+def rough_time(seconds: float) -> str:
+    """A duration the way one says it: 'about 40 seconds', 'about 12 minutes'."""
+    if seconds < 90:
+        return f"about {max(10, round(seconds, -1)):.0f} seconds"
+    return f"about {round(seconds / 60):.0f} minutes"
+
+
+def _stamp(folder: Path) -> str:
+    """Changes when the study's files are rewritten, so the cache rereads them."""
+    try:
+        return ":".join(str(p.stat().st_mtime_ns) for p in sorted(folder.iterdir()))
+    except OSError:
+        return ""
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def shipped_study(stamp: str):
+    """(study.json, rows, fit.json) of the shipped study; (None, [], None) if it cannot be read."""
+    try:
+        return read_study(SHIPPED_STUDY)
+    except (OSError, ValueError, StudyError):
+        return None, [], None
 
 
 def slider_values(law: ScalingLaw) -> dict:
@@ -64,7 +96,8 @@ st.markdown(
     "of three terms: one that shrinks as the model grows, one that shrinks as the data grows, and a floor that "
     "neither can lower. The constants below come from fits to hundreds of real training runs; move them and "
     "every chart on this page follows. Nothing here needs the sidebar's model: the models these laws speak "
-    f"of are far larger{size_note}."
+    f"of are far larger{size_note}. At the bottom of the page the same law is fitted to tiny models trained on this "
+    "machine, and you can train a grid of your own."
 )
 st.latex(r"L(N, D) = \underbrace{\frac{A}{N^{\alpha}}}_{\text{capacity}} + "
          r"\underbrace{\frac{B}{D^{\beta}}}_{\text{data}} + \underbrace{L_\infty}_{\text{floor}}")
@@ -275,3 +308,240 @@ if fit is not None:
     b.plotly_chart(fit_figure(fit, runs.N, runs.D, runs.loss), width="stretch", key="scal_fig_fit")
     b.caption("Each run is drawn twice: on the left with the fitted data term taken off its loss, on the right "
               "with the capacity term taken off. If the law fits, every point sits on the curve.")
+
+# ---------------------------------------------------------------- your own scaling law: a study trained here
+st.subheader("Your own scaling law: tiny models trained on this machine")
+shipped_meta, shipped_rows, shipped_fit = shipped_study(_stamp(SHIPPED_STUDY))
+g = shipped_meta["grid"] if shipped_meta else None
+st.markdown(
+    "The laws above were fitted to hundreds of runs on thousands of GPUs. The same experiment fits on a laptop "
+    "if the models are tiny: train models of several sizes on several amounts of text, each once, and fit "
+    "the same formula to their final losses. "
+    + ("" if g is None else
+       f"The study below did that on this project's machine: {len(shipped_rows)} character-level models, widths "
+       f"d = {', '.join(map(str, g['widths']))} at depth {g['n_layers']}, each trained on "
+       f"{', '.join(human(t) for t in sorted({r['D'] for r in shipped_rows}))} characters of "
+       f"{shipped_meta['corpus']}, with the training loop of the Training page. Below it you can run a grid yourself "
+       "and watch the points arrive."))
+st.caption("N here is the non-embedding count (Kaplan et al. 2020): the blocks and the final LayerNorm, without the "
+           "token embedding, the position table and the output map, which are a large share of a model this small "
+           "and do little of the modelling the capacity term describes; Hoffmann et al. count every parameter "
+           "(runs.csv has both). D counts characters, and the loss is the validation loss over every full window of "
+           "the held-out 10 %, in nats per character.")
+
+
+def _g3(v: float) -> str:
+    """Three significant digits; a bound that the bootstrap drove to zero reads as 0."""
+    return "0" if abs(v) < 1e-6 else f"{v:.3g}"
+
+
+def comparison_table(law: ScalingLaw, intervals: dict | None, key: str):
+    rows = comparison_rows(law, intervals)
+    table = [{"constant": r["constant"], "this study": r["this study"],
+              "95% interval": "–" if intervals is None else f"{_g3(r['95% low'])} to {_g3(r['95% high'])}",
+              "Chinchilla 2022": r["Chinchilla 2022"], "Epoch 2024": r["Epoch 2024"]} for r in rows]
+    st.dataframe(table, hide_index=True, width="stretch", key=key,
+                 column_config={k: st.column_config.NumberColumn(format="%.3g")
+                                for k in ("this study", "Chinchilla 2022", "Epoch 2024")})
+
+
+def show_study(rows: list[dict], law: ScalingLaw | None, intervals: dict | None, key: str, boot: dict | None = None,
+               title: str = "Your study", unfitted: str = f"the runs so far (the law is fitted from {MIN_RUNS} runs on)"):
+    """The runs with the fitted law, the constants beside the published ones, the residuals and the frontier."""
+    st.plotly_chart(study_figure(rows, law, title=title, unfitted=unfitted), width="stretch", key=f"{key}_fig")
+    if law is None:
+        return
+    N, D, loss = rows_to_arrays(rows)
+    m1, m2, m3, _ = st.columns([1, 1, 1, 2])
+    m1.metric("Runs in the study", f"{len(rows)}")
+    m2.metric("R² of log loss", f"{law.r2_log(N, D, loss):.4f}",
+              help="The share of the runs' variance in log loss that the fitted law explains.")
+    m3.metric("RMS error", f"{100 * law.rms_log_error(N, D, loss):.2f} %",
+              help="Root mean square of log L − log L_fit: the typical distance of a run from the fit.")
+    comparison_table(law, intervals, key=f"{key}_table")
+    note = ("E is in nats per character here and in nats per token in the papers, so it cannot be compared with "
+            "theirs; nor can A and B, which carry the units of N and D. ")
+    if boot is not None:
+        note += (f"Intervals: 2.5th to 97.5th percentile of {boot['resamples'] - boot['failed']} refits to runs drawn "
+                 f"with replacement (a bootstrap over runs; {boot['failed']} of {boot['resamples']} resamples pinned "
+                 "down no law). Wide intervals on the constants go with a narrow band of predictions: a larger α "
+                 "with a lower E fits these runs almost as well as a smaller α with a higher E.")
+    elif intervals is None:
+        note += "The intervals come when the study has finished: it then refits resampled runs."
+    st.caption(note)
+    left, right = st.columns([1, 1.25])
+    left.plotly_chart(residual_figure(rows, law), width="stretch", key=f"{key}_resid")
+    right.plotly_chart(frontier_figure(law, rows, PRESETS), width="stretch", key=f"{key}_frontier")
+    C = float(np.median(FLOPS_PER_PARAM_TOKEN * N * D))
+    split = {name: (lambda nd: nd[1] / nd[0])(l.compute_optimal(C)) for name, l in (
+        ("this fit", law), ("Chinchilla's constants", PRESETS["Chinchilla (Hoffmann et al. 2022)"]),
+        ("Epoch's", PRESETS["Epoch replication (Besiroglu et al. 2024)"]))}
+    said = ", ".join(f"{r:.0f} by {name}" if r >= 10 else f"{r:.1f} by {name}" for name, r in split.items())
+    smallest = FLOPS_PER_PARAM_TOKEN * CHINCHILLA_RUNS["N"][0] * CHINCHILLA_RUNS["D"][0]
+    st.caption(f"At C = {sci(C)} FLOPs (the median run's compute) the compute-optimal number of tokens per parameter "
+               f"is {said}. Hoffmann et al.'s smallest runs used about {sci(smallest)} FLOPs, with N counting every "
+               "parameter and D counting BPE tokens: on this map the published frontiers are extrapolated "
+               f"{math.log10(smallest / C):.0f} decades down, to another unit of D.")
+
+
+if shipped_rows:
+    law = ScalingLaw(**shipped_fit["law"]) if shipped_fit else None
+    show_study(shipped_rows, law, shipped_fit["bootstrap"]["intervals"] if shipped_fit else None, "scal_shipped",
+               boot=shipped_fit["bootstrap"] if shipped_fit else None, title="The shipped study")
+    sessions = shipped_meta.get("sessions", [])
+    wall = sum(x.get("wall_s", 0) for x in sessions)
+    loads = [v for x in sessions for v in (x.get("load_start"), x.get("load_end")) if v is not None]
+    busy_note = (f", shared with other work (load average {min(loads):.1f} to {max(loads):.1f} on "
+                 f"{os.cpu_count()} cores)" if loads and max(loads) > 1.5 * (os.cpu_count() or 1) else "")
+    st.caption(f"The shipped study took {rough_time(wall)} of wall time"
+               + (f" on {sessions[-1]['machine'].split(',')[0]}" if sessions else "") + busy_note
+               + f". Its card (README.md, with the exact command) and runs.csv are in `assets/studies/{SHIPPED_STUDY.name}`.")
+else:
+    st.warning("The shipped study (assets/studies) could not be read; run a grid below to make your own.", icon="⚠️")
+
+st.markdown("##### Why your exponents need not be Chinchilla's")
+if shipped_rows:
+    Ns, Ds = [r["N"] for r in shipped_rows], [r["D"] for r in shipped_rows]
+    passes = max(Ds) / (TRAIN_FRACTION * shipped_meta["corpus_chars"])
+    smallest = min(shipped_rows, key=lambda r: r["N"])
+    here = (f"Tiny Shakespeare is one author's plays, {human(shipped_meta['corpus_chars'])} characters, and the "
+            f"largest budget here reads its training part {passes:.1f} times over. ")
+    lever = (f"Here N spans {max(Ns) / min(Ns):.0f}× ({human(min(Ns))} to {human(max(Ns))} parameters) and D "
+             f"{max(Ds) / min(Ds):.0f}×; ")
+    shape = (f" The smallest model (d = {smallest['d_model']}, {smallest['n_layers']} blocks, {smallest['n_heads']} "
+             f"head{'s' if smallest['n_heads'] > 1 else ''}) is limited by its shape as much as by its count.")
+    short = (f"\n- **Short runs.** On the smallest budget a run takes only {min(r['steps'] for r in shipped_rows):,} "
+             "optimisation steps, so its loss says how far the optimiser got as much as how much text it saw. The "
+             "loss then falls steeply as D grows, which makes β large, and a large β against a small α sends "
+             "the compute-optimal frontier towards bigger models.")
+else:
+    here, lever, shape, short = "", "", "", ""
+st.markdown(
+    "- **Other data.** Chinchilla learned from a vast mixture of web pages, books and code, where more text keeps "
+    f"bringing new words, facts and styles. {here}How fast the data term falls depends on how much there is left "
+    "to learn from more of the same text: a property of the corpus, not of transformers.\n"
+    "- **Another unit.** A character carries far less than a BPE token (English runs about four characters to a "
+    "token), so L and E are nats per character here and nats per token there, and those constants cannot be "
+    "compared. If every token were the same number of characters, counting D in characters would only rescale "
+    "B, and measuring the loss per character would scale A, B and E alike: the exponents survive a change of "
+    "unit, so they can be compared, with the other caveats.\n"
+    f"- **A short lever.** {lever}Hoffmann et al. trained over {CHINCHILLA_RUNS['count']} models from "
+    f"{human(CHINCHILLA_RUNS['N'][0])} to over {human(CHINCHILLA_RUNS['N'][1])} parameters on "
+    f"{human(CHINCHILLA_RUNS['D'][0])} to {human(CHINCHILLA_RUNS['D'][1])} tokens. Over a short range a power law plus a floor is poorly pinned: a larger "
+    "α with a lower E fits almost as well as a smaller α with a higher E, which is what wide intervals say." + shape
+    + "\n- **One recipe for all.** Every run here has the same learning rates, batch size and depth; only the "
+    "width changes. A rate that suits one size a little better than another, or a batch too large for the "
+    "smallest budgets, tilts the fitted exponents. Hoffmann et al. grew depth and width together." + short)
+
+# ---------------------------------------------------------------- run a grid yourself
+st.markdown("##### Run a grid yourself")
+st.markdown(
+    "Pick a corpus and a grid and start it: the runs train in the background, in processes of their own (one per "
+    "core), and each point appears on the plots as its run finishes. With eight runs or more the law is fitted to "
+    "them; when all are done the study refits resampled runs for the intervals. You can leave the page meanwhile.")
+corpora = {}
+tiny_shakespeare = shakespeare_path()
+if tiny_shakespeare is not None:
+    corpora["shakespeare"] = f"Tiny Shakespeare ({tiny_shakespeare.name})"
+corpora["pydoc"] = "Python's reference documentation (ships with Python)"
+c1, c2 = st.columns([1, 1.4])
+corpus_key = c1.radio("Corpus", list(corpora), format_func=corpora.get, key="scal_study_corpus")
+if tiny_shakespeare is None and offer_shakespeare_fetch(key="scal_study_fetch"):
+    st.rerun()
+choices = grid_choices()
+grid_name = c2.radio("Grid", list(choices), format_func=choices.get, key="scal_study_grid", horizontal=False)
+grid = GRIDS[grid_name]
+corpus_text = read_text_file(tiny_shakespeare) if corpus_key == "shakespeare" else pydoc_text()
+problem = corpus_problem(grid, corpus_text, corpora[corpus_key].split(" (")[0])
+estimate = estimate_seconds(grid, shipped_rows)
+st.caption(f"Widths d = {', '.join(map(str, grid.widths))} at depth {grid.n_layers}; budgets D = "
+           f"{', '.join(human(grid.steps(t) * grid.tokens_per_step) for t in grid.tokens)} characters."
+           + ("" if estimate is None else f" It takes {rough_time(estimate)} on {os.cpu_count()} idle cores (from the "
+              "shipped study's runs), longer while others train.")
+           + (f" {len(grid.widths) * len(grid.tokens)} runs are too few to fit five constants: this grid only shows "
+              f"the trend (the fit needs {MIN_RUNS})." if len(grid.widths) * len(grid.tokens) < MIN_RUNS else ""))
+if problem:
+    st.error(problem, icon="⚠️")
+
+job: StudyJob | None = st.session_state.get("scal_study_job")
+status = job.status() if job else None
+busy = status is not None and status.active
+if st.button("Start the study", type="primary", key="scal_study_start", disabled=busy or bool(problem),
+             help="Trains every run of the grid in the background; starting again replaces your previous study."):
+    folder = StudyJob.new_folder()
+    if corpus_key == "shakespeare":
+        path = tiny_shakespeare
+    else:
+        path = folder / "corpus.txt"
+        path.write_text(corpus_text, encoding="utf-8")
+    new = StudyJob(path, grid_name, folder=folder, temporary=True, corpus_name=corpora[corpus_key].split(" (")[0])
+    try:
+        new.start()
+    except (StudyBusy, StudyError) as e:
+        st.error(str(e), icon="⚠️")
+    else:
+        if job is not None:
+            job.stop(wait=None)
+        st.session_state["scal_study_job"] = new
+        st.rerun()
+if busy:
+    st.caption("Your study is running: stop it to start another.")
+
+
+def study_view(job: StudyJob, polling: bool):
+    s = job.status()
+    b1, b2, b3, _ = st.columns([1, 1, 1, 4])
+    if b1.button("Pause", key="scal_study_pause", disabled=not s.can_pause):
+        job.pause()
+        st.rerun()
+    if b2.button("Resume", key="scal_study_resume", disabled=not s.can_resume,
+                 help="A paused study goes on; a stopped one starts again and trains only the runs it lacks."):
+        try:
+            job.resume()
+        except StudyBusy as e:
+            st.error(str(e), icon="⚠️")
+        else:
+            st.rerun()
+    if b3.button("Stop", key="scal_study_stop", disabled=not s.can_stop,
+                 help="Ends the runs under way; the finished runs stay."):
+        job.stop(wait=None)
+        st.rerun()
+    if s.moving != polling:
+        st.rerun()
+    label = {"new": "Not started", "starting": "Starting the workers", "running": "Training",
+             "paused": "Paused", "stopping": "Stopping", "stopped": "Stopped", "finished": "Finished",
+             "failed": "Failed"}[s.state]
+    eta = f", {rough_time(s.eta_s)} left" if s.eta_s else ""
+    st.progress(s.done / max(1, s.total), text=f"{label}: {s.done} of {s.total} runs done{eta} "
+                                              f"({job.grid_name} grid on {job.corpus_name})")
+    if s.state == "failed":
+        st.error(f"The study failed: {s.message}", icon="⚠️")
+    if not s.rows:
+        st.info("The first points appear when the first runs finish (the largest models go first).")
+        return
+    law, fit_error = None, None
+    if len(s.rows) >= MIN_RUNS:
+        N, D, loss = rows_to_arrays(s.rows)
+        try:
+            law = fitted(Runs(N, D, loss).to_csv())
+        except FitError as e:
+            fit_error = str(e)
+    done_fit = read_study(job.folder)[2] if s.state == "finished" else None
+    if done_fit:
+        law = ScalingLaw(**done_fit["law"])
+    unfitted = (f"its {len(s.rows)} runs (too few to fit five constants: the fit needs {MIN_RUNS})"
+                if s.total < MIN_RUNS and s.done == s.total else
+                f"the runs so far (the law is fitted from {MIN_RUNS} runs on)")
+    show_study(s.rows, law, done_fit["bootstrap"]["intervals"] if done_fit else None, "scal_yours",
+               boot=done_fit["bootstrap"] if done_fit else None, unfitted=unfitted)
+    if fit_error:
+        st.warning(fit_error, icon="⚠️")
+    elif law is None and s.total >= MIN_RUNS:
+        st.caption(f"{len(s.rows)} runs so far; the fit starts at {MIN_RUNS}.")
+    st.download_button("Download runs.csv", job.runs_csv.read_bytes(), "runs.csv", "text/csv",
+                       key="scal_study_download", on_click="ignore")
+
+
+if job is not None:
+    polling = job.status().moving
+    st.fragment(run_every=2.0 if polling else None)(study_view)(job, polling)

@@ -79,3 +79,15 @@ def open_page_once():
     """The same factory for module-scoped fixtures (an environment it sets lasts for the module)."""
     with pytest.MonkeyPatch.context() as mp:
         yield _page_opener(mp)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray instance with 2 CPUs for the whole test session (started on first use: ~5 s, ~0.5 GB)."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install -r requirements-dev.txt)")
+    from core.study import ray_runtime_env
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20,
+             runtime_env=ray_runtime_env())
+    yield ray
+    ray.shutdown()

@@ -166,3 +166,113 @@ def test_runs_with_a_flat_loss_are_refused_not_crashed(scaling):
     assert not at.exception
     assert "fit" not in charts(at)
     assert any("no loss that falls as a power law" in e.value or "infinite constants" in e.value for e in at.error)
+
+
+# ---------------------------------------------------------------- the study: shipped, started here, refused
+
+def chart_titled(at, start: str) -> dict:
+    for el in at.get("plotly_chart"):
+        spec = json.loads(el.proto.spec)
+        if spec["layout"].get("title", {}).get("text", "").startswith(start):
+            return spec
+    raise AssertionError(f"no chart titled {start!r}")
+
+
+def test_the_shipped_study_is_shown_with_its_fit_from_the_first_visit(scaling):
+    from core.study import SHIPPED_STUDY, read_study
+
+    meta, rows, fit = read_study(SHIPPED_STUDY)
+    at = scaling()
+    spec = chart_titled(at, "The shipped study: the runs (points) and the fitted law")
+    shown = sorted(y for t in spec["data"] if t["mode"] == "markers" and t.get("xaxis") == "x"
+                   for y in decode(t["y"]))
+    assert shown == pytest.approx(sorted(r["loss"] for r in rows))
+    assert any(t["mode"] == "lines" for t in spec["data"])  # the fitted curves through the points
+    chart_titled(at, "Residuals")
+    frontier = chart_titled(at, "Compute-optimal frontiers at this study's scale")
+    names = {t.get("name") for t in frontier["data"]}
+    assert {"this study's frontier", "Chinchilla's frontier", "Epoch replication's frontier"} <= names
+    table = next(d.value for d in at.dataframe if "Chinchilla 2022" in d.value.columns)
+    alpha = table[table["constant"].str.startswith("α")].iloc[0]
+    lo, hi = fit["bootstrap"]["intervals"]["alpha"]
+    assert alpha["this study"] == pytest.approx(fit["law"]["alpha"]) and alpha["Chinchilla 2022"] == 0.34
+    assert alpha["95% interval"] == f"{lo:.3g} to {hi:.3g}"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["R² of log loss"] == f"{fit['r2_log']:.4f}" and metrics["Runs in the study"] == str(len(rows))
+    assert "Why your exponents need not be Chinchilla's" in text_of(at)
+
+
+def decode(values):
+    """A Plotly array from the spec: a list, or plotly 6's base64 typed array."""
+    import base64
+
+    if isinstance(values, dict):
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
+
+
+def test_a_corpus_too_small_for_the_grid_is_refused(scaling):
+    at = scaling()
+    at.radio(key="scal_study_corpus").set_value("pydoc").run()
+    at.radio(key="scal_study_grid").set_value("full").run()
+    assert not at.exception
+    assert any("too small for the full grid" in e.value for e in at.error)
+    assert at.button(key="scal_study_start").disabled
+    at.radio(key="scal_study_grid").set_value("small").run()
+    assert not any("too small" in e.value for e in at.error) and not at.button(key="scal_study_start").disabled
+
+
+@pytest.mark.slow
+def test_a_tiny_study_starts_and_stops(scaling):
+    from core.study import read_rows
+
+    at = scaling()
+    at.radio(key="scal_study_corpus").set_value("pydoc").run()
+    at.radio(key="scal_study_grid").set_value("tiny").run()
+    at.button(key="scal_study_start").click().run()
+    assert not at.exception
+    job = at.session_state["scal_study_job"]
+    try:
+        assert job.status().active and job.grid_name == "tiny"
+        assert at.button(key="scal_study_start").disabled  # one study per session
+        assert at.button(key="scal_study_stop").disabled is False
+        at.button(key="scal_study_stop").click().run()
+        assert not at.exception
+        job.proc.wait(60)
+        at.run()
+        s = job.status()
+        assert s.state == "stopped" and not s.active
+        read_rows(job.runs_csv)  # whatever finished is whole (read_rows refuses a partial row)
+        assert any("Stopped" in p.proto.text for p in at.get("progress"))
+        assert not at.button(key="scal_study_start").disabled
+        assert not at.button(key="scal_study_resume").disabled  # a stopped study can go on where it stopped
+    finally:
+        job.stop()
+
+
+def test_a_studys_points_and_fit_are_drawn_from_its_folder(open_page, tmp_path):
+    import shutil
+
+    from core.study import SHIPPED_STUDY
+    from core.study_job import StudyJob
+
+    for name in ("runs.csv", "study.json"):
+        shutil.copy(SHIPPED_STUDY / name, tmp_path / name)
+    job = StudyJob(tmp_path / "unused.txt", "full", folder=tmp_path)  # never started: it shows what the folder holds
+    at = open_page("pages/scaling.py", state={"scal_study_job": job})
+    figs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    titles = [f["layout"].get("title", {}).get("text", "") for f in figs]
+    assert "Your study: the runs (points) and the fitted law L(N, D) (lines)" in titles  # fitted: 24 runs
+    assert "The shipped study: the runs (points) and the fitted law L(N, D) (lines)" in titles
+    assert any(b.label == "Download runs.csv" for b in at.get("download_button"))
+
+
+def test_a_broken_shipped_study_is_reported_not_crashed(open_page, tmp_path, monkeypatch):
+    from core import study
+
+    (tmp_path / "runs.csv").write_text("this is not a study\n")
+    (tmp_path / "study.json").write_text("{}")
+    monkeypatch.setattr(study, "SHIPPED_STUDY", tmp_path)
+    at = open_page("pages/scaling.py")
+    assert any("shipped study" in w.value and "could not be read" in w.value for w in at.warning)
+    assert not at.button(key="scal_study_start").disabled  # a grid can still be run

@@ -1,0 +1,247 @@
+"""A scaling study in the background, for the app: ``python -m core.study`` in a process group of its own.
+
+The study runs like a training run (core.training_job) but outside the server's process: its workers would
+otherwise share the server's interpreter, and a study keeps every core busy for minutes. The page polls
+``status()``, which reads the study folder (runs.csv and progress.json, both replaced atomically by the study).
+Pause and resume are SIGSTOP and SIGCONT to the whole group (the runs under way freeze where they are and go on
+from there, so their results do not change); stop is SIGTERM, after which the study ends its workers and keeps
+the runs finished so far, and resume starts it again on the same folder, which trains only what is missing.
+
+One study per browser session (the page keeps the handle in its session state) and at most MAX_RUNNING_STUDIES
+per server: each uses every core. A handle that is garbage-collected (its session ended) ends its study, and the
+study itself stops when the server's process is gone.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.paths import REPO_ROOT
+from core.study import (GRIDS, PARENT_ENV, RUNS_CSV, StudyError, corpus_problem, read_progress,
+                        read_rows, resolve_grid)
+
+MAX_RUNNING_STUDIES = 1  # each study keeps every core busy; a second would only halve the speed of both
+NICE = 10                # below the server's own work: the pages stay responsive while a study trains
+BOOTSTRAP = 100          # refits for the intervals at the end (the shipped study used 200)
+ACTIVE = ("starting", "running", "pausing", "paused", "stopping")  # the process is alive
+
+_JOBS: "weakref.WeakSet[StudyJob]" = weakref.WeakSet()
+_LOCK = threading.Lock()
+
+
+class BusyError(RuntimeError):
+    """The server runs as many studies as it allows."""
+
+
+@dataclass(frozen=True)
+class StudyStatus:
+    state: str               # starting, running, paused, stopping, stopped, finished, failed
+    done: int                # runs in runs.csv
+    total: int               # runs in the grid
+    rows: list[dict] = field(repr=False)
+    message: str = ""
+    elapsed_s: float = 0.0
+    eta_s: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    @property
+    def moving(self) -> bool:
+        return self.state in ("starting", "running", "stopping")
+
+    @property
+    def can_pause(self) -> bool:
+        return self.state in ("starting", "running")
+
+    @property
+    def can_resume(self) -> bool:
+        return self.state == "paused" or (self.state in ("stopped", "failed") and self.done < self.total)
+
+    @property
+    def can_stop(self) -> bool:
+        return self.state in ("starting", "running", "paused")
+
+
+def _signal_group(pid: int, sig: int):
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _end(pid_box: list, folder: str | None):
+    """Finaliser: end the study's process group, and remove a folder the job made for itself."""
+    pid = pid_box[0]
+    if pid:
+        _signal_group(pid, signal.SIGCONT)
+        _signal_group(pid, signal.SIGTERM)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class StudyJob:
+    """Handle of one study started from the app. ``corpus_path``: the text file to train on (a built-in corpus is
+    written into the study folder first by the page); ``folder``: where runs.csv goes (default: a new temporary
+    folder); ``temporary``: remove the folder with the handle (always so for a folder made here)."""
+
+    def __init__(self, corpus_path, grid: str, folder=None, workers: int | None = None, nice: int = NICE,
+                 temporary: bool = False, corpus_name: str | None = None):
+        self.grid = resolve_grid(grid)
+        self.grid_name = grid
+        self.corpus_path = Path(corpus_path)
+        self.corpus_name = corpus_name or self.corpus_path.name
+        self.own_folder = temporary or folder is None
+        self.folder = Path(folder) if folder else self.new_folder()
+        self.workers, self.nice = workers, nice
+        self.proc: subprocess.Popen | None = None
+        self._pid = [None]
+        self._paused = False
+        self._stopping = False
+        self._started = None
+        weakref.finalize(self, _end, self._pid, str(self.folder) if self.own_folder else None)
+
+    @staticmethod
+    def new_folder() -> Path:
+        """A fresh temporary folder for a study (for a built-in corpus written there before the job starts)."""
+        return Path(tempfile.mkdtemp(prefix="te-study-"))
+
+    @property
+    def runs_csv(self) -> Path:
+        return self.folder / RUNS_CSV
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "core.study", "--corpus", str(self.corpus_path), "--grid", self.grid_name,
+               "--engine", "local", "--out", str(self.folder), "--bootstrap", str(BOOTSTRAP)]
+        if self.workers:
+            cmd += ["--workers", str(self.workers)]
+        if self.nice:
+            cmd += ["--nice", str(self.nice)]
+        return cmd
+
+    def _alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _launch(self):
+        with _LOCK:
+            running = sum(1 for j in list(_JOBS) if j is not self and j._alive())
+            if running >= MAX_RUNNING_STUDIES:
+                raise BusyError(f"{running} scaling stud{'y is' if running == 1 else 'ies are'} already running on "
+                                "this server (each keeps every core busy); wait for it to finish or stop yours")
+            self.folder.mkdir(parents=True, exist_ok=True)
+            log = open(self.folder / "study.log", "ab")
+            try:
+                self.proc = subprocess.Popen(self.command(), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=log, start_new_session=True,
+                                             env={**os.environ, PARENT_ENV: str(os.getpid())})
+            finally:
+                log.close()
+            self._pid[0] = self.proc.pid
+            self._paused = self._stopping = False
+            self._started = time.time()
+            _JOBS.add(self)
+
+    def start(self):
+        """Check the corpus against the grid (StudyError), then start the study. BusyError at the server's limit."""
+        try:
+            text = self.corpus_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise StudyError(f"the corpus cannot be read: {e}") from None
+        problem = corpus_problem(self.grid, text, self.corpus_path.name)
+        if problem:
+            raise StudyError(problem)
+        if self._alive():
+            raise RuntimeError("this study is running already")
+        self._launch()
+
+    def pause(self):
+        if self._alive() and not self._stopping:
+            _signal_group(self.proc.pid, signal.SIGSTOP)
+            self._paused = True
+
+    def resume(self):
+        """Continue a paused study, or start a stopped one again on its folder (only the missing runs)."""
+        if self._alive():
+            if self._paused:
+                _signal_group(self.proc.pid, signal.SIGCONT)
+                self._paused = False
+        elif self.proc is not None:
+            self._launch()
+
+    def stop(self, wait: float | None = 10.0):
+        """End the study; the runs finished so far stay in runs.csv."""
+        if not self._alive():
+            return
+        self._stopping = True
+        _signal_group(self.proc.pid, signal.SIGCONT)  # a paused study must run to hear the request
+        try:
+            self.proc.send_signal(signal.SIGTERM)  # the study's own process: it ends its workers itself
+        except ProcessLookupError:
+            pass
+        self._paused = False
+        if wait:
+            try:
+                self.proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+    def log_tail(self, chars: int = 600) -> str:
+        try:
+            text = (self.folder / "study.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return text[-chars:]
+
+    def status(self) -> StudyStatus:
+        try:
+            rows = read_rows(self.runs_csv)
+        except StudyError:
+            rows = []
+        progress = read_progress(self.folder) or {}
+        total = len(self.grid.widths) * len(self.grid.tokens)
+        elapsed = time.time() - self._started if self._started else 0.0
+        if self.proc is None:
+            state, message = "stopped" if rows else "new", ""
+        elif self._alive():
+            if self._stopping:
+                state = "stopping"
+            elif self._paused:
+                state = "paused"
+            else:
+                state = "running" if progress.get("state") == "running" else "starting"
+            message = ""
+        else:
+            code = self.proc.returncode
+            if code == 0:
+                state, message = "finished", ""
+            elif self._stopping or code in (130, -signal.SIGTERM, -signal.SIGKILL):
+                state, message = "stopped", ""
+            else:
+                state = "failed"
+                tail = self.log_tail()
+                message = tail.split("error:", 1)[-1].strip() if "error:" in tail else tail.strip()[-400:]
+        eta = progress.get("eta_s") if state == "running" else None
+        return StudyStatus(state=state, done=len(rows), total=total, rows=rows, message=message, elapsed_s=elapsed,
+                           eta_s=eta)
+
+
+def grid_choices() -> dict[str, str]:
+    """Grid name -> a label with its number of runs and sizes."""
+    return {name: f"{name}: {len(g.widths)} sizes x {len(g.tokens)} budgets = {len(g.widths) * len(g.tokens)} runs"
+            for name, g in GRIDS.items()}
+
+
+def running_studies() -> int:
+    return sum(1 for j in list(_JOBS) if j._alive())
+

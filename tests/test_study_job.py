@@ -1,0 +1,116 @@
+"""core.study_job: a study in a process group of its own, paused, resumed, stopped, one at a time per server."""
+import json
+import os
+import time
+
+import pytest
+
+from core import study_job
+from core.corpus import pydoc_text
+from core.study import StudyError, read_rows
+from core.study_job import BusyError, StudyJob
+
+pytestmark = pytest.mark.slow  # each study starts Python, torch and two workers: seconds, more on a busy machine
+
+
+@pytest.fixture
+def micro(tmp_path):
+    """(corpus path, grid file) of a 6-run study that takes seconds."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(pydoc_text())
+    grid = tmp_path / "micro.json"
+    grid.write_text(json.dumps({"widths": [8, 16, 24], "tokens": [2048, 4096], "n_ctx": 32, "batch_size": 8}))
+    return corpus, str(grid)
+
+
+def wait_for(job, test, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = job.status()
+        if test(s):
+            return s
+        time.sleep(0.2)
+    raise AssertionError(f"timed out: {job.status()} {job.log_tail()}")
+
+
+def group_states(job) -> set[str]:
+    """The run states (R, S, T, ...) of the study's processes, read from /proc."""
+    states = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == job.proc.pid:  # its process group
+                states.add(fields[0])
+    return states
+
+
+def test_pause_resume_and_finish(micro, tmp_path):
+    corpus, grid = micro
+    job = StudyJob(corpus, grid, folder=tmp_path / "study", workers=2, nice=0)
+    assert job.status().state == "new"
+    job.start()
+    s = wait_for(job, lambda s: s.done >= 1)
+    job.pause()
+    assert job.status().state == "paused"
+    time.sleep(0.5)
+    assert group_states(job) <= {"T", "t", "Z"}  # every process of the study is stopped
+    frozen = job.status().done
+    time.sleep(2)
+    assert job.status().done == frozen
+    job.resume()
+    s = wait_for(job, lambda s: s.state in ("finished", "failed"))
+    assert s.state == "finished", s.message
+    assert s.done == s.total == 6 and len(s.rows) == 6
+    assert (tmp_path / "study" / "README.md").is_file()  # the card is written at the end
+
+
+def test_stop_keeps_whole_rows_and_resume_continues(micro, tmp_path):
+    corpus, grid = micro
+    job = StudyJob(corpus, grid, folder=tmp_path / "study", workers=1, nice=0)
+    job.start()
+    wait_for(job, lambda s: s.done >= 1)
+    job.stop()
+    s = job.status()
+    assert s.state == "stopped" and not s.active
+    kept = read_rows(job.runs_csv)
+    assert 1 <= len(kept) < 6
+    assert s.can_resume
+    job.resume()  # a stopped study starts again on its folder and trains only what is missing
+    s = wait_for(job, lambda s: s.state in ("finished", "failed"))
+    assert s.state == "finished", s.message
+    assert read_rows(job.runs_csv)[:len(kept)] == kept
+
+
+def test_one_study_at_a_time_and_bad_input(micro, tmp_path, monkeypatch):
+    corpus, grid = micro
+    first = StudyJob(corpus, grid, folder=tmp_path / "a", workers=1, nice=0)
+    first.start()
+    try:
+        second = StudyJob(corpus, grid, folder=tmp_path / "b", workers=1, nice=0)
+        with pytest.raises(BusyError, match="already running"):
+            second.start()
+        assert study_job.running_studies() == 1
+    finally:
+        first.stop()
+    assert study_job.running_studies() == 0
+    small = tmp_path / "small.txt"
+    small.write_text("a few words " * 100)
+    with pytest.raises(StudyError, match="too small for the full grid"):
+        StudyJob(small, "full", folder=tmp_path / "c").start()
+    assert not (tmp_path / "c" / "runs.csv").exists()
+
+
+def test_a_dropped_handle_ends_its_study_and_its_folder(micro):
+    import gc
+
+    corpus, grid = micro
+    job = StudyJob(corpus, grid, workers=1, nice=0)  # a temporary folder of its own
+    job.start()
+    folder, proc = job.folder, job.proc
+    del job
+    gc.collect()
+    proc.wait(30)
+    assert not folder.exists()
