@@ -567,9 +567,13 @@ def main(argv=None):
     argv_used = argv if argv is not None else sys.argv[1:]
     command = "python -m core.train " + shlex.join(str(a) for a in argv_used)
     training = training_record(trainer, Path(corpus).name, len(text), wall, command)
-    print(f"validation loss {training['val_loss']:.4f} nats/{tok.unit} (full {c.n_ctx}-{tok.unit} windows) = "
-          f"{training['val_bits_per_char']:.4f} bits/char ({training['val_chars_per_token']:.3f} characters per "
-          f"{tok.unit})")
+    if tok.kind == "char":
+        print(f"validation loss {training['val_loss']:.4f} nats/char (full {c.n_ctx}-char windows) = "
+              f"{training['val_bits_per_char']:.4f} bits/char")
+    else:
+        print(f"validation loss {training['val_loss']:.4f} nats/token (full {c.n_ctx}-token windows) = "
+              f"{training['val_bits_per_char']:.4f} bits/char ({training['val_chars_per_token']:.3f} characters per "
+              f"token)")
     if args.compare_to:
         base, base_tok = load_checkpoint(args.compare_to)
         if (base_tok.to_dict(), base_tok.files()) != (tok.to_dict(), tok.files()):
