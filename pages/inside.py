@@ -19,7 +19,7 @@ st.markdown(
     "width d, the **residual stream**. The embedding writes the first version of it; then every attention "
     "sublayer and every MLP reads a normalised copy and **adds** its result. Nothing ever replaces what is "
     "already there, so the final vector is literally a sum of all the writers. At the end, one LayerNorm and "
-    "one linear map turn it into a score for every character."
+    "one linear map turn it into a score for every token of the vocabulary."
 )
 st.latex(r"x^{(0)}_i = E[t_i] + P[i], \qquad "
          r"x \leftarrow x + \operatorname{attn}_\ell(\operatorname{LN}(x)), \qquad "
@@ -187,7 +187,7 @@ st.header("4. The logit lens: when does the answer appear?")
 st.markdown(
     "The model reads out only the final stream. But nothing stops us from applying that same readout, the "
     "final LayerNorm and the output map, to the stream after the embedding or after block 1, as if the model "
-    "ended there. Each row shows that early readout's favourite next character; the darker the cell, the surer "
+    f"ended there. Each row shows that early readout's favourite next {tok.unit}; the darker the cell, the surer "
     "it is. A triangle marks a favourite that is right. Hover a cell for its top 5."
 )
 st.latex(r"\text{lens}_\ell(x_i) = \operatorname{softmax}\big(W_U \operatorname{LN}_f(x^{(\ell)}_i)\big), "
@@ -202,13 +202,13 @@ else:
 hi = min(n, lo + LENS_WINDOW)
 lens = lens_top(tr, k=5)
 st.plotly_chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
-                               lens_stage_names(c.n_layers), offset=lo, chosen=pos),
+                               lens_stage_names(c.n_layers), offset=lo, chosen=pos, unit=tok.unit),
                 width="stretch", theme=None, key="inside_lens")
-where = f"Columns are positions {lo} to {hi - 1}, each headed by the character read there; the red frame is " \
+where = f"Columns are positions {lo} to {hi - 1}, each headed by the {tok.unit} read there; the red frame is " \
         f"position {pos}."
 if n > 1:
     right = [float(np.mean(lens.top_ids[s, :-1, 0] == np.array(ids[1:]))) for s in range(c.n_layers + 1)]
-    where += " Over the whole prompt, the favourite is the character that really comes next " + ", ".join(
+    where += f" Over the whole prompt, the favourite is the {tok.unit} that really comes next " + ", ".join(
         f"{name} at {share:.0%} of positions" for name, share in zip(lens_stage_names(c.n_layers), right)) + "."
 st.caption(where)
 
@@ -216,7 +216,7 @@ st.caption(where)
 
 st.header("5. Who wrote the prediction?")
 st.markdown(
-    "Because the final stream is a sum, the logit of any character can be split over the writers: the "
+    "Because the final stream is a sum, the logit of any token can be split over the writers: the "
     "embedding, every head and every MLP. One step is not linear, the final LayerNorm: it divides by the "
     "standard deviation σ of the whole stream. We **freeze σ at the value it actually has here**; then every "
     "piece of the readout is linear, each writer gets its own bar, and the bars add up exactly to the logit "
@@ -242,11 +242,12 @@ st.header("6. The output")
 st.markdown(
     "Last, the logits become probabilities. As on the Generation page, every logit is divided by the "
     "temperature T before the softmax: T = 1 is the model's own distribution, a small T sharpens it towards "
-    "the top character, a large T flattens it."
+    f"the top {tok.unit}, a large T flattens it."
 )
 st.latex(r"p_t(T) = \frac{e^{z_t / T}}{\sum_{u=1}^{m} e^{z_u / T}}")
 temperature = float(st.number_input("Temperature T", 0.0, 10_000.0, 1.0, step=0.1, format="%g",
                                     key="inside_temperature"))
-st.plotly_chart(TF.output_figure(logits.numpy(), chars, temperature), width="stretch", theme=None, key="inside_output")
+st.plotly_chart(TF.output_figure(logits.numpy(), chars, temperature, unit=tok.unit), width="stretch", theme=None,
+                key="inside_output")
 st.caption(f"The ten {tok.units} with the largest logits out of m = {c.vocab_size}; their order does not depend "
            "on T, only how the probability is shared among them.")
