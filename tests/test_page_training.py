@@ -117,7 +117,7 @@ def test_short_run_is_saved_and_joins_the_model_picker(page, tmp_path):
     at.switch_page("app.py").run()
     assert not at.exception
     picker = at.selectbox(key="te_model_name")
-    assert picker.options == ["shakespeare-char", "my-tiny-model (yours)"]
+    assert picker.options == ["shakespeare-bpe", "shakespeare-char", "my-tiny-model (yours)"]
     assert picker.value == "my-tiny-model"
     assert "The selected model: my-tiny-model" in texts(at, "header")
     # a second save under the same name is refused with a reason
