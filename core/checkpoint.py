@@ -552,6 +552,17 @@ def read_heads(path) -> list[dict] | None:
     return rows
 
 
+def read_training(path) -> dict:
+    """The training metadata in a checkpoint's config.json ({} when there is none or it cannot be read); no
+    tokenizer is built, so a page may call it on every run."""
+    try:
+        data = _read_config(Path(path))
+    except CheckpointError:
+        return {}
+    training = data.get("training")
+    return training if isinstance(training, dict) else {}
+
+
 def read_card(path) -> str:
     cpath = Path(path) / CARD_FILE
     try:

@@ -44,11 +44,12 @@ def change_color(d: float, scale: float) -> str:
     return f"rgba({r}, {g}, {b}, {alpha:.3f})"
 
 
-def loss_change_html(tokens, before: np.ndarray, after: np.ndarray, font_px: int = 16) -> str:
+def loss_change_html(tokens, before: np.ndarray, after: np.ndarray, font_px: int = 16, boundaries: bool = False) -> str:
     """The prompt's tokens (a string of characters, or a list of token strings) with token i + 1 on a
     background shaded by after[i] - before[i], the change in its loss (``before``/``after``: token_losses,
     entry i predicting token i + 1). The first token has no loss (nothing before it predicts it) and stays
-    grey. Hover a token for its two losses."""
+    grey. Hover a token for its two losses. ``boundaries``: a thin line after every token, for tokens of several
+    characters (an unchanged token has no background to show where it ends)."""
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
     tokens = list(tokens)
     if not (len(before) == len(after) == len(tokens) - 1):
@@ -61,7 +62,8 @@ def loss_change_html(tokens, before: np.ndarray, after: np.ndarray, font_px: int
         d = after[i] - before[i]
         title = html.escape(f"'{visible(ch)}' at position {i + 1}: loss {before[i]:.3f} → {after[i]:.3f} nats "
                             f"({d:+.3f})", quote=True)
-        out.append(f'<span title="{title}" style="background: {change_color(d, scale)}; border-radius: 2px;">'
+        edge = " box-shadow: inset -1px 0 0 #b0b0b0;" if boundaries else ""
+        out.append(f'<span title="{title}" style="background: {change_color(d, scale)}; border-radius: 2px;{edge}">'
                    f'{_chars(ch)}</span>')
     out.append("</div>")
     return "".join(out)

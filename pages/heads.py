@@ -170,7 +170,7 @@ else:
     m1.metric("Mean loss, all heads on", f"{before.mean():.3f} nats")
     m2.metric(f"Mean loss, {off}", f"{after.mean():.3f} nats", delta=f"{after.mean() - before.mean():+.3f} nats",
               delta_color="inverse")
-    st.html(IF.loss_change_html(tok.token_strings(ids), before, after))
+    st.html(IF.loss_change_html(tok.token_strings(ids), before, after, boundaries=tok.kind != "char"))
     st.html(IF.loss_change_legend(IF.change_scale(after - before), tok.unit))
     st.caption(f"A {tok.unit}'s loss is −log of the probability the model gave it, reading everything before it. "
                f"The first {tok.unit} has no loss: nothing comes before it.")

@@ -2,7 +2,8 @@ import streamlit as st
 
 from core.fmt import head_label
 
-from core.checkpoint import WEIGHTS_FILE, CheckpointError, checkpoint_zip, read_card, read_heads, read_log
+from core.checkpoint import (WEIGHTS_FILE, CheckpointError, checkpoint_zip, read_card, read_heads, read_log,
+                              read_training)
 from core.hf import export_zip
 from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
@@ -117,6 +118,12 @@ if log:
     marks = {formed: "induction head"} if formed is not None else None
     st.plotly_chart(loss_curve(log, title=f"How {entry.name} was trained", marks=marks, unit=tok.unit),
                     width="stretch")
+    training = read_training(entry.path)
+    bits, cpt = training.get("val_bits_per_char"), training.get("val_chars_per_token")
+    if tok.kind != "char" and isinstance(bits, (int, float)) and isinstance(cpt, (int, float)):
+        st.caption(f"Losses per token: a token of this model covers {cpt:.2f} characters on average, so its final "
+                   f"validation loss is {bits:.3f} bits per character, the number to compare with a character "
+                   "model (nats per character ÷ ln 2).")
 elif log is not None:
     st.caption("This model has no training log.")
 

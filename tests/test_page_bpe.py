@@ -54,6 +54,8 @@ def test_home_shows_the_card_in_tokens_and_bits_per_character(open_page, bpe):
     assert f"byte\\-level BPE \\({tok.vocab_size:,} tokens\\)" in text
     curve = next(c for c in specs(at) if "trained" in c["layout"]["title"]["text"])
     assert curve["layout"]["yaxis"]["title"]["text"] == "cross-entropy (nats per token)"
+    assert (f"covers {training['val_chars_per_token']:.2f} characters on average, so its final validation loss is "
+            f"{training['val_bits_per_char']:.3f} bits per character") in text
 
 
 def test_attention_axes_are_the_models_tokens(open_page, bpe):
@@ -68,6 +70,14 @@ def test_attention_axes_are_the_models_tokens(open_page, bpe):
     ticks = [a for k, a in heat["layout"].items() if k.startswith("yaxis") and a.get("ticktext")][0]["ticktext"]
     assert ticks == want, (ticks, want)
     assert f"{len(ids)} tokens" in words(at)
+
+
+def test_loss_on_the_prompt_marks_where_each_token_ends(open_page, bpe):
+    _, tok = bpe
+    at = open_page("pages/heads.py", state=STATE)
+    at.text_area(key="heads_prompt").input(PROMPT).run()
+    shaded = next(str(h.proto) for h in at.get("html") if "at position 1:" in str(h.proto))
+    assert shaded.count("box-shadow: inset -1px") == len(tok.encode(PROMPT)) - 1  # every token but the first
 
 
 def test_repeat_my_prompt_repeats_the_ids_exactly(open_page, bpe):
