@@ -36,7 +36,7 @@ NO_GRID = dict(showgrid=False, zeroline=False, ticks="")  # heatmap axes: lines 
 
 
 def char_label(pos: int, ch: str) -> str:
-    """12, 'e' -> "12 'e'": a position and the character there, readable (␣, ⏎)."""
+    """12, 'e' -> "12 'e'": a position and the token there (a character, or a piece of a word), readable (␣, ⏎)."""
     return f"{pos} '{visible(ch)}'"
 
 

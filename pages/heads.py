@@ -228,7 +228,7 @@ with right:
     st.markdown(f"**{off}**")
     st.html(IF.continuation_html(context, cont_off, reference=cont_on))
 st.caption(f"{steps} {tok.units}, each the most likely one; the end of your prompt is grey. On the right, yellow marks "
-           f"the {tok.units} that differ from the left.")
+           "the characters that differ from the left.")
 
 # ------------------------------------------------------------------ ranking
 

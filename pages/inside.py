@@ -42,7 +42,7 @@ def _trace(model_key: str, ids: tuple[int, ...]):
 mkey = model_key(entry)
 ids = tuple(prompt.ids)
 n = len(ids)
-text = prompt.text
+tokens = tok.token_strings(ids)  # the text of each position's token (one character for a character model)
 tr = _trace(mkey, ids)
 chars = tok.pieces  # the text of every token id (one character each for a character model)
 
@@ -136,17 +136,17 @@ pick = st.columns(3)
 layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"layer {l + 1}", key="inside_layer")
 head = pick[1].selectbox("Head", range(c.n_heads), format_func=lambda h: f"head {h + 1}", key="inside_head")
 weights = tr.pattern[layer][0, head, pos, :pos + 1].double().numpy()
-key_labels = [TF.char_label(j, text[j]) for j in range(pos + 1)]
+key_labels = [TF.char_label(j, tokens[j]) for j in range(pos + 1)]
 key = pick[2].selectbox("Key j to take apart", range(pos + 1), index=int(weights.argmax()),
                         format_func=lambda j: key_labels[j] + (" (heaviest weight)" if j == weights.argmax() else ""),
                         key=f"inside_key_{n}_{pos}_{layer}_{head}")
 q = tr.q[layer][0, head, pos].double().numpy()
 keys = tr.k[layer][0, head, :pos + 1].double().numpy()
-st.plotly_chart(TF.neuron_view(q, keys, weights, key_labels, key, TF.char_label(pos, text[pos])), width="stretch",
+st.plotly_chart(TF.neuron_view(q, keys, weights, key_labels, key, TF.char_label(pos, tokens[pos])), width="stretch",
                 theme=None, key="inside_neuron")
 st.caption("Red components are positive, blue negative. A key whose pattern of signs matches the query's gets a "
            "large dot product, so a large score and, after the softmax, a large weight (right).")
-st.plotly_chart(TF.qk_terms(q, keys[key], TF.char_label(pos, text[pos]), key_labels[key]), width="stretch",
+st.plotly_chart(TF.qk_terms(q, keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
                 theme=None, key="inside_qk")
 dot = float(q @ keys[key])
 score = float(tr.scores[layer][0, head, pos, key])

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from conftest import ROOT, app_pages
 from core.checkpoint import load_checkpoint, read_config
+from core.fmt import visible
 
 NAME = "shakespeare-bpe"
 FOLDER = ROOT / "assets" / "models" / NAME
@@ -133,6 +134,12 @@ def test_generation_shades_each_token(open_page, bpe):
 def test_inside_page_reads_tokens(open_page, bpe):
     _, tok = bpe
     at = open_page("pages/inside.py", state=STATE)
+    at.text_area(key="inside_prompt").input(PROMPT).run()
+    ids = tok.encode(PROMPT)
+    n = len(ids)
+    keys = at.selectbox(key=f"inside_key_{n}_{n - 1}_0_0")
+    tokens = tok.token_strings(ids)
+    assert [o.split(" (heaviest")[0] for o in keys.options] == [f"{j} '{visible(t)}'" for j, t in enumerate(tokens)]
     lens = next(c for c in specs(at) if c["layout"].get("xaxis2", {}).get("title", {}).get("text", "").endswith(
         "read at each position"))
     assert lens["layout"]["xaxis2"]["title"]["text"] == "the token read at each position"
