@@ -71,11 +71,13 @@ def stripe_scores(pattern: np.ndarray | torch.Tensor, period: int) -> tuple[np.n
 
 
 @torch.no_grad()
-def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0) -> HeadScores:
-    """Measure every head of ``model`` on the probe (default: ``repeat_probe`` sized for the model)."""
+def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0, choices=None) -> HeadScores:
+    """Measure every head of ``model`` on the probe (default: ``repeat_probe`` sized for the model, drawn from
+    ``choices``, e.g. a BPE's tokens that are whole text, or from the whole vocabulary)."""
     c = model.config
     if probe is None:
-        probe = repeat_probe(c.vocab_size, period=probe_period(c.n_ctx, c.vocab_size), seed=seed)
+        pool = c.vocab_size if choices is None else len(choices)
+        probe = repeat_probe(c.vocab_size, period=probe_period(c.n_ctx, pool), seed=seed, choices=choices)
     period = probe.shape[1] // 2
     was_training = model.training
     model.eval()

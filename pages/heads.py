@@ -36,7 +36,8 @@ mkey = model_key(entry)  # names the weights for the caches below
 
 @st.cache_data(max_entries=8, show_spinner="Measuring induction on repeated random sequences ...")
 def _scores(model_key: str):
-    return head_scores(model)
+    # a BPE model's probe draws whole tokens only: bytes its corpus never used would only measure untrained rows
+    return head_scores(model, choices=tok.readable_ids())
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -259,11 +260,13 @@ else:
 # ------------------------------------------------------------------ the induction stripe
 
 st.header("The induction stripe")
-period_probe = probe_period(c.n_ctx, c.vocab_size)
+readable = tok.readable_ids()
+period_probe = probe_period(c.n_ctx, c.vocab_size if readable is None else len(readable))
 st.markdown(
     f"An **induction head** completes patterns seen earlier in the context: at a {tok.unit} A it looks for the "
     f"earlier A and attends to the {tok.unit} right after it, then copies it. We measure this on random "
-    f"{tok.units} written twice ({period_probe} of them, then the same again), where nothing else predicts the "
+    f"{tok.units if readable is None else tok.units + ' (whole printable ones)'} written twice ({period_probe} of "
+    "them, then the same again), where nothing else predicts the "
     "second copy. A head's **induction score** is the weight its second-copy queries give, on average, to the "
     f"key right after the earlier occurrence. We call a head an induction head from **{THRESHOLD:.2f}** on: "
     "it then puts at least that share of its attention on one key out of dozens.")

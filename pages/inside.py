@@ -10,7 +10,9 @@ from ui import ensure_frame, model_key, prompt_input, require_model
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 DEFAULT_PROMPT = "KING:\nThe moon is down; what news from the camp?\n\nMESSENGER:\nMy lord, the enemy is"
-LENS_WINDOW = 40  # positions of the logit lens shown at once: more and the cells get too narrow to read
+# positions of the logit lens shown at once: more and the cells get too narrow to read (a sub-word token needs
+# several characters' room)
+LENS_WINDOWS = {"char": 40, "other": 16}
 
 st.title("Inside the model")
 st.markdown(
@@ -192,6 +194,7 @@ st.markdown(
 )
 st.latex(r"\text{lens}_\ell(x_i) = \operatorname{softmax}\big(W_U \operatorname{LN}_f(x^{(\ell)}_i)\big), "
          r"\qquad \ell = 0, 1, \ldots, L")
+LENS_WINDOW = LENS_WINDOWS["char" if tok.kind == "char" else "other"]
 if n > LENS_WINDOW:
     lo = st.slider("First position shown", 0, n - LENS_WINDOW, min(max(0, pos - LENS_WINDOW + 1), n - LENS_WINDOW),
                    key=f"inside_lens_lo_{n}_{pos}",
@@ -225,7 +228,7 @@ st.markdown(
 st.latex(r"z_t = \sum_{c \,\in\, \text{writers}} \frac{w_t^\top \big(\gamma \odot (c - \bar c)\big)}{\sigma}"
          r" \;+\; w_t^\top \beta, \qquad x^{(L)} = \text{embedding} + \sum \text{heads} + \sum \text{MLPs}")
 order = np.argsort(-probs)
-token = st.selectbox("Character whose logit to split", [int(t) for t in order],
+token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) for t in order],
                      format_func=lambda t: f"'{visible(chars[t])}'  p = {probs[t]:.3f}"
                                            + ("  (the prediction)" if t == predicted else ""),
                      key=f"inside_token_{n}_{pos}")

@@ -143,3 +143,20 @@ def test_inside_page_reads_tokens(open_page, bpe):
     lens = next(c for c in specs(at) if c["layout"].get("xaxis2", {}).get("title", {}).get("text", "").endswith(
         "read at each position"))
     assert lens["layout"]["xaxis2"]["title"]["text"] == "the token read at each position"
+
+
+def test_the_heads_page_probes_whole_tokens(open_page, bpe):
+    """The probe of a BPE model draws tokens that are whole text: the losses it reports are the model's own on
+    such a probe, recomputed here."""
+    from core.induction import head_scores, probe_period, repeat_probe
+    model, tok = bpe
+    readable = tok.readable_ids()
+    probe = repeat_probe(tok.vocab_size, period=probe_period(model.config.n_ctx, len(readable)), choices=readable)
+    assert set(probe.flatten().tolist()) <= set(readable)
+    T = probe.shape[1] // 2
+    with torch.no_grad():
+        loss = F.cross_entropy(model(probe).logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")
+    first = loss[:, :T - 1].mean().item()
+    at = open_page("pages/heads.py", state=STATE)
+    assert f"loss is {first:.2f} nats on the first copy" in words(at)
+    assert first < head_scores(model).first_copy_loss  # the whole vocabulary's unused bytes cost far more
