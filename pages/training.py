@@ -149,7 +149,9 @@ if info is not None:
             st.caption(f"The text ran out of pairs seen at least twice after {tok.vocab_size:,} tokens: the "
                        f"vocabulary stops there rather than at {int(bpe_vocab):,}.")
     with st.expander("The vocabulary and a sample of the text", expanded=False):
-        if bpe is None:
+        if tok_kind == "bpe" and bpe is None:
+            st.caption(f"Choose a vocabulary size from {MIN_BPE_VOCAB} to {MAX_BPE_VOCAB:,} to see the BPE's tokens.")
+        elif bpe is None:
             st.caption("Every distinct character, in code-point order (␣ is the space, ⏎ the line break):")
             st.code(" ".join(visible(ch) for ch in info.vocab), language=None, wrap_lines=True)
             st.caption("A passage from the middle of the corpus:")
@@ -161,8 +163,8 @@ if info is not None:
             st.code("  ".join(visible(tok.pieces[i]) for i in longest), language=None, wrap_lines=True)
             ids = tok.encode(info.sample)
             st.caption(f"A passage from the middle of the corpus, cut into its {len(ids):,} tokens "
-                       f"({len(info.sample):,} characters), one after another with a space between:")
-            st.code(" ".join(tok.visible_tokens(ids)), language=None, wrap_lines=True)
+                       f"({len(info.sample):,} characters), a bar │ between one token and the next:")
+            st.code("│".join(tok.visible_tokens(ids)), language=None, wrap_lines=True)
 
 # ---------------------------------------------------------------- settings
 st.header("2. Model and training settings")
@@ -378,6 +380,11 @@ def live_view(job: TrainingJob, polling: bool):
     m[3].metric("Tokens/s", f"{s.tokens_per_s:,.0f}" if s.tokens_per_s else "–")
     m[4].metric("Elapsed", clock(s.elapsed_s), help="Time spent training; pauses do not count.")
     m[5].metric("Time left", clock(s.eta_s) if s.active else "–")
+    if last and per == "token":
+        st.caption(f"Losses in nats per token. At the last evaluation the validation loss is about "
+                   f"{last['val_loss'] / math.log(2) / s.val_chars_per_token:.3f} bits per character (÷ ln 2 ÷ "
+                   f"{s.val_chars_per_token:.2f} characters per token), the number to compare with a character model; "
+                   "the saved model's card gives it measured over the whole held-out part.")
     baseline = math.log(s.vocab_size) if s.vocab_size > 1 else None
     formed = formation_step(s.heads) if s.heads else None
     marks = {formed: "induction head"} if formed is not None else None

@@ -263,7 +263,7 @@ def test_bpe_choice_shows_its_vocabulary_and_tokens(page):
     assert metrics["Parameters N"] == f"{n:,}"  # the embedding and output layer have 512 rows and columns
     from core.corpus import describe_corpus
     sample = describe_corpus(pydoc_text(), "x").sample
-    assert " ".join(tok.visible_tokens(tok.encode(sample))) in texts(at, "code")  # the passage cut into tokens
+    assert "│".join(tok.visible_tokens(tok.encode(sample))) in texts(at, "code")  # the passage cut into tokens
     assert any(f"cut into its {len(tok.encode(sample)):,} tokens" in c for c in texts(at, "caption"))
     # the vocabulary size is checked beside its box
     for bad in (100, 100_000):
@@ -271,6 +271,8 @@ def test_bpe_choice_shows_its_vocabulary_and_tokens(page):
         assert not at.exception
         assert any("256 (the bytes alone) to 16,384" in e for e in texts(at, "error"))
         assert at.button(key="train_start").disabled
+        assert any("Choose a vocabulary size from 256" in c for c in texts(at, "caption"))  # no characters shown
+        assert "Vocabulary m" not in {m.label for m in at.metric}
     at.number_input(key="train_bpe_vocab").set_value(300).run()
     assert not at.error and not at.button(key="train_start").disabled
     assert {m.label: m.value for m in at.metric}["Vocabulary m"] == "300"
@@ -289,6 +291,10 @@ def test_bpe_context_is_checked_in_tokens(page):
     assert any(f"{n_train:,} training and {n_val:,} held-out tokens" in e for e in texts(at, "error"))
     assert any("ran out of pairs" in c for c in texts(at, "caption"))  # a short text has few pairs to merge
     assert at.button(key="train_start").disabled
+
+
+def n_val_by_hand(vocab):
+    return _bpe_by_hand(pydoc_text(), vocab)[2]
 
 
 def test_a_bpe_run_is_trained_saved_with_its_tokenizer_and_scored_in_bits_per_character(page, tmp_path):
@@ -310,6 +316,11 @@ def test_a_bpe_run_is_trained_saved_with_its_tokenizer_and_scored_in_bits_per_ch
     assert chart["layout"]["shapes"][0]["y0"] == pytest.approx(math.log(320))  # the uniform guess over 320 tokens
     assert any("Sample at step 4**: the prompt, then 200 tokens" in m for m in texts(at, "markdown"))
     assert any("byte-level BPE of 320 tokens" in c for c in texts(at, "caption"))
+    last = s.evals[-1]
+    assert any(f"about {last['val_loss'] / math.log(2) / s.val_chars_per_token:.3f} bits per character" in c
+               for c in texts(at, "caption"))
+    n = int(len(pydoc_text()) * 0.9)
+    assert s.val_chars_per_token == pytest.approx((len(pydoc_text()) - n) / n_val_by_hand(320))
     at.text_input(key="train_save_name").input("tiny-bpe")
     at.button(key="train_save").click().run()
     assert not at.exception
