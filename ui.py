@@ -129,13 +129,46 @@ def current():
     return st.session_state.get("te_current", (None, None, None))
 
 
+IDS_SUFFIX = "__ids"  # session key beside a prompt box's: (text, ids) a page wrote into the box as token ids
+
+
+def set_prompt_ids(key: str, tokenizer, ids: list[int]):
+    """Fill the prompt box ``key`` with token ids (in a button's callback): the box shows their text, and as
+    long as that text is not edited the page reads these very ids, not the text encoded again."""
+    text = tokenizer.decode(ids)
+    st.session_state[key] = text
+    st.session_state[key + IDS_SUFFIX] = (text, [int(i) for i in ids], _vocab_tag(tokenizer))
+
+
+def _vocab_tag(tokenizer) -> int:
+    """Tells tokenizers apart: ids written for one model mean other tokens to another."""
+    return hash((tokenizer.kind, tokenizer.pieces))
+
+
+def prompt_ids_now(key: str, tokenizer) -> list[int]:
+    """The ids the prompt box ``key`` stands for right now, as ``prompt_input`` reads them (for a button's callback,
+    which runs before the page and may see text typed since the last run): ids written by ``set_prompt_ids`` while
+    the box still shows their text, else the text encoded."""
+    text = st.session_state.get(key, "") or ""
+    written = st.session_state.get(key + IDS_SUFFIX)
+    if written and written[0] == text and written[2] == _vocab_tag(tokenizer):
+        return list(written[1])
+    return tokenizer.encode(text, errors="drop")
+
+
 def prompt_input(label: str, default: str, key: str, tokenizer, n_ctx: int, height: int = 100):
     """A prompt box that never fails: returns a core.tokenizer.Prompt after showing its warnings.
-    Callers check ``prompt.empty`` and show a hint instead of a chart."""
+    Callers check ``prompt.empty`` and show a hint instead of a chart. Ids written by ``set_prompt_ids`` are
+    used while the box still shows their text."""
     from core.tokenizer import Prompt
 
     text = st.text_area(label, value=default, key=key, height=height, max_chars=10_000)
-    prompt = Prompt(tokenizer, text, n_ctx)
+    written = st.session_state.get(key + IDS_SUFFIX)
+    if written and written[0] == text and written[2] == _vocab_tag(tokenizer):
+        prompt = Prompt.of_ids(tokenizer, written[1], n_ctx)  # exactly the ids a button wrote
+    else:
+        st.session_state.pop(key + IDS_SUFFIX, None)
+        prompt = Prompt(tokenizer, text, n_ctx)
     for message in prompt.messages(n_ctx):
         st.warning(message, icon="⚠️")
     return prompt

@@ -25,13 +25,17 @@ def _f32(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
 def axis_ticks(tokens: list[str], offset: int = 0, max_ticks: int = MAX_TICKS) -> dict:
-    """Tick positions and labels for a token axis; thinned when there are too many to read."""
+    """Tick positions and labels for a token axis; thinned when there are too many to read. Labels of one or two
+    characters stay upright; longer ones (sub-word tokens) let Plotly turn an x axis's labels when they overlap."""
     n = len(tokens)
     step = max(1, math.ceil(n / max_ticks))
     vals = list(range(0, n, step))
     text = [tokens[i] if step == 1 else f"{tokens[i]} {offset + i}" for i in vals]
-    return dict(tickmode="array", tickvals=vals, ticktext=text, tickfont=dict(size=13 if n <= 40 else 10),
-                tickangle=0, showgrid=False, zeroline=False)
+    ticks = dict(tickmode="array", tickvals=vals, ticktext=text, tickfont=dict(size=13 if n <= 40 else 10),
+                 showgrid=False, zeroline=False)
+    if max((len(t) for t in text), default=0) <= 2:
+        ticks["tickangle"] = 0  # else Plotly's default, which turns an x axis's labels when they overlap
+    return ticks
 
 
 def _staircase(n: int) -> str:

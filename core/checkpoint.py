@@ -589,6 +589,17 @@ def read_heads(path) -> list[dict] | None:
     return rows
 
 
+def read_training(path) -> dict:
+    """The training metadata in a checkpoint's config.json ({} when there is none or it cannot be read); no
+    tokenizer is built, so a page may call it on every run."""
+    try:
+        data = _read_config(Path(path))
+    except CheckpointError:
+        return {}
+    training = data.get("training")
+    return training if isinstance(training, dict) else {}
+
+
 def read_card(path) -> str:
     cpath = Path(path) / CARD_FILE
     try:
@@ -623,36 +634,51 @@ def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokeni
         # Markdown for every session, cannot carry links, images or a broken table
         return md_escape(str(t.get(key, default))).replace("\n", " ")
 
+    char_model = tokenizer.kind == "char" if tokenizer is not None else t.get("tokenizer", "char") == "char"
+    per = "char" if char_model else "token"  # the losses are per token of the model's own tokenizer
     lines = [
         f"# {md_escape(name)}",
         "",
-        "A character-level transformer trained by Transformer Explorer." if tokenizer is None or tokenizer.kind == "char"
-        else f"A transformer over {md_escape(tokenizer.describe())} trained by Transformer Explorer.",
+        "A character-level transformer trained by Transformer Explorer." if char_model
+        else f"A transformer over {md_escape(tokenizer.describe() if tokenizer is not None else 'sub-word tokens')} "
+             "trained by Transformer Explorer.",
         "",
         "| property | value |",
         "|---|---|",
         f"| architecture | d={config.d_model}, h={config.n_heads}, L={config.n_layers}, d_ff={config.d_ff}, "
-        f"n_ctx={config.n_ctx}, vocabulary m={config.vocab_size} |",
+        f"n_ctx={config.n_ctx}{'' if char_model else ' tokens'}, vocabulary m={config.vocab_size} |",
         f"| parameters | {counts['per_block']:,} per block, {counts['total']:,} in total |",
+    ]
+    if not char_model:
+        what = md_escape(tokenizer.describe()) if tokenizer is not None else text("tokenizer_description")
+        lines.append(f"| tokenizer | {what}, learned from the training part only (saved as tokenizer.json) |")
+        lines.append(f"| characters per token | {_fmt(t.get('val_chars_per_token'), '.3f')} on average over the "
+                     f"held-out part |")
+    lines += [
         f"| data | {text('corpus')} ({_fmt(t.get('corpus_chars'), ',')} characters) |",
         f"| split | {text('split')} |",
         f"| steps | {_fmt(t.get('steps'), ',')} of batch {text('batch_size')} |",
         f"| recipe | {_recipe(t.get('train_config'))} |",
         f"| tokens seen | {_fmt(t.get('tokens_seen'), ',')} |",
         f"| wall time | {_fmt(t.get('wall_time_s'), '.0f')} s |",
-        f"| final train loss | {_fmt(t.get('train_loss'), '.4f')} nats/char |",
-        f"| final validation loss | {_fmt(t.get('val_loss'), '.4f')} nats/char |",
+        f"| final train loss | {_fmt(t.get('train_loss'), '.4f')} nats/{per} |",
+        f"| final validation loss | {_fmt(t.get('val_loss'), '.4f')} nats/{per} |",
     ]
+    bits = t.get("val_bits_per_char")
+    if bits is None and char_model and isinstance(t.get("val_loss"), (int, float)):
+        bits = t["val_loss"] / math.log(2)  # one token per character: nats/char over ln 2
+    if bits is not None:
+        lines.append(f"| validation bits per character | {_fmt(bits, '.4f')} (comparable across tokenizers) |")
     if t.get("val_loss_method"):
         lines.append(f"| validation loss measured as | {text('val_loss_method')} |")
     tc = t.get("train_config") if isinstance(t.get("train_config"), dict) else {}
     if tc.get("repeat_fraction") or tc.get("repeat_first_steps"):
-        lines.append(f"| repeat mixture | {_repeats(tc)} |")
+        lines.append(f"| repeat mixture | {_repeats(tc, 'characters' if char_model else 'tokens')} |")
     cmp = t.get("compared_to")
     if isinstance(cmp, dict) and isinstance(cmp.get("val_loss"), (int, float)):
         lines.append(f"| against plain text | validation loss {_fmt(t.get('val_loss'), '.4f')} vs "
                      f"{_fmt(cmp['val_loss'], '.4f')} for {md_escape(str(cmp.get('model', '?')))} (no repeats), "
-                     f"a difference of {_fmt(cmp.get('difference'), '+.4f')} nats/char |")
+                     f"a difference of {_fmt(cmp.get('difference'), '+.4f')} nats/{per} |")
     if isinstance(t.get("induction"), dict):
         lines.append(f"| induction head | {_induction(t['induction'])} |")
     if t.get("source"):
@@ -666,7 +692,7 @@ def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokeni
     return "\n".join(lines) + "\n"
 
 
-def _repeats(tc: dict) -> str:
+def _repeats(tc: dict, units: str = "characters") -> str:
     parts = []
     if tc.get("repeat_first_steps"):
         parts.append(f"every row for the first {_fmt(tc['repeat_first_steps'], ',')} steps")
@@ -674,7 +700,7 @@ def _repeats(tc: dict) -> str:
         parts.append(f"{_fmt(100 * tc['repeat_fraction'], '.0f')}% of rows after that" if parts
                      else f"{_fmt(100 * tc['repeat_fraction'], '.0f')}% of rows")
     span = f"{_fmt(tc.get('repeat_min_span'), 'd')}-{_fmt(tc.get('repeat_max_span'), 'd')}"
-    return (", ".join(parts) + f" hold a span of {span} random characters written again at a random later place "
+    return (", ".join(parts) + f" hold a span of {span} random {units} written again at a random later place "
             "(see heads.csv)")
 
 

@@ -19,13 +19,14 @@ def _bucket_means(values: list[float], max_points: int) -> tuple[list[float], li
 
 def loss_curve(rows: list[dict], title: str = "Training loss", step_losses: list[float] | None = None,
                total_steps: int | None = None, baseline: float | None = None,
-               marks: dict[int, str] | None = None) -> go.Figure:
+               marks: dict[int, str] | None = None, unit: str = "character") -> go.Figure:
     """Train and validation loss against step from a checkpoint's log rows.
 
     step_losses: the batch loss of every step (a noisy light trace, averaged down to 400 points);
     total_steps: fixes the x axis to the whole planned run, so a live curve grows into place;
     baseline: a horizontal reference line, e.g. ln m, the loss of guessing uniformly;
-    marks: step -> label, vertical lines at events such as the step where an induction head formed."""
+    marks: step -> label, vertical lines at events such as the step where an induction head formed;
+    unit: what the loss is averaged over, the model's token ("character" for a character model)."""
     fig = go.Figure()
     if step_losses:
         xs, ys = _bucket_means(step_losses, 400)
@@ -43,7 +44,7 @@ def loss_curve(rows: list[dict], title: str = "Training loss", step_losses: list
     for step, text in (marks or {}).items():
         fig.add_vline(x=step, line=dict(color="crimson", width=1),
                       annotation_text=text, annotation_position="top left", annotation_font_color="crimson")
-    fig.update_layout(title=title, xaxis_title="optimisation step", yaxis_title="cross-entropy (nats per character)",
+    fig.update_layout(title=title, xaxis_title="optimisation step", yaxis_title=f"cross-entropy (nats per {unit})",
                       height=360, margin=dict(l=60, r=20, t=50, b=50), legend=dict(orientation="h", y=1.02, x=1,
                                                                                     xanchor="right", yanchor="bottom"))
     if total_steps:

@@ -109,7 +109,7 @@ def sweep_curves(data: dict, m: int, mark: float | None = None, points: dict | N
     return fig
 
 
-def distinct_bars(temperatures, ratios, n: int = 3) -> go.Figure:
+def distinct_bars(temperatures, ratios, n: int = 3, unit: str = "character") -> go.Figure:
     """Distinct-n ratio of each continuation, one bar per temperature."""
     labels = [f"T = {format_t(t)}" for t in temperatures]
     y = [np.nan if r is None else r for r in ratios]
@@ -118,7 +118,7 @@ def distinct_bars(temperatures, ratios, n: int = 3) -> go.Figure:
     fig.update_yaxes(range=[0, 1.05], title_text=f"distinct {n}-grams / all {n}-grams")
     fig.update_xaxes(type="category", title_text="temperature of the continuation")
     fig.update_layout(height=300, margin=dict(l=60, r=20, t=50, b=50),
-                      title=f"Repetition: 1 means no {n}-character sequence repeats, near 0 means a loop")
+                      title=f"Repetition: 1 means no {n}-{unit} sequence repeats, near 0 means a loop")
     return fig
 
 
@@ -138,11 +138,12 @@ def hover_text(ch: str, prob: float, sample_prob: float | None, alternatives) ->
     return f"{head}\ntop alternatives: {alts}"
 
 
-def shaded_html(prompt: str, steps: list[dict], font_px: int = 15) -> str:
-    """HTML of the prompt (plain) followed by the generated characters, each on a background shaded by its
+def shaded_html(prompt: str, steps: list[dict], font_px: int = 15, boundaries: bool = False) -> str:
+    """HTML of the prompt (plain) followed by the generated tokens, each on a background shaded by its
     probability, with the top alternatives in its hover title. Every piece of text is escaped, so nothing
     the user typed or the model produced can become markup. ``steps``: dicts with keys ch, prob,
-    sample_prob, alternatives [(ch, prob), ...]."""
+    sample_prob, alternatives [(ch, prob), ...]. ``boundaries``: a thin line after every token, for tokens of
+    several characters (a sure token has no background to show where it ends)."""
     def chars(text: str) -> str:
         return html.escape(text).replace("\n", "⏎<br>")
 
@@ -151,7 +152,8 @@ def shaded_html(prompt: str, steps: list[dict], font_px: int = 15) -> str:
            f'<span style="color: #7f7f7f;">{chars(prompt)}</span>']
     for s in steps:
         title = html.escape(hover_text(s["ch"], s["prob"], s.get("sample_prob"), s["alternatives"]), quote=True)
-        out.append(f'<span title="{title}" style="background: {shade(s["prob"])}; border-radius: 2px;">'
+        edge = " box-shadow: inset -1px 0 0 #b0b0b0;" if boundaries else ""
+        out.append(f'<span title="{title}" style="background: {shade(s["prob"])}; border-radius: 2px;{edge}">'
                    f'{chars(s["ch"])}</span>')
     out.append("</div>")
     return "".join(out)

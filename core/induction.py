@@ -22,13 +22,16 @@ HEADS_COLUMNS = ("step", "layer", "head", "previous_token", "induction", "first_
                  "in_context_gain")
 
 
-def repeat_probe(vocab_size: int, n_seqs: int = PROBE_SEQS, period: int = PROBE_PERIOD, seed: int = 0) -> torch.Tensor:
+def repeat_probe(vocab_size: int, n_seqs: int = PROBE_SEQS, period: int = PROBE_PERIOD, seed: int = 0,
+                 choices=None) -> torch.Tensor:
     """(n_seqs, 2 * period) token ids: per row, ``period`` distinct random tokens, then the same tokens again.
-    Distinct, so that every query of the second copy has exactly one earlier occurrence to look back at."""
-    if period > vocab_size:
-        raise ValueError(f"{period} distinct tokens need a vocabulary of at least {period} (got {vocab_size})")
+    Distinct, so that every query of the second copy has exactly one earlier occurrence to look back at.
+    ``choices``: the ids to draw from (default: the whole vocabulary), e.g. a BPE's tokens that are whole text."""
+    pool = torch.arange(vocab_size) if choices is None else torch.as_tensor(list(choices), dtype=torch.long)
+    if period > len(pool):
+        raise ValueError(f"{period} distinct tokens need a vocabulary of at least {period} (got {len(pool)})")
     g = torch.Generator().manual_seed(seed)
-    first = torch.stack([torch.randperm(vocab_size, generator=g)[:period] for _ in range(n_seqs)])  # (S, T)
+    first = torch.stack([pool[torch.randperm(len(pool), generator=g)[:period]] for _ in range(n_seqs)])  # (S, T)
     return torch.cat([first, first], dim=1)  # (S, 2T)
 
 
@@ -68,11 +71,13 @@ def stripe_scores(pattern: np.ndarray | torch.Tensor, period: int) -> tuple[np.n
 
 
 @torch.no_grad()
-def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0) -> HeadScores:
-    """Measure every head of ``model`` on the probe (default: ``repeat_probe`` sized for the model)."""
+def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0, choices=None) -> HeadScores:
+    """Measure every head of ``model`` on the probe (default: ``repeat_probe`` sized for the model, drawn from
+    ``choices``, e.g. a BPE's tokens that are whole text, or from the whole vocabulary)."""
     c = model.config
     if probe is None:
-        probe = repeat_probe(c.vocab_size, period=probe_period(c.n_ctx, c.vocab_size), seed=seed)
+        pool = c.vocab_size if choices is None else len(choices)
+        probe = repeat_probe(c.vocab_size, period=probe_period(c.n_ctx, pool), seed=seed, choices=choices)
     period = probe.shape[1] // 2
     was_training = model.training
     model.eval()

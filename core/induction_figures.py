@@ -23,12 +23,12 @@ def head_series(rows: list[dict], key: str) -> dict[tuple[int, int], tuple[list[
 
 
 def formation_figure(rows: list[dict], threshold: float = THRESHOLD, total_steps: int | None = None,
-                     title: str = "Heads forming while training") -> go.Figure:
+                     title: str = "Heads forming while training", units: str = "characters") -> go.Figure:
     """Two panels over the training step: every head's induction score (top, with the threshold and the step
     where a head first crossed it) and previous-token score (bottom). One colour per head in both panels;
     heads of the first layer dotted."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("induction score (probe: random characters written twice)",
+                        subplot_titles=(f"induction score (probe: random {units} written twice)",
                                         "previous-token score"))
     n_heads = 1 + max((r["head"] for r in rows), default=0)
     for row, key in ((1, "induction"), (2, "previous_token")):
@@ -55,7 +55,7 @@ def formation_figure(rows: list[dict], threshold: float = THRESHOLD, total_steps
     return fig
 
 
-def copy_loss_figure(rows: list[dict], total_steps: int | None = None) -> go.Figure:
+def copy_loss_figure(rows: list[dict], total_steps: int | None = None, unit: str = "character") -> go.Figure:
     """The probe's loss on the first and the second copy against the step: the gap is what copying buys."""
     steps = sorted({r["step"] for r in rows if "first_copy_loss" in r})
     first = {r["step"]: r["first_copy_loss"] for r in rows if "first_copy_loss" in r}
@@ -66,7 +66,7 @@ def copy_loss_figure(rows: list[dict], total_steps: int | None = None) -> go.Fig
     fig.add_trace(go.Scatter(x=steps, y=[second[s] for s in steps], mode="lines", name="second copy",
                              hovertemplate="step %{x:,}<br>second copy %{y:.3f} nats<extra></extra>"))
     fig.update_layout(title="Probe loss: first copy vs second copy", xaxis_title="optimisation step",
-                      yaxis_title="cross-entropy (nats per character)", height=300,
+                      yaxis_title=f"cross-entropy (nats per {unit})", height=300,
                       margin=dict(l=60, r=20, t=50, b=50),
                       legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
     if total_steps:

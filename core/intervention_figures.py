@@ -44,11 +44,12 @@ def change_color(d: float, scale: float) -> str:
     return f"rgba({r}, {g}, {b}, {alpha:.3f})"
 
 
-def loss_change_html(tokens, before: np.ndarray, after: np.ndarray, font_px: int = 16) -> str:
+def loss_change_html(tokens, before: np.ndarray, after: np.ndarray, font_px: int = 16, boundaries: bool = False) -> str:
     """The prompt's tokens (a string of characters, or a list of token strings) with token i + 1 on a
     background shaded by after[i] - before[i], the change in its loss (``before``/``after``: token_losses,
     entry i predicting token i + 1). The first token has no loss (nothing before it predicts it) and stays
-    grey. Hover a token for its two losses."""
+    grey. Hover a token for its two losses. ``boundaries``: a thin line after every token, for tokens of several
+    characters (an unchanged token has no background to show where it ends)."""
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
     tokens = list(tokens)
     if not (len(before) == len(after) == len(tokens) - 1):
@@ -61,18 +62,20 @@ def loss_change_html(tokens, before: np.ndarray, after: np.ndarray, font_px: int
         d = after[i] - before[i]
         title = html.escape(f"'{visible(ch)}' at position {i + 1}: loss {before[i]:.3f} → {after[i]:.3f} nats "
                             f"({d:+.3f})", quote=True)
-        out.append(f'<span title="{title}" style="background: {change_color(d, scale)}; border-radius: 2px;">'
+        edge = " box-shadow: inset -1px 0 0 #b0b0b0;" if boundaries else ""
+        out.append(f'<span title="{title}" style="background: {change_color(d, scale)}; border-radius: 2px;{edge}">'
                    f'{_chars(ch)}</span>')
     out.append("</div>")
     return "".join(out)
 
 
-def loss_change_legend(scale: float) -> str:
+def loss_change_legend(scale: float, unit: str = "character") -> str:
     cells = "".join(f'<span style="background: {change_color(d, scale)}; padding: 0 6px; font-family: monospace;">'
                     f'{html.escape(format(d, "+.2f"))}</span>' for d in (-scale, -scale / 2, 0.0, scale / 2, scale))
-    return ('<div style="font-size: 13px; color: #555;">change in a character\'s loss (nats), after − before: '
+    unit = html.escape(unit)
+    return (f'<div style="font-size: 13px; color: #555;">change in a {unit}\'s loss (nats), after − before: '
             f'{cells} &nbsp; red: predicted worse with the heads off, blue: better; '
-            'hover a character for its losses</div>')
+            f'hover a {unit} for its losses</div>')
 
 
 # ---------------------------------------------------------------- next character, before and after
@@ -153,7 +156,8 @@ def induction_frame(scores: np.ndarray) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- the induction stripe
 
-def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: str = "") -> go.Figure:
+def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: str = "",
+                  unit: str = "character") -> go.Figure:
     """One head's (n, n) attention pattern on a sequence written twice (period T), query i down the rows,
     key j across, masked cells grey. The dotted line marks the induction keys j = i − T + 1 of the second
     copy's queries i >= T: the character right after the earlier occurrence of query i's character."""
@@ -171,8 +175,8 @@ def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: st
     fig.add_trace(go.Scatter(x=rows - period + 1, y=rows, mode="lines", name=f"induction keys: j = i − {period} + 1",
                              line=dict(color="#d62728", width=1.5, dash="dot"), opacity=0.7, hoverinfo="skip"))
     fig.update_xaxes(**axis_ticks(tokens, max_ticks=STRIPE_X_TICKS), range=[-0.5, n - 0.5],
-                     title_text="key j (the characters looked at)")
-    fig.update_yaxes(**axis_ticks(tokens), range=[n - 0.5, -0.5], title_text="query i (the character predicting the next)")
+                     title_text=f"key j (the {unit}s looked at)")
+    fig.update_yaxes(**axis_ticks(tokens), range=[n - 0.5, -0.5], title_text=f"query i (the {unit} predicting the next)")
     fig.update_layout(title=title, height=620, width=None, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=60),
                       legend=dict(orientation="h", y=1.0, x=1.0, xanchor="right", yanchor="bottom"))
     return fig

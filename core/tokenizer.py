@@ -82,6 +82,14 @@ class Tokenizer:
     def describe(self) -> str:
         raise NotImplementedError
 
+    def partial_ids(self) -> frozenset[int]:
+        """Ids whose token is only part of a character (some of its UTF-8 bytes), shown as ⟨e2 80⟩; none for characters."""
+        return frozenset()
+
+    def readable_ids(self) -> list[int] | None:
+        """Ids whose token is whole, printable text on its own (for random text shown in a box); None: every id."""
+        return None
+
     def __len__(self) -> int:
         return self.vocab_size
 
@@ -208,6 +216,7 @@ class BPETokenizer(Tokenizer):
             raise ValueError(f"the tokenizer has {own:,} tokens, more than the {vocab_size:,} given")
         self._vocab_size = own if vocab_size is None else vocab_size
         self._pieces = None
+        self._partial = None
 
     # ------------------------------------------------------------------ making one
 
@@ -324,6 +333,19 @@ class BPETokenizer(Tokenizer):
                 return _show_bytes(bytes(table[c] for c in token))
         return self._tok.decode([i], skip_special_tokens=False)
 
+    def partial_ids(self) -> frozenset[int]:
+        if self._partial is None:
+            self._partial = frozenset(i for i, p in enumerate(self.pieces) if i not in self._special
+                                      and p.startswith("⟨") and p.endswith("⟩") and not p.startswith("⟨id "))
+        return self._partial
+
+    def readable_ids(self) -> list[int]:
+        """Tokens that decode on their own to printable text: no piece of a character (⟨e2 80⟩), no control
+        character or line break, no special token."""
+        partial = self.partial_ids()
+        return [i for i, p in enumerate(self.pieces) if i not in self._special and i not in partial and p
+                and p.isprintable() and not p.startswith("⟨id ")]
+
     def to_dict(self) -> dict:
         return {"type": "bpe"}  # the tokenizer itself is the file tokenizer.json beside config.json
 
@@ -423,6 +445,20 @@ class Prompt:
         self.truncated = len(ids) > n_ctx
         self.ids = ids[-n_ctx:] if self.truncated else ids  # keep the most recent n_ctx tokens
         self.text = tokenizer.decode(self.ids)
+
+    @classmethod
+    def of_ids(cls, tokenizer: Tokenizer, ids: Iterable[int], n_ctx: int) -> "Prompt":
+        """A prompt given as token ids (a page that wrote the ids itself, e.g. a prompt repeated token for token):
+        the model reads exactly these ids, never their text encoded again. For a BPE that re-encoding can differ
+        (two copies merge across their seam; a token that is part of a character decodes to '�')."""
+        self = cls.__new__(cls)
+        ids = [int(i) for i in ids]
+        self.units, self.unknown, self.n_known = tokenizer.units, [], len(ids)
+        self.truncated = len(ids) > n_ctx
+        self.ids = ids[-n_ctx:] if self.truncated else ids
+        self.text = tokenizer.decode(self.ids)
+        self.original_length = len(self.text)
+        return self
 
     @property
     def empty(self) -> bool:

@@ -36,7 +36,7 @@ NO_GRID = dict(showgrid=False, zeroline=False, ticks="")  # heatmap axes: lines 
 
 
 def char_label(pos: int, ch: str) -> str:
-    """12, 'e' -> "12 'e'": a position and the character there, readable (␣, ⏎)."""
+    """12, 'e' -> "12 'e'": a position and the token there (a character, or a piece of a word), readable (␣, ⏎)."""
     return f"{pos} '{visible(ch)}'"
 
 
@@ -278,13 +278,13 @@ def mlp_figure(hidden: np.ndarray, out: np.ndarray) -> go.Figure:
 # ---------------------------------------------------------------- 4. the logit lens
 
 def lens_figure(top_ids: np.ndarray, top_probs: np.ndarray, chars, ids, stage_names: list[str], offset: int = 0,
-                chosen: int | None = None) -> go.Figure:
+                chosen: int | None = None, unit: str = "character") -> go.Figure:
     """Stage x position table: in each cell the lens's most likely next character, shaded by its probability,
     with a small triangle where it is the character that really comes next; hover lists the top k. Rows: the
     stream after the embedding at the top, after the last block at the bottom (that row is the model's own
     prediction); below them a row with the character that really comes next, where the prompt has one.
     top_ids, top_probs: (L+1, w, k) for positions offset .. offset+w-1 of the prompt ``ids``; ``chosen``:
-    a position to frame."""
+    a position to frame; ``unit``: what a token is, in the axis title ("character" or "token")."""
     S, w, k = top_ids.shape
     if len(stage_names) != S or offset + w > len(ids):
         raise ValueError(f"{S} stages and positions {offset}..{offset + w - 1} need {S} names and that many ids")
@@ -324,7 +324,7 @@ def lens_figure(top_ids: np.ndarray, top_probs: np.ndarray, chars, ids, stage_na
         xaxis=dict(anchor="y", matches="x2", showticklabels=False, range=[-0.5, w - 0.5], **NO_GRID),
         yaxis=dict(domain=s_dom, tickvals=list(range(S)), ticktext=stage_names, range=[S - 0.5, -0.5],
                    tickfont=dict(size=13), **NO_GRID),
-        xaxis2=dict(anchor="y2", range=[-0.5, w - 0.5], title=dict(text="the character read at each position"),
+        xaxis2=dict(anchor="y2", range=[-0.5, w - 0.5], title=dict(text=f"the {unit} read at each position"),
                     **{**axis_ticks(read, offset, max_ticks=64), **NO_GRID, "tickfont": dict(size=14)}),
         yaxis2=dict(domain=n_dom, tickvals=[0], ticktext=["really next"], tickfont=dict(size=13), **NO_GRID)))
 
@@ -357,7 +357,7 @@ def attribution_figure(att: Attribution, token_label: str) -> go.Figure:
 
 # ---------------------------------------------------------------- 6. the output
 
-def output_figure(logits: np.ndarray, chars, temperature: float, n_top: int = 10) -> go.Figure:
+def output_figure(logits: np.ndarray, chars, temperature: float, n_top: int = 10, unit: str = "character") -> go.Figure:
     """The n_top characters with the largest logits (the order does not depend on T): their logits z_i and
     their probabilities p_i(T) = softmax(z/T)_i, the generation page's convention (T = 0: greedy)."""
     z = np.asarray(logits, dtype=float)
@@ -366,7 +366,7 @@ def output_figure(logits: np.ndarray, chars, temperature: float, n_top: int = 10
     labels = [visible(chars[i]) for i in order]
     x = np.arange(len(order))
     left, right = [0.0, 0.46], [0.54, 1.0]
-    ticks = dict(tickvals=x, ticktext=labels, tickfont=dict(size=16), title=dict(text="next character"))
+    ticks = dict(tickvals=x, ticktext=labels, tickfont=dict(size=16), title=dict(text=f"next {unit}"))
     data = [dict(type="bar", x=x, y=z[order], marker_color="#7f7f7f", customdata=labels, showlegend=False,
                  text=[f"{v:.2f}" for v in z[order]], textposition="outside", cliponaxis=False, xaxis="x", yaxis="y",
                  hovertemplate="'%{customdata}' z = %{y:.3f}<extra></extra>"),

@@ -13,6 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, asdict
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,10 +24,12 @@ from core.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_
 from core.model import LECTURE, ModelConfig, Transformer
 from core.params import count_parameters, per_block_formula
 from core.threads import use_threads
-from core.tokenizer import CharTokenizer
+from core.tokenizer import BPETokenizer, CharTokenizer, Tokenizer
 
 
 OPTIMIZERS = ("muon", "adamw")
+TOKENIZERS = ("char", "bpe")  # one token per character, or a byte-level BPE learned from the training part
+DEFAULT_BPE_VOCAB = 512
 SCHEDULES = ("wsd", "cosine")
 
 
@@ -215,15 +218,33 @@ def min_corpus_chars(n_ctx: int) -> int:
         n += 1
 
 
-def encode_corpus(tokenizer: CharTokenizer, text: str) -> torch.Tensor:
-    """``tokenizer.encode(text, errors="drop")`` as a tensor, vectorised: a megabyte corpus in milliseconds
-    rather than a second, so starting a run from the training page feels immediate."""
+def encode_corpus(tokenizer: Tokenizer, text: str) -> torch.Tensor:
+    """``tokenizer.encode(text, errors="drop")`` as a tensor. For characters it is vectorised: a megabyte corpus
+    in milliseconds rather than a second, so starting a run from the training page feels immediate (a BPE's
+    Rust encoder takes about a second and a half for Tiny Shakespeare)."""
+    if not isinstance(tokenizer, CharTokenizer):
+        return torch.tensor(tokenizer.encode(text, errors="drop"), dtype=torch.long)
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)     # one code point per character
     vocab = np.array([ord(c) for c in tokenizer.chars], dtype=np.uint32)
     order = np.argsort(vocab)
     pos = np.minimum(np.searchsorted(vocab[order], codes), len(vocab) - 1)
     known = vocab[order][pos] == codes                                     # unknown characters are dropped
     return torch.from_numpy(order[pos[known]].astype(np.int64))
+
+
+def make_tokenizer(kind: str, train_text: str, vocab_size: int | None = None) -> Tokenizer:
+    """The tokenizer of a new run, learned from ``train_text`` alone (the held-out part must stay unseen):
+    "char", one token per distinct character; "bpe", a byte-level BPE of ``vocab_size`` tokens (fewer when
+    the text runs out of pairs seen twice)."""
+    if kind == "char":
+        if vocab_size is not None:
+            raise ValueError("a character tokenizer's vocabulary is the corpus's characters; vocab_size is for 'bpe'")
+        return CharTokenizer.from_text(train_text)
+    if kind == "bpe":
+        if vocab_size is None:
+            raise ValueError("a byte-level BPE needs a vocabulary size (at least 256, the bytes)")
+        return BPETokenizer.train(train_text, vocab_size)
+    raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)} (got {kind!r})")
 
 
 def get_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator):
@@ -234,23 +255,47 @@ def get_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.
     return x, y
 
 
-@torch.no_grad()
-def windowed_loss(model: Transformer, data: torch.Tensor, n_ctx: int | None = None, batch_size: int = 64) -> float:
-    """Mean next-token cross-entropy over every full, non-overlapping window of n_ctx tokens."""
-    n_ctx = n_ctx or model.config.n_ctx
+def _windows(data: torch.Tensor, n_ctx: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every full, non-overlapping window of n_ctx tokens and its next-token targets: (W, n_ctx) each."""
     n_windows = (len(data) - 1) // n_ctx
     if n_windows < 1:
         raise ValueError(f"need at least {n_ctx + 1} tokens to score one window, got {len(data)}")
     x = data[: n_windows * n_ctx].view(n_windows, n_ctx)             # (W, n_ctx)
     y = data[1: n_windows * n_ctx + 1].view(n_windows, n_ctx)        # (W, n_ctx)
+    return x, y
+
+
+@torch.no_grad()
+def windowed_total(model: Transformer, data: torch.Tensor, n_ctx: int | None = None,
+                   batch_size: int = 64) -> tuple[float, torch.Tensor]:
+    """(summed next-token cross-entropy in nats, the target ids it scored) over every full, non-overlapping
+    window of n_ctx tokens of ``data``."""
+    x, y = _windows(data, n_ctx or model.config.n_ctx)
     was_training = model.training
     model.eval()
     total = 0.0
-    for i in range(0, n_windows, batch_size):
+    for i in range(0, len(x), batch_size):
         out = model(x[i:i + batch_size], targets=y[i:i + batch_size])
-        total += out.loss.item() * x[i:i + batch_size].shape[0]
+        total += out.loss.item() * y[i:i + batch_size].numel()
     model.train(was_training)
-    return total / n_windows
+    return total, y.reshape(-1)
+
+
+def windowed_loss(model: Transformer, data: torch.Tensor, n_ctx: int | None = None, batch_size: int = 64) -> float:
+    """Mean next-token cross-entropy over every full, non-overlapping window of n_ctx tokens."""
+    total, targets = windowed_total(model, data, n_ctx, batch_size)
+    return total / len(targets)
+
+
+def held_out_score(model: Transformer, tokenizer: Tokenizer, data: torch.Tensor, n_ctx: int | None = None) -> dict:
+    """The validation numbers of a checkpoint: loss in nats per token over every full window of ``data``, and
+    in bits per character, the summed loss over the predicted tokens divided by the characters those tokens
+    decode to (and by ln 2). Only bits per character compares a character model with a sub-word one: a token
+    that holds three characters is harder to predict than one character, and covers three."""
+    total, targets = windowed_total(model, data, n_ctx)
+    chars = len(tokenizer.decode(targets.tolist()))
+    return {"loss": total / len(targets), "bits_per_char": total / chars / math.log(2),
+            "tokens": len(targets), "chars": chars, "chars_per_token": chars / len(targets)}
 
 
 _INIT_LOCK = threading.Lock()
@@ -268,21 +313,37 @@ def _seeded(seed: int):
 
 class Trainer:
     def __init__(self, text: str, model_config: ModelConfig | dict, train_config: TrainConfig | None = None,
-                 tokenizer: CharTokenizer | None = None):
+                 tokenizer: Tokenizer | None = None, bpe_vocab_size: int | None = None):
+        """A run on ``text``: its first 90% trains, the rest is held out. The tokenizer is ``tokenizer`` if given;
+        else a byte-level BPE of ``bpe_vocab_size`` tokens learned from the training part alone, or, without a
+        size, one token per distinct character of the whole text (so the held-out part has no unknown ones)."""
         self.tc = train_config or TrainConfig()
-        self.tokenizer = tokenizer or CharTokenizer.from_text(text)
+        train_text, val_text = split_train_val(text)
+        if tokenizer is None:
+            tokenizer = (make_tokenizer("bpe", train_text, bpe_vocab_size) if bpe_vocab_size is not None
+                         else CharTokenizer.from_text(text))
+        self.tokenizer = tokenizer
         if isinstance(model_config, dict):
             model_config = ModelConfig(**{**model_config, "vocab_size": self.tokenizer.vocab_size})
         if model_config.vocab_size != self.tokenizer.vocab_size:
-            raise ValueError(f"vocab_size={model_config.vocab_size} but the corpus has {self.tokenizer.vocab_size} characters")
+            raise ValueError(f"vocab_size={model_config.vocab_size} but the tokenizer has "
+                             f"{self.tokenizer.vocab_size} {self.tokenizer.units}")
         self.config = model_config
-        data = encode_corpus(self.tokenizer, text)
-        self.train_data, self.val_data = split_train_val(data)
-        if len(data) < min_corpus_chars(model_config.n_ctx):
+        # each part encoded on its own: no token straddles the boundary, and the training part is exactly the
+        # text the tokenizer learned from
+        self.train_data, self.val_data = encode_corpus(tokenizer, train_text), encode_corpus(tokenizer, val_text)
+        self.train_chars, self.val_chars = len(train_text), len(val_text)
+        need = model_config.n_ctx + 2
+        if len(self.train_data) < need or len(self.val_data) < need:
+            if isinstance(tokenizer, CharTokenizer):
+                raise ValueError(
+                    f"corpus too short: with a 90/10 split each part needs more than n_ctx+1={model_config.n_ctx + 1} "
+                    f"characters, i.e. at least {min_corpus_chars(model_config.n_ctx):,} characters in all "
+                    f"(got {len(self.train_data) + len(self.val_data):,})")
             raise ValueError(
                 f"corpus too short: with a 90/10 split each part needs more than n_ctx+1={model_config.n_ctx + 1} "
-                f"characters, i.e. at least {min_corpus_chars(model_config.n_ctx):,} characters in all (got {len(data):,})"
-            )
+                f"{tokenizer.units}; the {tokenizer.describe()} makes {len(self.train_data):,} of the training part "
+                f"and {len(self.val_data):,} of the held-out part. Use a smaller n_ctx or a longer text")
         with _seeded(self.tc.seed):
             self.model = Transformer(model_config)
         self.model.train()
@@ -372,21 +433,32 @@ class Trainer:
 def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_time_s: float,
                     command: str | None = None, **extra) -> dict:
     """The ``training`` metadata of a checkpoint, with train and validation loss measured the same way
-    for every model: over all full n_ctx windows of the held-out part (and as many training characters)."""
-    c, tc = trainer.config, trainer.tc
-    val_full = windowed_loss(trainer.model, trainer.val_data)
+    for every model: over all full n_ctx windows of the held-out part (and as many training tokens), in nats
+    per token, and on the held-out part also in bits per character (``held_out_score``)."""
+    c, tc, tok = trainer.config, trainer.tc, trainer.tokenizer
+    val = held_out_score(trainer.model, tok, trainer.val_data)
     train_full = windowed_loss(trainer.model, trainer.train_data[: len(trainer.val_data)])
+    unit = tok.unit
     record = {
         "corpus": corpus_name,
         "corpus_chars": corpus_chars,
         "split": split_description(),
+        "tokenizer": tok.kind,
+        "tokenizer_description": tok.describe(),
+        "loss_unit": unit,  # the losses below are nats per this
+        "train_tokens": len(trainer.train_data),
+        "val_tokens": len(trainer.val_data),
         "steps": trainer.step_num,
         "batch_size": tc.batch_size,
         "tokens_seen": trainer.tokens_seen,
         "wall_time_s": round(wall_time_s, 1),
         "train_loss": round(train_full, 4),
-        "val_loss": round(val_full, 4),
-        "val_loss_method": f"mean next-character cross-entropy over all full {c.n_ctx}-character windows of the held-out {1 - TRAIN_FRACTION:.0%}",
+        "val_loss": round(val["loss"], 4),
+        "val_bits_per_char": round(val["bits_per_char"], 4),
+        "val_chars_per_token": round(val["chars_per_token"], 4),
+        "val_loss_method": (f"mean next-{unit} cross-entropy over all full {c.n_ctx}-{unit} windows of the held-out "
+                            f"{1 - TRAIN_FRACTION:.0%}; bits per character: their summed loss over the "
+                            f"{val['chars']:,} characters the {val['tokens']:,} predicted {tok.units} cover, / ln 2"),
         "train_config": asdict(tc),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -411,12 +483,18 @@ def _progress(step, total, loss, val, tps, elapsed, extra=""):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m core.train", description="Train a character-level transformer.")
+    p = argparse.ArgumentParser(prog="python -m core.train",
+                                description="Train a transformer over characters or byte-level BPE tokens.")
     p.add_argument("--corpus", help="UTF-8 text file (default: Tiny Shakespeare via $TE_CORPUS or ../shared/data)")
     p.add_argument("--out", required=True, help="checkpoint folder to write")
     for name in ("d_model", "n_heads", "n_layers", "n_ctx"):  # the lecture's shape by default
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(LECTURE, name))
     p.add_argument("--d-ff", type=int, default=None, help="MLP width (default: 4 d)")
+    p.add_argument("--tokenizer", choices=TOKENIZERS, default="char",
+                   help="'char': one token per distinct character (the lecture's model); 'bpe': a byte-level BPE "
+                        "learned from the training 90%% only, saved as tokenizer.json beside the weights")
+    p.add_argument("--vocab-size", type=int, default=None, metavar="N",
+                   help=f"the BPE's vocabulary size, at least 256 (default {DEFAULT_BPE_VOCAB}); n_ctx then counts tokens")
     p.add_argument("--optimizer", choices=list(RECIPES), default=DEFAULT_RECIPE,
                    help="the recipe: 'muon' (Muon on the blocks' matrices, AdamW elsewhere, warmup-constant-cooldown) "
                         "or 'adamw' (the usual AdamW with warmup and cosine decay); the flags below override it")
@@ -439,6 +517,11 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
+    if args.tokenizer == "char" and args.vocab_size is not None:
+        p.error("--vocab-size applies to --tokenizer bpe; a character model's vocabulary is the corpus's characters")
+    bpe_vocab = (args.vocab_size or DEFAULT_BPE_VOCAB) if args.tokenizer == "bpe" else None
+    if bpe_vocab is not None and bpe_vocab < 256:
+        p.error(f"--vocab-size must be at least 256 (a byte-level BPE starts from the 256 bytes), got {bpe_vocab}")
 
     use_threads(args.threads)
     corpus = args.corpus or shakespeare_path()
@@ -448,13 +531,20 @@ def main(argv=None):
     given = {k: getattr(args, k) for k in asdict(defaults) if k != "optimizer" and getattr(args, k, None) is not None}
     tc = TrainConfig.recipe(args.optimizer, **{"steps": defaults.steps, **given})
     mc = dict(n_ctx=args.n_ctx, d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_ff)
-    trainer = Trainer(text, mc, tc)
+    trainer = Trainer(text, mc, tc, bpe_vocab_size=bpe_vocab)
     counts = count_parameters(trainer.config)
     c = trainer.config
-    print(f"model: d={c.d_model} h={c.n_heads} L={c.n_layers} d_ff={c.d_ff} n_ctx={c.n_ctx} m={c.vocab_size}")
+    tok = trainer.tokenizer
+    print(f"tokenizer: {tok.describe()}" + (f", learned from the training {TRAIN_FRACTION:.0%}"
+                                             if tok.kind == "bpe" else ""))
+    if bpe_vocab is not None and tok.vocab_size < bpe_vocab:
+        print(f"  (the text ran out of pairs seen twice: {tok.vocab_size:,} tokens, not {bpe_vocab:,})")
+    print(f"model: d={c.d_model} h={c.n_heads} L={c.n_layers} d_ff={c.d_ff} n_ctx={c.n_ctx} {tok.units} m={c.vocab_size}")
     print(f"parameters per block: {counts['per_block']:,}  ({per_block_formula(c)})")
     print(f"parameters in total:  {counts['total']:,}")
-    print(f"corpus: {corpus} ({len(text):,} chars; {len(trainer.train_data):,} train / {len(trainer.val_data):,} val)")
+    print(f"corpus: {corpus} ({len(text):,} chars; {len(trainer.train_data):,} train / {len(trainer.val_data):,} val "
+          f"{tok.units}" + (f", {trainer.train_chars / len(trainer.train_data):.2f} characters per token in the "
+                            f"training part" if tok.kind != "char" else "") + ")")
 
     start = time.perf_counter()
     val, tps_window, window_tokens, window_time = None, 0.0, 0, 0.0
@@ -474,16 +564,20 @@ def main(argv=None):
     sys.stderr.write("\n")
     wall = time.perf_counter() - start
     print(f"measuring the validation loss over every full window of the held-out {1 - TRAIN_FRACTION:.0%} ...")
-    from pathlib import Path
-
     argv_used = argv if argv is not None else sys.argv[1:]
     command = "python -m core.train " + shlex.join(str(a) for a in argv_used)
     training = training_record(trainer, Path(corpus).name, len(text), wall, command)
-    print(f"validation loss {training['val_loss']:.4f} nats/char (full {c.n_ctx}-char windows)")
+    if tok.kind == "char":
+        print(f"validation loss {training['val_loss']:.4f} nats/char (full {c.n_ctx}-char windows) = "
+              f"{training['val_bits_per_char']:.4f} bits/char")
+    else:
+        print(f"validation loss {training['val_loss']:.4f} nats/token (full {c.n_ctx}-token windows) = "
+              f"{training['val_bits_per_char']:.4f} bits/char ({training['val_chars_per_token']:.3f} characters per "
+              f"token)")
     if args.compare_to:
         base, base_tok = load_checkpoint(args.compare_to)
-        if base_tok.chars != trainer.tokenizer.chars:
-            p.error(f"{args.compare_to} has another vocabulary; its loss is not comparable")
+        if (base_tok.to_dict(), base_tok.files()) != (tok.to_dict(), tok.files()):
+            p.error(f"{args.compare_to} has another tokenizer; its loss per token is not comparable")
         base_val = round(windowed_loss(base, trainer.val_data), 4)
         training["compared_to"] = {"model": Path(args.compare_to).name, "val_loss": base_val,
                                    "difference": round(training["val_loss"] - base_val, 4)}

@@ -74,6 +74,8 @@ class JobStatus:
     n_params: int = 0
     vocab_size: int = 0
     heads: list[dict] = field(default_factory=list, repr=False)  # heads.csv rows measured so far
+    units: str = "characters"    # what a token is, in the page's words ("characters" or "tokens")
+    val_chars_per_token: float = 1.0  # of the held-out part: nats per token / ln 2 / this = bits per character
 
     @property
     def active(self) -> bool:
@@ -158,7 +160,9 @@ class _Worker:
         try:
             use_threads(self.threads)  # this thread's own setting
             if self.trainer is None:
-                trainer = Trainer(self.text, self.settings.shape(0), self.tc)  # m comes from the corpus
+                # m comes from the tokenizer: the corpus's characters, or a BPE learned here from the training part
+                trainer = Trainer(self.text, self.settings.shape(0), self.tc,
+                                  bpe_vocab_size=self.settings.bpe_vocab_size)
                 prompt = Prompt(trainer.tokenizer, self.sample_prompt_text, trainer.config.n_ctx)
                 # a prompt of characters the corpus never uses is empty: start from its first character
                 self.prompt_ids = prompt.ids or trainer.tokenizer.encode(self.text[0])
@@ -220,6 +224,8 @@ class _Worker:
                 samples=list(self.samples), sample_prompt=self.sample_prompt_text, n_params=self.n_params,
                 vocab_size=tr.tokenizer.vocab_size if tr else 0,
                 heads=list(tr.heads.rows) if tr and tr.heads else [],
+                units=tr.tokenizer.units if tr else ("tokens" if self.settings.tokenizer == "bpe" else "characters"),
+                val_chars_per_token=tr.val_chars / max(1, len(tr.val_data)) if tr else 1.0,
             )
 
 

@@ -109,7 +109,7 @@ if not (memo and memo["key"] == key):
 box = st.empty()
 if memo and memo["key"] == key:
     steps, elapsed = memo["steps"], memo["elapsed"]
-    box.html(GF.shaded_html(start_text, steps))
+    box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
     st.session_state["gen_memo"] = memo
 else:
     steps, shown = [], 0.0
@@ -118,10 +118,10 @@ else:
     for s in stream(model, [ids], n_new, temperature, top_k, top_p, generator=gen):
         steps.append(G.step_record(s, tok.pieces))
         if time.perf_counter() - shown > 0.1:  # repaint a few times a second, not for every token
-            box.html(GF.shaded_html(start_text, steps))
+            box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
             shown = time.perf_counter()
     elapsed = time.perf_counter() - t0
-    box.html(GF.shaded_html(start_text, steps))
+    box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
     st.session_state["gen_memo"] = remember_generation({"key": key, "steps": steps, "elapsed": elapsed})
 
 measures = G.text_measures(steps)
@@ -133,13 +133,19 @@ m2.metric("Mean probability the model gave", f"{measures['mean_prob']:.3f}")
 m3.metric("Perplexity of the generated text", f"{measures['perplexity']:.2f}",
           help=f"exp of the mean negative log-probability (at T = 1) of the generated {units}.")
 caption = (f"Prompt in grey, then {len(steps)} generated {units}, shaded by the probability the model (at T = 1) "
-           f"gave each one; hover a {unit} for the most likely alternatives at that step. "
+           f"gave each one{'; a thin line marks where each token ends' if tok.kind != 'char' else ''}; hover a {unit} "
+           f"for the most likely alternatives at that step. "
            f"Generated in {elapsed * 1000:.0f} ms" + (" with the key/value cache." if slid_at is None else
                                                         f", the first {slid_at} with the key/value cache."))
 if slid_at is not None:
     caption += (f" From {unit} {slid_at + 1} on, the text was longer than n_ctx = {c.n_ctx}: the model reads only "
                 f"the last {c.n_ctx} {units}, and because positions are learned, every shift of the window makes "
                 "the cached keys and values stale, so each step re-reads the whole window instead.")
+partial = tok.partial_ids()
+if any(s["id"] in partial for s in steps):
+    caption += (" A token shown as ⟨e2 80⟩ holds only part of a character: some of the bytes UTF-8 writes it with. "
+                "The plain text below joins such pieces back into characters (� where a character was left "
+                "unfinished).")
 st.caption(caption)
 with st.expander("Plain text"):
     st.code(tok.decode(list(ids) + [s["id"] for s in steps]), language=None, wrap_lines=True)
@@ -225,7 +231,7 @@ for r0 in range(0, len(temps), per_row):
         with col.container(border=True):
             st.markdown(f"**T = {G.format_t(t)}**" + (" (greedy)" if t == 0 else ""))
             st.metric("distinct 3-grams", "–" if d is None else f"{d:.2f}")
-            st.html(GF.shaded_html(start_text[-40:], r, font_px=13))
+            st.html(GF.shaded_html(start_text[-40:], r, font_px=13, boundaries=tok.kind != "char"))
 st.caption(f"Seed {seed} for every column; each shows the last 40 characters of the prompt in grey. "
            "Change the seed above to draw again.")
-st.plotly_chart(GF.distinct_bars(temps, ratios), width="stretch", key="gen_distinct")
+st.plotly_chart(GF.distinct_bars(temps, ratios, unit=unit), width="stretch", key="gen_distinct")

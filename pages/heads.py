@@ -6,12 +6,12 @@ from core.attention import induction_chance, run_attention
 from core.induction import THRESHOLD, head_scores, probe_period, repeat_probe, stripe_scores
 from core.interventions import (MODES, copy_slices, greedy_continuation, next_token_probs, rank_heads, repeat_ids,
                                 repeat_period, token_losses)
-from ui import ensure_frame, model_key, prompt_input, require_model
+from ui import ensure_frame, model_key, prompt_ids_now, prompt_input, require_model, set_prompt_ids
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\n"  # a newline: the repeat reads well
-CONTINUE = 60  # characters of greedy continuation
+CONTINUE = 60  # tokens of greedy continuation
 PROMPT_KEY = "heads_prompt"
 
 st.title("Switch heads off")
@@ -21,7 +21,7 @@ st.markdown(
     "prompt without them, and every view below shows the model **with all heads on** next to the model **with "
     "your heads off**. Switching off is done just before the output map $W_O$ mixes the heads: head h's output "
     "$z^h$ is replaced by zero, or by its mean over the positions of your prompt. The mean keeps the head's "
-    "average push and removes only what depends on which characters it looked at."
+    "average push and removes only what depends on which tokens it looked at."
 )
 st.latex(r"\operatorname{attn}(x) = \sum_{h} z^h W_O^h, \qquad z^h = A^h\, x W_V^h, \qquad "
          r"\text{off:}\quad z^h_i \leftarrow 0 \quad\text{(zero)} \qquad\text{or}\qquad "
@@ -36,7 +36,8 @@ mkey = model_key(entry)  # names the weights for the caches below
 
 @st.cache_data(max_entries=8, show_spinner="Measuring induction on repeated random sequences ...")
 def _scores(model_key: str):
-    return head_scores(model)
+    # a BPE model's probe draws whole tokens only: bytes its corpus never used would only measure untrained rows
+    return head_scores(model, choices=tok.readable_ids())
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
@@ -71,22 +72,24 @@ next_token_bars, stripe_figure = map(_cache, (IF.next_token_bars, IF.stripe_figu
 # ------------------------------------------------------------------ the prompt
 
 def _repeat(tok, n_ctx: int):
-    """Button callback (runs before the script, so it may set the prompt box): the prompt written twice."""
-    ids = tok.encode(st.session_state.get(PROMPT_KEY, ""), errors="drop")  # what the model reads of it
+    """Button callback (runs before the script, so it may set the prompt box): the ids the model reads, written
+    twice as ids. Their text encoded again could differ for a BPE (the copies can merge at the seam)."""
+    ids = prompt_ids_now(PROMPT_KEY, tok)
     if ids:
         doubled, cut = repeat_ids(ids, n_ctx)
-        st.session_state[PROMPT_KEY] = tok.decode(doubled)
+        set_prompt_ids(PROMPT_KEY, tok, doubled)
         st.session_state["heads_repeat_note"] = (tok.decode(doubled), cut, len(ids))
 
 
 def _random_twice(tok, n_ctx: int):
     """Button callback: distinct random tokens written twice, the probe's kind of text, where nothing but copying
     predicts the second copy (a fresh draw each press)."""
-    period = probe_period(n_ctx, tok.vocab_size)
+    readable = tok.readable_ids()  # a BPE's random tokens must be whole text, or the box shows '�'
+    period = probe_period(n_ctx, tok.vocab_size if readable is None else len(readable))
     seed = int(st.session_state.get("heads_random_draws", 0))
     st.session_state["heads_random_draws"] = seed + 1
-    ids = repeat_probe(tok.vocab_size, n_seqs=1, period=period, seed=1000 + seed)[0].tolist()
-    st.session_state[PROMPT_KEY] = tok.decode(ids)
+    ids = repeat_probe(tok.vocab_size, n_seqs=1, period=period, seed=1000 + seed, choices=readable)[0].tolist()
+    set_prompt_ids(PROMPT_KEY, tok, ids)
     st.session_state.pop("heads_repeat_note", None)
 
 
@@ -96,11 +99,13 @@ st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
 prompt = prompt_input("Your prompt", None, "heads_prompt", tok, c.n_ctx, height=150)
 half = c.n_ctx // 2
 b, note = st.columns([1, 4], vertical_alignment="center")
-b.button("Repeat my prompt", key="heads_repeat", on_click=_repeat, args=(tok, c.n_ctx), disabled=prompt.empty)
-b.button("Random characters, twice" if tok.unit == "character" else "Random tokens, twice", key="heads_random",
-         on_click=_random_twice, args=(tok, c.n_ctx),
-         help="Replaces your prompt by distinct random characters written twice: text no language model can predict "
-              "the first time, and only copying can predict the second time.")
+b.button("Repeat my prompt", key="heads_repeat", on_click=_repeat, args=(tok, c.n_ctx),
+         disabled=prompt.empty)
+b.button(f"Random {tok.units}, twice", key="heads_random", on_click=_random_twice, args=(tok, c.n_ctx),
+         help=f"Replaces your prompt by distinct random {tok.units} written twice: text no language model can predict "
+              "the first time, and only copying can predict the second time."
+              + ("" if tok.kind == "char" else " Only tokens that are whole printable text are drawn, so the box "
+                 "shows what the model reads."))
 done = st.session_state.get("heads_repeat_note")
 if done and done[0] == prompt.text and done[1]:
     note.caption(f"Your prompt had {done[2]} {tok.units}, but two copies must fit in n_ctx = {c.n_ctx}: only its "
@@ -166,8 +171,8 @@ else:
     m1.metric("Mean loss, all heads on", f"{before.mean():.3f} nats")
     m2.metric(f"Mean loss, {off}", f"{after.mean():.3f} nats", delta=f"{after.mean() - before.mean():+.3f} nats",
               delta_color="inverse")
-    st.html(IF.loss_change_html(tok.token_strings(ids), before, after))
-    st.html(IF.loss_change_legend(IF.change_scale(after - before)))
+    st.html(IF.loss_change_html(tok.token_strings(ids), before, after, boundaries=tok.kind != "char"))
+    st.html(IF.loss_change_legend(IF.change_scale(after - before), tok.unit))
     st.caption(f"A {tok.unit}'s loss is −log of the probability the model gave it, reading everything before it. "
                f"The first {tok.unit} has no loss: nothing comes before it.")
     if period:
@@ -191,7 +196,7 @@ else:
         st.caption("Press **Repeat my prompt** to see the loss on a second copy of your text: that is where an "
                    "induction head helps, and where switching it off hurts.")
 
-# ------------------------------------------------------------------ next character
+# ------------------------------------------------------------------ next token
 
 st.header(f"The next {tok.unit}, before and after")
 p_before, p_after = _probs(mkey, ids, (), mode), _probs(mkey, ids, heads, mode)
@@ -224,7 +229,7 @@ with right:
     st.markdown(f"**{off}**")
     st.html(IF.continuation_html(context, cont_off, reference=cont_on))
 st.caption(f"{steps} {tok.units}, each the most likely one; the end of your prompt is grey. On the right, yellow marks "
-           f"the {tok.units} that differ from the left.")
+           "the characters that differ from the left.")
 
 # ------------------------------------------------------------------ ranking
 
@@ -255,11 +260,13 @@ else:
 # ------------------------------------------------------------------ the induction stripe
 
 st.header("The induction stripe")
-period_probe = probe_period(c.n_ctx, c.vocab_size)
+readable = tok.readable_ids()
+period_probe = probe_period(c.n_ctx, c.vocab_size if readable is None else len(readable))
 st.markdown(
     f"An **induction head** completes patterns seen earlier in the context: at a {tok.unit} A it looks for the "
     f"earlier A and attends to the {tok.unit} right after it, then copies it. We measure this on random "
-    f"{tok.units} written twice ({period_probe} of them, then the same again), where nothing else predicts the "
+    f"{tok.units if readable is None else tok.units + ' (whole printable ones)'} written twice ({period_probe} of "
+    "them, then the same again), where nothing else predicts the "
     "second copy. A head's **induction score** is the weight its second-copy queries give, on average, to the "
     f"key right after the earlier occurrence. We call a head an induction head from **{THRESHOLD:.2f}** on: "
     "it then puts at least that share of its attention on one key out of dozens.")
@@ -286,7 +293,7 @@ else:
     here = float(stripe_scores(pattern[None], T)[1])
     where = "your prompt" if period else "your prompt written twice"
     st.plotly_chart(stripe_figure(pattern, tok.visible_tokens(rep), T,
-                                  f"{IF.head_label(layer, head)} on {where} (period {T})"),
+                                  f"{IF.head_label(layer, head)} on {where} (period {T})", tok.unit),
                     width="stretch", theme=None, key="heads_stripe")
     on = _losses(mkey, tuple(rep), (), mode)
     off1 = _losses(mkey, tuple(rep), ((layer, head),), mode)

@@ -2,7 +2,8 @@ import streamlit as st
 
 from core.fmt import head_label
 
-from core.checkpoint import WEIGHTS_FILE, CheckpointError, checkpoint_zip, read_card, read_heads, read_log
+from core.checkpoint import (WEIGHTS_FILE, CheckpointError, checkpoint_zip, read_card, read_heads, read_log,
+                              read_training)
 from core.hf import export_zip
 from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
@@ -16,14 +17,14 @@ st.title("Transformer Explorer")
 st.markdown(
     "A small transformer, trained by this project on a corpus of plays, runs live in this app. "
     "Every chart about the model is computed from it on the text you type: the attention of each head, "
-    "the next-character distribution and how temperature bends it, its parameter count, the time its "
+    "the next-token distribution and how temperature bends it, its parameter count, the time its "
     "attention takes. The cost and scaling pages compute theirs from the formulas as you move the sliders. "
     "Nothing is a canned picture."
 )
 st.markdown(
     "**How to use it.** Pick a model in the sidebar (the shipped one is selected), then a page. "
-    "Type your own prompt wherever there is a prompt box; the model only knows the characters it was "
-    "trained on, and the app tells you when it has to drop one."
+    "Type your own prompt wherever there is a prompt box. A character model only knows the characters it was "
+    "trained on, and the app tells you when it has to drop one; a byte-level BPE model reads any text."
 )
 
 entry, model, tok = require_model(", so there is nothing to inspect yet")
@@ -115,21 +116,29 @@ except CheckpointError as e:
 formed = formation_step(heads) if heads else None
 if log:
     marks = {formed: "induction head"} if formed is not None else None
-    st.plotly_chart(loss_curve(log, title=f"How {entry.name} was trained", marks=marks), width="stretch")
+    st.plotly_chart(loss_curve(log, title=f"How {entry.name} was trained", marks=marks, unit=tok.unit),
+                    width="stretch")
+    training = read_training(entry.path)
+    bits, cpt = training.get("val_bits_per_char"), training.get("val_chars_per_token")
+    if tok.kind != "char" and isinstance(bits, (int, float)) and isinstance(cpt, (int, float)):
+        st.caption(f"Losses per token: a token of this model covers {cpt:.2f} characters on average, so its final "
+                   f"validation loss is {bits:.3f} bits per character, the number to compare with a character "
+                   "model (nats per character ÷ ln 2).")
 elif log is not None:
     st.caption("This model has no training log.")
 
 st.subheader("Its heads while it trained")
 if heads:
     st.markdown(
-        "While this model trained, every head was measured again and again on a fixed probe: strings of distinct "
-        "random characters, each written twice. An **induction head** looks, from a character in the second copy, "
-        "at the character that followed the same character in the first copy, and so can predict the rest of "
-        "the copy. Its score is the mean weight it puts there; a head spreading its weight evenly would score "
-        "about 0.01. The previous-token score is the weight on the character just before, the head an induction "
-        "head is built on."
+        f"While this model trained, every head was measured again and again on a fixed probe: strings of distinct "
+        f"random {tok.units}, each written twice. An **induction head** looks, from a {tok.unit} in the second copy, "
+        f"at the {tok.unit} that followed the same {tok.unit} in the first copy, and so can predict the rest of "
+        f"the copy. Its score is the mean weight it puts there; a head spreading its weight evenly would score "
+        f"about 0.01. The previous-token score is the weight on the {tok.unit} just before, the head an induction "
+        f"head is built on."
     )
-    st.plotly_chart(formation_figure(heads, title=f"Heads of {entry.name} while it trained"), width="stretch")
+    st.plotly_chart(formation_figure(heads, title=f"Heads of {entry.name} while it trained", units=tok.units),
+                    width="stretch")
     last = max(r["step"] for r in heads)
     best = max((r for r in heads if r["step"] == last), key=lambda r: r["induction"])
     st.caption(

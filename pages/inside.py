@@ -10,7 +10,9 @@ from ui import ensure_frame, model_key, prompt_input, require_model
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 DEFAULT_PROMPT = "KING:\nThe moon is down; what news from the camp?\n\nMESSENGER:\nMy lord, the enemy is"
-LENS_WINDOW = 40  # positions of the logit lens shown at once: more and the cells get too narrow to read
+# positions of the logit lens shown at once: more and the cells get too narrow to read (a sub-word token needs
+# several characters' room)
+LENS_WINDOWS = {"char": 40, "other": 16}
 
 st.title("Inside the model")
 st.markdown(
@@ -19,7 +21,7 @@ st.markdown(
     "width d, the **residual stream**. The embedding writes the first version of it; then every attention "
     "sublayer and every MLP reads a normalised copy and **adds** its result. Nothing ever replaces what is "
     "already there, so the final vector is literally a sum of all the writers. At the end, one LayerNorm and "
-    "one linear map turn it into a score for every character."
+    "one linear map turn it into a score for every token of the vocabulary."
 )
 st.latex(r"x^{(0)}_i = E[t_i] + P[i], \qquad "
          r"x \leftarrow x + \operatorname{attn}_\ell(\operatorname{LN}(x)), \qquad "
@@ -42,7 +44,7 @@ def _trace(model_key: str, ids: tuple[int, ...]):
 mkey = model_key(entry)
 ids = tuple(prompt.ids)
 n = len(ids)
-text = prompt.text
+tokens = tok.token_strings(ids)  # the text of each position's token (one character for a character model)
 tr = _trace(mkey, ids)
 chars = tok.pieces  # the text of every token id (one character each for a character model)
 
@@ -136,17 +138,17 @@ pick = st.columns(3)
 layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"layer {l + 1}", key="inside_layer")
 head = pick[1].selectbox("Head", range(c.n_heads), format_func=lambda h: f"head {h + 1}", key="inside_head")
 weights = tr.pattern[layer][0, head, pos, :pos + 1].double().numpy()
-key_labels = [TF.char_label(j, text[j]) for j in range(pos + 1)]
+key_labels = [TF.char_label(j, tokens[j]) for j in range(pos + 1)]
 key = pick[2].selectbox("Key j to take apart", range(pos + 1), index=int(weights.argmax()),
                         format_func=lambda j: key_labels[j] + (" (heaviest weight)" if j == weights.argmax() else ""),
                         key=f"inside_key_{n}_{pos}_{layer}_{head}")
 q = tr.q[layer][0, head, pos].double().numpy()
 keys = tr.k[layer][0, head, :pos + 1].double().numpy()
-st.plotly_chart(TF.neuron_view(q, keys, weights, key_labels, key, TF.char_label(pos, text[pos])), width="stretch",
+st.plotly_chart(TF.neuron_view(q, keys, weights, key_labels, key, TF.char_label(pos, tokens[pos])), width="stretch",
                 theme=None, key="inside_neuron")
 st.caption("Red components are positive, blue negative. A key whose pattern of signs matches the query's gets a "
            "large dot product, so a large score and, after the softmax, a large weight (right).")
-st.plotly_chart(TF.qk_terms(q, keys[key], TF.char_label(pos, text[pos]), key_labels[key]), width="stretch",
+st.plotly_chart(TF.qk_terms(q, keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
                 theme=None, key="inside_qk")
 dot = float(q @ keys[key])
 score = float(tr.scores[layer][0, head, pos, key])
@@ -187,11 +189,12 @@ st.header("4. The logit lens: when does the answer appear?")
 st.markdown(
     "The model reads out only the final stream. But nothing stops us from applying that same readout, the "
     "final LayerNorm and the output map, to the stream after the embedding or after block 1, as if the model "
-    "ended there. Each row shows that early readout's favourite next character; the darker the cell, the surer "
+    f"ended there. Each row shows that early readout's favourite next {tok.unit}; the darker the cell, the surer "
     "it is. A triangle marks a favourite that is right. Hover a cell for its top 5."
 )
 st.latex(r"\text{lens}_\ell(x_i) = \operatorname{softmax}\big(W_U \operatorname{LN}_f(x^{(\ell)}_i)\big), "
          r"\qquad \ell = 0, 1, \ldots, L")
+LENS_WINDOW = LENS_WINDOWS["char" if tok.kind == "char" else "other"]
 if n > LENS_WINDOW:
     lo = st.slider("First position shown", 0, n - LENS_WINDOW, min(max(0, pos - LENS_WINDOW + 1), n - LENS_WINDOW),
                    key=f"inside_lens_lo_{n}_{pos}",
@@ -202,13 +205,13 @@ else:
 hi = min(n, lo + LENS_WINDOW)
 lens = lens_top(tr, k=5)
 st.plotly_chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
-                               lens_stage_names(c.n_layers), offset=lo, chosen=pos),
+                               lens_stage_names(c.n_layers), offset=lo, chosen=pos, unit=tok.unit),
                 width="stretch", theme=None, key="inside_lens")
-where = f"Columns are positions {lo} to {hi - 1}, each headed by the character read there; the red frame is " \
+where = f"Columns are positions {lo} to {hi - 1}, each headed by the {tok.unit} read there; the red frame is " \
         f"position {pos}."
 if n > 1:
     right = [float(np.mean(lens.top_ids[s, :-1, 0] == np.array(ids[1:]))) for s in range(c.n_layers + 1)]
-    where += " Over the whole prompt, the favourite is the character that really comes next " + ", ".join(
+    where += f" Over the whole prompt, the favourite is the {tok.unit} that really comes next " + ", ".join(
         f"{name} at {share:.0%} of positions" for name, share in zip(lens_stage_names(c.n_layers), right)) + "."
 st.caption(where)
 
@@ -216,7 +219,7 @@ st.caption(where)
 
 st.header("5. Who wrote the prediction?")
 st.markdown(
-    "Because the final stream is a sum, the logit of any character can be split over the writers: the "
+    "Because the final stream is a sum, the logit of any token can be split over the writers: the "
     "embedding, every head and every MLP. One step is not linear, the final LayerNorm: it divides by the "
     "standard deviation σ of the whole stream. We **freeze σ at the value it actually has here**; then every "
     "piece of the readout is linear, each writer gets its own bar, and the bars add up exactly to the logit "
@@ -225,7 +228,7 @@ st.markdown(
 st.latex(r"z_t = \sum_{c \,\in\, \text{writers}} \frac{w_t^\top \big(\gamma \odot (c - \bar c)\big)}{\sigma}"
          r" \;+\; w_t^\top \beta, \qquad x^{(L)} = \text{embedding} + \sum \text{heads} + \sum \text{MLPs}")
 order = np.argsort(-probs)
-token = st.selectbox("Character whose logit to split", [int(t) for t in order],
+token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) for t in order],
                      format_func=lambda t: f"'{visible(chars[t])}'  p = {probs[t]:.3f}"
                                            + ("  (the prediction)" if t == predicted else ""),
                      key=f"inside_token_{n}_{pos}")
@@ -242,11 +245,12 @@ st.header("6. The output")
 st.markdown(
     "Last, the logits become probabilities. As on the Generation page, every logit is divided by the "
     "temperature T before the softmax: T = 1 is the model's own distribution, a small T sharpens it towards "
-    "the top character, a large T flattens it."
+    f"the top {tok.unit}, a large T flattens it."
 )
 st.latex(r"p_t(T) = \frac{e^{z_t / T}}{\sum_{u=1}^{m} e^{z_u / T}}")
 temperature = float(st.number_input("Temperature T", 0.0, 10_000.0, 1.0, step=0.1, format="%g",
                                     key="inside_temperature"))
-st.plotly_chart(TF.output_figure(logits.numpy(), chars, temperature), width="stretch", theme=None, key="inside_output")
+st.plotly_chart(TF.output_figure(logits.numpy(), chars, temperature, unit=tok.unit), width="stretch", theme=None,
+                key="inside_output")
 st.caption(f"The ten {tok.units} with the largest logits out of m = {c.vocab_size}; their order does not depend "
            "on T, only how the probability is shared among them.")

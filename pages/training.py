@@ -6,14 +6,15 @@ from core.fmt import clock, head_label, latex_int, latex_sci, pretty_sci, visibl
 from core.checkpoint import checkpoint_zip, default_model_name, load_checkpoint, sanitise_model_name
 from core.hf import export_zip
 from core.corpus import PYDOC_NAME, TRAIN_FRACTION, check_corpus_bytes, describe_corpus, pydoc_text, \
-    read_text_file, shakespeare_path
+    read_text_file, shakespeare_path, split_train_val
 from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
 from core.induction_figures import formation_figure
-from core.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET, MAX_STEPS, JobSettings, job_cost, validate_settings
+from core.job_settings import (INDUCTION_FORMS_NEAR, INDUCTION_PRESET, MAX_BPE_VOCAB, MAX_STEPS, MIN_BPE_VOCAB,
+                               JobSettings, job_cost, validate_settings)
 from core.params import per_block_latex
 from core.speed import measured_flop_rate
-from core.train import RECIPE_TITLES, RECIPES, describe_recipe
+from core.train import DEFAULT_BPE_VOCAB, RECIPE_TITLES, RECIPES, describe_recipe, encode_corpus, make_tokenizer
 from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob
 from ui import ensure_frame, offer_shakespeare_fetch, session_owner, shipped_names, upload_limit_mb, \
     user_models_dir
@@ -24,14 +25,15 @@ ensure_frame()  # run inside app.py's frame even when this page's URL is the fir
 st.title("Training")
 st.markdown(
     "Here you train a transformer yourself, in the background, while you watch. Every step draws a batch of "
-    "random windows from the corpus, asks the model to predict each next character, and nudges all weights "
-    "downhill on the average surprise. The loss starts near the cost of guessing uniformly among the m "
-    "characters and falls as the model picks up spelling, then words, then some grammar; the samples below the "
-    "curve, drawn from the same prompt with the same random seed each time, make that visible."
+    "random windows from the corpus, asks the model to predict each next token (a character, or with byte-level "
+    "BPE a piece of a word), and nudges all weights downhill on the average surprise. The loss starts near the "
+    "cost of guessing uniformly among the m tokens and falls as the model picks up spelling, then words, then "
+    "some grammar; the samples below the curve, drawn from the same prompt with the same random seed each time, "
+    "make that visible."
 )
 st.latex(r"\mathcal{L}(\theta) = -\frac{1}{n}\sum_{i=1}^{n} \log p_\theta\left(x_{i+1} \mid x_1, \dots, x_i\right)")
-st.caption("One window of n = n_ctx characters gives n prediction problems at once, thanks to the causal mask; "
-           "the loss is their mean, in nats per character.")
+st.caption("One window of n = n_ctx tokens gives n prediction problems at once, thanks to the causal mask; "
+           "the loss is their mean, in nats per token (per character for a character model).")
 
 # ---------------------------------------------------------------- corpus
 st.header("1. Corpus")
@@ -103,16 +105,72 @@ try:
 except ValueError as e:  # an unreadable built-in file
     st.error(f"The corpus could not be read: {e}")
 
+TOKENIZER_TITLES = {"char": "Characters", "bpe": "Byte-level BPE"}
+
+
+@st.cache_resource(show_spinner="Learning the byte-level BPE from the training part ...", max_entries=8)
+def _bpe(text: str, vocab: int):
+    """(tokenizer, training tokens, held-out tokens) of a BPE learned from the training part of ``text``, as the
+    run will learn it; read-only, so sessions may share it."""
+    train_text, val_text = split_train_val(text)
+    tok = make_tokenizer("bpe", train_text, vocab)
+    return tok, encode_corpus(tok, train_text), encode_corpus(tok, val_text)
+
+
+tok_kind = st.radio("Tokens", list(TOKENIZER_TITLES), format_func=TOKENIZER_TITLES.get, horizontal=True,
+                    key="train_tokenizer", persist_state="session",
+                    help="Characters: one token per distinct character, the lecture's model. Byte-level BPE: the "
+                         "text is read as UTF-8 bytes, and the most frequent neighbouring pairs are merged again and "
+                         "again into longer pieces (' the', 'KING') until the vocabulary has the size you choose; "
+                         "it is learned from the training 90% only and never meets an unknown character.")
+tok_field = None
+bpe_vocab = DEFAULT_BPE_VOCAB
+if tok_kind == "bpe":
+    bc1, _ = st.columns([1, 3])
+    with bc1:
+        bpe_vocab = st.number_input("BPE vocabulary size m", min_value=0, max_value=10 * MAX_BPE_VOCAB,
+                                    value=DEFAULT_BPE_VOCAB, step=64, key="train_bpe_vocab", persist_state="session",
+                                    help=f"{MIN_BPE_VOCAB} (the bytes alone) to {MAX_BPE_VOCAB:,}. More tokens: "
+                                         "longer pieces, so each window covers more text, but a larger embedding and "
+                                         "output layer, and rarer tokens to learn.")
+        tok_field = st.empty()
+bpe = None  # (tokenizer, training ids, held-out ids) once learned
 if info is not None:
-    c1, c2, c3 = st.columns(3)
-    c1.metric("Characters (tokens)", f"{info.chars:,}")
+    if tok_kind == "bpe" and MIN_BPE_VOCAB <= bpe_vocab <= MAX_BPE_VOCAB:
+        bpe = _bpe(text, int(bpe_vocab))
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Characters", f"{info.chars:,}")
     c2.metric("Size", f"{info.bytes / 1024:,.0f} KiB" if info.bytes >= 10 * 1024 else f"{info.bytes:,} bytes")
-    c3.metric("Vocabulary m", f"{len(info.vocab):,}", help="Distinct characters; each becomes one token.")
+    if tok_kind == "char":
+        c3.metric("Vocabulary m", f"{len(info.vocab):,}", help="Distinct characters; each becomes one token.")
+        c4.metric("Tokens", f"{info.chars:,}", help="One per character.")
+    elif bpe is not None:
+        tok, train_ids, val_ids = bpe
+        c3.metric("Vocabulary m", f"{tok.vocab_size:,}", help="The 256 bytes and the pieces merged from them.")
+        c4.metric("Tokens", f"{len(train_ids) + len(val_ids):,}",
+                  help=f"{len(train_ids):,} in the training part and {len(val_ids):,} held out: "
+                       f"{len(split_train_val(text)[0]) / max(1, len(train_ids)):.2f} characters per token on average "
+                       "in the training part.")
+        if tok.vocab_size < bpe_vocab:
+            st.caption(f"The text ran out of pairs seen at least twice after {tok.vocab_size:,} tokens: the "
+                       f"vocabulary stops there rather than at {int(bpe_vocab):,}.")
     with st.expander("The vocabulary and a sample of the text", expanded=False):
-        st.caption("Every distinct character, in code-point order (␣ is the space, ⏎ the line break):")
-        st.code(" ".join(visible(ch) for ch in info.vocab), language=None, wrap_lines=True)
-        st.caption("A passage from the middle of the corpus:")
-        st.code(info.sample, language=None, wrap_lines=True)
+        if tok_kind == "bpe" and bpe is None:
+            st.caption(f"Choose a vocabulary size from {MIN_BPE_VOCAB} to {MAX_BPE_VOCAB:,} to see the BPE's tokens.")
+        elif bpe is None:
+            st.caption("Every distinct character, in code-point order (␣ is the space, ⏎ the line break):")
+            st.code(" ".join(visible(ch) for ch in info.vocab), language=None, wrap_lines=True)
+            st.caption("A passage from the middle of the corpus:")
+            st.code(info.sample, language=None, wrap_lines=True)
+        else:
+            tok = bpe[0]
+            longest = sorted(range(256, tok.vocab_size), key=lambda i: (-len(tok.pieces[i]), i))[:60]
+            st.caption("The 60 longest tokens the BPE merged (␣ is the space, ⏎ the line break):")
+            st.code("  ".join(visible(tok.pieces[i]) for i in longest), language=None, wrap_lines=True)
+            ids = tok.encode(info.sample)
+            st.caption(f"A passage from the middle of the corpus, cut into its {len(ids):,} tokens "
+                       f"({len(info.sample):,} characters), a bar │ between one token and the next:")
+            st.code("│".join(tok.visible_tokens(ids)), language=None, wrap_lines=True)
 
 # ---------------------------------------------------------------- settings
 st.header("2. Model and training settings")
@@ -150,7 +208,9 @@ seed = number(row2[3], "seed", "seed", defaults.seed, 2**31 - 1, "Fixes the init
 with row2[4]:
     prompt_text = st.text_input("Prompt for the samples", value="The", key="train_prompt", max_chars=100,
                                 persist_state="session",
-                                help="Every sample continues this text. Characters the corpus lacks are left out.")
+                                help="Every sample continues this text. " + (
+                                    "Characters the corpus lacks are left out." if tok_kind == "char" else
+                                    "A byte-level BPE reads any text."))
 
 def _recipe_rate():
     """Each recipe brings its own AdamW rate; the box can still be changed afterwards."""
@@ -163,6 +223,7 @@ def _induction_preset():
     for key in ("d_model", "n_heads", "n_layers", "n_ctx", "batch_size", "seed"):
         st.session_state[f"train_{key}"] = getattr(base, key)
     st.session_state["train_dff_auto"] = True
+    st.session_state["train_tokenizer"] = base.tokenizer  # measured on characters (INDUCTION_FORMS_NEAR)
     st.session_state["train_recipe"] = base.recipe
     st.session_state["train_lr"] = base.lr
     st.session_state["train_steps"] = INDUCTION_PRESET["steps"]
@@ -177,10 +238,11 @@ recipe = st.radio("Recipe", list(RECIPES), index=list(RECIPES).index(defaults.re
 st.caption(describe_recipe(recipe))
 
 st.subheader("Repeats in the data: growing an induction head")
+units, unit = ("characters", "character") if tok_kind == "char" else ("tokens", "token")
 st.markdown(
-    "Plain text rarely rewards copying. Switch this on and a share of the training windows get a span of "
-    "random characters written twice, the second time at a random later place. Nothing but copying predicts "
-    "the second copy: the model must find the earlier occurrence of the current character and read what "
+    f"Plain text rarely rewards copying. Switch this on and a share of the training windows get a span of "
+    f"random {units} written twice, the second time at a random later place. Nothing but copying predicts "
+    f"the second copy: the model must find the earlier occurrence of the current {unit} and read what "
     "followed it. A head that does this, an **induction head**, appears suddenly after a plateau; the "
     "training view below measures every head on a fixed probe as it trains and marks the step it appears."
 )
@@ -189,22 +251,28 @@ repeat_on = rc1.toggle("Mix in repeated spans", key="train_repeat_on", persist_s
                        help="Off: plain text, as the default shipped model was trained.")
 repeat_pct = rc2.slider("Share of windows holding a repeated span (%)", 5, 100, 100, step=5, key="train_repeat",
                         disabled=not repeat_on, persist_state="session",
-                        help="Each chosen window gets one span of 20 to 60 random characters, written twice.")
+                        help=f"Each chosen window gets one span of 20 to 60 random {units}, written twice.")
 st.button("Preset: watch an induction head form", key="train_induction_preset", on_click=_induction_preset,
-          help=f"The lecture's model, the default recipe, {INDUCTION_PRESET['steps']:,} steps, every window holding "
-               "a repeated span.")
+          help=f"The lecture's model over characters, the default recipe, {INDUCTION_PRESET['steps']:,} steps, every "
+               "window holding a repeated span.")
 
 settings = JobSettings(d_model=int(d), n_heads=int(h), n_layers=int(L), d_ff=None if d_ff is None else int(d_ff),
                        n_ctx=int(n_ctx), batch_size=int(batch), lr=float(lr), steps=int(steps), seed=int(seed),
-                       recipe=recipe, repeat_fraction=repeat_pct / 100 if repeat_on else 0.0)
-vocab = len(info.vocab) if info else 1
-errors = validate_settings(settings, info.chars if info else 0, vocab) if info else {}
+                       recipe=recipe, repeat_fraction=repeat_pct / 100 if repeat_on else 0.0, tokenizer=tok_kind,
+                       bpe_vocab=int(bpe_vocab))
+if bpe is not None:
+    vocab, split_tokens = bpe[0].vocab_size, (len(bpe[1]), len(bpe[2]))
+else:
+    vocab, split_tokens = (len(info.vocab) if info else 1), None
+    if tok_kind == "bpe":
+        vocab = int(bpe_vocab)
+errors = validate_settings(settings, info.chars if info else 0, vocab, split_tokens) if info else {}
 for key, message in errors.items():
-    slot = fields.get(key) or fields["d_model"]
+    slot = tok_field if key == "bpe_vocab" else (fields.get(key) or fields["d_model"])
     slot.error(message, icon=":material/block:")
 
 
-cost = job_cost(settings, vocab, info.chars if info else 0)
+cost = job_cost(settings, vocab, info.chars if info else 0, split_tokens[0] if split_tokens else None)
 if cost is not None:
     st.latex(r"\text{per block: } " + per_block_latex(cost.config))
     if info is None:
@@ -293,7 +361,8 @@ def live_view(job: TrainingJob, polling: bool):
         st.rerun()  # started, paused or ended between two polls: redraw the page so the controls match
 
     cfg = job.settings
-    st.caption(f"This run: {job.corpus_name} · d={cfg.d_model} · h={cfg.n_heads} · L={cfg.n_layers} · "
+    tokens = "characters" if cfg.tokenizer == "char" else f"byte-level BPE of {s.vocab_size or cfg.bpe_vocab:,} tokens"
+    st.caption(f"This run: {job.corpus_name} · {tokens} · d={cfg.d_model} · h={cfg.n_heads} · L={cfg.n_layers} · "
                f"n_ctx={cfg.n_ctx} · batch {cfg.batch_size} · {RECIPE_TITLES[cfg.recipe]}, AdamW lr {cfg.lr:g} · seed {cfg.seed} · "
                f"{job.threads} CPU thread{'s' if job.threads != 1 else ''}")
     label = {"preparing": "Preparing the data and the model ...", "running": "Training",
@@ -306,29 +375,39 @@ def live_view(job: TrainingJob, polling: bool):
     last = s.evals[-1] if s.evals else {}
     m = st.columns(6)
     m[0].metric("Step", f"{s.step:,}")
+    per = "character" if s.units == "characters" else "token"
     m[1].metric("Training loss", f"{last['train_loss']:.3f}" if last else "–",
-                help="Estimated on a fixed set of training windows at the last evaluation.")
+                help=f"Nats per {per}, estimated on a fixed set of training windows at the last evaluation.")
+    bits = (f" About {last['val_loss'] / math.log(2) / s.val_chars_per_token:.3f} bits per character: nats per token "
+            f"÷ ln 2 ÷ {s.val_chars_per_token:.2f} characters per token, the number to compare with a character "
+            "model." if last and per == "token" else "")
     m[2].metric("Validation loss", f"{last['val_loss']:.3f}" if last else "–",
-                help="The same, on the held-out last 10% of the corpus.")
+                help=f"The same, on the held-out last 10% of the corpus.{bits}")
     m[3].metric("Tokens/s", f"{s.tokens_per_s:,.0f}" if s.tokens_per_s else "–")
     m[4].metric("Elapsed", clock(s.elapsed_s), help="Time spent training; pauses do not count.")
     m[5].metric("Time left", clock(s.eta_s) if s.active else "–")
+    if last and per == "token":
+        st.caption(f"Losses in nats per token. At the last evaluation the validation loss is about "
+                   f"{last['val_loss'] / math.log(2) / s.val_chars_per_token:.3f} bits per character (÷ ln 2 ÷ "
+                   f"{s.val_chars_per_token:.2f} characters per token), the number to compare with a character model; "
+                   "the saved model's card gives it measured over the whole held-out part.")
     baseline = math.log(s.vocab_size) if s.vocab_size > 1 else None
     formed = formation_step(s.heads) if s.heads else None
     marks = {formed: "induction head"} if formed is not None else None
     curve = loss_curve(s.evals, title="Loss while training", step_losses=s.step_losses, total_steps=s.total_steps,
-                       baseline=baseline, marks=marks)
+                       baseline=baseline, marks=marks, unit=per)
     if s.heads:
         left, right = st.columns(2)
         left.plotly_chart(curve, width="stretch", key="train_curve")
-        right.plotly_chart(formation_figure(s.heads, total_steps=s.total_steps), width="stretch", key="train_heads")
+        right.plotly_chart(formation_figure(s.heads, total_steps=s.total_steps, units=s.units), width="stretch",
+                           key="train_heads")
         last = max(r["step"] for r in s.heads)
         best = max((r for r in s.heads if r["step"] == last), key=lambda r: r["induction"])
         st.caption(
             f"Right: every {job.train_config.heads_interval} steps each head is run on a fixed probe, 8 strings of "
-            f"distinct random characters written twice. Induction score: the mean weight a character in the second "
-            f"copy puts on the character that followed its first occurrence; previous-token score: the weight on "
-            f"the character just before. At step {last:,} the best head is {head_label(best['layer'], best['head'])} "
+            f"distinct random {s.units} written twice. Induction score: the mean weight a {per} in the second "
+            f"copy puts on the {per} that followed its first occurrence; previous-token score: the weight on "
+            f"the {per} just before. At step {last:,} the best head is {head_label(best['layer'], best['head'])} "
             f"({best['induction']:.2f}); on the probe the model's loss is {best['first_copy_loss']:.2f} nats on the "
             f"first copy and {best['second_copy_loss']:.2f} on the second. "
             + (f"An induction head crossed {THRESHOLD:.2f} at step {formed:,}, marked on the loss curve."
@@ -337,7 +416,7 @@ def live_view(job: TrainingJob, polling: bool):
         st.plotly_chart(curve, width="stretch", key="train_curve")
     if s.samples:
         step, sample = s.samples[-1]
-        st.markdown(f"**Sample at step {step:,}**: the prompt, then {SAMPLE_CHARS} characters drawn at temperature "
+        st.markdown(f"**Sample at step {step:,}**: the prompt, then {SAMPLE_CHARS} {s.units} drawn at temperature "
                     f"{SAMPLE_TEMPERATURE} with the same random seed each time, so only the weights differ.")
         st.code(s.sample_prompt + sample, language=None, wrap_lines=True)
         if len(s.samples) > 1:

@@ -60,7 +60,7 @@ def test_broken_user_model_is_listed_and_others_still_work(tmp_path, monkeypatch
     assert "broken" in warnings and "bad JSON" in warnings
     assert "truncated" in warnings and "safetensors" in warnings
     # saved by nobody in this session (a copy has no recorded owner): shown as a classmate's
-    assert at.selectbox(key="te_model_name").options == ["shakespeare-char", "copy (a classmate’s)"]
+    assert at.selectbox(key="te_model_name").options == ["shakespeare-bpe", "shakespeare-char", "copy (a classmate’s)"]
     at = run_app(model="copy")
     assert not at.exception
     assert at.session_state["te_current"][0].name == "copy"
@@ -90,7 +90,7 @@ def test_a_model_whose_weights_fail_only_when_loaded_shows_its_error(tmp_path, m
     save_file(state, bad / "model.safetensors")
     monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path))
     at = run_app()
-    assert at.selectbox(key="te_model_name").options == ["shakespeare-char", "nan-model (a classmate’s)"]
+    assert at.selectbox(key="te_model_name").options == ["shakespeare-bpe", "shakespeare-char", "nan-model (a classmate’s)"]
     at = run_app(model="nan-model")
     assert not at.exception
     assert any("non-finite" in e.value for e in at.error)

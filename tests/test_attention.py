@@ -143,3 +143,10 @@ def test_head_window_cuts_whole_row_softmaxes(model):
     assert view.mean_future_mass == pytest.approx(float((whole * future).sum(-1)[:-1].mean()), abs=1e-6)
     with pytest.raises(ValueError):
         head_window(run, 0, 0, 20, 30)
+
+
+def test_axis_ticks_turn_only_for_labels_longer_than_two_characters():
+    from core.attention_figures import axis_ticks
+    assert axis_ticks(["a", "⏎", "␣"])["tickangle"] == 0  # characters stay upright, as the lecture draws them
+    ticks = axis_ticks(["␣king", "␣the", "y"])
+    assert "tickangle" not in ticks and ticks["ticktext"] == ["␣king", "␣the", "y"]

@@ -391,3 +391,15 @@ def test_card_states_the_repeat_mixture_its_cost_and_when_the_head_formed():
     assert "L2 H4 (counted from 1): induction score 0.80 at step 700; crossed 0.30 at step 600" in card
     assert "1.5500 vs 1.5200 for plain (no repeats), a difference of +0.0300" in card
     assert "repeat mixture" not in model_card("m", ModelConfig(), {"train_config": {"repeat_fraction": 0.0}})
+
+
+def test_card_of_a_character_model_adds_bits_per_character():
+    """A record from before bits/char were measured: the card divides nats/char by ln 2 itself."""
+    from core.checkpoint import model_card
+    from core.model import ModelConfig
+    card = model_card("m", ModelConfig(), {"val_loss": 1.5561, "train_loss": 1.363})
+    assert "| final validation loss | 1.5561 nats/char |" in card
+    assert f"| validation bits per character | {1.5561 / math.log(2):.4f} " in card and "2.2450" in card
+    assert "tokenizer |" not in card and "characters per token" not in card
+    card = model_card("m", ModelConfig(), {"val_loss": 1.5, "val_bits_per_char": 2.1})  # a recorded value wins
+    assert "| validation bits per character | 2.1000 " in card

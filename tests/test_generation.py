@@ -120,6 +120,19 @@ def test_shaded_html_escapes_everything():
     assert "rgba(255, 127, 14, 0.842)" in out  # p = 0.01 is shaded deep
 
 
+def test_shaded_html_marks_where_each_token_ends():
+    steps = [{"ch": t, "prob": 0.99, "sample_prob": 0.99, "alternatives": []} for t in (" the", " oar", "⟨e2 80⟩")]
+    plain = shaded_html("x", steps)
+    edged = shaded_html("x", steps, boundaries=True)
+    assert "box-shadow" not in plain
+    assert edged.count("box-shadow: inset -1px") == 3 and edged.count("<span") == 4
+    assert ">⟨e2 80⟩</span>" in edged  # a piece of a character shows its bytes
+
+
+def test_distinct_bars_in_tokens():
+    assert "3-token sequence" in distinct_bars([1], [0.5], unit="token").layout.title.text
+
+
 def test_md_escape_makes_markdown_literal():
     from core.fmt import md_escape
     assert md_escape("[x](javascript:y) *b* $a$ `c` <i>") == (

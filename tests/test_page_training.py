@@ -117,7 +117,7 @@ def test_short_run_is_saved_and_joins_the_model_picker(page, tmp_path):
     at.switch_page("app.py").run()
     assert not at.exception
     picker = at.selectbox(key="te_model_name")
-    assert picker.options == ["shakespeare-char", "my-tiny-model (yours)"]
+    assert picker.options == ["shakespeare-bpe", "shakespeare-char", "my-tiny-model (yours)"]
     assert picker.value == "my-tiny-model"
     assert "The selected model: my-tiny-model" in texts(at, "header")
     # a second save under the same name is refused with a reason
@@ -319,3 +319,96 @@ def test_a_failed_fetch_says_where_to_put_the_file_and_saves_nothing(no_corpus, 
     assert str(no_corpus / "corpora" / "tinyshakespeare.txt") in error and "TE_CORPUS" in error
     assert list((no_corpus / "corpora").iterdir()) == []  # nothing half-written, nothing to be read later
     assert "Tiny Shakespeare" not in at.radio(key="train_corpus").options  # options are the labels
+
+
+def _bpe_by_hand(text, vocab):
+    """The BPE a run learns, built here without the page: from the training 90% only."""
+    from core.tokenizer import BPETokenizer
+    n = int(len(text) * 0.9)
+    tok = BPETokenizer.train(text[:n], vocab)
+    return tok, len(tok.encode(text[:n])), len(tok.encode(text[n:]))
+
+
+def test_bpe_choice_shows_its_vocabulary_and_tokens(page):
+    at = page
+    at.radio(key="train_tokenizer").set_value("bpe").run()
+    assert not at.exception and not at.error
+    tok, n_train, n_val = _bpe_by_hand(pydoc_text(), 512)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Vocabulary m"] == f"{tok.vocab_size:,}" == "512"
+    assert metrics["Tokens"] == f"{n_train + n_val:,}"
+    n = count_parameters(JobSettings(tokenizer="bpe").model_config(512))["total"]
+    assert metrics["Parameters N"] == f"{n:,}"  # the embedding and output layer have 512 rows and columns
+    from core.corpus import describe_corpus
+    sample = describe_corpus(pydoc_text(), "x").sample
+    assert "│".join(tok.visible_tokens(tok.encode(sample))) in texts(at, "code")  # the passage cut into tokens
+    assert any(f"cut into its {len(tok.encode(sample)):,} tokens" in c for c in texts(at, "caption"))
+    # the vocabulary size is checked beside its box
+    for bad in (100, 100_000):
+        at.number_input(key="train_bpe_vocab").set_value(bad).run()
+        assert not at.exception
+        assert any("256 (the bytes alone) to 16,384" in e for e in texts(at, "error"))
+        assert at.button(key="train_start").disabled
+        assert any("Choose a vocabulary size from 256" in c for c in texts(at, "caption"))  # no characters shown
+        assert "Vocabulary m" not in {m.label for m in at.metric}
+    at.number_input(key="train_bpe_vocab").set_value(300).run()
+    assert not at.error and not at.button(key="train_start").disabled
+    assert {m.label: m.value for m in at.metric}["Vocabulary m"] == "300"
+
+
+def test_bpe_context_is_checked_in_tokens(page):
+    at = page
+    at.radio(key="train_corpus").set_value("paste").run()
+    text = "A heron waits at the edge of the pond until the water is still again. " * 30
+    at.text_area(key="train_paste").input(text).run()
+    at.number_input(key="train_n_ctx").set_value(150).run()
+    assert not at.error  # 2,130 characters, 213 held out: enough for n_ctx = 150 characters
+    at.radio(key="train_tokenizer").set_value("bpe").run()
+    _, n_train, n_val = _bpe_by_hand(text, 512)
+    assert n_val < 152  # but not for 150 tokens
+    assert any(f"{n_train:,} training and {n_val:,} held-out tokens" in e for e in texts(at, "error"))
+    assert any("ran out of pairs" in c for c in texts(at, "caption"))  # a short text has few pairs to merge
+    assert at.button(key="train_start").disabled
+
+
+def n_val_by_hand(vocab):
+    return _bpe_by_hand(pydoc_text(), vocab)[2]
+
+
+def test_a_bpe_run_is_trained_saved_with_its_tokenizer_and_scored_in_bits_per_character(page, tmp_path):
+    import math
+    from core.checkpoint import load_checkpoint, read_card, read_config
+    at = page
+    at.radio(key="train_tokenizer").set_value("bpe").run()
+    at.number_input(key="train_bpe_vocab").set_value(320)
+    small_run(at, steps=4)
+    at.button(key="train_start").click().run()
+    job = at.session_state["train_job"]
+    assert job.join(120)
+    at.run()
+    s = job.status()
+    assert not at.exception and s.state == "finished", s.message
+    assert s.vocab_size == 320 and s.units == "tokens"
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert chart["layout"]["yaxis"]["title"]["text"] == "cross-entropy (nats per token)"
+    assert chart["layout"]["shapes"][0]["y0"] == pytest.approx(math.log(320))  # the uniform guess over 320 tokens
+    assert any("Sample at step 4**: the prompt, then 200 tokens" in m for m in texts(at, "markdown"))
+    assert any("byte-level BPE of 320 tokens" in c for c in texts(at, "caption"))
+    last = s.evals[-1]
+    assert any(f"about {last['val_loss'] / math.log(2) / s.val_chars_per_token:.3f} bits per character" in c
+               for c in texts(at, "caption"))
+    n = int(len(pydoc_text()) * 0.9)
+    assert s.val_chars_per_token == pytest.approx((len(pydoc_text()) - n) / n_val_by_hand(320))
+    at.text_input(key="train_save_name").input("tiny-bpe")
+    at.button(key="train_save").click().run()
+    assert not at.exception
+    folder = tmp_path / "models" / "tiny-bpe"
+    model, tok = load_checkpoint(folder)
+    by_hand, _, n_val = _bpe_by_hand(pydoc_text(), 320)
+    assert (folder / "tokenizer.json").read_text() == by_hand.to_str()
+    assert model.config.vocab_size == 320
+    _, _, training = read_config(folder)
+    assert training["tokenizer"] == "bpe" and training["val_tokens"] == n_val
+    card = read_card(folder)
+    assert f"| validation bits per character | {training['val_bits_per_char']:.4f}" in card
+    assert "nats/token" in card

@@ -75,3 +75,47 @@ def test_shipped_heads_csv_records_when_the_head_formed():
     _, _, training = read_config(SHIPPED)
     assert formation_step(rows) == training["induction"]["formed_at_step"] is not None
     assert {(r["layer"], r["head"]) for r in rows} == {(l, h) for l in range(2) for h in range(4)}
+
+
+SHIPPED_BPE = SHIPPED.parent / "shakespeare-bpe"
+
+
+def test_shipped_bpe_model_is_small_and_carries_its_tokenizer():
+    from core.tokenizer import BPETokenizer
+    model, tok = load_checkpoint(SHIPPED_BPE)
+    c = model.config
+    assert (c.d_model, c.n_heads, c.n_layers, c.n_ctx) == (64, 4, 2, 128)
+    assert isinstance(tok, BPETokenizer) and tok.byte_level and tok.vocab_size == c.vocab_size == 1024
+    assert (SHIPPED_BPE / "tokenizer.json").is_file()
+    assert sum(f.stat().st_size for f in SHIPPED_BPE.iterdir()) < 2 * 2**20
+    text = "KING RICHARD:\nWhither away so fast? 🙂"  # our own line; byte-level BPE reads anything
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_shipped_bpe_tokenizer_was_learned_from_the_training_part_only(corpus_text):
+    from core.tokenizer import BPETokenizer
+    _, tok = load_checkpoint(SHIPPED_BPE)
+    train_text, _ = split_train_val(corpus_text)
+    assert tok.to_str() == BPETokenizer.train(train_text, 1024).to_str()
+
+
+def test_shipped_bpe_bits_per_character(corpus_text):
+    """Recomputed here: the summed next-token loss over every full 128-token window of the held-out text
+    (encoded on its own), over the characters the predicted tokens decode to, over ln 2."""
+    import math
+    import torch.nn.functional as F
+    model, tok = load_checkpoint(SHIPPED_BPE)
+    _, val_text = split_train_val(corpus_text)
+    val = torch.tensor(tok.encode(val_text), dtype=torch.long)
+    n = model.config.n_ctx
+    w = (len(val) - 1) // n
+    x, y = val[:w * n].view(w, n), val[1:w * n + 1].view(w, n)
+    with torch.no_grad():
+        total = sum(F.cross_entropy(model(x[i:i + 64]).logits.transpose(1, 2), y[i:i + 64], reduction="sum").item()
+                    for i in range(0, w, 64))
+    chars = len(tok.decode(y.reshape(-1).tolist()))
+    bits = total / chars / math.log(2)
+    _, _, training = read_config(SHIPPED_BPE)
+    assert abs(bits - training["val_bits_per_char"]) < 1e-3
+    assert abs(total / y.numel() - training["val_loss"]) < 1e-3
+    assert bits <= 2.30, bits  # the issue's target; the character model has 2.245

@@ -111,3 +111,28 @@ def test_ids_equal_hugging_face_for_the_same_files(bpe, tmp_path, kind):
     for text in ODD + ["the end<|endoftext|>A new text", "1234567 numbers, 's 't 're contractions"]:
         assert ours.encode(text) == theirs.encode(text), text
         assert theirs.decode(ours.encode(text)) == ours.decode(ours.encode(text))
+
+
+def test_pieces_of_a_character_are_marked_and_left_out_of_random_text():
+    # our own text: the emoji and the curly quote are several UTF-8 bytes each
+    tok = BPETokenizer.train("a quiet ‘pond’ 🙂 and a pond again " * 30, vocab_size=300)
+    partial = tok.partial_ids()
+    assert all(tok.pieces[i].startswith("⟨") for i in partial)
+    emoji = tok.encode("🙂")
+    # the emoji is either one merged token or several pieces of it; pieces are exactly the partial ids
+    assert all((i in partial) == (len(emoji) > 1) for i in emoji)
+    readable = tok.readable_ids()
+    assert readable and not set(readable) & partial
+    for i in readable:
+        assert tok.decode([i]) == tok.pieces[i] and tok.pieces[i].isprintable()
+    assert tok.encode("\n")[0] not in readable  # a line break is not printable text in a box
+    assert CharTokenizer.from_text("ab").partial_ids() == frozenset() and CharTokenizer.from_text("ab").readable_ids() is None
+
+
+def test_a_prompt_given_as_ids_is_read_as_those_ids(bpe):
+    ids = bpe.encode("the oars") + bpe.encode("the oars")
+    p = Prompt.of_ids(bpe, ids, n_ctx=100)
+    assert p.ids == ids and p.text == bpe.decode(ids) and not p.truncated and not p.messages(100)
+    p = Prompt.of_ids(bpe, ids, n_ctx=3)
+    assert p.ids == ids[-3:] and p.truncated and p.n_known == len(ids)
+    assert "only the last 3 are used" in p.messages(3)[0]

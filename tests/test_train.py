@@ -69,3 +69,106 @@ def test_encode_corpus_matches_the_tokenizer():
     text = "xTo bé ot😀\n" + TEXT[:100]
     assert encode_corpus(tok, text).tolist() == tok.encode(text, errors="drop")
     assert encode_corpus(tok, text).dtype == torch.long
+
+
+# Our own sentences: the training 90% talks about boats, the held-out 10% repeats a word it never uses.
+BOATS = "The small boat drifts past the harbour wall while gulls argue over a crust of bread. " * 60
+HELD_OUT = "Quixotic zephyrs vex the jukebox. " * 15
+
+
+def bpe_small(text=BOATS + HELD_OUT, vocab=300, steps=20):
+    return Trainer(text, dict(n_ctx=16, d_model=16, n_heads=2, n_layers=1),
+                   TrainConfig(batch_size=8, steps=steps, warmup=5, eval_batches=2, heads_interval=0),
+                   bpe_vocab_size=vocab)
+
+
+def test_bpe_is_learned_from_the_training_part_only():
+    from core.corpus import split_train_val
+    from core.tokenizer import BPETokenizer
+
+    text = BOATS + HELD_OUT
+    train_text, val_text = split_train_val(text)
+    assert "zephyr" not in train_text and val_text.count("zephyr") > 5  # the split the test relies on
+    t = bpe_small(text)
+    assert t.tokenizer.to_str() == BPETokenizer.train(train_text, 300).to_str()
+    assert not any("zeph" in p or "jukeb" in p for p in t.tokenizer.pieces)  # no merge learned from the held-out part
+    assert " boat" in t.tokenizer.pieces and " drifts" in t.tokenizer.pieces  # its words are
+    # each part encoded on its own, exactly as the tokenizer encodes it
+    assert t.train_data.tolist() == t.tokenizer.encode(train_text)
+    assert t.val_data.tolist() == t.tokenizer.encode(val_text)
+    assert t.config.vocab_size == t.tokenizer.vocab_size == 300
+    for _ in range(3):
+        t.step()
+
+
+def _bits_per_char_by_hand(model, tok, data, n_ctx):
+    """Summed -log p of every predicted token over the full windows, over the characters those tokens decode to."""
+    total, chars = 0.0, 0
+    for w in range((len(data) - 1) // n_ctx):
+        x = data[w * n_ctx:(w + 1) * n_ctx]
+        y = data[w * n_ctx + 1:(w + 1) * n_ctx + 1]
+        with torch.no_grad():
+            logp = torch.log_softmax(model(x[None]).logits[0].double(), dim=-1)
+        total -= logp[torch.arange(n_ctx), y].sum().item()
+        chars += sum(len(tok.decode([i])) for i in y.tolist())  # ASCII text: every token decodes on its own
+    return total / chars / math.log(2), total / ((len(data) - 1) // n_ctx * n_ctx)
+
+
+@pytest.mark.parametrize("kind", ["char", "bpe"])
+def test_training_record_reports_bits_per_character(kind):
+    from core.train import training_record
+
+    t = bpe_small() if kind == "bpe" else small(steps=20, heads_interval=0)
+    while not t.done:
+        t.step()
+    rec = training_record(t, "ours.txt", 1234, 1.0)
+    bits, nats = _bits_per_char_by_hand(t.model, t.tokenizer, t.val_data, 16)
+    assert rec["val_bits_per_char"] == pytest.approx(bits, abs=2e-4)
+    assert rec["val_loss"] == pytest.approx(nats, abs=2e-4)
+    assert rec["tokenizer"] == kind and rec["loss_unit"] == ("character" if kind == "char" else "token")
+    if kind == "char":  # one character per token: bits/char is nats/char over ln 2
+        assert rec["val_chars_per_token"] == 1.0
+        assert rec["val_bits_per_char"] == pytest.approx(rec["val_loss"] / math.log(2), abs=2e-4)
+    else:  # sub-word tokens cover several characters each: fewer bits per character than nats per token / ln 2
+        assert rec["val_chars_per_token"] > 1.1  # the held-out words were never merged: few pieces
+        assert rec["val_bits_per_char"] == pytest.approx(rec["val_loss"] / math.log(2) / rec["val_chars_per_token"], abs=1e-3)
+
+
+def test_command_line_trains_a_bpe_model(tmp_path, capsys):
+    from core.checkpoint import read_card
+    from core.tokenizer import BPETokenizer
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(BOATS + HELD_OUT)
+    main(["--corpus", str(corpus), "--out", str(tmp_path / "out"), "--tokenizer", "bpe", "--vocab-size", "280",
+          "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--n-ctx", "16", "--steps", "6", "--batch-size", "4",
+          "--eval-interval", "3", "--eval-batches", "1", "--warmup", "2", "--heads-interval", "0"])
+    printed = capsys.readouterr().out
+    assert "tokenizer: byte-level BPE (280 tokens), learned from the training 90%" in printed
+    model, tok = load_checkpoint(tmp_path / "out")
+    assert isinstance(tok, BPETokenizer) and tok.vocab_size == model.config.vocab_size == 280
+    assert (tmp_path / "out" / "tokenizer.json").is_file()
+    from core.checkpoint import read_config
+    _, _, training = read_config(tmp_path / "out")
+    bits = training["val_bits_per_char"]
+    assert f"= {bits:.4f} bits/char" in printed and "nats/token" in printed
+    card = read_card(tmp_path / "out")
+    assert f"| validation bits per character | {bits:.4f}" in card
+    assert f"| characters per token | {training['val_chars_per_token']:.3f}" in card
+    assert "nats/token" in card and "nats/char" not in card and "byte\\-level BPE \\(280 tokens\\)" in card
+    assert "--tokenizer bpe --vocab-size 280" in card
+
+
+def test_command_line_refuses_a_vocabulary_size_for_characters(tmp_path, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(BOATS)
+    for extra in (["--vocab-size", "300"], ["--tokenizer", "bpe", "--vocab-size", "100"]):
+        with pytest.raises(SystemExit):
+            main(["--corpus", str(corpus), "--out", str(tmp_path / "out"), *extra])
+    err = capsys.readouterr().err
+    assert "--vocab-size applies to --tokenizer bpe" in err and "at least 256" in err
+
+
+def test_a_bpe_corpus_too_short_in_tokens_is_refused_in_tokens():
+    with pytest.raises(ValueError, match=r"corpus too short.*tokens.*held-out part"):
+        Trainer("Wind over the water. " * 40, dict(n_ctx=64, d_model=16, n_heads=2, n_layers=1), bpe_vocab_size=400)

@@ -215,6 +215,21 @@ def test_validate_settings_names_the_field():
     assert "d_ff" in validate_settings(JobSettings(d_ff=0), 1_000_000, 65)
 
 
+def test_validate_settings_for_a_bpe_counts_the_context_in_tokens():
+    from core.job_settings import job_cost
+    bpe = JobSettings(tokenizer="bpe", bpe_vocab=512)
+    assert bpe.bpe_vocab_size == 512 and JobSettings(bpe_vocab=512).bpe_vocab_size is None
+    assert validate_settings(bpe, 1_000_000, 512, split_tokens=(400_000, 45_000)) == {}
+    errs = validate_settings(bpe, 1_000_000, 512, split_tokens=(1_000, 129))  # n_ctx 128 needs 130 held out
+    assert list(errs) == ["n_ctx"] and "1,000 training and 129 held-out tokens" in errs["n_ctx"]
+    assert validate_settings(bpe, 1_000_000, 512, split_tokens=(1_000, 130)) == {}
+    for bad in (255, 16_385, 300.0, True):
+        assert list(validate_settings(JobSettings(tokenizer="bpe", bpe_vocab=bad), 1_000_000, 512)) == ["bpe_vocab"]
+    assert list(validate_settings(JobSettings(tokenizer="words"), 1_000_000, 65)) == ["tokenizer"]
+    # D over the training part's tokens, not its characters: 2000 x 32 x 128 tokens over 400,000 of them
+    assert job_cost(bpe, 512, 1_000_000, train_tokens=400_000).epochs == pytest.approx(2000 * 32 * 128 / 400_000)
+
+
 def test_settings_map_onto_the_training_core():
     s = JobSettings(steps=2000)
     tc = s.train_config()
