@@ -42,6 +42,9 @@ def test_every_page_renders_with_the_bpe_model(open_page, page):
     text = words(at)
     assert "Traceback" not in text
     for chart in specs(at):  # no axis or title of a chart about the model speaks of characters
+        title = json.dumps(chart.get("layout", {}).get("title", ""))
+        if "study" in title:  # the shipped scaling study is a grid of character models, whichever model is selected
+            continue
         assert "character" not in json.dumps(chart.get("layout", {})), chart["layout"].get("title")
 
 
