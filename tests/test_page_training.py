@@ -298,7 +298,7 @@ def test_the_fetch_button_saves_the_corpus_and_selects_it(no_corpus, open_page, 
     assert at.radio(key="train_corpus").value == "shakespeare"
     assert any("fetched, checked and saved" in s and str(saved) in s for s in texts(at, "success"))
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Characters (tokens)"] == f"{len(FETCH_BODY.decode()):,}"
+    assert metrics["Characters"] == f"{len(FETCH_BODY.decode()):,}"
     assert "train_fetch" not in [b.key for b in at.button]
     # from then on every session finds it, and no one is offered the download again
     again = open_page("pages/training.py", models_dir=no_corpus / "models")
