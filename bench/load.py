@@ -386,7 +386,7 @@ def uploader(url: str, i: int, uploads: dict, errors: list, lock: threading.Lock
         s.run("training", {box: state})
         if s.exceptions:
             raise RuntimeError(f"exception box: {s.exceptions[0]}")
-        chars = s.metric("Characters (tokens)")
+        chars = s.metric("Characters")
         if chars != f"{len(text):,}":
             raise RuntimeError(f"the page read back {chars} characters, {len(text):,} were uploaded")
         s.close()
