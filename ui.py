@@ -235,3 +235,27 @@ def offer_shakespeare_fetch(key: str) -> bool:
             st.error(f"{source.name} could not be fetched: {e}. Instead, {by_hand}.", icon="⚠️")
             return False
     return True
+
+
+def job_controls(job, s, polling: bool, prefix: str, busy: type[Exception], resume_help: str | None = None,
+                 stop_help: str | None = None) -> None:
+    """Pause, Resume and Stop for a background job (a training run, a study) whose status is ``s``; each click
+    reruns the page. Also reruns when the job started, paused or ended between two polls, so that the controls
+    and the polling match its state. ``busy``: the error a resume raises when the server is full."""
+    b1, b2, b3, _ = st.columns([1, 1, 1, 4])
+    if b1.button("Pause", key=f"{prefix}_pause", disabled=not s.can_pause):
+        job.pause()
+        st.rerun()
+    if b2.button("Resume", key=f"{prefix}_resume", disabled=not s.can_resume, help=resume_help):
+        try:
+            job.resume()
+        except busy as e:
+            st.error(str(e), icon="⚠️")
+        else:
+            st.rerun()
+    if b3.button("Stop", key=f"{prefix}_stop", disabled=not s.can_stop, help=stop_help):
+        job.stop(wait=None)  # the worker ends what is under way; the polling shows when it has
+        st.rerun()
+    if s.moving != polling:
+        st.rerun()
+

@@ -17,7 +17,7 @@ from core.study import (GRIDS, SHIPPED_STUDY, StudyError, comparison_rows, corpu
                         read_study, rows_to_arrays)
 from core.study_figures import frontier_figure, residual_figure, study_figure
 from core.study_job import BusyError as StudyBusy, StudyJob, grid_choices
-from ui import ensure_frame, offer_shakespeare_fetch, shipped_config
+from ui import ensure_frame, job_controls, offer_shakespeare_fetch, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -490,24 +490,9 @@ if busy:
 
 def study_view(job: StudyJob, polling: bool):
     s = job.status()
-    b1, b2, b3, _ = st.columns([1, 1, 1, 4])
-    if b1.button("Pause", key="scal_study_pause", disabled=not s.can_pause):
-        job.pause()
-        st.rerun()
-    if b2.button("Resume", key="scal_study_resume", disabled=not s.can_resume,
-                 help="A paused study goes on; a stopped one starts again and trains only the runs it lacks."):
-        try:
-            job.resume()
-        except StudyBusy as e:
-            st.error(str(e), icon="⚠️")
-        else:
-            st.rerun()
-    if b3.button("Stop", key="scal_study_stop", disabled=not s.can_stop,
-                 help="Ends the runs under way; the finished runs stay."):
-        job.stop(wait=None)
-        st.rerun()
-    if s.moving != polling:
-        st.rerun()
+    job_controls(job, s, polling, "scal_study", StudyBusy,
+                 resume_help="A paused study goes on; a stopped one starts again and trains only the runs it lacks.",
+                 stop_help="Ends the runs under way; the finished runs stay.")
     label = {"new": "Not started", "starting": "Starting the workers", "running": "Training",
              "paused": "Paused", "stopping": "Stopping", "stopped": "Stopped", "finished": "Finished",
              "failed": "Failed"}[s.state]

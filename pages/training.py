@@ -16,7 +16,7 @@ from core.params import per_block_latex
 from core.speed import measured_flop_rate
 from core.train import DEFAULT_BPE_VOCAB, RECIPE_TITLES, RECIPES, describe_recipe, encode_corpus, make_tokenizer
 from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob
-from ui import ensure_frame, offer_shakespeare_fetch, session_owner, shipped_names, upload_limit_mb, \
+from ui import ensure_frame, job_controls, offer_shakespeare_fetch, session_owner, shipped_names, upload_limit_mb, \
     user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -342,23 +342,8 @@ if start_clicked and not busy and info is not None and not errors:
 
 def live_view(job: TrainingJob, polling: bool):
     s = job.status()
-    b1, b2, b3, _ = st.columns([1, 1, 1, 4])
-    if b1.button("Pause", key="train_pause", disabled=not s.can_pause):
-        job.pause()
-        st.rerun()
-    if b2.button("Resume", key="train_resume", disabled=not s.can_resume):
-        try:
-            job.resume()
-        except BusyError as e:
-            st.error(str(e))
-        else:
-            st.rerun()
-    if b3.button("Stop", key="train_stop", disabled=not s.can_stop,
-                 help="End the run here; the weights trained so far are kept and can be saved."):
-        job.stop(wait=None)  # the worker ends its step and its last evaluation; the polling shows when
-        st.rerun()
-    if s.moving != polling:
-        st.rerun()  # started, paused or ended between two polls: redraw the page so the controls match
+    job_controls(job, s, polling, "train", BusyError,
+                 stop_help="End the run here; the weights trained so far are kept and can be saved.")
 
     cfg = job.settings
     tokens = "characters" if cfg.tokenizer == "char" else f"byte-level BPE of {s.vocab_size or cfg.bpe_vocab:,} tokens"
