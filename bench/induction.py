@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from core.corpus import read_text_file, shakespeare_path  # noqa: E402
 from core.induction import HeadRecorder, add_repeats  # noqa: E402
 from core.threads import use_threads  # noqa: E402
-from core.train import TrainConfig, Trainer, windowed_loss  # noqa: E402
+from core.train import TrainConfig, Trainer, get_windows, windowed_loss  # noqa: E402
 
 
 class SearchTrainer(Trainer):
@@ -36,9 +36,8 @@ class SearchTrainer(Trainer):
         self.synthetic_until = synthetic_until
 
     def next_batch(self):
-        n, B, g = self.config.n_ctx, self.tc.batch_size, self.batch_gen
-        starts = torch.randint(len(self.train_data) - n, (B,), generator=g)
-        w = torch.stack([self.train_data[s:s + n + 1] for s in starts.tolist()])  # (B, n+1)
+        g = self.batch_gen
+        w = get_windows(self.train_data, self.config.n_ctx, self.tc.batch_size, g)  # (B, n+1)
         if self.step_num < self.synthetic_until:  # rows of pure random characters
             w = torch.randint(self.config.vocab_size, w.shape, generator=g)
         frac = self.schedule(self.step_num)

@@ -247,12 +247,16 @@ def make_tokenizer(kind: str, train_text: str, vocab_size: int | None = None) ->
     raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)} (got {kind!r})")
 
 
+def get_windows(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+    """Random windows of n_ctx + 1 tokens: (B, n_ctx + 1), inputs and next-token targets in one."""
+    starts = torch.randint(len(data) - n_ctx, (batch_size,), generator=generator)
+    return torch.stack([data[s:s + n_ctx + 1] for s in starts.tolist()])
+
+
 def get_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator):
     """Random windows of n_ctx tokens and their next-token targets: (B, n_ctx) each."""
-    starts = torch.randint(len(data) - n_ctx, (batch_size,), generator=generator)
-    x = torch.stack([data[s:s + n_ctx] for s in starts.tolist()])
-    y = torch.stack([data[s + 1:s + 1 + n_ctx] for s in starts.tolist()])
-    return x, y
+    w = get_windows(data, n_ctx, batch_size, generator)  # (B, n_ctx + 1)
+    return w[:, :-1], w[:, 1:]
 
 
 def _windows(data: torch.Tensor, n_ctx: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -405,9 +409,8 @@ class Trainer:
         share = self.repeat_share()
         if share <= 0:
             return get_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen)
-        n, g = self.config.n_ctx, self.batch_gen
-        starts = torch.randint(len(self.train_data) - n, (self.tc.batch_size,), generator=g)
-        w = torch.stack([self.train_data[s:s + n + 1] for s in starts.tolist()])  # (B, n+1) windows
+        g = self.batch_gen
+        w = get_windows(self.train_data, self.config.n_ctx, self.tc.batch_size, g)  # (B, n+1)
         w = add_repeats(w, share, g, self.config.vocab_size, self.tc.repeat_min_span, self.tc.repeat_max_span)
         return w[:, :-1], w[:, 1:]  # (B, n) inputs and the (B, n) next tokens
 
