@@ -12,6 +12,19 @@ from core.sampling import entropy, stream, temperature_softmax
 
 DEFAULT_TEMPERATURES = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
 MAX_TEMPERATURES = 8
+REPAINT_TOKENS = 25   # the streamed text is redrawn after at least this many new tokens ...
+REPAINT_SECONDS = 0.25  # ... and at least this long after the previous redraw
+
+
+# ---------------------------------------------------------------- streaming
+
+def repaint_due(new_tokens: int, seconds: float) -> bool:
+    """Whether a page streaming generated text should redraw it now: ``new_tokens`` drawn and ``seconds``
+    passed since the last redraw. Every redraw sends the whole text again (about 0.2 kB per token with its
+    hover alternatives), so a rule on time alone would redraw after every token exactly when the server is
+    busy and each step slow: a 200-token text then travels 200 times. Both conditions bound it: at most
+    one redraw per REPAINT_TOKENS tokens, and none more often than every REPAINT_SECONDS."""
+    return new_tokens >= REPAINT_TOKENS and seconds >= REPAINT_SECONDS
 
 
 # ---------------------------------------------------------------- measures

@@ -112,14 +112,14 @@ if memo and memo["key"] == key:
     box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
     st.session_state["gen_memo"] = memo
 else:
-    steps, shown = [], 0.0
+    steps, shown, shown_at = [], 0, time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     for s in stream(model, [ids], n_new, temperature, top_k, top_p, generator=gen):
         steps.append(G.step_record(s, tok.pieces))
-        if time.perf_counter() - shown > 0.1:  # repaint a few times a second, not for every token
+        if G.repaint_due(len(steps) - shown, time.perf_counter() - shown_at):  # every few tokens, not each one
             box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
-            shown = time.perf_counter()
+            shown, shown_at = len(steps), time.perf_counter()
     elapsed = time.perf_counter() - t0
     box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
     st.session_state["gen_memo"] = remember_generation({"key": key, "steps": steps, "elapsed": elapsed})

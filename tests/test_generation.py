@@ -5,6 +5,7 @@ import re
 import numpy as np
 import torch
 
+from core import generation as G
 from core.generation import distinct_n, limits, log_grid, parse_temperatures, sweep, tv_distance
 from core.generation_figures import distinct_bars, distribution_bars, shaded_html, sweep_bars, sweep_curves
 from core.sampling import entropy
@@ -152,3 +153,22 @@ def test_continuations_share_the_seed_and_greedy_is_first(tiny_model):
     assert [x["prob"] for x in runs[1]] == pytest.approx([x["prob"] for x in runs[2]], rel=1e-5)
     s = runs[1][0]
     assert s["ch"] == chars[s["id"]] and len(s["alternatives"]) == 5 and 0 < s["prob"] <= 1
+
+
+def _repaints(n_tokens: int, seconds_per_token: float) -> int:
+    """How often a page following repaint_due redraws a streamed text of n_tokens, on a simulated clock."""
+    shown, shown_at, count = 0, 0.0, 0
+    for i in range(1, n_tokens + 1):
+        now = i * seconds_per_token
+        if G.repaint_due(i - shown, now - shown_at):
+            shown, shown_at, count = i, now, count + 1
+    return count
+
+
+def test_streamed_text_is_redrawn_every_few_tokens_however_slow_each_step():
+    # a busy server (0.2 s per token): a time-only rule would redraw after every one of the 200 tokens
+    assert _repaints(200, 0.2) == 200 // G.REPAINT_TOKENS
+    # a quiet one (1 ms per token, 0.2 s in all): not even one redraw before the final one
+    assert _repaints(200, 0.001) == 0
+    # in between, never more often than every REPAINT_SECONDS
+    assert _repaints(2000, 0.005) <= 2000 * 0.005 / G.REPAINT_SECONDS
