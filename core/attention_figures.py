@@ -19,6 +19,45 @@ MAX_TICKS = 48
 
 
 
+def row_of_panels(widths: list[float], spacing: float, titles: list[str], shared_y: bool = False) -> dict:
+    """Layout of panels side by side, as make_subplots(rows=1, cols=len(widths), column_widths=widths,
+    horizontal_spacing=spacing, subplot_titles=titles, shared_yaxes=shared_y) lays them out, as plain dicts:
+    axes "xaxis", "xaxis2", ... anchored to their y axes, and the titles as annotations above the panels.
+    Figures built from plain dicts are validated by Plotly once, several times faster than through
+    make_subplots and update_* calls (a page redraws them on every prompt a student types)."""
+    free = 1 - spacing * (len(widths) - 1)
+    layout, start, notes = {}, 0.0, []
+    for i, w in enumerate(widths, start=1):
+        end = start + free * w / sum(widths)
+        sfx = "" if i == 1 else str(i)
+        layout[f"xaxis{sfx}"] = dict(domain=[start, end], anchor=f"y{sfx}")
+        layout[f"yaxis{sfx}"] = dict(domain=[0.0, 1.0], anchor=f"x{sfx}")
+        if shared_y and i > 1:
+            layout[f"yaxis{sfx}"].update(matches="y", showticklabels=False)
+        notes.append(dict(text=titles[i - 1], x=(start + end) / 2, y=1.0, xref="paper", yref="paper",
+                          xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=16)))
+        start = end + spacing
+    layout["annotations"] = notes
+    return layout
+
+
+def _axes(layout: dict, kind: str) -> list[dict]:
+    """The panel layout's x (kind "x") or y axes, first panel first."""
+    return [v for k, v in layout.items() if k.startswith(f"{kind}axis")]
+
+
+def _on(col: int) -> dict:
+    """A trace's axes in panel ``col`` (from 1)."""
+    sfx = "" if col == 1 else str(col)
+    return dict(xaxis=f"x{sfx}", yaxis=f"y{sfx}")
+
+
+def _refs(col: int) -> dict:
+    """A shape's coordinates in panel ``col``'s data."""
+    sfx = "" if col == 1 else str(col)
+    return dict(xref=f"x{sfx}", yref=f"y{sfx}")
+
+
 def _f32(a) -> np.ndarray:
     """A heatmap's values as float32: Plotly sends numpy arrays as binary typed arrays, and float32 halves the
     bytes every rerun ships to the browser (7 significant digits, far below what a colour can show)."""
@@ -84,48 +123,48 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     cols = len(titles)
     # the mask panel carries no numbers, so it gets less room than the panels that do
     widths = [0.42, 0.16, 0.42] if cols == 3 else [0.3, 0.1, 0.3, 0.3]
-    fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.02, subplot_titles=titles,
-                        column_widths=widths)
+    layout = row_of_panels(widths, 0.02, titles, shared_y=True)
     hover = _hover_data(tokens, scores, weights, offset)
     lim = float(np.max(np.abs(scores))) or 1.0
 
     rows_px = min(max(420, 14 * n), 900)  # about 14 px per query row, so row labels stay readable
 
     def colorbar(col, title, **kw):
-        dom = fig.layout[f"xaxis{'' if col == 1 else col}"].domain
+        dom = layout[f"xaxis{'' if col == 1 else col}"]["domain"]
         return dict(orientation="h", x=(dom[0] + dom[1]) / 2, xanchor="center", y=-95 / rows_px, yanchor="top",
                     len=(dom[1] - dom[0]) * 0.9, thickness=12, title=dict(text=title, side="top"), **kw)
 
-    fig.add_trace(go.Heatmap(z=_f32(scores), colorscale="RdBu_r", zmid=0, zmin=-lim, zmax=lim, customdata=hover,
-                             hovertemplate=HOVER, colorbar=colorbar(1, "score (0 = white)")), 1, 1)
     mask_text = np.where(future, "−∞", "")
-    fig.add_trace(go.Heatmap(z=future.astype(float), colorscale=MASK_COLORS, zmin=0, zmax=1, customdata=hover,
-                             text=mask_text, texttemplate="%{text}" if n <= 24 else None,
-                             textfont=dict(color="white", size=11),
-                             hovertemplate="query i=%{customdata[0]}<br>key j=%{customdata[1]}<br>"
-                                           "%{z:.0f} = 1 means s_ij ← −∞ (a future key)<extra></extra>",
-                             colorbar=colorbar(2, "dark: s_ij ← −∞ (j > i)", tickvals=[0, 1],
-                                               ticktext=["kept", "−∞"])), 1, 2)
-    fig.add_trace(go.Heatmap(z=_f32(weights), colorscale="Blues", zmin=0, zmax=1, customdata=hover, hovertemplate=HOVER,
-                             colorbar=colorbar(3, "weight (grey = masked, exactly 0)")), 1, 3)
+    data = [
+        dict(type="heatmap", z=_f32(scores), colorscale="RdBu_r", zmid=0, zmin=-lim, zmax=lim, customdata=hover,
+             hovertemplate=HOVER, colorbar=colorbar(1, "score (0 = white)"), **_on(1)),
+        dict(type="heatmap", z=future.astype(np.float32), colorscale=MASK_COLORS, zmin=0, zmax=1, customdata=hover,
+             text=mask_text, texttemplate="%{text}" if n <= 24 else None, textfont=dict(color="white", size=11),
+             hovertemplate="query i=%{customdata[0]}<br>key j=%{customdata[1]}<br>"
+                           "%{z:.0f} = 1 means s_ij ← −∞ (a future key)<extra></extra>",
+             colorbar=colorbar(2, "dark: s_ij ← −∞ (j > i)", tickvals=[0, 1], ticktext=["kept", "−∞"]), **_on(2)),
+        dict(type="heatmap", z=_f32(weights), colorscale="Blues", zmin=0, zmax=1, customdata=hover,
+             hovertemplate=HOVER, colorbar=colorbar(3, "weight (grey = masked, exactly 0)"), **_on(3)),
+    ]
     if show_unmasked:
         cd = hover.copy()
         cd[:, :, 3] = np.round(unmasked, 4).astype(str)
-        fig.add_trace(go.Heatmap(z=_f32(unmasked), colorscale="Oranges", zmin=0, zmax=1, customdata=cd, hovertemplate=HOVER,
-                                 colorbar=colorbar(4, "weight if the future were visible")), 1, 4)
+        data.append(dict(type="heatmap", z=_f32(unmasked), colorscale="Oranges", zmin=0, zmax=1, customdata=cd,
+                         hovertemplate=HOVER, colorbar=colorbar(4, "weight if the future were visible"), **_on(4)))
     ticks = axis_ticks(tokens, offset)
     path = _staircase(n)
-    for col in range(1, cols + 1):
-        fig.update_xaxes(title_text="key j", range=[-0.5, n - 0.5], **ticks, row=1, col=col)
-        fig.add_shape(type="path", path=path, line=dict(color="#d62728", width=1.2), row=1, col=col)
-    fig.update_xaxes(showticklabels=False, row=1, col=2)  # too narrow for labels; its neighbours carry them
-    fig.update_yaxes(range=[n - 0.5, -0.5], **ticks)  # query 0 at the top, as the matrix is written
-    fig.update_yaxes(title_text="query i", row=1, col=1)
+    for x in _axes(layout, "x"):
+        x.update(title=dict(text="key j"), range=[-0.5, n - 0.5], **ticks)
+    layout["xaxis2"]["showticklabels"] = False  # too narrow for labels; its neighbours carry them
+    for y in _axes(layout, "y"):
+        y.update(range=[n - 0.5, -0.5], **ticks)  # query 0 at the top, as the matrix is written
+    layout["yaxis"]["title"] = dict(text="query i")
+    layout["shapes"] = [dict(type="path", path=path, line=dict(color="#d62728", width=1.2), **_refs(col))
+                        for col in range(1, cols + 1)]
     top = 100 if show_unmasked else 70  # room for the two-line panel titles under the figure's title
-    fig.update_layout(title=dict(text=title, y=1 - 12 / (rows_px + 240 + top - 70), yanchor="top"),
-                      height=rows_px + 240 + top - 70, plot_bgcolor=MASKED_GREY,
-                      margin=dict(l=70, r=20, t=top, b=170))
-    return fig
+    layout.update(title=dict(text=title, y=1 - 12 / (rows_px + 240 + top - 70), yanchor="top"),
+                  height=rows_px + 240 + top - 70, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=top, b=170))
+    return go.Figure(data=data, layout=layout)
 
 
 def future_mass_figure(mass: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
@@ -134,13 +173,13 @@ def future_mass_figure(mass: np.ndarray, tokens: list[str], offset: int = 0) -> 
     if len(mass) != len(tokens):
         raise ValueError(f"{len(mass)} values for {len(tokens)} tokens")
     labels = [f"{offset + i} '{t}'" for i, t in enumerate(tokens)]
-    fig = go.Figure(go.Bar(x=list(range(len(tokens))), y=mass, customdata=labels, marker_color="#e6550d",
-                           hovertemplate="query %{customdata}<br>weight on the future: %{y:.3f}<extra></extra>"))
-    fig.update_xaxes(title_text="query i", **axis_ticks(tokens, offset))
-    fig.update_yaxes(title_text="weight on keys j > i", range=[0, 1])
-    fig.update_layout(title="Without the mask, how much each query would read from the future", height=300,
-                      margin=dict(l=70, r=20, t=50, b=50))
-    return fig
+    data = [dict(type="bar", x=np.arange(len(tokens)), y=_f32(mass), customdata=labels, marker_color="#e6550d",
+                 hovertemplate="query %{customdata}<br>weight on the future: %{y:.3f}<extra></extra>")]
+    layout = dict(xaxis=dict(title=dict(text="query i"), **axis_ticks(tokens, offset)),
+                  yaxis=dict(title=dict(text="weight on keys j > i"), range=[0, 1]),
+                  title=dict(text="Without the mask, how much each query would read from the future"), height=300,
+                  margin=dict(l=70, r=20, t=50, b=50))
+    return go.Figure(data=data, layout=layout)
 
 
 def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
@@ -152,32 +191,31 @@ def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) ->
     right, wrong = masked_softmax(scores)[win, win], mask_after_softmax(scores)[win, win]
     sums_right, sums_wrong = masked_softmax(scores).sum(-1)[win], mask_after_softmax(scores).sum(-1)[win]
     future = future_mask(n)
-    fig = make_subplots(rows=1, cols=3, column_widths=[0.36, 0.36, 0.28], horizontal_spacing=0.06,
-                        subplot_titles=["mask on the scores, then softmax", "softmax, then zero the future",
-                                        "row sums Σ_j a_ij"])
+    layout = row_of_panels([0.36, 0.36, 0.28], 0.06, ["mask on the scores, then softmax",
+                                                       "softmax, then zero the future", "row sums Σ_j a_ij"])
+    data = []
+    ticks = axis_ticks(tokens, offset)
     for col, w in ((1, right), (2, wrong)):
-        fig.add_trace(go.Heatmap(z=_f32(np.where(future, np.nan, w)), colorscale="Blues", zmin=0, zmax=1,
-                                 coloraxis=None, showscale=col == 2,
-                                 colorbar=dict(orientation="h", x=0.36, xanchor="center", y=-0.3, len=0.5,
-                                               thickness=12, title=dict(text="weight (grey = masked)", side="top")),
-                                 hovertemplate="query %{y} · key %{x}<br>weight %{z:.4f}<extra></extra>"), 1, col)
-        fig.update_xaxes(title_text="key j", range=[-0.5, n - 0.5], **axis_ticks(tokens, offset), row=1, col=col)
-        fig.update_yaxes(range=[n - 0.5, -0.5], **axis_ticks(tokens, offset), row=1, col=col)
-    fig.update_yaxes(title_text="query i", row=1, col=1)
+        data.append(dict(type="heatmap", z=_f32(np.where(future, np.nan, w)), colorscale="Blues", zmin=0, zmax=1,
+                         showscale=col == 2,
+                         colorbar=dict(orientation="h", x=0.36, xanchor="center", y=-0.3, len=0.5, thickness=12,
+                                       title=dict(text="weight (grey = masked)", side="top")),
+                         hovertemplate="query %{y} · key %{x}<br>weight %{z:.4f}<extra></extra>", **_on(col)))
+        layout[f"xaxis{'' if col == 1 else col}"].update(title=dict(text="key j"), range=[-0.5, n - 0.5], **ticks)
+        layout[f"yaxis{'' if col == 1 else col}"].update(range=[n - 0.5, -0.5], **ticks)
+    layout["yaxis"]["title"] = dict(text="query i")
     rows = np.arange(n)
-    fig.add_trace(go.Scatter(x=sums_right, y=rows, mode="lines+markers", name="mask on the scores",
-                             marker=dict(size=5), hovertemplate="query %{y}: row sum %{x:.4f}<extra></extra>"), 1, 3)
-    fig.add_trace(go.Scatter(x=sums_wrong, y=rows, mode="lines+markers", name="mask after the softmax",
-                             marker=dict(size=5), hovertemplate="query %{y}: row sum %{x:.4f}<extra></extra>"), 1, 3)
-    fig.update_xaxes(title_text="row sum", range=[0, 1.05], row=1, col=3)
-    fig.update_yaxes(range=[n - 0.5, -0.5], **axis_ticks(tokens, offset), row=1, col=3)
-    fig.update_xaxes(showgrid=True, gridcolor="#e5e5e5", row=1, col=3)
+    for name, sums in (("mask on the scores", sums_right), ("mask after the softmax", sums_wrong)):
+        data.append(dict(type="scatter", x=sums, y=rows, mode="lines+markers", name=name, marker=dict(size=5),
+                         hovertemplate="query %{y}: row sum %{x:.4f}<extra></extra>", **_on(3)))
+    layout["xaxis3"].update(title=dict(text="row sum"), range=[0, 1.05], showgrid=True, gridcolor="#e5e5e5")
+    layout["yaxis3"].update(range=[n - 0.5, -0.5], **ticks)
     # the grey background marks masked cells in the heatmaps; the line chart gets a white one
-    fig.add_shape(type="rect", xref="x3 domain", yref="y3 domain", x0=0, x1=1, y0=0, y1=1,
-                  fillcolor="white", line_width=0, layer="below")
-    fig.update_layout(height=600, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=170),
-                      legend=dict(orientation="h", x=1, xanchor="right", y=-0.16))
-    return fig
+    layout["shapes"] = [dict(type="rect", xref="x3 domain", yref="y3 domain", x0=0, x1=1, y0=0, y1=1,
+                             fillcolor="white", line_width=0, layer="below")]
+    layout.update(height=600, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=170),
+                  legend=dict(orientation="h", x=1, xanchor="right", y=-0.16))
+    return go.Figure(data=data, layout=layout)
 
 
 def click_targets(n: int, per_side: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -231,23 +269,23 @@ def head_roles_figure(roles: dict[str, np.ndarray]) -> go.Figure:
     """One layer x head heatmap per measure, values printed in the cells."""
     keys = [k for k in ROLE_TITLES if k in roles]
     L, h = roles[keys[0]].shape
-    fig = make_subplots(rows=1, cols=len(keys), subplot_titles=[ROLE_TITLES[k] for k in keys],
-                        horizontal_spacing=0.05)
+    layout = row_of_panels([1.0] * len(keys), 0.05, [ROLE_TITLES[k] for k in keys])
+    data = []
     for col, key in enumerate(keys, start=1):
         z = roles[key]
         scale = "Purples" if key == "entropy" else "Greens"
         zmax = max(float(np.nanmax(z)), 1e-9) if key == "entropy" else 1.0
-        fig.add_trace(go.Heatmap(z=z, x=[f"H{k + 1}" for k in range(h)], y=[f"L{l + 1}" for l in range(L)],
-                                 colorscale=scale, zmin=0, zmax=zmax, showscale=False,
-                                 text=np.round(z, 3 if key == "induction" else 2), texttemplate="%{text}",
-                                 textfont=dict(size=13),
-                                 hovertemplate=f"{ROLE_TITLES[key]}<br>%{{y}} %{{x}}: %{{z:.3f}}<extra></extra>"),
-                      1, col)
-        fig.update_xaxes(title_text="head", row=1, col=col)
-    fig.update_yaxes(autorange="reversed")
-    fig.update_yaxes(title_text="layer", row=1, col=1)
-    fig.update_layout(height=110 + 70 * L, margin=dict(l=60, r=20, t=50, b=50))
-    return fig
+        data.append(dict(type="heatmap", z=z, x=[f"H{k + 1}" for k in range(h)], y=[f"L{l + 1}" for l in range(L)],
+                         colorscale=scale, zmin=0, zmax=zmax, showscale=False,
+                         text=np.round(z, 3 if key == "induction" else 2), texttemplate="%{text}",
+                         textfont=dict(size=13),
+                         hovertemplate=f"{ROLE_TITLES[key]}<br>%{{y}} %{{x}}: %{{z:.3f}}<extra></extra>", **_on(col)))
+        layout[f"xaxis{'' if col == 1 else col}"]["title"] = dict(text="head")
+    for y in _axes(layout, "y"):
+        y["autorange"] = "reversed"
+    layout["yaxis"]["title"] = dict(text="layer")
+    layout.update(height=110 + 70 * L, margin=dict(l=60, r=20, t=50, b=50))
+    return go.Figure(data=data, layout=layout)
 
 
 def role_explanations() -> dict[str, str]:

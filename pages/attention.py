@@ -41,8 +41,10 @@ def _induction(model_key: str):
     return induction_scores(model)
 
 
-# figures are pure functions of their inputs: a rerun with the same inputs reuses them
-_cache = st.cache_data(max_entries=32, show_spinner=False)
+# figures are pure functions of their inputs: a rerun with the same inputs reuses them. cache_resource keeps the
+# figure object itself; cache_data would pickle it, and unpickling a Plotly figure re-validates it property by
+# property (tens of ms per figure, slower than building it again). st.plotly_chart copies, never mutates it.
+_cache = st.cache_resource(max_entries=32, show_spinner=False)
 head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure = map(
     _cache, (head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure))
 

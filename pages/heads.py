@@ -65,7 +65,7 @@ def _pattern(model_key: str, ids: tuple[int, ...], layer: int, head: int):
     return run_attention(model, list(ids)).pattern[layer][head]
 
 
-_cache = st.cache_data(max_entries=32, show_spinner=False)
+_cache = st.cache_resource(max_entries=32, show_spinner=False)  # the figure itself, not a pickle (pages/attention.py)
 next_token_bars, stripe_figure = map(_cache, (IF.next_token_bars, IF.stripe_figure))
 
 
