@@ -1,16 +1,24 @@
-"""Training in the background: one worker thread per job, polled by the UI.
+"""Training in the background: one process per run, at low priority, polled by the UI.
 
-A ``TrainingJob`` owns a ``core.train.Trainer`` and a daemon thread that calls ``trainer.step()`` until the
-planned steps are done or someone pauses or stops it. The UI never touches the trainer while it runs: it
-reads ``status()``, a copy of the metrics taken under a lock, and calls pause / resume / stop / save.
-Each job builds its own model from its own seed, so two jobs (two browser sessions) share nothing but
-the CPU, and the cached models of the sidebar are never involved.
+A ``TrainingJob`` starts a process of its own (multiprocessing's "spawn": a fresh interpreter, since forking a
+threaded server is unsafe) that builds a ``core.train.Trainer`` and trains it outside the server's GIL, at a
+lower priority (``TRAINING_NICE``), so the students' page runs get the cores first. The process reports its
+progress over a pipe as small messages; ``status()`` applies those that have arrived and returns a copy.
+Pause, resume, stop and save are commands sent the other way, obeyed between two steps; a save is written by
+the process itself (``save_checkpoint``, atomically), which sends back the path or the error.
 
-If the handle is garbage-collected (its browser session ended) the worker stops by itself.
+Each job builds its own model from its own seed, so two jobs share nothing but the CPU. A process that dies
+(an exception, or killed) shows as "failed" with the reason. If the handle is garbage-collected (its browser
+session ended) the pipe closes and the process ends.
 """
 from __future__ import annotations
 
 import collections
+import multiprocessing
+import os
+import queue
+import signal
+import tempfile
 import threading
 import time
 import weakref
@@ -32,15 +40,18 @@ from core.train import Trainer, training_record
 MAX_RUNNING_JOBS = 4            # concurrent runs per server process; more would only share the same cores
 SAMPLE_CHARS = 200              # length of each periodic sample
 SAMPLE_TEMPERATURE = 0.8
+TRAINING_NICE = 10              # added to a run's niceness: a student's page run preempts it
 
 # preparing -> running <-> paused, then stopped or finished (or failed); "pausing" and "stopping" are a
-# request the worker has not acted on yet (it finishes the step under way first)
-ACTIVE_STATES = ("preparing", "running", "pausing", "paused", "stopping")  # the thread is alive
+# request the process has not acted on yet (it finishes the step under way first)
+ACTIVE_STATES = ("preparing", "running", "pausing", "paused", "stopping")  # training, or may resume by itself
 MOVING_STATES = ("preparing", "running", "pausing", "stopping")            # worth polling
 SAVABLE_STATES = ("paused", "stopped", "finished")
+LISTS = ("step_losses", "evals", "samples", "heads")  # progress that grows: the process sends only what is new
 
-_WORKERS: "weakref.WeakSet[_Worker]" = weakref.WeakSet()
+_JOBS: "weakref.WeakSet[TrainingJob]" = weakref.WeakSet()
 _SLOTS_LOCK = threading.Lock()  # the check "fewer than MAX_RUNNING_JOBS train" and the start are one step
+_SPAWN = multiprocessing.get_context("spawn")
 
 
 class BusyError(RuntimeError):
@@ -112,233 +123,331 @@ class JobStatus:
         return min(1.0, self.step / max(1, self.total_steps))
 
 
-class _Worker:
-    """Everything the thread touches. The public handle holds it; the thread never holds the handle."""
+# ------------------------------------------------------------------ the training process
+def _train_in_process(conn, corpus_path: str, corpus_name: str, settings: JobSettings, sample_prompt: str,
+                      threads: int):
+    """Main function of a run's process: train, obey the parent's commands, report through ``conn``."""
+    os.nice(TRAINING_NICE)
+    use_threads(threads)
+    outbox = queue.SimpleQueue()  # sent by a thread of its own: the run never waits for a page to poll
+    sender = threading.Thread(target=_forward, args=(outbox, conn), daemon=True)
+    sender.start()
+    try:
+        text = Path(corpus_path).read_text(encoding="utf-8")
+        os.unlink(corpus_path)
+        _Run(text, corpus_name, settings, sample_prompt, threads, conn, outbox.put).serve()
+    except EOFError:
+        pass  # the parent closed the pipe: the handle is gone, nobody is watching
+    except Exception as e:  # noqa: BLE001 - reported to the UI
+        outbox.put({"state": "failed", "message": f"{type(e).__name__}: {e}"})
+    outbox.put(None)
+    sender.join()
 
-    def __init__(self, text: str, corpus_name: str, settings: JobSettings, sample_prompt: str):
-        self.text, self.corpus_name, self.settings = text, corpus_name, settings
+
+def _forward(outbox: queue.SimpleQueue, conn):
+    try:
+        while (msg := outbox.get()) is not None:
+            conn.send(msg)
+    except OSError:
+        pass  # the parent has gone; the run notices at its next look for commands
+
+
+class _Run:
+    """The process's side of a job: a Trainer, stepped between the parent's commands."""
+
+    def __init__(self, text, corpus_name, settings: JobSettings, sample_prompt, threads, conn, send):
+        self.text, self.corpus_name, self.threads, self.conn, self.send = text, corpus_name, threads, conn, send
         self.tc = settings.train_config()
-        self.sample_prompt_text = sample_prompt
-        self.trainer: Trainer | None = None
-        self.prompt_ids: list[int] = []
-        self.lock = threading.Lock()        # guards the metrics below
-        self.model_lock = threading.Lock()  # held while the weights change (a step) or are read (eval, save)
-        self.stop_event = threading.Event()
-        self.go = threading.Event()         # cleared = paused
-        self.go.set()
-        self.thread: threading.Thread | None = None
-        self.state, self.message = "preparing", None
+        # m comes from the tokenizer: the corpus's characters, or a BPE learned here from the training part
+        self.trainer = tr = Trainer(text, settings.shape(0), self.tc, bpe_vocab_size=settings.bpe_vocab_size)
+        # a prompt of characters the corpus never uses is empty: start from its first character
+        self.prompt_ids = Prompt(tr.tokenizer, sample_prompt, tr.config.n_ctx).ids or tr.tokenizer.encode(text[0])
+        self.state, self.stopping = "running", False
         self.step_losses: list[float] = []
         self.samples: list[tuple[int, str]] = []
         self.recent = collections.deque(maxlen=50)  # (tokens, seconds) of recent steps
         self.elapsed = 0.0
-        self.n_params = 0
-        self.threads = settings.threads or training_threads()
+        self.sent = dict.fromkeys(LISTS, 0)  # how many items of each list the parent has been sent
 
-    # --- called from the worker thread -------------------------------------------------------------
-    def _set(self, **kw):
-        with self.lock:
-            for k, v in kw.items():
-                setattr(self, k, v)
-
-    def _checkpoint_row(self):
-        """An evaluation row, plus a sample when one is due. Caller holds model_lock."""
+    def serve(self):
         tr = self.trainer
-        with self.lock:
-            tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
-        row = tr.log_eval(tokens / seconds if seconds > 0 else None)
-        observe_rate(self.n_params, row["tokens_per_s"])
-        sample_every = 2 * self.tc.eval_interval
-        if tr.step_num % sample_every == 0 or tr.done or self.stop_event.is_set():
+        self.checkpoint()  # step 0: the untrained model's loss and its gibberish
+        self.report(sample_prompt=tr.tokenizer.decode(self.prompt_ids), vocab_size=tr.tokenizer.vocab_size,
+                    n_params=count_parameters(tr.config)["total"], units=tr.tokenizer.units,
+                    val_chars_per_token=tr.val_chars / max(1, len(tr.val_data)))
+        while True:
+            self.obey(wait=self.state != "running")
+            if self.state == "running" and (tr.done or self.stopping):
+                self.end()
+            elif self.state == "running":
+                self.step()
+
+    def obey(self, wait: bool):
+        """Carry out the commands that have arrived; with ``wait``, wait for one. EOFError: the parent is gone."""
+        while wait or self.conn.poll():
+            wait = False
+            cmd, *args = self.conn.recv()
+            reply = None
+            if cmd == "pause" and self.state == "running":
+                self.state = "paused"
+            elif cmd == "resume" and (self.state == "paused" or self.state == "stopped" and not self.trainer.done):
+                self.state = "running"
+            elif cmd == "stop" and self.state in ("running", "paused"):
+                self.state, self.stopping = "running", True  # end() draws the last point and says "stopped"
+            elif cmd == "save":
+                reply = self.save(*args)
+            self.report(reply=reply)
+
+    def step(self):
+        tr = self.trainer
+        t0 = time.perf_counter()
+        m = tr.step()
+        self.step_losses.append(m["loss"])
+        self.recent.append((self.tc.batch_size * tr.config.n_ctx, time.perf_counter() - t0))
+        if tr.step_num % self.tc.eval_interval == 0 or tr.done:
+            self.checkpoint()
+        self.elapsed += time.perf_counter() - t0
+        self.report()
+
+    def end(self):
+        t0 = time.perf_counter()
+        if self.trainer.log[-1]["step"] != self.trainer.step_num:  # a stopped run still ends its curve there
+            self.checkpoint()
+        self.elapsed += time.perf_counter() - t0
+        self.state, self.stopping = ("finished" if self.trainer.done else "stopped"), False
+        self.report()
+
+    def rate(self) -> float | None:
+        tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
+        return tokens / seconds if seconds > 0 else None
+
+    def checkpoint(self):
+        """An evaluation row, plus a sample when one is due."""
+        tr = self.trainer
+        tr.log_eval(self.rate())
+        if tr.step_num % (2 * self.tc.eval_interval) == 0 or tr.done or self.stopping:
             if not self.samples or self.samples[-1][0] != tr.step_num:
                 ids = sample_text(tr.model, self.prompt_ids, SAMPLE_CHARS, SAMPLE_TEMPERATURE, self.tc.seed)
-                with self.lock:
-                    self.samples.append((tr.step_num, tr.tokenizer.decode(ids)))
-        return row
+                self.samples.append((tr.step_num, tr.tokenizer.decode(ids)))
 
-    def run(self):
+    def report(self, **extra):
+        """Send the parent the new items of every list and the current value of everything else."""
+        tr = self.trainer
+        lists = dict(step_losses=self.step_losses, evals=tr.log, samples=self.samples,
+                     heads=tr.heads.rows if tr.heads else [])
+        msg = {k: v[self.sent[k]:] for k, v in lists.items() if len(v) > self.sent[k]}
+        self.sent.update((k, len(v)) for k, v in lists.items())
+        self.send(dict(msg, state=self.state, step=tr.step_num, tokens_seen=tr.tokens_seen, elapsed=self.elapsed,
+                       tokens_per_s=self.rate(), **extra))
+
+    def save(self, folder: str, overwrite: bool, owner: str | None) -> tuple[str, object]:
+        """("saved", path) or ("error", the exception); the checkpoint is written atomically."""
+        tr = self.trainer
+        heads = list(tr.heads.rows) if tr.heads else []
+        extra = {"induction": induction_summary(heads)} if heads else {}
         try:
-            use_threads(self.threads)  # this thread's own setting
-            if self.trainer is None:
-                # m comes from the tokenizer: the corpus's characters, or a BPE learned here from the training part
-                trainer = Trainer(self.text, self.settings.shape(0), self.tc,
-                                  bpe_vocab_size=self.settings.bpe_vocab_size)
-                prompt = Prompt(trainer.tokenizer, self.sample_prompt_text, trainer.config.n_ctx)
-                # a prompt of characters the corpus never uses is empty: start from its first character
-                self.prompt_ids = prompt.ids or trainer.tokenizer.encode(self.text[0])
-                self.sample_prompt_text = trainer.tokenizer.decode(self.prompt_ids)
-                self.trainer = trainer
-                self.n_params = count_parameters(trainer.config)["total"]
-                with self.model_lock:
-                    self._checkpoint_row()  # step 0: the untrained model's loss and its gibberish
-            tr = self.trainer
-            self._set(state="running")
-            while not tr.done and not self.stop_event.is_set():
-                if not self.go.is_set():
-                    self._set(state="paused")
-                    self.go.wait()
-                    if not self.stop_event.is_set():
-                        self._set(state="running")
-                    continue
-                t0 = time.perf_counter()
-                with self.model_lock:
-                    m = tr.step()
-                    dt = time.perf_counter() - t0
-                    with self.lock:
-                        self.step_losses.append(m["loss"])
-                        self.recent.append((self.tc.batch_size * tr.config.n_ctx, dt))
-                    if tr.step_num % self.tc.eval_interval == 0 or tr.done:
-                        self._checkpoint_row()
-                with self.lock:
-                    self.elapsed += time.perf_counter() - t0
-            with self.model_lock:
-                t0 = time.perf_counter()
-                if tr.log[-1]["step"] != tr.step_num:  # a stopped run still ends its curve where it stopped
-                    self._checkpoint_row()
-                with self.lock:
-                    self.elapsed += time.perf_counter() - t0
-            self._set(state="finished" if tr.done else "stopped")
-        except Exception as e:  # noqa: BLE001 - reported to the UI, never raised into a thread's void
-            self._set(state="failed", message=f"{type(e).__name__}: {e}")
-
-    # --- called from the UI thread ----------------------------------------------------------------
-    def status(self) -> JobStatus:
-        with self.lock:
-            tr = self.trainer
-            step = tr.step_num if tr else 0
-            tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
-            per_step = self.elapsed / len(self.step_losses) if self.step_losses else None
-            eta = (self.tc.steps - step) * per_step if per_step is not None else None
-            state = self.state
-            if state in ("preparing", "running", "paused") and self.stop_event.is_set():
-                state = "stopping"
-            elif state == "running" and not self.go.is_set():
-                state = "pausing"
-            return JobStatus(
-                state=state, message=self.message, step=step, total_steps=self.tc.steps,
-                tokens_seen=tr.tokens_seen if tr else 0,
-                tokens_per_s=tokens / seconds if seconds > 0 else None,
-                elapsed_s=self.elapsed, eta_s=eta,
-                step_losses=list(self.step_losses),
-                evals=[dict(r) for r in tr.log] if tr else [],
-                samples=list(self.samples), sample_prompt=self.sample_prompt_text, n_params=self.n_params,
-                vocab_size=tr.tokenizer.vocab_size if tr else 0,
-                heads=list(tr.heads.rows) if tr and tr.heads else [],
-                units=tr.tokenizer.units if tr else ("tokens" if self.settings.tokenizer == "bpe" else "characters"),
-                val_chars_per_token=tr.val_chars / max(1, len(tr.val_data)) if tr else 1.0,
+            record = training_record(
+                tr, self.corpus_name, len(self.text), self.elapsed, source="Training page of Transformer Explorer",
+                planned_steps=self.tc.steps, stopped_early=not tr.done, threads=self.threads, **extra,
             )
+            return "saved", save_checkpoint(Path(folder), tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite,
+                                            owner=owner, heads=heads)
+        except (OSError, ValueError) as e:
+            return "error", e
+        except Exception as e:  # noqa: BLE001 - e.g. safetensors' own error when the disk is full
+            return "error", OSError(f"{type(e).__name__}: {e}")
 
 
+# ------------------------------------------------------------------ the server's side
 def running_jobs() -> int:
-    return sum(1 for w in list(_WORKERS) if w.state in ("preparing", "running"))
+    return sum(1 for job in list(_JOBS) if job._state() in ("preparing", "running"))
+
+
+def _check_slot():
+    # paused runs hold a slot too: resuming them must not push the server past the limit
+    if sum(1 for job in list(_JOBS) if job._state() in ACTIVE_STATES) >= MAX_RUNNING_JOBS:
+        raise BusyError(f"{MAX_RUNNING_JOBS} runs are already training on this server; "
+                        "wait for one to finish or stop one")
 
 
 class TrainingJob:
     """Handle of one background training run. Create, ``start()``, then poll ``status()``."""
 
     def __init__(self, text: str, corpus_name: str, settings: JobSettings | None = None, sample_prompt: str = "The "):
-        self._w = _Worker(text, corpus_name, settings or JobSettings(), sample_prompt)
-        # the session that owned this handle is gone: stop the thread rather than train for nobody
-        weakref.finalize(self, _wake_to_stop, self._w.stop_event, self._w.go)
+        self._text, self._corpus_name, self._sample_prompt = text, corpus_name, sample_prompt
+        self._settings = settings or JobSettings()
+        self._tc = self._settings.train_config()
+        self._threads = self._settings.threads or training_threads()
+        # what the process has reported so far; the lists grow by the parts it sends
+        self._p = dict(state="preparing", message=None, step=0, tokens_seen=0, tokens_per_s=None, elapsed=0.0,
+                       sample_prompt=sample_prompt, n_params=0, vocab_size=0, reply=None, val_chars_per_token=1.0,
+                       units="tokens" if self._settings.tokenizer == "bpe" else "characters", **{k: [] for k in LISTS})
+        self._stop, self._go = False, True  # requests not yet acknowledged show as "stopping" / "pausing"
+        self._proc = self._conn = None
+        self._lock = threading.Lock()       # guards _p and the pipe
+        self._save_lock = threading.Lock()  # one save at a time: they share the reply slot
 
     @property
     def settings(self) -> JobSettings:
-        return self._w.settings
+        return self._settings
 
     @property
     def corpus_name(self) -> str:
-        return self._w.corpus_name
+        return self._corpus_name
 
     @property
     def threads(self) -> int:
-        return self._w.threads
+        return self._threads
 
     @property
     def train_config(self):
-        return self._w.tc
+        return self._tc
 
     def status(self) -> JobStatus:
-        return self._w.status()
-
-    @staticmethod
-    def _check_slot():
-        # paused runs hold a slot too: resuming them must not push the server past the limit
-        if sum(1 for w in list(_WORKERS) if w.state in ACTIVE_STATES) >= MAX_RUNNING_JOBS:
-            raise BusyError(f"{MAX_RUNNING_JOBS} runs are already training on this server; "
-                            "wait for one to finish or stop one")
-
-    def _launch(self):
-        w = self._w
-        with _SLOTS_LOCK:
-            self._check_slot()
-            w.stop_event.clear()
-            w.go.set()
-            w._set(state="preparing" if w.trainer is None else "running")
-            _WORKERS.add(w)
-        w.thread = threading.Thread(target=w.run, name="te-training", daemon=True)
-        w.thread.start()
+        self._pump()
+        with self._lock:
+            p, steps = self._p, self._tc.steps
+            state = p["state"]
+            if state in ("preparing", "running", "paused") and self._stop:
+                state = "stopping"
+            elif state in ("preparing", "running") and not self._go:
+                state = "pausing"
+            per_step = p["elapsed"] / len(p["step_losses"]) if p["step_losses"] else None
+            return JobStatus(
+                state=state, message=p["message"], step=p["step"], total_steps=steps, tokens_seen=p["tokens_seen"],
+                tokens_per_s=p["tokens_per_s"], elapsed_s=p["elapsed"],
+                eta_s=(steps - p["step"]) * per_step if per_step is not None else None,
+                step_losses=list(p["step_losses"]), evals=[dict(r) for r in p["evals"]], samples=list(p["samples"]),
+                sample_prompt=p["sample_prompt"], n_params=p["n_params"], vocab_size=p["vocab_size"],
+                heads=list(p["heads"]), units=p["units"], val_chars_per_token=p["val_chars_per_token"],
+            )
 
     def start(self):
-        if self._w.thread is not None:
+        if self._proc is not None:
             raise RuntimeError("this job was started already; use resume()")
         self._launch()
 
     def pause(self):
-        """Stop after the current step and wait; the thread and the optimiser state stay."""
-        if self._w.state in ("preparing", "running") and not self._w.stop_event.is_set():
-            self._w.go.clear()
+        """Stop after the current step and wait; the process and the optimiser state stay."""
+        if self._state() in ("preparing", "running") and not self._stop:
+            self._go = False
+            self._send("pause")
 
     def resume(self):
         """Continue a paused run, or a stopped one from the step where it stopped. Raises BusyError when
         a stopped run would exceed the server's limit of concurrent runs."""
-        w = self._w
-        if w.stop_event.is_set() and w.state != "stopped":
+        state = self._state()
+        if self._stop and state != "stopped":
             return  # still stopping: resume once it has stopped
-        if w.state == "paused" or (w.state == "running" and not w.go.is_set()):
-            w.go.set()
-        elif w.state == "stopped" and w.trainer is not None and not w.trainer.done:
-            self.join()
+        if state == "paused" or (state in ("preparing", "running") and not self._go):
+            self._go = True
+            self._send("resume")
+        elif state == "stopped" and self._p["step"] < self._tc.steps:
             self._launch()
 
     def stop(self, wait: float | None = 30.0):
         """End the run after the current step; the weights trained so far are kept. ``wait``: seconds to
-        wait for the thread to end (None: return at once; the status says "stopping" until it has)."""
-        w = self._w
-        w.stop_event.set()
-        w.go.set()  # wake a paused worker so it can leave
+        wait for it to end (None: return at once; the status says "stopping" until it has)."""
+        self._stop, self._go = True, True
+        self._send("stop")
         if wait:
             self.join(wait)
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the thread to end; True if it has."""
-        t = self._w.thread
-        if t is not None:
-            t.join(timeout)
-            return not t.is_alive()
+        """Wait until the run has stopped, finished or failed (a paused run has not); True if it has."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._proc is not None and self._state() in ACTIVE_STATES:
+            left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            self._pump(wait=left)
         return True
 
     def save(self, models_dir, name: str, protected=(), overwrite: bool = False, owner: str | None = None) -> Path:
         """Write the current weights as a checkpoint folder ``models_dir/<sanitised name>`` (atomically),
         recording ``owner`` (a browser session's id): only the same owner may later replace it.
-        Only a paused, stopped or finished run can be saved. ValueError with the reason otherwise."""
-        w = self._w
-        if w.state not in SAVABLE_STATES or w.trainer is None:
+        Only a paused, stopped or finished run can be saved. ValueError with the reason otherwise; the
+        OSError of a failed write; ChildProcessError if the training process has died."""
+        if self._state() not in SAVABLE_STATES:
             raise ValueError("pause or stop the run (or let it finish) before saving it")
         folder = user_model_folder(models_dir, name, protected, overwrite, owner=owner)
-        with w.model_lock:  # a resume in the meantime waits here for the save to finish
-            tr = w.trainer
-            heads = list(tr.heads.rows) if tr.heads else []
-            extra = {"induction": induction_summary(heads)} if heads else {}
-            record = training_record(
-                tr, w.corpus_name, len(w.text), w.elapsed, source="Training page of Transformer Explorer",
-                planned_steps=w.tc.steps, stopped_early=not tr.done, threads=w.threads, **extra,
-            )
-            return save_checkpoint(folder, tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite, owner=owner,
-                                   heads=heads)
+        with self._save_lock:
+            self._p["reply"] = None
+            self._send("save", str(folder), overwrite, owner)
+            while self._p["reply"] is None:
+                if self._conn is None:
+                    raise ChildProcessError(f"not saved: {self._p['message']}")
+                self._pump(wait=0.1)
+            kind, value = self._p["reply"]
+        if kind == "error":
+            raise value
+        return value
+
+    # --- the pipe ------------------------------------------------------------------------------------
+    def _launch(self):
+        with _SLOTS_LOCK:
+            _check_slot()
+            with self._lock:
+                self._stop, self._go = False, True
+                self._p["state"] = "preparing" if self._proc is None else "running"
+            _JOBS.add(self)
+        if self._proc is not None:
+            self._send("resume")
+            return
+        # the corpus goes through a file: a large argument would hold this thread until the process reads it
+        fd, corpus = tempfile.mkstemp(prefix="te-corpus-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(self._text)
+        with self._lock:
+            self._conn, child_end = _SPAWN.Pipe()
+            self._proc = _SPAWN.Process(target=_train_in_process, name="te-training", daemon=True, args=(
+                child_end, corpus, self._corpus_name, self._settings, self._sample_prompt, self._threads))
+            self._proc.start()
+            child_end.close()  # the process has its own copy; ours would hide its end from us
+        # the session that owned this handle is gone: closing the pipe ends the process
+        weakref.finalize(self, _close, self._conn, corpus)
+
+    def _state(self) -> str:
+        """The state the process last reported, after reading what has arrived."""
+        self._pump()
+        return self._p["state"]
+
+    def _send(self, *command):
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.send(command)
+                except OSError:
+                    pass  # the process has died: the next _pump says so
+
+    def _pump(self, wait: float = 0.0):
+        """Apply the messages the process has sent, waiting up to ``wait`` seconds for the first."""
+        with self._lock:
+            try:
+                while self._conn is not None and self._conn.poll(wait):
+                    wait = 0.0
+                    msg = self._conn.recv()
+                    for key, value in msg.items():
+                        if key in LISTS:
+                            self._p[key] += value
+                        elif key != "reply" or value is not None:
+                            self._p[key] = value
+                    for row in msg.get("evals", ()):
+                        observe_rate(self._p["n_params"], row["tokens_per_s"])  # for the next run's estimate
+            except (EOFError, OSError):  # the process has ended: while its handle lives, only by dying
+                self._conn.close()
+                self._conn = None
+                self._proc.join(5)
+                if self._p["state"] != "failed":
+                    self._p.update(state="failed", message=f"the training process ended ({_exit(self._proc.exitcode)})")
 
 
-def _wake_to_stop(stop_event: threading.Event, go: threading.Event):
-    stop_event.set()
-    go.set()
+def _exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
+def _close(conn, corpus: str):
+    conn.close()
+    Path(corpus).unlink(missing_ok=True)  # the process died before reading it
