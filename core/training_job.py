@@ -18,9 +18,11 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import tempfile
 import threading
 import time
+import types
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +54,7 @@ LISTS = ("step_losses", "evals", "samples", "heads")  # progress that grows: the
 _JOBS: "weakref.WeakSet[TrainingJob]" = weakref.WeakSet()
 _SLOTS_LOCK = threading.Lock()  # the check "fewer than MAX_RUNNING_JOBS train" and the start are one step
 _SPAWN = multiprocessing.get_context("spawn")
+_START_LOCK = threading.Lock()  # guards the swap of __main__ in _start
 
 
 class BusyError(RuntimeError):
@@ -187,7 +190,7 @@ class _Run:
         while wait or self.conn.poll():
             wait = False
             cmd, *args = self.conn.recv()
-            reply = None
+            extra = {}
             if cmd == "pause" and self.state == "running":
                 self.state = "paused"
             elif cmd == "resume" and (self.state == "paused" or self.state == "stopped" and not self.trainer.done):
@@ -195,8 +198,8 @@ class _Run:
             elif cmd == "stop" and self.state in ("running", "paused"):
                 self.state, self.stopping = "running", True  # end() draws the last point and says "stopped"
             elif cmd == "save":
-                reply = self.save(*args)
-            self.report(reply=reply)
+                extra["reply"] = self.save(*args)
+            self.report(**extra)
 
     def step(self):
         tr = self.trainer
@@ -376,7 +379,7 @@ class TrainingJob:
             self._send("save", str(folder), overwrite, owner)
             while self._p["reply"] is None:
                 if self._conn is None:
-                    raise ChildProcessError(f"not saved: {self._p['message']}")
+                    raise ChildProcessError(self._p["message"])
                 self._pump(wait=0.1)
             kind, value = self._p["reply"]
         if kind == "error":
@@ -402,7 +405,7 @@ class TrainingJob:
             self._conn, child_end = _SPAWN.Pipe()
             self._proc = _SPAWN.Process(target=_train_in_process, name="te-training", daemon=True, args=(
                 child_end, corpus, self._corpus_name, self._settings, self._sample_prompt, self._threads))
-            self._proc.start()
+            _start(self._proc)
             child_end.close()  # the process has its own copy; ours would hide its end from us
         # the session that owned this handle is gone: closing the pipe ends the process
         weakref.finalize(self, _close, self._conn, corpus)
@@ -430,7 +433,7 @@ class TrainingJob:
                     for key, value in msg.items():
                         if key in LISTS:
                             self._p[key] += value
-                        elif key != "reply" or value is not None:
+                        else:
                             self._p[key] = value
                     for row in msg.get("evals", ()):
                         observe_rate(self._p["n_params"], row["tokens_per_s"])  # for the next run's estimate
@@ -440,6 +443,20 @@ class TrainingJob:
                 self._proc.join(5)
                 if self._p["state"] != "failed":
                     self._p.update(state="failed", message=f"the training process ended ({_exit(self._proc.exitcode)})")
+
+
+def _start(proc):
+    """``proc.start()`` with nothing for the new interpreter to re-run as its main module. Spawn runs the
+    parent's ``__main__`` file again in the child, and during a script run Streamlit installs the app script
+    there: the child would first build the whole app (import Streamlit, load the shipped model) in bare mode."""
+    with _START_LOCK:
+        main, bare = sys.modules["__main__"], types.ModuleType("__main__")
+        sys.modules["__main__"] = bare
+        try:
+            proc.start()
+        finally:
+            if sys.modules["__main__"] is bare:  # a script run that started meanwhile installed its own
+                sys.modules["__main__"] = main
 
 
 def _exit(code: int | None) -> str:

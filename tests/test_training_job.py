@@ -6,7 +6,9 @@ import multiprocessing
 import os
 import resource
 import signal
+import sys
 import threading
+import types
 import time
 import zipfile
 
@@ -237,6 +239,19 @@ def test_a_killed_run_reports_failed(tmp_path):
     job.resume()  # nothing to resume
     with pytest.raises(ValueError, match="pause or stop"):
         job.save(tmp_path, "x")
+
+
+def test_the_training_process_does_not_rerun_the_app_script(tmp_path, monkeypatch):
+    """Spawn re-runs the parent's __main__ file in the child; during a script run Streamlit installs the app
+    script there. A run started meanwhile must not execute it (here it would fail the run)."""
+    script = tmp_path / "app.py"
+    script.write_text("raise RuntimeError('the app script ran in the training process')\n")
+    app_main = types.ModuleType("__main__")
+    app_main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", app_main)
+    s = run_to_end(TrainingJob(TEXT, "test", tiny(steps=2)))
+    assert s.state == "finished", s.message
+    assert sys.modules["__main__"] is app_main
 
 
 def test_training_runs_in_its_own_process_at_lower_priority():
