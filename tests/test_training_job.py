@@ -8,8 +8,8 @@ import resource
 import signal
 import sys
 import threading
-import types
 import time
+import types
 import zipfile
 
 import pytest
@@ -59,13 +59,13 @@ def weights(path):
     return load_checkpoint(path)[0].state_dict()
 
 
-def trained_here(settings: JobSettings, steps: int, threads: int) -> torch.nn.Module:
-    """The model a run with these settings has after ``steps`` steps, trained in this process."""
-    tr = Trainer(TEXT, settings.shape(0), settings.train_config())
+def trained_here(settings: JobSettings, steps: int, threads: int, text=TEXT) -> tuple[torch.nn.Module, list[float]]:
+    """The model and the step losses of a run with these settings after ``steps`` steps, trained in this
+    process: what a job's process computes, without starting one."""
+    tr = Trainer(text, settings.shape(0), settings.train_config())
     with torch_threads(threads):
-        for _ in range(steps):
-            tr.step()
-    return tr.model.eval()
+        losses = [tr.step()["loss"] for _ in range(steps)]
+    return tr.model.eval(), losses
 
 
 def test_job_trains_in_the_background_and_loss_falls():
@@ -84,9 +84,15 @@ def test_job_trains_in_the_background_and_loss_falls():
 
 
 def test_pause_resume_stop():
+    """The run trains in a process of its own, at a lower priority; this process gains no thread."""
+    threads = threading.active_count()
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
-    job.start()
+    proc = start_process(job)
     wait_for(lambda: job.status().step >= 3)
+    assert proc.pid != os.getpid()
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, nice + tj.TRAINING_NICE)
+    assert threading.active_count() == threads  # no thread of this process trains, or waits for the run
     job.pause()
     wait_for(lambda: job.status().state == "paused")
     paused_at = job.status().step
@@ -102,11 +108,10 @@ def test_pause_resume_stop():
     s = job.status()
     assert s.state == "stopped" and s.step < 100_000 and s.can_resume and s.can_save
     assert s.evals[-1]["step"] == s.step  # the curve ends where the run stopped
+    assert threading.active_count() == threads
 
 
 def test_stop_then_resume_continues_from_the_same_step(tmp_path):
-    whole = TrainingJob(TEXT, "test", tiny(steps=40))
-    ref = run_to_end(whole)
     job = TrainingJob(TEXT, "test", tiny(steps=40))
     job.start()
     wait_for(lambda: job.status().step >= 5)
@@ -119,9 +124,10 @@ def test_stop_then_resume_continues_from_the_same_step(tmp_path):
     s = job.status()
     assert s.state == "finished" and s.step == 40
     # the same batches, the same optimiser state: stopping and resuming changed nothing
-    assert s.step_losses == ref.step_losses
-    resumed, uninterrupted = weights(job.save(tmp_path, "resumed")), weights(whole.save(tmp_path, "whole"))
-    for k, v in resumed.items():
+    whole, losses = trained_here(job.settings, 40, job.threads)
+    assert s.step_losses == losses
+    uninterrupted = whole.state_dict()
+    for k, v in weights(job.save(tmp_path, "resumed")).items():
         assert torch.equal(v, uninterrupted[k])
         if k.endswith("weight") and v.dim() == 2:
             assert not torch.equal(v, at_stop[k])  # and it did keep training after the resume
@@ -133,7 +139,7 @@ def test_stopped_run_keeps_its_weights_and_saves_a_loadable_checkpoint(tmp_path)
     wait_for(lambda: job.status().step >= 5)
     job.stop()
     # the same settings trained here for as many steps: the weights the run had when it stopped
-    trained = trained_here(job.settings, job.status().step, job.threads)
+    trained, _ = trained_here(job.settings, job.status().step, job.threads)
     path = job.save(tmp_path, "my model", protected=["shakespeare-char"])
     assert path == tmp_path.resolve() / "my-model"
     model, tok = load_checkpoint(path)
@@ -189,14 +195,13 @@ def test_a_crash_mid_save_leaves_no_broken_checkpoint(tmp_path):
 
 
 def test_two_jobs_at_once_do_not_interfere():
-    solo_a = run_to_end(TrainingJob(TEXT, "a", tiny(steps=30, seed=1)))
-    solo_b = run_to_end(TrainingJob(OTHER, "b", tiny(steps=30, seed=2)))
     a, b = TrainingJob(TEXT, "a", tiny(steps=30, seed=1)), TrainingJob(OTHER, "b", tiny(steps=30, seed=2))
     a.start()
     b.start()
     assert a.join(120) and b.join(120)
-    assert a.status().step_losses == solo_a.step_losses
-    assert b.status().step_losses == solo_b.step_losses
+    # each computes what the same run computes alone
+    assert a.status().step_losses == trained_here(a.settings, 30, a.threads)[1]
+    assert b.status().step_losses == trained_here(b.settings, 30, b.threads, text=OTHER)[1]
     assert a.status().vocab_size != b.status().vocab_size
 
 
@@ -208,7 +213,7 @@ def test_too_many_runs_are_refused(monkeypatch):
         with pytest.raises(tj.BusyError, match="already training"):
             TrainingJob(TEXT, "b", tiny()).start()
     finally:
-        a.stop()
+        a.stop(wait=None)
 
 
 def test_an_abandoned_job_stops_by_itself():
@@ -239,34 +244,6 @@ def test_a_killed_run_reports_failed(tmp_path):
     job.resume()  # nothing to resume
     with pytest.raises(ValueError, match="pause or stop"):
         job.save(tmp_path, "x")
-
-
-def test_the_training_process_does_not_rerun_the_app_script(tmp_path, monkeypatch):
-    """Spawn re-runs the parent's __main__ file in the child; during a script run Streamlit installs the app
-    script there. A run started meanwhile must not execute it (here it would fail the run)."""
-    script = tmp_path / "app.py"
-    script.write_text("raise RuntimeError('the app script ran in the training process')\n")
-    app_main = types.ModuleType("__main__")
-    app_main.__file__ = str(script)
-    monkeypatch.setitem(sys.modules, "__main__", app_main)
-    s = run_to_end(TrainingJob(TEXT, "test", tiny(steps=2)))
-    assert s.state == "finished", s.message
-    assert sys.modules["__main__"] is app_main
-
-
-def test_training_runs_in_its_own_process_at_lower_priority():
-    threads = threading.active_count()
-    job = TrainingJob(TEXT, "test", tiny(steps=100_000))
-    proc = start_process(job)
-    wait_for(lambda: job.status().step >= 3)
-    assert proc.pid != os.getpid()
-    nice = os.getpriority(os.PRIO_PROCESS, 0)
-    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, nice + tj.TRAINING_NICE)
-    assert threading.active_count() == threads  # no thread of this process trains, or waits for the run
-    job.pause()
-    wait_for(lambda: job.status().state == "paused")
-    job.stop()
-    assert job.status().state == "stopped" and threading.active_count() == threads
 
 
 def test_sample_prompt_of_unknown_characters_falls_back_to_the_corpus():
@@ -352,11 +329,20 @@ def test_model_folder_stays_inside_the_models_folder(tmp_path):
         user_model_folder(base, "SHAKESPEARE-char", protected=["shakespeare-char"])
 
 
-def test_a_job_leaves_the_callers_threads_and_random_state_alone():
+def test_a_job_leaves_the_callers_threads_random_state_and_app_script_alone(tmp_path, monkeypatch):
+    # spawn re-runs the parent's __main__ file in the new process, and during a script run Streamlit installs
+    # the app script there: a run started meanwhile must not execute it (this one would fail the run)
+    script = tmp_path / "app.py"
+    script.write_text("raise RuntimeError('the app script ran in the training process')\n")
+    app_main = types.ModuleType("__main__")
+    app_main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", app_main)
     threads = torch.get_num_threads()
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    run_to_end(TrainingJob(TEXT, "test", tiny(steps=3, threads=1)))
+    s = run_to_end(TrainingJob(TEXT, "test", tiny(steps=3, threads=1)))
+    assert s.state == "finished", s.message
+    assert sys.modules["__main__"] is app_main
     assert torch.get_num_threads() == threads
-    assert torch.equal(torch.rand(3), expected)  # the Trainer's seeding happened in a forked generator
+    assert torch.equal(torch.rand(3), expected)
