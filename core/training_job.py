@@ -17,6 +17,7 @@ import collections
 import multiprocessing
 import os
 import queue
+import shutil
 import signal
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from core.checkpoint import save_checkpoint, user_model_folder
+from core.checkpoint import load_checkpoint, read_heads, read_log, read_training, save_checkpoint, user_model_folder
 from core.induction import induction_summary
 from core.job_settings import JobSettings
 from core.params import count_parameters
@@ -40,6 +41,7 @@ from core.tokenizer import Prompt
 from core.train import Trainer, training_record
 
 MAX_RUNNING_JOBS = 4            # concurrent runs per server process; more would only share the same cores
+MAX_PROCESSES = 6               # live training processes per server; beyond it the oldest stopped run is retired
 SAMPLE_CHARS = 200              # length of each periodic sample
 SAMPLE_TEMPERATURE = 0.8
 TRAINING_NICE = 10              # added to a run's niceness: a student's page run preempts it
@@ -90,6 +92,7 @@ class JobStatus:
     heads: list[dict] = field(default_factory=list, repr=False)  # heads.csv rows measured so far
     units: str = "characters"    # what a token is, in the page's words ("characters" or "tokens")
     val_chars_per_token: float = 1.0  # of the held-out part: nats per token / ln 2 / this = bits per character
+    resumable: bool = True       # False once the run's process has been retired (its weights are kept for saving)
 
     @property
     def active(self) -> bool:
@@ -119,7 +122,7 @@ class JobStatus:
 
     @property
     def can_resume(self) -> bool:
-        return self.state in ("paused", "stopped") and self.step < self.total_steps
+        return self.state in ("paused", "stopped") and self.step < self.total_steps and self.resumable
 
     @property
     def fraction(self) -> float:
@@ -171,15 +174,19 @@ class _Run:
         self.recent = collections.deque(maxlen=50)  # (tokens, seconds) of recent steps
         self.elapsed = 0.0
         self.sent = dict.fromkeys(LISTS, 0)  # how many items of each list the parent has been sent
+        self.retired = False
 
     def serve(self):
+        """Train and obey until the run is retired (it has finished, or the parent asks): returns then."""
         tr = self.trainer
         self.checkpoint()  # step 0: the untrained model's loss and its gibberish
         self.report(sample_prompt=tr.tokenizer.decode(self.prompt_ids), vocab_size=tr.tokenizer.vocab_size,
                     n_params=count_parameters(tr.config)["total"], units=tr.tokenizer.units,
                     val_chars_per_token=tr.val_chars / max(1, len(tr.val_data)))
-        while True:
+        while not self.retired:
             self.obey(wait=self.state != "running")
+            if self.retired:
+                break
             if self.state == "running" and (tr.done or self.stopping):
                 self.end()
             elif self.state == "running":
@@ -199,6 +206,9 @@ class _Run:
                 self.state, self.stopping = "running", True  # end() draws the last point and says "stopped"
             elif cmd == "save":
                 extra["reply"] = self.save(*args)
+            elif cmd == "retire" and self.state in ("stopped", "finished"):
+                self.retire()
+                return
             self.report(**extra)
 
     def step(self):
@@ -218,7 +228,21 @@ class _Run:
             self.checkpoint()
         self.elapsed += time.perf_counter() - t0
         self.state, self.stopping = ("finished" if self.trainer.done else "stopped"), False
-        self.report()
+        if self.state == "finished":
+            self.retire()  # nothing left to train: hand the weights over and free the memory
+        else:
+            self.report()
+
+    def retire(self):
+        """Write the run as a checkpoint in a private temporary folder, report its path as ``retired``, and end
+        the process. The parent saves from that folder from then on; the run cannot be resumed any more."""
+        folder = Path(tempfile.mkdtemp(prefix="te-retired-run-")) / "run"
+        kind, value = self.save(str(folder), False, None)
+        if kind == "error":
+            self.report(reply=None, message=f"could not hand over the weights: {value}")
+            return  # keep serving: the run can still be saved or resumed
+        self.retired = True
+        self.report(retired=str(folder))
 
     def rate(self) -> float | None:
         tokens, seconds = sum(t for t, _ in self.recent), sum(s for _, s in self.recent)
@@ -284,9 +308,11 @@ class TrainingJob:
         # what the process has reported so far; the lists grow by the parts it sends
         self._p = dict(state="preparing", message=None, step=0, tokens_seen=0, tokens_per_s=None, elapsed=0.0,
                        sample_prompt=sample_prompt, n_params=0, vocab_size=0, reply=None, val_chars_per_token=1.0,
-                       units="tokens" if self._settings.tokenizer == "bpe" else "characters", **{k: [] for k in LISTS})
+                       units="tokens" if self._settings.tokenizer == "bpe" else "characters", retired=None,
+                       **{k: [] for k in LISTS})
         self._stop, self._go = False, True  # requests not yet acknowledged show as "stopping" / "pausing"
         self._proc = self._conn = None
+        self._started = time.monotonic()  # the oldest stopped run is the first retired (MAX_PROCESSES)
         self._lock = threading.Lock()       # guards _p and the pipe
         self._save_lock = threading.Lock()  # one save at a time: they share the reply slot
 
@@ -323,6 +349,7 @@ class TrainingJob:
                 step_losses=list(p["step_losses"]), evals=[dict(r) for r in p["evals"]], samples=list(p["samples"]),
                 sample_prompt=p["sample_prompt"], n_params=p["n_params"], vocab_size=p["vocab_size"],
                 heads=list(p["heads"]), units=p["units"], val_chars_per_token=p["val_chars_per_token"],
+                resumable=p["retired"] is None,
             )
 
     def start(self):
@@ -345,7 +372,7 @@ class TrainingJob:
         if state == "paused" or (state in ("preparing", "running") and not self._go):
             self._go = True
             self._send("resume")
-        elif state == "stopped" and self._p["step"] < self._tc.steps:
+        elif state == "stopped" and self._p["step"] < self._tc.steps and self._p["retired"] is None:
             self._launch()
 
     def stop(self, wait: float | None = 30.0):
@@ -374,6 +401,11 @@ class TrainingJob:
         if self._state() not in SAVABLE_STATES:
             raise ValueError("pause or stop the run (or let it finish) before saving it")
         folder = user_model_folder(models_dir, name, protected, overwrite, owner=owner)
+        if self._p["retired"] is not None:  # the process has ended: save from the checkpoint it handed over
+            src = Path(self._p["retired"])
+            model, tok = load_checkpoint(src)
+            return save_checkpoint(folder, model, tok, read_training(src), read_log(src), overwrite=overwrite,
+                                   owner=owner, heads=read_heads(src) or [])
         with self._save_lock:
             self._p["reply"] = None
             self._send("save", str(folder), overwrite, owner)
@@ -390,6 +422,7 @@ class TrainingJob:
     def _launch(self):
         with _SLOTS_LOCK:
             _check_slot()
+            _retire_oldest_stopped(keep=MAX_PROCESSES - 1, exclude=self)
             with self._lock:
                 self._stop, self._go = False, True
                 self._p["state"] = "preparing" if self._proc is None else "running"
@@ -408,7 +441,7 @@ class TrainingJob:
             _start(self._proc)
             child_end.close()  # the process has its own copy; ours would hide its end from us
         # the session that owned this handle is gone: closing the pipe ends the process
-        weakref.finalize(self, _close, self._conn, corpus)
+        weakref.finalize(self, _close, self._conn, corpus, self._p)
 
     def _state(self) -> str:
         """The state the process last reported, after reading what has arrived."""
@@ -430,6 +463,8 @@ class TrainingJob:
                 while self._conn is not None and self._conn.poll(wait):
                     wait = 0.0
                     msg = self._conn.recv()
+                    if msg.get("retired"):  # a retired run's process ends right after this message
+                        self._p["retired"] = msg["retired"]
                     for key, value in msg.items():
                         if key in LISTS:
                             self._p[key] += value
@@ -441,7 +476,7 @@ class TrainingJob:
                 self._conn.close()
                 self._conn = None
                 self._proc.join(5)
-                if self._p["state"] != "failed":
+                if self._p["state"] != "failed" and self._p["retired"] is None:
                     self._p.update(state="failed", message=f"the training process ended ({_exit(self._proc.exitcode)})")
 
 
@@ -465,6 +500,18 @@ def _exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _close(conn, corpus: str):
+def _retire_oldest_stopped(keep: int, exclude=None):
+    """With ``keep`` or more training processes alive, ask the oldest stopped run's process to hand over its
+    weights and end (each idle process holds a few hundred MB). Its run can still be saved, not resumed."""
+    live = sorted((job for job in list(_JOBS) if job._conn is not None and job is not exclude),
+                  key=lambda job: job._started)
+    stopped = [job for job in live if job._state() == "stopped"]
+    for job in stopped[:max(0, len(live) - keep)]:
+        job._send("retire")
+
+
+def _close(conn, corpus: str, progress: dict):
     conn.close()
+    if progress.get("retired"):  # the handed-over checkpoint: nobody can save it any more
+        shutil.rmtree(Path(progress["retired"]).parent, ignore_errors=True)
     Path(corpus).unlink(missing_ok=True)  # the process died before reading it

@@ -357,6 +357,9 @@ def live_view(job: TrainingJob, polling: bool):
     st.progress(s.fraction, text=f"{label}: step {s.step:,} of {s.total_steps:,}")
     if s.state == "failed":
         st.error(f"Training failed: {s.message}")
+    elif s.state == "stopped" and not s.resumable:
+        st.caption("Too many runs were waiting on this server, so this stopped run handed its weights over and its "
+                   "process ended to free memory: it can still be saved below, but no longer resumed.")
     last = s.evals[-1] if s.evals else {}
     m = st.columns(6)
     m[0].metric("Step", f"{s.step:,}")

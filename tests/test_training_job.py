@@ -175,9 +175,10 @@ def test_save_is_refused_while_running_and_for_taken_names(tmp_path):
 def test_a_crash_mid_save_leaves_no_broken_checkpoint(tmp_path):
     """The training process writes the checkpoint; a write that fails half-way (the process may write no file
     beyond 1 kB, smaller than the weights) reaches the caller as an OSError and leaves nothing behind."""
-    job = TrainingJob(TEXT, "test", tiny(steps=10))
-    proc = start_process(job)
-    assert job.join(120)
+    job = TrainingJob(TEXT, "test", tiny(steps=100_000))
+    proc = start_process(job)  # a stopped run keeps its process (a finished one hands over its weights and ends)
+    wait_for(lambda: job.status().step >= 3)
+    job.stop()
     first = job.save(tmp_path, "keep")
     before = (first / "model.safetensors").read_bytes()
     soft, hard = resource.prlimit(proc.pid, resource.RLIMIT_FSIZE)
@@ -192,6 +193,44 @@ def test_a_crash_mid_save_leaves_no_broken_checkpoint(tmp_path):
     load_checkpoint(first)
     resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (soft, hard))
     load_checkpoint(job.save(tmp_path, "new"))  # the run survived its failed saves
+
+
+def test_a_finished_run_hands_over_its_weights_and_its_process_ends(tmp_path):
+    job = TrainingJob(TEXT, "test", tiny(steps=12))
+    proc = start_process(job)
+    assert job.join(120)
+    wait_for(lambda: not proc.is_alive())  # no idle process per finished run (each holds a few hundred MB)
+    s = job.status()
+    assert s.state == "finished" and not s.can_resume and s.can_save
+    trained, _ = trained_here(job.settings, 12, job.threads)
+    path = job.save(tmp_path, "done", owner=None)
+    model, tok = load_checkpoint(path)
+    idx = torch.tensor([tok.encode("To be or not")])
+    assert torch.allclose(model(idx).logits, trained(idx).logits, atol=1e-5)
+    assert checkpoint.read_config(path)[2]["steps"] == 12 and checkpoint.read_log(path)[-1]["step"] == 12
+    assert job.save(tmp_path, "again") != path  # saved as often as wanted
+
+
+def test_beyond_max_processes_the_oldest_stopped_run_is_retired_and_can_still_be_saved(tmp_path, monkeypatch):
+    monkeypatch.setattr(tj, "MAX_PROCESSES", 1)
+    a = TrainingJob(TEXT, "a", tiny(steps=100_000, seed=1))
+    proc_a = start_process(a)
+    wait_for(lambda: a.status().step >= 4)
+    a.stop()
+    steps = a.status().step
+    assert a.status().can_resume
+    b = TrainingJob(OTHER, "b", tiny(steps=10, seed=2))
+    b.start()  # one process at most: a, stopped, is retired
+    wait_for(lambda: not proc_a.is_alive())
+    s = a.status()
+    assert s.state == "stopped" and s.step == steps and not s.can_resume and s.can_save
+    a.resume()  # nothing to resume any more: no error, no new process
+    assert a.status().state == "stopped"
+    trained, _ = trained_here(a.settings, steps, a.threads)
+    model, tok = load_checkpoint(a.save(tmp_path, "a"))
+    idx = torch.tensor([tok.encode("To be or not")])
+    assert torch.allclose(model(idx).logits, trained(idx).logits, atol=1e-5)
+    assert b.join(120) and b.status().state == "finished"
 
 
 def test_two_jobs_at_once_do_not_interfere():
