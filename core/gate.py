@@ -1,0 +1,101 @@
+"""A queue you can see: at most ``slots`` heavy computations run at once, the others wait their turn.
+
+Thirty students typing at once on a two-core server all get a share of the same cores: when every page run
+computes at the same time, every one of them finishes late (processor sharing). A gate with as many slots as
+cores lets the first arrivals finish first, in arrival order, and tells each waiting caller how many are ahead
+of it, so the page can say "queued, 3 ahead" instead of a spinner that says nothing. The queue is bounded: past
+``max_waiting`` callers, ``GateFull`` says the server is saturated.
+
+Entering is re-entrant per thread (a gated section that calls another one does not wait for itself), and a caller
+that is interrupted while it waits (a Streamlit rerun raises inside ``on_wait``) leaves the queue.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections import deque
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+
+class GateFull(RuntimeError):
+    """More callers wait than the gate's bound allows."""
+
+
+class Gate:
+    def __init__(self, slots: int | None = None, max_waiting: int = 64):
+        self.slots = max(1, int(slots or os.cpu_count() or 1))
+        self.max_waiting = max_waiting
+        self._cond = threading.Condition()
+        self._queue: deque[int] = deque()   # tickets of the waiting callers, first come first
+        self._running = 0
+        self._tickets = itertools.count()
+        self._held = threading.local()      # how deep this thread is inside gated sections
+
+    @property
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    @property
+    def running(self) -> int:
+        with self._cond:
+            return self._running
+
+    @contextmanager
+    def enter(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.2) -> Iterator[int]:
+        """Hold a slot for the block; yields how many callers were ahead on arrival. While waiting,
+        ``on_wait(n_ahead)`` is called on arrival and whenever the number ahead changes (not under the lock: it
+        may draw on a page, or raise to abandon the wait)."""
+        depth = getattr(self._held, "depth", 0)
+        if depth:  # this thread holds a slot already
+            self._held.depth = depth + 1
+            try:
+                yield 0
+            finally:
+                self._held.depth -= 1
+            return
+        ahead0 = self._wait_for_slot(on_wait, poll_s)
+        self._held.depth = 1
+        try:
+            yield ahead0
+        finally:
+            self._held.depth = 0
+            with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
+
+    def _wait_for_slot(self, on_wait, poll_s: float) -> int:
+        """Take a slot, waiting in line if need be; returns how many callers were in line ahead on arrival."""
+        with self._cond:
+            if not self._queue and self._running < self.slots:
+                self._running += 1
+                return 0
+            if len(self._queue) >= self.max_waiting:
+                raise GateFull(f"{len(self._queue)} computations are already waiting")
+            ticket = next(self._tickets)
+            self._queue.append(ticket)
+            arrived_behind = len(self._queue) - 1
+        told = None
+        try:
+            while True:
+                with self._cond:
+                    ahead = self._queue.index(ticket)
+                    if ahead == 0 and self._running < self.slots:
+                        self._queue.popleft()
+                        self._running += 1
+                        self._cond.notify_all()  # the next in line may fit in a slot too
+                        return arrived_behind
+                if on_wait is not None and ahead != told:
+                    on_wait(ahead)  # outside the lock: it may draw, or raise to give up
+                    told = ahead
+                with self._cond:
+                    if self._queue.index(ticket) == ahead and not (ahead == 0 and self._running < self.slots):
+                        self._cond.wait(poll_s)
+        except BaseException:
+            with self._cond:
+                if ticket in self._queue:
+                    self._queue.remove(ticket)
+                    self._cond.notify_all()
+            raise
