@@ -1,6 +1,13 @@
 """Figures and HTML for the Generation page: the temperature sweep, p(T) at one temperature, the sweep's
 curves, the repetition bars, and the generated text shaded by probability (every piece of text escaped).
-Pure functions: data in, figure or markup out."""
+Pure functions: data in, figure or markup out.
+
+As in core.trace_figures, each figure is assembled as plain data and layout dicts and handed to ``go.Figure``
+once (several times faster than make_subplots, add_trace, add_hline and update_* calls, which validate
+property by property; the page redraws four of these on every prompt change). The layout is the one those
+calls built: panels at make_subplots' domains, its subplot titles as annotations, and each reference line as
+the shape and label add_hline / add_vline would add. Long numeric arrays go in as numpy arrays (float32 where
+a value is only drawn), which Plotly neither walks element by element nor writes out digit by digit."""
 from __future__ import annotations
 
 import html
@@ -9,15 +16,60 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 import torch
-from plotly.subplots import make_subplots
 
 from core.fmt import visible
 from core.generation import format_t
 from core.sampling import temperature_softmax
+from core.trace_figures import _domains, _figure, _from_top, _panel_title
+
+SUBPLOT_TITLE_FONT = dict(size=16)  # the size make_subplots gives its subplot titles
+LIMIT = "#d62728"  # the dotted lines at the values a limit predicts
 
 
 def _labels(chars) -> list[str]:
     return [visible(c) for c in chars]
+
+
+def _drawn(values) -> np.ndarray:
+    """A numeric array that is only drawn (and read in a hover at 3 to 4 digits): float32 is plenty."""
+    return np.asarray(values, dtype=np.float32)
+
+
+def _subplot_title(text: str, x: float, y: float) -> dict:
+    """A subplot title as make_subplots writes it: centred at paper x, sitting on paper y."""
+    title = {**_panel_title(text, x, y), "font": SUBPLOT_TITLE_FONT}
+    del title["yshift"]  # make_subplots sets it right on the panel's top
+    return title
+
+
+def _spaced(n: int, spacing: float) -> list[list[float]]:
+    """Domains of n equal panels with ``spacing`` (a fraction of the plot area) between them, as make_subplots
+    lays them out; the last one ends at 1 exactly (rounding must not push it past, which Plotly refuses)."""
+    domains = _domains([(1 - spacing * (n - 1)) / n] * n, spacing)
+    domains[-1][1] = 1.0
+    return domains
+
+
+def _axis(i: int) -> str:
+    """Axis suffix of the i-th panel (from 1): "" for the first, then "2", "3", ..."""
+    return "" if i == 1 else str(i)
+
+
+def _hline(y: float, text: str, position: str, axis: int = 1, **line) -> tuple[dict, dict]:
+    """The shape and label ``fig.add_hline(y, annotation_text=text, annotation_position=position, row=...)``
+    adds: a line across panel ``axis`` at data y, its label at the panel's left or right end, above or below."""
+    a = _axis(axis)
+    shape = dict(type="line", xref=f"x{a} domain", yref=f"y{a}", x0=0, x1=1, y0=y, y1=y, line=line)
+    vertical, side = position.split()
+    label = dict(text=text, showarrow=False, xref=f"x{a} domain", yref=f"y{a}", x=1 if side == "right" else 0,
+                 xanchor=side, y=y, yanchor="bottom" if vertical == "top" else "top")
+    return shape, label
+
+
+def _vline(x: float, axis: int = 1, **line) -> dict:
+    """The shape ``fig.add_vline(x)`` adds to panel ``axis``: a line at data x from the panel's bottom to its top."""
+    a = _axis(axis)
+    return dict(type="line", xref=f"x{a}", yref=f"y{a} domain", x0=x, x1=x, y0=0, y1=1, line=line)
 
 
 def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10, unit: str = "character") -> go.Figure:
@@ -28,19 +80,26 @@ def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10, unit:
     labels = _labels([chars[i] for i in order])
     cols = max(1, len(temperatures))
     dists = [temperature_softmax(z, float(t)).numpy() for t in temperatures]
-    titles = [f"T = {format_t(t)}<br><sup>top {len(order)} hold {d[order].sum():.0%}</sup>"
-              for t, d in zip(temperatures, dists)]
-    fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, subplot_titles=titles, horizontal_spacing=0.02)
+    domains = _spaced(cols, 0.02)  # make_subplots' horizontal_spacing=0.02
+    data, annotations = [], []
     for c, (t, d) in enumerate(zip(temperatures, dists), start=1):
-        fig.add_trace(go.Bar(x=d[order].tolist(), y=labels, orientation="h", name=f"T = {format_t(t)}", showlegend=False,
-                             marker_color="#1f77b4", text=[f"{v:.2f}" for v in d[order]], textposition="auto",
-                             hovertemplate="'%{y}' p = %{x:.4f}<extra>T = " + format_t(t) + "</extra>"),
-                      row=1, col=c)
-        fig.update_xaxes(range=[0, 1], tickvals=[0, 0.5, 1], title_text="probability", row=1, col=c)
-    fig.update_yaxes(autorange="reversed", type="category", row=1, col=1, title_text=f"next {unit}")
-    fig.update_layout(height=80 + 28 * len(order) + 60, margin=dict(l=70, r=10, t=70, b=50),
-                      title=f"Next-{unit} distribution after the prompt, one panel per temperature")
-    return fig
+        p = d[order]
+        data.append(dict(type="bar", x=p.tolist(), y=labels, orientation="h", name=f"T = {format_t(t)}",  # n_top: short
+                         showlegend=False, marker=dict(color="#1f77b4"), text=[f"{v:.2f}" for v in p],
+                         textposition="auto", hovertemplate="'%{y}' p = %{x:.4f}<extra>T = " + format_t(t) + "</extra>",
+                         xaxis=f"x{_axis(c)}", yaxis=f"y{_axis(c)}"))
+        annotations.append(_subplot_title(f"T = {format_t(t)}<br><sup>top {len(order)} hold {p.sum():.0%}</sup>",
+                                          sum(domains[c - 1]) / 2, 1.0))
+    layout = dict(height=80 + 28 * len(order) + 60, margin=dict(l=70, r=10, t=70, b=50), annotations=annotations,
+                  title=dict(text=f"Next-{unit} distribution after the prompt, one panel per temperature"))
+    for c in range(1, cols + 1):
+        a = _axis(c)
+        layout[f"xaxis{a}"] = dict(anchor=f"y{a}", domain=domains[c - 1], range=[0, 1], tickvals=[0, 0.5, 1],
+                                   title=dict(text="probability"))
+        layout[f"yaxis{a}"] = (dict(anchor="x", domain=[0.0, 1.0], autorange="reversed", type="category",
+                                    title=dict(text=f"next {unit}")) if c == 1 else
+                               dict(anchor=f"x{a}", domain=[0.0, 1.0], matches="y", showticklabels=False))
+    return _figure(data, layout)
 
 
 MAX_BARS = 200  # a GPT-2 vocabulary has 50,257 entries: one bar each would be unreadable and heavy
@@ -56,70 +115,77 @@ def distribution_bars(chars, logits: torch.Tensor, temperature: float, unit: str
     shown = len(order)
     p = temperature_softmax(z, float(temperature)).numpy()[order]
     labels = _labels([chars[i] for i in order])
-    fig = go.Figure(go.Bar(x=list(range(shown)), y=p.tolist(), name=f"p(T = {format_t(temperature)})", marker_color="#1f77b4",
-                           customdata=labels, hovertemplate="'%{customdata}' p = %{y:.4f}<extra></extra>"))
-    fig.add_hline(y=1 / m, line_dash="dot", line_color="#d62728", annotation_text=f"uniform 1/m = {1 / m:.4f}",
-                  annotation_position="top right")
-    fig.update_xaxes(tickvals=list(range(shown)), ticktext=labels, tickangle=0, tickfont=dict(size=10),
-                     title_text=f"every {unit} of the vocabulary, most likely at T = 1 first" if shown == m else
-                     f"the {shown} {unit}s most likely at T = 1 (of m = {m:,}), most likely first")
-    fig.update_yaxes(range=[0, 1.02], title_text="probability")
-    fig.update_layout(height=340, margin=dict(l=60, r=20, t=50, b=60), showlegend=False,
-                      title=f"p(T) at T = {format_t(temperature)}")
-    return fig
+    x = np.arange(shown)
+    data = [dict(type="bar", x=x, y=_drawn(p), name=f"p(T = {format_t(temperature)})", marker=dict(color="#1f77b4"),
+                 customdata=labels, hovertemplate="'%{customdata}' p = %{y:.4f}<extra></extra>")]
+    shape, label = _hline(1 / m, f"uniform 1/m = {1 / m:.4f}", "top right", color=LIMIT, dash="dot")
+    return _figure(data, dict(
+        height=340, margin=dict(l=60, r=20, t=50, b=60), showlegend=False,
+        title=dict(text=f"p(T) at T = {format_t(temperature)}"), shapes=[shape], annotations=[label],
+        xaxis=dict(tickvals=x, ticktext=labels, tickangle=0, tickfont=dict(size=10),
+                   title=dict(text=f"every {unit} of the vocabulary, most likely at T = 1 first" if shown == m else
+                              f"the {shown} {unit}s most likely at T = 1 (of m = {m:,}), most likely first")),
+        yaxis=dict(range=[0, 1.02], title=dict(text="probability"))))
 
 
 def sweep_curves(data: dict, m: int, mark: float | None = None, points: dict | None = None) -> go.Figure:
     """Entropy, largest probability and the distances to both limits as curves over a log T axis, with
     the values each limit predicts drawn as dotted lines. ``points``: a sweep at the user's temperatures
-    (T > 0), drawn as markers; ``mark``: the slider's T, drawn as a vertical line."""
+    (T > 0), drawn as markers; ``mark``: the slider's T, drawn as a vertical line. Three panels stacked
+    (rows 1-3: axes x/y, x2/y2, x3/y3) on one shared log T axis, labelled under the bottom one."""
     log_m = math.log(m)
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07, subplot_titles=(
-        "entropy H(p(T)) in nats", "largest probability max_i p_i(T)", "total variation distance to each limit"))
-    col = {k: np.asarray(v).tolist() for k, v in data.items()}  # plain lists: readable JSON specs
-    fig.add_trace(go.Scatter(x=col["T"], y=col["entropy"], name="entropy", line_color="#1f77b4",
-                             hovertemplate="T = %{x:.3g}<br>H = %{y:.4f} nats<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=col["T"], y=col["max_prob"], name="max probability", line_color="#9467bd",
-                             hovertemplate="T = %{x:.3g}<br>max p = %{y:.4f}<extra></extra>"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=col["T"], y=col["to_one_hot"], name="distance to one-hot (T → 0 limit)",
-                             line_color="#2ca02c", hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra>to one-hot</extra>"),
-                  row=3, col=1)
-    fig.add_trace(go.Scatter(x=col["T"], y=col["to_uniform"], name="distance to uniform (T → ∞ limit)",
-                             line_color="#ff7f0e", hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra>to uniform</extra>"),
-                  row=3, col=1)
+    rows = [_from_top(d) for d in _spaced(3, 0.07)]  # make_subplots' vertical_spacing=0.07, row 1 at the top
+    titles = ("entropy H(p(T)) in nats", "largest probability max_i p_i(T)", "total variation distance to each limit")
+    T = _drawn(data["T"])
+    traces = []
+    for row, key, name, color, hover in (
+            (1, "entropy", "entropy", "#1f77b4", "T = %{x:.3g}<br>H = %{y:.4f} nats<extra></extra>"),
+            (2, "max_prob", "max probability", "#9467bd", "T = %{x:.3g}<br>max p = %{y:.4f}<extra></extra>"),
+            (3, "to_one_hot", "distance to one-hot (T → 0 limit)", "#2ca02c",
+             "T = %{x:.3g}<br>%{y:.4f}<extra>to one-hot</extra>"),
+            (3, "to_uniform", "distance to uniform (T → ∞ limit)", "#ff7f0e",
+             "T = %{x:.3g}<br>%{y:.4f}<extra>to uniform</extra>")):
+        traces.append(dict(type="scatter", x=T, y=_drawn(data[key]), name=name, line=dict(color=color),
+                           hovertemplate=hover, xaxis=f"x{_axis(row)}", yaxis=f"y{_axis(row)}"))
+    if points is not None and len(points["T"]):
+        pts_T = _drawn(points["T"])
+        for row, key in ((1, "entropy"), (2, "max_prob"), (3, "to_one_hot"), (3, "to_uniform")):
+            traces.append(dict(type="scatter", x=pts_T, y=_drawn(points[key]), mode="markers",
+                               marker=dict(size=8, color="black"), name="your temperatures",
+                               showlegend=key == "entropy", hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra></extra>",
+                               xaxis=f"x{_axis(row)}", yaxis=f"y{_axis(row)}"))
+    shapes, annotations = [], [_subplot_title(t, 0.5, r[1]) for t, r in zip(titles, rows)]
     for row, y, text in ((1, 0.0, "0 (one-hot)"), (1, log_m, f"log m = {log_m:.3f} (uniform)"),
                          (2, 1.0, "1 (one-hot)"), (2, 1 / m, f"1/m = {1 / m:.4f} (uniform)"), (3, 0.0, "0")):
-        fig.add_hline(y=y, line_dash="dot", line_color="#d62728", annotation_text=text,
-                      annotation_position="bottom right" if y else "top left", row=row, col=1)
-    if points is not None and len(points["T"]):
-        pts = {k: np.asarray(v).tolist() for k, v in points.items()}
-        for row, key in ((1, "entropy"), (2, "max_prob"), (3, "to_one_hot"), (3, "to_uniform")):
-            fig.add_trace(go.Scatter(x=pts["T"], y=pts[key], mode="markers", marker=dict(size=8, color="black"),
-                                     name="your temperatures", showlegend=key == "entropy",
-                                     hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra></extra>"), row=row, col=1)
+        shape, label = _hline(y, text, "bottom right" if y else "top left", axis=row, color=LIMIT, dash="dot")
+        shapes.append(shape)
+        annotations.append(label)
     if mark is not None and mark > 0:
-        fig.add_vline(x=mark, line_color="#7f7f7f", line_dash="dash")
-    fig.update_xaxes(type="log", row=3, col=1, title_text="temperature T (log scale)")
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(range=[-0.05 * log_m, 1.08 * log_m], row=1, col=1, title_text="nats")
-    fig.update_yaxes(range=[0, 1.05], row=2, col=1, title_text="probability")
-    fig.update_yaxes(range=[0, 1.05], row=3, col=1, title_text="distance")
-    fig.update_layout(height=760, margin=dict(l=70, r=20, t=60, b=60),
-                      legend=dict(orientation="h", y=-0.12, x=0.5, xanchor="center"))
-    return fig
+        shapes += [_vline(mark, axis=row, color="#7f7f7f", dash="dash") for row in (1, 2, 3)]
+    layout = dict(height=760, margin=dict(l=70, r=20, t=60, b=60), shapes=shapes, annotations=annotations,
+                  legend=dict(orientation="h", y=-0.12, x=0.5, xanchor="center"))
+    for row, (y_title, y_range) in enumerate((("nats", [-0.05 * log_m, 1.08 * log_m]), ("probability", [0, 1.05]),
+                                              ("distance", [0, 1.05])), start=1):
+        a = _axis(row)
+        layout[f"xaxis{a}"] = (dict(anchor=f"y{a}", domain=[0.0, 1.0], type="log",
+                                    title=dict(text="temperature T (log scale)")) if row == 3 else
+                               dict(anchor=f"y{a}", domain=[0.0, 1.0], type="log", matches="x3", showticklabels=False))
+        layout[f"yaxis{a}"] = dict(anchor=f"x{a}", domain=rows[row - 1], range=y_range, title=dict(text=y_title))
+    return _figure(traces, layout)
 
 
 def distinct_bars(temperatures, ratios, n: int = 3, unit: str = "character") -> go.Figure:
     """Distinct-n ratio of each continuation, one bar per temperature."""
     labels = [f"T = {format_t(t)}" for t in temperatures]
     y = [np.nan if r is None else r for r in ratios]
-    fig = go.Figure(go.Bar(x=labels, y=y, marker_color="#8c564b", text=[f"{v:.2f}" if v == v else "–" for v in y],
-                           textposition="auto", hovertemplate="%{x}<br>distinct " + str(n) + "-grams %{y:.3f}<extra></extra>"))
-    fig.update_yaxes(range=[0, 1.05], title_text=f"distinct {n}-grams / all {n}-grams")
-    fig.update_xaxes(type="category", title_text="temperature of the continuation")
-    fig.update_layout(height=300, margin=dict(l=60, r=20, t=50, b=50),
-                      title=f"Repetition: 1 means no {n}-{unit} sequence repeats, near 0 means a loop")
-    return fig
+    data = [dict(type="bar", x=labels, y=y, marker=dict(color="#8c564b"),
+                 text=[f"{v:.2f}" if v == v else "–" for v in y], textposition="auto",
+                 hovertemplate="%{x}<br>distinct " + str(n) + "-grams %{y:.3f}<extra></extra>")]
+    return _figure(data, dict(
+        height=300, margin=dict(l=60, r=20, t=50, b=50),
+        title=dict(text=f"Repetition: 1 means no {n}-{unit} sequence repeats, near 0 means a loop"),
+        xaxis=dict(type="category", title=dict(text="temperature of the continuation")),
+        yaxis=dict(range=[0, 1.05], title=dict(text=f"distinct {n}-grams / all {n}-grams"))))
 
 
 # ---------------------------------------------------------------- shaded text

@@ -172,3 +172,100 @@ def test_streamed_text_is_redrawn_every_few_tokens_however_slow_each_step():
     assert _repaints(200, 0.001) == 0
     # in between, never more often than every REPAINT_SECONDS
     assert _repaints(2000, 0.005) <= 2000 * 0.005 / G.REPAINT_SECONDS
+
+
+# ---------------------------------------------------------------- what a reader of the figures relies on
+
+def panel_titles(fig) -> list[str]:
+    """The subplot titles: annotations in paper coordinates (the reference lines' labels sit on axes)."""
+    return [a.text for a in fig.layout.annotations if a.xref == "paper"]
+
+
+def test_sweep_bars_panels_are_softmax_at_each_temperature():
+    z = logits(4)
+    temps = [0, 0.25, 1, 2, 5]
+    fig = sweep_bars(CHARS, z, temps, n_top=8)
+    top = torch.topk(torch.softmax(z, -1), 8).indices  # the order of every panel: most likely at T = 1 first
+    labels = [{"\n": "⏎", " ": "␣"}.get(CHARS[i], CHARS[i]) for i in top]
+    assert [tr.name for tr in fig.data] == ["T = 0", "T = 0.25", "T = 1", "T = 2", "T = 5"]
+    for k, (tr, t) in enumerate(zip(fig.data, temps), start=1):
+        expected = torch.nn.functional.one_hot(z.argmax(), len(CHARS)).double() if t == 0 else torch.softmax(z / t, -1)
+        assert np.allclose(tr.x, expected[top].numpy(), atol=1e-6), t
+        assert list(tr.y) == labels and tr.orientation == "h"
+        suffix = "" if k == 1 else str(k)
+        assert (tr.xaxis, tr.yaxis) == (f"x{suffix}", f"y{suffix}")
+        assert fig.layout[f"xaxis{suffix}"].range == (0, 1)  # one probability scale in every panel
+        assert fig.layout[f"xaxis{suffix}"].title.text == "probability"
+    y1 = fig.layout.yaxis
+    assert y1.type == "category" and y1.autorange == "reversed" and y1.title.text == "next character"  # top first
+    assert all(fig.layout[f"yaxis{k}"].matches == "y" for k in range(2, 6))  # the same tokens on every row
+    titles = panel_titles(fig)
+    assert [t.split("<br>")[0] for t in titles] == ["T = 0", "T = 0.25", "T = 1", "T = 2", "T = 5"]
+    assert f"top 8 hold {float(torch.softmax(z / 5, -1)[top].sum()):.0%}" in titles[-1]
+    domains = [fig.layout[f"xaxis{'' if k == 1 else k}"].domain for k in range(1, 6)]
+    assert domains[0][0] == 0 and abs(domains[-1][1] - 1) < 1e-9
+    assert all(a[1] < b[0] for a, b in zip(domains, domains[1:]))  # side by side, left to right, no overlap
+
+
+def test_distribution_bars_are_softmax_at_the_slider_t_with_the_uniform_line():
+    z = logits(5)
+    m = len(CHARS)
+    fig = distribution_bars(CHARS, z, 0.5)
+    order = torch.argsort(torch.softmax(z, -1), descending=True)
+    assert np.allclose(fig.data[0].y, torch.softmax(z / 0.5, -1)[order].numpy(), atol=1e-6)
+    assert fig.layout.title.text == "p(T) at T = 0.5" and fig.layout.yaxis.range == (0, 1.02)
+    assert list(fig.layout.xaxis.tickvals) == list(range(m)) and len(fig.layout.xaxis.ticktext) == m
+    (line,) = fig.layout.shapes
+    assert line.y0 == line.y1 == 1 / m and (line.x0, line.x1, line.xref) == (0, 1, "x domain")  # across the plot
+    (label,) = fig.layout.annotations
+    assert label.text == f"uniform 1/m = {1 / m:.4f}" and label.y == 1 / m
+
+
+def test_distribution_bars_of_a_large_vocabulary_show_the_most_likely():
+    z = torch.randn(1000, generator=torch.Generator().manual_seed(6))
+    chars = [f"t{i}" for i in range(1000)]
+    fig = distribution_bars(chars, z, 2.0, unit="token", max_bars=50)
+    top = torch.topk(z, 50).indices
+    assert list(fig.layout.xaxis.ticktext) == [chars[i] for i in top]
+    assert np.allclose(fig.data[0].y, torch.softmax(z / 2, -1)[top].numpy(), atol=1e-6)
+    assert fig.layout.xaxis.title.text == "the 50 tokens most likely at T = 1 (of m = 1,000), most likely first"
+    assert fig.layout.shapes[0].y0 == 1 / 1000
+
+
+def test_sweep_curves_on_a_shared_log_axis_with_the_slider_mark_in_every_panel():
+    z = logits(7)
+    m = len(CHARS)
+    data = sweep(z, log_grid(1e-3, 1e3, 121))
+    fig = sweep_curves(data, m, mark=2.0, points=sweep(z, [0.5, 2.0]))
+    for trace, key in zip(fig.data[:4], ("entropy", "max_prob", "to_one_hot", "to_uniform")):
+        assert np.allclose(trace.x, data["T"], rtol=1e-6) and np.allclose(trace.y, data[key], atol=1e-6)
+    assert [(tr.xaxis, tr.yaxis) for tr in fig.data[:4]] == [("x", "y"), ("x2", "y2"), ("x3", "y3"), ("x3", "y3")]
+    assert all(fig.layout[ax].type == "log" for ax in ("xaxis", "xaxis2", "xaxis3"))
+    assert fig.layout.xaxis.matches == fig.layout.xaxis2.matches == "x3"  # one T axis, labelled at the bottom
+    assert fig.layout.xaxis3.title.text == "temperature T (log scale)"
+    assert [fig.layout[ax].title.text for ax in ("yaxis", "yaxis2", "yaxis3")] == ["nats", "probability", "distance"]
+    tops = [fig.layout[ax].domain for ax in ("yaxis", "yaxis2", "yaxis3")]
+    assert tops[0][1] == 1 and tops[2][0] == 0 and tops[1][1] < tops[0][0] and tops[2][1] < tops[1][0]  # stacked
+    titles = [a for a in fig.layout.annotations if a.xref == "paper"]
+    assert [a.text for a in titles] == ["entropy H(p(T)) in nats", "largest probability max_i p_i(T)",
+                                        "total variation distance to each limit"]
+    assert [a.y for a in titles] == [d[1] for d in tops]  # each on top of its panel
+    marks = [s for s in fig.layout.shapes if s.x0 == s.x1]
+    assert [(s.x0, s.xref, s.yref, s.y0, s.y1) for s in marks] == [
+        (2.0, "x", "y domain", 0, 1), (2.0, "x2", "y2 domain", 0, 1), (2.0, "x3", "y3 domain", 0, 1)]
+    labels = {a.text: a.yref for a in fig.layout.annotations if a.xref != "paper"}
+    assert labels == {"0 (one-hot)": "y", f"log m = {math.log(m):.3f} (uniform)": "y", "1 (one-hot)": "y2",
+                      f"1/m = {1 / m:.4f} (uniform)": "y2", "0": "y3"}
+    yours = [tr for tr in fig.data if tr.name == "your temperatures"]
+    assert [tr.showlegend for tr in yours] == [True, False, False, False]  # one legend entry for the four
+    assert np.allclose(yours[1].y, [float(torch.softmax(z / t, -1).max()) for t in (0.5, 2.0)], atol=1e-6)
+
+
+@pytest.mark.parametrize("n", range(1, G.MAX_TEMPERATURES + 1))
+def test_sweep_bars_fit_any_number_of_panels(n):
+    temps = [0.5 * k for k in range(n)]
+    fig = sweep_bars(CHARS, logits(8), temps)
+    domains = [fig.layout[f"xaxis{'' if k == 1 else k}"].domain for k in range(1, n + 1)]
+    assert domains[0][0] == 0 and domains[-1][1] == 1
+    assert all(a[1] < b[0] for a, b in zip(domains, domains[1:]))
+    assert len(panel_titles(fig)) == len(fig.data) == n
