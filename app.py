@@ -3,8 +3,8 @@ import streamlit as st
 
 from core.checkpoint import CheckpointError
 from core.threads import page_threads, use_threads
-from ui import (DEFAULT_MODEL, load_model, model_label, resume_deep_link, scan_models, session_owner, show_page_menu,
-                user_models_dir)
+from ui import (DEFAULT_MODEL, load_model, model_label, release_compute_slot, resume_deep_link, scan_models,
+                session_owner, show_page_menu, user_models_dir)
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own
@@ -56,4 +56,7 @@ with st.sidebar:
     for entry in bad:
         st.warning(f"**{entry.name}** could not be loaded: {entry.error}", icon="⚠️")
 
-nav.run()
+try:
+    nav.run()
+finally:  # a page that waited for a compute slot (ui.compute_slot) holds it until here, however its run ended
+    release_compute_slot()

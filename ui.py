@@ -10,6 +10,7 @@ import streamlit as st  # first import could see a half-initialised module (seen
 from streamlit.errors import StreamlitAPIException
 
 from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
+from core.gate import Gate, GateFull, gate_slots
 from core.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
 from core.threads import page_threads, use_threads
 
@@ -32,6 +33,41 @@ def _stamp(path: Path) -> float:
 @st.cache_resource(show_spinner="Loading model ...", max_entries=16)
 def _load(path: str, stamp: float):
     return load_checkpoint(path)  # the returned model is in eval mode with gradients off; never mutate it
+
+
+@st.cache_resource
+def compute_gate() -> Gate | None:
+    """The server's one gate of heavy page work (core.gate): as many at once as cores, the rest in line."""
+    slots = gate_slots()
+    return Gate(slots) if slots else None
+
+
+def compute_slot(what: str):
+    """Wait for a compute slot before the heavy part of a page (once per page run; the slot is given back by
+    ``release_compute_slot`` in app.py when the page's run ends). While the line is long, say so."""
+    gate = compute_gate()
+    if gate is None or gate.held():
+        return
+    box = st.empty()
+
+    def told(ahead: int):
+        box.info(f"Queued: {ahead} ahead of you. This server computes {gate.slots} pages at a time and takes them "
+                 f"in order of arrival; {what} starts as soon as a slot is free.", icon="⏳")
+
+    try:
+        gate.acquire(on_wait=told)
+    except GateFull:
+        box.error("The server is saturated: too many pages are waiting to be computed. Try again in a moment.",
+                  icon="⚠️")
+        st.stop()
+    box.empty()
+
+
+def release_compute_slot():
+    """Give back the compute slot this page run holds, if any (app.py calls it however the page's run ended)."""
+    gate = compute_gate()
+    if gate is not None:
+        gate.release()
 
 
 def shipped_names() -> list[str]:

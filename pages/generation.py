@@ -11,7 +11,7 @@ from core import fmt
 from core import generation as G
 from core import generation_figures as GF
 from core.sampling import stream
-from ui import ensure_frame, model_key, prompt_input, require_model
+from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -112,6 +112,7 @@ if memo and memo["key"] == key:
     box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
     st.session_state["gen_memo"] = memo
 else:
+    compute_slot("your text")
     steps, shown, shown_at = [], 0, time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
@@ -209,9 +210,16 @@ st.dataframe(rows, hide_index=True, width="stretch",
 
 
 # ------------------------------------------------------------------ continuations
-@st.cache_data(max_entries=32, show_spinner="Generating one continuation per temperature ...")
-def continuations(weights_key, _model, chars: tuple, ids: tuple, temps: tuple, n: int, seed: int):
-    return G.continuations(_model, ids, temps, n, seed, chars)  # weights_key stands in for the unhashed model
+def continuations(weights_key, model, chars: tuple, ids: tuple, temps: tuple, n: int, seed: int) -> list:
+    """One continuation per temperature, drawn once on this server for the same inputs (the shared store above,
+    like the texts: no pickling, and a class on one prompt costs one draw); a new draw waits for a compute slot."""
+    key = ("continuations", weights_key, ids, temps, n, seed)
+    memo = shared_generation(key)
+    if memo is None:
+        compute_slot("the continuations")
+        with st.spinner("Generating one continuation per temperature ..."):
+            memo = remember_generation({"key": key, "runs": G.continuations(model, ids, temps, n, seed, chars)})
+    return memo["runs"]
 
 
 st.header("Continuations, one per temperature")

@@ -121,3 +121,21 @@ def test_a_gated_section_inside_another_does_not_wait_for_itself():
             assert gate.running == 1
         assert gate.running == 1
     assert gate.running == 0
+
+
+def test_a_slot_whose_thread_ended_without_giving_it_back_is_taken_back():
+    gate = Gate(slots=1)
+    t = threading.Thread(target=gate.acquire)  # takes the slot and ends, never releasing it
+    t.start()
+    t.join(10)
+    assert gate._running == 1 and gate.running == 0  # counted as taken until looked at: its thread is gone
+    assert gate.acquire() == 0 and gate.running == 1  # the dead thread's slot went to this caller at once
+    gate.release()
+
+
+def test_acquire_and_release_hold_a_slot_across_calls():
+    gate = Gate(slots=1)
+    assert gate.acquire() == 0 and gate.held() and gate.running == 1
+    assert gate.acquire() == 0 and gate.running == 1  # already held: nothing more taken
+    assert gate.release() and not gate.held() and gate.running == 0
+    assert not gate.release()  # nothing left to give back

@@ -1,0 +1,61 @@
+"""The visible queue on a real page: a Generation run with a new prompt waits while every compute slot is taken,
+then runs; a page run never keeps its slot."""
+import threading
+import time
+
+import pytest
+
+import ui
+
+
+@pytest.fixture
+def one_slot(monkeypatch):
+    monkeypatch.setenv("TE_COMPUTE_SLOTS", "1")
+    ui.compute_gate.clear()
+    gate = ui.compute_gate()
+    assert gate.slots == 1
+    yield gate
+    ui.compute_gate.clear()
+
+
+def wait_until(cond, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+def generated_text(at) -> str:
+    return next(c.value for c in at.code)  # the "Plain text" expander holds the prompt and what was drawn
+
+
+def test_a_new_prompt_waits_for_the_slot_then_draws_its_text(open_page, one_slot):
+    at = open_page("pages/generation.py")
+    at.number_input(key="gen_new_tokens").set_value(30)
+    at.number_input(key="gen_cont_tokens").set_value(10)
+    at.run()
+    assert not at.exception and one_slot.running == 0  # the runs so far gave their slot back
+    busy, free = threading.Event(), threading.Event()
+
+    def someone_else():  # another student's heavy run holds the only slot
+        one_slot.acquire()
+        busy.set()
+        free.wait(60)
+        one_slot.release()
+
+    other = threading.Thread(target=someone_else)
+    other.start()
+    busy.wait(10)
+    at.text_area(key="gen_prompt").input("ROMEO:\nWhither now?")
+    run = threading.Thread(target=at.run)
+    run.start()
+    wait_until(lambda: one_slot.waiting == 1)  # the page is in line ...
+    time.sleep(0.3)
+    assert run.is_alive()  # ... and does not draw before its turn
+    free.set()
+    run.join(120)
+    other.join(10)
+    assert not at.exception
+    assert generated_text(at).startswith("ROMEO:\nWhither now?") and len(generated_text(at)) > len("ROMEO:\nWhither now?")
+    wait_until(lambda: one_slot.waiting == 0 and one_slot.running <= 1)
