@@ -6,7 +6,7 @@ from core.attention import (
 from core.attention_figures import (
     all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
-from ui import ensure_frame, model_key, prompt_input, require_model
+from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -55,6 +55,7 @@ def _future_dependence(model_key: str, ids: tuple[int, ...], layer: int, head: i
 
 
 mkey = model_key(entry)  # names the weights for the caches below
+compute_slot("the attention of every head")  # in line with the other sessions when the server is busy (core.gate)
 run = _run(mkey, tuple(prompt.ids))
 tokens = tok.visible_tokens(prompt.ids)  # each position's token text, spaces shown as ␣ (a token may hold several characters)
 n = len(tokens)

@@ -6,7 +6,7 @@ from core.attention import induction_chance, run_attention
 from core.induction import THRESHOLD, head_scores, probe_period, repeat_probe, stripe_scores
 from core.interventions import (MODES, copy_slices, greedy_continuation, next_token_probs, rank_heads, repeat_ids,
                                 repeat_period, token_losses)
-from ui import ensure_frame, model_key, prompt_ids_now, prompt_input, require_model, set_prompt_ids
+from ui import compute_slot, ensure_frame, model_key, prompt_ids_now, prompt_input, require_model, set_prompt_ids
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -121,6 +121,7 @@ if prompt.empty:
 ids = tuple(prompt.ids)
 n = len(ids)
 period = repeat_period(ids)
+compute_slot("the interventions")  # in line with the other sessions when the server is busy (core.gate)
 scores = _scores(mkey)
 best = scores.best_head()
 

@@ -5,7 +5,7 @@ from core import trace_figures as TF
 from core.fmt import head_label, md_escape, visible
 from core.sampling import temperature_softmax
 from core.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
-from ui import ensure_frame, model_key, prompt_input, require_model
+from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -45,6 +45,7 @@ mkey = model_key(entry)
 ids = tuple(prompt.ids)
 n = len(ids)
 tokens = tok.token_strings(ids)  # the text of each position's token (one character for a character model)
+compute_slot("the forward pass")  # in line with the other sessions when the server is busy (core.gate)
 tr = _trace(mkey, ids)
 chars = tok.pieces  # the text of every token id (one character each for a character model)
 
