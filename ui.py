@@ -1,8 +1,10 @@
 """UI glue shared by app.py and the pages: model discovery, cached loading, the current selection."""
 from __future__ import annotations
 
+import collections
 import inspect
 import secrets
+import threading
 from pathlib import Path
 
 import pandas  # noqa: F401  imported up front: Streamlit imports it lazily, and sessions racing on that
@@ -42,12 +44,29 @@ def compute_gate() -> Gate | None:
     return Gate(slots) if slots else None
 
 
-def compute_slot(what: str):
+@st.cache_resource
+def _computed() -> dict:
+    """Keys of page work this server has computed (or is computing), newest last: a bounded LRU."""
+    return {"lock": threading.Lock(), "keys": collections.OrderedDict()}
+
+
+def compute_slot(what: str, key=None):
     """Wait for a compute slot before the heavy part of a page (once per page run; the slot is given back by
-    ``release_compute_slot`` in app.py when the page's run ends). While the line is long, say so."""
+    ``release_compute_slot`` in app.py when the page's run ends). While the line is long, say so.
+
+    ``key`` names the work (page, model, prompt): work this server has done already is read from the caches
+    and skips the line, so a class opening a page on its default prompt never queues behind the students who
+    are typing. A second session asking for work under way waits for the first one's result (Streamlit's cache
+    lock), holding no slot."""
     gate = compute_gate()
     if gate is None or gate.held():
         return
+    if key is not None:
+        known = _computed()
+        with known["lock"]:
+            if key in known["keys"]:
+                known["keys"].move_to_end(key)
+                return
     box = st.empty()
 
     def told(ahead: int):
@@ -61,6 +80,11 @@ def compute_slot(what: str):
                   icon="⚠️")
         st.stop()
     box.empty()
+    if key is not None:
+        with known["lock"]:
+            known["keys"][key] = True
+            while len(known["keys"]) > 4096:
+                known["keys"].popitem(last=False)
 
 
 def release_compute_slot():

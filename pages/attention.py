@@ -55,7 +55,8 @@ def _future_dependence(model_key: str, ids: tuple[int, ...], layer: int, head: i
 
 
 mkey = model_key(entry)  # names the weights for the caches below
-compute_slot("the attention of every head")  # in line with the other sessions when the server is busy (core.gate)
+# in line when the server is busy (core.gate); work done already skips the line
+compute_slot("the attention of every head", key=("attention", mkey, tuple(prompt.ids)))
 run = _run(mkey, tuple(prompt.ids))
 tokens = tok.visible_tokens(prompt.ids)  # each position's token text, spaces shown as ␣ (a token may hold several characters)
 n = len(tokens)

@@ -121,7 +121,7 @@ if prompt.empty:
 ids = tuple(prompt.ids)
 n = len(ids)
 period = repeat_period(ids)
-compute_slot("the interventions")  # in line with the other sessions when the server is busy (core.gate)
+compute_slot("the interventions", key=("heads", mkey, ids))  # in line when the server is busy (core.gate)
 scores = _scores(mkey)
 best = scores.best_head()
 

@@ -45,7 +45,7 @@ mkey = model_key(entry)
 ids = tuple(prompt.ids)
 n = len(ids)
 tokens = tok.token_strings(ids)  # the text of each position's token (one character for a character model)
-compute_slot("the forward pass")  # in line with the other sessions when the server is busy (core.gate)
+compute_slot("the forward pass", key=("inside", mkey, ids))  # in line when the server is busy (core.gate)
 tr = _trace(mkey, ids)
 chars = tok.pieces  # the text of every token id (one character each for a character model)
 

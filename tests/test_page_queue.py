@@ -59,3 +59,33 @@ def test_a_new_prompt_waits_for_the_slot_then_draws_its_text(open_page, one_slot
     assert not at.exception
     assert generated_text(at).startswith("ROMEO:\nWhither now?") and len(generated_text(at)) > len("ROMEO:\nWhither now?")
     wait_until(lambda: one_slot.waiting == 0 and one_slot.running <= 1)
+
+
+def test_work_done_already_skips_the_line(open_page, one_slot):
+    """A page whose work this server has done (a class on the default prompt) reads its caches without queueing,
+    even while every slot is taken."""
+    first = open_page("pages/attention.py")  # computes the default prompt once
+    assert not first.exception
+    busy, free = threading.Event(), threading.Event()
+
+    def someone_else():
+        one_slot.acquire()
+        busy.set()
+        free.wait(60)
+        one_slot.release()
+
+    other = threading.Thread(target=someone_else)
+    other.start()
+    busy.wait(10)
+    try:
+        second = open_page("pages/attention.py")  # would wait for the slot if it queued
+        assert not second.exception and one_slot.waiting == 0
+        second.text_area(key="attn_prompt").input("A new prompt")
+        run = threading.Thread(target=second.run)
+        run.start()
+        wait_until(lambda: one_slot.waiting == 1)  # new work queues
+    finally:
+        free.set()
+    run.join(120)
+    other.join(10)
+    assert not second.exception
