@@ -183,19 +183,28 @@ else:
                "between them.")
 
 st.subheader("Move T continuously")
-grid = [float(f"{t:.3g}") for t in G.log_grid(1e-2, 1e2, 41)]
-t_slider = st.select_slider("T (log scale)", options=grid, value=1.0, key="gen_slider_T",
-                            format_func=lambda t: f"{t:g}")
-now = G.sweep(logits, [t_slider])
-k1, k2, k3, k4 = st.columns(4)
-k1.metric("Entropy H(p(T))", f"{now['entropy'][0]:.3f} nats", help=f"0 for one-hot, log m = {math.log(m):.3f} for uniform")
-k2.metric("Largest probability", f"{now['max_prob'][0]:.3f}", help=f"1 for one-hot, 1/m = {1 / m:.4f} for uniform")
-k3.metric("Distance to one-hot", f"{now['to_one_hot'][0]:.3f}", help="total variation distance to the T → 0 limit")
-k4.metric("Distance to uniform", f"{now['to_uniform'][0]:.3f}", help="total variation distance to the T → ∞ limit")
-st.plotly_chart(GF.distribution_bars(tok.pieces, logits, t_slider, unit=unit), width="stretch", key="gen_dist_bars")
-curves = G.sweep(logits, G.log_grid(1e-3, 1e3, 121))
-st.plotly_chart(GF.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
-                key="gen_curves")
+
+
+@st.fragment
+def move_t(logits, temps: list[float]):
+    """The slider and what it drives: dragging it reruns this part only, not the page (the text above, the
+    continuations below and their figures stay as they are)."""
+    grid = [float(f"{t:.3g}") for t in G.log_grid(1e-2, 1e2, 41)]
+    t_slider = st.select_slider("T (log scale)", options=grid, value=1.0, key="gen_slider_T",
+                                format_func=lambda t: f"{t:g}")
+    now = G.sweep(logits, [t_slider])
+    k1, k2, k3, k4 = st.columns(4)
+    k1.metric("Entropy H(p(T))", f"{now['entropy'][0]:.3f} nats", help=f"0 for one-hot, log m = {math.log(m):.3f} for uniform")
+    k2.metric("Largest probability", f"{now['max_prob'][0]:.3f}", help=f"1 for one-hot, 1/m = {1 / m:.4f} for uniform")
+    k3.metric("Distance to one-hot", f"{now['to_one_hot'][0]:.3f}", help="total variation distance to the T → 0 limit")
+    k4.metric("Distance to uniform", f"{now['to_uniform'][0]:.3f}", help="total variation distance to the T → ∞ limit")
+    st.plotly_chart(GF.distribution_bars(tok.pieces, logits, t_slider, unit=unit), width="stretch", key="gen_dist_bars")
+    curves = G.sweep(logits, G.log_grid(1e-3, 1e3, 121))
+    st.plotly_chart(GF.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
+                    key="gen_curves")
+
+
+move_t(logits, temps)
 st.markdown("The same measures at your temperatures and at the two limits themselves, computed from the limit "
             "distributions (one-hot on the argmax, and uniform 1/m):")
 table_t = temps + [0.0, math.inf]
