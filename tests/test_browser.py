@@ -229,11 +229,16 @@ def test_moving_a_slider_updates_the_page(server, clean_page):
     _open(page, server, "Generation")
     slider = page.locator('[data-testid="stSlider"] input[type="range"]').first
     before = slider.get_attribute("aria-valuetext")
+    entropy = page.locator('[data-testid="stMetric"]', has_text="Entropy H(p(T))")
+    entropy_before = entropy.inner_text()
     slider.focus()
     for _ in range(5):
         slider.press("ArrowRight")
     wait_idle(page)
     assert slider.get_attribute("aria-valuetext") != before
+    # the slider's part of the page (a fragment) ran again with the new T: a higher T spreads the distribution
+    page.wait_for_function("([el, old]) => el.innerText !== old", arg=[entropy.element_handle(), entropy_before],
+                           timeout=30_000)
     _no_exception(page, "generation after a slider move")
 
 
