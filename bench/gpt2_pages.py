@@ -1,11 +1,18 @@
 """Page times with GPT-2 small's real shape selected (124M parameters, 12 x 12 heads, 1024 positions).
 
-    python -m bench.gpt2_pages [--pages attention generation] [--out bench/results/gpt2-pages.csv]
+    python -m bench.gpt2_pages [--pages attention generation] [--prompt-tokens 1024] [--out bench/results/gpt2-pages.csv]
 
 Builds a GPT-2 folder with random weights (names and shapes from transformers' GPT2LMHeadModel on the
 meta device: no download, no memory for the model there), puts it in a temporary TE_MODELS_DIR, and opens
-each page in Streamlit's AppTest with it selected: the time of the first run (model loading included on the
-first page, caches cold) and of a second run (caches warm), and the process's peak memory.
+each page in Streamlit's AppTest with it selected, each page in a process of its own so that its peak memory
+is its own: the time of the first run (caches cold; the model is loaded on the home page before the clock
+starts, except on the home page itself, whose first run includes it) and of a second run (caches warm), the
+process's peak resident memory, and the load average of the machine at the start of the page.
+
+--prompt-tokens N writes a text of N tokens of the folder's BPE (Python's documentation, past the part its BPE
+was learned from) into the page's prompt box before the page first runs; without it each page keeps its own
+default prompt. --max-gib caps each page process's address space, so that a page that would eat the machine's
+memory fails with an error in its row instead.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ import csv
 import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +31,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-PAGES = ["home", "attention", "heads", "generation", "parameters"]
+PAGES = ["home", "attention", "heads", "inside", "generation", "parameters"]
+PROMPT_KEYS = {"attention": "attn_prompt", "heads": "heads_prompt", "inside": "inside_prompt",
+               "generation": "gen_prompt"}
 NAME = "gpt2-small-random"
 
 
@@ -48,33 +58,97 @@ def build_folder(models_dir: Path) -> Path:
     return folder
 
 
+def long_prompt(folder: Path, n_tokens: int) -> tuple[str, int]:
+    """(text, its token count): Python's documentation past the BPE's training part, cut to at most n_tokens
+    tokens of the folder's tokenizer (a cut text can encode to one token fewer or more at its end: trimmed
+    until it fits)."""
+    from core.corpus import pydoc_text
+    from core.tokenizer import BPETokenizer
+
+    tok = BPETokenizer.from_file(folder / "tokenizer.json")
+    ids = tok.encode(pydoc_text()[400_000:400_000 + 20 * n_tokens], errors="drop")[:n_tokens]
+    while len(tok.encode(tok.decode(ids), errors="drop")) > n_tokens:
+        ids = ids[:-1]
+    text = tok.decode(ids)
+    return text, len(tok.encode(text, errors="drop"))
+
+
+def run_page(page: str, prompt: str | None, timeout: float) -> dict:
+    """One page in this process (the child's side): times, peak memory, the page's first exception."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
+    at.session_state["te_model_name"] = NAME
+    if prompt is not None and page in PROMPT_KEYS:
+        at.session_state[PROMPT_KEYS[page]] = prompt
+    t0 = time.perf_counter()
+    at.run()  # the home page: loads the model
+    if page != "home":
+        t0 = time.perf_counter()
+        at.switch_page(f"pages/{page}.py")
+        at.run()
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    at.run()
+    second = time.perf_counter() - t0
+    notes = [w.value for w in at.warning] + [i.value for i in at.info]
+    return {"first_run_s": round(first, 2), "second_run_s": round(second, 2),
+            "error": at.exception[0].message if at.exception else "", "notes": " | ".join(notes)[:300]}
+
+
+def child(args):
+    if args.max_gib:
+        cap = int(args.max_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    prompt = Path(args.prompt_file).read_text() if args.prompt_file else None
+    try:
+        row = run_page(args.child, prompt, args.timeout)
+    except MemoryError:
+        row = {"first_run_s": "", "second_run_s": "", "error": f"MemoryError (address space capped at {args.max_gib} GiB)",
+               "notes": ""}
+    except Exception as e:  # a timeout of AppTest, for one
+        row = {"first_run_s": "", "second_run_s": "", "error": f"{type(e).__name__}: {e}"[:300], "notes": ""}
+    row["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    print("ROW " + json.dumps(row), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", nargs="*", default=PAGES)
+    ap.add_argument("--prompt-tokens", type=int, default=None, help="the pages' prompt: this many tokens of text")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--timeout", type=float, default=900, help="seconds one page run may take")
+    ap.add_argument("--max-gib", type=float, default=16, help="address-space cap of each page's process (0: none)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--prompt-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from streamlit.testing.v1 import AppTest
+    if args.child:
+        return child(args)
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        build_folder(Path(tmp))
-        os.environ["TE_MODELS_DIR"] = tmp
+        folder = build_folder(Path(tmp))
+        env = dict(os.environ, TE_MODELS_DIR=tmp)
+        extra, n_tokens = [], ""
+        if args.prompt_tokens:
+            text, n_tokens = long_prompt(folder, args.prompt_tokens)
+            (Path(tmp) / "prompt.txt").write_text(text)
+            extra = ["--prompt-file", str(Path(tmp) / "prompt.txt")]
+            print(f"prompt: {n_tokens} tokens, {len(text)} characters", flush=True)
         for page in args.pages:
-            at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
-            at.session_state["te_model_name"] = NAME
-            t0 = time.perf_counter()
-            at.run()
-            if page != "home":
-                at.switch_page(f"pages/{page}.py")
-                at.run()
-            first = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            at.run()
-            second = time.perf_counter() - t0
-            error = at.exception[0].message if at.exception else ""
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-            rows.append({"page": page, "first_run_s": round(first, 2), "second_run_s": round(second, 2),
-                         "peak_rss_gib": round(peak, 2), "error": error})
+            load = os.getloadavg()[0]
+            cmd = [sys.executable, "-m", "bench.gpt2_pages", "--child", page, "--timeout", str(args.timeout),
+                   "--max-gib", str(args.max_gib), *extra]
+            done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+            found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+            if found:
+                row = json.loads(found[-1])
+            else:  # the process died (killed for memory, say) before it could report
+                row = {"first_run_s": "", "second_run_s": "", "peak_rss_gib": "",
+                       "error": f"page process exited {done.returncode}: {done.stderr.strip()[-200:]}", "notes": ""}
+            rows.append({"page": page, "prompt_tokens": n_tokens, "first_run_s": row["first_run_s"],
+                         "second_run_s": row["second_run_s"], "peak_rss_gib": row["peak_rss_gib"],
+                         "load_avg_1min": round(load, 2), "error": row["error"], "notes": row["notes"]})
             print(rows[-1], flush=True)
     if args.out:
         with open(args.out, "w", newline="") as fh:

@@ -243,6 +243,27 @@ class Transformer(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    # forward in three steps, each callable alone: interventions that change only block l onwards run the
+    # blocks before l once and start the rest from the stream they leave (core.interventions.head_losses)
+
+    def embed(self, idx, offset: int = 0) -> torch.Tensor:
+        """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d)."""
+        # a slice of the position table, not a lookup: same values, one op fewer per decoding step
+        return self.tok_emb(idx) + self.pos_emb.weight[offset:offset + idx.shape[1]]  # (B, n, d) + (n, d)
+
+    def blocks_from(self, x, start: int = 0, stop: int | None = None, return_attn=False, cache=None, head_fn=None):
+        """Blocks start..stop-1 (stop: default all) on the stream x (B, n, d) entering block ``start``.
+        Returns (the stream leaving block stop-1, their attention records: one per block run, or Nones)."""
+        records = []
+        for i in range(start, len(self.blocks) if stop is None else stop):
+            x, record = self.blocks[i](x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn)
+            records.append(record)
+        return x, records
+
+    def readout(self, x) -> torch.Tensor:
+        """Final LayerNorm and output map: the stream leaving the last block (..., d) -> logits (..., m)."""
+        return self.head(self.ln_f(x))
+
     def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None):
         """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
 
@@ -261,15 +282,10 @@ class Transformer(nn.Module):
         cache = past
         if cache is None and use_cache:
             cache = KVCache(self.config, B, dtype=self.pos_emb.weight.dtype, device=idx.device)
-        # a slice of the position table, not a lookup: same values, one op fewer per decoding step
-        x = self.tok_emb(idx) + self.pos_emb.weight[offset:offset + n]  # (B, n, d) + (n, d) -> (B, n, d)
-        records = []
-        for i, block in enumerate(self.blocks):
-            x, record = block(x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn)
-            records.append(record)
+        x, records = self.blocks_from(self.embed(idx, offset), 0, return_attn=return_attn, cache=cache, head_fn=head_fn)
         if cache is not None:
             cache.length += n
-        logits = self.head(self.ln_f(x))  # (B, n, m)
+        logits = self.readout(x)  # (B, n, m)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n))  # (B*n, m) vs (B*n,)
