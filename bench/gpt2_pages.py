@@ -1,6 +1,6 @@
 """Page times with GPT-2 small's real shape selected (124M parameters, 12 x 12 heads, 1024 positions).
 
-    python -m bench.gpt2_pages [--pages attention generation] [--prompt-tokens 1024] [--out bench/results/gpt2-pages.csv]
+    python -m bench.gpt2_pages [--pages attention generation] [--prompt-tokens 1024 [--edits 4]] [--out FILE.csv]
 
 Builds a GPT-2 folder with random weights (names and shapes from transformers' GPT2LMHeadModel on the
 meta device: no download, no memory for the model there), puts it in a temporary TE_MODELS_DIR, and opens
@@ -11,7 +11,9 @@ process's peak resident memory, and the load average of the machine at the start
 
 --prompt-tokens N writes a text of N tokens of the folder's BPE (Python's documentation, past the part its BPE
 was learned from) into the page's prompt box before the page first runs; without it each page keeps its own
-default prompt. --max-gib caps each page process's address space, so that a page that would eat the machine's
+default prompt. --edits K then types K other texts of that length into the box, one after another, as a user
+editing a long prompt does, and records the mean time of a rerun after an edit and the peak memory after them
+(caches must not keep growing by gigabytes). --max-gib caps each page process's address space, so that a page that would eat the machine's
 memory fails with an error in its row instead.
 """
 from __future__ import annotations
@@ -58,23 +60,30 @@ def build_folder(models_dir: Path) -> Path:
     return folder
 
 
-def long_prompt(folder: Path, n_tokens: int) -> tuple[str, int]:
-    """(text, its token count): Python's documentation past the BPE's training part, cut to at most n_tokens
-    tokens of the folder's tokenizer (a cut text can encode to one token fewer or more at its end: trimmed
-    until it fits)."""
+def long_prompt(folder: Path, n_tokens: int, start: int = 400_000) -> tuple[str, int]:
+    """(text, its token count): Python's documentation from character ``start`` (past the BPE's training part), cut
+    to at most n_tokens tokens of the folder's tokenizer (a cut text can encode to one token fewer or more at its
+    end: trimmed until it fits)."""
     from core.corpus import pydoc_text
     from core.tokenizer import BPETokenizer
 
     tok = BPETokenizer.from_file(folder / "tokenizer.json")
-    ids = tok.encode(pydoc_text()[400_000:400_000 + 20 * n_tokens], errors="drop")[:n_tokens]
+    ids = tok.encode(pydoc_text()[start:start + 20 * n_tokens], errors="drop")[:n_tokens]
     while len(tok.encode(tok.decode(ids), errors="drop")) > n_tokens:
         ids = ids[:-1]
     text = tok.decode(ids)
     return text, len(tok.encode(text, errors="drop"))
 
 
-def run_page(page: str, prompt: str | None, timeout: float) -> dict:
-    """One page in this process (the child's side): times, peak memory, the page's first exception."""
+def rss_gib() -> float:
+    """Peak resident memory of this process so far, GiB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+
+
+def run_page(page: str, prompt: str | None, timeout: float, edits: list[str] = ()) -> dict:
+    """One page in this process (the child's side): times, peak memory, the page's first exception; then, with
+    ``edits``, each text typed into the prompt box in turn (a user editing a long prompt): the mean time of a
+    rerun after an edit and the peak memory after all of them."""
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=timeout)
@@ -92,23 +101,33 @@ def run_page(page: str, prompt: str | None, timeout: float) -> dict:
     at.run()
     second = time.perf_counter() - t0
     notes = [w.value for w in at.warning] + [i.value for i in at.info]
-    return {"first_run_s": round(first, 2), "second_run_s": round(second, 2),
-            "error": at.exception[0].message if at.exception else "", "notes": " | ".join(notes)[:300]}
+    row = {"first_run_s": round(first, 2), "second_run_s": round(second, 2), "peak_rss_gib": rss_gib(),
+           "error": at.exception[0].message if at.exception else "", "notes": " | ".join(notes)[:300]}
+    if edits and page in PROMPT_KEYS and not at.exception:
+        t0 = time.perf_counter()
+        for text in edits:
+            at.text_area(key=PROMPT_KEYS[page]).input(text).run()
+        row["edit_s"] = round((time.perf_counter() - t0) / len(edits), 2)
+        row["peak_rss_after_edits_gib"] = rss_gib()
+        row["error"] = row["error"] or (at.exception[0].message if at.exception else "")
+    return row
 
 
 def child(args):
     if args.max_gib:
         cap = int(args.max_gib * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    prompt = Path(args.prompt_file).read_text() if args.prompt_file else None
+    prompt, edits = None, []
+    if args.prompt_file:
+        prompt, *edits = json.loads(Path(args.prompt_file).read_text())
     try:
-        row = run_page(args.child, prompt, args.timeout)
+        row = run_page(args.child, prompt, args.timeout, edits)
     except MemoryError:
         row = {"first_run_s": "", "second_run_s": "", "error": f"MemoryError (address space capped at {args.max_gib} GiB)",
                "notes": ""}
     except Exception as e:  # a timeout of AppTest, for one
         row = {"first_run_s": "", "second_run_s": "", "error": f"{type(e).__name__}: {e}"[:300], "notes": ""}
-    row["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    row.setdefault("peak_rss_gib", rss_gib())
     print("ROW " + json.dumps(row), flush=True)
 
 
@@ -116,6 +135,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pages", nargs="*", default=PAGES)
     ap.add_argument("--prompt-tokens", type=int, default=None, help="the pages' prompt: this many tokens of text")
+    ap.add_argument("--edits", type=int, default=0,
+                    help="with --prompt-tokens: then type this many other texts of that length, one after another")
     ap.add_argument("--out", default=None)
     ap.add_argument("--timeout", type=float, default=900, help="seconds one page run may take")
     ap.add_argument("--max-gib", type=float, default=16, help="address-space cap of each page's process (0: none)")
@@ -131,9 +152,10 @@ def main():
         env = dict(os.environ, TE_MODELS_DIR=tmp)
         extra, n_tokens = [], ""
         if args.prompt_tokens:
-            text, n_tokens = long_prompt(folder, args.prompt_tokens)
-            (Path(tmp) / "prompt.txt").write_text(text)
-            extra = ["--prompt-file", str(Path(tmp) / "prompt.txt")]
+            texts = [long_prompt(folder, args.prompt_tokens, 400_000 + 25_000 * i) for i in range(1 + args.edits)]
+            text, n_tokens = texts[0]
+            (Path(tmp) / "prompts.json").write_text(json.dumps([t for t, _ in texts]))
+            extra = ["--prompt-file", str(Path(tmp) / "prompts.json")]
             print(f"prompt: {n_tokens} tokens, {len(text)} characters", flush=True)
         for page in args.pages:
             load = os.getloadavg()[0]
@@ -148,6 +170,8 @@ def main():
                        "error": f"page process exited {done.returncode}: {done.stderr.strip()[-200:]}", "notes": ""}
             rows.append({"page": page, "prompt_tokens": n_tokens, "first_run_s": row["first_run_s"],
                          "second_run_s": row["second_run_s"], "peak_rss_gib": row["peak_rss_gib"],
+                         **({"edits": args.edits, "edit_s": row.get("edit_s", ""),
+                             "peak_rss_after_edits_gib": row.get("peak_rss_after_edits_gib", "")} if args.edits else {}),
                          "load_avg_1min": round(load, 2), "error": row["error"], "notes": row["notes"]})
             print(rows[-1], flush=True)
     if args.out:
