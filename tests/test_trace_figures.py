@@ -140,7 +140,7 @@ def test_mlp_figure_sorts_the_hidden_units_and_counts_the_silent_ones(setup):
 
 def test_lens_table_ends_with_the_models_prediction_and_shows_the_truth(setup):
     model, ids, tr = setup
-    lens = lens_top(tr)
+    lens = lens_top(model, tr)
     lo, hi = 3, 12
     fig = TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], CHARS, ids, lens_stage_names(2), lo,
                          chosen=8)
