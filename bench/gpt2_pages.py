@@ -11,7 +11,8 @@ process's peak resident memory, and the load average of the machine at the start
 
 --prompt-tokens N writes a text of N tokens of the folder's BPE (Python's documentation, past the part its BPE
 was learned from) into the page's prompt box before the page first runs; without it each page keeps its own
-default prompt. --edits K then types K other texts of that length into the box, one after another, as a user
+default prompt. Where the heads page asks before ranking every head (a long prompt), the button is pressed after the
+second run and the time of that run is rank_button_s (the peak memory includes it). --edits K then types K other texts of that length into the box, one after another, as a user
 editing a long prompt does, and records the mean time of a rerun after an edit and the peak memory after them
 (caches must not keep growing by gigabytes). --max-gib caps each page process's address space, so that a page that would eat the machine's
 memory fails with an error in its row instead.
@@ -101,7 +102,13 @@ def run_page(page: str, prompt: str | None, timeout: float, edits: list[str] = (
     at.run()
     second = time.perf_counter() - t0
     notes = [w.value for w in at.warning] + [i.value for i in at.info]
-    row = {"first_run_s": round(first, 2), "second_run_s": round(second, 2), "peak_rss_gib": rss_gib(),
+    rank = ""
+    if page == "heads" and any(b.key == "heads_rank_go" for b in at.button):  # a ranking that waits for its button
+        notes.append(next(m.value for m in at.markdown if "forward passes of the whole model" in m.value))
+        t0 = time.perf_counter()
+        at.button(key="heads_rank_go").click().run()
+        rank = round(time.perf_counter() - t0, 2)
+    row = {"first_run_s": round(first, 2), "second_run_s": round(second, 2), "rank_button_s": rank, "peak_rss_gib": rss_gib(),
            "error": at.exception[0].message if at.exception else "", "notes": " | ".join(notes)[:300]}
     if edits and page in PROMPT_KEYS and not at.exception:
         t0 = time.perf_counter()
@@ -169,7 +176,8 @@ def main():
                 row = {"first_run_s": "", "second_run_s": "", "peak_rss_gib": "",
                        "error": f"page process exited {done.returncode}: {done.stderr.strip()[-200:]}", "notes": ""}
             rows.append({"page": page, "prompt_tokens": n_tokens, "first_run_s": row["first_run_s"],
-                         "second_run_s": row["second_run_s"], "peak_rss_gib": row["peak_rss_gib"],
+                         "second_run_s": row["second_run_s"], "rank_button_s": row.get("rank_button_s", ""),
+                         "peak_rss_gib": row["peak_rss_gib"],
                          **({"edits": args.edits, "edit_s": row.get("edit_s", ""),
                              "peak_rss_after_edits_gib": row.get("peak_rss_after_edits_gib", "")} if args.edits else {}),
                          "load_avg_1min": round(load, 2), "error": row["error"], "notes": row["notes"]})

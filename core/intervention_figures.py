@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.attention import future_mask
+from core.attention import future_mask, pool_pattern
 from core.attention_figures import MASKED_GREY, axis_ticks
 from core.fmt import head_label, heads_label, visible  # noqa: F401 (re-exported for the page)
 
@@ -156,20 +156,35 @@ def induction_frame(scores: np.ndarray) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- the induction stripe
 
+STRIPE_MAX_CELLS = 256  # cells a side the stripe's heatmap sends at most; a longer sequence is pooled to fit
+
+
 def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: str = "",
-                  unit: str = "character") -> go.Figure:
+                  unit: str = "character", max_cells: int = STRIPE_MAX_CELLS) -> go.Figure:
     """One head's (n, n) attention pattern on a sequence written twice (period T), query i down the rows,
     key j across, masked cells grey. The dotted line marks the induction keys j = i − T + 1 of the second
-    copy's queries i >= T: the character right after the earlier occurrence of query i's character."""
+    copy's queries i >= T: the character right after the earlier occurrence of query i's character.
+    Longer than ``max_cells`` positions, the heatmap is pooled into blocks of b positions
+    (core.attention.pool_pattern: a cell is the weight its queries put on its keys, on average, so a stripe keeps
+    its strength) drawn at the positions they cover; axes, ticks and the line stay in positions."""
     n = len(tokens)
     if pattern.shape != (n, n):
         raise ValueError(f"expected an ({n}, {n}) pattern for {n} tokens, got {pattern.shape}")
-    z = np.where(future_mask(n), np.nan, pattern)
-    q = np.array([f"{i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
-    fig = go.Figure(go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="weight", thickness=12),
-                               customdata=np.stack(np.broadcast_arrays(q[:, None], q[None, :]), axis=-1),
-                               hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}"
-                                             "<extra></extra>"))
+    if n <= max_cells:
+        z = np.where(future_mask(n), np.nan, pattern)
+        q = np.array([f"{i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+        heat = go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="weight", thickness=12),
+                          customdata=np.stack(np.broadcast_arrays(q[:, None], q[None, :]), axis=-1),
+                          hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}"
+                                        "<extra></extra>")
+    else:  # per-cell hover text for n^2 cells would be tens of MB: pooled blocks, labelled by their positions
+        z, b = pool_pattern(pattern, max_cells)
+        centres = np.arange(z.shape[-1]) * b + (b - 1) / 2
+        heat = go.Heatmap(z=z.astype(np.float32), x=centres, y=centres, colorscale="Blues", zmin=0, zmax=1,
+                          colorbar=dict(title=f"weight<br>({b}×{b} blocks)", thickness=12),
+                          hovertemplate=f"queries around %{{y:.0f}}, keys around %{{x:.0f}}<br>blocks of {b} "
+                                        "positions: weight %{z:.3f}<extra></extra>")
+    fig = go.Figure(heat)
     rows = np.arange(period, n)
     # dotted and thin, so that a real stripe under it stays visible
     fig.add_trace(go.Scatter(x=rows - period + 1, y=rows, mode="lines", name=f"induction keys: j = i − {period} + 1",

@@ -150,22 +150,40 @@ def _chunked_losses(model, x: torch.Tensor, targets: torch.Tensor) -> np.ndarray
     return torch.cat(parts, dim=1).double().numpy()
 
 
-@torch.no_grad()
-def head_losses(model, ids: list[int], mode: str = "zero", progress=None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-token losses (as ``token_losses``) with every head on, (n-1,), and with each head switched off alone,
-    (L, h, n-1). The same numbers as one ``token_losses(model, ids, [(l, k)], mode)`` per head, computed with
-    less work: switching off a head of layer l changes nothing before block l, so the blocks run once with every
-    head on (which also gives the means of a mean ablation) and the stream entering each block is kept; then the
-    h heads of layer l are switched off in one batch of h rows (row k: head k off), starting from that stream.
-    ``progress(done, total)`` is called after each layer."""
+def _layer_off(model, stream: torch.Tensor, layer: int, mode: str, means, targets: torch.Tensor) -> np.ndarray:
+    """(h, n-1) losses with each head of ``layer`` off alone, from the stream (1, n, d) entering the layer: one
+    batch of h rows, row k with head k off, through blocks layer..L-1 and the output map."""
+    h = model.config.n_heads
+    rows = torch.arange(h)
+
+    def off(l, y):  # y: (h, h, n, d/h): batch row k switches head k off
+        if l != layer:
+            return y
+        y = y.clone()
+        y[rows, rows] = 0.0 if mode == "zero" else means[:, None, :]  # (h, n, d/h) <- (h, 1, d/h)
+        return y
+
+    out, _ = model.blocks_from(stream.expand(h, -1, -1), layer, head_fn=off)
+    return _chunked_losses(model, out, targets)
+
+
+def _check(ids, mode):
     if len(ids) < 2:
         raise ValueError("need at least two tokens: one to read and one to predict")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
-    c = model.config
-    L, h = c.n_layers, c.n_heads
-    idx = torch.tensor([ids], dtype=torch.long)
-    targets = idx[0, 1:]
+    return torch.tensor([ids], dtype=torch.long)
+
+
+@torch.no_grad()
+def head_losses(model, ids: list[int], mode: str = "zero") -> tuple[np.ndarray, np.ndarray]:
+    """Per-token losses (as ``token_losses``) with every head on, (n-1,), and with each head switched off alone,
+    (L, h, n-1). The same numbers as one ``token_losses(model, ids, [(l, k)], mode)`` per head, computed with
+    less work: switching off a head of layer l changes nothing before block l, so the blocks run once with every
+    head on (which also gives the means of a mean ablation) and the stream entering each block is kept; then the
+    h heads of layer l are switched off in one batch of h rows (row k: head k off), starting from that stream."""
+    idx = _check(ids, mode)
+    L = model.config.n_layers
     means = [None] * L
 
     def keep(layer, y):  # y: (1, h, n, d/h); the heads' mean outputs, for a mean ablation
@@ -176,22 +194,26 @@ def head_losses(model, ids: list[int], mode: str = "zero", progress=None) -> tup
     for layer in range(L):
         streams.append(x)  # (1, n, d) entering block ``layer``
         x, _ = model.blocks_from(x, layer, layer + 1, head_fn=keep)
-    base = _chunked_losses(model, x, targets)[0]
-    per_head = np.empty((L, h, len(ids) - 1))
-    rows = torch.arange(h)
-    for layer in range(L):
-        def off(l, y, layer=layer):  # y: (h, h, n, d/h): batch row k switches head k off
-            if l != layer:
-                return y
-            y = y.clone()
-            y[rows, rows] = 0.0 if mode == "zero" else means[layer][:, None, :]  # (h, n, d/h) <- (h, 1, d/h)
-            return y
-
-        out, _ = model.blocks_from(streams[layer].expand(h, -1, -1), layer, head_fn=off)
-        per_head[layer] = _chunked_losses(model, out, targets)
-        if progress is not None:
-            progress(layer + 1, L)
+    base = _chunked_losses(model, x, idx[0, 1:])[0]
+    per_head = np.stack([_layer_off(model, streams[l], l, mode, means[l], idx[0, 1:]) for l in range(L)])
     return base, per_head
+
+
+@torch.no_grad()
+def layer_head_losses(model, ids: list[int], layer: int, mode: str = "zero") -> np.ndarray:
+    """(h, n-1): ``head_losses``'s rows for one layer alone (the blocks before it run with every head on), for a page
+    that ranks layer by layer and shows its progress."""
+    idx = _check(ids, mode)
+    stream, _ = model.blocks_from(model.embed(idx), 0, layer)
+    means = head_means_from(model, stream, layer) if mode == "mean" else None
+    return _layer_off(model, stream, layer, mode, means, idx[0, 1:])
+
+
+def head_means_from(model, stream: torch.Tensor, layer: int) -> torch.Tensor:
+    """(h, d/h) the heads of ``layer``'s mean outputs over the batch and positions of the stream entering it."""
+    kept = []
+    model.blocks_from(stream, layer, layer + 1, head_fn=lambda l, y: kept.append(y.mean(dim=(0, 2))) or y)
+    return kept[0]
 
 
 def rank_from_losses(base: np.ndarray, per_head: np.ndarray, positions: slice | None = None) -> list[HeadEffect]:

@@ -40,7 +40,8 @@ if prompt.empty:
 
 # A trace keeps every intermediate of the pass: for GPT-2 small about 1.1 MB per token plus each head's n x n scores
 # and weights. It is cut to the last tokens that fit TRACE_BUDGET, and big traces get a cache of their own, short,
-# so that editing a long prompt never piles up copies.
+# so that editing a long prompt never piles up copies: st.cache_resource, which hands out the one object it holds
+# (the page only reads a trace) where st.cache_data would pickle it and unpickle a fresh copy on every rerun.
 TRACE_BUDGET = 384 * 2**20
 SMALL_TRACE = 16 * 2**20
 
@@ -50,7 +51,7 @@ def _trace_small(model_key: str, ids: tuple[int, ...]):
     return trace(model, list(ids))
 
 
-@st.cache_data(max_entries=2, show_spinner="Running the model and keeping every step ...")
+@st.cache_resource(max_entries=2, show_spinner="Running the model and keeping every step ...")
 def _trace_big(model_key: str, ids: tuple[int, ...]):
     return trace(model, list(ids))
 
@@ -72,7 +73,7 @@ if len(ids) > keep:
     st.info(f"Your prompt has {len(ids):,} {tok.units}. This page keeps every intermediate of the forward pass, about "
             f"{human_bytes(trace_bytes(c, keep) / keep)} per {tok.unit} for this model at this length, so it follows "
             f"the **last {keep} {tok.units}** only: here the model reads those {keep} alone (positions below count "
-            f"from their first), and its numbers can differ a little from a run on your whole prompt. The Attention "
+            f"from their first), and its numbers can differ from a run on your whole prompt. The Attention "
             "and Switch heads off pages read all of it.")
     ids = ids[-keep:]
 n = len(ids)
