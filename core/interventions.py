@@ -116,10 +116,10 @@ def greedy_continuation(model, ids: list[int], steps: int, heads=(), mode: str =
     past, pending = None, []  # pending: tokens the model has not read yet
     for _ in range(steps):
         if past is not None and past.length + len(pending) <= n_ctx:
-            out = model(torch.tensor([pending]), past=past, use_cache=True, head_fn=fn)
+            out = model(torch.tensor([pending]), past=past, use_cache=True, head_fn=fn, last_only=True)
         else:  # the first step, or the window slid: read the whole window again
             window = seq[-n_ctx:]
-            out = model(torch.tensor([window]), use_cache=len(window) < n_ctx, head_fn=fn)
+            out = model(torch.tensor([window]), use_cache=len(window) < n_ctx, head_fn=fn, last_only=True)
         past = out.present
         seq.append(int(out.logits[0, -1].argmax()))
         pending = seq[-1:]

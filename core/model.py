@@ -264,9 +264,12 @@ class Transformer(nn.Module):
         """Final LayerNorm and output map: the stream leaving the last block (..., d) -> logits (..., m)."""
         return self.head(self.ln_f(x))
 
-    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None):
+    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None, last_only=False):
         """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
 
+        last_only: logits of the last position only, (B, 1, m): all that generation reads. The output map is the
+        largest matrix of a GPT-2-sized model, and (B, n, m) logits of a long prompt are gigabytes (nanoGPT's
+        inference-time shortcut). Not with targets, whose loss needs every position.
         return_attn: also return per layer the scores before the mask and the pattern after it.
         head_fn: optional ``f(layer, y) -> y`` applied to each layer's per-head outputs y (B, h, n, d/h) before
         W_O mixes them, for interventions such as switching heads off (core.interventions).
@@ -285,7 +288,9 @@ class Transformer(nn.Module):
         x, records = self.blocks_from(self.embed(idx, offset), 0, return_attn=return_attn, cache=cache, head_fn=head_fn)
         if cache is not None:
             cache.length += n
-        logits = self.readout(x)  # (B, n, m)
+        if last_only and targets is not None:
+            raise ValueError("last_only gives no loss: the loss needs the logits of every position")
+        logits = self.readout(x[:, -1:] if last_only else x)  # (B, n, m), or (B, 1, m)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n))  # (B*n, m) vs (B*n,)

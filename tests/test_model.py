@@ -199,3 +199,17 @@ def test_forward_in_steps_matches_the_modules_called_by_hand():
         _, records = model.blocks_from(streams[1], 1, 2, return_attn=True)
         full = model(idx, return_attn=True).attn[1]
         torch.testing.assert_close(records[0].pattern, full.pattern)
+
+
+def test_last_only_gives_the_last_rows_of_the_logits(tiny_model):
+    idx = torch.randint(0, 11, (2, 9))
+    with torch.no_grad():
+        full = tiny_model(idx).logits
+        last = tiny_model(idx, last_only=True).logits
+        assert last.shape == (2, 1, 11)
+        torch.testing.assert_close(last, full[:, -1:], atol=1e-6, rtol=0)
+        out = tiny_model(idx[:, :5], use_cache=True, last_only=True)
+        step = tiny_model(idx[:, 5:], past=out.present, use_cache=True, last_only=True)
+        torch.testing.assert_close(step.logits, full[:, -1:], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="loss"):
+        tiny_model(idx, targets=idx, last_only=True)
