@@ -234,8 +234,9 @@ def all_heads_figure(patterns, selected: tuple[int, int] | None = None, layers: 
                                  customdata=[[l, k]] * len(tx), showlegend=False,
                                  hovertemplate=f"layer {l + 1} · head {k + 1}<br>click to open it above"
                                                "<extra></extra>"), r, c)
-    fig.update_yaxes(range=[t - 0.5, -0.5], showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_xaxes(range=[-0.5, t - 0.5], showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(range=[t - 0.5, -0.5], showticklabels=False, ticks="", showgrid=False, zeroline=False)
+    fig.update_xaxes(range=[-0.5, t - 0.5], showticklabels=False, ticks="", showgrid=False, zeroline=False)
+    fig.update_annotations(yshift=5)  # the titles a little higher, clear of the red frame around a panel
     for i, (l, k) in enumerate(cells):  # empty places of a last row: no axes at all
         if k >= h:
             fig.update_xaxes(visible=False, row=i // cols + 1, col=i % cols + 1)
@@ -246,7 +247,7 @@ def all_heads_figure(patterns, selected: tuple[int, int] | None = None, layers: 
         xd = fig.layout[f"xaxis{'' if idx == 1 else idx}"].domain
         yd = fig.layout[f"yaxis{'' if idx == 1 else idx}"].domain
         fig.add_shape(type="rect", xref="paper", yref="paper", x0=xd[0] - 0.004, x1=xd[1] + 0.004,
-                      y0=yd[0] - 6 / plot_px, y1=yd[1] + 6 / plot_px, line=dict(color="#d62728", width=3))
+                      y0=yd[0] - 3 / plot_px, y1=yd[1] + 3 / plot_px, line=dict(color="#d62728", width=3))
     title = "weight" if block == 1 else f"weight<br>(mean over<br>{block}×{block} cells)"
     fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title=title, thickness=12)),
                       height=plot_px + 60, plot_bgcolor=MASKED_GREY, margin=dict(l=20, r=20, t=40, b=20),
@@ -270,7 +271,10 @@ def head_overview_figure(roles: dict[str, np.ndarray], key: str, selected: tuple
                                text=np.round(z, 2), texttemplate="%{text}", textfont=dict(size=11), hoverinfo="skip",
                                colorbar=dict(title=dict(text=ROLE_TITLES[key], side="right"), thickness=12)))
     layer, head = np.meshgrid(np.arange(L), np.arange(h), indexing="ij")
-    custom = np.stack([layer.ravel(), head.ravel()] + [np.asarray(roles[k], dtype=float).ravel() for k in keys], -1)
+    # a plain list, not an array: Plotly would send an array as binary, and a clicked point's customdata would then
+    # reach the selection callback as an object instead of [layer, head, ...]
+    custom = np.stack([layer.ravel(), head.ravel()] + [np.asarray(roles[k], dtype=float).ravel() for k in keys],
+                      -1).tolist()
     lines = "".join(f"<br>{ROLE_TITLES[k]}: %{{customdata[{2 + i}]:.3f}}" for i, k in enumerate(keys))
     names = [f"layer {l + 1} · head {k + 1}" for l, k in zip(layer.ravel(), head.ravel())]  # from 1, as on screen
     fig.add_trace(go.Scatter(x=head.ravel(), y=layer.ravel(), mode="markers", customdata=custom, text=names,

@@ -94,10 +94,10 @@ def next_token_bars(chars, before: np.ndarray, after: np.ndarray, after_name: st
     for name, p, color in (("all heads on", before, "#7f7f7f"), (after_name, after, "#d62728")):
         fig.add_trace(go.Bar(x=x, y=p[order], name=name, marker_color=color, customdata=labels,
                              text=[f"{v:.2f}" for v in p[order]], textposition="outside",
-                             hovertemplate="'%{customdata}' p = %{y:.4f}<extra>" + html.escape(name) + "</extra>"))
+                             hovertemplate="'%{customdata}' p = %{y:.4f}<extra>" + html.escape(name, quote=False) + "</extra>"))
     title = f"Next {unit}: the most likely ones, with and without the heads"
     if actual is not None:
-        title += (f"<br><sup>the {unit} that really comes next, '{html.escape(visible(chars[actual]))}', gets "
+        title += (f"<br><sup>the {unit} that really comes next, '{html.escape(visible(chars[actual]), quote=False)}', gets "
                   f"p = {before[actual]:.3f} with all heads on and {after[actual]:.3f} without them</sup>")
         hits = np.flatnonzero(order == actual)
         if hits.size:
@@ -191,7 +191,10 @@ def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: st
                              line=dict(color="#d62728", width=1.5, dash="dot"), opacity=0.7, hoverinfo="skip"))
     fig.update_xaxes(**axis_ticks(tokens, max_ticks=STRIPE_X_TICKS), range=[-0.5, n - 0.5],
                      title_text=f"key j (the {unit}s looked at)")
-    fig.update_yaxes(**axis_ticks(tokens), range=[n - 0.5, -0.5], title_text=f"query i (the {unit} predicting the next)")
+    # a long sequence of sub-word tokens: fewer query labels, and room for them left of the axis title
+    y_ticks = axis_ticks(tokens) if n <= max_cells else axis_ticks(tokens, max_ticks=STRIPE_X_TICKS)
+    fig.update_yaxes(**y_ticks, range=[n - 0.5, -0.5], title_text=f"query i (the {unit} predicting the next)",
+                     automargin=True)
     fig.update_layout(title=title, height=620, width=None, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=60),
                       legend=dict(orientation="h", y=1.0, x=1.0, xanchor="right", yanchor="bottom"))
     return fig

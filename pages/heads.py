@@ -68,10 +68,26 @@ def _layer_losses(model_key: str, ids: tuple[int, ...], mode: str, layer: int):
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _pass_seconds(model_key: str, ids: tuple[int, ...]) -> float:
-    """How long one forward pass on these tokens takes on this server now: the unit of the time estimates."""
+    """How long one forward pass on these tokens takes on this server now (what a slid step of a continuation costs)."""
     t0 = time.perf_counter()
     model(torch.tensor([list(ids)]))
     return time.perf_counter() - t0
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _rows_seconds(model_key: str, rows: int, length: int) -> float:
+    """How long one forward pass of ``rows`` sequences of ``length`` tokens takes on this server now."""
+    t0 = time.perf_counter()
+    model(torch.zeros(rows, length, dtype=torch.long))
+    return time.perf_counter() - t0
+
+
+def rank_seconds(n: int) -> float:
+    """The expected time of ranking every head on n tokens: head_losses_cost passes of the model, each timed as one
+    row of a batch of h (the ranking runs h rows at once, much faster per row than one alone on a short prompt),
+    on at most 64 tokens, scaled up to n."""
+    length = min(n, 64)
+    return head_losses_cost(c, n) * _rows_seconds(mkey, c.n_heads, length) / c.n_heads * n / length
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -185,7 +201,9 @@ else:
     m1.metric("Mean loss, all heads on", f"{before.mean():.3f} nats")
     m2.metric(f"Mean loss, {off}", f"{after.mean():.3f} nats", delta=f"{after.mean() - before.mean():+.3f} nats",
               delta_color="inverse")
-    st.html(IF.loss_change_html(tok.token_strings(ids), before, after, boundaries=tok.kind != "char"))
+    # a long prompt scrolls in a box of its own, so that the views below stay within reach
+    with st.container(height=420 if n > 400 else "content", border=False):
+        st.html(IF.loss_change_html(tok.token_strings(ids), before, after, boundaries=tok.kind != "char"))
     st.html(IF.loss_change_legend(IF.change_scale(after - before), tok.unit))
     st.caption(f"A {tok.unit}'s loss is −log of the probability the model gave it, reading everything before it. "
                f"The first {tok.unit} has no loss: nothing comes before it.")
@@ -258,7 +276,7 @@ st.header("Which heads matter on this prompt")
 ranked = st.session_state.setdefault("heads_ranked", set())  # (model, ids, mode) this session has ranked
 wait = False
 if n >= 2 and (mkey, ids, mode) not in ranked:
-    expected = head_losses_cost(c, n) * _pass_seconds(mkey, ids)
+    expected = rank_seconds(n)
     if expected > RANK_AUTO_S:  # said beforehand, and only on request
         st.markdown(f"Ranking switches each of the {c.n_layers * c.n_heads} heads off in turn: on this prompt of "
                     f"{n:,} {tok.units} that is about {head_losses_cost(c, n):.0f} forward passes of the whole model, "

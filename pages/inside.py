@@ -268,7 +268,10 @@ token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) fo
 att = direct_logit_attribution(model, tr, token, pos)
 st.plotly_chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=None,
                 key="inside_attribution")
-st.caption(f"Grey: the embedding; blue: heads; orange: MLPs. Layers and heads count from 1. σ is frozen at "
+many = len(att.names) > TF.ATTRIBUTION_BARS
+st.caption(f"Grey: the embedding; blue: heads; orange: MLPs"
+           + (f"; light grey: all but the {TF.ATTRIBUTION_BARS - 1} largest of the {len(att.names)} writers, summed"
+              if many else "") + f". Layers and heads count from 1. σ is frozen at "
            f"{1 / att.scale:.3f} (the stream's spread at position {pos}); with another σ the bars would all scale "
            "together, so their ranking is what to read.")
 

@@ -83,6 +83,7 @@ def test_overview_has_one_clickable_cell_per_head_with_its_numbers():
     heat, cells = fig.data
     np.testing.assert_allclose(np.array(heat.z, dtype=float), roles["previous_token"])
     assert len(cells.x) == L * H
+    assert not isinstance(cells.customdata, np.ndarray)  # a list: a binary array reaches a click callback as an object
     custom = np.array(cells.customdata, dtype=float)
     for i in (0, 37, 143):
         l, k = int(custom[i, 0]), int(custom[i, 1])

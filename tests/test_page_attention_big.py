@@ -46,6 +46,7 @@ def test_overview_and_the_selected_heads_layer(open_page, models_dir):
     overview, grid = charts[1], charts[2]
     heat, cells = overview["data"]
     assert array(heat["z"]).shape == (4, 6) and array(cells["x"]).shape == (24,)
+    assert isinstance(cells["customdata"], list) and cells["customdata"][7][:2] == [1, 1]  # what a click hands over
     # the overview's previous-token scores, against transformers' own attention weights on the same ids
     ids = at.session_state["te_current"][2].encode(PROMPT)
     with torch.no_grad():
