@@ -138,6 +138,10 @@ gen_ids, n_new, note = fit(ids, n_new)
 if note:
     st.info(note)
     start_text = tok.decode(gen_ids)
+SHOWN = 600  # characters of the prompt shown in grey before the new text: a long prompt would push it off screen
+trimmed = len(start_text) > SHOWN
+if trimmed:
+    start_text = "…" + start_text[-SHOWN:]
 key = (model_key(entry), tuple(gen_ids), n_new, seed, mode, temperature, top_k, top_p)
 memo = st.session_state.get("gen_memo")
 if not (memo and memo["key"] == key):
@@ -168,7 +172,8 @@ m1.metric("Distinct 3-grams", "–" if d3 is None else f"{d3:.2f}",
 m2.metric("Mean probability the model gave", f"{measures['mean_prob']:.3f}")
 m3.metric("Perplexity of the generated text", f"{measures['perplexity']:.2f}",
           help=f"exp of the mean negative log-probability (at T = 1) of the generated {units}.")
-caption = (f"Prompt in grey, then {len(steps)} generated {units}, shaded by the probability the model (at T = 1) "
+grey = f"Prompt in grey (its last {SHOWN} characters; all of it under Plain text)" if trimmed else "Prompt in grey"
+caption = (f"{grey}, then {len(steps)} generated {units}, shaded by the probability the model (at T = 1) "
            f"gave each one{'; a thin line marks where each token ends' if tok.kind != 'char' else ''}; hover a {unit} "
            f"for the most likely alternatives at that step. "
            f"Generated in {elapsed * 1000:.0f} ms" + (" with the key/value cache." if slid_at is None else
