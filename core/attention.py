@@ -5,6 +5,7 @@ prompt at a time. ``run_attention`` is the only function that touches the model.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,8 +19,8 @@ from core.sampling import entropy, temperature_softmax
 @dataclass
 class AttentionRun:
     ids: list[int]
-    scores: list[np.ndarray]    # per layer (h, n, n): q_i.k_j/sqrt(d_k) for every (i, j), before the mask
-    pattern: list[np.ndarray]   # per layer (h, n, n): weights after the masked softmax
+    scores: list[np.ndarray]    # per layer (h, n, n) float32: q_i.k_j/sqrt(d_k) for every (i, j), before the mask
+    pattern: list[np.ndarray]   # per layer (h, n, n) float32: weights after the masked softmax
 
     @property
     def n_layers(self) -> int:
@@ -30,17 +31,45 @@ class AttentionRun:
         return self.scores[0].shape[0]
 
 
-@torch.no_grad()
-def run_attention(model, ids: list[int]) -> AttentionRun:
-    """One forward pass with the attention returned. ``ids`` must be non-empty and at most n_ctx long."""
+def _idx(model, ids) -> torch.Tensor:
     if not ids:
         raise ValueError("the prompt is empty: there is nothing to attend to")
-    out = model(torch.tensor([ids], dtype=torch.long), return_attn=True)
+    return torch.tensor([list(ids)], dtype=torch.long)
+
+
+@torch.no_grad()
+def run_attention(model, ids: list[int]) -> AttentionRun:
+    """One forward pass with every layer's attention returned, as the model's own float32 arrays (no copy).
+    ``ids`` must be non-empty and at most n_ctx long. All of it at once: 2 L h n^2 floats, 1.2 GB for GPT-2
+    small at 1,024 tokens, so the attention page asks for one head (``head_attention``) or for what it draws
+    of every head (``attention_overview``) instead."""
+    out = model(_idx(model, ids), return_attn=True)
     return AttentionRun(
         ids=list(ids),
-        scores=[rec.scores[0].double().numpy() for rec in out.attn],
-        pattern=[rec.pattern[0].double().numpy() for rec in out.attn],
+        scores=[rec.scores[0].numpy() for rec in out.attn],
+        pattern=[rec.pattern[0].numpy() for rec in out.attn],
     )
+
+
+@torch.no_grad()
+def layer_attention(model, ids: list[int]):
+    """Yields (layer, scores, pattern) for every layer in turn, each (h, n, n) float32: one forward pass in which
+    only one layer's matrices exist at a time (h n^2 floats instead of L h n^2)."""
+    x = model.embed(_idx(model, ids))
+    for layer in range(model.config.n_layers):
+        x, (rec,) = model.blocks_from(x, layer, layer + 1, return_attn=True)
+        yield layer, rec.scores[0].numpy(), rec.pattern[0].numpy()
+
+
+@torch.no_grad()
+def head_attention(model, ids: list[int], layer: int, head: int) -> tuple[np.ndarray, np.ndarray]:
+    """One head's (scores, pattern), each (n, n) float32: the blocks before ``layer`` run, none after it."""
+    c = model.config
+    if not (0 <= layer < c.n_layers and 0 <= head < c.n_heads):
+        raise ValueError(f"the model has no head ({layer}, {head})")
+    x, _ = model.blocks_from(model.embed(_idx(model, ids)), 0, layer)
+    _, (rec,) = model.blocks_from(x, layer, layer + 1, return_attn=True)
+    return rec.scores[0, head].clone().numpy(), rec.pattern[0, head].clone().numpy()  # clone: not a view of all heads
 
 
 def future_mask(n: int) -> np.ndarray:
@@ -89,36 +118,44 @@ class HeadWindow:
     mean_future_mass: float   # the same averaged over every query of the prompt that has a future
 
 
-def head_window(run: AttentionRun, layer: int, head: int, lo: int = 0, hi: int | None = None) -> HeadWindow:
-    """The matrices of one head for positions lo..hi (inclusive) of the prompt."""
-    n = len(run.ids)
+def head_window(scores: np.ndarray, pattern: np.ndarray, lo: int = 0, hi: int | None = None) -> HeadWindow:
+    """One head's matrices (``head_attention``: (n, n) scores and pattern) cut to positions lo..hi (inclusive)."""
+    n = scores.shape[-1]
     hi = n - 1 if hi is None else hi
     if not 0 <= lo <= hi < n:
         raise ValueError(f"window {lo}..{hi} is outside the prompt's {n} positions")
     win = slice(lo, hi + 1)
-    scores = run.scores[layer][head]
     cheat = unmasked_softmax(scores)            # (n, n): whole rows
     mass = future_mass(cheat)                   # (n,)
-    return HeadWindow(lo=lo, hi=hi, scores=scores[win, win], pattern=run.pattern[layer][head][win, win],
+    return HeadWindow(lo=lo, hi=hi, scores=scores[win, win], pattern=pattern[win, win],
                       unmasked=cheat[win, win], future_mass=mass[win],
                       mean_future_mass=float(mass[:-1].mean()) if n > 1 else 0.0)
 
 
-@torch.no_grad()
+def dependence_on_last(scores: np.ndarray, changed: np.ndarray) -> dict:
+    """How much the weights of the rows before the last move between two (n, n) score matrices of one head that
+    differ only in the last token: for the mask on the scores and for the mask after the softmax."""
+    earlier = slice(0, scores.shape[-1] - 1)  # rows whose query comes before the changed token
+    sa, sb = np.asarray(scores, dtype=np.float64), np.asarray(changed, dtype=np.float64)
+    right = np.abs(masked_softmax(sa)[earlier] - masked_softmax(sb)[earlier]).max()
+    wrong = np.abs(mask_after_softmax(sa)[earlier] - mask_after_softmax(sb)[earlier]).max()
+    return {"mask_on_scores": float(right), "mask_after_softmax": float(wrong)}
+
+
+def changed_last(ids: list[int], vocab_size: int, replacement: int | None = None) -> tuple[list[int], int]:
+    """(ids with the last token replaced, the replacement): by default the next id in the vocabulary."""
+    if len(ids) < 2:
+        raise ValueError("need at least two tokens: one to change and one before it")
+    replacement = (ids[-1] + 1) % vocab_size if replacement is None else replacement
+    return list(ids[:-1]) + [replacement], replacement
+
+
 def future_dependence(model, ids: list[int], layer: int, head: int, replacement: int | None = None) -> dict:
     """Change the last token and measure how much the weights of all earlier query rows move, for the
     mask applied to the scores (should be exactly 0) and for the mask applied after the softmax."""
-    if len(ids) < 2:
-        raise ValueError("need at least two tokens: one to change and one before it")
-    vocab = model.config.vocab_size
-    replacement = (ids[-1] + 1) % vocab if replacement is None else replacement
-    changed = list(ids[:-1]) + [replacement]
-    a, b = run_attention(model, ids), run_attention(model, changed)
-    sa, sb = a.scores[layer][head], b.scores[layer][head]
-    earlier = slice(0, len(ids) - 1)  # rows whose query comes before the changed token
-    right = np.abs(masked_softmax(sa)[earlier] - masked_softmax(sb)[earlier]).max()
-    wrong = np.abs(mask_after_softmax(sa)[earlier] - mask_after_softmax(sb)[earlier]).max()
-    return {"replacement": replacement, "mask_on_scores": float(right), "mask_after_softmax": float(wrong)}
+    changed, replacement = changed_last(ids, model.config.vocab_size, replacement)
+    a, b = head_attention(model, ids, layer, head)[0], head_attention(model, changed, layer, head)[0]
+    return {"replacement": replacement, **dependence_on_last(a, b)}
 
 
 # ----------------------------------------------------------------------------- head roles
@@ -182,14 +219,66 @@ def induction_chance(n_ctx: int, period: int | None = None, vocab_size: int | No
     return float(np.mean(1.0 / (rows + 1)))
 
 
+def pattern_roles(pattern: np.ndarray) -> dict[str, np.ndarray]:
+    """The measures taken on a prompt's own pattern, (..., n, n) -> (...) each."""
+    pattern = np.asarray(pattern, dtype=np.float64)
+    return {"previous_token": previous_token_score(pattern), "first_token": first_token_score(pattern),
+            "entropy": row_entropy(pattern).mean(-1)}
+
+
 def head_roles(run: AttentionRun, induction: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """(L, h) arrays of each measure; the first three on the prompt's own pattern."""
-    pats = np.stack(run.pattern)  # (L, h, n, n)
-    roles = {
-        "previous_token": previous_token_score(pats),
-        "first_token": first_token_score(pats),
-        "entropy": row_entropy(pats).mean(-1),
-    }
+    per_layer = [pattern_roles(p) for p in run.pattern]  # one layer at a time: float64 copies of (h, n, n) only
+    roles = {key: np.stack([r[key] for r in per_layer]) for key in per_layer[0]}
     if induction is not None:
         roles["induction"] = induction
     return roles
+
+
+# ----------------------------------------------------------------------------- every head at once, small
+
+def pool_pattern(pattern: np.ndarray, size: int) -> tuple[np.ndarray, int]:
+    """A (..., w, w) pattern shrunk to at most ``size`` cells a side for a thumbnail: (pooled (..., t, t), b).
+    Positions are grouped in blocks of b = ceil(w / size) (the last block may be shorter); cell (I, J) is the
+    weight the queries of block I put on the keys of block J, averaged over those queries, so a row of cells
+    sums to what a row of weights sums to. Cells whose keys all lie in the future of all its queries (J > I)
+    are NaN: masked, as the full pattern's future is. b = 1 gives the pattern itself, future NaN."""
+    pattern = np.asarray(pattern, dtype=np.float64)
+    w = pattern.shape[-1]
+    b = max(1, math.ceil(w / size))
+    t = math.ceil(w / b)
+    padded = np.zeros(pattern.shape[:-2] + (t * b, t * b))
+    padded[..., :w, :w] = pattern
+    sums = padded.reshape(pattern.shape[:-2] + (t, b, t, b)).sum(-1)  # (..., t, b, t): key blocks summed
+    rows = np.minimum(b, w - np.arange(t) * b)                          # queries in each block
+    pooled = sums.sum(-2) / rows[:, None]                               # (..., t, t)
+    pooled[..., np.triu(np.ones((t, t), dtype=bool), 1)] = np.nan
+    return pooled, b
+
+
+@dataclass
+class AttentionOverview:
+    """What the page draws of every head at once, whatever the prompt's length: the measures of each head on
+    the prompt and a thumbnail of each head's pattern over a window, pooled to at most ``size`` cells a side."""
+    roles: dict[str, np.ndarray]  # (L, h) each: previous_token, first_token, entropy on the whole prompt
+    thumbs: np.ndarray            # (L, h, t, t) float32: the pattern over positions lo..hi, pooled (future NaN)
+    lo: int
+    hi: int
+    block: int                    # positions per thumbnail cell (1: every position its own cell)
+
+
+def attention_overview(model, ids: list[int], lo: int = 0, hi: int | None = None, size: int = 48) -> AttentionOverview:
+    """One forward pass, one layer's attention alive at a time: every head's measures and its thumbnail."""
+    n = len(ids)
+    hi = n - 1 if hi is None else hi
+    if not 0 <= lo <= hi < max(n, 1):
+        raise ValueError(f"window {lo}..{hi} is outside the prompt's {n} positions")
+    roles, thumbs, block = [], [], 1
+    win = slice(lo, hi + 1)
+    for _, _, pattern in layer_attention(model, ids):
+        per_head = [pattern_roles(p) for p in pattern]  # one head at a time: float64 copies of (n, n) only
+        roles.append({key: np.array([r[key] for r in per_head]) for key in per_head[0]})
+        pooled, block = pool_pattern(pattern[:, win, win], size)
+        thumbs.append(pooled.astype(np.float32))
+    return AttentionOverview(roles={key: np.stack([r[key] for r in roles]) for key in roles[0]},
+                             thumbs=np.stack(thumbs), lo=lo, hi=hi, block=block)

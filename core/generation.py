@@ -126,10 +126,24 @@ def continuations(model, ids, temperatures, n: int, seed: int, chars) -> list[li
     return runs
 
 
+def slid_steps(n_prompt: int, n_new: int, n_ctx: int) -> int:
+    """Of n_new steps after a prompt of n_prompt tokens, how many re-read the whole window of n_ctx positions
+    because the text has outgrown it (``core.sampling.stream`` flags them ``slid``): each costs a full forward
+    pass over n_ctx positions instead of one position with the key/value cache."""
+    return max(0, min(n_new, n_prompt + n_new - n_ctx - 1))
+
+
+def fit_in_window(n_prompt: int, n_new: int, n_ctx: int) -> tuple[int, int]:
+    """(prompt tokens to read, new tokens) such that the text never outgrows the window, for a model whose slid
+    steps would take too long: at most n_ctx // 2 new tokens, after the last n_ctx - new tokens of the prompt."""
+    new = min(n_new, max(1, n_ctx // 2))
+    return min(n_prompt, n_ctx - new), new
+
+
 @torch.no_grad()
 def next_logits(model, ids) -> torch.Tensor:
     """The model's scores for the token after ``ids`` (non-empty, at most n_ctx): (m,) in float64."""
-    return model(torch.tensor([list(ids)], dtype=torch.long)).logits[0, -1].double()
+    return model(torch.tensor([list(ids)], dtype=torch.long), last_only=True).logits[0, -1].double()
 
 
 def decoding_notes(temperature: float, m: int, top_k: int | None = None, top_p: float | None = None,

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.attention import future_mask
+from core.attention import future_mask, pool_pattern
 from core.attention_figures import MASKED_GREY, axis_ticks
 from core.fmt import head_label, heads_label, visible  # noqa: F401 (re-exported for the page)
 
@@ -94,10 +94,10 @@ def next_token_bars(chars, before: np.ndarray, after: np.ndarray, after_name: st
     for name, p, color in (("all heads on", before, "#7f7f7f"), (after_name, after, "#d62728")):
         fig.add_trace(go.Bar(x=x, y=p[order], name=name, marker_color=color, customdata=labels,
                              text=[f"{v:.2f}" for v in p[order]], textposition="outside",
-                             hovertemplate="'%{customdata}' p = %{y:.4f}<extra>" + html.escape(name) + "</extra>"))
+                             hovertemplate="'%{customdata}' p = %{y:.4f}<extra>" + html.escape(name, quote=False) + "</extra>"))
     title = f"Next {unit}: the most likely ones, with and without the heads"
     if actual is not None:
-        title += (f"<br><sup>the {unit} that really comes next, '{html.escape(visible(chars[actual]))}', gets "
+        title += (f"<br><sup>the {unit} that really comes next, '{html.escape(visible(chars[actual]), quote=False)}', gets "
                   f"p = {before[actual]:.3f} with all heads on and {after[actual]:.3f} without them</sup>")
         hits = np.flatnonzero(order == actual)
         if hits.size:
@@ -156,27 +156,45 @@ def induction_frame(scores: np.ndarray) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- the induction stripe
 
+STRIPE_MAX_CELLS = 256  # cells a side the stripe's heatmap sends at most; a longer sequence is pooled to fit
+
+
 def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: str = "",
-                  unit: str = "character") -> go.Figure:
+                  unit: str = "character", max_cells: int = STRIPE_MAX_CELLS) -> go.Figure:
     """One head's (n, n) attention pattern on a sequence written twice (period T), query i down the rows,
     key j across, masked cells grey. The dotted line marks the induction keys j = i − T + 1 of the second
-    copy's queries i >= T: the character right after the earlier occurrence of query i's character."""
+    copy's queries i >= T: the character right after the earlier occurrence of query i's character.
+    Longer than ``max_cells`` positions, the heatmap is pooled into blocks of b positions
+    (core.attention.pool_pattern: a cell is the weight its queries put on its keys, on average, so a stripe keeps
+    its strength) drawn at the positions they cover; axes, ticks and the line stay in positions."""
     n = len(tokens)
     if pattern.shape != (n, n):
         raise ValueError(f"expected an ({n}, {n}) pattern for {n} tokens, got {pattern.shape}")
-    z = np.where(future_mask(n), np.nan, pattern)
-    q = np.array([f"{i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
-    fig = go.Figure(go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="weight", thickness=12),
-                               customdata=np.stack(np.broadcast_arrays(q[:, None], q[None, :]), axis=-1),
-                               hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}"
-                                             "<extra></extra>"))
+    if n <= max_cells:
+        z = np.where(future_mask(n), np.nan, pattern)
+        q = np.array([f"{i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+        heat = go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="weight", thickness=12),
+                          customdata=np.stack(np.broadcast_arrays(q[:, None], q[None, :]), axis=-1),
+                          hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}"
+                                        "<extra></extra>")
+    else:  # per-cell hover text for n^2 cells would be tens of MB: pooled blocks, labelled by their positions
+        z, b = pool_pattern(pattern, max_cells)
+        centres = np.arange(z.shape[-1]) * b + (b - 1) / 2
+        heat = go.Heatmap(z=z.astype(np.float32), x=centres, y=centres, colorscale="Blues", zmin=0, zmax=1,
+                          colorbar=dict(title=f"weight<br>({b}×{b} blocks)", thickness=12),
+                          hovertemplate=f"queries around %{{y:.0f}}, keys around %{{x:.0f}}<br>blocks of {b} "
+                                        "positions: weight %{z:.3f}<extra></extra>")
+    fig = go.Figure(heat)
     rows = np.arange(period, n)
     # dotted and thin, so that a real stripe under it stays visible
     fig.add_trace(go.Scatter(x=rows - period + 1, y=rows, mode="lines", name=f"induction keys: j = i − {period} + 1",
                              line=dict(color="#d62728", width=1.5, dash="dot"), opacity=0.7, hoverinfo="skip"))
     fig.update_xaxes(**axis_ticks(tokens, max_ticks=STRIPE_X_TICKS), range=[-0.5, n - 0.5],
                      title_text=f"key j (the {unit}s looked at)")
-    fig.update_yaxes(**axis_ticks(tokens), range=[n - 0.5, -0.5], title_text=f"query i (the {unit} predicting the next)")
+    # a long sequence of sub-word tokens: fewer query labels, and room for them left of the axis title
+    y_ticks = axis_ticks(tokens) if n <= max_cells else axis_ticks(tokens, max_ticks=STRIPE_X_TICKS)
+    fig.update_yaxes(**y_ticks, range=[n - 0.5, -0.5], title_text=f"query i (the {unit} predicting the next)",
+                     automargin=True)
     fig.update_layout(title=title, height=620, width=None, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=60),
                       legend=dict(orientation="h", y=1.0, x=1.0, xanchor="right", yanchor="bottom"))
     return fig

@@ -243,9 +243,33 @@ class Transformer(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None):
+    # forward in three steps, each callable alone: interventions that change only block l onwards run the
+    # blocks before l once and start the rest from the stream they leave (core.interventions.head_losses)
+
+    def embed(self, idx, offset: int = 0) -> torch.Tensor:
+        """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d)."""
+        # a slice of the position table, not a lookup: same values, one op fewer per decoding step
+        return self.tok_emb(idx) + self.pos_emb.weight[offset:offset + idx.shape[1]]  # (B, n, d) + (n, d)
+
+    def blocks_from(self, x, start: int = 0, stop: int | None = None, return_attn=False, cache=None, head_fn=None):
+        """Blocks start..stop-1 (stop: default all) on the stream x (B, n, d) entering block ``start``.
+        Returns (the stream leaving block stop-1, their attention records: one per block run, or Nones)."""
+        records = []
+        for i in range(start, len(self.blocks) if stop is None else stop):
+            x, record = self.blocks[i](x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn)
+            records.append(record)
+        return x, records
+
+    def readout(self, x) -> torch.Tensor:
+        """Final LayerNorm and output map: the stream leaving the last block (..., d) -> logits (..., m)."""
+        return self.head(self.ln_f(x))
+
+    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None, last_only=False):
         """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
 
+        last_only: logits of the last position only, (B, 1, m): all that generation reads. The output map is the
+        largest matrix of a GPT-2-sized model, and (B, n, m) logits of a long prompt are gigabytes (nanoGPT's
+        inference-time shortcut). Not with targets, whose loss needs every position.
         return_attn: also return per layer the scores before the mask and the pattern after it.
         head_fn: optional ``f(layer, y) -> y`` applied to each layer's per-head outputs y (B, h, n, d/h) before
         W_O mixes them, for interventions such as switching heads off (core.interventions).
@@ -261,15 +285,12 @@ class Transformer(nn.Module):
         cache = past
         if cache is None and use_cache:
             cache = KVCache(self.config, B, dtype=self.pos_emb.weight.dtype, device=idx.device)
-        # a slice of the position table, not a lookup: same values, one op fewer per decoding step
-        x = self.tok_emb(idx) + self.pos_emb.weight[offset:offset + n]  # (B, n, d) + (n, d) -> (B, n, d)
-        records = []
-        for i, block in enumerate(self.blocks):
-            x, record = block(x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn)
-            records.append(record)
+        x, records = self.blocks_from(self.embed(idx, offset), 0, return_attn=return_attn, cache=cache, head_fn=head_fn)
         if cache is not None:
             cache.length += n
-        logits = self.head(self.ln_f(x))  # (B, n, m)
+        if last_only and targets is not None:
+            raise ValueError("last_only gives no loss: the loss needs the logits of every position")
+        logits = self.readout(x[:, -1:] if last_only else x)  # (B, n, m), or (B, 1, m)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n))  # (B*n, m) vs (B*n,)

@@ -170,9 +170,9 @@ def stream(model, idx, max_new_tokens: int, temperature, top_k: int | None = Non
             if not use_cache or slid or past is None or pending.shape[1] + past.length > n_ctx:
                 # (re)build: read the whole window from position 0
                 window = seq[:, -n_ctx:]
-                out = model(window, use_cache=use_cache and window.shape[1] < n_ctx)
+                out = model(window, use_cache=use_cache and window.shape[1] < n_ctx, last_only=True)
             else:
-                out = model(pending, past=past, use_cache=True)
+                out = model(pending, past=past, use_cache=True, last_only=True)
             past = out.present
             read = seq[:, -n_ctx:].shape[1]
             logits = out.logits[:, -1, :].float()  # (B, m) at the last position

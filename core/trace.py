@@ -45,8 +45,9 @@ class Trace:
     resid: torch.Tensor             # (L+1, B, n, d) the stream after the embedding and after each block
     resid_final: torch.Tensor       # (B, n, d) the stream before the final LayerNorm (= resid[-1])
     ln_scale: torch.Tensor          # (B, n) 1/sigma of the final LayerNorm at each position (its actual scale)
-    lens_logits: torch.Tensor       # (L+1, B, n, m) final LayerNorm and output map applied to each resid
-    logits: torch.Tensor            # (B, n, m)
+    logits: torch.Tensor            # (B, n, m) the model's output (the lens of the last stage; every stage's
+                                    # lens is lens_logits(model, tr, stage), one stage at a time: all of them
+                                    # would be (L+1) n m floats, 2.7 GB for GPT-2 small at 1,024 tokens)
 
     @property
     def n_layers(self) -> int:
@@ -59,11 +60,6 @@ class Trace:
 
 PER_LAYER = ("attn_out", "head_out", "attn_bias", "q", "k", "v", "scores", "pattern", "z", "resid_mid", "mlp_hidden",
              "mlp_out")
-
-
-def _readout(model, x: torch.Tensor) -> torch.Tensor:
-    """The model's last two steps, final LayerNorm then the output map: (..., d) -> (..., m)."""
-    return model.head(model.ln_f(x))
 
 
 @torch.no_grad()
@@ -114,9 +110,33 @@ def trace(model, idx) -> Trace:
     resid = torch.stack(resid)  # (L+1, B, n, d)
     ln = model.ln_f
     ln_scale = torch.rsqrt(x.var(dim=-1, unbiased=False) + ln.eps)  # (B, n): LayerNorm divides by sqrt(var + eps)
-    lens_logits = _readout(model, resid)  # (L+1, B, n, m)
-    return Trace(embed=embed, resid=resid, resid_final=x, ln_scale=ln_scale, lens_logits=lens_logits,
-                 logits=lens_logits[-1], **keep)
+    return Trace(embed=embed, resid=resid, resid_final=x, ln_scale=ln_scale, logits=model.readout(x), **keep)
+
+
+def trace_bytes(config, n: int, batch: int = 1) -> int:
+    """Bytes of the float32 tensors a Trace of ``batch`` sequences of n tokens holds, from the shapes above: per
+    position, the stream-wide vectors and each block's q, k, v, z, per-head outputs, MLP hidden units and the
+    logits; per pair of positions, each head's scores and pattern (2 L h n^2, which dominates long inputs)."""
+    d, h, L, m = config.d_model, config.n_heads, config.n_layers, config.vocab_size
+    per_position = (
+        d * (L + 3)                  # embed, resid (the stream after the embedding and after each block), resid_final
+        + L * d * 3                  # attn_out, resid_mid, mlp_out
+        + L * h * d                  # head_out: each head's share, width d
+        + L * d * 4                  # q, k, v, z: h heads of d/h each
+        + L * config.d_ff            # mlp_hidden
+        + 1 + m                      # ln_scale, logits
+    )
+    return 4 * (batch * (n * per_position + L * 2 * h * n * n) + L * d)  # + scores and pattern, + attn_bias
+
+
+def max_trace_tokens(config, budget: int) -> int:
+    """The most tokens a Trace of one sequence may hold within ``budget`` bytes (at least 1, at most n_ctx), in
+    whole multiples of 64 once that many fit, so that a page can name the number."""
+    lo, hi = 1, config.n_ctx
+    while lo < hi:  # the largest n with trace_bytes(n) <= budget: trace_bytes grows with n
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if trace_bytes(config, mid) <= budget else (lo, mid - 1)
+    return lo if lo < 64 or lo == config.n_ctx else lo - lo % 64
 
 
 # ----------------------------------------------------------------------------- the residual stream, step by step
@@ -209,10 +229,31 @@ class Lens:
     top_probs: np.ndarray  # (L+1, n, k) their probabilities
 
 
-def lens_top(tr: Trace, k: int = 5, b: int = 0) -> Lens:
-    probs = torch.softmax(tr.lens_logits[:, b].double(), dim=-1)  # (L+1, n, m)
-    top = torch.topk(probs, min(k, probs.shape[-1]), dim=-1)
-    return Lens(top_ids=top.indices.cpu().numpy(), top_probs=top.values.cpu().numpy())
+@torch.no_grad()
+def lens_logits(model, tr: Trace, stage: int) -> torch.Tensor:
+    """(B, n, m) the final LayerNorm and output map applied to the stream of one stage: 0 after the embedding,
+    l + 1 after block l. Stage L is the model's own logits."""
+    return model.readout(tr.resid[stage])
+
+
+LENS_CHUNK = 2**23  # floats of logits worked on at once by lens_top (32 MB in float32, 64 MB as probabilities)
+
+
+@torch.no_grad()
+def lens_top(model, tr: Trace, k: int = 5, b: int = 0) -> Lens:
+    """The lens's k most likely tokens at every stage and position of batch row b, a block of positions at a
+    time: never more than LENS_CHUNK logits exist at once, whatever n and the vocabulary."""
+    L1, _, n, _ = tr.resid.shape
+    m = model.config.vocab_size
+    k = min(k, m)
+    step = max(1, LENS_CHUNK // m)
+    ids, probs = np.empty((L1, n, k), dtype=np.int64), np.empty((L1, n, k))
+    for stage in range(L1):
+        for lo in range(0, n, step):
+            p = torch.softmax(model.readout(tr.resid[stage, b, lo:lo + step]).double(), dim=-1)  # (<= step, m)
+            top = torch.topk(p, k, dim=-1)
+            ids[stage, lo:lo + step], probs[stage, lo:lo + step] = top.indices.cpu().numpy(), top.values.cpu().numpy()
+    return Lens(top_ids=ids, top_probs=probs)
 
 
 def lens_stage_names(n_layers: int) -> list[str]:

@@ -27,12 +27,18 @@ from core.trace import Attribution, StreamStep
 ADDED = "#e6550d"     # orange: what a step adds
 STREAM = "#3b5bdb"    # blue: the stream itself
 POSITIVE, NEGATIVE = "#d6604d", "#4393c3"  # bars of signed numbers, as the RdBu heatmaps colour them
-KIND_COLORS = {"embedding": "#7f7f7f", "head": "#3b5bdb", "mlp": "#e6550d"}
+KIND_COLORS = {"embedding": "#7f7f7f", "head": "#3b5bdb", "mlp": "#e6550d", "others": "#bdbdbd"}
+ATTRIBUTION_BARS = 40  # writers drawn one by one at most; the rest share one bar (GPT-2 small has 169 writers)
 CHOSEN = "#d62728"    # the frame around what the page has picked
 LENS_SCALE = [[0.0, "#ffffff"], [1.0, "#5fb86a"]]  # light enough that a black character stays readable
 BAND = "#f1f3f8"      # background band behind a block's two rows
 TITLE_FONT = dict(size=14)
 NO_GRID = dict(showgrid=False, zeroline=False, ticks="")  # heatmap axes: lines would show through the cell gaps
+
+
+def _text(s: str) -> str:
+    """Text for a Plotly title or hover: <, > and & escaped; quotes left alone, since Plotly shows '&quot;' as is."""
+    return html.escape(s, quote=False)
 
 
 def char_label(pos: int, ch: str) -> str:
@@ -179,7 +185,7 @@ def neuron_view(q: np.ndarray, keys: np.ndarray, weights: np.ndarray, key_labels
         yaxis3=dict(anchor="x3", showticklabels=False, **NO_GRID, **key_axis),
         shapes=[dict(type="rect", xref="x2", yref="y2", x0=-0.5, x1=dh - 0.5, y0=chosen - 0.5, y1=chosen + 0.5,
                      line=dict(color=CHOSEN, width=2))],
-        annotations=[_panel_title(f"query q_i at {html.escape(query_label)}", sum(left) / 2, q_dom[1]),
+        annotations=[_panel_title(f"query q_i at {_text(query_label)}", sum(left) / 2, q_dom[1]),
                      _panel_title("keys k_j it may see, one row each", sum(left) / 2, k_dom[1]),
                      _panel_title("weight after the softmax", sum(right) / 2, k_dom[1])])
     return _figure(data, layout)
@@ -204,7 +210,7 @@ def qk_terms(q: np.ndarray, k: np.ndarray, query_label: str, key_label: str) -> 
                  hovertemplate="sum up to component %{x}: %{y:.4f}<extra></extra>")]
     sub = (f"the {dh} terms add up to q_i · k_j = {dot:.3f}; divided by √{dh} = {math.sqrt(dh):.3f}, that is the "
            f"score s_ij = {dot / math.sqrt(dh):.3f}")
-    title = f"q_i · k_j term by term: query {html.escape(query_label)}, key {html.escape(key_label)}<br>{_sub(sub)}"
+    title = f"q_i · k_j term by term: query {_text(query_label)}, key {_text(key_label)}<br>{_sub(sub)}"
     return _figure(data, dict(
         title=dict(text=title, font=TITLE_FONT), height=360, margin=dict(l=60, r=20, t=80, b=50),
         plot_bgcolor="white",
@@ -294,9 +300,9 @@ def lens_figure(top_ids: np.ndarray, top_probs: np.ndarray, chars, ids, stage_na
     hover = np.empty((S, w), dtype=object)
     for s in range(S):
         for i in range(w):
-            lines = "<br>".join(f"'{html.escape(visible(chars[top_ids[s, i, r]]))}' {top_probs[s, i, r]:.3f}"
+            lines = "<br>".join(f"'{_text(visible(chars[top_ids[s, i, r]]))}' {top_probs[s, i, r]:.3f}"
                                 for r in range(k))
-            hover[s, i] = (f"{html.escape(stage_names[s])}, position {offset + i} ('{html.escape(read[i])}')"
+            hover[s, i] = (f"{_text(stage_names[s])}, position {offset + i} ('{_text(read[i])}')"
                            f"<br>top {k}:<br>{lines}")
     hit_s, hit_i = np.nonzero([[a is not None and top_ids[s, i, 0] == a for i, a in enumerate(after)]
                                for s in range(S)])
@@ -331,26 +337,35 @@ def lens_figure(top_ids: np.ndarray, top_probs: np.ndarray, chars, ids, stage_na
 
 # ---------------------------------------------------------------- 5. who wrote the prediction
 
-def attribution_figure(att: Attribution, token_label: str) -> go.Figure:
+def attribution_figure(att: Attribution, token_label: str, max_bars: int = ATTRIBUTION_BARS) -> go.Figure:
     """Direct logit attribution as horizontal bars sorted from the largest push up (top) to the largest push
-    down (bottom). Grey: the embedding; blue: heads; orange: MLPs. The title states the sum."""
-    order = np.argsort(-att.values, kind="stable")
-    names = [att.names[i] for i in order]
-    values = att.values[order]
-    kinds = ["embedding" if n == "embedding" else "mlp" if n.endswith("MLP") else "head" for n in names]
+    down (bottom). Grey: the embedding; blue: heads; orange: MLPs. The title states the sum. With more than
+    ``max_bars`` writers, the max_bars - 1 largest (by size, up or down) have bars of their own and one light grey
+    bar, placed by its value, holds the sum of all the others, so the bars still add up to the same total."""
+    names, values = list(att.names), np.asarray(att.values, dtype=float)
+    if len(values) > max_bars:
+        keep = np.sort(np.argsort(-np.abs(values), kind="stable")[:max_bars - 1])
+        rest = np.setdiff1d(np.arange(len(values)), keep)
+        names = [names[i] for i in keep] + [f"the other {len(rest)} writers"]
+        values = np.append(values[keep], values[rest].sum())
+    order = np.argsort(-values, kind="stable")
+    names = [names[i] for i in order]
+    values = values[order]
+    kinds = ["embedding" if n == "embedding" else "mlp" if n.endswith("MLP") else "others" if n.startswith("the other")
+             else "head" for n in names]
     y = np.arange(len(order))
     data = [dict(type="bar", x=values, y=y, orientation="h", marker_color=[KIND_COLORS[k] for k in kinds],
                  customdata=names, text=[f"{v:+.2f}" for v in values], textposition="outside", cliponaxis=False,
                  hovertemplate="%{customdata}: %{x:+.4f}<extra></extra>")]
     lim = float(np.max(np.abs(values))) * 1.3 or 1.0
-    label = html.escape(token_label)
+    label = _text(token_label)
     title = (f"Who wrote the logit of '{label}' at position {att.pos}<br>"
              + _sub(f"the bars add up to {float(att.values.sum()):.3f}; with the constant {att.constant:+.3f}, that "
                     f"is the logit {att.logit:.3f}"))
     return _figure(data, dict(
         title=dict(text=title, font=TITLE_FONT), height=130 + 26 * len(order), margin=dict(l=100, r=30, t=70, b=50),
         showlegend=False, plot_bgcolor="white",
-        yaxis=dict(tickvals=y, ticktext=names, range=[len(order) - 0.5, -0.5], tickfont=dict(size=13)),
+        yaxis=dict(tickvals=y, ticktext=names, range=[len(order) - 0.5, -0.5], tickfont=dict(size=13), automargin=True),
         xaxis=dict(title=dict(text=f"contribution to the logit of '{label}'"), range=[-lim, lim], zeroline=True,
                    zerolinecolor="#555", zerolinewidth=1.5, gridcolor="#e5e5e5")))
 

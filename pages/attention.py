@@ -1,10 +1,12 @@
 import streamlit as st
 
 from core.attention import (
-    future_dependence, head_roles, head_window, induction_chance, induction_scores, run_attention,
+    attention_overview, changed_last, dependence_on_last, head_attention, head_window, induction_chance,
+    induction_scores,
 )
 from core.attention_figures import (
-    all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
+    GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, ROLE_TITLES, all_heads_figure, future_mass_figure, head_overview_figure,
+    head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
 from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model
 
@@ -31,9 +33,16 @@ if prompt.empty:
     st.stop()
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def _run(model_key: str, ids: tuple[int, ...]):
-    return run_attention(model, list(ids))
+# What is cached is what the page shows, never every head's (n, n) matrices: those are 2 L h n^2 floats, 1.2 GB
+# for GPT-2 small at 1,024 tokens. One head's matrices are n^2 floats each, the overview a few numbers per head.
+@st.cache_data(max_entries=16, show_spinner=False)
+def _head(model_key: str, ids: tuple[int, ...], layer: int, head: int):
+    return head_attention(model, list(ids), layer, head)
+
+
+@st.cache_data(max_entries=16, show_spinner="Running every layer on your prompt ...")
+def _overview(model_key: str, ids: tuple[int, ...], lo: int, hi: int):
+    return attention_overview(model, list(ids), lo, hi)
 
 
 @st.cache_data(max_entries=8, show_spinner="Measuring induction on repeated random sequences ...")
@@ -41,40 +50,68 @@ def _induction(model_key: str):
     return induction_scores(model)
 
 
-# figures are pure functions of their inputs: a rerun with the same inputs reuses them. cache_resource keeps the
-# figure object itself; cache_data would pickle it, and unpickling a Plotly figure re-validates it property by
-# property (tens of ms per figure, slower than building it again). st.plotly_chart copies, never mutates it.
+# figures are pure functions of their inputs: a rerun with the same inputs reuses them
+# cache_resource keeps the figure object itself; cache_data would pickle it, and unpickling a Plotly figure
+# re-validates it property by property (tens of ms per figure). st.plotly_chart copies, never mutates it.
 _cache = st.cache_resource(max_entries=32, show_spinner=False)
-head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure = map(
-    _cache, (head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure))
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def _future_dependence(model_key: str, ids: tuple[int, ...], layer: int, head: int):
-    return future_dependence(model, list(ids), layer, head)
-
+head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure, head_overview_figure = map(
+    _cache, (head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure,
+             head_overview_figure))
 
 mkey = model_key(entry)  # names the weights for the caches below
-# in line when the server is busy (core.gate); work done already skips the line
-compute_slot("the attention of every head", key=("attention", mkey, tuple(prompt.ids)))
-run = _run(mkey, tuple(prompt.ids))
+ids = tuple(prompt.ids)
 tokens = tok.visible_tokens(prompt.ids)  # each position's token text, spaces shown as ␣ (a token may hold several characters)
 n = len(tokens)
+big = c.n_layers * c.n_heads > GRID_ALL_HEADS  # too many heads to draw them all at once
+layers_key = f"attn_grid_layers_{c.n_layers}x{c.n_heads}"  # a model of another shape gets a picker of its own
+
+
+def _draw_layer(layer: int):
+    """Put ``layer`` among the layers drawn head by head (dropping the oldest beyond GRID_MAX_LAYERS)."""
+    shown = [l for l in st.session_state.get(layers_key, []) if l != layer]
+    st.session_state[layers_key] = (shown + [layer])[-GRID_MAX_LAYERS:]
+
+
+def _open_clicked_head(chart: str):
+    """Selection callback: runs before the script, so it may set the layer and head pickers."""
+    points = st.session_state[chart].selection.points
+    if points and points[0].get("customdata"):
+        layer, head = (int(v) for v in points[0]["customdata"][:2])
+        st.session_state["attn_layer"], st.session_state["attn_head"] = layer, head
+        _draw_layer(layer)
+
+
+def _open_from_grid():
+    _open_clicked_head("attn_grid")
+
+
+def _open_from_overview():
+    _open_clicked_head("attn_overview")
+
 
 pick = st.columns([1, 1, 2])
-layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"layer {l + 1}", key="attn_layer")
+layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"layer {l + 1}", key="attn_layer",
+                          on_change=lambda: _draw_layer(st.session_state["attn_layer"]))
 head = pick[1].selectbox("Head", range(c.n_heads), format_func=lambda k: f"head {k + 1}", key="attn_head")
 with pick[2]:
     if n > 48:
         lo, hi = st.slider("Window of positions to show (zoom)", 0, n - 1, (max(0, n - 48), n - 1), key="attn_window",
-                           help="At full length the cells get tiny; zoom in on a stretch of the prompt.")
+                           help=f"At full length the cells get tiny; zoom in on a stretch of the prompt (at most "
+                                f"{MAX_WINDOW} positions at a time).")
+        if hi - lo + 1 > MAX_WINDOW:
+            hi = lo + MAX_WINDOW - 1
+            st.caption(f"At most {MAX_WINDOW} positions at a time, or a row of cells would be thinner than a line of "
+                       f"text: showing {lo} to {hi}. Move the left end to see further.")
     else:
         lo, hi = 0, n - 1
         st.caption(f"{n} {tok.units}: every position is shown.")
 show_unmasked = st.toggle("Also show the softmax without the mask (what the mask prevents)", key="attn_unmasked")
 
 sl = slice(lo, hi + 1)
-view = head_window(run, layer, head, lo, hi)
+# in line when the server is busy (core.gate); work done already skips the line
+compute_slot("the attention of every head", key=("attention", mkey, ids))
+scores, pattern = _head(mkey, ids, layer, head)  # this head's (n, n) matrices over the whole prompt
+view = head_window(scores, pattern, lo, hi)
 if lo > 0:
     # keys before the window also receive weight; the window is renormalised only in the viewer's mind
     st.caption(f"Showing positions {lo} to {hi}. Keys before position {lo} are outside the window, so the "
@@ -96,20 +133,38 @@ if show_unmasked:
                f"{view.mean_future_mass:.0%} of its weight on {tok.units} it must not see yet.")
 
 st.header("All heads at a glance")
-st.markdown("The same prompt through every head of every layer. Each head has learned its own idea of which "
-            f"earlier {tok.units} matter; the red frame is the head shown above. **Click any cell of a head** to open "
-            "that head in the three panels above.")
-
-
-def _open_clicked_head():
-    """Selection callback: runs before the script, so it may set the layer and head pickers."""
-    points = st.session_state["attn_grid"].selection.points
-    if points and points[0].get("customdata"):
-        st.session_state["attn_layer"], st.session_state["attn_head"] = (int(v) for v in points[0]["customdata"][:2])
-
-
-st.plotly_chart(all_heads_figure([p[:, sl, sl] for p in run.pattern], selected=(layer, head)), width="stretch",
-                theme=None, key="attn_grid", on_select=_open_clicked_head, selection_mode="points")
+overview = _overview(mkey, ids, lo, hi)
+roles = {**overview.roles, "induction": _induction(mkey)}
+pooled = (f" Each head's square covers positions {lo} to {hi}, shrunk for the thumbnail: a cell is a block of "
+          f"{overview.block} × {overview.block} positions, the weight its queries put on its keys on average."
+          if overview.block > 1 else "")
+if not big:
+    st.markdown("The same prompt through every head of every layer. Each head has learned its own idea of which "
+                f"earlier {tok.units} matter; the red frame is the head shown above. **Click any cell of a head** to "
+                "open that head in the three panels above." + pooled)
+    st.plotly_chart(all_heads_figure(overview.thumbs, selected=(layer, head), block=overview.block), width="stretch",
+                    theme=None, key="attn_grid", on_select=_open_from_grid, selection_mode="points")
+else:
+    st.markdown(f"This model has {c.n_layers} layers of {c.n_heads} heads, {c.n_layers * c.n_heads} heads in all: too "
+                "many to draw at once. The table has one cell per head, coloured by one of the measures below (hover "
+                "a cell for all of them); **click a cell** to open that head in the panels above. Under it, the "
+                "patterns of every head of a few layers.")
+    measure = st.radio("Colour the heads by", list(ROLE_TITLES), format_func=ROLE_TITLES.get, horizontal=True,
+                       key="attn_overview_measure")
+    st.plotly_chart(head_overview_figure(roles, measure, selected=(layer, head)), width="stretch", theme=None,
+                    key="attn_overview", on_select=_open_from_overview, selection_mode="points")
+    st.session_state.setdefault(layers_key, [layer])
+    shown = st.multiselect(f"Layers to draw head by head (up to {GRID_MAX_LAYERS})", range(c.n_layers),
+                           format_func=lambda l: f"layer {l + 1}", key=layers_key, max_selections=GRID_MAX_LAYERS,
+                           help="Opening a head adds its layer here.")
+    if shown:
+        st.markdown(f"The pattern of every head of {', '.join(f'layer {l + 1}' for l in sorted(shown))}; the red "
+                    "frame is the head shown above. **Click a head** to open it." + pooled)
+        st.plotly_chart(all_heads_figure(overview.thumbs, selected=(layer, head), layers=sorted(shown),
+                                         block=overview.block),
+                        width="stretch", theme=None, key="attn_grid", on_select=_open_from_grid, selection_mode="points")
+    else:
+        st.caption("Pick a layer above to see the patterns of its heads.")
 
 st.header("Why mask the scores and not the weights?")
 st.markdown(
@@ -118,15 +173,15 @@ st.markdown(
     "softmax still contains $e^{s_{ij}}$ for future keys, so the surviving weights still depend on " + tok.units +
     " the query must not see. Masking the scores removes the future from numerator and denominator alike."
 )
-st.plotly_chart(mask_order_figure(run.scores[layer][head], tokens[sl], offset=lo), width="stretch", theme=None,
-                key="attn_order")
+st.plotly_chart(mask_order_figure(scores, tokens[sl], offset=lo), width="stretch", theme=None, key="attn_order")
 if n >= 2:
-    dep = _future_dependence(mkey, tuple(prompt.ids), layer, head)
+    changed, replacement = changed_last(ids, c.vocab_size)
+    dep = dependence_on_last(scores, _head(mkey, tuple(changed), layer, head)[0])
     a, b = st.columns(2)
     a.metric("Change in earlier rows, mask on the scores", f"{dep['mask_on_scores']:.2e}")
     b.metric("Change in earlier rows, mask after the softmax", f"{dep['mask_after_softmax']:.2e}")
     st.caption(f"Experiment: replace the last {tok.unit} '{tokens[-1]}' by "
-               f"'{tok.visible_tokens([dep['replacement']])[0]}' and measure the largest change in any weight of the "
+               f"'{tok.visible_tokens([replacement])[0]}' and measure the largest change in any weight of the "
                f"rows before it (layer {layer + 1}, head {head + 1}). With the mask on the scores nothing moves; with the "
                f"mask after the softmax the earlier rows react to a {tok.unit} in their future.")
 
@@ -134,7 +189,6 @@ st.header("What each head does")
 st.markdown("Four measurements of every head in the live model. The first three are taken on your prompt; "
             f"the induction score on random {tok.unit} sequences repeated twice, where the only way to predict "
             "the second copy is to find the earlier occurrence and copy what came next.")
-roles = head_roles(run, _induction(mkey))
 st.plotly_chart(head_roles_figure(roles), width="stretch", key="attn_roles")
 chance = induction_chance(c.n_ctx, vocab_size=c.vocab_size)
 st.caption(f"For scale: a head spreading its weight evenly over the past would score about {chance:.3f} on "

@@ -73,7 +73,39 @@ if prompt.empty:
             "from a single line break ⏎, as at the beginning of a new speech.")
 start_text = tok.decode(ids)
 unit, units = tok.unit, tok.units  # "character(s)" for a character model, "token(s)" otherwise
-logits = G.next_logits(model, ids)  # (m,) scores for the next token
+SLIDE_S = 30  # text that would outgrow n_ctx may spend this long re-reading the window, else less prompt is read
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _next_logits(model_key: str, ids: tuple[int, ...]):
+    return G.next_logits(model, ids)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _window_seconds(model_key: str) -> float:
+    """How long one forward pass over the whole window (n_ctx positions) takes on this server: a slid step."""
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        model(torch.zeros(1, c.n_ctx, dtype=torch.long), last_only=True)  # as a slid step of core.sampling.stream
+    return time.perf_counter() - t0
+
+
+def fit(ids: list[int], n_new: int, rows: int = 1) -> tuple[list[int], int, str]:
+    """(prompt ids to read, new tokens, a note or ""): all of it, unless the text would outgrow n_ctx and the
+    steps that then re-read the whole window would take over SLIDE_S for ``rows`` texts drawn side by side."""
+    slid = G.slid_steps(len(ids), n_new, c.n_ctx)
+    if not slid or slid * rows * _window_seconds(model_key(entry)) <= SLIDE_S:
+        return ids, n_new, ""
+    read, new = G.fit_in_window(len(ids), n_new, c.n_ctx)
+    cost = slid * rows * _window_seconds(model_key(entry))
+    note = (f"{len(ids):,} + {n_new:,} {units} outgrow the context of {c.n_ctx:,}: {slid:,} steps would each re-read "
+            f"the whole window, about {cost:.0f} s for this model on this server. So the model reads the last "
+            f"{read:,} {units} of the prompt" + (f" and writes {new:,} (at most n_ctx / 2)" if new < n_new else "")
+            + ", and the key/value cache serves every step.")
+    return ids[-read:], new, note
+
+
+logits = _next_logits(model_key(entry), tuple(ids))  # (m,) scores for the next token
 
 
 # ------------------------------------------------------------------ generate
@@ -102,7 +134,15 @@ if mode != "greedy":
         st.info(note)
 
 st.html(GF.legend_html(unit))
-key = (model_key(entry), tuple(ids), n_new, seed, mode, temperature, top_k, top_p)
+gen_ids, n_new, note = fit(ids, n_new)
+if note:
+    st.info(note)
+    start_text = tok.decode(gen_ids)
+SHOWN = 600  # characters of the prompt shown in grey before the new text: a long prompt would push it off screen
+trimmed = len(start_text) > SHOWN
+if trimmed:
+    start_text = "…" + start_text[-SHOWN:]
+key = (model_key(entry), tuple(gen_ids), n_new, seed, mode, temperature, top_k, top_p)
 memo = st.session_state.get("gen_memo")
 if not (memo and memo["key"] == key):
     memo = shared_generation(key)  # someone on this server drew exactly this text already (a class on one prompt)
@@ -116,7 +156,7 @@ else:
     steps, shown, shown_at = [], 0, time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
-    for s in stream(model, [ids], n_new, temperature, top_k, top_p, generator=gen):
+    for s in stream(model, [gen_ids], n_new, temperature, top_k, top_p, generator=gen):
         steps.append(G.step_record(s, tok.pieces))
         if G.repaint_due(len(steps) - shown, time.perf_counter() - shown_at):  # every few tokens, not each one
             box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
@@ -133,7 +173,8 @@ m1.metric("Distinct 3-grams", "–" if d3 is None else f"{d3:.2f}",
 m2.metric("Mean probability the model gave", f"{measures['mean_prob']:.3f}")
 m3.metric("Perplexity of the generated text", f"{measures['perplexity']:.2f}",
           help=f"exp of the mean negative log-probability (at T = 1) of the generated {units}.")
-caption = (f"Prompt in grey, then {len(steps)} generated {units}, shaded by the probability the model (at T = 1) "
+grey = f"Prompt in grey (its last {SHOWN} characters; all of it under Plain text)" if trimmed else "Prompt in grey"
+caption = (f"{grey}, then {len(steps)} generated {units}, shaded by the probability the model (at T = 1) "
            f"gave each one{'; a thin line marks where each token ends' if tok.kind != 'char' else ''}; hover a {unit} "
            f"for the most likely alternatives at that step. "
            f"Generated in {elapsed * 1000:.0f} ms" + (" with the key/value cache." if slid_at is None else
@@ -149,7 +190,7 @@ if any(s["id"] in partial for s in steps):
                 "unfinished).")
 st.caption(caption)
 with st.expander("Plain text"):
-    st.code(tok.decode(list(ids) + [s["id"] for s in steps]), language=None, wrap_lines=True)
+    st.code(tok.decode(list(gen_ids) + [s["id"] for s in steps]), language=None, wrap_lines=True)
 
 # ------------------------------------------------------------------ sweep
 st.header("The temperature sweep")
@@ -239,7 +280,10 @@ st.markdown(
     f"model keeps being handed {units} it found unlikely."
 )
 n_cont = int(st.number_input(f"{units.capitalize()} per continuation", 10, 1000, 150, step=50, key="gen_cont_tokens"))
-runs = continuations(model_key(entry), model, tok.pieces, tuple(ids), tuple(temps), n_cont, seed)
+cont_ids, n_cont, note = fit(ids, n_cont, rows=len(temps))
+if note:
+    st.info(note)
+runs = continuations(model_key(entry), model, tok.pieces, tuple(cont_ids), tuple(temps), n_cont, seed)
 ratios = [G.distinct_n([s["id"] for s in r], 3) for r in runs]
 per_row = 3
 for r0 in range(0, len(temps), per_row):
@@ -248,7 +292,7 @@ for r0 in range(0, len(temps), per_row):
         with col.container(border=True):
             st.markdown(f"**T = {G.format_t(t)}**" + (" (greedy)" if t == 0 else ""))
             st.metric("distinct 3-grams", "–" if d is None else f"{d:.2f}")
-            st.html(GF.shaded_html(start_text[-40:], r, font_px=13, boundaries=tok.kind != "char"))
+            st.html(GF.shaded_html(tok.decode(cont_ids)[-40:], r, font_px=13, boundaries=tok.kind != "char"))
 st.caption(f"Seed {seed} for every column; each shows the last 40 characters of the prompt in grey. "
            "Change the seed above to draw again.")
 st.plotly_chart(GF.distinct_bars(temps, ratios, unit=unit), width="stretch", key="gen_distinct")

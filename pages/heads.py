@@ -1,11 +1,14 @@
+import time
+
 import numpy as np
 import streamlit as st
+import torch
 
 from core import intervention_figures as IF
-from core.attention import induction_chance, run_attention
+from core.attention import head_attention, induction_chance
 from core.induction import THRESHOLD, head_scores, probe_period, repeat_probe, stripe_scores
-from core.interventions import (MODES, copy_slices, greedy_continuation, next_token_probs, rank_heads, repeat_ids,
-                                repeat_period, token_losses)
+from core.interventions import (MODES, copy_slices, greedy_continuation, head_losses_cost, layer_head_losses,
+                                next_token_probs, rank_from_losses, repeat_ids, repeat_period, token_losses)
 from ui import compute_slot, ensure_frame, model_key, prompt_ids_now, prompt_input, require_model, set_prompt_ids
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -13,6 +16,8 @@ ensure_frame()  # run inside app.py's frame even when this page's URL is the fir
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\n"  # a newline: the repeat reads well
 CONTINUE = 60  # tokens of greedy continuation
 PROMPT_KEY = "heads_prompt"
+RANK_AUTO_S = 15  # a ranking expected to take longer waits for a button press
+SLIDE_S = 10      # continuing past n_ctx may cost this long in slid steps, else the continuation reads less prompt
 
 st.title("Switch heads off")
 st.markdown(
@@ -46,8 +51,9 @@ def _losses(model_key: str, ids: tuple[int, ...], heads: tuple, mode: str):
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def _probs(model_key: str, ids: tuple[int, ...], heads: tuple, mode: str):
-    return next_token_probs(model, list(ids), list(heads), mode)
+def _probs(model_key: str, ids: tuple[int, ...], heads: tuple, mode: str, pos: int):
+    # one position's row: the whole (n, m) table is 400 MB for GPT-2 small at 1,024 tokens
+    return next_token_probs(model, list(ids), list(heads), mode, positions=[pos])[0]
 
 
 @st.cache_data(max_entries=64, show_spinner="Continuing the text ...")
@@ -55,14 +61,38 @@ def _greedy(model_key: str, ids: tuple[int, ...], steps: int, heads: tuple, mode
     return tok.decode(greedy_continuation(model, list(ids), steps, list(heads), mode))
 
 
-@st.cache_data(max_entries=64, show_spinner="Switching off every head in turn ...")
-def _rank(model_key: str, ids: tuple[int, ...], mode: str, start: int | None):
-    return rank_heads(model, list(ids), mode, positions=None if start is None else slice(start, None))
+@st.cache_data(max_entries=256, show_spinner=False)
+def _layer_losses(model_key: str, ids: tuple[int, ...], mode: str, layer: int):
+    return layer_head_losses(model, list(ids), layer, mode)  # (h, n-1), a layer at a time: a progress bar between
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
+def _pass_seconds(model_key: str, ids: tuple[int, ...]) -> float:
+    """How long one forward pass on these tokens takes on this server now (what a slid step of a continuation costs)."""
+    t0 = time.perf_counter()
+    model(torch.tensor([list(ids)]))
+    return time.perf_counter() - t0
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _rows_seconds(model_key: str, rows: int, length: int) -> float:
+    """How long one forward pass of ``rows`` sequences of ``length`` tokens takes on this server now."""
+    t0 = time.perf_counter()
+    model(torch.zeros(rows, length, dtype=torch.long))
+    return time.perf_counter() - t0
+
+
+def rank_seconds(n: int) -> float:
+    """The expected time of ranking every head on n tokens: head_losses_cost passes of the model, each timed as one
+    row of a batch of h (the ranking runs h rows at once, much faster per row than one alone on a short prompt),
+    on at most 64 tokens, scaled up to n."""
+    length = min(n, 64)
+    return head_losses_cost(c, n) * _rows_seconds(mkey, c.n_heads, length) / c.n_heads * n / length
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
 def _pattern(model_key: str, ids: tuple[int, ...], layer: int, head: int):
-    return run_attention(model, list(ids)).pattern[layer][head]
+    return head_attention(model, list(ids), layer, head)[1]  # one head: the blocks after its layer never run
 
 
 _cache = st.cache_resource(max_entries=32, show_spinner=False)  # the figure itself, not a pickle (pages/attention.py)
@@ -172,7 +202,9 @@ else:
     m1.metric("Mean loss, all heads on", f"{before.mean():.3f} nats")
     m2.metric(f"Mean loss, {off}", f"{after.mean():.3f} nats", delta=f"{after.mean() - before.mean():+.3f} nats",
               delta_color="inverse")
-    st.html(IF.loss_change_html(tok.token_strings(ids), before, after, boundaries=tok.kind != "char"))
+    # a long prompt scrolls in a box of its own, so that the views below stay within reach
+    with st.container(height=420 if n > 400 else "content", border=False):
+        st.html(IF.loss_change_html(tok.token_strings(ids), before, after, boundaries=tok.kind != "char"))
     st.html(IF.loss_change_legend(IF.change_scale(after - before), tok.unit))
     st.caption(f"A {tok.unit}'s loss is −log of the probability the model gave it, reading everything before it. "
                f"The first {tok.unit} has no loss: nothing comes before it.")
@@ -200,27 +232,34 @@ else:
 # ------------------------------------------------------------------ next token
 
 st.header(f"The next {tok.unit}, before and after")
-p_before, p_after = _probs(mkey, ids, (), mode), _probs(mkey, ids, heads, mode)
 if n > 1:
     pos = st.slider(f"Position i (counting from 0): the distribution for the {tok.unit} after position i", 0, n - 1,
                     n - 1, key=f"heads_pos_{n}")
 else:
     pos = 0
+p_before, p_after = _probs(mkey, ids, (), mode, pos), _probs(mkey, ids, heads, mode, pos)
 tail = tok.visible_tokens(ids[max(0, pos - 29):pos + 1])  # the last 30 tokens read (characters, for a character model)
 actual = ids[pos + 1] if pos + 1 < n else None
 seen = "".join(tail).replace("`", "'")  # shown as code: no Markdown escapes inside
 nxt = "" if actual is None else tok.visible_tokens([actual])[0].replace("`", "'")
 st.caption(f"The model has read …`{seen}` (position {pos}); "
            + ("this is the end of your prompt." if actual is None else f"the next {tok.unit} in your text is `{nxt}`."))
-st.plotly_chart(next_token_bars(tok.pieces, p_before[pos], p_after[pos], off, actual, unit=tok.unit), width="stretch",
+st.plotly_chart(next_token_bars(tok.pieces, p_before, p_after, off, actual, unit=tok.unit), width="stretch",
                 theme=None, key="heads_bars")
 
 # ------------------------------------------------------------------ continuation
 
 st.header("Greedy continuation")
 steps = min(CONTINUE, c.n_ctx)
-cont_on = _greedy(mkey, ids, steps, (), mode)
-cont_off = _greedy(mkey, ids, steps, heads, mode)
+read = ids
+slid = n + steps - c.n_ctx  # new tokens that would each rerun the whole window of n_ctx positions
+if slid > 0 and slid * _pass_seconds(mkey, ids) > SLIDE_S:
+    read = ids[-(c.n_ctx - steps):]
+    st.caption(f"The continuations read the last {len(read):,} of your {n:,} {tok.units}, so that {steps} new ones fit "
+               f"in the context of {c.n_ctx:,}: past it the window slides, and every new {tok.unit} would rerun all "
+               f"{c.n_ctx:,} positions (about {_pass_seconds(mkey, ids):.1f} s each on this server).")
+cont_on = _greedy(mkey, read, steps, (), mode)
+cont_off = _greedy(mkey, read, steps, heads, mode)
 context = prompt.text[-30:]
 left, right = st.columns(2)
 with left:
@@ -235,11 +274,29 @@ st.caption(f"{steps} {tok.units}, each the most likely one; the end of your prom
 # ------------------------------------------------------------------ ranking
 
 st.header("Which heads matter on this prompt")
+ranked = st.session_state.setdefault("heads_ranked", set())  # (model, ids, mode) this session has ranked
+wait = False
+if n >= 2 and (mkey, ids, mode) not in ranked:
+    expected = rank_seconds(n)
+    if expected > RANK_AUTO_S:  # said beforehand, and only on request
+        st.markdown(f"Ranking switches each of the {c.n_layers * c.n_heads} heads off in turn: on this prompt of "
+                    f"{n:,} {tok.units} that is about {head_losses_cost(c, n):.0f} forward passes of the whole model, "
+                    f"**about {expected:.0f} s** on this server now.")
+        wait = not st.button("Rank every head", key="heads_rank_go")
 if n < 2:
     st.info(f"Ranking the heads needs losses, so at least two {tok.units}.")
-else:
-    effects = _rank(mkey, ids, mode, None)
-    second = _rank(mkey, ids, mode, period) if period else None
+elif not wait:
+    bar = st.progress(0.0, text="Switching off every head in turn ...")
+    per_head = []
+    for layer in range(c.n_layers):
+        per_head.append(_layer_losses(mkey, ids, mode, layer))
+        bar.progress((layer + 1) / c.n_layers, text=f"Switching off every head in turn: layer {layer + 1} of "
+                                                   f"{c.n_layers} done")
+    bar.empty()
+    ranked.add((mkey, ids, mode))
+    base, per_head = _losses(mkey, ids, (), mode), np.stack(per_head)
+    effects = rank_from_losses(base, per_head)
+    second = rank_from_losses(base, per_head, slice(period, None)) if period else None
     frame = IF.ranking_frame(effects, second, scores.induction)
     rises = [col for col in frame.columns if col.endswith("rise")]
     styled = frame.style.format({col: "{:.3f}" for col in frame.columns if col != "head"}).highlight_max(

@@ -4,7 +4,9 @@ import streamlit as st
 from core import trace_figures as TF
 from core.fmt import head_label, md_escape, visible
 from core.sampling import temperature_softmax
-from core.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
+from core.fmt import human_bytes
+from core.trace import (direct_logit_attribution, lens_stage_names, lens_top, max_trace_tokens, stream_steps, trace,
+                        trace_bytes)
 from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -36,13 +38,44 @@ if prompt.empty:
     st.stop()
 
 
+# A trace keeps every intermediate of the pass: for GPT-2 small about 1.1 MB per token plus each head's n x n scores
+# and weights. It is cut to the last tokens that fit TRACE_BUDGET, and big traces get a cache of their own, short,
+# so that editing a long prompt never piles up copies: st.cache_resource, which hands out the one object it holds
+# (the page only reads a trace) where st.cache_data would pickle it and unpickle a fresh copy on every rerun.
+TRACE_BUDGET = 384 * 2**20
+SMALL_TRACE = 16 * 2**20
+
+
 @st.cache_data(max_entries=32, show_spinner=False)
-def _trace(model_key: str, ids: tuple[int, ...]):
+def _trace_small(model_key: str, ids: tuple[int, ...]):
     return trace(model, list(ids))
+
+
+@st.cache_resource(max_entries=2, show_spinner="Running the model and keeping every step ...")
+def _trace_big(model_key: str, ids: tuple[int, ...]):
+    return trace(model, list(ids))
+
+
+def _trace(model_key: str, ids: tuple[int, ...]):
+    small = trace_bytes(c, len(ids)) <= SMALL_TRACE
+    return (_trace_small if small else _trace_big)(model_key, ids)
+
+
+@st.cache_data(max_entries=32, show_spinner="Reading out every stage at every position (the logit lens) ...")
+def _lens(model_key: str, ids: tuple[int, ...]):
+    return lens_top(model, _trace(model_key, ids), k=5)
 
 
 mkey = model_key(entry)
 ids = tuple(prompt.ids)
+keep = max_trace_tokens(c, TRACE_BUDGET)
+if len(ids) > keep:
+    st.info(f"Your prompt has {len(ids):,} {tok.units}. This page keeps every intermediate of the forward pass, about "
+            f"{human_bytes(trace_bytes(c, keep) / keep)} per {tok.unit} for this model at this length, so it follows "
+            f"the **last {keep} {tok.units}** only: here the model reads those {keep} alone (positions below count "
+            f"from their first), and its numbers can differ from a run on your whole prompt. The Attention "
+            "and Switch heads off pages read all of it.")
+    ids = ids[-keep:]
 n = len(ids)
 tokens = tok.token_strings(ids)  # the text of each position's token (one character for a character model)
 compute_slot("the forward pass", key=("inside", mkey, ids))  # in line when the server is busy (core.gate)
@@ -204,7 +237,7 @@ if n > LENS_WINDOW:
 else:
     lo = 0
 hi = min(n, lo + LENS_WINDOW)
-lens = lens_top(tr, k=5)
+lens = _lens(mkey, ids)
 st.plotly_chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
                                lens_stage_names(c.n_layers), offset=lo, chosen=pos, unit=tok.unit),
                 width="stretch", theme=None, key="inside_lens")
@@ -236,7 +269,10 @@ token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) fo
 att = direct_logit_attribution(model, tr, token, pos)
 st.plotly_chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=None,
                 key="inside_attribution")
-st.caption(f"Grey: the embedding; blue: heads; orange: MLPs. Layers and heads count from 1. σ is frozen at "
+many = len(att.names) > TF.ATTRIBUTION_BARS
+st.caption(f"Grey: the embedding; blue: heads; orange: MLPs"
+           + (f"; light grey: all but the {TF.ATTRIBUTION_BARS - 1} largest of the {len(att.names)} writers, summed"
+              if many else "") + f". Layers and heads count from 1. σ is frozen at "
            f"{1 / att.scale:.3f} (the stream's spread at position {pos}); with another σ the bars would all scale "
            "together, so their ranking is what to read.")
 

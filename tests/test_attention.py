@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from core.attention import (
-    head_window,
+    attention_overview, head_attention, head_window, layer_attention, pool_pattern,
     future_dependence, future_mask, future_mass, head_roles, induction_chance, induction_score, induction_scores,
     mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy, run_attention,
     unmasked_softmax,
@@ -130,8 +130,7 @@ def test_long_window_ticks_are_thinned(model):
 
 def test_head_window_cuts_whole_row_softmaxes(model):
     ids = [i % 13 for i in range(30)]
-    run = run_attention(model, ids)
-    view = head_window(run, 1, 0, 5, 20)
+    view = head_window(*head_attention(model, ids, 1, 0), 5, 20)
     with torch.no_grad():
         s = model(torch.tensor([ids]), return_attn=True).attn[1].scores[0, 0].double()
     future = torch.ones(30, 30, dtype=torch.bool).triu(1)
@@ -142,7 +141,7 @@ def test_head_window_cuts_whole_row_softmaxes(model):
     assert np.allclose(view.future_mass, (whole * future).sum(-1)[5:21].numpy(), atol=1e-6)
     assert view.mean_future_mass == pytest.approx(float((whole * future).sum(-1)[:-1].mean()), abs=1e-6)
     with pytest.raises(ValueError):
-        head_window(run, 0, 0, 20, 30)
+        head_window(*head_attention(model, ids, 0, 0), 20, 30)
 
 
 def test_axis_ticks_turn_only_for_labels_longer_than_two_characters():
@@ -150,3 +149,68 @@ def test_axis_ticks_turn_only_for_labels_longer_than_two_characters():
     assert axis_ticks(["a", "⏎", "␣"])["tickangle"] == 0  # characters stay upright, as the lecture draws them
     ticks = axis_ticks(["␣king", "␣the", "y"])
     assert "tickangle" not in ticks and ticks["ticktext"] == ["␣king", "␣the", "y"]
+
+
+def forward_attention(model, ids):
+    """Every layer's (scores, pattern) from the model's own forward pass with return_attn, float64: the reference."""
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), return_attn=True)
+    return [(r.scores[0].double().numpy(), r.pattern[0].double().numpy()) for r in out.attn]
+
+
+def test_run_attention_keeps_float32_and_the_one_layer_and_one_head_paths_agree(model):
+    ids = [i * 5 % 13 for i in range(20)]
+    ref = forward_attention(model, ids)
+    run = run_attention(model, ids)
+    assert run.scores[0].dtype == np.float32 and run.pattern[1].dtype == np.float32  # no float64 copies
+    seen = []
+    for layer, scores, pattern in layer_attention(model, ids):
+        seen.append(layer)
+        np.testing.assert_allclose(scores, ref[layer][0], atol=1e-5)
+        np.testing.assert_allclose(pattern, ref[layer][1], atol=1e-6)
+        for head in range(2):
+            s, p = head_attention(model, ids, layer, head)
+            assert s.shape == p.shape == (20, 20)
+            np.testing.assert_allclose(s, ref[layer][0][head], atol=1e-5)
+            np.testing.assert_allclose(p, ref[layer][1][head], atol=1e-6)
+    assert seen == [0, 1]
+    with pytest.raises(ValueError):
+        head_attention(model, ids, 2, 0)
+
+
+def test_pool_pattern_by_hand():
+    rng = np.random.default_rng(0)
+    w = 7
+    raw = np.tril(rng.random((2, w, w)))
+    pattern = raw / raw.sum(-1, keepdims=True)  # rows sum to 1, nothing on the future
+    same, b = pool_pattern(pattern, 10)  # fits: every position its own cell, the future NaN
+    assert b == 1 and np.isnan(same[:, future_mask(w)]).all()
+    np.testing.assert_allclose(same[:, ~future_mask(w)], pattern[:, ~future_mask(w)])
+    pooled, b = pool_pattern(pattern, 3)  # blocks of 3 positions: {0,1,2}, {3,4,5}, {6}
+    assert b == 3 and pooled.shape == (2, 3, 3)
+    blocks = [range(0, 3), range(3, 6), range(6, 7)]
+    for I, rows in enumerate(blocks):
+        for J, keys in enumerate(blocks):
+            expected = np.mean([[sum(pattern[k, i, j] for j in keys) for i in rows] for k in range(2)], axis=1)
+            if J > I:
+                assert np.isnan(pooled[:, I, J]).all()
+            else:
+                np.testing.assert_allclose(pooled[:, I, J], expected)
+    np.testing.assert_allclose(np.nansum(pooled, -1), 1)  # a row of cells keeps a row's total weight
+
+
+def test_attention_overview_measures_and_thumbnails(model):
+    ids = [i * 7 % 13 for i in range(30)]
+    ref = forward_attention(model, ids)
+    ov = attention_overview(model, ids, 4, 27, size=8)
+    pats = np.stack([p for _, p in ref])  # (L, h, n, n)
+    np.testing.assert_allclose(ov.roles["previous_token"], np.diagonal(pats, -1, -2, -1).mean(-1), atol=1e-6)
+    np.testing.assert_allclose(ov.roles["first_token"], pats[..., 1:, 0].mean(-1), atol=1e-6)
+    ent = -(np.where(pats > 0, pats * np.log(np.where(pats > 0, pats, 1)), 0)).sum(-1).mean(-1)
+    np.testing.assert_allclose(ov.roles["entropy"], ent, atol=1e-5)
+    assert ov.block == 3 and ov.thumbs.shape == (2, 2, 8, 8) and ov.thumbs.dtype == np.float32
+    win = pats[..., 4:28, 4:28]  # 24 positions in 8 blocks of 3
+    by_hand = win.reshape(2, 2, 8, 3, 8, 3).sum(-1).mean(-2)
+    keep = ~future_mask(8)
+    np.testing.assert_allclose(ov.thumbs[..., keep], by_hand[..., keep], atol=1e-6)
+    assert np.isnan(ov.thumbs[..., future_mask(8)]).all()

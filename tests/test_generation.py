@@ -269,3 +269,18 @@ def test_sweep_bars_fit_any_number_of_panels(n):
     assert domains[0][0] == 0 and domains[-1][1] == 1
     assert all(a[1] < b[0] for a, b in zip(domains, domains[1:]))
     assert len(panel_titles(fig)) == len(fig.data) == n
+
+
+@pytest.mark.parametrize("n_prompt, n_new", [(3, 5), (10, 6), (16, 1), (16, 4), (5, 40), (12, 5)])
+def test_slid_steps_counts_the_steps_stream_flags(tiny_model, n_prompt, n_new):
+    from core.generation import fit_in_window, slid_steps
+    from core.sampling import stream
+
+    n_ctx = tiny_model.config.n_ctx  # 16
+    ids = [i % 11 for i in range(n_prompt)]
+    flags = [s.slid for s in stream(tiny_model, [ids], n_new, 1.0, generator=torch.Generator().manual_seed(0))]
+    assert slid_steps(n_prompt, n_new, n_ctx) == sum(flags)
+    read, new = fit_in_window(n_prompt, n_new, n_ctx)
+    assert new == min(n_new, 8) and read == min(n_prompt, n_ctx - new)
+    flags = [s.slid for s in stream(tiny_model, [ids[-read:]], new, 1.0, generator=torch.Generator().manual_seed(0))]
+    assert not any(flags) and slid_steps(read, new, n_ctx) == 0

@@ -96,3 +96,27 @@ def test_stripe_marks_the_key_after_the_earlier_occurrence():
     assert list(fig.layout.yaxis.range) == [n - 0.5, -0.5]  # query 0 on top
     with pytest.raises(ValueError):
         stripe_figure(pattern[:-1, :-1], list("abcdabcd"), T)
+
+
+def test_a_long_stripe_is_pooled_into_blocks_at_their_positions():
+    T = 150
+    n = 2 * T
+    pattern = np.zeros((n, n))
+    pattern[np.arange(n), np.arange(n)] = 1.0
+    rows = np.arange(T, n)
+    pattern[rows] = 0.0
+    pattern[rows, rows - T + 1] = 1.0  # a perfect induction head on the second copy
+    fig = stripe_figure(pattern, ["x"] * n, T, max_cells=100)  # blocks of 3 positions: 100 x 100 cells
+    heat = fig.data[0]
+    z = np.asarray(heat.z, dtype=float)
+    assert z.shape == (100, 100) and heat.customdata is None
+    assert list(heat.x[:2]) == [1.0, 4.0] and heat.y[-1] == 298.0  # block centres, in positions
+    # the stripe keeps its strength: block row I of the second copy puts all its weight on the key block(s) of
+    # the keys i - T + 1 of its three queries
+    I = 70  # queries 210..212 look at keys 61..63, blocks 20 and 21
+    np.testing.assert_allclose(np.nansum(z[I]), 1.0)
+    assert z[I, 20] == pytest.approx(2 / 3) and z[I, 21] == pytest.approx(1 / 3)
+    assert np.isnan(z[0, 1]) and z[0, 0] == pytest.approx(1.0)
+    line = fig.data[1]
+    assert line.x[0] == 1 and line.y[0] == T  # the line stays in positions
+    assert list(fig.layout.yaxis.range) == [n - 0.5, -0.5]

@@ -1,6 +1,7 @@
 """core.interventions: switching heads off, checked against forward passes built independently."""
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -147,3 +148,96 @@ def test_copy_slices_pick_the_predictions_of_each_copy():
     targets = list(range(1, len(ids)))  # the token each loss entry predicts
     assert targets[first] == [1, 2]  # first-copy tokens 1..T-1
     assert targets[second] == [4, 5]  # second-copy tokens T+1..2T-1, not token T
+
+
+def random_model(seed=0, **shape):
+    """A model with every parameter random and large enough that every head matters, LayerNorms included."""
+    torch.manual_seed(seed)
+    m = Transformer(ModelConfig(**shape)).eval()
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.copy_((1.0 if "ln" in name and name.endswith("weight") else 0.0) + 0.3 * torch.randn_like(p))
+    return m
+
+
+FAST_SHAPES = [
+    dict(vocab_size=11, n_ctx=24, d_model=16, n_heads=4, n_layers=2),
+    dict(vocab_size=13, n_ctx=20, d_model=24, n_heads=3, n_layers=3, d_ff=40),
+    dict(vocab_size=17, n_ctx=32, d_model=32, n_heads=8, n_layers=3, bias=True, activation="gelu_tanh",
+         tie_weights=True),  # GPT-2's kind
+    dict(vocab_size=7, n_ctx=8, d_model=8, n_heads=1, n_layers=1),
+]
+
+
+@pytest.mark.parametrize("shape", FAST_SHAPES, ids=lambda s: f"{s['n_layers']}x{s['n_heads']}")
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_batched_head_losses_equal_one_forward_per_head(shape, mode, monkeypatch):
+    import core.interventions as I
+
+    model = random_model(**shape)
+    n = shape["n_ctx"] - 1
+    ids = torch.randint(shape["vocab_size"], (n,), generator=torch.Generator().manual_seed(2)).tolist()
+    monkeypatch.setattr(I, "LOSS_CHUNK", 3 * shape["vocab_size"] * shape["n_heads"])  # a few positions at a time
+    base, per_head = I.head_losses(model, ids, mode)
+    L, h = shape["n_layers"], shape["n_heads"]
+    assert per_head.shape == (L, h, n - 1)
+    for l in range(L):  # layer by layer (a page's progress) gives the same rows
+        np.testing.assert_allclose(I.layer_head_losses(model, ids, l, mode), per_head[l], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(base, token_losses(model, ids), atol=1e-5, rtol=0)
+    for l in range(L):
+        for k in range(h):  # the old way: one whole forward pass per head
+            np.testing.assert_allclose(per_head[l, k], token_losses(model, ids, [(l, k)], mode), atol=1e-5, rtol=0)
+    assert np.abs(per_head - base).max() > 1e-2  # switching a head off does change the losses here
+    # the ranking from them is the ranking of the one-forward-per-head losses
+    second = slice(n // 2, None)
+    for positions in (None, second):
+        got = rank_heads(model, ids, mode, positions)
+        sel = positions or slice(None)
+        ref = token_losses(model, ids)[sel].mean()
+        old = {(l, k): token_losses(model, ids, [(l, k)], mode)[sel].mean() for l in range(L) for k in range(h)}
+        for e in got:
+            assert e.loss == pytest.approx(old[e.layer, e.head], abs=1e-5)
+            assert e.increase == pytest.approx(old[e.layer, e.head] - ref, abs=1e-5)
+        assert [e.increase for e in got] == sorted((e.increase for e in got), reverse=True)
+
+
+def test_head_losses_cost_matches_counted_flops():
+    """The cost in forward passes, against the multiply-adds torch itself counts while the work runs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from core.interventions import head_losses, head_losses_cost
+
+    model = random_model(vocab_size=50, n_ctx=16, d_model=64, n_heads=4, n_layers=3)
+    ids = list(range(1, 13))
+    with FlopCounterMode(display=False) as one:
+        model(torch.tensor([ids]))
+    with FlopCounterMode(display=False) as ranked:
+        head_losses(model, ids)
+    measured = ranked.get_total_flops() / one.get_total_flops()
+    assert head_losses_cost(model.config, len(ids)) == pytest.approx(measured, rel=0.05)
+    assert 1 + 4 < measured < 1 + 4 * 3  # less than a forward pass per head, more than one per layer
+
+
+@pytest.mark.parametrize("heads, mode", [((), "zero"), (((0, 1), (1, 3)), "zero"), (((1, 0),), "mean")])
+def test_cached_greedy_continuation_equals_the_plain_loop_even_when_the_window_slides(model, heads, mode):
+    from core.interventions import ablation_fn, head_means
+
+    n_ctx = model.config.n_ctx  # 24
+    for ids in ([1, 2, 3, 4, 5], list(range(11)) * 2):  # 5 tokens: fits; 22 tokens: slides after 2 new ones
+        prompt = torch.tensor([ids[-n_ctx:]])
+        fn = ablation_fn(model.config, heads, mode, head_means(model, prompt) if mode == "mean" else None)
+        seq = list(ids)
+        for _ in range(8):
+            with torch.no_grad():
+                seq.append(int(model(torch.tensor([seq[-n_ctx:]]), head_fn=fn).logits[0, -1].argmax()))
+        assert greedy_continuation(model, ids, 8, heads, mode) == seq[len(ids):]
+
+
+def test_next_token_probs_of_chosen_positions(model):
+    from core.interventions import next_token_probs
+
+    ids = [1, 4, 2, 8, 5, 7, 3]
+    full = next_token_probs(model, ids, [(0, 2)], "mean")
+    rows = next_token_probs(model, ids, [(0, 2)], "mean", positions=[6, 2])
+    np.testing.assert_array_equal(rows, full[[6, 2]])
+    np.testing.assert_allclose(full.sum(-1), 1)

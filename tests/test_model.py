@@ -170,3 +170,46 @@ def test_gpt2_style_model_biases_tied_output_and_activation(activation):
     out = model(idx[:, :4], use_cache=True)
     step = model(idx[:, 4:], past=out.present, use_cache=True)
     torch.testing.assert_close(step.logits, fused[:, 4:], atol=1e-5, rtol=0)
+
+
+def test_forward_in_steps_matches_the_modules_called_by_hand():
+    """embed, blocks_from and readout: the forward pass cut at any block gives what the modules give when called
+    one by one (token table + position table, each Block, final LayerNorm, output map), GPT-2's kind included."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=13, n_ctx=10, d_model=16, n_heads=2, n_layers=3, bias=True, activation="gelu_tanh",
+                      tie_weights=True)
+    model = Transformer(cfg).eval()
+    idx = torch.randint(0, 13, (2, 7))
+    with torch.no_grad():
+        x = model.tok_emb.weight[idx] + model.pos_emb.weight[:7]
+        torch.testing.assert_close(model.embed(idx), x)
+        torch.testing.assert_close(model.embed(idx[:, 3:], offset=3), x[:, 3:])
+        streams = [x]
+        for block in model.blocks:
+            x = block(x)[0]
+            streams.append(x)
+        logits = F.layer_norm(x, (16,), model.ln_f.weight, model.ln_f.bias) @ model.tok_emb.weight.T
+        torch.testing.assert_close(model.readout(x), logits)
+        torch.testing.assert_close(model(idx).logits, logits, atol=1e-5, rtol=0)
+        for start in range(4):
+            for stop in range(start, 4):
+                y, records = model.blocks_from(streams[start], start, stop, return_attn=True)
+                torch.testing.assert_close(y, streams[stop])
+                assert len(records) == stop - start
+        _, records = model.blocks_from(streams[1], 1, 2, return_attn=True)
+        full = model(idx, return_attn=True).attn[1]
+        torch.testing.assert_close(records[0].pattern, full.pattern)
+
+
+def test_last_only_gives_the_last_rows_of_the_logits(tiny_model):
+    idx = torch.randint(0, 11, (2, 9))
+    with torch.no_grad():
+        full = tiny_model(idx).logits
+        last = tiny_model(idx, last_only=True).logits
+        assert last.shape == (2, 1, 11)
+        torch.testing.assert_close(last, full[:, -1:], atol=1e-6, rtol=0)
+        out = tiny_model(idx[:, :5], use_cache=True, last_only=True)
+        step = tiny_model(idx[:, 5:], past=out.present, use_cache=True, last_only=True)
+        torch.testing.assert_close(step.logits, full[:, -1:], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="loss"):
+        tiny_model(idx, targets=idx, last_only=True)

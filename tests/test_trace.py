@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from core.model import ModelConfig, Transformer
-from core.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
+from core.trace import (direct_logit_attribution, lens_logits, lens_stage_names, lens_top, max_trace_tokens, stream_steps,
+                        trace, trace_bytes)
 
 TOL = dict(atol=1e-4, rtol=0)
 SHAPES = [  # (vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff), B, n
@@ -63,7 +64,7 @@ def test_shapes(case):
         assert tr.q[l].shape == tr.k[l].shape == tr.v[l].shape == tr.z[l].shape == (B, h, n, dh)
         assert tr.mlp_hidden[l].shape == (B, n, c.d_ff)
     assert tr.resid.shape == (L + 1, B, n, d)
-    assert tr.lens_logits.shape == (L + 1, B, n, c.vocab_size) and tr.logits.shape == (B, n, c.vocab_size)
+    assert lens_logits(model, tr, L).shape == (B, n, c.vocab_size) and tr.logits.shape == (B, n, c.vocab_size)
     assert tr.ln_scale.shape == (B, n)
 
 
@@ -163,8 +164,8 @@ def test_logit_lens_by_hand(case):
             x = tr.resid[stage]
             mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
             by_hand = ((x - mu) / torch.sqrt(var + ln.eps) * ln.weight + ln.bias) @ model.head.weight.T
-            close(tr.lens_logits[stage], by_hand)
-        close(tr.lens_logits[-1], model(idx).logits)
+            close(lens_logits(model, tr, stage), by_hand)
+        close(lens_logits(model, tr, c.n_layers), model(idx).logits)
         sigma = torch.sqrt(tr.resid_final.var(-1, unbiased=False) + ln.eps)
         close(tr.ln_scale, 1 / sigma)
 
@@ -228,7 +229,7 @@ def test_stream_steps_follow_the_stream(case):
 
 def test_lens_top_is_sorted_and_ends_with_the_models_prediction(case):
     model, idx, tr = case
-    lens = lens_top(tr, k=5)
+    lens = lens_top(model, tr, k=5)
     L, n = model.config.n_layers, idx.shape[1]
     k = min(5, model.config.vocab_size)
     assert lens.top_ids.shape == lens.top_probs.shape == (L + 1, n, k)
@@ -254,3 +255,42 @@ def test_trace_leaves_the_model_alone_and_refuses_bad_input():
         direct_logit_attribution(model, tr, 11, 0)
     with pytest.raises(ValueError, match="position"):
         direct_logit_attribution(model, tr, 0, 5)
+
+
+def test_lens_top_in_small_blocks_equals_one_softmax_over_everything(case, monkeypatch):
+    import core.trace as T
+
+    model, idx, tr = case
+    c = model.config
+    b = idx.shape[0] - 1
+    monkeypatch.setattr(T, "LENS_CHUNK", 2 * c.vocab_size)  # two positions at a time
+    lens = lens_top(model, tr, k=3, b=b)
+    with torch.no_grad():
+        for stage in range(c.n_layers + 1):
+            p = F.softmax(model.readout(tr.resid[stage, b]).double(), -1)  # (n, m), all at once
+            top = torch.topk(p, min(3, c.vocab_size), -1)
+            np.testing.assert_allclose(lens.top_probs[stage], top.values.numpy(), atol=1e-6)
+            np.testing.assert_allclose(np.take_along_axis(p.numpy(), lens.top_ids[stage], -1), top.values.numpy(),
+                                       atol=1e-6)  # ids of tied probabilities may differ in order, never in value
+
+
+def test_trace_bytes_counts_every_tensor_a_trace_holds(case):
+    model, idx, tr = case
+    seen = {}
+    for value in vars(tr).values():
+        for t in value if isinstance(value, list) else [value]:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()  # views share a storage: once
+    B, n = idx.shape
+    assert trace_bytes(model.config, n, B) == sum(seen.values())
+
+
+def test_max_trace_tokens_is_the_longest_that_fits():
+    from core.model import PRESETS
+
+    small = PRESETS["GPT-2 small"]
+    n = max_trace_tokens(small, 384 * 2**20)
+    assert n % 64 == 0 and trace_bytes(small, n) <= 384 * 2**20 < trace_bytes(small, n + 64)
+    assert 128 <= n <= 512  # GPT-2 small: about 1.4 MB a token at a few hundred tokens
+    tiny = ModelConfig(vocab_size=65, n_ctx=128, d_model=64, n_heads=4, n_layers=2)
+    assert max_trace_tokens(tiny, 384 * 2**20) == 128  # the shipped shape: its whole context
+    assert max_trace_tokens(small, 1) == 1

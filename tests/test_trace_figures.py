@@ -140,7 +140,7 @@ def test_mlp_figure_sorts_the_hidden_units_and_counts_the_silent_ones(setup):
 
 def test_lens_table_ends_with_the_models_prediction_and_shows_the_truth(setup):
     model, ids, tr = setup
-    lens = lens_top(tr)
+    lens = lens_top(model, tr)
     lo, hi = 3, 12
     fig = TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], CHARS, ids, lens_stage_names(2), lo,
                          chosen=8)
@@ -188,3 +188,33 @@ def test_output_bars_follow_the_temperature(setup, T):
     expected = F.one_hot(z.argmax(), 11).double() if T == 0 else F.softmax(z / T, -1)
     np.testing.assert_allclose(prob_bars.y, expected.numpy()[top], atol=1e-5)
     assert f"T = {T:g}" in fig.layout.annotations[1].text
+
+
+def test_attribution_of_many_writers_keeps_the_largest_and_sums_the_rest():
+    from core.trace import Attribution
+
+    rng = np.random.default_rng(0)
+    names = ["embedding"] + [f"L{l} H{k}" for l in range(1, 13) for k in range(1, 13)] + [f"L{l} MLP" for l in
+                                                                                       range(1, 13)]
+    values = rng.normal(size=len(names)) * np.linspace(3, 0.1, len(names))
+    att = Attribution(token=0, pos=3, names=names, values=values, constant=0.5, logit=float(values.sum() + 0.5),
+                      scale=1.0)
+    fig = TF.attribution_figure(att, "x", max_bars=20)
+    bars = fig.data[0]
+    assert len(bars.x) == 20 and np.all(np.diff(bars.x) <= 0)
+    assert bars.x.sum() == pytest.approx(values.sum())  # the same total
+    top = set(np.argsort(-np.abs(values))[:19])
+    drawn = {n for n in bars.customdata if not n.startswith("the other")}
+    assert drawn == {names[i] for i in top}
+    other = list(bars.customdata).index(f"the other {len(names) - 19} writers")
+    assert bars.x[other] == pytest.approx(sum(v for i, v in enumerate(values) if i not in top))
+    assert bars.marker.color[other] == TF.KIND_COLORS["others"]
+    assert len(TF.attribution_figure(att, "x", max_bars=len(names)).data[0].x) == len(names)
+
+
+def test_quotes_in_token_labels_show_as_quotes_and_tags_stay_text():
+    """Plotly shows '&quot;' literally: a token '"' must reach a title as a quote, while '<' stays escaped."""
+    q, k = np.ones(4), np.arange(4.0)
+    fig = TF.qk_terms(q, k, TF.char_label(3, '"'), TF.char_label(1, "<b>"))
+    assert "query 3 '\"'" in fig.layout.title.text and "&quot;" not in fig.layout.title.text
+    assert "&lt;b&gt;" in fig.layout.title.text and "<b>" not in fig.layout.title.text
