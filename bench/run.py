@@ -212,6 +212,14 @@ def bench_pages(quick: bool):
                         "ratio_to_home": t / home})
         print(f"  rerun {page:<34} {t * 1e3:8.1f} ms  ({t / home:5.2f}x the home page) "
               f"{'✓' if t < 0.5 else '✗'} (target < 500 ms)")
+    # a class types new prompts: nothing is cached then (the load test's per-session work, without the load)
+    for page, box in (("pages/attention.py", "attn_prompt"), ("pages/generation.py", "gen_prompt")):
+        def new_prompt(at, i, box=box):
+            at.text_area(key=box).input(f"KING:\nWhat say you, lords? {'abcdefgh'[i % 8] * (i + 1)}")
+
+        t = rerun_time(page, setup=new_prompt)
+        RESULTS.append({"benchmark": f"new prompt {page}", "ours": t, "unit": "s", "ratio_to_home": t / home})
+        print(f"  new prompt {page:<29} {t * 1e3:8.1f} ms  ({t / home:5.2f}x the home page)")
     if "pages/inside.py" in page_files():
         # issue 15's target: the whole forward pass traced and nine figures drawn for a 128-character prompt, first
         # with the same input (caches warm), then with the followed position moved on every rerun (figures redrawn)
