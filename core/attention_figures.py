@@ -44,6 +44,28 @@ def row_of_panels(widths: list[float], spacing: float, titles: list[str], shared
     return layout
 
 
+def grid_of_panels(rows: int, cols: int, h_spacing: float, v_spacing: float, titles: list[str]) -> dict:
+    """Layout of a rows x cols grid of panels, as make_subplots(rows, cols, horizontal_spacing=h_spacing,
+    vertical_spacing=v_spacing, subplot_titles=titles) lays it out, as plain dicts (see ``row_of_panels``):
+    panel i (from 1, row by row from the top) has axes "xaxis{i}" and "yaxis{i}"; empty titles are left out."""
+    w = (1 - h_spacing * (cols - 1)) / cols
+    ht = (1 - v_spacing * (rows - 1)) / rows
+    layout, notes = {}, []
+    for r in range(rows):
+        top = 1 - r * (ht + v_spacing)
+        for c in range(cols):
+            i = r * cols + c + 1
+            sfx = "" if i == 1 else str(i)
+            x0 = c * (w + h_spacing)
+            layout[f"xaxis{sfx}"] = dict(domain=[x0, x0 + w], anchor=f"y{sfx}")
+            layout[f"yaxis{sfx}"] = dict(domain=[max(0.0, top - ht), top], anchor=f"x{sfx}")
+            if titles[i - 1]:
+                notes.append(dict(text=titles[i - 1], x=x0 + w / 2, y=top, xref="paper", yref="paper",
+                                  xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=16)))
+    layout["annotations"] = notes
+    return layout
+
+
 def _axes(layout: dict, kind: str) -> list[dict]:
     """The panel layout's x (kind "x") or y axes, first panel first."""
     return [v for k, v in layout.items() if k.startswith(f"{kind}axis")]
@@ -255,42 +277,42 @@ def all_heads_figure(patterns, selected: tuple[int, int] | None = None, layers: 
     rows = per_layer * len(layers)
     cells = [(layers[i // per_layer], (i % per_layer) * cols + c) for i in range(rows) for c in range(cols)]
     plot_px = rows * GRID_PANEL_PX + (rows - 1) * GRID_GAP_PX
-    fig = make_subplots(rows=rows, cols=cols, horizontal_spacing=0.02,
-                        vertical_spacing=GRID_GAP_PX / plot_px if rows > 1 else 0.0,
-                        subplot_titles=[f"layer {l + 1} · head {k + 1}" if k < h else "" for l, k in cells])
+    layout = grid_of_panels(rows, cols, 0.02, GRID_GAP_PX / plot_px if rows > 1 else 0.0,
+                            [f"layer {l + 1} · head {k + 1}" if k < h else "" for l, k in cells])
+    for note in layout["annotations"]:
+        note["yshift"] = 5  # the titles a little higher, clear of the red frame around a panel
     future = future_mask(t)
     spots = {}  # (layer, head) -> (row, col) of its panel
     for i, (l, k) in enumerate(cells):
         if k < h:
             spots[l, k] = (i // cols + 1, i % cols + 1)
-    for (l, k), (r, c) in spots.items():
-        fig.add_trace(go.Heatmap(z=_f32(np.where(future, np.nan, patterns[l][k])), coloraxis="coloraxis",
-                                 hoverinfo="skip"), r, c)
+    data = [dict(type="heatmap", z=_f32(np.where(future, np.nan, patterns[l][k])), coloraxis="coloraxis",
+                 hoverinfo="skip", **_on((r - 1) * cols + c)) for (l, k), (r, c) in spots.items()]
     tx, ty = click_targets(t)
-    for (l, k), (r, c) in spots.items():
-        fig.add_trace(go.Scatter(x=tx, y=ty, mode="markers", marker=dict(size=30, opacity=0),
-                                 customdata=[[l, k]] * len(tx), showlegend=False,
-                                 hovertemplate=f"layer {l + 1} · head {k + 1}<br>click to open it above"
-                                               "<extra></extra>"), r, c)
-    fig.update_yaxes(range=[t - 0.5, -0.5], showticklabels=False, ticks="", showgrid=False, zeroline=False)
-    fig.update_xaxes(range=[-0.5, t - 0.5], showticklabels=False, ticks="", showgrid=False, zeroline=False)
-    fig.update_annotations(yshift=5)  # the titles a little higher, clear of the red frame around a panel
+    data += [dict(type="scatter", x=tx, y=ty, mode="markers", marker=dict(size=30, opacity=0),
+                  customdata=[[l, k]] * len(tx), showlegend=False,
+                  hovertemplate=f"layer {l + 1} · head {k + 1}<br>click to open it above<extra></extra>",
+                  **_on((r - 1) * cols + c)) for (l, k), (r, c) in spots.items()]
+    for y in _axes(layout, "y"):
+        y.update(range=[t - 0.5, -0.5], showticklabels=False, ticks="", showgrid=False, zeroline=False)
+    for x in _axes(layout, "x"):
+        x.update(range=[-0.5, t - 0.5], showticklabels=False, ticks="", showgrid=False, zeroline=False)
     for i, (l, k) in enumerate(cells):  # empty places of a last row: no axes at all
         if k >= h:
-            fig.update_xaxes(visible=False, row=i // cols + 1, col=i % cols + 1)
-            fig.update_yaxes(visible=False, row=i // cols + 1, col=i % cols + 1)
+            sfx = "" if i == 0 else str(i + 1)
+            layout[f"xaxis{sfx}"]["visible"] = layout[f"yaxis{sfx}"]["visible"] = False
     if selected is not None and tuple(selected) in spots:
         r, c = spots[tuple(selected)]
         idx = (r - 1) * cols + c
-        xd = fig.layout[f"xaxis{'' if idx == 1 else idx}"].domain
-        yd = fig.layout[f"yaxis{'' if idx == 1 else idx}"].domain
-        fig.add_shape(type="rect", xref="paper", yref="paper", x0=xd[0] - 0.004, x1=xd[1] + 0.004,
-                      y0=yd[0] - 3 / plot_px, y1=yd[1] + 3 / plot_px, line=dict(color="#d62728", width=3))
+        xd = layout[f"xaxis{'' if idx == 1 else idx}"]["domain"]
+        yd = layout[f"yaxis{'' if idx == 1 else idx}"]["domain"]
+        layout["shapes"] = [dict(type="rect", xref="paper", yref="paper", x0=xd[0] - 0.004, x1=xd[1] + 0.004,
+                                 y0=yd[0] - 3 / plot_px, y1=yd[1] + 3 / plot_px, line=dict(color="#d62728", width=3))]
     title = "weight" if block == 1 else f"weight<br>(mean over<br>{block}×{block} cells)"
-    fig.update_layout(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title=title, thickness=12)),
-                      height=plot_px + 60, plot_bgcolor=MASKED_GREY, margin=dict(l=20, r=20, t=40, b=20),
-                      hovermode="closest", hoverdistance=60, clickmode="event+select", dragmode=False)
-    return fig
+    layout.update(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title=dict(text=title), thickness=12)),
+                  height=plot_px + 60, plot_bgcolor=MASKED_GREY, margin=dict(l=20, r=20, t=40, b=20),
+                  hovermode="closest", hoverdistance=60, clickmode="event+select", dragmode=False)
+    return go.Figure(data=data, layout=layout)
 
 
 OVERVIEW_PX_PER_LAYER = 34
