@@ -70,8 +70,10 @@ def compute_slot(what: str, key=None):
     box = st.empty()
 
     def told(ahead: int):
-        box.info(f"Queued: {ahead} ahead of you. This server computes {gate.slots} pages at a time and takes them "
-                 f"in order of arrival; {what} starts as soon as a slot is free.", icon="⏳")
+        line = "you are next" if ahead == 0 else f"{ahead} ahead of you"
+        at_once = "one page at a time" if gate.slots == 1 else f"{gate.slots} pages at a time"
+        box.info(f"**Queued: {line}.** The server is busy: it computes {at_once}, in order of arrival, and "
+                 f"{what} starts as soon as a slot is free.", icon=":material/hourglass_top:")
 
     try:
         gate.acquire(on_wait=told)
