@@ -38,10 +38,15 @@ def _load(path: str, stamp: float):
 
 
 @st.cache_resource
-def compute_gate() -> Gate | None:
-    """The server's one gate of heavy page work (core.gate): as many at once as cores, the rest in line."""
+def compute_gate(lane: str = "short") -> Gate | None:
+    """The server's gates of page work (core.gate), one per lane. "short": a page's analysis of a new prompt
+    (a few hundred ms), as many at once as cores. "long": generating text (seconds), one fewer: with a single
+    line, a quick attention rerun waited behind every text being generated (measured: attention p50 8 -> 15 s
+    with 30 students), so long work never takes every core."""
     slots = gate_slots()
-    return Gate(slots) if slots else None
+    if not slots:
+        return None
+    return Gate(slots if lane == "short" else max(1, slots - 1))
 
 
 @st.cache_resource
@@ -50,7 +55,7 @@ def _computed() -> dict:
     return {"lock": threading.Lock(), "keys": collections.OrderedDict()}
 
 
-def compute_slot(what: str, key=None):
+def compute_slot(what: str, key=None, lane: str = "short"):
     """Wait for a compute slot before the heavy part of a page (once per page run; the slot is given back by
     ``release_compute_slot`` in app.py when the page's run ends). While the line is long, say so.
 
@@ -58,7 +63,7 @@ def compute_slot(what: str, key=None):
     and skips the line, so a class opening a page on its default prompt never queues behind the students who
     are typing. A second session asking for work under way waits for the first one's result (Streamlit's cache
     lock), holding no slot."""
-    gate = compute_gate()
+    gate = compute_gate(lane)
     if gate is None or gate.held():
         return
     if key is not None:
@@ -91,9 +96,10 @@ def compute_slot(what: str, key=None):
 
 def release_compute_slot():
     """Give back the compute slot this page run holds, if any (app.py calls it however the page's run ended)."""
-    gate = compute_gate()
-    if gate is not None:
-        gate.release()
+    for lane in ("short", "long"):
+        gate = compute_gate(lane)
+        if gate is not None:
+            gate.release()
 
 
 def shipped_names() -> list[str]:

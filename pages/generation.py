@@ -152,7 +152,7 @@ if memo and memo["key"] == key:
     box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
     st.session_state["gen_memo"] = memo
 else:
-    compute_slot("your text")
+    compute_slot("your text", lane="long")
     steps, shown, shown_at = [], 0, time.perf_counter()
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
@@ -266,7 +266,7 @@ def continuations(weights_key, model, chars: tuple, ids: tuple, temps: tuple, n:
     key = ("continuations", weights_key, ids, temps, n, seed)
     memo = shared_generation(key)
     if memo is None:
-        compute_slot("the continuations")
+        compute_slot("the continuations", lane="long")
         with st.spinner("Generating one continuation per temperature ..."):
             memo = remember_generation({"key": key, "runs": G.continuations(model, ids, temps, n, seed, chars)})
     return memo["runs"]

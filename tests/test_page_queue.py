@@ -12,7 +12,7 @@ import ui
 def one_slot(monkeypatch):
     monkeypatch.setenv("TE_COMPUTE_SLOTS", "1")
     ui.compute_gate.clear()
-    gate = ui.compute_gate()
+    gate = ui.compute_gate("short")
     assert gate.slots == 1
     yield gate
     ui.compute_gate.clear()
@@ -30,7 +30,18 @@ def generated_text(at) -> str:
     return next(c.value for c in at.code)  # the "Plain text" expander holds the prompt and what was drawn
 
 
-def test_a_new_prompt_waits_for_the_slot_then_draws_its_text(open_page, one_slot):
+@pytest.fixture
+def long_lane(monkeypatch):
+    monkeypatch.setenv("TE_COMPUTE_SLOTS", "2")
+    ui.compute_gate.clear()
+    gate = ui.compute_gate("long")
+    assert gate.slots == 1 and ui.compute_gate("short").slots == 2  # text generation never takes every core
+    yield gate
+    ui.compute_gate.clear()
+
+
+def test_a_new_prompt_waits_for_the_slot_then_draws_its_text(open_page, long_lane):
+    one_slot = long_lane
     at = open_page("pages/generation.py")
     at.number_input(key="gen_new_tokens").set_value(30)
     at.number_input(key="gen_cont_tokens").set_value(10)
