@@ -31,7 +31,7 @@ def row_of_panels(widths: list[float], spacing: float, titles: list[str], shared
     free = 1 - spacing * (len(widths) - 1)
     layout, start, notes = {}, 0.0, []
     for i, w in enumerate(widths, start=1):
-        end = start + free * w / sum(widths)
+        end = min(1.0, start + free * w / sum(widths))  # rounding must not push the last past 1 (Plotly refuses)
         sfx = "" if i == 1 else str(i)
         layout[f"xaxis{sfx}"] = dict(domain=[start, end], anchor=f"y{sfx}")
         layout[f"yaxis{sfx}"] = dict(domain=[0.0, 1.0], anchor=f"x{sfx}")
@@ -57,7 +57,7 @@ def grid_of_panels(rows: int, cols: int, h_spacing: float, v_spacing: float, tit
             i = r * cols + c + 1
             sfx = "" if i == 1 else str(i)
             x0 = c * (w + h_spacing)
-            layout[f"xaxis{sfx}"] = dict(domain=[x0, x0 + w], anchor=f"y{sfx}")
+            layout[f"xaxis{sfx}"] = dict(domain=[x0, min(1.0, x0 + w)], anchor=f"y{sfx}")
             layout[f"yaxis{sfx}"] = dict(domain=[max(0.0, top - ht), top], anchor=f"x{sfx}")
             if titles[i - 1]:
                 notes.append(dict(text=titles[i - 1], x=x0 + w / 2, y=top, xref="paper", yref="paper",

@@ -98,3 +98,18 @@ def test_overview_has_one_clickable_cell_per_head_with_its_numbers():
     assert 400 <= fig.layout.height <= 600  # about 34 px a layer: the printed values fit
     ent = head_overview_figure(roles, "entropy")
     assert ent.data[0].zmax == pytest.approx(roles["entropy"].max())
+
+
+@pytest.mark.parametrize("n", range(1, 13))
+def test_panel_layouts_stay_inside_the_figure_for_any_count(n):
+    """Domains add up by floating point: the last panel must not end past 1, which Plotly refuses."""
+    import plotly.graph_objects as go
+
+    from core.attention_figures import grid_of_panels, row_of_panels
+    for layout in (row_of_panels([1.0] * n, 0.05, [str(i) for i in range(n)]),
+                   row_of_panels([0.3, 0.1] * n, 0.02, [str(i) for i in range(2 * n)], shared_y=True),
+                   grid_of_panels(n, 7, 0.02, 0.03, [str(i) for i in range(7 * n)])):
+        go.Figure(layout=layout)  # validates every domain
+        for key, axis in layout.items():
+            if key.startswith(("xaxis", "yaxis")):
+                assert 0 <= axis["domain"][0] <= axis["domain"][1] <= 1
