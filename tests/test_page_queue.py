@@ -2,6 +2,7 @@
 then runs; a page run never keeps its slot."""
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -26,6 +27,27 @@ def wait_until(cond, timeout=60.0):
         time.sleep(0.01)
 
 
+@contextmanager
+def slot_taken_elsewhere(gate):
+    """Another student's heavy run holds one of ``gate``'s slots (in a thread of its own) until the block ends."""
+    busy, free = threading.Event(), threading.Event()
+
+    def someone_else():
+        gate.acquire()
+        busy.set()
+        free.wait(60)
+        gate.release()
+
+    other = threading.Thread(target=someone_else)
+    other.start()
+    busy.wait(10)
+    try:
+        yield
+    finally:
+        free.set()
+        other.join(10)
+
+
 def generated_text(at) -> str:
     return next(c.value for c in at.code)  # the "Plain text" expander holds the prompt and what was drawn
 
@@ -47,26 +69,14 @@ def test_a_new_prompt_waits_for_the_slot_then_draws_its_text(open_page, long_lan
     at.number_input(key="gen_cont_tokens").set_value(10)
     at.run()
     assert not at.exception and one_slot.running == 0  # the runs so far gave their slot back
-    busy, free = threading.Event(), threading.Event()
-
-    def someone_else():  # another student's heavy run holds the only slot
-        one_slot.acquire()
-        busy.set()
-        free.wait(60)
-        one_slot.release()
-
-    other = threading.Thread(target=someone_else)
-    other.start()
-    busy.wait(10)
-    at.text_area(key="gen_prompt").input("ROMEO:\nWhither now?")
-    run = threading.Thread(target=at.run)
-    run.start()
-    wait_until(lambda: one_slot.waiting == 1)  # the page is in line ...
-    time.sleep(0.3)
-    assert run.is_alive()  # ... and does not draw before its turn
-    free.set()
+    with slot_taken_elsewhere(one_slot):  # the only slot
+        at.text_area(key="gen_prompt").input("ROMEO:\nWhither now?")
+        run = threading.Thread(target=at.run)
+        run.start()
+        wait_until(lambda: one_slot.waiting == 1)  # the page is in line ...
+        time.sleep(0.3)
+        assert run.is_alive()  # ... and does not draw before its turn
     run.join(120)
-    other.join(10)
     assert not at.exception
     assert generated_text(at).startswith("ROMEO:\nWhither now?") and len(generated_text(at)) > len("ROMEO:\nWhither now?")
     wait_until(lambda: one_slot.waiting == 0 and one_slot.running <= 1)
@@ -77,26 +87,12 @@ def test_work_done_already_skips_the_line(open_page, one_slot):
     even while every slot is taken."""
     first = open_page("pages/attention.py")  # computes the default prompt once
     assert not first.exception
-    busy, free = threading.Event(), threading.Event()
-
-    def someone_else():
-        one_slot.acquire()
-        busy.set()
-        free.wait(60)
-        one_slot.release()
-
-    other = threading.Thread(target=someone_else)
-    other.start()
-    busy.wait(10)
-    try:
+    with slot_taken_elsewhere(one_slot):
         second = open_page("pages/attention.py")  # would wait for the slot if it queued
         assert not second.exception and one_slot.waiting == 0
         second.text_area(key="attn_prompt").input("A new prompt")
         run = threading.Thread(target=second.run)
         run.start()
         wait_until(lambda: one_slot.waiting == 1)  # new work queues
-    finally:
-        free.set()
     run.join(120)
-    other.join(10)
     assert not second.exception
