@@ -20,7 +20,6 @@ memory fails with an error in its row instead.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import resource
@@ -34,6 +33,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import write_csv  # noqa: E402
 PAGES = ["home", "attention", "heads", "inside", "generation", "parameters"]
 PROMPT_KEYS = {"attention": "attn_prompt", "heads": "heads_prompt", "inside": "inside_prompt",
                "generation": "gen_prompt"}
@@ -183,10 +184,7 @@ def main():
                          "load_avg_1min": round(load, 2), "error": row["error"], "notes": row["notes"]})
             print(rows[-1], flush=True)
     if args.out:
-        with open(args.out, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(rows, args.out)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ Both on the same random prompt of each length, one after the other, with the app
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import os
 import resource
@@ -23,6 +22,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import write_csv  # noqa: E402
 
 from core.interventions import head_losses, head_losses_cost, token_losses  # noqa: E402
 from core.model import PRESETS, Transformer  # noqa: E402
@@ -65,10 +66,7 @@ def main():
                      "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)})
         print(rows[-1], flush=True)
     if args.out:
-        with open(args.out, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(rows, args.out)
 
 
 if __name__ == "__main__":
