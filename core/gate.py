@@ -47,7 +47,6 @@ class Gate:
         self._queue: deque[int] = deque()   # tickets of the waiting callers, first come first
         self._running = 0
         self._tickets = itertools.count()
-        self._held = threading.local()      # how deep this thread is inside gated sections
         self._owners: dict[int, threading.Thread] = {}  # the threads holding a slot
 
     @property
@@ -64,22 +63,20 @@ class Gate:
 
     def held(self) -> bool:
         """Whether this thread holds a slot."""
-        return getattr(self._held, "depth", 0) > 0
+        # the thread itself, not only its id: a new thread may get the id of one that died holding a slot
+        return self._owners.get(threading.get_ident()) is threading.current_thread()
 
     def acquire(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.2) -> int:
         """Take a slot for this thread until ``release`` (nothing happens if it holds one already); returns how
         many callers were in line ahead on arrival. ``on_wait`` as for ``enter``."""
         if self.held():
             return 0
-        ahead = self._wait_for_slot(on_wait, poll_s)
-        self._held.depth = 1
-        return ahead
+        return self._wait_for_slot(on_wait, poll_s)
 
     def release(self) -> bool:
         """Give back this thread's slot, if it holds one (whatever the depth of ``enter`` blocks). True if it did."""
         if not self.held():
             return False
-        self._held.depth = 0
         self._give_back()
         return True
 
@@ -106,21 +103,13 @@ class Gate:
         """Hold a slot for the block; yields how many callers were ahead on arrival. While waiting,
         ``on_wait(n_ahead)`` is called on arrival and whenever the number ahead changes (not under the lock: it
         may draw on a page, or raise to abandon the wait)."""
-        depth = getattr(self._held, "depth", 0)
-        if depth:  # this thread holds a slot already
-            self._held.depth = depth + 1
-            try:
-                yield 0
-            finally:
-                self._held.depth -= 1
-            return
-        ahead0 = self._wait_for_slot(on_wait, poll_s)
-        self._held.depth = 1
+        took = not self.held()  # an outer block of this thread holds the slot already: it gives it back
+        ahead = self.acquire(on_wait, poll_s)
         try:
-            yield ahead0
+            yield ahead
         finally:
-            self._held.depth = 0
-            self._give_back()
+            if took:
+                self.release()
 
     def _wait_for_slot(self, on_wait, poll_s: float) -> int:
         """Take a slot, waiting in line if need be; returns how many callers were in line ahead on arrival."""
