@@ -15,6 +15,7 @@ leaves the old model under ``.<name>.old``, which ``recover_interrupted_saves`` 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -193,8 +194,11 @@ def check_checkpoint(path) -> tuple[ModelConfig, Tokenizer, dict]:
     return info.config, info.tokenizer, info.training
 
 
+@functools.lru_cache(maxsize=64)
 def _expected(config: ModelConfig) -> dict[str, tuple]:
-    """Our tensor names and shapes for a config (a tied output map is stored once, as the embedding)."""
+    """Our tensor names and shapes for a config (a tied output map is stored once, as the embedding). Cached:
+    building even a meta-device model runs every initialiser through torch's dispatch (about 20 ms), and the
+    sidebar checks every model folder on every page run. Callers must not change the returned dict."""
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
     if config.tie_weights:
