@@ -60,6 +60,17 @@ PROMPTS = [
 ]
 FINISHED = ForwardMsg.ScriptFinishedStatus.FINISHED_SUCCESSFULLY
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"  # the model every session shares
+LETTERS = "abcdefghij"  # digits written as letters: the shipped character model has no digits in its vocabulary
+
+
+def new_prompt(i: int, k: int) -> str:
+    """Student i's k-th prompt: one of PROMPTS plus a tag that no other (student, prompt) pair shares, written
+    in letters the character model knows. (Digits would be dropped as unknown characters, and then students
+    whose prompts differ only there would type the same prompt and be served from the server's caches.)"""
+    tag = "".join(LETTERS[int(c)] for c in str(i)) + " " + "".join(LETTERS[int(c)] for c in str(k))
+    return f"{PROMPTS[(i + k) % len(PROMPTS)]} {tag}"
+
+
 PROBE = "ROMEO:\nIs the day so young? "  # + a random nonce of letters, so no cache can hold the answer
 PATTERN_TOLERANCE = 1e-5
 
@@ -344,7 +355,7 @@ def student(url: str, i: int, reruns: int, timings: list, errors: list, lock: th
         for k in range(reruns):
             if think:
                 time.sleep(pause.uniform(*think))
-            mine.append(("rerun", page, s.run(page, {box: f"{PROMPTS[(i + k) % len(PROMPTS)]} {i}.{k}"})))
+            mine.append(("rerun", page, s.run(page, {box: new_prompt(i, k)})))
         if s.exceptions:
             raise RuntimeError(f"exception box: {s.exceptions[0]}")
         s.close()
