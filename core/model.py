@@ -153,7 +153,9 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(d, 3 * d, bias=config.bias)
         self.out = nn.Linear(d, d, bias=config.bias)  # W_O mixes the concatenated heads
 
-    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None):
+    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None, last_query=False):
+        """last_query: the output of the last position only, (B, 1, d); the keys and values of every position
+        are still computed (and cached). For the last block when only the next token's logits are read."""
         B, n, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         # (B, n, d) -> (B, n, h, d/h) -> (B, h, n, d/h)
@@ -162,6 +164,8 @@ class MultiHeadAttention(nn.Module):
         v = v.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
         if cache is not None:  # incremental decoding: the cached keys and values come first
             k, v = cache.append(layer, k, v)  # (B, h, n_past + n, d/h) each
+        if last_query and not return_attn:
+            q, n = q[:, :, -1:], 1  # (B, h, n, d/h) -> (B, h, 1, d/h): the last query sees every key
         n_k = k.shape[2]
         record = None
         if return_attn:
@@ -211,9 +215,14 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(config.d_model, eps=config.ln_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None):
+    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None, last_only=False):
+        """last_only: return the stream at the last position only, (B, 1, d). Its attention still reads every
+        position's keys and values, but the queries, W_O and the MLP of the other positions are skipped."""
         # pre-norm residual updates: the stream x is read from and added to, never overwritten
-        a, record = self.attn(self.ln1(x), return_attn=return_attn, cache=cache, layer=layer, head_fn=head_fn)
+        a, record = self.attn(self.ln1(x), return_attn=return_attn, cache=cache, layer=layer, head_fn=head_fn,
+                              last_query=last_only)
+        if last_only and not return_attn:
+            x = x[:, -1:]  # (B, n, d) -> (B, 1, d)
         x = x + a
         x = x + self.mlp(self.ln2(x))
         return x, record
@@ -251,12 +260,16 @@ class Transformer(nn.Module):
         # a slice of the position table, not a lookup: same values, one op fewer per decoding step
         return self.tok_emb(idx) + self.pos_emb.weight[offset:offset + idx.shape[1]]  # (B, n, d) + (n, d)
 
-    def blocks_from(self, x, start: int = 0, stop: int | None = None, return_attn=False, cache=None, head_fn=None):
+    def blocks_from(self, x, start: int = 0, stop: int | None = None, return_attn=False, cache=None, head_fn=None,
+                    last_only=False):
         """Blocks start..stop-1 (stop: default all) on the stream x (B, n, d) entering block ``start``.
-        Returns (the stream leaving block stop-1, their attention records: one per block run, or Nones)."""
+        Returns (the stream leaving block stop-1, their attention records: one per block run, or Nones).
+        last_only: the last block run computes the last position only (its stream comes back as (B, 1, d))."""
         records = []
-        for i in range(start, len(self.blocks) if stop is None else stop):
-            x, record = self.blocks[i](x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn)
+        stop = len(self.blocks) if stop is None else stop
+        for i in range(start, stop):
+            x, record = self.blocks[i](x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn,
+                                       last_only=last_only and i == stop - 1)
             records.append(record)
         return x, records
 
@@ -285,7 +298,12 @@ class Transformer(nn.Module):
         cache = past
         if cache is None and use_cache:
             cache = KVCache(self.config, B, dtype=self.pos_emb.weight.dtype, device=idx.device)
-        x, records = self.blocks_from(self.embed(idx, offset), 0, return_attn=return_attn, cache=cache, head_fn=head_fn)
+        # with last_only, the last block skips what no later block reads: the queries, W_O and MLP of every position
+        # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not with an
+        # intervention (head_fn sees every position) nor with the attention returned (the full pattern is wanted).
+        skip = last_only and head_fn is None and not return_attn
+        x, records = self.blocks_from(self.embed(idx, offset), 0, return_attn=return_attn, cache=cache, head_fn=head_fn,
+                                      last_only=skip)
         if cache is not None:
             cache.length += n
         if last_only and targets is not None:

@@ -213,3 +213,25 @@ def test_last_only_gives_the_last_rows_of_the_logits(tiny_model):
         torch.testing.assert_close(step.logits, full[:, -1:], atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="loss"):
         tiny_model(idx, targets=idx, last_only=True)
+
+
+@pytest.mark.parametrize("layers", [1, 3])
+def test_last_only_skips_work_but_not_the_answer_in_a_gpt2_style_model(layers):
+    """last_only computes the last block at the last position only; the logits and the cached keys and values
+    must be those of the full pass (biases, GELU, tied output map, one layer and several)."""
+    torch.manual_seed(1)
+    cfg = ModelConfig(vocab_size=13, n_ctx=12, d_model=16, n_heads=2, n_layers=layers, bias=True,
+                      activation="gelu_tanh", tie_weights=True)
+    model = Transformer(cfg).eval()
+    for p in model.parameters():  # biases start at zero: give them values, or a bias bug would not show
+        p.data.normal_(0, 0.3)
+    idx = torch.randint(0, 13, (3, 12))
+    with torch.no_grad():
+        full = model(idx).logits[:, -1:]
+        ref = model(idx[:, :7], use_cache=True).present
+        last = model(idx[:, :7], use_cache=True, last_only=True)
+        torch.testing.assert_close(last.present[0][0], ref[0][0])  # every position's keys, last layer included
+        torch.testing.assert_close(last.present[layers - 1][1], ref[layers - 1][1])
+        step = model(idx[:, 7:], past=last.present, use_cache=True, last_only=True)
+        torch.testing.assert_close(step.logits, full, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model(idx, last_only=True).logits, full, atol=1e-5, rtol=0)
