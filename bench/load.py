@@ -4,8 +4,9 @@
     python -m bench.load --sessions 30 --think 5 20 --json   # students who read before typing again; one JSON line
     python -m bench.load --replicas 2 --sessions 40 --json   # two app processes behind HAProxy (deploy/replicas.py)
 
-Starts `streamlit run app.py` on a free port and connects real websocket clients that speak Streamlit's
-own protocol (the protobuf messages the browser sends): each opens a page, then types new prompts.
+Starts `streamlit run app.py` on a free port, warms it up as a deployment does (deploy.warm opens every page once;
+``--cold`` skips it), and connects real websocket clients that speak Streamlit's own protocol (deploy.client: the
+protobuf messages the browser sends): all open a page at the same instant, then each types new prompts.
 One more session starts a training run on the Training page and keeps its connection open meanwhile.
 The time of a rerun is measured from sending the new prompt to the server's "script finished".
 
@@ -48,17 +49,16 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_file
-from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.Common_pb2 import FileUploaderState
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-from websockets.sync.client import connect
+
+from deploy.client import Session  # the protocol client, shared with deploy.warm
+from deploy.warm import warm as warm_up
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
     "KING:\nWhat say you, lords?", "First Citizen:\nWe are resolved.", "To sleep, perchance", "O gentle night,",
     "Where is the duke?", "Come, come, away!", "My lord, the queen", "Hear me, good friends:",
 ]
-FINISHED = ForwardMsg.ScriptFinishedStatus.FINISHED_SUCCESSFULLY
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"  # the model every session shares
 LETTERS = "abcdefghij"  # digits written as letters: the shipped character model has no digits in its vocabulary
 
@@ -73,110 +73,6 @@ def new_prompt(i: int, k: int) -> str:
 
 PROBE = "ROMEO:\nIs the day so young? "  # + a random nonce of letters, so no cache can hold the answer
 PATTERN_TOLERANCE = 1e-5
-
-
-class Session:
-    """One browser tab, as far as the server can tell.
-
-    cookie: the Cookie header a browser would send with the handshake (a balancer's stickiness cookie included);
-    xsrf: Streamlit's XSRF token (its cookie's value), sent as the browser does, in the subprotocol list;
-    existing_session: the id of a session to reconnect to (the browser's reconnect after a dropped socket)."""
-
-    def __init__(self, url: str, timeout: float = 600, cookie: str = "", xsrf: str = "", existing_session: str = ""):
-        host = url.split("//", 1)[1]
-        protocols = ["streamlit"]
-        if xsrf or existing_session:
-            protocols += [xsrf or "PLACEHOLDER_AUTH_TOKEN"] + ([existing_session] if existing_session else [])
-        self.ws = connect(f"ws://{host}/_stcore/stream", subprotocols=protocols, open_timeout=60,
-                          max_size=None, origin=url,
-                          additional_headers={"Cookie": cookie} if cookie else None).__enter__()
-        self.served_by = self.ws.response.headers.get("X-Served-By", "")  # set by the balancer (deploy/haproxy)
-        self.session_id = ""
-        self.timeout = timeout
-        self.page_hash = ""
-        self.elements: list = []
-        self.exceptions: list[str] = []
-
-    def run(self, page: str, widgets: dict | None = None) -> float:
-        """Ask for a rerun of ``page`` with these widget values; wait until it has finished. Seconds."""
-        msg = BackMsg()
-        cs = msg.rerun_script
-        cs.page_name = page
-        cs.page_script_hash = self.page_hash
-        for wid, value in (widgets or {}).items():
-            w = cs.widget_states.widgets.add()
-            w.id = wid
-            if isinstance(value, FileUploaderState):
-                w.file_uploader_state_value.CopyFrom(value)
-            elif value is True:
-                w.trigger_value = True
-            elif isinstance(value, str):
-                w.string_value = value
-            elif isinstance(value, (int, float)):
-                w.double_value = float(value)
-        self.elements = []
-        t0 = time.perf_counter()
-        self.ws.send(msg.SerializeToString())
-        while True:
-            fm = ForwardMsg()
-            fm.ParseFromString(self.ws.recv(timeout=self.timeout))
-            kind = fm.WhichOneof("type")
-            if kind == "new_session":
-                self.page_hash = fm.new_session.page_script_hash or self.page_hash
-                self.session_id = fm.new_session.initialize.session_id or self.session_id
-            elif kind == "page_info_changed" or kind == "navigation":
-                if kind == "navigation" and fm.navigation.page_script_hash:
-                    self.page_hash = fm.navigation.page_script_hash
-            elif kind == "delta" and fm.delta.WhichOneof("type") == "new_element":
-                el = fm.delta.new_element
-                self.elements.append(el)
-                if el.WhichOneof("type") == "exception":
-                    self.exceptions.append(el.exception.message)
-            elif kind == "script_finished" and fm.script_finished == FINISHED:
-                return time.perf_counter() - t0
-
-    def widget_id(self, kind: str, label: str) -> str:
-        for el in self.elements:
-            if el.WhichOneof("type") == kind and getattr(el, kind).label == label:
-                return getattr(el, kind).id
-        raise LookupError(f"no {kind} labelled {label!r} on the page")
-
-    def file_urls(self, name: str):
-        """Ask the server where to upload a file, as the browser's uploader does first: its FileURLs."""
-        msg = BackMsg()
-        req = msg.file_urls_request
-        req.request_id, req.session_id = uuid.uuid4().hex, self.session_id
-        req.file_names.append(name)
-        self.ws.send(msg.SerializeToString())
-        while True:
-            fm = ForwardMsg()
-            fm.ParseFromString(self.ws.recv(timeout=self.timeout))
-            if fm.WhichOneof("type") == "file_urls_response" and fm.file_urls_response.response_id == req.request_id:
-                if fm.file_urls_response.error_msg:
-                    raise RuntimeError(f"file_urls_request: {fm.file_urls_response.error_msg}")
-                return fm.file_urls_response.file_urls[0]
-
-    def metric(self, label: str) -> str:
-        for el in self.elements:
-            if el.WhichOneof("type") == "metric" and el.metric.label == label:
-                return el.metric.body
-        raise LookupError(f"no metric labelled {label!r} on the page")
-
-    def charts(self) -> list[str]:
-        return [el.plotly_chart.spec for el in self.elements if el.WhichOneof("type") == "plotly_chart"]
-
-    def drain(self, stop: threading.Event):
-        """Keep reading (a training page's live view keeps sending) until told to stop."""
-        while not stop.is_set():
-            try:
-                self.ws.recv(timeout=1)
-            except TimeoutError:
-                pass
-            except Exception:
-                return
-
-    def close(self):
-        self.ws.close()
 
 
 class Browser:
@@ -230,7 +126,8 @@ class Browser:
         return h.get("X-Served-By", "")
 
 
-def start_server(models_dir: str) -> tuple[subprocess.Popen, str]:
+def start_server(models_dir: str, warm: bool = True) -> tuple[subprocess.Popen, str]:
+    """``streamlit run app.py`` on a free port; warmed up (deploy.warm: every page opened once) unless warm=False."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -243,9 +140,12 @@ def start_server(models_dir: str) -> tuple[subprocess.Popen, str]:
     for _ in range(300):
         try:
             urllib.request.urlopen(url + "/_stcore/health", timeout=1)
-            return proc, url
         except OSError:
             time.sleep(0.2)
+            continue
+        if warm:
+            warm_up(url)
+        return proc, url
     proc.kill()
     raise RuntimeError("the server did not start")
 
@@ -429,7 +329,7 @@ def trainer_comes_back(browser: Browser, trainer: Session, replica: str) -> str:
 
 
 def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tuple[float, float] | None = None,
-             replicas: int = 1, uploads: int | None = None) -> dict:
+             replicas: int = 1, uploads: int | None = None, warm: bool = True) -> dict:
     """``replicas`` > 1: that many app processes behind HAProxy (deploy.replicas), every session through it;
     ``uploads`` more sessions upload a file on the Training page (default: two per replica behind a balancer,
     none on one server)."""
@@ -440,10 +340,10 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tup
     cluster = proc = None
     if balanced:
         from deploy.replicas import Replicas
-        cluster = Replicas(replicas, models_dir=models).start()
+        cluster = Replicas(replicas, models_dir=models, warm=warm).start()
         url = cluster.url
     else:
-        proc, url = start_server(models)
+        proc, url = start_server(models, warm=warm)
     stop = threading.Event()
     trainer = drainer = None
     timings, errors, lock = [], [], threading.Lock()
@@ -496,7 +396,7 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tup
         by_page[page] = (statistics.median(xs) if xs else float("nan"), pct(xs, 0.95))
     return {
         "sessions": sessions, "reruns": len(reruns_t), "errors": errors, "wall_s": wall, "train": train,
-        "think_s": list(think) if think else None,
+        "think_s": list(think) if think else None, "warm": warm,
         "p50_s": statistics.median(reruns_t) if reruns_t else float("nan"), "p95_s": pct(reruns_t, 0.95),
         "first_p50_s": statistics.median(firsts) if firsts else float("nan"), "first_p95_s": pct(firsts, 0.95),
         "by_page": by_page,
@@ -523,11 +423,16 @@ def main(argv=None):
     p.add_argument("--uploads", type=int, default=None,
                    help="more sessions that each upload a text file on the Training page (default: two per "
                         "replica behind a balancer, none on one server)")
+    p.add_argument("--cold", action="store_true",
+                   help="do not warm the server up first (deploy.warm opens every page once before the class "
+                        "arrives, as deploy.replicas and the container do): the first visits then pay for "
+                        "imports, the model load and every default prompt")
     args = p.parse_args(argv)
     r = run_load(args.sessions, args.reruns, train=not args.no_train, think=tuple(args.think) if args.think else None,
-                 replicas=args.replicas, uploads=args.uploads)
+                 replicas=args.replicas, uploads=args.uploads, warm=not args.cold)
     print(f"{r['sessions']} concurrent sessions ({os.cpu_count()} cores), {r['reruns']} reruns with new prompts "
-          f"in {r['wall_s']:.1f} s{', while another session trains' if r['train'] else ''}")
+          f"in {r['wall_s']:.1f} s{', while another session trains' if r['train'] else ''}"
+          f"{'' if r['warm'] else ' (a cold server: not warmed up)'}")
     print(f"server time per rerun: p50 {r['p50_s'] * 1e3:.0f} ms, p95 {r['p95_s'] * 1e3:.0f} ms "
           f"(first visit of a page: p50 {r['first_p50_s'] * 1e3:.0f} ms, p95 {r['first_p95_s'] * 1e3:.0f} ms)")
     for page, (p50, p95) in r["by_page"].items():
@@ -550,7 +455,7 @@ def summary_json(r: dict) -> dict:
     """The figures of a load run as one flat JSON object (the keys issue 17 names, per page too)."""
     out = {"sessions": r["sessions"], "replicas": r.get("replicas", 1), "replicas_used": r.get("replicas_used", 1),
            "served_by": r.get("served_by") or None, "uploads": r.get("uploads", 0), "errors": len(r["errors"]),
-           "train": r["train"], "think_s": r.get("think_s"), "reruns": r["reruns"],
+           "train": r["train"], "think_s": r.get("think_s"), "warm": r.get("warm", True), "reruns": r["reruns"],
            "rerun_p50_s": round(r["p50_s"], 4), "rerun_p95_s": round(r["p95_s"], 4),
            "first_visit_p50_s": round(r["first_p50_s"], 4), "first_visit_p95_s": round(r["first_p95_s"], 4),
            "model_unchanged": r["model_unchanged"], "cores": os.cpu_count()}

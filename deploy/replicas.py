@@ -117,7 +117,8 @@ class Replicas:
 
     def __init__(self, n: int = 2, models_dir: str | os.PathLike | None = None, host: str = "127.0.0.1",
                  port: int = 0, haproxy: str | None = None, check_interval: str = "2s",
-                 env: dict | None = None, startup_timeout: float = 180, workdir: str | os.PathLike | None = None):
+                 env: dict | None = None, startup_timeout: float = 180, workdir: str | os.PathLike | None = None,
+                 warm: bool = True):
         if n < 1:
             raise ValueError("at least one replica")
         self.n, self.host, self.port = n, host, port
@@ -128,6 +129,7 @@ class Replicas:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.models_dir = Path(models_dir) if models_dir else self.workdir / "models"
         self.check_interval, self.env, self.startup_timeout = check_interval, env or {}, startup_timeout
+        self.warm = warm  # open every page once on each replica before the balancer starts (deploy.warm)
         self.apps: dict[str, subprocess.Popen] = {}
         self.servers: dict[str, str] = {}
         self.proxy: subprocess.Popen | None = None
@@ -156,6 +158,13 @@ class Replicas:
         for name, url in self.servers.items():
             _wait_until(lambda: _healthy(url), f"replica {name}", self.startup_timeout,
                         [(self.apps[name], self.workdir / f"{name}.log")])
+        if self.warm:  # all replicas at once: each is its own process
+            from concurrent.futures import ThreadPoolExecutor
+
+            from deploy.warm import warm
+            with ThreadPoolExecutor(len(self.servers)) as pool:
+                for f in [pool.submit(warm, url) for url in self.servers.values()]:
+                    f.result()
         port = self.port or free_port(self.host)
         stats_port = free_port()
         cfg = self.workdir / "haproxy.cfg"
