@@ -36,6 +36,11 @@ def temperature_softmax(logits: torch.Tensor, temperature: float) -> torch.Tenso
     t = _check_temperature(temperature)
     z = logits if logits.is_floating_point() else logits.float()
     zmax = z.amax(dim=-1, keepdim=True)
+    if 0 < t < math.inf:
+        ok = torch.isfinite(zmax)
+        if bool(ok.all()):  # the usual case, once per generated token: no row needs the tie rule
+            e = torch.exp((z - zmax) / t)  # gaps to the max are <= 0 (-inf stays -inf): nothing overflows
+            return e / e.sum(dim=-1, keepdim=True)
     ties = (z == zmax).to(z.dtype)
     limit0 = ties / ties.sum(dim=-1, keepdim=True)  # one-hot, or uniform over the k tied maxima
     if t == 0:
@@ -45,7 +50,6 @@ def temperature_softmax(logits: torch.Tensor, temperature: float) -> torch.Tenso
         has = finite.sum(dim=-1, keepdim=True) > 0
         return torch.where(has, finite / finite.sum(dim=-1, keepdim=True).clamp_min(1), limit0)
     # gaps to the max are >= 0; rows with a max of +-inf would give inf - inf, so they fall back to the ties
-    ok = torch.isfinite(zmax)
     gaps = torch.where(ok, z - zmax, torch.zeros_like(z))  # (..., m) <= 0, -inf stays -inf
     e = torch.exp(gaps / t)
     p = e / e.sum(dim=-1, keepdim=True)
@@ -115,6 +119,25 @@ def next_token_distribution(logits: torch.Tensor, temperature: float, top_k: int
     return temperature_softmax(z, 1.0)
 
 
+def _row_distributions(logits: torch.Tensor, temps: list[float], top_k: int | None = None,
+                       top_p: float | None = None) -> torch.Tensor:
+    """(B, m) logits -> next_token_distribution of each row at its own temperature temps[r]. The rows with
+    0 < T < inf go as one batch (the same numbers as one row at a time: the same operations row by row; a test
+    checks it bit for bit), the limits T = 0 and T = inf and rows with an infinite maximum one at a time."""
+    plain = [r for r, t in enumerate(temps) if 0 < t < math.inf]
+    if len(plain) < 2 or not bool(torch.isfinite(logits.amax(dim=-1)).all()):
+        return torch.cat([next_token_distribution(logits[r:r + 1], t, top_k, top_p) for r, t in enumerate(temps)])
+    rows = torch.tensor(plain)
+    z = logits[rows]  # (b, m): the rows drawn at an ordinary temperature
+    z = (z - z.amax(dim=-1, keepdim=True)) / torch.tensor([temps[r] for r in plain], dtype=z.dtype)[:, None]
+    probs = torch.empty_like(logits)
+    probs[rows] = temperature_softmax(top_p_filter(top_k_filter(z, top_k), top_p), 1.0)
+    for r, t in enumerate(temps):
+        if not 0 < t < math.inf:
+            probs[r] = next_token_distribution(logits[r:r + 1], t, top_k, top_p)[0]
+    return probs
+
+
 def _draw(probs: torch.Tensor, temperature: float, generator) -> torch.Tensor:
     """(B, m) distributions -> (B,) tokens: the argmax at T = 0 (first of any exact ties), else a draw."""
     if temperature == 0:
@@ -177,8 +200,7 @@ def stream(model, idx, max_new_tokens: int, temperature, top_k: int | None = Non
             read = seq[:, -n_ctx:].shape[1]
             logits = out.logits[:, -1, :].float()  # (B, m) at the last position
             if per_row:  # each row with its own temperature and its own random numbers
-                probs = torch.cat([next_token_distribution(logits[r:r + 1], t, top_k, top_p)
-                                   for r, t in enumerate(temps)])
+                probs = _row_distributions(logits, temps, top_k, top_p)
                 token = torch.stack([_draw(probs[r:r + 1], t, g)[0] for r, (t, g) in enumerate(zip(temps, gens))])
             else:
                 probs = next_token_distribution(logits, temperature, top_k, top_p)

@@ -223,3 +223,23 @@ def test_rows_with_their_own_temperature_match_one_row_runs():
         assert rows[r].tolist() == alone[0, len(prompt):].tolist()
     with pytest.raises(ValueError, match="one temperature"):
         next(stream(model, idx, 1, [1.0, 2.0]))
+
+
+@pytest.mark.parametrize("top_k,top_p", [(None, None), (4, None), (None, 0.8)])
+def test_rows_at_their_own_temperatures_equal_one_row_at_a_time(tiny_model, top_k, top_p):
+    """stream with one temperature and one generator per row shares the forward passes; each row must still draw
+    exactly what a one-row call draws (the page's continuations rely on it), the limits T = 0 and T = inf
+    included. The distributions themselves are compared bit for bit with next_token_distribution row by row."""
+    from core.sampling import _row_distributions
+    torch.manual_seed(3)
+    temps = [0.0, 0.3, 1.0, 2.5, INF, 0.7]
+    z = torch.randn(len(temps), 11) * 3
+    expected = torch.cat([next_token_distribution(z[r:r + 1], t, top_k, top_p) for r, t in enumerate(temps)])
+    assert torch.equal(_row_distributions(z, temps, top_k, top_p), expected)
+    idx = torch.tensor([[1, 2, 3]] * len(temps))
+    gens = [torch.Generator().manual_seed(7) for _ in temps]
+    rows = torch.stack([s.token for s in stream(tiny_model, idx, 30, temps, top_k, top_p, generator=gens)], 1)
+    for r, t in enumerate(temps):
+        alone = [int(s.token[0]) for s in stream(tiny_model, idx[r:r + 1], 30, t, top_k, top_p,
+                                                  generator=torch.Generator().manual_seed(7))]
+        assert rows[r].tolist() == alone, f"row {r} (T = {t})"
