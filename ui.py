@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import collections
 import inspect
+import json
 import secrets
 import threading
 from pathlib import Path
 
 import pandas  # noqa: F401  imported up front: Streamlit imports it lazily, and sessions racing on that
+import plotly.graph_objects as go
+import plotly.io as pio
 import streamlit as st  # first import could see a half-initialised module (seen under classroom load)
 from streamlit.errors import StreamlitAPIException
 
@@ -327,3 +330,32 @@ def job_controls(job, s, polling: bool, prefix: str, busy: type[Exception], resu
     if s.moving != polling:
         st.rerun()
 
+
+
+# ------------------------------------------------------------------ figures shared by every session
+class _Encoded(go.Figure):
+    """A figure already in the form Plotly's JSON encoder writes it (arrays as base64 typed arrays, plain dicts and
+    lists): st.plotly_chart asks a figure for ``to_dict()`` (a deep copy, then a pure-Python encode of every
+    array) on every call; this one hands over the finished dict, so only the C JSON encoder runs. The JSON sent is
+    the same text (tests/test_shared_chart.py)."""
+
+    def __init__(self, spec: dict):
+        super().__init__()
+        self._te_spec = spec
+
+    def to_dict(self):
+        return self._te_spec
+
+
+def shared_chart(fig, **kwargs):
+    """st.plotly_chart for a figure from one of the pages' figure caches (st.cache_resource: one object, shared by
+    every session and never changed). From its second drawing on, its encoded form is kept with it and reused:
+    a class opening the Attention page at once re-encoded the same figures 30 times (its largest, 460 KB of JSON:
+    51 ms -> 18 ms a drawing). Never for a figure that is changed after it is drawn."""
+    enc = getattr(fig, "_te_encoded", None)
+    if enc is None:
+        if not getattr(fig, "_te_drawn", False):  # a figure drawn once only costs nothing extra
+            fig._te_drawn = True
+            return st.plotly_chart(fig, **kwargs)
+        enc = fig._te_encoded = _Encoded(json.loads(pio.to_json(fig, validate=False)))
+    return st.plotly_chart(enc, **kwargs)

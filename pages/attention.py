@@ -8,7 +8,7 @@ from core.attention_figures import (
     GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, ROLE_TITLES, all_heads_figure, future_mass_figure, head_overview_figure,
     head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
-from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model
+from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model, shared_chart
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -52,7 +52,8 @@ def _induction(model_key: str):
 
 # figures are pure functions of their inputs: a rerun with the same inputs reuses them
 # cache_resource keeps the figure object itself; cache_data would pickle it, and unpickling a Plotly figure
-# re-validates it property by property (tens of ms per figure). st.plotly_chart copies, never mutates it.
+# re-validates it property by property (tens of ms per figure). Drawn with ui.shared_chart, which never mutates it
+# and from its second drawing on sends the encoded form it keeps.
 _cache = st.cache_resource(max_entries=32, show_spinner=False)
 head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure, head_overview_figure = map(
     _cache, (head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure,
@@ -116,7 +117,7 @@ if lo > 0:
     # keys before the window also receive weight; the window is renormalised only in the viewer's mind
     st.caption(f"Showing positions {lo} to {hi}. Keys before position {lo} are outside the window, so the "
                "rows shown here may sum to less than 1.")
-st.plotly_chart(
+shared_chart(
     head_panels(view.scores, view.pattern, tokens[sl], offset=lo, unmasked=view.unmasked if show_unmasked else None,
                 title=f"Layer {layer + 1}, head {head + 1}: rows are queries i (top to bottom), columns keys j"),
     width="stretch", theme=None, key="attn_panels")
@@ -128,7 +129,7 @@ if show_unmasked:
         st.caption(f"The unmasked softmax is taken over each whole row of {n} keys, then cut to the window: on "
                    f"average {view.unmasked.sum(-1).mean():.0%} of a row's weight lands on the keys shown, the rest "
                    "on keys outside the window.")
-    st.plotly_chart(future_mass_figure(view.future_mass, tokens[sl], offset=lo), width="stretch", key="attn_future")
+    shared_chart(future_mass_figure(view.future_mass, tokens[sl], offset=lo), width="stretch", key="attn_future")
     st.caption(f"Averaged over the queries that have a future (all but the last), this head would put "
                f"{view.mean_future_mass:.0%} of its weight on {tok.units} it must not see yet.")
 
@@ -142,7 +143,7 @@ if not big:
     st.markdown("The same prompt through every head of every layer. Each head has learned its own idea of which "
                 f"earlier {tok.units} matter; the red frame is the head shown above. **Click any cell of a head** to "
                 "open that head in the three panels above." + pooled)
-    st.plotly_chart(all_heads_figure(overview.thumbs, selected=(layer, head), block=overview.block), width="stretch",
+    shared_chart(all_heads_figure(overview.thumbs, selected=(layer, head), block=overview.block), width="stretch",
                     theme=None, key="attn_grid", on_select=_open_from_grid, selection_mode="points")
 else:
     st.markdown(f"This model has {c.n_layers} layers of {c.n_heads} heads, {c.n_layers * c.n_heads} heads in all: too "
@@ -151,7 +152,7 @@ else:
                 "patterns of every head of a few layers.")
     measure = st.radio("Colour the heads by", list(ROLE_TITLES), format_func=ROLE_TITLES.get, horizontal=True,
                        key="attn_overview_measure")
-    st.plotly_chart(head_overview_figure(roles, measure, selected=(layer, head)), width="stretch", theme=None,
+    shared_chart(head_overview_figure(roles, measure, selected=(layer, head)), width="stretch", theme=None,
                     key="attn_overview", on_select=_open_from_overview, selection_mode="points")
     st.session_state.setdefault(layers_key, [layer])
     shown = st.multiselect(f"Layers to draw head by head (up to {GRID_MAX_LAYERS})", range(c.n_layers),
@@ -160,7 +161,7 @@ else:
     if shown:
         st.markdown(f"The pattern of every head of {', '.join(f'layer {l + 1}' for l in sorted(shown))}; the red "
                     "frame is the head shown above. **Click a head** to open it." + pooled)
-        st.plotly_chart(all_heads_figure(overview.thumbs, selected=(layer, head), layers=sorted(shown),
+        shared_chart(all_heads_figure(overview.thumbs, selected=(layer, head), layers=sorted(shown),
                                          block=overview.block),
                         width="stretch", theme=None, key="attn_grid", on_select=_open_from_grid, selection_mode="points")
     else:
@@ -173,7 +174,7 @@ st.markdown(
     "softmax still contains $e^{s_{ij}}$ for future keys, so the surviving weights still depend on " + tok.units +
     " the query must not see. Masking the scores removes the future from numerator and denominator alike."
 )
-st.plotly_chart(mask_order_figure(scores, tokens[sl], offset=lo), width="stretch", theme=None, key="attn_order")
+shared_chart(mask_order_figure(scores, tokens[sl], offset=lo), width="stretch", theme=None, key="attn_order")
 if n >= 2:
     changed, replacement = changed_last(ids, c.vocab_size)
     dep = dependence_on_last(scores, _head(mkey, tuple(changed), layer, head)[0])
@@ -189,7 +190,7 @@ st.header("What each head does")
 st.markdown("Four measurements of every head in the live model. The first three are taken on your prompt; "
             f"the induction score on random {tok.unit} sequences repeated twice, where the only way to predict "
             "the second copy is to find the earlier occurrence and copy what came next.")
-st.plotly_chart(head_roles_figure(roles), width="stretch", key="attn_roles")
+shared_chart(head_roles_figure(roles), width="stretch", key="attn_roles")
 chance = induction_chance(c.n_ctx, vocab_size=c.vocab_size)
 st.caption(f"For scale: a head spreading its weight evenly over the past would score about {chance:.3f} on "
            "induction. A score far above that marks an induction head; a small model trained briefly on "

@@ -9,7 +9,8 @@ from core.attention import head_attention, induction_chance
 from core.induction import THRESHOLD, head_scores, probe_period, repeat_probe, stripe_scores
 from core.interventions import (MODES, copy_slices, greedy_continuation, head_losses_cost, layer_head_losses,
                                 next_token_probs, rank_from_losses, repeat_ids, repeat_period, token_losses)
-from ui import compute_slot, ensure_frame, model_key, prompt_ids_now, prompt_input, require_model, set_prompt_ids
+from ui import (compute_slot, ensure_frame, model_key, prompt_ids_now, prompt_input, require_model, set_prompt_ids,
+                shared_chart)
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -244,7 +245,7 @@ seen = "".join(tail).replace("`", "'")  # shown as code: no Markdown escapes ins
 nxt = "" if actual is None else tok.visible_tokens([actual])[0].replace("`", "'")
 st.caption(f"The model has read …`{seen}` (position {pos}); "
            + ("this is the end of your prompt." if actual is None else f"the next {tok.unit} in your text is `{nxt}`."))
-st.plotly_chart(next_token_bars(tok.pieces, p_before, p_after, off, actual, unit=tok.unit), width="stretch",
+shared_chart(next_token_bars(tok.pieces, p_before, p_after, off, actual, unit=tok.unit), width="stretch",
                 theme=None, key="heads_bars")
 
 # ------------------------------------------------------------------ continuation
@@ -350,7 +351,7 @@ else:
     pattern = _pattern(mkey, tuple(rep), layer, head)
     here = float(stripe_scores(pattern[None], T)[1])
     where = "your prompt" if period else "your prompt written twice"
-    st.plotly_chart(stripe_figure(pattern, tok.visible_tokens(rep), T,
+    shared_chart(stripe_figure(pattern, tok.visible_tokens(rep), T,
                                   f"{IF.head_label(layer, head)} on {where} (period {T})", tok.unit),
                     width="stretch", theme=None, key="heads_stripe")
     on = _losses(mkey, tuple(rep), (), mode)
