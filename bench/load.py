@@ -355,13 +355,14 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tup
             trainer.run("training", {trainer.widget_id("button", "Start training"): True})
             drainer = threading.Thread(target=trainer.drain, args=(stop,), daemon=True)
             drainer.start()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         with ThreadPoolExecutor(max_workers=sessions + uploads) as pool:
             for i in range(sessions):
                 pool.submit(student, url, i, reruns, timings, errors, lock, think, served if balanced else None)
             for i in range(uploads):
                 pool.submit(uploader, url, i, uploaded, errors, lock, balanced)
         wall = time.perf_counter() - t0
+        client_cpu = time.process_time() - cpu0  # this process: the students' clients, which a class runs elsewhere
         if train and balanced:
             stop.set()
             drainer.join(5)
@@ -395,7 +396,7 @@ def run_load(sessions: int = 30, reruns: int = 3, train: bool = True, think: tup
         xs = sorted(t for kind, p, t in timings if kind == "rerun" and p == page)
         by_page[page] = (statistics.median(xs) if xs else float("nan"), pct(xs, 0.95))
     return {
-        "sessions": sessions, "reruns": len(reruns_t), "errors": errors, "wall_s": wall, "train": train,
+        "sessions": sessions, "reruns": len(reruns_t), "errors": errors, "wall_s": wall, "client_cpu_s": client_cpu, "train": train,
         "think_s": list(think) if think else None, "warm": warm,
         "p50_s": statistics.median(reruns_t) if reruns_t else float("nan"), "p95_s": pct(reruns_t, 0.95),
         "first_p50_s": statistics.median(firsts) if firsts else float("nan"), "first_p95_s": pct(firsts, 0.95),
@@ -432,7 +433,8 @@ def main(argv=None):
                  replicas=args.replicas, uploads=args.uploads, warm=not args.cold)
     print(f"{r['sessions']} concurrent sessions ({os.cpu_count()} cores), {r['reruns']} reruns with new prompts "
           f"in {r['wall_s']:.1f} s{', while another session trains' if r['train'] else ''}"
-          f"{'' if r['warm'] else ' (a cold server: not warmed up)'}")
+          f"{'' if r['warm'] else ' (a cold server: not warmed up)'}; the clients themselves (this process, on the same "
+          f"cores) used {r['client_cpu_s']:.1f} CPU-s")
     print(f"server time per rerun: p50 {r['p50_s'] * 1e3:.0f} ms, p95 {r['p95_s'] * 1e3:.0f} ms "
           f"(first visit of a page: p50 {r['first_p50_s'] * 1e3:.0f} ms, p95 {r['first_p95_s'] * 1e3:.0f} ms)")
     for page, (p50, p95) in r["by_page"].items():
@@ -458,7 +460,8 @@ def summary_json(r: dict) -> dict:
            "train": r["train"], "think_s": r.get("think_s"), "warm": r.get("warm", True), "reruns": r["reruns"],
            "rerun_p50_s": round(r["p50_s"], 4), "rerun_p95_s": round(r["p95_s"], 4),
            "first_visit_p50_s": round(r["first_p50_s"], 4), "first_visit_p95_s": round(r["first_p95_s"], 4),
-           "model_unchanged": r["model_unchanged"], "cores": os.cpu_count()}
+           "model_unchanged": r["model_unchanged"], "cores": os.cpu_count(), "wall_s": round(r["wall_s"], 2),
+           "client_cpu_s": round(r.get("client_cpu_s", float("nan")), 2)}
     for page, (p50, p95) in r["by_page"].items():
         out[f"{page}_p50_s"], out[f"{page}_p95_s"] = round(p50, 4), round(p95, 4)
     return out
