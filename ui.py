@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import collections
 import inspect
-import json
 import secrets
 import threading
 from pathlib import Path
 
 import pandas  # noqa: F401  imported up front: Streamlit imports it lazily, and sessions racing on that
-import plotly.graph_objects as go
-import plotly.io as pio
 import streamlit as st  # first import could see a half-initialised module (seen under classroom load)
+import plotly.graph_objects as go
+from _plotly_utils.utils import convert_to_base64
 from streamlit.errors import StreamlitAPIException
 
 from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
@@ -332,12 +331,12 @@ def job_controls(job, s, polling: bool, prefix: str, busy: type[Exception], resu
 
 
 
-# ------------------------------------------------------------------ figures shared by every session
+# ------------------------------------------------------------------ drawing figures
 class _Encoded(go.Figure):
-    """A figure already in the form Plotly's JSON encoder writes it (arrays as base64 typed arrays, plain dicts and
-    lists): st.plotly_chart asks a figure for ``to_dict()`` (a deep copy, then a pure-Python encode of every
-    array) on every call; this one hands over the finished dict, so only the C JSON encoder runs. The JSON sent is
-    the same text (tests/test_shared_chart.py)."""
+    """A figure already in the form st.plotly_chart encodes (BaseFigure.to_dict's: arrays as base64 typed arrays,
+    plain dicts and lists). st.plotly_chart asks a figure for ``to_dict()``, which deep-copies every value, arrays
+    included, before converting them; this one hands over the finished dict. The JSON sent is the same text
+    (tests/test_shared_chart.py)."""
 
     def __init__(self, spec: dict):
         super().__init__()
@@ -347,15 +346,36 @@ class _Encoded(go.Figure):
         return self._te_spec
 
 
+def _containers(obj):
+    """New dicts and lists all the way down, the values in them shared (arrays are not copied)."""
+    if isinstance(obj, dict):
+        return {k: _containers(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_containers(v) for v in obj]
+    return obj
+
+
+def encoded(fig: go.Figure) -> _Encoded:
+    """``fig`` as BaseFigure.to_dict gives it, without copying its arrays: new containers, then Plotly's own
+    conversion of arrays to base64 (which writes into the containers, never into the figure)."""
+    spec = {"data": _containers(fig._data), "layout": _containers(fig._layout)}
+    frames = [f._props for f in fig._frame_objs]
+    if frames:
+        spec["frames"] = _containers(frames)
+    convert_to_base64(spec)
+    return _Encoded(spec)
+
+
+def chart(fig, **kwargs):
+    """st.plotly_chart, sending ``fig`` without the deep copy Streamlit makes of it (``encoded``)."""
+    return st.plotly_chart(encoded(fig) if isinstance(fig, go.Figure) else fig, **kwargs)
+
+
 def shared_chart(fig, **kwargs):
-    """st.plotly_chart for a figure from one of the pages' figure caches (st.cache_resource: one object, shared by
-    every session and never changed). From its second drawing on, its encoded form is kept with it and reused:
-    a class opening the Attention page at once re-encoded the same figures 30 times (its largest, 460 KB of JSON:
-    51 ms -> 18 ms a drawing). Never for a figure that is changed after it is drawn."""
+    """``chart`` for a figure from one of the pages' figure caches (st.cache_resource: one object, shared by every
+    session and never changed): its encoded form is kept with it, so a class opening the Attention page encodes
+    each figure once, not once per student. Never for a figure that is changed after it is drawn."""
     enc = getattr(fig, "_te_encoded", None)
     if enc is None:
-        if not getattr(fig, "_te_drawn", False):  # a figure drawn once only costs nothing extra
-            fig._te_drawn = True
-            return st.plotly_chart(fig, **kwargs)
-        enc = fig._te_encoded = _Encoded(json.loads(pio.to_json(fig, validate=False)))
+        enc = fig._te_encoded = encoded(fig)
     return st.plotly_chart(enc, **kwargs)

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.attention import ROLE_INFO, future_mask, masked_softmax, mask_after_softmax
+from core.figures import dict_figure
 
 MASKED_GREY = "#c8c8c8"  # background showing through cells that have no weight at all (masked)
 MASK_COLORS = [[0.0, "#eef3fb"], [0.5, "#eef3fb"], [0.5, "#2b2b2b"], [1.0, "#2b2b2b"]]
@@ -189,7 +190,7 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     top = 100 if show_unmasked else 70  # room for the two-line panel titles under the figure's title
     layout.update(title=dict(text=title, y=1 - 12 / (rows_px + 240 + top - 70), yanchor="top"),
                   height=rows_px + 240 + top - 70, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=top, b=170))
-    return go.Figure(data=data, layout=layout)
+    return dict_figure(data, layout)
 
 
 def future_mass_figure(mass: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
@@ -204,7 +205,7 @@ def future_mass_figure(mass: np.ndarray, tokens: list[str], offset: int = 0) -> 
                   yaxis=dict(title=dict(text="weight on keys j > i"), range=[0, 1]),
                   title=dict(text="Without the mask, how much each query would read from the future"), height=300,
                   margin=dict(l=70, r=20, t=50, b=50))
-    return go.Figure(data=data, layout=layout)
+    return dict_figure(data, layout)
 
 
 def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
@@ -240,7 +241,7 @@ def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) ->
                              fillcolor="white", line_width=0, layer="below")]
     layout.update(height=600, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=170),
                   legend=dict(orientation="h", x=1, xanchor="right", y=-0.16))
-    return go.Figure(data=data, layout=layout)
+    return dict_figure(data, layout)
 
 
 def click_targets(n: int, per_side: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -312,7 +313,7 @@ def all_heads_figure(patterns, selected: tuple[int, int] | None = None, layers: 
     layout.update(coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar=dict(title=dict(text=title), thickness=12)),
                   height=plot_px + 60, plot_bgcolor=MASKED_GREY, margin=dict(l=20, r=20, t=40, b=20),
                   hovermode="closest", hoverdistance=60, clickmode="event+select", dragmode=False)
-    return go.Figure(data=data, layout=layout)
+    return dict_figure(data, layout)
 
 
 OVERVIEW_PX_PER_LAYER = 34
@@ -365,25 +366,28 @@ def head_roles_figure(roles: dict[str, np.ndarray]) -> go.Figure:
     per_row = len(keys) if h <= 6 else 2
     n_rows = math.ceil(len(keys) / per_row)
     panel_px = 40 + (70 if h <= 6 else 30) * L
-    fig = make_subplots(rows=n_rows, cols=per_row, subplot_titles=[ROLE_TITLES[k] for k in keys],
-                        horizontal_spacing=0.05, vertical_spacing=70 / (n_rows * panel_px + 70) if n_rows > 1 else 0)
+    titles = [ROLE_TITLES[k] for k in keys] + [""] * (n_rows * per_row - len(keys))
+    layout = grid_of_panels(n_rows, per_row, 0.05, 70 / (n_rows * panel_px + 70) if n_rows > 1 else 0, titles)
+    data = []
     for i, key in enumerate(keys):
         row, col = i // per_row + 1, i % per_row + 1
+        sfx = "" if i == 0 else str(i + 1)
         z = roles[key]
-        scale = "Purples" if key == "entropy" else "Greens"
         zmax = max(float(np.nanmax(z)), 1e-9) if key == "entropy" else 1.0
-        fig.add_trace(go.Heatmap(z=z, x=[f"H{k + 1}" for k in range(h)], y=[f"L{l + 1}" for l in range(L)],
-                                 colorscale=scale, zmin=0, zmax=zmax, showscale=False,
-                                 text=np.round(z, 3 if key == "induction" else 2), texttemplate="%{text}",
-                                 textfont=dict(size=13 if h <= 6 else 11),
-                                 hovertemplate=f"{ROLE_TITLES[key]}<br>%{{y}} %{{x}}: %{{z:.3f}}<extra></extra>"),
-                      row, col)
-        fig.update_xaxes(title_text="head" if row == n_rows else None, row=row, col=col)
+        data.append(dict(type="heatmap", z=z, x=[f"H{k + 1}" for k in range(h)], y=[f"L{l + 1}" for l in range(L)],
+                         colorscale="Purples" if key == "entropy" else "Greens", zmin=0, zmax=zmax, showscale=False,
+                         text=np.round(z, 3 if key == "induction" else 2), texttemplate="%{text}",
+                         textfont=dict(size=13 if h <= 6 else 11),
+                         hovertemplate=f"{ROLE_TITLES[key]}<br>%{{y}} %{{x}}: %{{z:.3f}}<extra></extra>",
+                         xaxis=f"x{sfx}", yaxis=f"y{sfx}"))
+        if row == n_rows:
+            layout[f"xaxis{sfx}"]["title"] = dict(text="head")
         if col == 1:
-            fig.update_yaxes(title_text="layer", row=row, col=col)
-    fig.update_yaxes(autorange="reversed")
-    fig.update_layout(height=n_rows * panel_px + (n_rows - 1) * 70 + 100, margin=dict(l=60, r=20, t=50, b=50))
-    return fig
+            layout[f"yaxis{sfx}"]["title"] = dict(text="layer")
+    for axis in _axes(layout, "y"):
+        axis["autorange"] = "reversed"
+    layout.update(height=n_rows * panel_px + (n_rows - 1) * 70 + 100, margin=dict(l=60, r=20, t=50, b=50))
+    return dict_figure(data, layout)
 
 
 def role_explanations() -> dict[str, str]:

@@ -1,7 +1,56 @@
 """Plotly figure builders. Pure functions: data in, figure out; tested on the figure's data."""
 from __future__ import annotations
 
+import functools
+
 import plotly.graph_objects as go
+
+
+@functools.lru_cache(maxsize=64)
+def _named_scale(name: str) -> tuple:
+    """A named colour scale ("Blues", "RdBu_r") as Plotly's validator writes it: ((0.0, "rgb(...)"), ...)."""
+    return tuple(tuple(stop) for stop in go.Heatmap(colorscale=name).colorscale)
+
+
+# the only Plotly attributes whose names hold an underscore (plotly/validators/_validators.json); any other
+# underscore in a key is a path
+_UNDERSCORED = frozenset({"paper_bgcolor", "plot_bgcolor", "error_x", "error_y", "error_z", "copy_ystyle",
+                          "copy_zstyle"})
+
+
+def _canonical(obj):
+    """Trace or layout dicts in the form Plotly's validation would give them: magic underscores spelled out
+    ({"marker_color": c} -> {"marker": {"color": c}}, merged with a "marker" dict already there) and named colour
+    scales written out (plotly.js knows other scales by some of the same names). Containers are new; values
+    (arrays included) are shared."""
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            value = _canonical(value)
+            if key.endswith("colorscale") and isinstance(value, str):
+                value = [list(stop) for stop in _named_scale(value)]
+            parts = [key] if key in _UNDERSCORED else key.split("_")
+            node = out
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            last = parts[-1]
+            if isinstance(value, dict) and isinstance(node.get(last), dict):
+                node[last].update(value)
+            else:
+                node[last] = value
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    return obj
+
+
+def dict_figure(data: list[dict], layout: dict) -> go.Figure:
+    """A figure from plain trace and layout dicts, not validated property by property again. Validation cost
+    more than building the figure (the attention panels: 55 ms against 10) and pages redraw their figures on
+    every prompt a student types; what validation would change (magic underscores, named colour scales) is done
+    by ``_canonical``, and tests/test_figure_dicts.py checks that every figure the pages draw this way encodes to
+    the same JSON as its validated twin (which also catches a misspelt property)."""
+    return go.Figure(data=_canonical(data), layout=_canonical(layout), _validate=False)
 
 
 def _bucket_means(values: list[float], max_points: int) -> tuple[list[float], list[float]]:

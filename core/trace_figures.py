@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 import torch
 
 from core.attention_figures import axis_ticks
+from core.figures import dict_figure
 from core.fmt import visible
 from core.generation import format_t
 from core.sampling import temperature_softmax
@@ -88,7 +89,7 @@ def _heat(z, lim: float, **kw) -> dict:
 
 
 def _figure(data: list[dict], layout: dict) -> go.Figure:
-    return go.Figure(data=data, layout=layout)
+    return dict_figure(data, layout)
 
 
 def _key_ticks(labels: list[str], max_ticks: int = 40) -> dict:

@@ -11,7 +11,7 @@ from core import fmt
 from core import generation as G
 from core import generation_figures as GF
 from core.sampling import stream
-from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model
+from ui import chart, compute_slot, ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -213,7 +213,7 @@ def label(i: int) -> str:  # a token's text, shown inside markdown captions
 
 zero_limit, _ = G.limits(logits)
 n_ties = int((zero_limit > 0).sum())
-st.plotly_chart(GF.sweep_bars(tok.pieces, logits, temps, unit=unit), width="stretch", key="gen_sweep_bars")
+chart(GF.sweep_bars(tok.pieces, logits, temps, unit=unit), width="stretch", key="gen_sweep_bars")
 top = int(logits.argmax())
 if n_ties == 1:
     st.caption(f"The largest logit is unique ({unit} '{label(top)}'), so the claim applies: T → 0 gives the "
@@ -239,9 +239,9 @@ def move_t(logits, temps: list[float]):
     k2.metric("Largest probability", f"{now['max_prob'][0]:.3f}", help=f"1 for one-hot, 1/m = {1 / m:.4f} for uniform")
     k3.metric("Distance to one-hot", f"{now['to_one_hot'][0]:.3f}", help="total variation distance to the T → 0 limit")
     k4.metric("Distance to uniform", f"{now['to_uniform'][0]:.3f}", help="total variation distance to the T → ∞ limit")
-    st.plotly_chart(GF.distribution_bars(tok.pieces, logits, t_slider, unit=unit), width="stretch", key="gen_dist_bars")
+    chart(GF.distribution_bars(tok.pieces, logits, t_slider, unit=unit), width="stretch", key="gen_dist_bars")
     curves = G.sweep(logits, G.log_grid(1e-3, 1e3, 121))
-    st.plotly_chart(GF.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
+    chart(GF.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
                     key="gen_curves")
 
 
@@ -295,4 +295,4 @@ for r0 in range(0, len(temps), per_row):
             st.html(GF.shaded_html(tok.decode(cont_ids)[-40:], r, font_px=13, boundaries=tok.kind != "char"))
 st.caption(f"Seed {seed} for every column; each shows the last 40 characters of the prompt in grey. "
            "Change the seed above to draw again.")
-st.plotly_chart(GF.distinct_bars(temps, ratios, unit=unit), width="stretch", key="gen_distinct")
+chart(GF.distinct_bars(temps, ratios, unit=unit), width="stretch", key="gen_distinct")

@@ -7,7 +7,7 @@ from core.sampling import temperature_softmax
 from core.fmt import human_bytes
 from core.trace import (direct_logit_attribution, lens_stage_names, lens_top, max_trace_tokens, stream_steps, trace,
                         trace_bytes)
-from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model
+from ui import chart, compute_slot, ensure_frame, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -125,7 +125,7 @@ def _open_clicked_step():
 
 
 chosen_name = st.session_state.get(STEP_KEY, step_names[0])
-st.plotly_chart(TF.stream_figure(steps, step_names.index(chosen_name)), width="stretch", theme=None,
+chart(TF.stream_figure(steps, step_names.index(chosen_name)), width="stretch", theme=None,
                 key="inside_stream", on_select=_open_clicked_step, selection_mode="points")
 step_i = step_names.index(st.selectbox("Step to open", step_names, key=STEP_KEY))
 step = steps[step_i]
@@ -153,7 +153,7 @@ else:
     title = f"Block {step.layer + 1}, MLP: what it adds to the stream"
     adds_up = "the first two rows add up to the third"
     st.latex(r"x_i \leftarrow x_i + W_2\,\operatorname{ReLU}\big(W_1 \operatorname{LN}(x_i)\big)")
-st.plotly_chart(TF.vector_rows(np.stack(rows), labels, title), width="stretch", theme=None, key="inside_step_rows")
+chart(TF.vector_rows(np.stack(rows), labels, title), width="stretch", theme=None, key="inside_step_rows")
 st.caption(f"Each row is a vector of d = {c.d_model} numbers (red positive, blue negative, one colour scale for "
            f"all rows; hover for the values). Column by column, {adds_up}.")
 
@@ -178,11 +178,11 @@ key = pick[2].selectbox("Key j to take apart", range(pos + 1), index=int(weights
                         key=f"inside_key_{n}_{pos}_{layer}_{head}")
 q = tr.q[layer][0, head, pos].double().numpy()
 keys = tr.k[layer][0, head, :pos + 1].double().numpy()
-st.plotly_chart(TF.neuron_view(q, keys, weights, key_labels, key, TF.char_label(pos, tokens[pos])), width="stretch",
+chart(TF.neuron_view(q, keys, weights, key_labels, key, TF.char_label(pos, tokens[pos])), width="stretch",
                 theme=None, key="inside_neuron")
 st.caption("Red components are positive, blue negative. A key whose pattern of signs matches the query's gets a "
            "large dot product, so a large score and, after the softmax, a large weight (right).")
-st.plotly_chart(TF.qk_terms(q, keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
+chart(TF.qk_terms(q, keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
                 theme=None, key="inside_qk")
 dot = float(q @ keys[key])
 score = float(tr.scores[layer][0, head, pos, key])
@@ -190,7 +190,7 @@ st.latex(rf"s_{{{pos},{key}}} = \frac{{{dot:.3f}}}{{\sqrt{{{c.d_head}}}}} = {sco
          rf"a_{{{pos},{key}}} = \frac{{e^{{{score:.3f}}}}}{{\sum_{{l \le {pos}}} e^{{s_{{{pos},l}}}}}} "
          rf"= {weights[key]:.4f}")
 values = tr.v[layer][0, head, :pos + 1].double().numpy()
-st.plotly_chart(TF.weighted_values(weights, values, key_labels), width="stretch", theme=None, key="inside_values")
+chart(TF.weighted_values(weights, values, key_labels), width="stretch", theme=None, key="inside_values")
 out_norm = float(np.linalg.norm(tr.head_out[layer][0, head, pos]))
 st.caption(f"Each row is a key's value times its weight a (the keys with the largest weights, in order; the rest "
            f"summed in the last row); the bottom row is their sum z_i, the head's output at "
@@ -214,7 +214,7 @@ silent = int((hidden == 0).sum())
 a, b = st.columns(2)
 a.metric("Hidden units exactly 0", f"{silent} of {c.d_ff} ({silent / c.d_ff:.0%})")
 b.metric("Length of what the MLP adds", f"{float(np.linalg.norm(tr.mlp_out[mlp_layer][0, pos])):.2f}")
-st.plotly_chart(TF.mlp_figure(hidden, tr.mlp_out[mlp_layer][0, pos].double().numpy()), width="stretch", theme=None,
+chart(TF.mlp_figure(hidden, tr.mlp_out[mlp_layer][0, pos].double().numpy()), width="stretch", theme=None,
                 key="inside_mlp")
 
 # ------------------------------------------------------------------ 4. the logit lens
@@ -238,7 +238,7 @@ else:
     lo = 0
 hi = min(n, lo + LENS_WINDOW)
 lens = _lens(mkey, ids)
-st.plotly_chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
+chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
                                lens_stage_names(c.n_layers), offset=lo, chosen=pos, unit=tok.unit),
                 width="stretch", theme=None, key="inside_lens")
 where = f"Columns are positions {lo} to {hi - 1}, each headed by the {tok.unit} read there; the red frame is " \
@@ -267,7 +267,7 @@ token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) fo
                                            + ("  (the prediction)" if t == predicted else ""),
                      key=f"inside_token_{n}_{pos}")
 att = direct_logit_attribution(model, tr, token, pos)
-st.plotly_chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=None,
+chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=None,
                 key="inside_attribution")
 many = len(att.names) > TF.ATTRIBUTION_BARS
 st.caption(f"Grey: the embedding; blue: heads; orange: MLPs"
@@ -287,7 +287,7 @@ st.markdown(
 st.latex(r"p_t(T) = \frac{e^{z_t / T}}{\sum_{u=1}^{m} e^{z_u / T}}")
 temperature = float(st.number_input("Temperature T", 0.0, 10_000.0, 1.0, step=0.1, format="%g",
                                     key="inside_temperature"))
-st.plotly_chart(TF.output_figure(logits.numpy(), chars, temperature, unit=tok.unit), width="stretch", theme=None,
+chart(TF.output_figure(logits.numpy(), chars, temperature, unit=tok.unit), width="stretch", theme=None,
                 key="inside_output")
 st.caption(f"The ten {tok.units} with the largest logits out of m = {c.vocab_size}; their order does not depend "
            "on T, only how the probability is shared among them.")
