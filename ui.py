@@ -371,6 +371,21 @@ def chart(fig, **kwargs):
     return st.plotly_chart(encoded(fig) if isinstance(fig, go.Figure) else fig, **kwargs)
 
 
+_FIGURE_CACHES: dict = {}
+_FIGURE_CACHES_LOCK = threading.Lock()
+
+
+def cached_figure(builder):
+    """``builder`` (a core figure function) behind one st.cache_resource for the server: a rerun with the same
+    inputs gets the same figure object (cache_data would pickle it, and unpickling a Plotly figure validates it
+    again). The wrapper is made once per process: Streamlit reads a function's source to name its cache whenever
+    a wrapper is made, which a page doing it at its top paid on every run (about 2 ms a function)."""
+    with _FIGURE_CACHES_LOCK:
+        if builder not in _FIGURE_CACHES:
+            _FIGURE_CACHES[builder] = st.cache_resource(builder, max_entries=32, show_spinner=False)
+        return _FIGURE_CACHES[builder]
+
+
 def shared_chart(fig, **kwargs):
     """``chart`` for a figure from one of the pages' figure caches (st.cache_resource: one object, shared by every
     session and never changed): its encoded form is kept with it, so a class opening the Attention page encodes

@@ -8,7 +8,7 @@ from core.attention_figures import (
     GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, ROLE_TITLES, all_heads_figure, future_mass_figure, head_overview_figure,
     head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
-from ui import compute_slot, ensure_frame, model_key, prompt_input, require_model, shared_chart
+from ui import cached_figure, compute_slot, ensure_frame, model_key, prompt_input, require_model, shared_chart
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -50,14 +50,11 @@ def _induction(model_key: str):
     return induction_scores(model)
 
 
-# figures are pure functions of their inputs: a rerun with the same inputs reuses them
-# cache_resource keeps the figure object itself; cache_data would pickle it, and unpickling a Plotly figure
-# re-validates it property by property (tens of ms per figure). Drawn with ui.shared_chart, which never mutates it
-# and from its second drawing on sends the encoded form it keeps.
-_cache = st.cache_resource(max_entries=32, show_spinner=False)
+# figures are pure functions of their inputs: a rerun with the same inputs reuses the figure object (ui.cached_figure),
+# and ui.shared_chart sends the encoded form it keeps with it
 head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure, head_overview_figure = map(
-    _cache, (head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure,
-             head_overview_figure))
+    cached_figure, (head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure,
+                    head_overview_figure))
 
 mkey = model_key(entry)  # names the weights for the caches below
 ids = tuple(prompt.ids)

@@ -9,8 +9,8 @@ from core.attention import head_attention, induction_chance
 from core.induction import THRESHOLD, head_scores, probe_period, repeat_probe, stripe_scores
 from core.interventions import (MODES, copy_slices, greedy_continuation, head_losses_cost, layer_head_losses,
                                 next_token_probs, rank_from_losses, repeat_ids, repeat_period, token_losses)
-from ui import (compute_slot, ensure_frame, model_key, prompt_ids_now, prompt_input, require_model, set_prompt_ids,
-                shared_chart)
+from ui import (cached_figure, compute_slot, ensure_frame, model_key, prompt_ids_now, prompt_input, require_model,
+                set_prompt_ids, shared_chart)
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -96,8 +96,7 @@ def _pattern(model_key: str, ids: tuple[int, ...], layer: int, head: int):
     return head_attention(model, list(ids), layer, head)[1]  # one head: the blocks after its layer never run
 
 
-_cache = st.cache_resource(max_entries=32, show_spinner=False)  # the figure itself, not a pickle (pages/attention.py)
-next_token_bars, stripe_figure = map(_cache, (IF.next_token_bars, IF.stripe_figure))
+next_token_bars, stripe_figure = map(cached_figure, (IF.next_token_bars, IF.stripe_figure))  # the figure itself (ui)
 
 
 # ------------------------------------------------------------------ the prompt
