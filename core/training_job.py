@@ -133,7 +133,7 @@ class JobStatus:
 def _train_in_process(conn, corpus_path: str, corpus_name: str, settings: JobSettings, sample_prompt: str,
                       threads: int):
     """Main function of a run's process: train, obey the parent's commands, report through ``conn``."""
-    os.nice(TRAINING_NICE)
+    _lower_priority(os.getpid(), os.getpriority(os.PRIO_PROCESS, os.getppid()))  # the parent did, unless it could not
     use_threads(threads)
     outbox = queue.SimpleQueue()  # sent by a thread of its own: the run never waits for a page to poll
     sender = threading.Thread(target=_forward, args=(outbox, conn), daemon=True)
@@ -480,6 +480,16 @@ class TrainingJob:
                     self._p.update(state="failed", message=f"the training process ended ({_exit(self._proc.exitcode)})")
 
 
+def _lower_priority(pid: int, parent_nice: int):
+    """Set process ``pid`` to TRAINING_NICE more than its parent's niceness (19 at most), unless it is lower already."""
+    target = min(19, parent_nice + TRAINING_NICE)
+    try:
+        if os.getpriority(os.PRIO_PROCESS, pid) < target:
+            os.setpriority(os.PRIO_PROCESS, pid, target)
+    except OSError:  # gone already, or not ours to change: the run then trains at the priority it has
+        pass
+
+
 def _start(proc):
     """``proc.start()`` with nothing for the new interpreter to re-run as its main module. Spawn runs the
     parent's ``__main__`` file again in the child, and during a script run Streamlit installs the app script
@@ -489,6 +499,9 @@ def _start(proc):
         sys.modules["__main__"] = bare
         try:
             proc.start()
+            # lowered at once, from here: the new interpreter spends its first seconds importing torch, which at
+            # normal priority competed with a class's first page visits (its own call comes after the imports)
+            _lower_priority(proc.pid, os.getpriority(os.PRIO_PROCESS, 0))
         finally:
             if sys.modules["__main__"] is bare:  # a script run that started meanwhile installed its own
                 sys.modules["__main__"] = main
