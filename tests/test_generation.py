@@ -284,3 +284,18 @@ def test_slid_steps_counts_the_steps_stream_flags(tiny_model, n_prompt, n_new):
     assert new == min(n_new, 8) and read == min(n_prompt, n_ctx - new)
     flags = [s.slid for s in stream(tiny_model, [ids[-read:]], new, 1.0, generator=torch.Generator().manual_seed(0))]
     assert not any(flags) and slid_steps(read, new, n_ctx) == 0
+
+
+def test_step_records_read_every_row_as_the_tensors_hold_it():
+    """step_records reads each tensor once; every field must equal what indexing the tensors row by row gives."""
+    from core.sampling import Step
+    torch.manual_seed(0)
+    s = Step(token=torch.tensor([3, 1, 4]), prob=torch.rand(3), sample_prob=torch.rand(3),
+             top_ids=torch.randint(0, 5, (3, 4)), top_probs=torch.rand(3, 4), window=7, slid=True)
+    chars = list("abcde")
+    for r, rec in enumerate(G.step_records(s, chars)):
+        tid = int(s.token[r])
+        assert rec == {"id": tid, "ch": chars[tid], "prob": float(s.prob[r]), "sample_prob": float(s.sample_prob[r]),
+                       "alternatives": [(chars[int(i)], float(q)) for i, q in zip(s.top_ids[r], s.top_probs[r])],
+                       "slid": True}
+        assert type(rec["prob"]) is float and type(rec["alternatives"][0][1]) is float
