@@ -366,9 +366,10 @@ def encoded(fig: go.Figure) -> _Encoded:
     return _Encoded(spec)
 
 
-def chart(fig, **kwargs):
-    """st.plotly_chart, sending ``fig`` without the deep copy Streamlit makes of it (``encoded``)."""
-    return st.plotly_chart(encoded(fig) if isinstance(fig, go.Figure) else fig, **kwargs)
+def chart(fig, where=None, **kwargs):
+    """st.plotly_chart (in the container ``where``, default the page), sending ``fig`` without the deep copy
+    Streamlit makes of it (``encoded``)."""
+    return (where or st).plotly_chart(encoded(fig) if isinstance(fig, go.Figure) else fig, **kwargs)
 
 
 _FIGURE_CACHES: dict = {}

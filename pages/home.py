@@ -9,7 +9,7 @@ from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
 from core.induction_figures import formation_figure
 from core.params import count_parameters, parameter_table, per_block_latex
-from ui import ensure_frame, model_key, require_model
+from ui import chart, ensure_frame, model_key, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -116,7 +116,7 @@ except CheckpointError as e:
 formed = formation_step(heads) if heads else None
 if log:
     marks = {formed: "induction head"} if formed is not None else None
-    st.plotly_chart(loss_curve(log, title=f"How {entry.name} was trained", marks=marks, unit=tok.unit),
+    chart(loss_curve(log, title=f"How {entry.name} was trained", marks=marks, unit=tok.unit),
                     width="stretch")
     training = read_training(entry.path)
     bits, cpt = training.get("val_bits_per_char"), training.get("val_chars_per_token")
@@ -137,7 +137,7 @@ if heads:
         f"about 0.01. The previous-token score is the weight on the {tok.unit} just before, the head an induction "
         f"head is built on."
     )
-    st.plotly_chart(formation_figure(heads, title=f"Heads of {entry.name} while it trained", units=tok.units),
+    chart(formation_figure(heads, title=f"Heads of {entry.name} while it trained", units=tok.units),
                     width="stretch")
     last = max(r["step"] for r in heads)
     best = max((r for r in heads if r["step"] == last), key=lambda r: r["induction"])

@@ -5,7 +5,7 @@ from core import cost
 from core.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.model import ModelConfig
 from core.params import breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex
-from ui import DEFAULT_MODEL, current, ensure_frame, shipped_config
+from ui import DEFAULT_MODEL, chart, current, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -111,7 +111,7 @@ st.dataframe([{**row, "agree": "✓" if row["agree"] else "✗"} for row in tabl
              height=35 * (len(table) + 1) + 3, column_config={
                  "by formula": st.column_config.NumberColumn(format="localized"),
                  "counted in the model": st.column_config.NumberColumn(format="localized")})
-st.plotly_chart(parameter_bar(counts, L), width="stretch")
+chart(parameter_bar(counts, L), width="stretch")
 share = counts["attention"] / counts["per_block"], counts["mlp"] / counts["per_block"]
 a1, a2, a3 = st.columns([1, 1, 3])
 a1.metric("Attention's share of a block", f"{share[0]:.1%}")
@@ -141,7 +141,7 @@ st.latex(r"\underbrace{h \cdot n^2 \tfrac{d}{h}}_{QK^\top} + \underbrace{h \cdot
          r"\qquad \underbrace{4nd^2}_{W_Q, W_K, W_V, W_O} + \underbrace{2n\,d\,d_{ff}}_{\text{MLP}}"
          r"\qquad \underbrace{2nd^2}_{h_t = \tanh(W h_{t-1} + U x_t)}")
 n_block, n_proj, n_rec = cost.crossover_block(d, c.d_ff), cost.crossover_projections(d), cost.crossover_recurrent(d)
-st.plotly_chart(flops_figure(d, c.d_ff, n_ctx=c.n_ctx), width="stretch")
+chart(flops_figure(d, c.d_ff, n_ctx=c.n_ctx), width="stretch")
 st.markdown("Setting the n² terms equal to the others and dividing by 2nd gives each crossover:")
 st.latex(rf"2n^2 d = 4nd^2 + 2n\,d\,d_{{ff}} \iff n = 2d + d_{{ff}} = {fmt.latex_int(n_block)}")
 st.latex(rf"2n^2 d = 2nd^2 \iff n = d = {fmt.latex_int(n_rec)}")
@@ -198,7 +198,7 @@ else:
         f"n_ctx = {mc.n_ctx}. Each time is the fastest of several calls. The slope of log time against log n is the "
         "exponent: 1 for linear growth, 2 for quadratic."
     )
-    st.plotly_chart(timing_figure(t, entry.name), width="stretch")
+    chart(timing_figure(t, entry.name), width="stretch")
     lo, hi = t.fit_from, t.ns[-1]
     expect_a = cost.local_slope(lambda n: cost.attention_sublayer(n, mc.d_model), lo, hi)
     s1, s2, s3 = st.columns(3)

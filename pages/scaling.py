@@ -17,7 +17,7 @@ from core.study import (GRIDS, SHIPPED_STUDY, StudyError, comparison_rows, corpu
                         read_study, rows_to_arrays)
 from core.study_figures import frontier_figure, residual_figure, study_figure
 from core.study_job import BusyError as StudyBusy, StudyJob, grid_choices
-from ui import ensure_frame, job_controls, offer_shakespeare_fetch, shipped_config
+from ui import chart, ensure_frame, job_controls, offer_shakespeare_fetch, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -128,8 +128,8 @@ st.markdown(
 st.latex(r"\lim_{N\to\infty} L(N, D) = L_\infty + \frac{B}{D^{\beta}} \qquad "
          r"\lim_{D\to\infty} L(N, D) = L_\infty + \frac{A}{N^{\alpha}}")
 left, right = st.columns(2)
-left.plotly_chart(loss_vs_N(law), width="stretch", key="scal_fig_N")
-right.plotly_chart(loss_vs_D(law), width="stretch", key="scal_fig_D")
+chart(loss_vs_N(law), width="stretch", key="scal_fig_N", where=left)
+chart(loss_vs_D(law), width="stretch", key="scal_fig_D", where=right)
 
 # ---------------------------------------------------------------- the budget constraint and the map
 st.subheader("A compute budget fixes the product ND")
@@ -141,7 +141,7 @@ st.markdown(
     "hover it for the numbers."
 )
 st.latex(rf"C \approx {P}\,N\,D")
-st.plotly_chart(loss_map(law), width="stretch", key="scal_fig_map")
+chart(loss_map(law), width="stretch", key="scal_fig_map")
 
 chin = next(m for m in FAMOUS_MODELS if m.name == "Chinchilla")
 n_c, d_c = law.compute_optimal(chin.compute)
@@ -179,7 +179,7 @@ st.markdown(
     "Circles mark the lowest point found on the curve, crosses the closed-form optimum derived below: they land "
     "on top of each other."
 )
-st.plotly_chart(isoflop_curves(law), width="stretch", key="scal_fig_isoflop")
+chart(isoflop_curves(law), width="stretch", key="scal_fig_isoflop")
 
 # ---------------------------------------------------------------- the budget calculator and the derivation
 st.subheader("Spend a budget: the Lagrange optimum")
@@ -305,7 +305,7 @@ if fit is not None:
         if abs(10 ** shown["scal_logA"] / fit.A - 1) > 0.01 or abs(10 ** shown["scal_logB"] / fit.B - 1) > 0.01 or any(
                 abs(shown[k] - v) > 1e-3 for k, v in (("scal_alpha", fit.alpha), ("scal_beta", fit.beta), ("scal_E", fit.E))):
             st.caption("Some fitted constants lie outside the sliders' ranges; the sliders will stop at their ends.")
-    b.plotly_chart(fit_figure(fit, runs.N, runs.D, runs.loss), width="stretch", key="scal_fig_fit")
+    chart(fit_figure(fit, runs.N, runs.D, runs.loss), width="stretch", key="scal_fig_fit", where=b)
     b.caption("Each run is drawn twice: on the left with the fitted data term taken off its loss, on the right "
               "with the capacity term taken off. If the law fits, every point sits on the curve.")
 
@@ -348,7 +348,7 @@ def comparison_table(law: ScalingLaw, intervals: dict | None, key: str):
 def show_study(rows: list[dict], law: ScalingLaw | None, intervals: dict | None, key: str, boot: dict | None = None,
                title: str = "Your study", unfitted: str = f"the runs so far (the law is fitted from {MIN_RUNS} runs on)"):
     """The runs with the fitted law, the constants beside the published ones, the residuals and the frontier."""
-    st.plotly_chart(study_figure(rows, law, title=title, unfitted=unfitted), width="stretch", key=f"{key}_fig")
+    chart(study_figure(rows, law, title=title, unfitted=unfitted), width="stretch", key=f"{key}_fig")
     if law is None:
         return
     N, D, loss = rows_to_arrays(rows)
@@ -370,8 +370,8 @@ def show_study(rows: list[dict], law: ScalingLaw | None, intervals: dict | None,
         note += "The intervals come when the study has finished: it then refits resampled runs."
     st.caption(note)
     left, right = st.columns([1, 1.25])
-    left.plotly_chart(residual_figure(rows, law), width="stretch", key=f"{key}_resid")
-    right.plotly_chart(frontier_figure(law, rows, PRESETS), width="stretch", key=f"{key}_frontier")
+    chart(residual_figure(rows, law), width="stretch", key=f"{key}_resid", where=left)
+    chart(frontier_figure(law, rows, PRESETS), width="stretch", key=f"{key}_frontier", where=right)
     C = float(np.median(FLOPS_PER_PARAM_TOKEN * N * D))
     split = {name: (lambda nd: nd[1] / nd[0])(l.compute_optimal(C)) for name, l in (
         ("this fit", law), ("Chinchilla's constants", PRESETS["Chinchilla (Hoffmann et al. 2022)"]),

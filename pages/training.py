@@ -16,7 +16,7 @@ from core.params import per_block_latex
 from core.speed import measured_flop_rate
 from core.train import DEFAULT_BPE_VOCAB, RECIPE_TITLES, RECIPES, describe_recipe, encode_corpus, make_tokenizer
 from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob
-from ui import ensure_frame, job_controls, offer_shakespeare_fetch, session_owner, shipped_names, upload_limit_mb, \
+from ui import chart, ensure_frame, job_controls, offer_shakespeare_fetch, session_owner, shipped_names, upload_limit_mb, \
     user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -386,9 +386,9 @@ def live_view(job: TrainingJob, polling: bool):
                        baseline=baseline, marks=marks, unit=per)
     if s.heads:
         left, right = st.columns(2)
-        left.plotly_chart(curve, width="stretch", key="train_curve")
-        right.plotly_chart(formation_figure(s.heads, total_steps=s.total_steps, units=s.units), width="stretch",
-                           key="train_heads")
+        chart(curve, width="stretch", key="train_curve", where=left)
+        chart(formation_figure(s.heads, total_steps=s.total_steps, units=s.units), width="stretch",
+              key="train_heads", where=right)
         last = max(r["step"] for r in s.heads)
         best = max((r for r in s.heads if r["step"] == last), key=lambda r: r["induction"])
         st.caption(
@@ -401,7 +401,7 @@ def live_view(job: TrainingJob, polling: bool):
             + (f"An induction head crossed {THRESHOLD:.2f} at step {formed:,}, marked on the loss curve."
                if formed is not None else f"No head has reached {THRESHOLD:.2f} yet."))
     else:
-        st.plotly_chart(curve, width="stretch", key="train_curve")
+        chart(curve, width="stretch", key="train_curve")
     if s.samples:
         step, sample = s.samples[-1]
         st.markdown(f"**Sample at step {step:,}**: the prompt, then {SAMPLE_CHARS} {s.units} drawn at temperature "
