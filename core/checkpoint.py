@@ -751,11 +751,27 @@ def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
         if not base.is_dir():
             continue
         for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            entry = ModelEntry(name=folder.name, path=folder, shipped=shipped)
-            try:
-                info = _check(folder, with_tokenizer=False)  # config and weight header only: cheap for every rerun
-                entry.owner, entry.hf = info.owner, info.hf
-            except CheckpointError as e:
-                entry.error = str(e)
-            entries.append(entry)
+            entry = _discovered(folder, shipped)
+            if entry is not None:
+                entries.append(entry)
     return entries
+
+
+def _discovered(folder: Path, shipped: bool, tries: int = 3) -> ModelEntry | None:
+    """``folder``'s entry, checked. Another replica may replace the folder while it is read (a save swaps a whole
+    new folder in under the name): a file that vanished mid-check means "read it again", and a folder that is gone
+    is not listed. None when it is gone."""
+    entry = ModelEntry(name=folder.name, path=folder, shipped=shipped)
+    for _ in range(tries):
+        try:
+            info = _check(folder, with_tokenizer=False)  # config and weight header only: cheap for every rerun
+            entry.owner, entry.hf = info.owner, info.hf
+            return entry
+        except CheckpointError as e:
+            entry.error = str(e)
+            return entry
+        except FileNotFoundError:
+            if not folder.is_dir():
+                return None
+    entry.error = "it was being replaced while this page read it; it will be listed again on the next page run"
+    return entry

@@ -195,6 +195,31 @@ def test_discover_fills_the_owner(tmp_path):
     assert [(e.name, e.owner, e.error) for e in entries] == [("a", "alice", None), ("b", None, None)]
 
 
+def test_discover_reads_again_a_folder_replaced_while_it_was_read(tmp_path, monkeypatch):
+    """Another replica's save swaps a new folder in under the name while this one checks it: the check's files
+    vanish mid-read. That folder is read again (and listed once), and a folder that is gone is left out; neither
+    may end the page run with a FileNotFoundError (seen under two processes saving in a loop)."""
+    import core.checkpoint as ckpt
+    tok = _tok()
+    user = tmp_path / "user"
+    save_checkpoint(user / "a", _model(0, tok), tok, owner="alice")
+    save_checkpoint(user / "b", _model(0, tok), tok)
+    real, calls = ckpt._check, []
+
+    def swapped_once(folder, **kw):
+        calls.append(folder.name)
+        if folder.name == "a" and calls.count("a") == 1:
+            raise FileNotFoundError(2, "No such file or directory", str(folder / "config.json"))
+        if folder.name == "b":
+            shutil.rmtree(folder)  # deleted meanwhile
+            raise FileNotFoundError(2, "No such file or directory", str(folder / "config.json"))
+        return real(folder, **kw)
+    monkeypatch.setattr(ckpt, "_check", swapped_once)
+    entries = discover_models(None, user)
+    assert [(e.name, e.owner, e.error) for e in entries] == [("a", "alice", None)]
+    assert calls == ["a", "a", "b"]
+
+
 def test_user_model_folder_refuses_someone_elses_model(tmp_path):
     tok = _tok()
     first, second = _model(0, tok), _model(1, tok)
