@@ -330,7 +330,6 @@ def job_controls(job, s, polling: bool, prefix: str, busy: type[Exception], resu
         st.rerun()
 
 
-
 # ------------------------------------------------------------------ drawing figures
 class _Encoded(go.Figure):
     """A figure already in the form st.plotly_chart encodes (BaseFigure.to_dict's: arrays as base64 typed arrays,

@@ -9,10 +9,9 @@ import math
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from core.attention import ROLE_INFO, future_mask, masked_softmax, mask_after_softmax
-from core.figures import dict_figure
+from core.figures import axis_suffix, dict_figure
 
 MASKED_GREY = "#c8c8c8"  # background showing through cells that have no weight at all (masked)
 MASK_COLORS = [[0.0, "#eef3fb"], [0.5, "#eef3fb"], [0.5, "#2b2b2b"], [1.0, "#2b2b2b"]]
@@ -27,13 +26,13 @@ def row_of_panels(widths: list[float], spacing: float, titles: list[str], shared
     """Layout of panels side by side, as make_subplots(rows=1, cols=len(widths), column_widths=widths,
     horizontal_spacing=spacing, subplot_titles=titles, shared_yaxes=shared_y) lays them out, as plain dicts:
     axes "xaxis", "xaxis2", ... anchored to their y axes, and the titles as annotations above the panels.
-    Figures built from plain dicts are validated by Plotly once, several times faster than through
-    make_subplots and update_* calls (a page redraws them on every prompt a student types)."""
+    Figures built from plain dicts (``core.figures.dict_figure``) cost a fraction of make_subplots and update_*
+    calls, which validate property by property (a page redraws them on every prompt a student types)."""
     free = 1 - spacing * (len(widths) - 1)
     layout, start, notes = {}, 0.0, []
     for i, w in enumerate(widths, start=1):
         end = min(1.0, start + free * w / sum(widths))  # rounding must not push the last past 1 (Plotly refuses)
-        sfx = "" if i == 1 else str(i)
+        sfx = axis_suffix(i)
         layout[f"xaxis{sfx}"] = dict(domain=[start, end], anchor=f"y{sfx}")
         layout[f"yaxis{sfx}"] = dict(domain=[0.0, 1.0], anchor=f"x{sfx}")
         if shared_y and i > 1:
@@ -56,7 +55,7 @@ def grid_of_panels(rows: int, cols: int, h_spacing: float, v_spacing: float, tit
         top = 1 - r * (ht + v_spacing)
         for c in range(cols):
             i = r * cols + c + 1
-            sfx = "" if i == 1 else str(i)
+            sfx = axis_suffix(i)
             x0 = c * (w + h_spacing)
             layout[f"xaxis{sfx}"] = dict(domain=[x0, min(1.0, x0 + w)], anchor=f"y{sfx}")
             layout[f"yaxis{sfx}"] = dict(domain=[max(0.0, top - ht), top], anchor=f"x{sfx}")
@@ -72,15 +71,20 @@ def _axes(layout: dict, kind: str) -> list[dict]:
     return [v for k, v in layout.items() if k.startswith(f"{kind}axis")]
 
 
+def _axis(layout: dict, kind: str, col: int) -> dict:
+    """Panel ``col``'s (from 1) x (kind "x") or y axis in a panel layout."""
+    return layout[f"{kind}axis{axis_suffix(col)}"]
+
+
 def _on(col: int) -> dict:
     """A trace's axes in panel ``col`` (from 1)."""
-    sfx = "" if col == 1 else str(col)
+    sfx = axis_suffix(col)
     return dict(xaxis=f"x{sfx}", yaxis=f"y{sfx}")
 
 
 def _refs(col: int) -> dict:
     """A shape's coordinates in panel ``col``'s data."""
-    sfx = "" if col == 1 else str(col)
+    sfx = axis_suffix(col)
     return dict(xref=f"x{sfx}", yref=f"y{sfx}")
 
 
@@ -156,7 +160,7 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     rows_px = min(max(420, 14 * n), 900)  # about 14 px per query row, so row labels stay readable
 
     def colorbar(col, title, **kw):
-        dom = layout[f"xaxis{'' if col == 1 else col}"]["domain"]
+        dom = _axis(layout, "x", col)["domain"]
         return dict(orientation="h", x=(dom[0] + dom[1]) / 2, xanchor="center", y=-95 / rows_px, yanchor="top",
                     len=(dom[1] - dom[0]) * 0.9, thickness=12, title=dict(text=title, side="top"), **kw)
 
@@ -227,8 +231,8 @@ def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) ->
                          colorbar=dict(orientation="h", x=0.36, xanchor="center", y=-0.3, len=0.5, thickness=12,
                                        title=dict(text="weight (grey = masked)", side="top")),
                          hovertemplate="query %{y} · key %{x}<br>weight %{z:.4f}<extra></extra>", **_on(col)))
-        layout[f"xaxis{'' if col == 1 else col}"].update(title=dict(text="key j"), range=[-0.5, n - 0.5], **ticks)
-        layout[f"yaxis{'' if col == 1 else col}"].update(range=[n - 0.5, -0.5], **ticks)
+        _axis(layout, "x", col).update(title=dict(text="key j"), range=[-0.5, n - 0.5], **ticks)
+        _axis(layout, "y", col).update(range=[n - 0.5, -0.5], **ticks)
     layout["yaxis"]["title"] = dict(text="query i")
     rows = np.arange(n)
     for name, sums in (("mask on the scores", sums_right), ("mask after the softmax", sums_wrong)):
@@ -300,13 +304,11 @@ def all_heads_figure(patterns, selected: tuple[int, int] | None = None, layers: 
         x.update(range=[-0.5, t - 0.5], showticklabels=False, ticks="", showgrid=False, zeroline=False)
     for i, (l, k) in enumerate(cells):  # empty places of a last row: no axes at all
         if k >= h:
-            sfx = "" if i == 0 else str(i + 1)
-            layout[f"xaxis{sfx}"]["visible"] = layout[f"yaxis{sfx}"]["visible"] = False
+            _axis(layout, "x", i + 1)["visible"] = _axis(layout, "y", i + 1)["visible"] = False
     if selected is not None and tuple(selected) in spots:
         r, c = spots[tuple(selected)]
         idx = (r - 1) * cols + c
-        xd = layout[f"xaxis{'' if idx == 1 else idx}"]["domain"]
-        yd = layout[f"yaxis{'' if idx == 1 else idx}"]["domain"]
+        xd, yd = _axis(layout, "x", idx)["domain"], _axis(layout, "y", idx)["domain"]
         layout["shapes"] = [dict(type="rect", xref="paper", yref="paper", x0=xd[0] - 0.004, x1=xd[1] + 0.004,
                                  y0=yd[0] - 3 / plot_px, y1=yd[1] + 3 / plot_px, line=dict(color="#d62728", width=3))]
     title = "weight" if block == 1 else f"weight<br>(mean over<br>{block}×{block} cells)"
@@ -371,7 +373,6 @@ def head_roles_figure(roles: dict[str, np.ndarray]) -> go.Figure:
     data = []
     for i, key in enumerate(keys):
         row, col = i // per_row + 1, i % per_row + 1
-        sfx = "" if i == 0 else str(i + 1)
         z = roles[key]
         zmax = max(float(np.nanmax(z)), 1e-9) if key == "entropy" else 1.0
         data.append(dict(type="heatmap", z=z, x=[f"H{k + 1}" for k in range(h)], y=[f"L{l + 1}" for l in range(L)],
@@ -379,11 +380,11 @@ def head_roles_figure(roles: dict[str, np.ndarray]) -> go.Figure:
                          text=np.round(z, 3 if key == "induction" else 2), texttemplate="%{text}",
                          textfont=dict(size=13 if h <= 6 else 11),
                          hovertemplate=f"{ROLE_TITLES[key]}<br>%{{y}} %{{x}}: %{{z:.3f}}<extra></extra>",
-                         xaxis=f"x{sfx}", yaxis=f"y{sfx}"))
+                         **_on(i + 1)))
         if row == n_rows:
-            layout[f"xaxis{sfx}"]["title"] = dict(text="head")
+            _axis(layout, "x", i + 1)["title"] = dict(text="head")
         if col == 1:
-            layout[f"yaxis{sfx}"]["title"] = dict(text="layer")
+            _axis(layout, "y", i + 1)["title"] = dict(text="layer")
     for axis in _axes(layout, "y"):
         axis["autorange"] = "reversed"
     layout.update(height=n_rows * panel_px + (n_rows - 1) * 70 + 100, margin=dict(l=60, r=20, t=50, b=50))

@@ -44,6 +44,11 @@ def _canonical(obj):
     return obj
 
 
+def axis_suffix(i: int) -> str:
+    """The suffix of panel i's axes (from 1) in a figure's layout: "" for the first ("xaxis", "x"), then "2", ..."""
+    return "" if i == 1 else str(i)
+
+
 def dict_figure(data: list[dict], layout: dict) -> go.Figure:
     """A figure from plain trace and layout dicts, not validated property by property again. Validation cost
     more than building the figure (the attention panels: 55 ms against 10) and pages redraw their figures on

@@ -2,9 +2,9 @@
 curves, the repetition bars, and the generated text shaded by probability (every piece of text escaped).
 Pure functions: data in, figure or markup out.
 
-As in core.trace_figures, each figure is assembled as plain data and layout dicts and handed to ``go.Figure``
-once (several times faster than make_subplots, add_trace, add_hline and update_* calls, which validate
-property by property; the page redraws four of these on every prompt change). The layout is the one those
+As in core.trace_figures, each figure is assembled as plain data and layout dicts and handed to
+``core.figures.dict_figure`` (several times faster than make_subplots, add_trace, add_hline and update_* calls,
+which validate property by property; the page redraws four of these on every prompt change). The layout is the one those
 calls built: panels at make_subplots' domains, its subplot titles as annotations, and each reference line as
 the shape and label add_hline / add_vline would add. Long numeric arrays go in as numpy arrays (float32 where
 a value is only drawn), which Plotly neither walks element by element nor writes out digit by digit."""
@@ -20,7 +20,8 @@ import torch
 from core.fmt import visible
 from core.generation import format_t
 from core.sampling import temperature_softmax
-from core.trace_figures import _domains, _figure, _from_top, _panel_title
+from core.figures import axis_suffix, dict_figure
+from core.trace_figures import _domains, _from_top, _panel_title
 
 SUBPLOT_TITLE_FONT = dict(size=16)  # the size make_subplots gives its subplot titles
 LIMIT = "#d62728"  # the dotted lines at the values a limit predicts
@@ -50,15 +51,10 @@ def _spaced(n: int, spacing: float) -> list[list[float]]:
     return domains
 
 
-def _axis(i: int) -> str:
-    """Axis suffix of the i-th panel (from 1): "" for the first, then "2", "3", ..."""
-    return "" if i == 1 else str(i)
-
-
 def _hline(y: float, text: str, position: str, axis: int = 1, **line) -> tuple[dict, dict]:
     """The shape and label ``fig.add_hline(y, annotation_text=text, annotation_position=position, row=...)``
     adds: a line across panel ``axis`` at data y, its label at the panel's left or right end, above or below."""
-    a = _axis(axis)
+    a = axis_suffix(axis)
     shape = dict(type="line", xref=f"x{a} domain", yref=f"y{a}", x0=0, x1=1, y0=y, y1=y, line=line)
     vertical, side = position.split()
     label = dict(text=text, showarrow=False, xref=f"x{a} domain", yref=f"y{a}", x=1 if side == "right" else 0,
@@ -68,7 +64,7 @@ def _hline(y: float, text: str, position: str, axis: int = 1, **line) -> tuple[d
 
 def _vline(x: float, axis: int = 1, **line) -> dict:
     """The shape ``fig.add_vline(x)`` adds to panel ``axis``: a line at data x from the panel's bottom to its top."""
-    a = _axis(axis)
+    a = axis_suffix(axis)
     return dict(type="line", xref=f"x{a}", yref=f"y{a} domain", x0=x, x1=x, y0=0, y1=1, line=line)
 
 
@@ -87,19 +83,19 @@ def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10, unit:
         data.append(dict(type="bar", x=p.tolist(), y=labels, orientation="h", name=f"T = {format_t(t)}",  # n_top: short
                          showlegend=False, marker=dict(color="#1f77b4"), text=[f"{v:.2f}" for v in p],
                          textposition="auto", hovertemplate="'%{y}' p = %{x:.4f}<extra>T = " + format_t(t) + "</extra>",
-                         xaxis=f"x{_axis(c)}", yaxis=f"y{_axis(c)}"))
+                         xaxis=f"x{axis_suffix(c)}", yaxis=f"y{axis_suffix(c)}"))
         annotations.append(_subplot_title(f"T = {format_t(t)}<br><sup>top {len(order)} hold {p.sum():.0%}</sup>",
                                           sum(domains[c - 1]) / 2, 1.0))
     layout = dict(height=80 + 28 * len(order) + 60, margin=dict(l=70, r=10, t=70, b=50), annotations=annotations,
                   title=dict(text=f"Next-{unit} distribution after the prompt, one panel per temperature"))
     for c in range(1, cols + 1):
-        a = _axis(c)
+        a = axis_suffix(c)
         layout[f"xaxis{a}"] = dict(anchor=f"y{a}", domain=domains[c - 1], range=[0, 1], tickvals=[0, 0.5, 1],
                                    title=dict(text="probability"))
         layout[f"yaxis{a}"] = (dict(anchor="x", domain=[0.0, 1.0], autorange="reversed", type="category",
                                     title=dict(text=f"next {unit}")) if c == 1 else
                                dict(anchor=f"x{a}", domain=[0.0, 1.0], matches="y", showticklabels=False))
-    return _figure(data, layout)
+    return dict_figure(data, layout)
 
 
 MAX_BARS = 200  # a GPT-2 vocabulary has 50,257 entries: one bar each would be unreadable and heavy
@@ -119,7 +115,7 @@ def distribution_bars(chars, logits: torch.Tensor, temperature: float, unit: str
     data = [dict(type="bar", x=x, y=_drawn(p), name=f"p(T = {format_t(temperature)})", marker=dict(color="#1f77b4"),
                  customdata=labels, hovertemplate="'%{customdata}' p = %{y:.4f}<extra></extra>")]
     shape, label = _hline(1 / m, f"uniform 1/m = {1 / m:.4f}", "top right", color=LIMIT, dash="dot")
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         height=340, margin=dict(l=60, r=20, t=50, b=60), showlegend=False,
         title=dict(text=f"p(T) at T = {format_t(temperature)}"), shapes=[shape], annotations=[label],
         xaxis=dict(tickvals=x, ticktext=labels, tickangle=0, tickfont=dict(size=10),
@@ -146,14 +142,14 @@ def sweep_curves(data: dict, m: int, mark: float | None = None, points: dict | N
             (3, "to_uniform", "distance to uniform (T → ∞ limit)", "#ff7f0e",
              "T = %{x:.3g}<br>%{y:.4f}<extra>to uniform</extra>")):
         traces.append(dict(type="scatter", x=T, y=_drawn(data[key]), name=name, line=dict(color=color),
-                           hovertemplate=hover, xaxis=f"x{_axis(row)}", yaxis=f"y{_axis(row)}"))
+                           hovertemplate=hover, xaxis=f"x{axis_suffix(row)}", yaxis=f"y{axis_suffix(row)}"))
     if points is not None and len(points["T"]):
         pts_T = _drawn(points["T"])
         for row, key in ((1, "entropy"), (2, "max_prob"), (3, "to_one_hot"), (3, "to_uniform")):
             traces.append(dict(type="scatter", x=pts_T, y=_drawn(points[key]), mode="markers",
                                marker=dict(size=8, color="black"), name="your temperatures",
                                showlegend=key == "entropy", hovertemplate="T = %{x:.3g}<br>%{y:.4f}<extra></extra>",
-                               xaxis=f"x{_axis(row)}", yaxis=f"y{_axis(row)}"))
+                               xaxis=f"x{axis_suffix(row)}", yaxis=f"y{axis_suffix(row)}"))
     shapes, annotations = [], [_subplot_title(t, 0.5, r[1]) for t, r in zip(titles, rows)]
     for row, y, text in ((1, 0.0, "0 (one-hot)"), (1, log_m, f"log m = {log_m:.3f} (uniform)"),
                          (2, 1.0, "1 (one-hot)"), (2, 1 / m, f"1/m = {1 / m:.4f} (uniform)"), (3, 0.0, "0")):
@@ -166,12 +162,12 @@ def sweep_curves(data: dict, m: int, mark: float | None = None, points: dict | N
                   legend=dict(orientation="h", y=-0.12, x=0.5, xanchor="center"))
     for row, (y_title, y_range) in enumerate((("nats", [-0.05 * log_m, 1.08 * log_m]), ("probability", [0, 1.05]),
                                               ("distance", [0, 1.05])), start=1):
-        a = _axis(row)
+        a = axis_suffix(row)
         layout[f"xaxis{a}"] = (dict(anchor=f"y{a}", domain=[0.0, 1.0], type="log",
                                     title=dict(text="temperature T (log scale)")) if row == 3 else
                                dict(anchor=f"y{a}", domain=[0.0, 1.0], type="log", matches="x3", showticklabels=False))
         layout[f"yaxis{a}"] = dict(anchor=f"x{a}", domain=rows[row - 1], range=y_range, title=dict(text=y_title))
-    return _figure(traces, layout)
+    return dict_figure(traces, layout)
 
 
 def distinct_bars(temperatures, ratios, n: int = 3, unit: str = "character") -> go.Figure:
@@ -181,7 +177,7 @@ def distinct_bars(temperatures, ratios, n: int = 3, unit: str = "character") -> 
     data = [dict(type="bar", x=labels, y=y, marker=dict(color="#8c564b"),
                  text=[f"{v:.2f}" if v == v else "–" for v in y], textposition="auto",
                  hovertemplate="%{x}<br>distinct " + str(n) + "-grams %{y:.3f}<extra></extra>")]
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         height=300, margin=dict(l=60, r=20, t=50, b=50),
         title=dict(text=f"Repetition: 1 means no {n}-{unit} sequence repeats, near 0 means a loop"),
         xaxis=dict(type="category", title=dict(text="temperature of the continuation")),

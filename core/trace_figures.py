@@ -4,9 +4,9 @@ Every figure that lists positions or keys reads from the top down, as the attent
 characters go through core.fmt.visible (␣ for a space, ⏎ for a newline). Layers and heads arrive counted
 from 0 and are shown from 1.
 
-Each figure is assembled as plain data and layout dicts and handed to ``go.Figure`` once: Plotly validates a
-whole figure in one pass several times faster than through make_subplots and update_* calls, and the page
-draws nine of these on every rerun (its target is 300 ms). Panels side by side or stacked get their axis
+Each figure is assembled as plain data and layout dicts and handed to ``core.figures.dict_figure``, several
+times faster than make_subplots and update_* calls, which validate property by property; the page draws nine
+of these on every rerun (its target is 300 ms). Panels side by side or stacked get their axis
 domains from ``_domains``.
 """
 from __future__ import annotations
@@ -88,10 +88,6 @@ def _heat(z, lim: float, **kw) -> dict:
     return {**dict(type="heatmap", z=z, colorscale="RdBu_r", zmid=0, zmin=-lim, zmax=lim, xgap=1, ygap=1), **kw}
 
 
-def _figure(data: list[dict], layout: dict) -> go.Figure:
-    return dict_figure(data, layout)
-
-
 def _key_ticks(labels: list[str], max_ticks: int = 40) -> dict:
     """Ticks for an axis of keys labelled "12 'e'": every one when they fit, else a thinned set."""
     ticks = {**axis_ticks(labels, max_ticks=max_ticks), **NO_GRID}
@@ -121,7 +117,7 @@ def stream_figure(steps: list[StreamStep], selected: int | None = None) -> go.Fi
         shapes.append(dict(type="rect", xref="paper", yref="y", x0=-0.005, x1=1.005, y0=selected - 0.5,
                            y1=selected + 0.5, line=dict(color=CHOSEN, width=2)))
     xmax = float(max(added.max(), after.max())) * 1.18 or 1.0
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         barmode="group", bargap=0.25, height=90 + 56 * len(steps), margin=dict(l=110, r=20, t=40, b=50),
         legend=dict(orientation="h", x=0, y=1.0, yanchor="bottom"), clickmode="event+select", dragmode=False,
         shapes=shapes, plot_bgcolor="white",
@@ -139,7 +135,7 @@ def vector_rows(rows, labels: list[str], title: str) -> go.Figure:
     cd = np.broadcast_to(np.array(labels, dtype=object)[:, None], (r, d))
     data = [_heat(z, _lim(z), ygap=3, customdata=cd, colorbar=dict(thickness=12, title=dict(text="value")),
                   hovertemplate="%{customdata}<br>component %{x}: %{z:.4f}<extra></extra>")]
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         title=dict(text=title, font=TITLE_FONT), height=120 + 34 * r, margin=dict(l=190, r=20, t=50, b=50),
         plot_bgcolor="white",
         yaxis=dict(tickvals=list(range(r)), ticktext=labels, range=[r - 0.5, -0.5], tickfont=dict(size=13), **NO_GRID),
@@ -189,7 +185,7 @@ def neuron_view(q: np.ndarray, keys: np.ndarray, weights: np.ndarray, key_labels
         annotations=[_panel_title(f"query q_i at {_text(query_label)}", sum(left) / 2, q_dom[1]),
                      _panel_title("keys k_j it may see, one row each", sum(left) / 2, k_dom[1]),
                      _panel_title("weight after the softmax", sum(right) / 2, k_dom[1])])
-    return _figure(data, layout)
+    return dict_figure(data, layout)
 
 
 def qk_terms(q: np.ndarray, k: np.ndarray, query_label: str, key_label: str) -> go.Figure:
@@ -212,7 +208,7 @@ def qk_terms(q: np.ndarray, k: np.ndarray, query_label: str, key_label: str) -> 
     sub = (f"the {dh} terms add up to q_i · k_j = {dot:.3f}; divided by √{dh} = {math.sqrt(dh):.3f}, that is the "
            f"score s_ij = {dot / math.sqrt(dh):.3f}")
     title = f"q_i · k_j term by term: query {_text(query_label)}, key {_text(key_label)}<br>{_sub(sub)}"
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         title=dict(text=title, font=TITLE_FONT), height=360, margin=dict(l=60, r=20, t=80, b=50),
         plot_bgcolor="white",
         legend=dict(x=0.01, xanchor="left", y=0.99, yanchor="top", bgcolor="rgba(255,255,255,0.8)"),
@@ -247,7 +243,7 @@ def weighted_values(weights: np.ndarray, values: np.ndarray, key_labels: list[st
                   hovertemplate="%{customdata}<br>component %{x}: %{z:.4f}<extra></extra>"),
             _heat(z[None], lim, showscale=False, xaxis="x2", yaxis="y2",
                   hovertemplate="z_i, component %{x}: %{z:.4f}<extra></extra>")]
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         height=rows_px + 80 + top + bottom, margin=dict(l=200, r=20, t=top, b=bottom), plot_bgcolor="white",
         xaxis=dict(anchor="y", matches="x2", showticklabels=False, **NO_GRID),
         yaxis=dict(domain=p_dom, range=[r - 0.5, -0.5], tickvals=list(range(r)), ticktext=labels, **NO_GRID),
@@ -271,7 +267,7 @@ def mlp_figure(hidden: np.ndarray, out: np.ndarray) -> go.Figure:
                  showlegend=False, xaxis="x", yaxis="y", hovertemplate="neuron %{customdata}: %{y:.4f}<extra></extra>"),
             dict(type="bar", x=np.arange(len(out)), y=out, marker_color=_signed(out), showlegend=False, xaxis="x2",
                  yaxis="y2", hovertemplate="component %{x}: %{y:.4f}<extra></extra>")]
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         height=360, margin=dict(l=60, r=20, t=60, b=50), bargap=0.05, plot_bgcolor="white",
         xaxis=dict(domain=left, anchor="y", title=dict(text="hidden units, most active first")),
         yaxis=dict(anchor="x", title=dict(text="activation"), gridcolor="#e5e5e5"),
@@ -325,7 +321,7 @@ def lens_figure(top_ids: np.ndarray, top_probs: np.ndarray, chars, ids, stage_na
         x = chosen - offset
         shapes.append(dict(type="rect", xref="x", yref="y", x0=x - 0.5, x1=x + 0.5, y0=-0.5, y1=S - 0.5,
                            line=dict(color=CHOSEN, width=2)))
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         height=cell_px * (S + 1) + 8 + 90, margin=dict(l=150, r=20, t=20, b=70), plot_bgcolor="white",
         shapes=shapes,
         xaxis=dict(anchor="y", matches="x2", showticklabels=False, range=[-0.5, w - 0.5], **NO_GRID),
@@ -363,7 +359,7 @@ def attribution_figure(att: Attribution, token_label: str, max_bars: int = ATTRI
     title = (f"Who wrote the logit of '{label}' at position {att.pos}<br>"
              + _sub(f"the bars add up to {float(att.values.sum()):.3f}; with the constant {att.constant:+.3f}, that "
                     f"is the logit {att.logit:.3f}"))
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         title=dict(text=title, font=TITLE_FONT), height=130 + 26 * len(order), margin=dict(l=100, r=30, t=70, b=50),
         showlegend=False, plot_bgcolor="white",
         yaxis=dict(tickvals=y, ticktext=names, range=[len(order) - 0.5, -0.5], tickfont=dict(size=13), automargin=True),
@@ -389,7 +385,7 @@ def output_figure(logits: np.ndarray, chars, temperature: float, n_top: int = 10
             dict(type="bar", x=x, y=p[order], marker_color=STREAM, customdata=labels, showlegend=False,
                  text=[f"{v:.2f}" for v in p[order]], textposition="outside", cliponaxis=False, xaxis="x2", yaxis="y2",
                  hovertemplate="'%{customdata}' p = %{y:.4f}<extra></extra>")]
-    return _figure(data, dict(
+    return dict_figure(data, dict(
         height=380, margin=dict(l=60, r=20, t=60, b=60), plot_bgcolor="white",
         xaxis=dict(domain=left, anchor="y", **ticks),
         yaxis=dict(anchor="x", title=dict(text="logit"), gridcolor="#e5e5e5", zeroline=True, zerolinecolor="#888"),

@@ -141,7 +141,7 @@ if not big:
                 f"earlier {tok.units} matter; the red frame is the head shown above. **Click any cell of a head** to "
                 "open that head in the three panels above." + pooled)
     shared_chart(all_heads_figure(overview.thumbs, selected=(layer, head), block=overview.block), width="stretch",
-                    theme=None, key="attn_grid", on_select=_open_from_grid, selection_mode="points")
+                 theme=None, key="attn_grid", on_select=_open_from_grid, selection_mode="points")
 else:
     st.markdown(f"This model has {c.n_layers} layers of {c.n_heads} heads, {c.n_layers * c.n_heads} heads in all: too "
                 "many to draw at once. The table has one cell per head, coloured by one of the measures below (hover "
@@ -150,7 +150,7 @@ else:
     measure = st.radio("Colour the heads by", list(ROLE_TITLES), format_func=ROLE_TITLES.get, horizontal=True,
                        key="attn_overview_measure")
     shared_chart(head_overview_figure(roles, measure, selected=(layer, head)), width="stretch", theme=None,
-                    key="attn_overview", on_select=_open_from_overview, selection_mode="points")
+                 key="attn_overview", on_select=_open_from_overview, selection_mode="points")
     st.session_state.setdefault(layers_key, [layer])
     shown = st.multiselect(f"Layers to draw head by head (up to {GRID_MAX_LAYERS})", range(c.n_layers),
                            format_func=lambda l: f"layer {l + 1}", key=layers_key, max_selections=GRID_MAX_LAYERS,
@@ -159,8 +159,8 @@ else:
         st.markdown(f"The pattern of every head of {', '.join(f'layer {l + 1}' for l in sorted(shown))}; the red "
                     "frame is the head shown above. **Click a head** to open it." + pooled)
         shared_chart(all_heads_figure(overview.thumbs, selected=(layer, head), layers=sorted(shown),
-                                         block=overview.block),
-                        width="stretch", theme=None, key="attn_grid", on_select=_open_from_grid, selection_mode="points")
+                                      block=overview.block),
+                     width="stretch", theme=None, key="attn_grid", on_select=_open_from_grid, selection_mode="points")
     else:
         st.caption("Pick a layer above to see the patterns of its heads.")
 

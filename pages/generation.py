@@ -242,7 +242,7 @@ def move_t(logits, temps: list[float]):
     chart(GF.distribution_bars(tok.pieces, logits, t_slider, unit=unit), width="stretch", key="gen_dist_bars")
     curves = G.sweep(logits, G.log_grid(1e-3, 1e3, 121))
     chart(GF.sweep_curves(curves, m, mark=t_slider, points=G.sweep(logits, [t for t in temps if t > 0])), width="stretch",
-                    key="gen_curves")
+          key="gen_curves")
 
 
 move_t(logits, temps)

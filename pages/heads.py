@@ -245,7 +245,7 @@ nxt = "" if actual is None else tok.visible_tokens([actual])[0].replace("`", "'"
 st.caption(f"The model has read …`{seen}` (position {pos}); "
            + ("this is the end of your prompt." if actual is None else f"the next {tok.unit} in your text is `{nxt}`."))
 shared_chart(next_token_bars(tok.pieces, p_before, p_after, off, actual, unit=tok.unit), width="stretch",
-                theme=None, key="heads_bars")
+             theme=None, key="heads_bars")
 
 # ------------------------------------------------------------------ continuation
 
@@ -351,8 +351,8 @@ else:
     here = float(stripe_scores(pattern[None], T)[1])
     where = "your prompt" if period else "your prompt written twice"
     shared_chart(stripe_figure(pattern, tok.visible_tokens(rep), T,
-                                  f"{IF.head_label(layer, head)} on {where} (period {T})", tok.unit),
-                    width="stretch", theme=None, key="heads_stripe")
+                               f"{IF.head_label(layer, head)} on {where} (period {T})", tok.unit),
+                 width="stretch", theme=None, key="heads_stripe")
     on = _losses(mkey, tuple(rep), (), mode)
     off1 = _losses(mkey, tuple(rep), ((layer, head),), mode)
     _, sec = copy_slices(T)

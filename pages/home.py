@@ -117,7 +117,7 @@ formed = formation_step(heads) if heads else None
 if log:
     marks = {formed: "induction head"} if formed is not None else None
     chart(loss_curve(log, title=f"How {entry.name} was trained", marks=marks, unit=tok.unit),
-                    width="stretch")
+          width="stretch")
     training = read_training(entry.path)
     bits, cpt = training.get("val_bits_per_char"), training.get("val_chars_per_token")
     if tok.kind != "char" and isinstance(bits, (int, float)) and isinstance(cpt, (int, float)):
@@ -138,7 +138,7 @@ if heads:
         f"head is built on."
     )
     chart(formation_figure(heads, title=f"Heads of {entry.name} while it trained", units=tok.units),
-                    width="stretch")
+          width="stretch")
     last = max(r["step"] for r in heads)
     best = max((r for r in heads if r["step"] == last), key=lambda r: r["induction"])
     st.caption(

@@ -126,7 +126,7 @@ def _open_clicked_step():
 
 chosen_name = st.session_state.get(STEP_KEY, step_names[0])
 chart(TF.stream_figure(steps, step_names.index(chosen_name)), width="stretch", theme=None,
-                key="inside_stream", on_select=_open_clicked_step, selection_mode="points")
+      key="inside_stream", on_select=_open_clicked_step, selection_mode="points")
 step_i = step_names.index(st.selectbox("Step to open", step_names, key=STEP_KEY))
 step = steps[step_i]
 before = steps[step_i - 1].after if step_i else np.zeros(c.d_model)
@@ -179,11 +179,11 @@ key = pick[2].selectbox("Key j to take apart", range(pos + 1), index=int(weights
 q = tr.q[layer][0, head, pos].double().numpy()
 keys = tr.k[layer][0, head, :pos + 1].double().numpy()
 chart(TF.neuron_view(q, keys, weights, key_labels, key, TF.char_label(pos, tokens[pos])), width="stretch",
-                theme=None, key="inside_neuron")
+      theme=None, key="inside_neuron")
 st.caption("Red components are positive, blue negative. A key whose pattern of signs matches the query's gets a "
            "large dot product, so a large score and, after the softmax, a large weight (right).")
 chart(TF.qk_terms(q, keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
-                theme=None, key="inside_qk")
+      theme=None, key="inside_qk")
 dot = float(q @ keys[key])
 score = float(tr.scores[layer][0, head, pos, key])
 st.latex(rf"s_{{{pos},{key}}} = \frac{{{dot:.3f}}}{{\sqrt{{{c.d_head}}}}} = {score:.3f}, \qquad "
@@ -215,7 +215,7 @@ a, b = st.columns(2)
 a.metric("Hidden units exactly 0", f"{silent} of {c.d_ff} ({silent / c.d_ff:.0%})")
 b.metric("Length of what the MLP adds", f"{float(np.linalg.norm(tr.mlp_out[mlp_layer][0, pos])):.2f}")
 chart(TF.mlp_figure(hidden, tr.mlp_out[mlp_layer][0, pos].double().numpy()), width="stretch", theme=None,
-                key="inside_mlp")
+      key="inside_mlp")
 
 # ------------------------------------------------------------------ 4. the logit lens
 
@@ -239,8 +239,8 @@ else:
 hi = min(n, lo + LENS_WINDOW)
 lens = _lens(mkey, ids)
 chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
-                               lens_stage_names(c.n_layers), offset=lo, chosen=pos, unit=tok.unit),
-                width="stretch", theme=None, key="inside_lens")
+                     lens_stage_names(c.n_layers), offset=lo, chosen=pos, unit=tok.unit),
+      width="stretch", theme=None, key="inside_lens")
 where = f"Columns are positions {lo} to {hi - 1}, each headed by the {tok.unit} read there; the red frame is " \
         f"position {pos}."
 if n > 1:
@@ -268,7 +268,7 @@ token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) fo
                      key=f"inside_token_{n}_{pos}")
 att = direct_logit_attribution(model, tr, token, pos)
 chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=None,
-                key="inside_attribution")
+      key="inside_attribution")
 many = len(att.names) > TF.ATTRIBUTION_BARS
 st.caption(f"Grey: the embedding; blue: heads; orange: MLPs"
            + (f"; light grey: all but the {TF.ATTRIBUTION_BARS - 1} largest of the {len(att.names)} writers, summed"
@@ -288,6 +288,6 @@ st.latex(r"p_t(T) = \frac{e^{z_t / T}}{\sum_{u=1}^{m} e^{z_u / T}}")
 temperature = float(st.number_input("Temperature T", 0.0, 10_000.0, 1.0, step=0.1, format="%g",
                                     key="inside_temperature"))
 chart(TF.output_figure(logits.numpy(), chars, temperature, unit=tok.unit), width="stretch", theme=None,
-                key="inside_output")
+      key="inside_output")
 st.caption(f"The ten {tok.units} with the largest logits out of m = {c.vocab_size}; their order does not depend "
            "on T, only how the probability is shared among them.")
