@@ -1,18 +1,10 @@
 """The gate of heavy computations: slots, arrival order, what a waiting caller is told, the bound, giving up."""
 import threading
-import time
 
 import pytest
 
 from core.gate import Gate, GateFull
-
-
-def wait_until(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.001)
+from tests.polling import wait_until
 
 
 def test_no_more_than_slots_run_at_once_and_everyone_gets_through():

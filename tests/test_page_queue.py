@@ -7,6 +7,7 @@ from contextlib import contextmanager
 import pytest
 
 import ui
+from tests.polling import wait_until
 
 
 @pytest.fixture
@@ -17,14 +18,6 @@ def one_slot(monkeypatch):
     assert gate.slots == 1
     yield gate
     ui.compute_gate.clear()
-
-
-def wait_until(cond, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.01)
 
 
 @contextmanager

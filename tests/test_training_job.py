@@ -23,6 +23,7 @@ from core.job_settings import JobSettings, validate_settings
 from core.threads import torch_threads
 from core.train import Trainer
 from core.training_job import TrainingJob
+from tests.polling import wait_until
 
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
 OTHER = ("Sing a song of sixpence, a pocket full of rye; four and twenty birds baked in a pie. " * 40)
@@ -30,15 +31,6 @@ OTHER = ("Sing a song of sixpence, a pocket full of rye; four and twenty birds b
 
 def tiny(steps=50, seed=3, **kw):
     return JobSettings(d_model=16, n_heads=2, n_layers=1, n_ctx=16, batch_size=8, steps=steps, seed=seed, **kw)
-
-
-def wait_for(cond, timeout=60.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    raise AssertionError("timed out")
 
 
 def run_to_end(job: TrainingJob, timeout=120.0):
@@ -88,19 +80,19 @@ def test_pause_resume_stop():
     threads = threading.active_count()
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
     proc = start_process(job)
-    wait_for(lambda: job.status().step >= 3)
+    wait_until(lambda: job.status().step >= 3)
     assert proc.pid != os.getpid()
     nice = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, nice + tj.TRAINING_NICE)
     assert threading.active_count() == threads  # no thread of this process trains, or waits for the run
     job.pause()
-    wait_for(lambda: job.status().state == "paused")
+    wait_until(lambda: job.status().state == "paused")
     paused_at = job.status().step
     time.sleep(0.3)
     assert job.status().step == paused_at  # nothing moves while paused
     assert job.status().can_save
     job.resume()
-    wait_for(lambda: job.status().step > paused_at + 2)
+    wait_until(lambda: job.status().step > paused_at + 2)
     job.stop(wait=None)
     assert job.status().state in ("stopping", "stopped")  # the request shows at once
     job.resume()  # ignored while stopping
@@ -114,7 +106,7 @@ def test_pause_resume_stop():
 def test_stop_then_resume_continues_from_the_same_step(tmp_path):
     job = TrainingJob(TEXT, "test", tiny(steps=40))
     job.start()
-    wait_for(lambda: job.status().step >= 5)
+    wait_until(lambda: job.status().step >= 5)
     job.stop()
     stopped_at = job.status().step
     at_stop = weights(job.save(tmp_path, "at-stop"))
@@ -136,7 +128,7 @@ def test_stop_then_resume_continues_from_the_same_step(tmp_path):
 def test_stopped_run_keeps_its_weights_and_saves_a_loadable_checkpoint(tmp_path):
     job = TrainingJob(TEXT, "test corpus", tiny(steps=100_000))
     job.start()
-    wait_for(lambda: job.status().step >= 5)
+    wait_until(lambda: job.status().step >= 5)
     job.stop()
     # the same settings trained here for as many steps: the weights the run had when it stopped
     trained, _ = trained_here(job.settings, job.status().step, job.threads)
@@ -159,7 +151,7 @@ def test_stopped_run_keeps_its_weights_and_saves_a_loadable_checkpoint(tmp_path)
 def test_save_is_refused_while_running_and_for_taken_names(tmp_path):
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
     job.start()
-    wait_for(lambda: job.status().step >= 1)
+    wait_until(lambda: job.status().step >= 1)
     with pytest.raises(ValueError, match="pause or stop"):
         job.save(tmp_path, "x")
     job.stop()
@@ -177,7 +169,7 @@ def test_a_crash_mid_save_leaves_no_broken_checkpoint(tmp_path):
     beyond 1 kB, smaller than the weights) reaches the caller as an OSError and leaves nothing behind."""
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
     proc = start_process(job)  # a stopped run keeps its process (a finished one hands over its weights and ends)
-    wait_for(lambda: job.status().step >= 3)
+    wait_until(lambda: job.status().step >= 3)
     job.stop()
     first = job.save(tmp_path, "keep")
     before = (first / "model.safetensors").read_bytes()
@@ -199,7 +191,7 @@ def test_a_finished_run_hands_over_its_weights_and_its_process_ends(tmp_path):
     job = TrainingJob(TEXT, "test", tiny(steps=12))
     proc = start_process(job)
     assert job.join(120)
-    wait_for(lambda: not proc.is_alive())  # no idle process per finished run (each holds a few hundred MB)
+    wait_until(lambda: not proc.is_alive())  # no idle process per finished run (each holds a few hundred MB)
     s = job.status()
     assert s.state == "finished" and not s.can_resume and s.can_save
     trained, _ = trained_here(job.settings, 12, job.threads)
@@ -215,13 +207,13 @@ def test_beyond_max_processes_the_oldest_stopped_run_is_retired_and_can_still_be
     monkeypatch.setattr(tj, "MAX_PROCESSES", 1)
     a = TrainingJob(TEXT, "a", tiny(steps=100_000, seed=1))
     proc_a = start_process(a)
-    wait_for(lambda: a.status().step >= 4)
+    wait_until(lambda: a.status().step >= 4)
     a.stop()
     steps = a.status().step
     assert a.status().can_resume
     b = TrainingJob(OTHER, "b", tiny(steps=10, seed=2))
     b.start()  # one process at most: a, stopped, is retired
-    wait_for(lambda: not proc_a.is_alive())
+    wait_until(lambda: not proc_a.is_alive())
     s = a.status()
     assert s.state == "stopped" and s.step == steps and not s.can_resume and s.can_save
     a.resume()  # nothing to resume any more: no error, no new process
@@ -258,7 +250,7 @@ def test_too_many_runs_are_refused(monkeypatch):
 def test_an_abandoned_job_stops_by_itself():
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
     proc = start_process(job)
-    wait_for(lambda: job.status().step >= 1)
+    wait_until(lambda: job.status().step >= 1)
     del job
     gc.collect()
     proc.join(30)
@@ -274,7 +266,7 @@ def test_a_failing_run_reports_its_error():
 def test_a_killed_run_reports_failed(tmp_path):
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
     proc = start_process(job)
-    wait_for(lambda: job.status().step >= 1)
+    wait_until(lambda: job.status().step >= 1)
     os.kill(proc.pid, signal.SIGKILL)
     assert job.join(30)
     s = job.status()
