@@ -111,10 +111,15 @@ def next_token_distribution(logits: torch.Tensor, temperature: float, top_k: int
     t = _check_temperature(temperature)
     if t == 0:
         return temperature_softmax(logits, 0.0)
-    z = logits if logits.is_floating_point() else logits.float()
+    return _tempered(logits if logits.is_floating_point() else logits.float(), t, top_k, top_p)
+
+
+def _tempered(z: torch.Tensor, t, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """next_token_distribution for T > 0: ``t`` a float, or a (B, 1) tensor of finite temperatures, one per row."""
     zmax = z.amax(dim=-1, keepdim=True)
     z = torch.where(torch.isfinite(zmax), z - zmax, z)  # shift first, so z/T cannot overflow for tiny T
-    z = z / t if math.isfinite(t) else torch.where(torch.isfinite(z), torch.zeros_like(z), z)
+    finite = not isinstance(t, float) or math.isfinite(t)  # a tensor of temperatures holds finite ones only
+    z = z / t if finite else torch.where(torch.isfinite(z), torch.zeros_like(z), z)
     z = top_p_filter(top_k_filter(z, top_k), top_p)
     return temperature_softmax(z, 1.0)
 
@@ -122,16 +127,14 @@ def next_token_distribution(logits: torch.Tensor, temperature: float, top_k: int
 def _row_distributions(logits: torch.Tensor, temps: list[float], top_k: int | None = None,
                        top_p: float | None = None) -> torch.Tensor:
     """(B, m) logits -> next_token_distribution of each row at its own temperature temps[r]. The rows with
-    0 < T < inf go as one batch (the same numbers as one row at a time: the same operations row by row; a test
-    checks it bit for bit), the limits T = 0 and T = inf and rows with an infinite maximum one at a time."""
+    0 < T < inf go as one batch (the same operations row by row, so the same numbers as one row at a time; a test
+    checks it bit for bit), the limits T = 0 and T = inf one row at a time."""
     plain = [r for r, t in enumerate(temps) if 0 < t < math.inf]
-    if len(plain) < 2 or not bool(torch.isfinite(logits.amax(dim=-1)).all()):
-        return torch.cat([next_token_distribution(logits[r:r + 1], t, top_k, top_p) for r, t in enumerate(temps)])
-    rows = torch.tensor(plain)
-    z = logits[rows]  # (b, m): the rows drawn at an ordinary temperature
-    z = (z - z.amax(dim=-1, keepdim=True)) / torch.tensor([temps[r] for r in plain], dtype=z.dtype)[:, None]
+    rows = torch.tensor(plain, dtype=torch.long)
     probs = torch.empty_like(logits)
-    probs[rows] = temperature_softmax(top_p_filter(top_k_filter(z, top_k), top_p), 1.0)
+    if plain:
+        t = torch.tensor([temps[r] for r in plain], dtype=logits.dtype)[:, None]  # (b, 1)
+        probs[rows] = _tempered(logits[rows], t, top_k, top_p)
     for r, t in enumerate(temps):
         if not 0 < t < math.inf:
             probs[r] = next_token_distribution(logits[r:r + 1], t, top_k, top_p)[0]
