@@ -160,6 +160,102 @@ class Step:
     slid: bool                 # True once the sequence outgrew n_ctx and the window slides
 
 
+class Decoder:
+    """One generation under way: its rows, how they sample, the text so far and the key/value cache. A step is
+    ``read`` (run the model) then ``advance`` (sample from its logits). ``stream`` drives one Decoder alone; a
+    scheduler may drive several and stack the full-window reads of those that ``reads_window`` into one forward pass
+    (``bench.batching --page`` measures what that would buy)."""
+
+    def __init__(self, model, idx, max_new_tokens: int, temperature, top_k: int | None = None,
+                 top_p: float | None = None, generator=None, n_alternatives: int = 5, use_cache: bool = True):
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        if idx.dim() == 1:
+            idx = idx[None]  # (n,) -> (1, n)
+        if idx.dim() != 2 or idx.shape[1] == 0:
+            raise ValueError("generation needs at least one token to start from")
+        self.max_new_tokens = int(max_new_tokens)
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        self.per_row = isinstance(temperature, (list, tuple))
+        if self.per_row:
+            self.temps = [_check_temperature(t) for t in temperature]
+            self.gens = list(generator) if isinstance(generator, (list, tuple)) else [generator] * len(self.temps)
+            if not len(self.temps) == len(self.gens) == idx.shape[0]:
+                raise ValueError("give one temperature (and one generator) per row of idx")
+        else:
+            _check_temperature(temperature)
+        self.temperature, self.generator, self.top_k, self.top_p = temperature, generator, top_k, top_p
+        self.n_ctx = model.config.n_ctx
+        self.k_alt = min(max(0, int(n_alternatives)), model.config.vocab_size)  # 0: no alternatives (fastest)
+        self.use_cache = use_cache
+        self.seq = idx.to(next(model.parameters()).device)
+        self.past, self.pending = None, self.seq  # pending: tokens the model has not read yet
+        self.made = 0
+
+    @property
+    def rows(self) -> int:
+        return self.seq.shape[0]
+
+    @property
+    def done(self) -> bool:
+        return self.made >= self.max_new_tokens
+
+    @property
+    def slid(self) -> bool:
+        """The text has outgrown n_ctx: the window slides, and the next step re-reads all of it."""
+        return self.seq.shape[1] > self.n_ctx
+
+    def _cached(self) -> bool:
+        """The next step reads only the new token(s), after the cached keys and values."""
+        return (self.use_cache and not self.slid and self.past is not None
+                and self.pending.shape[1] + self.past.length <= self.n_ctx)
+
+    @property
+    def reads_window(self) -> bool:
+        """The next step reads exactly n_ctx tokens from position 0 and keeps no cache (the window slides, or has
+        just filled up): the same shape for every sequence in this state, so several decoders' reads of this kind
+        can share one forward pass (bench.batching measures it)."""
+        return not self._cached() and self.window().shape[1] == self.n_ctx
+
+    def window(self) -> torch.Tensor:
+        """(B, n) the tokens a step that reads the window reads: the last n_ctx at most."""
+        return self.seq[:, -self.n_ctx:]
+
+    def read(self, model) -> torch.Tensor:
+        """Run the model for the next step; (B, m) logits at the last position. Under inference mode."""
+        if self._cached():
+            out = model(self.pending, past=self.past, use_cache=True, last_only=True)
+        else:  # (re)build: read the whole window from position 0
+            window = self.window()
+            out = model(window, use_cache=self.use_cache and window.shape[1] < self.n_ctx, last_only=True)
+        self.past = out.present
+        return out.logits[:, -1, :]
+
+    def advance(self, logits: torch.Tensor) -> "Step":
+        """The (B, m) logits of this step's read (by ``read``, or by the caller's forward pass over ``window()``
+        when ``reads_window``) -> the Step that samples from them; the text grows by it."""
+        slid, read = self.slid, self.window().shape[1]
+        logits = logits.float()  # (B, m) at the last position
+        if self.per_row:  # each row with its own temperature and its own random numbers
+            probs = _row_distributions(logits, self.temps, self.top_k, self.top_p)
+            token = torch.stack([_draw(probs[r:r + 1], t, g)[0] for r, (t, g) in enumerate(zip(self.temps, self.gens))])
+        else:
+            probs = next_token_distribution(logits, self.temperature, self.top_k, self.top_p)
+            token = _draw(probs, float(self.temperature), self.generator)
+        if self.k_alt:
+            model_p = temperature_softmax(logits, 1.0)
+            top = torch.topk(model_p, self.k_alt, dim=-1)
+            step = Step(token=token.cpu(), prob=model_p.gather(1, token[:, None])[:, 0].cpu(),
+                        sample_prob=probs.gather(1, token[:, None])[:, 0].cpu(),
+                        top_ids=top.indices.cpu(), top_probs=top.values.cpu(), window=read, slid=slid)
+        else:  # generate() needs the tokens only
+            step = Step(token=token, prob=None, sample_prob=None, top_ids=None, top_probs=None, window=read, slid=slid)
+        self.seq = torch.cat([self.seq, token[:, None]], dim=1)
+        self.pending = token[:, None]
+        self.made += 1
+        return step
+
+
 def stream(model, idx, max_new_tokens: int, temperature, top_k: int | None = None,
            top_p: float | None = None, generator=None, n_alternatives: int = 5,
            use_cache: bool = True) -> Iterator[Step]:
@@ -169,56 +265,14 @@ def stream(model, idx, max_new_tokens: int, temperature, top_k: int | None = Non
     pass (one batch) but each samples as it would alone, so row r gives exactly what a one-row call with
     temperature[r] and generator[r] gives. use_cache=False recomputes the whole window every step (the
     textbook loop), for comparison."""
-    idx = torch.as_tensor(idx, dtype=torch.long)
-    if idx.dim() == 1:
-        idx = idx[None]  # (n,) -> (1, n)
-    if idx.dim() != 2 or idx.shape[1] == 0:
-        raise ValueError("generation needs at least one token to start from")
-    max_new_tokens = int(max_new_tokens)
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    per_row = isinstance(temperature, (list, tuple))
-    if per_row:
-        temps = [_check_temperature(t) for t in temperature]
-        gens = list(generator) if isinstance(generator, (list, tuple)) else [generator] * len(temps)
-        if not len(temps) == len(gens) == idx.shape[0]:
-            raise ValueError("give one temperature (and one generator) per row of idx")
-    else:
-        _check_temperature(temperature)
-    n_ctx = model.config.n_ctx
-    k_alt = min(max(0, int(n_alternatives)), model.config.vocab_size)  # 0: no alternatives (fastest)
-    device = next(model.parameters()).device
-    seq = idx.to(device)
-    past, pending = None, seq  # pending: tokens the model has not read yet
+    decoder = Decoder(model, idx, max_new_tokens, temperature, top_k, top_p, generator, n_alternatives, use_cache)
+    return _run(model, decoder)
+
+
+def _run(model, decoder: Decoder) -> Iterator[Step]:
     with torch.inference_mode():  # no autograd bookkeeping at all: about 10% faster per step than no_grad
-        for _ in range(max_new_tokens):
-            slid = seq.shape[1] > n_ctx
-            if not use_cache or slid or past is None or pending.shape[1] + past.length > n_ctx:
-                # (re)build: read the whole window from position 0
-                window = seq[:, -n_ctx:]
-                out = model(window, use_cache=use_cache and window.shape[1] < n_ctx, last_only=True)
-            else:
-                out = model(pending, past=past, use_cache=True, last_only=True)
-            past = out.present
-            read = seq[:, -n_ctx:].shape[1]
-            logits = out.logits[:, -1, :].float()  # (B, m) at the last position
-            if per_row:  # each row with its own temperature and its own random numbers
-                probs = _row_distributions(logits, temps, top_k, top_p)
-                token = torch.stack([_draw(probs[r:r + 1], t, g)[0] for r, (t, g) in enumerate(zip(temps, gens))])
-            else:
-                probs = next_token_distribution(logits, temperature, top_k, top_p)
-                token = _draw(probs, float(temperature), generator)
-            if k_alt:
-                model_p = temperature_softmax(logits, 1.0)
-                top = torch.topk(model_p, k_alt, dim=-1)
-                yield Step(token=token.cpu(), prob=model_p.gather(1, token[:, None])[:, 0].cpu(),
-                           sample_prob=probs.gather(1, token[:, None])[:, 0].cpu(),
-                           top_ids=top.indices.cpu(), top_probs=top.values.cpu(), window=read, slid=slid)
-            else:  # generate() needs the tokens only
-                yield Step(token=token, prob=None, sample_prob=None, top_ids=None, top_probs=None,
-                           window=read, slid=slid)
-            seq = torch.cat([seq, token[:, None]], dim=1)
-            pending = token[:, None]
+        while not decoder.done:
+            yield decoder.advance(decoder.read(model))
 
 
 def generate(model, idx, max_new_tokens, temperature, top_k=None, top_p=None, generator=None, use_cache=True):

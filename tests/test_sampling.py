@@ -243,3 +243,26 @@ def test_rows_at_their_own_temperatures_equal_one_row_at_a_time(tiny_model, top_
         alone = [int(s.token[0]) for s in stream(tiny_model, idx[r:r + 1], 30, t, top_k, top_p,
                                                   generator=torch.Generator().manual_seed(7))]
         assert rows[r].tolist() == alone, f"row {r} (T = {t})"
+
+
+def test_decoders_stepped_together_draw_what_each_draws_alone(tiny_model):
+    """bench.batching's best case of a batching worker: generations of different prompts (and rows) step together,
+    the full-window reads of all of them in one forward pass. Each must draw what it draws alone, and a greedy one
+    what the textbook loop (the whole window re-read every step, no cache) picks."""
+    from bench.batching import step_together
+    from core.sampling import Decoder
+    torch.manual_seed(5)
+    prompts = [torch.randint(0, 11, (1, n)) for n in (3, 9, 15, 40)]  # n_ctx = 16: short, long and too long
+    specs = [(prompts[0], 0.0, None), (prompts[1], 1.0, None), (prompts[2].expand(2, -1), [0.5, 2.0], None),
+             (prompts[3], 1.3, 4)]
+    def seeds(t):
+        return [torch.Generator().manual_seed(11) for _ in t] if isinstance(t, list) else torch.Generator().manual_seed(11)
+    together = step_together(tiny_model, [Decoder(tiny_model, p, 25, t, k, generator=seeds(t)) for p, t, k in specs])
+    assert sum(s.slid for run in together for s in run) > 50  # most steps re-read a full window, batched
+    for (p, t, k), run in zip(specs, together):
+        alone = list(stream(tiny_model, p, 25, t, k, generator=seeds(t)))
+        assert [s.token.tolist() for s in run] == [s.token.tolist() for s in alone]
+        assert all(torch.allclose(a.prob, b.prob, atol=1e-5) for a, b in zip(run, alone))
+    with torch.no_grad():
+        greedy = _textbook_greedy(tiny_model, prompts[0], 25)[0, 3:]
+    assert [int(s.token[0]) for s in together[0]] == greedy.tolist()
