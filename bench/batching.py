@@ -106,7 +106,7 @@ def page_requests(tok, students: int) -> list[tuple]:
     for i in range(students):
         ids = tok.encode(new_prompt(i, 1))
         out.append(([ids], 200, 1.0, torch.Generator().manual_seed(i)))
-        out.append(([ids] * len(temps), 150, temps, [torch.Generator().manual_seed(i) for _ in temps]))
+        out.append(([ids] * len(temps), 150, temps, [torch.Generator().manual_seed(i)] * len(temps)))  # as the page
     return out
 
 

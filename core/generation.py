@@ -119,16 +119,17 @@ def step_record(step, chars, row: int = 0) -> dict:
 
 
 def continuations(model, ids, temperatures, n: int, seed: int, chars) -> list[list[dict]]:
-    """One continuation of ``ids`` per temperature, each drawn with a fresh generator seeded with ``seed``
-    (so each equals a one-sequence run at that T and seed). All temperatures share one batched forward
-    pass per step, which is several times faster than running them one after another."""
+    """One continuation of ``ids`` per temperature, each equal to a one-sequence run at that T with a generator
+    seeded with ``seed``. All temperatures share one batched forward pass per step, which is several times faster
+    than running them one after another, and one generator: rows that hold the same generator share its draws
+    (``core.sampling.stream``)."""
     temps = [float(t) for t in temperatures]
     if not temps:
         return []
     idx = torch.tensor([list(ids)] * len(temps), dtype=torch.long)  # (T, n): the prompt once per temperature
-    gens = [torch.Generator().manual_seed(int(seed)) for _ in temps]
+    gen = torch.Generator().manual_seed(int(seed))  # shared by the rows: one draw per step serves them all
     runs = [[] for _ in temps]
-    for s in stream(model, idx, n, temps, generator=gens):
+    for s in stream(model, idx, n, temps, generator=[gen] * len(temps)):
         for run, record in zip(runs, step_records(s, chars)):
             run.append(record)
     return runs

@@ -120,7 +120,10 @@ def _tempered(z: torch.Tensor, t, top_k: int | None, top_p: float | None) -> tor
     z = torch.where(torch.isfinite(zmax), z - zmax, z)  # shift first, so z/T cannot overflow for tiny T
     finite = not isinstance(t, float) or math.isfinite(t)  # a tensor of temperatures holds finite ones only
     z = z / t if finite else torch.where(torch.isfinite(z), torch.zeros_like(z), z)
-    z = top_p_filter(top_k_filter(z, top_k), top_p)
+    if top_k is not None:  # the filters copy the logits even when they keep everything: skip them when unset
+        z = top_k_filter(z, top_k)
+    if top_p is not None:
+        z = top_p_filter(z, top_p)
     return temperature_softmax(z, 1.0)
 
 
@@ -130,6 +133,8 @@ def _row_distributions(logits: torch.Tensor, temps: list[float], top_k: int | No
     0 < T < inf go as one batch (the same operations row by row, so the same numbers as one row at a time; a test
     checks it bit for bit), the limits T = 0 and T = inf one row at a time."""
     plain = [r for r, t in enumerate(temps) if 0 < t < math.inf]
+    if len(plain) == len(temps):  # no limit among them: one batch, no gathering
+        return _tempered(logits, torch.tensor(temps, dtype=logits.dtype)[:, None], top_k, top_p)
     rows = torch.tensor(plain, dtype=torch.long)
     probs = torch.empty_like(logits)
     if plain:
@@ -141,11 +146,49 @@ def _row_distributions(logits: torch.Tensor, temps: list[float], top_k: int | No
     return probs
 
 
+def race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """(B, m) distributions and (B, m) (or (1, m)) draws E_i ~ Exp(1) -> (B,) tokens: argmax_i p_i / E_i. Token i
+    wins this exponential race with probability p_i, and it is how ``torch.multinomial`` draws one sample (the same
+    noise from the same generator, the same division and argmax: the same tokens, which a test checks). Written
+    out, the noise can be drawn once and shared by rows that use the same generator."""
+    return (probs / noise).argmax(dim=-1)
+
+
+def exp_noise(shape, generator, dtype=torch.float32) -> torch.Tensor:
+    """Exp(1) draws of ``shape`` from ``generator``, as ``torch.multinomial`` draws them."""
+    return torch.empty(shape, dtype=dtype).exponential_(1, generator=generator)
+
+
 def _draw(probs: torch.Tensor, temperature: float, generator) -> torch.Tensor:
     """(B, m) distributions -> (B,) tokens: the argmax at T = 0 (first of any exact ties), else a draw."""
     if temperature == 0:
         return probs.argmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+    return race(probs, exp_noise(probs.shape, generator, probs.dtype))
+
+
+def _draw_rows(probs: torch.Tensor, temps: list[float], gens: list) -> torch.Tensor:
+    """(B, m) distributions -> (B,) tokens, row r at temps[r] with generator gens[r]. Rows that hold the same
+    generator object share one (1, m) noise draw per step, so each draws what a one-row run with that generator
+    draws (the page's continuations: one seed for every temperature); rows at T = 0 take the argmax and draw
+    nothing."""
+    token = probs.argmax(dim=-1)
+    sampled = [r for r, t in enumerate(temps) if t != 0]
+    if not sampled:
+        return token
+    by_gen: dict[int, list[int]] = {}
+    for r in sampled:
+        by_gen.setdefault(id(gens[r]), []).append(r)
+    if len(by_gen) == 1:  # one generator for every sampled row: broadcast its draw
+        noise = exp_noise((1, probs.shape[1]), gens[sampled[0]], probs.dtype)
+    else:
+        noise = torch.ones_like(probs)
+        for rows in by_gen.values():
+            noise[rows] = exp_noise((1, probs.shape[1]), gens[rows[0]], probs.dtype)
+    drawn = race(probs, noise)
+    if len(sampled) == len(temps):
+        return drawn
+    keep = torch.tensor([t != 0 for t in temps])
+    return torch.where(keep, drawn, token)
 
 
 @dataclass
@@ -238,7 +281,7 @@ class Decoder:
         logits = logits.float()  # (B, m) at the last position
         if self.per_row:  # each row with its own temperature and its own random numbers
             probs = _row_distributions(logits, self.temps, self.top_k, self.top_p)
-            token = torch.stack([_draw(probs[r:r + 1], t, g)[0] for r, (t, g) in enumerate(zip(self.temps, self.gens))])
+            token = _draw_rows(probs, self.temps, self.gens)
         else:
             probs = next_token_distribution(logits, self.temperature, self.top_k, self.top_p)
             token = _draw(probs, float(self.temperature), self.generator)
@@ -263,7 +306,9 @@ def stream(model, idx, max_new_tokens: int, temperature, top_k: int | None = Non
 
     ``temperature`` and ``generator`` may also be lists, one per row: the rows then share every forward
     pass (one batch) but each samples as it would alone, so row r gives exactly what a one-row call with
-    temperature[r] and generator[r] gives. use_cache=False recomputes the whole window every step (the
+    temperature[r] and a generator in the state of generator[r] gives. Rows may hold the same generator object
+    (or one generator given for all rows): they then share its draws, one per step, as if each had its own
+    copy. use_cache=False recomputes the whole window every step (the
     textbook loop), for comparison."""
     decoder = Decoder(model, idx, max_new_tokens, temperature, top_k, top_p, generator, n_alternatives, use_cache)
     return _run(model, decoder)

@@ -266,3 +266,34 @@ def test_decoders_stepped_together_draw_what_each_draws_alone(tiny_model):
     with torch.no_grad():
         greedy = _textbook_greedy(tiny_model, prompts[0], 25)[0, 3:]
     assert [int(s.token[0]) for s in together[0]] == greedy.tolist()
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_draw_is_what_torch_multinomial_draws(rows):
+    """The exponential race the decoder writes out (so rows can share one draw) picks, from the same generator
+    state, the very token torch.multinomial picks: over many distributions, with zeros among them."""
+    from core.sampling import _draw
+    torch.manual_seed(0)
+    for trial in range(300):
+        p = torch.softmax(torch.randn(rows, 37) * 4, dim=-1)
+        if trial % 3 == 0:
+            p[:, : 20] = 0  # tokens a filter removed
+            p = p / p.sum(-1, keepdim=True)
+        ours, theirs = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        for _ in range(3):  # the generators stay in step too
+            assert _draw(p, 1.0, ours).tolist() == torch.multinomial(p, 1, generator=theirs)[:, 0].tolist()
+
+
+def test_rows_that_share_a_generator_draw_what_one_row_runs_draw(tiny_model):
+    """The page's continuations hand one generator to every row: each row must still draw what a one-row run with
+    its own generator at the same seed draws (one draw per step serves them all), T = 0 and top-p included."""
+    temps = [0.0, 0.5, 1.0, 3.0, INF]
+    idx = torch.tensor([[1, 2, 3]] * len(temps))
+    for top_p in (None, 0.9):
+        shared = torch.Generator().manual_seed(21)
+        rows = torch.stack([s.token for s in stream(tiny_model, idx, 30, temps, top_p=top_p,
+                                                    generator=[shared] * len(temps))], 1)
+        for r, t in enumerate(temps):
+            alone = [int(s.token[0]) for s in stream(tiny_model, idx[r:r + 1], 30, t, top_p=top_p,
+                                                      generator=torch.Generator().manual_seed(21))]
+            assert rows[r].tolist() == alone, f"row {r} (T = {t}, top-p {top_p})"
