@@ -35,6 +35,10 @@ def temperature_softmax(logits: torch.Tensor, temperature: float) -> torch.Tenso
     """
     t = _check_temperature(temperature)
     z = logits if logits.is_floating_point() else logits.float()
+    if t == 1:  # the hot case (every generation step, after the temperature was applied): torch's softmax shifts
+        p = torch.softmax(z, dim=-1)  # by the max itself; a row of all -inf, or with +inf, comes out NaN ...
+        if not bool(p.isnan().any()):
+            return p  # ... and takes the general path below instead
     zmax = z.amax(dim=-1, keepdim=True)
     if 0 < t < math.inf:
         ok = torch.isfinite(zmax)
