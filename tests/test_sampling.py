@@ -64,6 +64,9 @@ def test_huge_logits_and_minus_infinity():
     assert torch.equal(temperature_softmax(torch.tensor([2.0, -INF]), 1e4), torch.tensor([1.0, 0.0]))
     assert torch.allclose(temperature_softmax(torch.tensor([-INF, -INF]), 1.0), torch.tensor([0.5, 0.5]))
     assert torch.allclose(temperature_softmax(torch.tensor([0.0, 5.0, -INF]), INF), torch.tensor([0.5, 0.5, 0.0]))
+    # at T = 1 too, a row of all -inf is uniform and a +inf takes everything, also beside an ordinary row
+    rows = torch.tensor([[-INF, -INF, -INF], [INF, 0.0, -INF], [0.0, math.log(3.0), -INF]])
+    assert torch.allclose(temperature_softmax(rows, 1.0), torch.tensor([[1 / 3] * 3, [1.0, 0.0, 0.0], [0.25, 0.75, 0.0]]))
 
 
 def test_negative_or_nan_temperature_is_refused():
