@@ -5,7 +5,6 @@ gathers concurrent requests would run), on the shipped model.
     python -m bench.batching [--students 1 4 15 30] [--new 200] [--json]
     python -m bench.batching --page [--students 4 15] [--json]
 
-
 Each student draws ``--new`` tokens after the page's default prompt at T = 1 with a generator seeded with their
 own number. The batch passes a list of temperatures and generators (core.sampling.stream), so row r draws what
 student r draws alone: the tokens are compared, and must be identical. Two phases are timed apart: steps that

@@ -173,26 +173,16 @@ def _draw(probs: torch.Tensor, temperature: float, generator) -> torch.Tensor:
 def _draw_rows(probs: torch.Tensor, temps: list[float], gens: list) -> torch.Tensor:
     """(B, m) distributions -> (B,) tokens, row r at temps[r] with generator gens[r]. Rows that hold the same
     generator object share one (1, m) noise draw per step, so each draws what a one-row run with that generator
-    draws (the page's continuations: one seed for every temperature); rows at T = 0 take the argmax and draw
-    nothing."""
-    token = probs.argmax(dim=-1)
-    sampled = [r for r, t in enumerate(temps) if t != 0]
-    if not sampled:
-        return token
+    draws (the page's continuations: one seed for every temperature); rows at T = 0 draw nothing and race against
+    a noise of 1, which is their argmax."""
+    noise = torch.ones_like(probs)
     by_gen: dict[int, list[int]] = {}
-    for r in sampled:
-        by_gen.setdefault(id(gens[r]), []).append(r)
-    if len(by_gen) == 1:  # one generator for every sampled row: broadcast its draw
-        noise = exp_noise((1, probs.shape[1]), gens[sampled[0]], probs.dtype)
-    else:
-        noise = torch.ones_like(probs)
-        for rows in by_gen.values():
-            noise[rows] = exp_noise((1, probs.shape[1]), gens[rows[0]], probs.dtype)
-    drawn = race(probs, noise)
-    if len(sampled) == len(temps):
-        return drawn
-    keep = torch.tensor([t != 0 for t in temps])
-    return torch.where(keep, drawn, token)
+    for r, t in enumerate(temps):
+        if t != 0:
+            by_gen.setdefault(id(gens[r]), []).append(r)
+    for rows in by_gen.values():
+        noise[rows] = exp_noise((1, probs.shape[1]), gens[rows[0]], probs.dtype)
+    return race(probs, noise)
 
 
 @dataclass
