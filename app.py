@@ -2,13 +2,15 @@
 import streamlit as st
 
 from core.checkpoint import CheckpointError
+from core.fmt import md_escape
 from core.threads import page_threads, use_threads
-from ui import (DEFAULT_MODEL, load_model, model_label, release_compute_slot, resume_deep_link, scan_models,
-                session_owner, show_page_menu, user_models_dir)
+from ui import (DEFAULT_MODEL, accept_lone_surrogates, load_model, model_label, release_compute_slot,
+                resume_deep_link, scan_models, session_owner, show_page_menu, user_models_dir)
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own
 use_threads(page_threads())
+accept_lone_surrogates()  # a lone surrogate typed into a box must not close the socket (see ui.py)
 
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
 
@@ -22,6 +24,8 @@ PAGES = [
     st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
     st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
 ]
+
+MAX_SHOWN_BAD = 50  # broken model folders listed by name in the sidebar
 
 show_page_menu()  # config.toml hides Streamlit's pages/ folder menu; ours is shown
 nav = st.navigation(PAGES)
@@ -46,6 +50,9 @@ with st.sidebar:
         except CheckpointError as e:  # its header was fine but its weights are not (NaN, say)
             st.session_state["te_current"] = (None, None, None)
             st.error(f"**{entry.name}** could not be loaded: {e}", icon="⚠️")
+        except Exception as e:  # noqa: BLE001 - out of memory, say: this model fails, the app goes on
+            st.session_state["te_current"] = (None, None, None)
+            st.error(f"**{entry.name}** could not be loaded ({type(e).__name__}). Pick another model.", icon="⚠️")
         else:
             st.session_state["te_current"] = (entry, model, tok)
             c = model.config
@@ -53,8 +60,12 @@ with st.sidebar:
     else:
         st.session_state["te_current"] = (None, None, None)
         st.error("No model could be loaded. Check assets/models or train one on the Training page.")
-    for entry in bad:
-        st.warning(f"**{entry.name}** could not be loaded: {entry.error}", icon="⚠️")
+    if bad:  # one line for all of them: a folder of 1,000 broken models must not bury the picker
+        with st.expander(f"{len(bad)} model{'s' if len(bad) != 1 else ''} could not be loaded", icon="⚠️"):
+            for entry in bad[:MAX_SHOWN_BAD]:
+                st.markdown(f"- **{md_escape(entry.name)}**: {md_escape(entry.error or '')}")
+            if len(bad) > MAX_SHOWN_BAD:
+                st.caption(f"... and {len(bad) - MAX_SHOWN_BAD:,} more.")
 
 try:
     nav.run()

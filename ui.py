@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import re
 import secrets
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ from _plotly_utils.utils import convert_to_base64
 from streamlit.errors import StreamlitAPIException
 
 from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
+from core.folder_files import lstamp
 from core.gate import Gate, GateFull, gate_slots
 from core.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
 from core.threads import page_threads, use_threads
@@ -26,17 +28,25 @@ DEFAULT_MODEL = "shakespeare-char"
 use_threads(page_threads())  # see core.threads: one thread per page run unless TE_TORCH_THREADS says otherwise
 
 
-def _stamp(path: Path) -> float:
-    """Changes whenever the checkpoint is rewritten, so the cache reloads a retrained model."""
+def _stamp(path: Path) -> int:
+    """Changes whenever the checkpoint is rewritten, so the cache reloads a retrained model (links are read for
+    what they are, never followed: core.folder_files.lstamp)."""
     try:
-        return max(f.stat().st_mtime_ns for f in path.iterdir())
-    except (OSError, ValueError):
-        return 0.0
+        return hash(lstamp(path))
+    except OSError:
+        return 0
 
 
-@st.cache_resource(show_spinner="Loading model ...", max_entries=16)
-def _load(path: str, stamp: float):
-    return load_checkpoint(path)  # the returned model is in eval mode with gradients off; never mutate it
+# a few models at once: each costs its weights in float32 (the shipped ones 1 MB, a GPT-2 small 0.5 GB), and a
+# class saving models would otherwise keep sixteen of them (measured: 34 MB more per save of a d=256 model)
+@st.cache_resource(show_spinner="Loading model ...", max_entries=6)
+def _load(path: str, stamp: int):
+    """((model, tokenizer), None), or (None, the CheckpointError): a refusal is kept like a model, for as long
+    as the folder does not change, so that a model with NaN weights is not read again on every rerun."""
+    try:
+        return load_checkpoint(path), None  # the model is in eval mode with gradients off; never mutate it
+    except CheckpointError as e:
+        return None, e
 
 
 @st.cache_resource
@@ -116,7 +126,10 @@ def model_key(entry: ModelEntry) -> str:
 
 def load_model(entry: ModelEntry):
     """(model, tokenizer) for an entry; raises CheckpointError."""
-    return _load(str(entry.path), _stamp(entry.path))
+    loaded, error = _load(str(entry.path), _stamp(entry.path))
+    if error is not None:
+        raise error
+    return loaded
 
 
 def scan_models() -> tuple[list[ModelEntry], list[ModelEntry]]:
@@ -233,6 +246,9 @@ def prompt_input(label: str, default: str, key: str, tokenizer, n_ctx: int, heig
     from core.tokenizer import Prompt
 
     text = st.text_area(label, value=default, key=key, height=height, max_chars=10_000)
+    if REPLACED in (text or ""):  # accept_lone_surrogates wrote it, or the text held one
+        st.warning(f"Some characters of this text could not be read (half of an emoji or another character outside "
+                   f"the basic range, pasted alone) and show as {REPLACED}.", icon="⚠️")
     written = st.session_state.get(key + IDS_SUFFIX)
     if written and written[0] == text and written[2] == _vocab_tag(tokenizer):
         prompt = Prompt.of_ids(tokenizer, written[1], n_ctx)  # exactly the ids a button wrote
@@ -241,7 +257,52 @@ def prompt_input(label: str, default: str, key: str, tokenizer, n_ctx: int, heig
         prompt = Prompt(tokenizer, text, n_ctx)
     for message in prompt.messages(n_ctx):
         st.warning(message, icon="⚠️")
+    if prompt.failure:
+        entry = st.session_state.get("te_current", (None,))[0]
+        st.error(f"The tokenizer of **{entry.name if entry else 'this model'}** failed on this text, so nothing below "
+                 "can be computed from it. Change the text, or pick another model.", icon="⚠️")
     return prompt
+
+
+# ------------------------------------------------------------------ the protocol: lone surrogates
+# A browser sends the text of a box as UTF-8, but a lone half of a surrogate pair (an emoji cut in two, say) goes
+# out as three bytes ED A0-BF 80-BF, which is not UTF-8. The server then cannot parse the message, closes the
+# socket (1002) and the browser silently drops the edit. Those three bytes are replaced by U+FFFD's own three
+# (EF BF BD): the same length, so every protobuf length around them stays right, and the page warns (prompt_input).
+REPLACED = "\ufffd"
+_SURROGATE = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]")
+
+
+def repair_surrogates(data: bytes) -> bytes:
+    """``data`` with every UTF-8-encoded surrogate replaced by the UTF-8 of U+FFFD (same length)."""
+    return _SURROGATE.sub("\ufffd".encode("utf-8"), data)
+
+
+def accept_lone_surrogates() -> bool:
+    """Make the server's websocket repair a message it could not parse because of a lone surrogate (see above),
+    instead of closing the connection. Installed once per process (app.py); only messages that hold such bytes
+    and fail to parse are touched. False when this Streamlit has no such websocket to repair (nothing done)."""
+    try:
+        from starlette.websockets import WebSocket
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+    except ImportError:
+        return False
+    original = WebSocket.receive_bytes
+    if getattr(original, "_te_repairs", False):
+        return True
+
+    async def receive_bytes(self):
+        data = await original(self)
+        if b"\xed" in data and _SURROGATE.search(data):
+            try:
+                BackMsg().ParseFromString(data)
+            except Exception:  # noqa: BLE001 - the parse error the server would close the socket on
+                data = repair_surrogates(data)
+        return data
+
+    receive_bytes._te_repairs = True
+    WebSocket.receive_bytes = receive_bytes
+    return True
 
 
 def require_model(why: str = "") -> tuple:
@@ -394,3 +455,24 @@ def shared_chart(fig, **kwargs):
     if enc is None:
         enc = fig._te_encoded = encoded(fig)
     return st.plotly_chart(enc, **kwargs)
+
+
+# ------------------------------------------------------------------ whose background runs are still wanted
+def session_id() -> str | None:
+    """This browser session's id in Streamlit's runtime (None outside a script run). Core keeps it as an opaque
+    string and asks ``session_alive`` about it."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
+def session_alive(session: str) -> bool:
+    """False once Streamlit has forgotten the session ``session``: its tab was closed (or reloaded) and the two
+    minutes in which it could reconnect have passed, so no one can reach its state again. True while it is
+    connected or may still reconnect, and whenever it cannot be told (no server runtime, as under AppTest).
+    Streamlit's session manager is not public API: should it change, every session counts as alive."""
+    from streamlit import runtime
+    if not runtime.exists():
+        return True
+    info = getattr(getattr(runtime.get_instance(), "_session_mgr", None), "get_session_info", None)
+    return info is None or info(session) is not None

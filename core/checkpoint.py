@@ -14,7 +14,9 @@ leaves the old model under ``.<name>.old``, which ``recover_interrupted_saves`` 
 """
 from __future__ import annotations
 
+import collections
 import csv
+import dataclasses
 import functools
 import io
 import json
@@ -44,7 +46,10 @@ except ImportError:  # Windows: saves are serialised within the process only
     fcntl = None
 
 from core.fmt import head_label, md_escape
-from core.induction import HEADS_CSV, read_heads_csv, write_heads_csv
+from core.folder_files import (OutsideFolder, inside, is_inside, lstamp, open_inside, read_text_inside,
+                               size_inside)
+from core.safetensors_header import read_header
+from core.induction import HEADS_CSV, parse_heads_csv, write_heads_csv
 from core.hf import (PICKLE_SUFFIXES, config_from_hf, expected_shapes as hf_expected_shapes, file_prefix,
                      is_hf_config, relevant as hf_relevant, state_from_hf)
 from core.model import ModelConfig, Transformer
@@ -72,21 +77,35 @@ class CheckpointError(Exception):
 
 
 def _read_config(folder: Path) -> dict:
-    """config.json as a JSON object (ours or a Hugging Face one); CheckpointError otherwise."""
+    """config.json as a JSON object (ours or a Hugging Face one); CheckpointError otherwise. Read only from inside
+    the folder (core.folder_files): a config.json that links elsewhere is refused."""
     path = folder / CONFIG_FILE
-    if not path.is_file():
-        raise CheckpointError(path, "missing file (every checkpoint needs config.json)")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise CheckpointError(path, f"file is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = read_text_inside(folder, CONFIG_FILE, MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        raise CheckpointError(path, "missing file (every checkpoint needs config.json)") from None
     except UnicodeDecodeError:
         raise CheckpointError(path, "not UTF-8 text") from None
+    except OSError as e:  # a link out of the folder, too large, unreadable
+        raise CheckpointError(path, _os_problem(e)) from None
+    try:
+        data = json.loads(raw)
     except json.JSONDecodeError as e:
         raise CheckpointError(path, f"bad JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:  # JSON nested thousands deep: the parser runs out of stack
+        raise CheckpointError(path, "JSON nested too deeply to read") from None
+    except ValueError as e:  # e.g. an integer of thousands of digits (Python's int_max_str_digits)
+        raise CheckpointError(path, f"unreadable JSON: {str(e)[:120]}") from None
     if not isinstance(data, dict):
         raise CheckpointError(path, "expected a JSON object at the top level")
     return data
+
+
+def _os_problem(e: OSError) -> str:
+    """An OSError in words, without the path the CheckpointError names already."""
+    if isinstance(e, OutsideFolder):
+        return str(e)
+    return e.strerror or str(e) or type(e).__name__
 
 
 def _refuse_pickles(folder: Path) -> None:
@@ -194,32 +213,83 @@ def check_checkpoint(path) -> tuple[ModelConfig, Tokenizer, dict]:
     return info.config, info.tokenizer, info.training
 
 
+# What this server loads at most, checked from config.json and the weights header before anything is built: a
+# config claiming 100,000 layers over a 1 MB file used to build a meta-device model of them first (248 s, 3.4 GB).
+MAX_LOAD_LAYERS = 128         # GPT-3 175B has 96
+MAX_LOAD_VOCAB = 262_144      # the largest vocabularies in use (Gemma's 256k)
+MAX_LOAD_PARAMS = 1_000_000_000  # float32 in memory: 4 GB; GPT-2 large (774M) fits
+
+
+def _size_problem(config: ModelConfig, weights_bytes: int, n_tensors: int) -> str | None:
+    """Why a config cannot be what the weights file holds, or cannot be loaded here; None when it may be. Pure
+    arithmetic on the config (core.params' count, no model built): every parameter takes at least 2 bytes
+    (float16), and every layer holds at least one tensor of the header."""
+    from core.params import count_parameters  # local import: params imports model only
+
+    if config.n_layers > MAX_LOAD_LAYERS:
+        return f"the config has {config.n_layers:,} layers; this server loads at most {MAX_LOAD_LAYERS}"
+    if config.vocab_size > MAX_LOAD_VOCAB:
+        return f"the config has a vocabulary of {config.vocab_size:,}; this server loads at most {MAX_LOAD_VOCAB:,}"
+    if config.n_layers > n_tensors:
+        return f"the config has {config.n_layers:,} layers but the weights file holds only {n_tensors:,} tensors"
+    params = count_parameters(config)["total"]
+    if params > MAX_LOAD_PARAMS:
+        return f"the config describes {params:,} parameters; this server loads at most {MAX_LOAD_PARAMS:,}"
+    if 2 * params > weights_bytes:
+        return (f"the config describes {params:,} parameters, at least {2 * params:,} bytes of weights, but "
+                f"{WEIGHTS_FILE} has {weights_bytes:,} bytes")
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _block_shapes(config: ModelConfig) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(shapes outside the blocks, shapes of block 0 without its 'blocks.0.' prefix) of a one-layer model built on
+    the meta device (no memory, about 20 ms through torch's dispatch): every block has the same tensors, so a
+    config's expected names cost the same for 2 layers or 96."""
+    one = dataclasses.replace(config, n_layers=1)
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in Transformer(one).state_dict().items()}
+    outside = {k: v for k, v in shapes.items() if not k.startswith("blocks.")}
+    block = {k[len("blocks.0."):]: v for k, v in shapes.items() if k.startswith("blocks.0.")}
+    return outside, block
+
+
 @functools.lru_cache(maxsize=64)
 def _expected(config: ModelConfig) -> dict[str, tuple]:
-    """Our tensor names and shapes for a config (a tied output map is stored once, as the embedding). Cached:
-    building even a meta-device model runs every initialiser through torch's dispatch (about 20 ms), and the
-    sidebar checks every model folder on every page run. Callers must not change the returned dict."""
-    with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in Transformer(config).state_dict().items()}
+    """Our tensor names and shapes for a config (a tied output map is stored once, as the embedding). Cached: the
+    sidebar checks model folders on every page run. Callers must not change the returned dict."""
+    outside, block = _block_shapes(config)
+    shapes = dict(outside)
+    for i in range(config.n_layers):
+        shapes.update({f"blocks.{i}.{k}": v for k, v in block.items()})
     if config.tie_weights:
         del shapes[TIED_NAME]
     return shapes
 
 
 def _check(folder: Path, with_tokenizer: bool = True) -> _Info:
-    """check_checkpoint's reading, with the owner and the folder's kind (config.json is read once)."""
+    """check_checkpoint's reading, with the owner and the folder's kind (config.json is read once). The weights'
+    header is read by core.safetensors_header (bounded in size and entries), from inside the folder only."""
     info = _read_all(folder, with_tokenizer)
     wpath = folder / WEIGHTS_FILE
-    if not wpath.is_file():
-        raise CheckpointError(wpath, "missing file (the weights)")
     limit = MAX_HF_WEIGHTS_BYTES if info.hf else MAX_WEIGHTS_BYTES
-    if wpath.stat().st_size > limit:
+    try:
+        size = size_inside(folder, WEIGHTS_FILE)
+    except FileNotFoundError:
+        raise CheckpointError(wpath, "missing file (the weights)") from None
+    except OSError as e:
+        raise CheckpointError(wpath, _os_problem(e)) from None
+    if size > limit:
         raise CheckpointError(wpath, f"file is larger than {limit // 2**20} MiB")
     try:
-        with safe_open(str(wpath), framework="pt", device="cpu") as f:
-            found = {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype()) for k in f.keys()}
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        found = read_header(folder, WEIGHTS_FILE)
+    except ValueError as e:
         raise CheckpointError(wpath, f"not a readable safetensors file ({e})") from None
+    except OSError as e:
+        raise CheckpointError(wpath, _os_problem(e)) from None
+    problem = _size_problem(info.config, size, len(found))
+    if problem:
+        raise CheckpointError(folder / CONFIG_FILE, problem)
     expected = _expected(info.config)
     if info.hf:
         found = {k: found[k] for k in hf_relevant(found, info.config)}
@@ -229,7 +299,7 @@ def _check(folder: Path, with_tokenizer: bool = True) -> _Info:
     if missing:
         raise CheckpointError(wpath, f"missing tensors: {', '.join(missing[:5])}")
     if unexpected:
-        raise CheckpointError(wpath, f"unexpected tensors: {', '.join(unexpected[:5])}")
+        raise CheckpointError(wpath, f"unexpected tensors: {', '.join(u[:80] for u in unexpected[:5])}")
     for name, (shape, dtype) in found.items():
         if shape != expected[name]:
             raise CheckpointError(wpath, f"shape mismatch for {name}: file has {shape}, config implies {expected[name]}")
@@ -251,7 +321,7 @@ def load_checkpoint(path) -> tuple[Transformer, Tokenizer]:
     info = _check(folder)
     wpath = folder / WEIGHTS_FILE
     try:
-        state = load_file(str(wpath), device="cpu")
+        state = load_file(str(inside(folder, WEIGHTS_FILE)), device="cpu")  # the real file, checked to be inside
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise CheckpointError(wpath, f"not a readable safetensors file ({e})") from None
     if info.hf:
@@ -286,10 +356,10 @@ def check_owner(owner) -> str | None:
 def checkpoint_owner(path) -> str | None:
     """The owner recorded in a checkpoint folder's config.json; None when there is none or it cannot be read."""
     try:
-        data = json.loads((Path(path) / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = _read_config(Path(path))
+    except CheckpointError:
         return None
-    owner = data.get("owner") if isinstance(data, dict) else None
+    owner = data.get("owner")
     return owner if isinstance(owner, str) and owner else None
 
 
@@ -460,6 +530,9 @@ def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: di
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
         with _swap_lock(folder.parent):  # checked again here: another save (thread or process) may have finished
+            twin = same_name(folder.parent, folder.name)
+            if twin != folder.name:  # saved meanwhile under the same name in other letters
+                raise FileExistsError(f"{folder.parent / twin} already exists (the same name as {folder.name})")
             if os.path.lexists(folder):
                 if not overwrite:
                     raise FileExistsError(f"{folder} already exists")
@@ -495,6 +568,26 @@ def sanitise_model_name(raw: str) -> str:
     return name
 
 
+def name_key(name: str) -> str:
+    """What makes two model names the same name: letter case and Unicode's compatibility forms do not count
+    ('case-Test', 'CASE-test'; a folder another tool made with an 'ﬁ' ligature and one with 'fi')."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
+def same_name(models_dir, name: str) -> str:
+    """The name of the folder in ``models_dir`` that is the same name as ``name`` (``name_key``), spelled as it
+    already is on disk; ``name`` itself when there is none."""
+    key = name_key(name)
+    try:
+        with os.scandir(models_dir) as it:
+            for e in it:
+                if not e.name.startswith(".") and e.name != name and name_key(e.name) == key:
+                    return e.name
+    except OSError:
+        pass
+    return name
+
+
 def _someone_elses(name: str) -> str:
     return f"a model called '{name}' already exists and belongs to someone else; choose another name"
 
@@ -511,6 +604,7 @@ def user_model_folder(models_dir, raw_name: str, protected=(), overwrite: bool =
     if name.casefold() in {p.casefold() for p in protected}:
         raise ValueError(f"'{name}' is the name of a shipped model; choose another name")
     base = Path(models_dir).resolve()
+    name = same_name(base, name)
     folder = base / name
     if folder.resolve().parent != base:
         raise ValueError(f"'{name}' points outside {base}; choose another name")
@@ -544,8 +638,13 @@ def checkpoint_zip(path) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for f in sorted(folder.iterdir()):
-            if f.is_file() and not f.is_symlink():
-                zf.write(f, arcname=f"{folder.name}/{f.name}")
+            if f.is_symlink() or not f.is_file():
+                continue  # links are never packed, not even to a file of the folder
+            try:
+                with open_inside(folder, f.name) as fh:
+                    zf.writestr(f"{folder.name}/{f.name}", fh.read())
+            except OSError:
+                continue  # gone or refused meanwhile
     return buf.getvalue()
 
 
@@ -558,39 +657,54 @@ def format_log(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
+MAX_LOG_BYTES = 32 * 2**20    # log.csv and heads.csv: a long run's are a few MB
+
+
+def _read_inside(path, name: str, max_bytes: int, what: str) -> str | None:
+    """The text of a model folder's file ``name`` (core.folder_files: never through a link out of the folder);
+    None when there is no such file; CheckpointError naming ``what`` when it cannot be read."""
+    folder = Path(path)
+    try:
+        return read_text_inside(folder, name, max_bytes)
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        raise CheckpointError(folder / name, f"unreadable {what}: not UTF-8 text") from None
+    except OSError as e:
+        raise CheckpointError(folder / name, f"unreadable {what}: {_os_problem(e)}") from None
+
+
 def read_log(path) -> list[dict]:
     """Rows of a checkpoint's log.csv as dicts of floats (None where a value is absent); [] if no log."""
-    lpath = Path(path) / LOG_FILE
-    if not lpath.is_file():
+    text = _read_inside(path, LOG_FILE, MAX_LOG_BYTES, "log")
+    if text is None:
         return []
     rows = []
     try:
-        with open(lpath, newline="", encoding="utf-8") as fh:
-            for raw in csv.DictReader(fh):
-                row = {}
-                for k in LOG_FIELDS:
-                    value = (raw.get(k) or "").strip()
-                    try:
-                        row[k] = float(value) if value else None
-                    except ValueError:
-                        row[k] = None
-                if row["step"] is not None:
-                    rows.append(row)
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise CheckpointError(lpath, f"unreadable log: {e}") from None
+        for raw in csv.DictReader(io.StringIO(text, newline="")):
+            row = {}
+            for k in LOG_FIELDS:
+                value = (raw.get(k) or "").strip()
+                try:
+                    row[k] = float(value) if value else None
+                except ValueError:
+                    row[k] = None
+            if row["step"] is not None:
+                rows.append(row)
+    except csv.Error as e:
+        raise CheckpointError(Path(path) / LOG_FILE, f"unreadable log: {e}") from None
     return rows
 
 
 def read_heads(path) -> list[dict] | None:
-    """Rows of a checkpoint's heads.csv (core.induction.read_heads_csv); None when the model has none."""
-    hpath = Path(path) / HEADS_FILE
-    if not hpath.is_file():
+    """Rows of a checkpoint's heads.csv (core.induction.parse_heads_csv); None when the model has none."""
+    text = _read_inside(path, HEADS_FILE, MAX_LOG_BYTES, "head scores")
+    if text is None:
         return None
     try:
-        rows = read_heads_csv(hpath)
-    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as e:
-        raise CheckpointError(hpath, f"unreadable head scores: {e}") from None
-    return rows
+        return parse_heads_csv(text)
+    except (csv.Error, ValueError) as e:
+        raise CheckpointError(Path(path) / HEADS_FILE, f"unreadable head scores: {e}") from None
 
 
 def read_training(path) -> dict:
@@ -604,12 +718,21 @@ def read_training(path) -> dict:
     return training if isinstance(training, dict) else {}
 
 
+MAX_CARD_BYTES = 2**20
+
+
 def read_card(path) -> str:
-    cpath = Path(path) / CARD_FILE
+    """The model card's Markdown; "" when the folder has none. CheckpointError when it is there but cannot be read
+    (a link out of the folder, not UTF-8, over MAX_CARD_BYTES)."""
+    return _read_inside(path, CARD_FILE, MAX_CARD_BYTES, "model card") or ""
+
+
+def weights_size(path) -> int:
+    """The size of a checkpoint's weights file in bytes; 0 when it is gone (replaced meanwhile) or refused."""
     try:
-        return cpath.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
+        return size_inside(Path(path), WEIGHTS_FILE)
+    except OSError:
+        return 0
 
 
 def _fmt(value, spec: str) -> str:
@@ -734,44 +857,116 @@ class ModelEntry:
     hf: bool = False  # a Hugging Face GPT-2 folder (read as it is; never written by this app)
 
 
+MAX_MODEL_FOLDERS = 200   # folders read per models folder; past that the picker says how many were left out
+RECOVER_EVERY_S = 60.0    # recovery of interrupted saves: when the folder changed, else at most this often
+# Discovery runs on every page run of every session: each folder's check is kept for as long as nothing in the
+# folder changes (core.folder_files.lstamp: names, inodes, sizes, times), so a folder is read once, not per run.
+# A folder of 1,000 broken models, or one with a 54 MB weights header, then costs a stat per file and run.
+_SEEN: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()  # (path, shipped) -> (stamp, entry)
+_SEEN_LOCK = threading.Lock()
+_RECOVERED: dict[str, tuple] = {}  # models folder -> (its stamp, time) of the last recovery
+
+
 def discover_models(shipped_dir, user_dir=None) -> list[ModelEntry]:
     """Every checkpoint folder under the shipped and user folders, each checked without reading its
-    weights (``check_checkpoint``). A broken folder is listed with its error instead of hiding the others.
-    Saves into the user folder that were killed half-way are undone first (``recover_interrupted_saves``)."""
+    weights (``check_checkpoint``). A broken folder is listed with its error instead of hiding the others;
+    any failure to read one (even an unexpected one) stays that folder's error. A folder that is a link is
+    listed only if it leads to a folder inside the same models folder. At most MAX_MODEL_FOLDERS per models
+    folder are read; an entry with an error says how many more were left out. Saves into the user folder that
+    were killed half-way are undone first (``recover_interrupted_saves``)."""
     if user_dir is not None:
-        try:
-            recover_interrupted_saves(user_dir)
-        except OSError:
-            pass
+        _recover_now_and_then(Path(user_dir))
     entries = []
     for base, shipped in ((shipped_dir, True), (user_dir, False)):
         if base is None:
             continue
         base = Path(base)
-        if not base.is_dir():
+        try:
+            with os.scandir(base) as it:  # d_type from the listing: no stat per entry
+                names = sorted(e.name for e in it if not e.name.startswith(".") and e.is_dir())
+        except OSError:
             continue
-        for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            entry = _discovered(folder, shipped)
+        for name in names[:MAX_MODEL_FOLDERS]:
+            entry = _discovered(base / name, shipped, base)
             if entry is not None:
                 entries.append(entry)
+        if len(names) > MAX_MODEL_FOLDERS:
+            left = len(names) - MAX_MODEL_FOLDERS
+            entries.append(ModelEntry(name=f"({left:,} more folders)", path=base, shipped=shipped,
+                                      error=f"{base.name} holds {len(names):,} folders; the picker reads the first "
+                                            f"{MAX_MODEL_FOLDERS} by name and left {left:,} out"))
     return entries
 
 
-def _discovered(folder: Path, shipped: bool, tries: int = 3) -> ModelEntry | None:
-    """``folder``'s entry, checked. Another replica may replace the folder while it is read (a save swaps a whole
-    new folder in under the name): a file that vanished mid-check means "read it again", and a folder that is gone
-    is not listed. None when it is gone."""
-    entry = ModelEntry(name=folder.name, path=folder, shipped=shipped)
+def _recover_now_and_then(user_dir: Path) -> None:
+    """``recover_interrupted_saves`` when the folder's own entries changed since the last time (a killed save
+    leaves a renamed folder, which changes them) or RECOVER_EVERY_S has passed (old temporary folders)."""
+    try:
+        st = os.stat(user_dir)
+    except OSError:
+        return
+    key, stamp, now = str(user_dir), (st.st_ino, st.st_mtime_ns), time.monotonic()
+    last = _RECOVERED.get(key)
+    if last is not None and last[0] == stamp and now - last[1] < RECOVER_EVERY_S:
+        return
+    try:
+        recover_interrupted_saves(user_dir)
+        st = os.stat(user_dir)  # recovery may have renamed something itself
+        _RECOVERED[key] = ((st.st_ino, st.st_mtime_ns), now)
+    except OSError:
+        pass
+
+
+def _discovered(folder: Path, shipped: bool, base: Path | None = None, tries: int = 3) -> ModelEntry | None:
+    """``folder``'s entry, checked, or the one kept from the last check while the folder has not changed.
+    Another replica may replace the folder while it is read (a save swaps a whole new folder in under the name): a
+    file that vanished mid-check means "read it again", and a folder that is gone is not listed. None when it is
+    gone."""
+    if base is not None and folder.is_symlink() and not is_inside(folder, base):
+        return ModelEntry(name=folder.name, path=folder, shipped=shipped,
+                          error=f"{folder.name} is a link to a folder outside {base.name}; this app lists only "
+                                "folders inside the models folder")
     for _ in range(tries):
         try:
-            info = _check(folder, with_tokenizer=False)  # config and weight header only: cheap for every rerun
-            entry.owner, entry.hf = info.owner, info.hf
-            return entry
-        except CheckpointError as e:
-            entry.error = str(e)
-            return entry
+            stamp = lstamp(folder)
         except FileNotFoundError:
-            if not folder.is_dir():
-                return None
-    entry.error = "it was being replaced while this page read it; it will be listed again on the next page run"
+            return None
+        except OSError as e:
+            return ModelEntry(name=folder.name, path=folder, shipped=shipped, error=f"{folder}: {_os_problem(e)}")
+        key = (str(folder), shipped)
+        with _SEEN_LOCK:
+            seen = _SEEN.get(key)
+            if seen is not None and seen[0] == stamp:
+                _SEEN.move_to_end(key)
+                return dataclasses.replace(seen[1])  # a copy: callers may not change the shared one
+        entry = _check_entry(folder, shipped)
+        if entry is None:
+            continue  # a file vanished mid-check: the folder is being replaced, read it again
+        try:
+            if lstamp(folder) != stamp:
+                continue  # changed while it was checked: what was read may mix two versions
+        except OSError:
+            return None
+        with _SEEN_LOCK:
+            _SEEN[key] = (stamp, entry)
+            while len(_SEEN) > 4 * MAX_MODEL_FOLDERS:
+                _SEEN.popitem(last=False)
+        return dataclasses.replace(entry)
+    return ModelEntry(name=folder.name, path=folder, shipped=shipped,
+                      error="it was being replaced while this page read it; it will be listed again on the next page run")
+
+
+def _check_entry(folder: Path, shipped: bool) -> ModelEntry | None:
+    """One check of ``folder`` (config and weight header only): its entry, with the reason when it cannot be
+    loaded; None when a file vanished while it was read."""
+    entry = ModelEntry(name=folder.name, path=folder, shipped=shipped)
+    try:
+        info = _check(folder, with_tokenizer=False)
+        entry.owner, entry.hf = info.owner, info.hf
+    except CheckpointError as e:
+        entry.error = str(e)
+    except FileNotFoundError:
+        return None
+    except Exception as e:  # noqa: BLE001 - one odd folder must never break the picker for everyone
+        entry.error = f"{folder}: could not be read ({type(e).__name__}: {str(e)[:200]})"
     return entry

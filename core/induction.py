@@ -7,6 +7,7 @@ sequence of distinct random tokens written twice; in the second copy only that m
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,16 +134,21 @@ def write_heads_csv(path: str | Path, rows: list[dict]) -> None:
 def read_heads_csv(path: str | Path) -> list[dict]:
     """Rows of a heads.csv as dicts of numbers; raises ValueError when a column is missing or a cell is not a number."""
     with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        missing = {"step", "layer", "head", "previous_token", "induction"} - set(reader.fieldnames or [])
-        if missing:
-            raise ValueError(f"heads.csv lacks the column(s) {', '.join(sorted(missing))}")
-        rows = []
-        for r in reader:
-            try:
-                rows.append({k: (int(v) if k in ("step", "layer", "head") else float(v)) for k, v in r.items() if v != ""})
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"heads.csv line {reader.line_num}: {e}") from None
+        return parse_heads_csv(f)
+
+
+def parse_heads_csv(lines) -> list[dict]:
+    """``read_heads_csv`` of text already read (a string, or any iterable of lines)."""
+    reader = csv.DictReader(io.StringIO(lines, newline="") if isinstance(lines, str) else lines)
+    missing = {"step", "layer", "head", "previous_token", "induction"} - set(reader.fieldnames or [])
+    if missing:
+        raise ValueError(f"heads.csv lacks the column(s) {', '.join(sorted(missing))}")
+    rows = []
+    for r in reader:
+        try:
+            rows.append({k: (int(v) if k in ("step", "layer", "head") else float(v)) for k, v in r.items() if v != ""})
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"heads.csv line {reader.line_num}: {e}") from None
     return rows
 
 

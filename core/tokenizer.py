@@ -23,10 +23,34 @@ from pathlib import Path
 from typing import Iterable
 
 from core.fmt import visible
+from core.folder_files import read_text_inside
 
 TOKENIZER_FILE = "tokenizer.json"  # the Hugging Face format; fixed name, never read from a config
 VOCAB_FILE, MERGES_FILE = "vocab.json", "merges.txt"  # GPT-2's original pair of files
-MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # GPT-2's tokenizer.json is 1.4 MB; refuse absurd files before parsing
+# Bounds on a tokenizer read from a folder, checked before the Rust library parses it: a tokenizer.json of 2M
+# tokens took 74 s and 4.5 GB of server memory on the Generation page. GPT-2's file is 1.4 MB with 50,257
+# tokens; the largest vocabularies in use (Gemma's) have 256k.
+MAX_TOKENIZER_BYTES = 16 * 1024 * 1024
+MAX_TOKENIZER_VOCAB = 262_144
+# Encoded once when a tokenizer is read from a folder: a pre-tokenizer regex with catastrophic backtracking, such
+# as (a|aa)+$, makes the Rust library panic on a long run of one letter, so such a tokenizer is refused at load.
+PROBE_TEXT = "The quick brown fox, 1234: ok? " + " ".join(c * 200 for c in "ae1 .\n")
+
+
+class TokenizerFailed(ValueError):
+    """The tokenizers library failed on an input (a Rust panic, which Python sees as a BaseException)."""
+
+
+def _rust(call, *args, **kwargs):
+    """``call(*args, **kwargs)`` into the tokenizers library, with a panic turned into TokenizerFailed. pyo3's
+    PanicException derives from BaseException, not Exception: uncaught, it ends the page's script thread and the
+    page spins forever with no message."""
+    try:
+        return call(*args, **kwargs)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - see above
+        raise TokenizerFailed(f"the tokenizer failed on this text ({_short(e)})") from None
 
 
 class UnknownCharactersError(ValueError):
@@ -244,14 +268,41 @@ class BPETokenizer(Tokenizer):
 
     @classmethod
     def from_str(cls, data: str, vocab_size: int | None = None) -> "BPETokenizer":
+        """A tokenizer from the text of a tokenizer.json, checked first against MAX_TOKENIZER_BYTES and
+        MAX_TOKENIZER_VOCAB, then probed once (PROBE_TEXT); ValueError saying what is wrong."""
         from tokenizers import Tokenizer as HFTokenizer
 
+        if len(data) > MAX_TOKENIZER_BYTES:
+            raise ValueError(f"{TOKENIZER_FILE} is larger than {MAX_TOKENIZER_BYTES // 2**20} MiB")
         try:
-            return cls(HFTokenizer.from_str(data), vocab_size)
+            spec = json.loads(data)
+        except RecursionError:
+            raise ValueError("not a tokenizer the tokenizers library can read (JSON nested too deeply)") from None
+        except ValueError as e:
+            raise ValueError(f"not a tokenizer the tokenizers library can read (not JSON: {str(e)[:120]})") from None
+        model = spec.get("model") if isinstance(spec, dict) else None
+        vocab = model.get("vocab") if isinstance(model, dict) else None
+        merges = model.get("merges") if isinstance(model, dict) else None
+        added = spec.get("added_tokens") if isinstance(spec, dict) else None
+        for what, items in (("tokens", vocab), ("merges", merges), ("added tokens", added)):
+            if isinstance(items, (list, dict)) and len(items) > MAX_TOKENIZER_VOCAB:
+                raise ValueError(f"{TOKENIZER_FILE} holds {len(items):,} {what}; this app reads at most "
+                                 f"{MAX_TOKENIZER_VOCAB:,}")
+        try:
+            tok = cls(_rust(HFTokenizer.from_str, data), vocab_size)
         except Exception as e:  # the Rust parser raises its own exception type
             if isinstance(e, ValueError) and "more than the" in str(e):
                 raise
             raise ValueError(f"not a tokenizer the tokenizers library can read ({_short(e)})") from None
+        tok._probe()
+        return tok
+
+    def _probe(self) -> None:
+        """Encode and decode PROBE_TEXT once; ValueError when the library fails on it."""
+        try:
+            self.decode(self.encode(PROBE_TEXT))
+        except TokenizerFailed as e:
+            raise ValueError(f"it fails on ordinary text, so this app does not use it ({e})") from None
 
     @classmethod
     def from_file(cls, path, vocab_size: int | None = None) -> "BPETokenizer":
@@ -271,6 +322,8 @@ class BPETokenizer(Tokenizer):
         if not isinstance(vocab, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                                                    for k, v in vocab.items()):
             raise ValueError(f"{VOCAB_FILE} must map token strings to integer ids")
+        if len(vocab) > MAX_TOKENIZER_VOCAB:
+            raise ValueError(f"{VOCAB_FILE} holds {len(vocab):,} tokens; this app reads at most {MAX_TOKENIZER_VOCAB:,}")
         merges = []
         for n, line in enumerate(_read_text(Path(merges_path)).splitlines(), 1):
             if line.startswith("#version") or not line.strip():
@@ -288,7 +341,9 @@ class BPETokenizer(Tokenizer):
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
         if "<|endoftext|>" in vocab:
             tok.add_special_tokens(["<|endoftext|>"])
-        return cls(tok, vocab_size)
+        out = cls(tok, vocab_size)
+        out._probe()
+        return out
 
     # ------------------------------------------------------------------ the interface
 
@@ -301,19 +356,19 @@ class BPETokenizer(Tokenizer):
         unknown character; another tokenizer maps one to its unknown token, or drops it when it has none, for
         either value of ``errors``."""
         _check_errors(errors)
-        return list(self._tok.encode(text).ids)
+        return list(_rust(self._tok.encode, text).ids)
 
     def decode(self, ids: Iterable[int]) -> str:
         ids = [int(i) for i in ids]
         for i in ids:
             if not 0 <= i < self._vocab_size:
                 raise ValueError(f"token id {i} is outside the vocabulary of {self._vocab_size}")
-        return self._tok.decode(ids, skip_special_tokens=False)
+        return _rust(self._tok.decode, ids, skip_special_tokens=False)
 
     def unknown_chars(self, text: str) -> list[str]:
         if self.byte_level:
             return []
-        return [c for c in dict.fromkeys(text) if not self._tok.encode(c).ids]
+        return [c for c in dict.fromkeys(text) if not _rust(self._tok.encode, c).ids]
 
     @property
     def pieces(self) -> tuple[str, ...]:
@@ -331,7 +386,7 @@ class BPETokenizer(Tokenizer):
             table = _unicode_to_byte()
             if all(c in table for c in token):
                 return _show_bytes(bytes(table[c] for c in token))
-        return self._tok.decode([i], skip_special_tokens=False)
+        return _rust(self._tok.decode, [i], skip_special_tokens=False)
 
     def partial_ids(self) -> frozenset[int]:
         if self._partial is None:
@@ -376,14 +431,16 @@ def _short(e: Exception) -> str:
 
 
 def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise ValueError(f"missing file {path.name}")
-    if path.stat().st_size > MAX_TOKENIZER_BYTES:
-        raise ValueError(f"{path.name} is larger than {MAX_TOKENIZER_BYTES // 2**20} MiB")
+    """A tokenizer file's text, read only from inside its folder (core.folder_files) and at most
+    MAX_TOKENIZER_BYTES; ValueError saying what is wrong."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text_inside(path.parent, path.name, MAX_TOKENIZER_BYTES)
+    except FileNotFoundError:
+        raise ValueError(f"missing file {path.name}") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path.name} is not UTF-8 text") from None
+    except OSError as e:  # a link out of the folder, too large, unreadable
+        raise ValueError(str(e) if e.strerror is None else f"{path.name}: {e.strerror}") from None
 
 
 def tokenizer_from_dict(data, folder=None, vocab_size: int | None = None) -> Tokenizer:
@@ -439,8 +496,12 @@ class Prompt:
         text = text or ""
         self.units = tokenizer.units
         self.original_length = len(text)
-        self.unknown = tokenizer.unknown_chars(text)
-        ids = tokenizer.encode(text, errors="drop")
+        self.failure = None  # what the tokenizer library said when it failed on this text (then no ids)
+        try:
+            self.unknown = tokenizer.unknown_chars(text)
+            ids = tokenizer.encode(text, errors="drop")
+        except TokenizerFailed as e:
+            self.unknown, ids, self.failure = [], [], str(e)
         self.n_known = len(ids)
         self.truncated = len(ids) > n_ctx
         self.ids = ids[-n_ctx:] if self.truncated else ids  # keep the most recent n_ctx tokens
@@ -452,6 +513,7 @@ class Prompt:
         the model reads exactly these ids, never their text encoded again. For a BPE that re-encoding can differ
         (two copies merge across their seam; a token that is part of a character decodes to '�')."""
         self = cls.__new__(cls)
+        self.failure = None
         ids = [int(i) for i in ids]
         self.units, self.unknown, self.n_known = tokenizer.units, [], len(ids)
         self.truncated = len(ids) > n_ctx
@@ -467,6 +529,8 @@ class Prompt:
     def messages(self, n_ctx: int) -> list[str]:
         """Plain-language warnings a page shows next to the prompt box."""
         out = []
+        if self.failure:
+            out.append(f"This model's tokenizer cannot read this text: {self.failure}. Try other text.")
         if self.unknown:
             shown = " ".join(f"'{visible(c)}'" for c in self.unknown[:20]) + (" ..." if len(self.unknown) > 20 else "")
             out.append(f"The model has never seen {len(self.unknown)} of these characters, so they were left out: {shown}")

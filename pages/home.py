@@ -2,14 +2,14 @@ import streamlit as st
 
 from core.fmt import head_label
 
-from core.checkpoint import (WEIGHTS_FILE, CheckpointError, checkpoint_zip, read_card, read_heads, read_log,
-                              read_training)
+from core.checkpoint import (CheckpointError, checkpoint_zip, read_card, read_heads, read_log, read_training,
+                              weights_size)
 from core.hf import export_zip
 from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
 from core.induction_figures import formation_figure
 from core.params import count_parameters, parameter_table, per_block_latex
-from ui import chart, ensure_frame, model_key, require_model
+from ui import chart, ensure_frame, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -55,7 +55,11 @@ with left:
              rf"\mathrm{{MLP}}(u) = W_2^\top \,{f}(W_1^\top u)")
 with right:
     st.subheader("Model card")
-    card = read_card(entry.path)
+    try:
+        card = read_card(entry.path)
+    except CheckpointError as e:  # a link out of the folder, say: never shown, and said why
+        card = ""
+        st.warning(f"The model card of **{entry.name}** was not shown: {e}", icon="⚠️")
     if card:
         with st.container(border=True):
             # the card's own title repeats the model name shown above
@@ -84,21 +88,17 @@ st.dataframe(table, hide_index=True, width="stretch",
 MAX_EXPORT_BYTES = 64 * 2**20  # zipping a larger model on every visit would hold the page up
 
 
-@st.cache_data(max_entries=4, show_spinner="Packing the model ...")
-def _zips(key: str, name: str) -> tuple[bytes, bytes]:
-    """(the checkpoint folder, the same model as a Hugging Face GPT-2 folder), each zipped; ``key`` names the weights."""
-    return checkpoint_zip(entry.path), export_zip(model, tok, f"{name}-gpt2")
-
-
 if entry.hf:
     st.caption("This model is a Hugging Face GPT-2 folder already: transformers and TransformerLens read it as it is.")
-elif (entry.path / WEIGHTS_FILE).stat().st_size <= MAX_EXPORT_BYTES:
-    folder_zip, hf_zip = _zips(model_key(entry), entry.name)
+elif 0 < weights_size(entry.path) <= MAX_EXPORT_BYTES:
+    # packed when clicked, not on every visit: two zips per model kept in a cache cost the server up to twice the
+    # weights' size for each model anyone looked at
     z1, z2, _ = st.columns([1, 1, 2])
-    z1.download_button("Download the checkpoint folder (.zip)", data=folder_zip, file_name=f"{entry.name}.zip",
-                       mime="application/zip", key="home_download", on_click="ignore")
-    z2.download_button("Download for transformers (.zip)", data=hf_zip, file_name=f"{entry.name}-gpt2.zip",
-                       mime="application/zip", key="home_download_hf", on_click="ignore",
+    z1.download_button("Download the checkpoint folder (.zip)", data=lambda: checkpoint_zip(entry.path),
+                       file_name=f"{entry.name}.zip", mime="application/zip", key="home_download", on_click="ignore")
+    z2.download_button("Download for transformers (.zip)", data=lambda: export_zip(model, tok, f"{entry.name}-gpt2"),
+                       file_name=f"{entry.name}-gpt2.zip", mime="application/zip", key="home_download_hf",
+                       on_click="ignore",
                        help="The same model as a Hugging Face GPT-2 folder: GPT2LMHeadModel.from_pretrained(folder) "
                             "gives the same logits and AutoTokenizer the same token ids, so you can go on in "
                             "transformers, TransformerLens or any Hugging Face tool.")

@@ -1,4 +1,5 @@
 import ast
+import os
 import sys
 from pathlib import Path
 
@@ -8,6 +9,8 @@ from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# the app's config shows users only an error's type (.streamlit/config.toml); the tests read the whole message
+os.environ.setdefault("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
 
 from core.corpus import shakespeare_path  # noqa: E402
 from core.model import ModelConfig, Transformer  # noqa: E402
