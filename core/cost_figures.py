@@ -68,12 +68,14 @@ def flops_figure(d: int, d_ff: int, n_ctx: int | None = None, n_max: float | Non
     # costs what a recurrent layer does
     marks = [(n_block, f"n = 2d + d_ff = {n_block:,}", "#08519c", (40, 50)),
              (n_rec, f"n = d = {n_rec:,}", "#31a354", (-40, -50))]
+    # in floats: 2n²d at a wide model's crossover passes 2^63, and numpy takes no log of a Python int that big
+    heights = [quadratic_terms(float(m[0]), d) for m in marks]
     fig.add_trace(go.Scatter(
-        x=[m[0] for m in marks], y=[quadratic_terms(m[0], d) for m in marks], mode="markers", name="crossovers",
+        x=[m[0] for m in marks], y=heights, mode="markers", name="crossovers",
         marker=dict(size=12, color=[m[2] for m in marks], line=dict(color="white", width=1.5)),
         hovertemplate="crossover at n = %{x:,}<br>%{y:.3g} multiplications<extra></extra>"))
-    for x, text, colour, (ax, ay) in marks:  # annotation coordinates on log axes are log10 of the data
-        fig.add_annotation(x=np.log10(x), y=np.log10(quadratic_terms(x, d)), text=text, showarrow=True, ax=ax, ay=ay,
+    for (x, text, colour, (ax, ay)), y in zip(marks, heights):  # annotations on log axes: log10 of the data
+        fig.add_annotation(x=np.log10(x), y=np.log10(y), text=text, showarrow=True, ax=ax, ay=ay,
                            arrowcolor=colour, font=dict(color=colour, size=13), xanchor="left" if ax > 0 else "right",
                            bgcolor="rgba(255,255,255,0.85)")
     if n_ctx:  # a trace, not add_vline: annotations on log axes would need log10 coordinates

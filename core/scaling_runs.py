@@ -52,7 +52,14 @@ def _split(lines: list[str]) -> list[list[str]]:
     sample = lines[0]
     for delim in (",", ";", "\t"):
         if delim in sample:
-            return [row for row in csv.reader(lines, delimiter=delim)]
+            reader = csv.reader(lines, delimiter=delim)
+            try:
+                return list(reader)
+            except csv.Error as e:  # a field past csv's limit (131,072 characters), say: the user's text, not a bug
+                if "field limit" in str(e):
+                    raise RunsError(f"Line {reader.line_num} has a field longer than {csv.field_size_limit():,} "
+                                    "characters; a run is a short line such as 400M,8B,2.95.") from None
+                raise RunsError(f"Line {reader.line_num} cannot be read as CSV ({e}).") from None
     return [line.split() for line in lines]
 
 
@@ -88,7 +95,7 @@ def parse_runs(data: bytes | str) -> Runs:
         cols = {key: next((i for i, h in enumerate(header) if h in names), None) for key, names in ALIASES.items()}
         missing = [key for key, i in cols.items() if i is None]
         if missing:
-            found = ", ".join(repr(h) for h in rows[0][:8]) or "nothing"
+            found = ", ".join(repr(h[:20]) + ("…" if len(h) > 20 else "") for h in rows[0][:8]) or "nothing"
             raise RunsError(f"Missing column{'s' if len(missing) > 1 else ''} {', '.join(missing)}. The first line "
                             f"must name the columns N, D and loss (found {found}).")
         body, first_line = rows[1:], 2

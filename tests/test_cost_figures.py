@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 
@@ -60,3 +62,20 @@ def test_parameter_bar_shows_gpt2_biases_and_still_adds_up():
     assert sum(t.x[1] or 0 for t in fig.data) == counts["total"]
     assert sum(t.x[0] or 0 for t in fig.data) == counts["per_block"]
     assert "biases" not in {t.name for t in parameter_bar(count_parameters(ModelConfig()), 2).data}
+
+
+@pytest.mark.parametrize("d, d_ff", [(2_000_000, 8_000_000), (2_000_000, 2_000_000), (635_130, 4 * 635_130)])
+def test_flops_figure_at_the_widest_form_values(d, d_ff):
+    """The page's widest shape (d = 2,000,000; d_ff = 4d or the form's maximum): 2n²d at the crossover passes
+    2^63, which numpy cannot take the log of as a Python int. The figure is built, with its marks where the
+    formulas put them (logs taken here with math.log10, exact on Python ints)."""
+    fig = flops_figure(d, d_ff, n_ctx=2_000_000)
+    n_block = 2 * d + d_ff
+    cross = next(t for t in fig.data if t.name == "crossovers")
+    assert list(cross.x) == [n_block, d]
+    assert np.allclose(cross.y, [float(2 * n_block**2 * d), float(2 * d**3)], rtol=1e-12)
+    marks = [(a.x, a.y) for a in fig.layout.annotations]
+    assert np.allclose(marks, [(math.log10(n_block), math.log10(2 * n_block**2 * d)),
+                               (math.log10(d), math.log10(2 * d**3))], rtol=1e-12)
+    quad = next(t for t in fig.data if t.name.startswith("attention's n²"))
+    assert np.all(np.isfinite(np.asarray(quad.y, dtype=float)))

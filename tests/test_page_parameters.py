@@ -101,3 +101,29 @@ def test_memory_inputs(at):
     assert r"(1{,}000)^2 = 10^{6}" in text
     h, L = at.number_input(key="par_h").value, at.number_input(key="par_L").value
     assert {m.label: m.value for m in at.metric}["Attention weights, all layers"] == fmt.human_bytes(h * 1000**2 * L * 2)
+
+
+def test_the_widest_shape_the_form_allows(at):
+    """Every field at its maximum (d = d_ff = m = n_ctx = 2,000,000, L = 300, h = d, n = 10^7 for the memory):
+    the cost figure's 2n²d passes 2^63 there, which once raised a TypeError. The page draws everything, with
+    the numbers the formulas give."""
+    at.selectbox(key="par_preset").select("GPT-2 small").run()  # a change of preset, whatever came before
+    widest = dict(par_d=2_000_000, par_h=2_000_000, par_L=300, par_dff=2_000_000, par_m=2_000_000,
+                  par_nctx=2_000_000)
+    for key, value in widest.items():
+        at.number_input(key=key).set_value(value)
+    at.number_input(key="par_mem_n").set_value(10_000_000).run()
+    try:
+        assert not at.exception, at.exception[0].message
+        assert not at.error
+        d = 2_000_000
+        total = hand_count(vocab_size=d, n_ctx=d, d_model=d, n_heads=d, n_layers=300, d_ff=d)
+        assert {m.label: m.value for m in at.metric}["Whole model"] == fmt.pretty_sci(total, 4)
+        flops = charts(at)["Cost of one layer for d = 2,000,000, d_ff = 2,000,000"]
+        cross = next(t for t in flops["data"] if t["name"] == "crossovers")
+        assert cross["x"] == [2 * d + d, d]
+        h, n = d, 10_000_000
+        assert {m.label: m.value for m in at.metric}["Ratio h·n/d"] == f"{h * n // d:,}×"
+    finally:  # the next test starts from a preset, not from this shape
+        at.number_input(key="par_mem_n").set_value(cost.LECTURE_LONG_CONTEXT)
+        at.selectbox(key="par_preset").select("lecture demo (d=64, h=4, L=2)").run()

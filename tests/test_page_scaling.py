@@ -143,6 +143,16 @@ def test_pasted_rows_fit_and_load_into_the_sliders(scaling):
     assert at.slider(key="scal_E").value == pytest.approx(1.69, abs=1e-3)
 
 
+def test_a_pasted_field_past_the_csv_limit_gets_a_message(scaling):
+    at = scaling()
+    at.radio(key="scal_fit_source").set_value("Paste rows").run()
+    at.text_area(key="scal_paste").input("N,D,loss\n1e9,1e10," + "9" * 199_000 + "\n").run()  # within max_chars
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and "Line 2 has a field longer than 131,072 characters" in errors[0], errors
+    assert "fit" not in charts(at) and "Loss over model size and data" in charts(at)
+
+
 def test_a_fit_outside_the_slider_ranges_says_the_sliders_will_clip(scaling):
     at = scaling()
     at.radio(key="scal_fit_source").set_value("Paste rows").run()

@@ -67,6 +67,28 @@ def test_huge_uploads_and_too_many_runs_are_refused():
         parse_runs("x" * (MAX_BYTES + 1))
 
 
+LONG = 199_000  # one field this long: past the csv module's field limit (131,072 characters)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("N,D,loss\n" + "1e9,1e10,2.5\n" * 9 + "1e9,1e10," + "9" * LONG + "\n", 11),  # a number far too long
+    ("N,D,loss\n" + "1e9,1e10,2.5\n" * 9 + '1e9,1e10,"' + "x" * LONG + '"\n', 11),  # quoted text
+    ("N;D;loss\n" + "1e9;1e10;" + "x" * LONG + "\n", 2),  # another delimiter
+    ("N,D," + "x" * LONG + "\n", 1),  # in the header
+])
+def test_a_field_past_the_csv_limit_gets_a_message(text, line):
+    with pytest.raises(RunsError, match=f"Line {line} has a field longer than 131,072 characters") as e:
+        parse_runs(text)
+    assert len(str(e.value)) < 300  # the message names the problem, it does not repeat the field
+
+
+@pytest.mark.parametrize("text", ["x" * LONG, "N D " + "x" * LONG, "x" * LONG + " y z"])
+def test_a_huge_header_is_not_repeated_in_the_message(text):
+    with pytest.raises(RunsError, match="Missing column") as e:
+        parse_runs(text)
+    assert len(str(e.value)) < 300
+
+
 def test_warnings_for_data_that_cannot_pin_the_law_down():
     rows = [(n, 1e10, l) for n, l in zip(GOOD.N, GOOD.loss)]  # a single D
     runs = parse_runs(csv_of(rows))
