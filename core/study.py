@@ -269,7 +269,7 @@ class LocalEngine:
             return
         # spawn, not fork: the parent may be a threaded server, and a forked torch can deadlock
         pool = ProcessPoolExecutor(max_workers=min(self.workers, len(specs)), mp_context=mp.get_context("spawn"),
-                                   initializer=_worker_init)
+                                   initializer=_worker_init, initargs=(os.getpid(),))
         pending = {pool.submit(train_one, s) for s in specs}
         try:
             while pending:
@@ -292,9 +292,33 @@ class LocalEngine:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _worker_init():
+def _worker_init(parent: int | None = None):
     # Ctrl-C reaches the whole process group: only the parent acts on it (and ends its workers)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent is not None:
+        die_with_parent(parent)
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent(parent: int) -> bool:
+    """Have the kernel SIGKILL this process when its parent dies (Linux's PR_SET_PDEATHSIG), so that a study
+    killed outright (SIGKILL, out of memory) leaves no worker training on for minutes. ``parent``: the pid the
+    parent had, in case it died before this call. False where the platform has no such call (the app's handle
+    then ends the study's process group when it sees the study gone)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:  # the parent died before the call took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
 
 
 def _train_with_text(spec: RunSpec, text: str) -> dict:

@@ -80,20 +80,21 @@ def _signal_group(pid: int, sig: int):
         pass
 
 
-def _end(pid_box: list, folder: str | None):
+def _end(pid_box: list, folder_box: list):
     """Finaliser: end the study's process group, and remove a folder the job made for itself."""
     pid = pid_box[0]
     if pid:
         _signal_group(pid, signal.SIGCONT)
         _signal_group(pid, signal.SIGTERM)
-    if folder:
-        shutil.rmtree(folder, ignore_errors=True)
+    if folder_box[0]:
+        shutil.rmtree(folder_box[0], ignore_errors=True)
 
 
 class StudyJob:
     """Handle of one study started from the app. ``corpus_path``: the text file to train on (a built-in corpus is
     written into the study folder first by the page); ``folder``: where runs.csv goes (default: a new temporary
-    folder); ``temporary``: remove the folder with the handle (always so for a folder made here)."""
+    folder, made only when the study starts: None until then); ``temporary``: remove the folder with the handle
+    (always so for a folder made here), or as soon as a first start is refused."""
 
     def __init__(self, corpus_path, grid: str, folder=None, workers: int | None = None, nice: int = NICE,
                  temporary: bool = False, corpus_name: str | None = None):
@@ -102,14 +103,15 @@ class StudyJob:
         self.corpus_path = Path(corpus_path)
         self.corpus_name = corpus_name or self.corpus_path.name
         self.own_folder = temporary or folder is None
-        self.folder = Path(folder) if folder else self.new_folder()
+        self.folder: Path | None = Path(folder) if folder else None  # made by _launch when None
         self.workers, self.nice = workers, nice
         self.proc: subprocess.Popen | None = None
-        self._pid = [None]
+        self._pid = [None]  # the study's process group while it may have members; None once ended
+        self._own = [str(self.folder) if self.own_folder and self.folder else None]  # for the finaliser
         self._paused = False
         self._stopping = False
         self._started = None
-        weakref.finalize(self, _end, self._pid, str(self.folder) if self.own_folder else None)
+        weakref.finalize(self, _end, self._pid, self._own)
 
     @staticmethod
     def new_folder() -> Path:
@@ -117,8 +119,8 @@ class StudyJob:
         return Path(tempfile.mkdtemp(prefix="te-study-"))
 
     @property
-    def runs_csv(self) -> Path:
-        return self.folder / RUNS_CSV
+    def runs_csv(self) -> Path | None:
+        return self.folder / RUNS_CSV if self.folder else None
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "core.study", "--corpus", str(self.corpus_path), "--grid", self.grid_name,
@@ -130,7 +132,14 @@ class StudyJob:
         return cmd
 
     def _alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        if self.proc is None:
+            return False
+        if self.proc.poll() is None:
+            return True
+        if self._pid[0]:  # just ended: end what is left of its group (the workers of a study killed outright)
+            _signal_group(self._pid[0], signal.SIGKILL)
+            self._pid[0] = None  # once only: the number may be reused once the group is empty
+        return False
 
     def _launch(self):
         with _LOCK:
@@ -138,6 +147,9 @@ class StudyJob:
             if running >= MAX_RUNNING_STUDIES:
                 raise BusyError(f"{running} scaling stud{'y is' if running == 1 else 'ies are'} already running on "
                                 "this server (each keeps every core busy); wait for it to finish or stop yours")
+            if self.folder is None:  # nothing is written before a study really starts
+                self.folder = self.new_folder()
+                self._own[0] = str(self.folder)
             self.folder.mkdir(parents=True, exist_ok=True)
             log = open(self.folder / "study.log", "ab")
             try:
@@ -152,17 +164,24 @@ class StudyJob:
             _JOBS.add(self)
 
     def start(self):
-        """Check the corpus against the grid (StudyError), then start the study. BusyError at the server's limit."""
+        """Check the corpus against the grid (StudyError), then start the study. BusyError at the server's limit.
+        A refused first start leaves no temporary folder (the page's corpus copy included)."""
         try:
-            text = self.corpus_path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise StudyError(f"the corpus cannot be read: {e}") from None
-        problem = corpus_problem(self.grid, text, self.corpus_path.name)
-        if problem:
-            raise StudyError(problem)
-        if self._alive():
-            raise RuntimeError("this study is running already")
-        self._launch()
+            try:
+                text = self.corpus_path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise StudyError(f"the corpus cannot be read: {e}") from None
+            problem = corpus_problem(self.grid, text, self.corpus_path.name)
+            if problem:
+                raise StudyError(problem)
+            if self._alive():
+                raise RuntimeError("this study is running already")
+            self._launch()
+        except BaseException:
+            if self.proc is None and self.own_folder and self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                self._own[0] = None
+            raise
 
     def pause(self):
         if self._alive() and not self._stopping:
@@ -197,6 +216,8 @@ class StudyJob:
                 self.proc.wait(5)
 
     def log_tail(self, chars: int = 600) -> str:
+        if self.folder is None:
+            return ""
         try:
             text = (self.folder / "study.log").read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -205,10 +226,10 @@ class StudyJob:
 
     def status(self) -> StudyStatus:
         try:
-            rows = read_rows(self.runs_csv)
+            rows = read_rows(self.runs_csv) if self.folder else []
         except StudyError:
             rows = []
-        progress = read_progress(self.folder) or {}
+        progress = (read_progress(self.folder) if self.folder else None) or {}
         total = len(self.grid.widths) * len(self.grid.tokens)
         elapsed = time.time() - self._started if self._started else 0.0
         if self.proc is None:
@@ -225,8 +246,14 @@ class StudyJob:
             code = self.proc.returncode
             if code == 0:
                 state, message = "finished", ""
-            elif self._stopping or code in (130, -signal.SIGTERM, -signal.SIGKILL):
+            elif self._stopping or code == 130:  # stopped by the handle, or by itself when the app went away
                 state, message = "stopped", ""
+            elif code < 0:  # killed from outside: the system out of memory, or another program
+                state = "failed"
+                name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+                message = (f"the study process was killed ({name}), by the system when memory ran out or by another "
+                           f"program; {len(rows)} of {total} runs were kept"
+                           + (": Resume trains the rest" if len(rows) < total else ""))
             else:
                 state = "failed"
                 tail = self.log_tail()
