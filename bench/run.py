@@ -253,10 +253,52 @@ def bench_pages(quick: bool):
         print(f"  scaling page slider move               {t * 1e3:8.1f} ms  {'✓' if t < 0.2 else '✗'} (target < 200 ms)")
 
 
+def bench_discovery(quick: bool):
+    """The model picker's scan on every page run, with a models folder an attacker filled: 1,000 folders with a
+    broken config.json, one with a weights header of 800,000 entries (54 MB), and 10,000 folders. Ours keeps each
+    folder's check until the folder changes and reads at most MAX_MODEL_FOLDERS; the peer is what every run did
+    before, every folder checked again (the same _check_entry, no cache)."""
+    import shutil
+    import struct
+    import tempfile
+
+    import core.checkpoint as ck
+
+    def fill(base: Path, n_broken: int, fat: bool):
+        base.mkdir(parents=True)
+        for i in range(n_broken):
+            (base / f"b{i:05d}").mkdir()
+            (base / f"b{i:05d}" / "config.json").write_text('{"format_version": 1, "model": ')
+        if fat:
+            src = ROOT / "assets" / "models" / "shakespeare-char"
+            fat_dir = base / "fat"
+            shutil.copytree(src, fat_dir)
+            header = json.dumps({f"t{i}": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}
+                                 for i in range(800_000)}).encode()
+            (fat_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+
+    def every_folder_checked(base: Path):
+        for p in sorted(base.iterdir()):
+            if p.is_dir():
+                ck._check_entry(p, False)
+
+    cases = [("1,000 broken folders", 1_000, False), ("a 54 MB weights header", 0, True),
+             ("10,000 broken folders", 10_000, False)]
+    for label, n, fat in cases[:2] if quick else cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            base = Path(tmp) / "models"
+            fill(base, n, fat)
+            ck.discover_models(None, base)  # the first page run reads every folder once
+            t = interleaved({"ours": lambda: ck.discover_models(None, base),
+                             "peer": lambda: every_folder_checked(base)}, rounds=3 if quick else 5, reps=1)
+            record(f"discovery per page run, {label}", t["ours"] * 1e3, t["peer"] * 1e3, "ms",
+                   higher_is_better=False, note=f"(folders read at most: {ck.MAX_MODEL_FOLDERS})")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages"],
-                   choices=["train", "forward", "generate", "pages"])
+    p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery"],
+                   choices=["train", "forward", "generate", "pages", "discovery"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),
