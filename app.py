@@ -49,7 +49,7 @@ with st.sidebar:
             model, tok = load_model(entry)
         except CheckpointError as e:  # its header was fine but its weights are not (NaN, say)
             st.session_state["te_current"] = (None, None, None)
-            st.error(f"**{entry.name}** could not be loaded: {e}", icon="⚠️")
+            st.error(f"**{entry.name}** could not be loaded: {e.shown}", icon="⚠️")
         except Exception as e:  # noqa: BLE001 - out of memory, say: this model fails, the app goes on
             st.session_state["te_current"] = (None, None, None)
             st.error(f"**{entry.name}** could not be loaded ({type(e).__name__}). Pick another model.", icon="⚠️")

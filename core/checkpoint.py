@@ -75,6 +75,13 @@ class CheckpointError(Exception):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    @property
+    def shown(self) -> str:
+        """The message as a page shows it: the model folder and file, not where the server keeps its folders."""
+        p = Path(self.path)
+        where = p.name if p.suffix == "" and not p.parent.name else f"{p.parent.name}/{p.name}"
+        return f"{where}: {self.problem}"
+
 
 def _read_config(folder: Path) -> dict:
     """config.json as a JSON object (ours or a Hugging Face one); CheckpointError otherwise. Read only from inside
@@ -94,8 +101,9 @@ def _read_config(folder: Path) -> dict:
         raise CheckpointError(path, f"bad JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except RecursionError:  # JSON nested thousands deep: the parser runs out of stack
         raise CheckpointError(path, "JSON nested too deeply to read") from None
-    except ValueError as e:  # e.g. an integer of thousands of digits (Python's int_max_str_digits)
-        raise CheckpointError(path, f"unreadable JSON: {str(e)[:120]}") from None
+    except ValueError as e:  # an integer of thousands of digits (past Python's int_max_str_digits), say
+        words = "a number of thousands of digits" if "digits" in str(e) else str(e)[:120]
+        raise CheckpointError(path, f"unreadable JSON: {words}") from None
     if not isinstance(data, dict):
         raise CheckpointError(path, "expected a JSON object at the top level")
     return data
@@ -932,7 +940,7 @@ def _discovered(folder: Path, shipped: bool, base: Path | None = None, tries: in
         except FileNotFoundError:
             return None
         except OSError as e:
-            return ModelEntry(name=folder.name, path=folder, shipped=shipped, error=f"{folder}: {_os_problem(e)}")
+            return ModelEntry(name=folder.name, path=folder, shipped=shipped, error=f"{folder.name}: {_os_problem(e)}")
         key = (str(folder), shipped)
         with _SEEN_LOCK:
             seen = _SEEN.get(key)
@@ -964,9 +972,9 @@ def _check_entry(folder: Path, shipped: bool) -> ModelEntry | None:
         info = _check(folder, with_tokenizer=False)
         entry.owner, entry.hf = info.owner, info.hf
     except CheckpointError as e:
-        entry.error = str(e)
+        entry.error = e.shown
     except FileNotFoundError:
         return None
     except Exception as e:  # noqa: BLE001 - one odd folder must never break the picker for everyone
-        entry.error = f"{folder}: could not be read ({type(e).__name__}: {str(e)[:200]})"
+        entry.error = f"{folder.name}: could not be read ({type(e).__name__}: {str(e)[:200]})"
     return entry

@@ -58,13 +58,13 @@ with right:
     try:
         card = read_card(entry.path)
     except CheckpointError as e:  # a link out of the folder, say: never shown, and said why
-        card = ""
-        st.warning(f"The model card of **{entry.name}** was not shown: {e}", icon="⚠️")
+        card = None
+        st.warning(f"The model card of **{entry.name}** is not shown: {e.problem}", icon="⚠️")
     if card:
         with st.container(border=True):
             # the card's own title repeats the model name shown above
             st.markdown("\n".join(line for line in card.splitlines() if not line.startswith("# ")))
-    else:
+    elif card is not None:
         st.caption("This model has no card.")
 
 st.subheader("Parameters, counted live")
@@ -107,12 +107,12 @@ try:
     log = read_log(entry.path)
 except CheckpointError as e:  # a log that is not UTF-8 or not CSV: the model still works, its curve cannot be drawn
     log = None
-    st.error(f"The training log of **{entry.name}** could not be read: {e}", icon="⚠️")
+    st.error(f"The training log of **{entry.name}** could not be read: {e.shown}", icon="⚠️")
 try:
     heads = read_heads(entry.path)
 except CheckpointError as e:
     heads = None
-    st.error(f"The head scores of **{entry.name}** could not be read: {e}", icon="⚠️")
+    st.error(f"The head scores of **{entry.name}** could not be read: {e.shown}", icon="⚠️")
 formed = formation_step(heads) if heads else None
 if log:
     marks = {formed: "induction head"} if formed is not None else None
