@@ -47,6 +47,20 @@ class ModelConfig:
 
 SHAPE_FIELDS = ("vocab_size", "n_ctx", "d_model", "n_heads", "n_layers", "d_ff")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+# How pages name and write each nonlinearity (one home: the home page's formula, the Inside page's prose and metric)
+ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)"}
+ACTIVATION_LATEX = {"relu": r"\operatorname{ReLU}", "gelu": r"\operatorname{GELU}",
+                    "gelu_tanh": r"\operatorname{GELU}_{\tanh}"}
+# A unit is silent when its input was 0 or below. ReLU then gives exactly 0; GELU gives a small number <= 0
+# (x * Phi(x) is at least -0.17 and never exactly 0 for x < 0), so counting exact zeros would find none.
+SILENT_WORDS = {"relu": "exactly 0", "gelu": "0 or below", "gelu_tanh": "0 or below"}
+
+
+def silent_units(hidden, activation: str) -> int:
+    """How many of the MLP's hidden values (after ``activation``) come from an input of 0 or below: exactly 0 for
+    ReLU, 0 or below for GELU (whose output has the sign of its input)."""
+    hidden = torch.as_tensor(hidden)
+    return int((hidden == 0).sum()) if activation == "relu" else int((hidden <= 0).sum())
 
 
 def config_problems(values: dict) -> dict[str, str]:

@@ -167,6 +167,19 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
     return rows
 
 
+def mlp_latex(config, hidden: bool = False) -> str:
+    """The MLP's formula for ``config``: its own nonlinearity (ReLU or GELU), with b_1 and b_2 only when the model
+    has biases. ``hidden``: written in two steps, the hidden vector h first (the Inside page's MLP view)."""
+    from core.model import ACTIVATION_LATEX
+
+    f = ACTIVATION_LATEX[config.activation]
+    b1, b2 = (" + b_1", " + b_2") if config.bias else ("", "")
+    if hidden:
+        return (rf"h = {f}(W_1^\top u{b1}) \in \mathbb{{R}}^{{d_{{ff}}}}, \qquad "
+                rf"\operatorname{{MLP}}(u) = W_2^\top h{b2}")
+    return rf"\operatorname{{MLP}}(u) = W_2^\top \,{f}(W_1^\top u{b1}){b2}"
+
+
 def per_block_latex(config: ModelConfig, general: bool = False) -> str:
     """The per-block count as the lecture writes it, with this config's numbers: 12d^2 + 4d when
     d_ff = 4d (unless ``general``), the general 4d^2 + 2 d d_ff + 4d otherwise; with biases (GPT-2)

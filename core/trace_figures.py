@@ -22,6 +22,7 @@ from core.attention_figures import axis_ticks
 from core.figures import dict_figure
 from core.fmt import visible
 from core.generation import format_t
+from core.model import ACTIVATION_NAMES, SILENT_WORDS, silent_units
 from core.sampling import temperature_softmax
 from core.trace import Attribution, StreamStep
 
@@ -255,12 +256,13 @@ def weighted_values(weights: np.ndarray, values: np.ndarray, key_labels: list[st
 
 # ---------------------------------------------------------------- 3. the MLP at one position
 
-def mlp_figure(hidden: np.ndarray, out: np.ndarray) -> go.Figure:
-    """Left: the d_ff hidden activations after the ReLU, sorted from the largest (hover: the neuron's index);
-    the ones that are exactly 0 are counted in the title. Right: the vector the MLP adds to the stream."""
+def mlp_figure(hidden: np.ndarray, out: np.ndarray, activation: str = "relu") -> go.Figure:
+    """Left: the d_ff hidden activations after the nonlinearity, sorted from the largest (hover: the neuron's
+    index); the silent ones (core.model.silent_units: exactly 0 after a ReLU, 0 or below after a GELU) are counted
+    in the title. Right: the vector the MLP adds to the stream."""
     hidden, out = np.asarray(hidden, dtype=float), np.asarray(out, dtype=float)
     order = np.argsort(-hidden, kind="stable")
-    silent = int((hidden == 0).sum())
+    silent = silent_units(hidden, activation)
     d_ff = len(hidden)
     left, right = [0.0, 0.56], [0.64, 1.0]
     data = [dict(type="bar", x=np.arange(d_ff), y=hidden[order], customdata=order, marker_color=ADDED,
@@ -273,8 +275,9 @@ def mlp_figure(hidden: np.ndarray, out: np.ndarray) -> go.Figure:
         yaxis=dict(anchor="x", title=dict(text="activation"), gridcolor="#e5e5e5"),
         xaxis2=dict(domain=right, anchor="y2", title=dict(text=f"component (0 … {len(out) - 1})")),
         yaxis2=dict(anchor="x2", gridcolor="#e5e5e5", zeroline=True, zerolinecolor="#888"),
-        annotations=[_panel_title(f"after the ReLU, sorted: {d_ff - silent} of {d_ff} units fire, {silent} "
-                                  f"({silent / d_ff:.0%}) are exactly 0", sum(left) / 2, 1.0),
+        annotations=[_panel_title(f"after the {ACTIVATION_NAMES[activation]}, sorted: {d_ff - silent} of {d_ff} "
+                                  f"units fire, {silent} ({silent / d_ff:.0%}) are {SILENT_WORDS[activation]}",
+                                  sum(left) / 2, 1.0),
                      _panel_title("what the MLP adds to the stream", sum(right) / 2, 1.0)]))
 
 

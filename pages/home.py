@@ -8,7 +8,7 @@ from core.hf import export_zip
 from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
 from core.induction_figures import formation_figure
-from core.params import count_parameters, parameter_table, per_block_latex
+from core.params import count_parameters, mlp_latex, parameter_table, per_block_latex
 from ui import chart, ensure_frame, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -50,9 +50,7 @@ with left:
     st.markdown("Each block updates the running stream of vectors twice, normalising before each sublayer:")
     st.latex(r"X \leftarrow X + \mathrm{MultiHead}(\mathrm{LN}(X))")
     st.latex(r"X \leftarrow X + \mathrm{MLP}(\mathrm{LN}(X))")
-    f = {"relu": r"\mathrm{ReLU}", "gelu": r"\mathrm{GELU}", "gelu_tanh": r"\mathrm{GELU}_{\tanh}"}[c.activation]
-    st.latex(rf"\mathrm{{MLP}}(u) = W_2^\top \,{f}(W_1^\top u + b_1) + b_2" if c.bias else
-             rf"\mathrm{{MLP}}(u) = W_2^\top \,{f}(W_1^\top u)")
+    st.latex(mlp_latex(c))
 with right:
     st.subheader("Model card")
     try:

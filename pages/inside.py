@@ -5,6 +5,8 @@ from core import trace_figures as TF
 from core.fmt import head_label, md_escape, visible
 from core.sampling import temperature_softmax
 from core.fmt import human_bytes
+from core.model import ACTIVATION_NAMES, SILENT_WORDS, silent_units
+from core.params import mlp_latex
 from core.trace import (direct_logit_attribution, lens_stage_names, lens_top, max_trace_tokens, stream_steps, trace,
                         trace_bytes)
 from ui import chart, compute_slot, ensure_frame, model_key, prompt_input, require_model
@@ -152,7 +154,7 @@ else:
     labels = ["stream before", "+ MLP adds", "= stream after"]
     title = f"Block {step.layer + 1}, MLP: what it adds to the stream"
     adds_up = "the first two rows add up to the third"
-    st.latex(r"x_i \leftarrow x_i + W_2\,\operatorname{ReLU}\big(W_1 \operatorname{LN}(x_i)\big)")
+    st.latex(rf"x_i \leftarrow x_i + \operatorname{{MLP}}(\operatorname{{LN}}(x_i)), \qquad {mlp_latex(c)}")
 chart(TF.vector_rows(np.stack(rows), labels, title), width="stretch", theme=None, key="inside_step_rows")
 st.caption(f"Each row is a vector of d = {c.d_model} numbers (red positive, blue negative, one colour scale for "
            f"all rows; hover for the values). Column by column, {adds_up}.")
@@ -202,19 +204,20 @@ st.caption(f"Each row is a key's value times its weight a (the keys with the lar
 st.header("3. The MLP at this position")
 st.markdown(
     f"The MLP works on each position alone. It maps the normalised stream to d_ff = {c.d_ff} hidden units, "
-    "clips every negative one to exactly zero (the ReLU), and maps the survivors back to width d. Usually most "
-    "units are silent for a given input: each unit answers to its own kind of situation, and only a few "
-    "situations hold at once."
+    + ("clips every negative one to exactly zero (the ReLU)" if c.activation == "relu" else
+       f"passes each through a {ACTIVATION_NAMES[c.activation]}, which keeps positive values almost as they are and "
+       "squashes negative ones to small values at or below zero")
+    + ", and maps the result back to width d. Usually most units are silent for a given input: each unit answers "
+    "to its own kind of situation, and only a few situations hold at once."
 )
-st.latex(r"h_i = \operatorname{ReLU}\big(W_1 \operatorname{LN}(x_i)\big) \in \mathbb{R}^{d_{ff}}, \qquad "
-         r"\operatorname{MLP}(x_i) = W_2\, h_i")
+st.latex(mlp_latex(c, hidden=True))
 mlp_layer = st.selectbox("Block", range(c.n_layers), format_func=lambda l: f"block {l + 1}", key="inside_mlp_layer")
 hidden = tr.mlp_hidden[mlp_layer][0, pos].double().numpy()
-silent = int((hidden == 0).sum())
+silent = silent_units(hidden, c.activation)
 a, b = st.columns(2)
-a.metric("Hidden units exactly 0", f"{silent} of {c.d_ff} ({silent / c.d_ff:.0%})")
+a.metric(f"Hidden units {SILENT_WORDS[c.activation]}", f"{silent} of {c.d_ff} ({silent / c.d_ff:.0%})")
 b.metric("Length of what the MLP adds", f"{float(np.linalg.norm(tr.mlp_out[mlp_layer][0, pos])):.2f}")
-chart(TF.mlp_figure(hidden, tr.mlp_out[mlp_layer][0, pos].double().numpy()), width="stretch", theme=None,
+chart(TF.mlp_figure(hidden, tr.mlp_out[mlp_layer][0, pos].double().numpy(), c.activation), width="stretch", theme=None,
       key="inside_mlp")
 
 # ------------------------------------------------------------------ 4. the logit lens

@@ -235,3 +235,24 @@ def test_last_only_skips_work_but_not_the_answer_in_a_gpt2_style_model(layers):
         step = model(idx[:, 7:], past=last.present, use_cache=True, last_only=True)
         torch.testing.assert_close(step.logits, full, atol=1e-5, rtol=0)
         torch.testing.assert_close(model(idx, last_only=True).logits, full, atol=1e-5, rtol=0)
+
+
+def test_silent_units_count_inputs_of_zero_or_below_for_each_nonlinearity():
+    import torch.nn.functional as F
+
+    from core.model import silent_units
+
+    x = torch.tensor([-3.0, -0.5, 0.0, 0.25, 2.0])  # three inputs of 0 or below
+    assert silent_units(F.relu(x), "relu") == 3
+    assert silent_units(F.gelu(x), "gelu") == 3 and int((F.gelu(x) == 0).sum()) == 1
+    assert silent_units(F.gelu(x, approximate="tanh"), "gelu_tanh") == 3
+
+
+def test_the_mlp_formula_names_the_models_nonlinearity_and_its_biases():
+    from core.params import mlp_latex
+
+    relu = ModelConfig()
+    gpt2 = ModelConfig(bias=True, activation="gelu_tanh")
+    assert "ReLU" in mlp_latex(relu) and "b_1" not in mlp_latex(relu)
+    assert r"\operatorname{GELU}_{\tanh}" in mlp_latex(gpt2) and "+ b_1" in mlp_latex(gpt2) and "+ b_2" in mlp_latex(gpt2)
+    assert mlp_latex(gpt2, hidden=True).startswith(r"h = \operatorname{GELU}_{\tanh}")

@@ -59,3 +59,31 @@ def test_parameters_page_counts_the_selected_gpt2_model(open_page, models_dir):
     theirs = transformers.GPT2LMHeadModel.from_pretrained(str(models_dir / NAME))
     assert table.loc["whole model", "counted in the model"] == sum(p.numel() for p in theirs.parameters())
     assert "attention biases b_Q, b_K, b_V, b_O (per block)" in table.index
+
+
+def test_the_inside_page_speaks_of_the_models_own_nonlinearity(open_page, models_dir):
+    """A GPT-2 folder runs GELU: the Inside page names GELU (never ReLU) and counts the hidden units whose input
+    was 0 or below, which a GELU leaves negative, not 0. The count is taken from transformers' own MLP."""
+    import json
+
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    at = open_page("pages/inside.py", models_dir=models_dir, state={"te_model_name": NAME})
+    text = " ".join(m.value for m in at.markdown) + " ".join(l.value for l in at.latex)
+    assert "GELU" in text and "ReLU" not in text
+    metric = next(m for m in at.metric if m.label.startswith("Hidden units"))
+    assert metric.label == "Hidden units 0 or below"
+    tok = at.session_state["te_current"][2]
+    ids = tok.encode(at.text_area(key="inside_prompt").value)
+    pos = int(next(s for s in at.slider if s.key.startswith("inside_pos")).value)
+    hf = GPT2LMHeadModel.from_pretrained(models_dir / NAME).eval()
+    with torch.no_grad():
+        stream = hf.transformer(torch.tensor([ids]), output_hidden_states=True).hidden_states[0]  # block 1's input
+        block = hf.transformer.h[0]
+        h = block.mlp.act(block.mlp.c_fc(block.ln_2(stream + block.attn(block.ln_1(stream))[0])))[0, pos]
+    silent = int((h <= 0).sum())
+    assert int((h == 0).sum()) == 0 < silent  # what the old "exactly 0" count missed
+    assert metric.value.startswith(f"{silent} of {h.numel()}")
+    figure = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "inside_mlp" in c.proto.id)
+    assert any("after the GELU" in a["text"] for a in figure["layout"]["annotations"])
