@@ -180,6 +180,14 @@ def mlp_latex(config, hidden: bool = False) -> str:
     return rf"\operatorname{{MLP}}(u) = W_2^\top \,{f}(W_1^\top u{b1}){b2}"
 
 
+def share_latex(config) -> tuple[str, str]:
+    """Attention's and the MLP's shares of one block as fractions of symbols, the terms those counts hold for
+    ``config`` (with biases: 4d on attention's four maps, d_ff + d on the MLP's two; 4d of norms either way)."""
+    attn, mlp = (r"4d^2 + 4d", r"2d\,d_{ff} + d_{ff} + d") if config.bias else (r"4d^2", r"2d\,d_{ff}")
+    block = r"4d^2 + 2d\,d_{ff} + 9d + d_{ff}" if config.bias else r"4d^2 + 2d\,d_{ff} + 4d"
+    return rf"\frac{{{attn}}}{{{block}}}", rf"\frac{{{mlp}}}{{{block}}}"
+
+
 def per_block_latex(config: ModelConfig, general: bool = False) -> str:
     """The per-block count as the lecture writes it, with this config's numbers: 12d^2 + 4d when
     d_ff = 4d (unless ``general``), the general 4d^2 + 2 d d_ff + 4d otherwise; with biases (GPT-2)

@@ -4,7 +4,8 @@ from core import fmt
 from core import cost
 from core.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.model import ModelConfig
-from core.params import breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex
+from core.params import (breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex,
+                         share_latex)
 from ui import DEFAULT_MODEL, chart, current, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -116,8 +117,8 @@ share = counts["attention"] / counts["per_block"], counts["mlp"] / counts["per_b
 a1, a2, a3 = st.columns([1, 1, 3])
 a1.metric("Attention's share of a block", f"{share[0]:.1%}")
 a2.metric("MLP's share of a block", f"{share[1]:.1%}")
-a3.latex(rf"\frac{{4d^2}}{{4d^2 + 2d\,d_{{ff}} + 4d}} = {share[0]:.3f}, \qquad "
-         rf"\frac{{2d\,d_{{ff}}}}{{4d^2 + 2d\,d_{{ff}} + 4d}} = {share[1]:.3f}")
+attn_share, mlp_share = share_latex(c)
+a3.latex(rf"{attn_share} = {share[0]:.3f}, \qquad {mlp_share} = {share[1]:.3f}")
 st.caption("With d_ff = 4d that is 4d² against 8d²: a third and two thirds, less the norms' sliver. "
            "The sublayer the architecture is named after is the smaller one.")
 

@@ -127,3 +127,21 @@ def test_the_widest_shape_the_form_allows(at):
     finally:  # the next test starts from a preset, not from this shape
         at.number_input(key="par_mem_n").set_value(cost.LECTURE_LONG_CONTEXT)
         at.selectbox(key="par_preset").select("lecture demo (d=64, h=4, L=2)").run()
+
+
+def test_the_shares_of_a_block_are_written_with_the_terms_they_count(at):
+    """With biases on, the shares' fractions hold the bias terms the counts include, and the numbers beside them
+    are those fractions evaluated by hand."""
+    at.selectbox(key="par_preset").select("lecture demo (d=64, h=4, L=2)").run()
+    at.toggle(key="par_bias").set_value(True).run()
+    try:
+        d, dff = 64, 256
+        block = 4 * d * d + 2 * d * dff + 9 * d + dff
+        attn, mlp = (4 * d * d + 4 * d) / block, (2 * d * dff + dff + d) / block
+        text = text_of(at)
+        assert (rf"\frac{{4d^2 + 4d}}{{4d^2 + 2d\,d_{{ff}} + 9d + d_{{ff}}}} = {attn:.3f}" in text and
+                rf"\frac{{2d\,d_{{ff}} + d_{{ff}} + d}}{{4d^2 + 2d\,d_{{ff}} + 9d + d_{{ff}}}} = {mlp:.3f}" in text)
+    finally:
+        at.toggle(key="par_bias").set_value(False).run()
+    block = 4 * 64 * 64 + 2 * 64 * 256 + 4 * 64
+    assert rf"\frac{{4d^2}}{{4d^2 + 2d\,d_{{ff}} + 4d}} = {4 * 64 * 64 / block:.3f}" in text_of(at)
