@@ -63,7 +63,8 @@ def compute_gate(lane: str = "short") -> Gate | None:
 
 @st.cache_resource
 def _computed() -> dict:
-    """Keys of page work this server has computed (or is computing), newest last: a bounded LRU."""
+    """Keys of page work this server has finished (``work_finished``), newest last: a bounded LRU. Nothing is put
+    here when a slot is taken, only once the work is done: work interrupted by a rerun takes a slot again."""
     return {"lock": threading.Lock(), "keys": collections.OrderedDict()}
 
 
@@ -71,10 +72,9 @@ def compute_slot(what: str, key=None, lane: str = "short"):
     """Wait for a compute slot before the heavy part of a page (once per page run; the slot is given back by
     ``release_compute_slot`` in app.py when the page's run ends). While the line is long, say so.
 
-    ``key`` names the work (page, model, prompt): work this server has done already is read from the caches
-    and skips the line, so a class opening a page on its default prompt never queues behind the students who
-    are typing. A second session asking for work under way waits for the first one's result (Streamlit's cache
-    lock), holding no slot."""
+    ``key``: work that ``work_finished(key)`` has recorded skips the line. Pages whose heavy work is a cached
+    function use ``gated`` instead, which asks the cache's own contents. A second session asking for work under
+    way waits for the first one's result (Streamlit's cache lock), holding no slot."""
     gate = compute_gate(lane)
     if gate is None or gate.held():
         return
@@ -99,11 +99,62 @@ def compute_slot(what: str, key=None, lane: str = "short"):
                   icon="⚠️")
         st.stop()
     box.empty()
-    if key is not None:
-        with known["lock"]:
-            known["keys"][key] = True
-            while len(known["keys"]) > 4096:
-                known["keys"].popitem(last=False)
+
+
+def work_finished(key, entries: int = 4096) -> None:
+    """Record that the work ``key`` names is done and its results are cached (at most ``entries`` keys kept)."""
+    known = _computed()
+    with known["lock"]:
+        known["keys"][key] = True
+        known["keys"].move_to_end(key)
+        while len(known["keys"]) > entries:
+            known["keys"].popitem(last=False)
+
+
+_GATED: dict = {}
+_GATED_LOCK = threading.Lock()
+
+
+def gated(cached, what: str, lane: str = "short"):
+    """``cached`` (a page's st.cache_data / st.cache_resource function with ``max_entries``) behind the compute line:
+    a call whose result is in the cache runs at once; any other takes a slot first (``compute_slot``).
+
+    Whether a result is in the cache is known from an LRU of the argument tuples whose calls have *returned*, as
+    long as the cache and touched in the same order: every call of the function goes through here, so the two hold
+    the same keys and evict the same ones. A call interrupted by a rerun, or one the cache has since evicted, takes
+    a slot again (a registry of keys recorded when a slot was taken, 4,096 of them, had let both skip the line).
+    The LRU is the server's, one per cached function (Streamlit's own key for it, stable across reruns); the
+    wrapper calls this run's ``cached``, which sees this run's model."""
+    fkey = getattr(cached, "_function_key", None) or id(cached)
+    with _GATED_LOCK:
+        if fkey not in _GATED:
+            _GATED[fkey] = (collections.OrderedDict(), threading.Lock())
+        seen, lock = _GATED[fkey]
+    size = _max_entries(cached)
+
+    def call(*args):
+        with lock:
+            hit = args in seen
+        if not hit:
+            compute_slot(what, lane=lane)
+        out = cached(*args)
+        with lock:
+            seen[args] = True
+            seen.move_to_end(args)
+            while len(seen) > size:
+                seen.popitem(last=False)
+        return out
+
+    call.seen = seen  # for tests
+    return call
+
+
+def _max_entries(cached) -> int:
+    """The ``max_entries`` a Streamlit cache function was made with (its wrapper keeps its info); 1 when unknown,
+    so that at worst every call but an immediate repeat takes a slot."""
+    info = getattr(cached, "_info", None)
+    n = getattr(info, "max_entries", None)
+    return int(n) if isinstance(n, int) and n > 0 else 1
 
 
 def release_compute_slot():

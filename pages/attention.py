@@ -8,7 +8,7 @@ from core.attention_figures import (
     GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, ROLE_TITLES, all_heads_figure, future_mass_figure, head_overview_figure,
     head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
-from ui import cached_figure, compute_slot, ensure_frame, model_key, prompt_input, require_model, shared_chart
+from ui import cached_figure, ensure_frame, gated, model_key, prompt_input, require_model, shared_chart
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -56,6 +56,8 @@ head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles
     cached_figure, (head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure,
                     head_overview_figure))
 
+# the heavy work waits in the compute line (core.gate) when the server is busy; work whose result is cached skips it
+_head, _overview = (gated(f, "the attention of every head") for f in (_head, _overview))
 mkey = model_key(entry)  # names the weights for the caches below
 ids = tuple(prompt.ids)
 tokens = tok.visible_tokens(prompt.ids)  # each position's token text, spaces shown as ␣ (a token may hold several characters)
@@ -106,8 +108,6 @@ with pick[2]:
 show_unmasked = st.toggle("Also show the softmax without the mask (what the mask prevents)", key="attn_unmasked")
 
 sl = slice(lo, hi + 1)
-# in line when the server is busy (core.gate); work done already skips the line
-compute_slot("the attention of every head", key=("attention", mkey, ids))
 scores, pattern = _head(mkey, ids, layer, head)  # this head's (n, n) matrices over the whole prompt
 view = head_window(scores, pattern, lo, hi)
 if lo > 0:

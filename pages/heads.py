@@ -9,7 +9,7 @@ from core.attention import head_attention, induction_chance
 from core.induction import THRESHOLD, head_scores, probe_period, repeat_probe, stripe_scores
 from core.interventions import (MODES, copy_slices, greedy_continuation, head_losses_cost, layer_head_losses,
                                 next_token_probs, rank_from_losses, repeat_ids, repeat_period, token_losses)
-from ui import (cached_figure, compute_slot, ensure_frame, model_key, prompt_ids_now, prompt_input, require_model,
+from ui import (cached_figure, ensure_frame, gated, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -151,7 +151,9 @@ if prompt.empty:
 ids = tuple(prompt.ids)
 n = len(ids)
 period = repeat_period(ids)
-compute_slot("the interventions", key=("heads", mkey, ids))  # in line when the server is busy (core.gate)
+# in the compute line when the server is busy (core.gate); results already cached skip it
+_scores, _losses, _probs, _greedy, _layer_losses, _pattern = (
+    gated(f, "the interventions") for f in (_scores, _losses, _probs, _greedy, _layer_losses, _pattern))
 scores = _scores(mkey)
 best = scores.best_head()
 

@@ -9,7 +9,7 @@ from core.model import ACTIVATION_NAMES, SILENT_WORDS, silent_units
 from core.params import mlp_latex
 from core.trace import (direct_logit_attribution, lens_stage_names, lens_top, max_trace_tokens, stream_steps, trace,
                         trace_bytes)
-from ui import chart, compute_slot, ensure_frame, model_key, prompt_input, require_model
+from ui import chart, ensure_frame, gated, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -60,7 +60,8 @@ def _trace_big(model_key: str, ids: tuple[int, ...]):
 
 def _trace(model_key: str, ids: tuple[int, ...]):
     small = trace_bytes(c, len(ids)) <= SMALL_TRACE
-    return (_trace_small if small else _trace_big)(model_key, ids)
+    # in the compute line when the server is busy (core.gate); a trace already cached skips it
+    return gated(_trace_small if small else _trace_big, "the forward pass")(model_key, ids)
 
 
 @st.cache_data(max_entries=32, show_spinner="Reading out every stage at every position (the logit lens) ...")
@@ -80,7 +81,6 @@ if len(ids) > keep:
     ids = ids[-keep:]
 n = len(ids)
 tokens = tok.token_strings(ids)  # the text of each position's token (one character for a character model)
-compute_slot("the forward pass", key=("inside", mkey, ids))  # in line when the server is busy (core.gate)
 tr = _trace(mkey, ids)
 chars = tok.pieces  # the text of every token id (one character each for a character model)
 
@@ -240,7 +240,7 @@ if n > LENS_WINDOW:
 else:
     lo = 0
 hi = min(n, lo + LENS_WINDOW)
-lens = _lens(mkey, ids)
+lens = gated(_lens, "the logit lens")(mkey, ids)
 chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
                      lens_stage_names(c.n_layers), offset=lo, chosen=pos, unit=tok.unit),
       width="stretch", theme=None, key="inside_lens")

@@ -89,3 +89,32 @@ def test_work_done_already_skips_the_line(open_page, one_slot):
         wait_until(lambda: one_slot.waiting == 1)  # new work queues
     run.join(120)
     assert not second.exception
+
+
+def test_no_work_runs_without_a_slot_and_no_cached_result_takes_one(monkeypatch):
+    """ui.gated's invariant, whatever the order of calls: the cached function's body runs exactly when a slot was
+    taken. Work evicted from its cache (max_entries=2 here) takes a slot again, and so does work a rerun
+    interrupted (a registry that recorded keys when the slot was taken had let both skip the line)."""
+    import streamlit as st
+
+    slots, runs = [], []
+    monkeypatch.setattr(ui, "compute_slot", lambda what, key=None, lane="short": slots.append(what))
+
+    @st.cache_resource(max_entries=2, show_spinner=False)
+    def work(x):
+        runs.append(x)
+        if x == "interrupted" and runs.count(x) == 1:
+            raise RuntimeError("a rerun interrupted it")
+        return x
+
+    def call(x):
+        try:
+            ui.gated(work, "the work")(x)  # a new wrapper each call, as each page run makes one
+        except RuntimeError:
+            pass
+
+    for x in ["a", "b", "a", "c", "b", "b", "interrupted", "interrupted", "a"]:
+        call(x)
+        assert len(slots) == len(runs), (x, slots, runs)
+    assert runs == ["a", "b", "c", "b", "interrupted", "interrupted", "a"]  # a and b evicted in turn, then run again
+    work.clear()
