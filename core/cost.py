@@ -18,7 +18,6 @@ import torch
 
 from core.model import LECTURE, SHAPE_FIELDS, ModelConfig, PRESETS as MODEL_PRESETS
 from core.params import count_parameters
-from core.threads import torch_threads
 
 # ---------------------------------------------------------------------------------------------- presets
 
@@ -170,7 +169,7 @@ class Timing:
     attention_slope: float        # log-log slope of time against n over the fitted range
     mlp_slope: float
     total_s: float                # wall time of the whole measurement
-    threads: int                  # torch intra-op threads during the measurement
+    threads: int                  # torch intra-op threads during the measurement: the caller's own
 
     def last_doubling(self) -> tuple[float, float]:
         """How much longer attention and the MLP took for the largest n than for half of it: near 4 and 2
@@ -199,19 +198,25 @@ def _best_time(fn, x, repeats: int, min_s: float = 0.005) -> float:
 
 
 def time_sublayers(attn, mlp, d: int, n_start: int = 32, n_max: int = 8192, repeats: int = 3, rounds: int = 3,
-                   slow_call_s: float = 0.1, budget_s: float = 3.0, threads: int | None = 1, seed: int = 0) -> Timing:
+                   slow_call_s: float = 0.1, budget_s: float = 3.0, seed: int = 0) -> Timing:
     """Time a model's attention and MLP sublayers on random (1, n, d) inputs for doubling n.
 
     The sublayers never look at positions, so n may exceed the model's n_ctx. The first round doubles n
     until n_max, a call slower than slow_call_s, or half of budget_s; later rounds revisit the same lengths
     and keep the fastest time, so a burst of other work on the machine spoils one round, not the fit.
     Slopes are fitted over the upper half of the lengths, where attention's n^2 terms have had room to
-    dominate. threads: torch threads while timing (None keeps the current setting); one by default,
-    because on a busy machine every parallel region waits for a descheduled helper thread.
+    dominate.
+
+    It times on the calling thread's own torch thread count (a page run's ``page_threads``) and never sets
+    one: torch.set_num_threads also sets the default every thread started later inherits, in the server
+    another session's next script run, and restoring "the previous" count could write back a value some
+    other session had set. The count is what every page run computes with, so the numbers describe the
+    pages; a different count would need a process of its own, for a figure no page runs at.
     """
     gen = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
-    with torch_threads(threads) as used, torch.inference_mode():
+    used = torch.get_num_threads()  # read, never set: see the docstring
+    with torch.inference_mode():
         attn(torch.randn(1, n_start, d, generator=gen))  # first calls pay one-off allocation costs
         ns, ta, tm, n = [], [], [], n_start
         while n <= n_max:

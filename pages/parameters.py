@@ -181,12 +181,13 @@ if model is None:
     st.info("No model is loaded, so there is nothing to time. Pick one in the sidebar.")
 else:
     info = cost.machine_info()
-    threads = st.radio("torch threads while timing", sorted({1, info["torch_threads"]}), horizontal=True,
-                       key="par_threads", help="One thread is the least disturbed by other programs on the machine.")
+    # timed on this page run's own thread count (core.threads.page_threads): a count of its own would change
+    # the one torch gives every other session's next run; the count is in the key, so the cache stays honest
+    threads = info["torch_threads"]
 
     @st.cache_data(show_spinner="Timing attention and the MLP for growing n ...", max_entries=8)
     def measure(key: tuple, threads: int, _attn, _mlp) -> cost.Timing:
-        return cost.time_sublayers(_attn, _mlp, key[1], threads=threads)
+        return cost.time_sublayers(_attn, _mlp, key[1])
 
     mc = model.config
     block = model.blocks[0]

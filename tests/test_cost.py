@@ -1,5 +1,6 @@
 import math
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from core import fmt
 from core import cost
 from core.model import MLP, ModelConfig, MultiHeadAttention, Transformer
+from core.threads import torch_threads
 from core.params import (DETAILED_ROWS, build_on_meta, count_module_parameters, count_parameters, heads_sweep,
                          measured_counts, parameter_table)
 
@@ -215,12 +217,37 @@ def test_time_sublayers_returns_a_sane_measurement():
     block = Transformer(ModelConfig(d_model=32, n_heads=4, n_layers=1)).eval().blocks[0]
     threads = torch.get_num_threads()
     t = cost.time_sublayers(block.attn, block.mlp, 32, n_start=16, n_max=256, repeats=2, rounds=2)
-    assert torch.get_num_threads() == threads  # the measurement puts the thread count back
+    assert torch.get_num_threads() == threads  # the measurement leaves the thread count alone
     assert t.ns == [16 * 2**i for i in range(len(t.ns))] and len(t.ns) >= 2
     assert len(t.attention_s) == len(t.mlp_s) == len(t.ns)
     assert all(s > 0 and math.isfinite(s) for s in t.attention_s + t.mlp_s)
     assert math.isfinite(t.attention_slope) and math.isfinite(t.mlp_slope)
-    assert t.fit_from in t.ns and t.threads == 1 and t.total_s > 0
+    assert t.fit_from in t.ns and t.threads == threads and t.total_s > 0
+
+
+def test_time_sublayers_leaves_every_threads_count_alone(monkeypatch):
+    # torch.set_num_threads sets the calling thread's count and the default every thread started afterwards
+    # inherits: in the server, another session's next script run. So the timing must never call it.
+    torch.manual_seed(0)
+    block = Transformer(ModelConfig(d_model=32, n_heads=4, n_layers=1)).eval().blocks[0]
+    started_meanwhile = []
+
+    def attn(x):  # a thread started while the timing runs, as another session's next run would be
+        if not started_meanwhile:
+            other = threading.Thread(target=lambda: started_meanwhile.append(torch.get_num_threads()))
+            other.start()
+            other.join()
+        return block.attn(x)
+
+    with torch_threads(2):  # the caller's own count, unlike the old default of 1
+        calls = []
+        set_num_threads = torch.set_num_threads
+        monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n) or set_num_threads(n))
+        t = cost.time_sublayers(attn, block.mlp, 32, n_start=16, n_max=64, repeats=1, rounds=1)
+        monkeypatch.undo()
+    assert calls == []
+    assert started_meanwhile == [2]
+    assert t.threads == 2  # timed with the count the caller already had, and says so
 
 
 def test_machine_info_names_cores_and_threads():
