@@ -492,6 +492,46 @@ def rows_to_arrays(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return tuple(np.array([float(r[k]) for r in rows], dtype=float) for k in ("N", "D", "loss"))
 
 
+def _row_problem(row: dict) -> str | None:
+    """Why the fit cannot use this run (None if it can): the law takes the logarithm of N, D and the loss."""
+    loss = float(row["loss"])
+    if math.isnan(loss):
+        return "its loss is NaN (the run diverged)"
+    if math.isinf(loss):
+        return "its loss is infinite (the run diverged)"
+    if loss <= 0:
+        return f"its loss is {loss:g}, and a cross-entropy is positive"
+    for key in ("N", "D"):
+        v = float(row[key])
+        if not (math.isfinite(v) and v > 0):
+            return f"its {key} is {v:g}, not a positive count"
+    return None
+
+
+def usable_rows(rows: list[dict]) -> tuple[list[dict], list[tuple[dict, str]]]:
+    """(the rows the fit can use, [(row, why not)] for the others): a run that diverged (a loss of NaN or
+    infinity) or one with a loss, N or D that is not positive is set aside, and the rest are fitted."""
+    good, bad = [], []
+    for r in rows:
+        why = _row_problem(r)
+        if why is None:
+            good.append(r)
+        else:
+            bad.append((r, why))
+    return good, bad
+
+
+def dropped_note(bad: list[tuple[dict, str]]) -> str:
+    """One sentence naming each run that usable_rows set aside, with its N and D and why ('' for none)."""
+    def count(v) -> str:
+        return f"{v:,}" if isinstance(v, int) else f"{float(v):g}"
+
+    if not bad:
+        return ""
+    each = "; ".join(f"run {r.get('run_id', '?')} (N = {count(r['N'])}, D = {count(r['D'])}): {why}" for r, why in bad)
+    return f"{len(bad)} run{'s are' if len(bad) > 1 else ' is'} left out of the fit: {each}."
+
+
 # ---------------------------------------------------------------- the study
 
 def machine_description() -> str:
@@ -662,11 +702,13 @@ def fit_study(rows: list[dict], resamples: int = 200, seed: int = 0) -> dict:
     """The Hoffmann et al. fit of L(N, D) to the rows, with bootstrap intervals over runs (core.scaling)."""
     from core.scaling import bootstrap_fit, fit_scaling_law
 
-    N, D, loss = rows_to_arrays(rows)
+    good, bad = usable_rows(rows)  # a diverged run is left out, and named in "dropped"
+    N, D, loss = rows_to_arrays(good)
     law = fit_scaling_law(N, D, loss)
     boot = bootstrap_fit(N, D, loss, law, resamples=resamples, seed=seed)
-    return {"runs": len(rows), "law": asdict(law), "r2_log": law.r2_log(N, D, loss),
-            "rms_log": law.rms_log_error(N, D, loss), "bootstrap": boot, "N_convention": N_CONVENTION}
+    return {"runs": len(good), "law": asdict(law), "r2_log": law.r2_log(N, D, loss),
+            "rms_log": law.rms_log_error(N, D, loss), "bootstrap": boot, "N_convention": N_CONVENTION,
+            "dropped": [{"run_id": r.get("run_id"), "reason": why} for r, why in bad]}
 
 
 COMPARED = (("alpha", "α (capacity exponent)"), ("beta", "β (data exponent)"),
@@ -772,7 +814,7 @@ def finish_study(folder, resamples: int = 200) -> dict | None:
     meta = json.loads((folder / STUDY_JSON).read_text())
     rows = read_rows(folder / RUNS_CSV)
     fit = None
-    if len(rows) >= MIN_RUNS:
+    if len(usable_rows(rows)[0]) >= MIN_RUNS:
         try:
             fit = fit_study(rows, resamples=resamples)
         except FitError as e:
@@ -784,12 +826,86 @@ def finish_study(folder, resamples: int = 200) -> dict | None:
     return fit
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
+        raise StudyError(f"{path} cannot be read ({type(e).__name__}: {e})") from None
+    if not isinstance(data, dict):
+        raise StudyError(f"{path} is not a study's {path.name}: it holds a {type(data).__name__}, not an object")
+    return data
+
+
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def read_meta(folder) -> dict:
+    """study.json of a study folder, with the grid and corpus the page and the card describe it by. StudyError
+    naming the file when it cannot be read or lacks them."""
+    path = Path(folder) / STUDY_JSON
+    meta = _read_json(path)
+    g = meta.get("grid")
+    if not (isinstance(g, dict) and all(isinstance(g.get(k), list) and g[k] and all(map(_positive, g[k]))
+                                        for k in ("widths", "tokens")) and _positive(g.get("n_layers"))):
+        raise StudyError(f"{path} is not a study's study.json: it has no grid with widths, tokens and n_layers")
+    if not (isinstance(meta.get("corpus"), str) and _positive(meta.get("corpus_chars"))
+            and isinstance(meta.get("sessions", []), list)
+            and all(isinstance(x, dict) for x in meta.get("sessions", []))):
+        raise StudyError(f"{path} is not a study's study.json: it has no corpus, corpus_chars or list of sessions")
+    return meta
+
+
+def read_fit(folder) -> dict | None:
+    """fit.json of a study folder; None when there is none (the study has not finished). StudyError naming the
+    file when it cannot be read or lacks the law and its bootstrap intervals."""
+    from dataclasses import fields
+
+    from core.scaling import ScalingLaw
+
+    path = Path(folder) / FIT_JSON
+    if not path.is_file():
+        return None
+    fit = _read_json(path)
+    law, boot = fit.get("law"), fit.get("bootstrap")
+    constants = [f.name for f in fields(ScalingLaw)]
+    if not (isinstance(law, dict) and set(law) == set(constants) and all(_positive(law[k]) for k in constants)):
+        raise StudyError(f"{path} is not a study's fit.json: it has no law with positive {', '.join(constants)}")
+    ci = boot.get("intervals") if isinstance(boot, dict) else None
+    if not (isinstance(ci, dict) and all(isinstance(boot.get(k), int) for k in ("resamples", "failed"))
+            and all(isinstance(ci.get(k), list) and len(ci[k]) == 2
+                    and all(isinstance(v, (int, float)) and math.isfinite(v) for v in ci[k])
+                    for k in (*constants, "a"))):
+        raise StudyError(f"{path} is not a study's fit.json: it has no bootstrap with resamples, failed and the "
+                         "intervals of every constant")
+    return fit
+
+
 def read_study(folder) -> tuple[dict, list[dict], dict | None]:
-    """(study.json, rows, fit.json or None) of a study folder."""
+    """(study.json, rows, fit.json or None) of a study folder. StudyError naming the file that cannot be read."""
     folder = Path(folder)
-    meta = json.loads((folder / STUDY_JSON).read_text())
-    fit_path = folder / FIT_JSON
-    return meta, read_rows(folder / RUNS_CSV), json.loads(fit_path.read_text()) if fit_path.is_file() else None
+    return read_meta(folder), read_rows(folder / RUNS_CSV), read_fit(folder)
+
+
+def open_study(folder) -> tuple[dict | None, list[dict], list[tuple[dict, str]], dict | None, list[str]]:
+    """What a page can show of a study folder: (study.json, the rows the fit can use, [(row, why not)] for the
+    others (usable_rows), fit.json, problems). A study.json or runs.csv that cannot be read loses the study,
+    (None, [], [], None, [why]); a fit.json that cannot be read, or that was fitted to other runs than the usable
+    ones, loses only the fit. Each problem names its file and says why."""
+    folder = Path(folder)
+    try:
+        meta, rows = read_meta(folder), read_rows(folder / RUNS_CSV)
+    except StudyError as e:
+        return None, [], [], None, [str(e)]
+    good, bad = usable_rows(rows)
+    try:
+        fit = read_fit(folder)
+    except StudyError as e:
+        return meta, good, bad, None, [str(e)]
+    if fit is not None and fit.get("runs") != len(good):
+        return meta, good, bad, None, [f"{folder / FIT_JSON} was fitted to {fit.get('runs')} runs, not to the "
+                                       f"{len(good)} usable ones in {RUNS_CSV}"]
+    return meta, good, bad, fit, []
 
 
 def read_progress(folder) -> dict | None:

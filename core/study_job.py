@@ -32,7 +32,9 @@ from core.study import (GRIDS, PARENT_ENV, RUNS_CSV, StudyError, corpus_problem,
 MAX_RUNNING_STUDIES = 1  # each study keeps every core busy; a second would only halve the speed of both
 NICE = 10                # below the server's own work: the pages stay responsive while a study trains
 BOOTSTRAP = 100          # refits for the intervals at the end (the shipped study used 200)
-ACTIVE = ("starting", "running", "pausing", "paused", "stopping")  # the process is alive
+# every state status() gives; pausing is immediate (SIGSTOP to the group), so there is no "pausing" between
+STATES = ("new", "starting", "running", "paused", "stopping", "stopped", "finished", "failed")
+ACTIVE = ("starting", "running", "paused", "stopping")  # the process is alive
 
 _JOBS: "weakref.WeakSet[StudyJob]" = weakref.WeakSet()
 _LOCK = threading.Lock()
@@ -44,13 +46,14 @@ class BusyError(RuntimeError):
 
 @dataclass(frozen=True)
 class StudyStatus:
-    state: str               # starting, running, paused, stopping, stopped, finished, failed
+    state: str               # one of STATES
     done: int                # runs in runs.csv
     total: int               # runs in the grid
     rows: list[dict] = field(repr=False)
     message: str = ""
     elapsed_s: float = 0.0
     eta_s: float | None = None
+    problem: str = ""        # why runs.csv cannot be read (it names the file); rows is then empty
 
     @property
     def active(self) -> bool:
@@ -225,10 +228,11 @@ class StudyJob:
         return text[-chars:]
 
     def status(self) -> StudyStatus:
+        problem = ""
         try:
             rows = read_rows(self.runs_csv) if self.folder else []
-        except StudyError:
-            rows = []
+        except StudyError as e:
+            rows, problem = [], str(e)
         progress = (read_progress(self.folder) if self.folder else None) or {}
         total = len(self.grid.widths) * len(self.grid.tokens)
         elapsed = time.time() - self._started if self._started else 0.0
@@ -260,7 +264,7 @@ class StudyJob:
                 message = tail.split("error:", 1)[-1].strip() if "error:" in tail else tail.strip()[-400:]
         eta = progress.get("eta_s") if state == "running" else None
         return StudyStatus(state=state, done=len(rows), total=total, rows=rows, message=message, elapsed_s=elapsed,
-                           eta_s=eta)
+                           eta_s=eta, problem=problem)
 
 
 def grid_choices() -> dict[str, str]:

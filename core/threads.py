@@ -41,9 +41,13 @@ def use_threads(n: int | None) -> int:
 
 @contextmanager
 def torch_threads(n: int | None):
-    """Run torch on n intra-op threads inside the block (None: unchanged), then restore the previous count.
-    The setting is also the default for threads started meanwhile; every page run and training run sets
-    its own count, so they are not affected."""
+    """Run torch on n intra-op threads inside the block (None: unchanged, nothing is set), then restore the
+    previous count. The setting is also the default for threads started meanwhile, so in the server, where every
+    session is a thread, a page passes None and works on its run's own count (core.cost, the scaling fit); only
+    processes of their own (training, the study's workers, the command line) set one."""
+    if n is None:
+        yield torch.get_num_threads()
+        return
     previous = torch.get_num_threads()
     use_threads(n)
     try:

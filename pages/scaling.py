@@ -13,11 +13,11 @@ from core.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D
 from core.scaling_runs import MAX_RUNS, MIN_RUNS, Runs, RunsError, parse_runs, synthetic_runs
 from core.params import count_parameters
 from core.corpus import TRAIN_FRACTION, pydoc_text, read_text_file, shakespeare_path
-from core.study import (GRIDS, SHIPPED_STUDY, StudyError, comparison_rows, corpus_problem, estimate_seconds,
-                        read_study, rows_to_arrays)
+from core.study import (GRIDS, SHIPPED_STUDY, StudyError, comparison_rows, corpus_problem, dropped_note,
+                        estimate_seconds, open_study, read_fit, rows_to_arrays, usable_rows)
 from core.study_figures import frontier_figure, residual_figure, study_figure
 from core.study_job import BusyError as StudyBusy, StudyJob, grid_choices
-from ui import chart, ensure_frame, job_controls, offer_shakespeare_fetch, shipped_config
+from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -50,12 +50,9 @@ def _stamp(folder: Path) -> str:
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def shipped_study(stamp: str):
-    """(study.json, rows, fit.json) of the shipped study; (None, [], None) if it cannot be read."""
-    try:
-        return read_study(SHIPPED_STUDY)
-    except (OSError, ValueError, StudyError):
-        return None, [], None
+def shipped_study(folder: str, stamp: str):
+    """(study.json, usable rows, [(row, why not)], fit.json, problems) of the shipped study (core.study.open_study)."""
+    return open_study(folder)
 
 
 def slider_values(law: ScalingLaw) -> dict:
@@ -250,9 +247,15 @@ source = st.radio("Runs", ["Example: 250 synthetic runs", "Upload a CSV", "Paste
 
 
 @st.cache_data(max_entries=16, show_spinner="Fitting: L-BFGS from every starting point ...")
-def fitted(csv_text: str) -> ScalingLaw:
+def _fitted(csv_text: str) -> ScalingLaw:
     runs = parse_runs(csv_text)
-    return fit_scaling_law(runs.N, runs.D, runs.loss)
+    return fit_scaling_law(runs.N, runs.D, runs.loss, threads=None)  # the page run's own thread count (core.threads)
+
+
+def fitted(csv_text: str) -> ScalingLaw:
+    """The fit (thousands of L-BFGS starts at once) waits in the compute line when the server is busy; a fit that
+    is cached does not."""
+    return gated(_fitted, "the fit")(csv_text)
 
 
 runs, truth, given = None, None, True
@@ -311,7 +314,8 @@ if fit is not None:
 
 # ---------------------------------------------------------------- your own scaling law: a study trained here
 st.subheader("Your own scaling law: tiny models trained on this machine")
-shipped_meta, shipped_rows, shipped_fit = shipped_study(_stamp(SHIPPED_STUDY))
+shipped_meta, shipped_rows, shipped_bad, shipped_fit, shipped_problems = shipped_study(str(SHIPPED_STUDY),
+                                                                                       _stamp(SHIPPED_STUDY))
 g = shipped_meta["grid"] if shipped_meta else None
 st.markdown(
     "The laws above were fitted to hundreds of runs on thousands of GPUs. The same experiment fits on a laptop "
@@ -384,8 +388,21 @@ def show_study(rows: list[dict], law: ScalingLaw | None, intervals: dict | None,
                f"{math.log10(smallest / C):.0f} decades down, to another unit of D.")
 
 
+def refit(rows: list[dict]) -> tuple[ScalingLaw | None, str | None]:
+    """(the law fitted here to the rows, None), (None, why it failed), or (None, None) for too few rows."""
+    if len(rows) < MIN_RUNS:
+        return None, None
+    N, D, loss = rows_to_arrays(rows)
+    try:
+        return fitted(Runs(N, D, loss).to_csv()), None
+    except (FitError, RunsError) as e:
+        return None, str(e)
+
+
 if shipped_rows:
-    law = ScalingLaw(**shipped_fit["law"]) if shipped_fit else None
+    law, refit_error = (ScalingLaw(**shipped_fit["law"]), None) if shipped_fit else refit(shipped_rows)
+    if shipped_problems and law is not None and shipped_fit is None:
+        shipped_problems = [f"{shipped_problems[0]}; the fit shown is made here from its runs, without intervals"]
     show_study(shipped_rows, law, shipped_fit["bootstrap"]["intervals"] if shipped_fit else None, "scal_shipped",
                boot=shipped_fit["bootstrap"] if shipped_fit else None, title="The shipped study")
     sessions = shipped_meta.get("sessions", [])
@@ -394,10 +411,16 @@ if shipped_rows:
     busy_note = (f", shared with other work (load average {min(loads):.1f} to {max(loads):.1f} on "
                  f"{os.cpu_count()} cores)" if loads and max(loads) > 1.5 * (os.cpu_count() or 1) else "")
     st.caption(f"The shipped study took {rough_time(wall)} of wall time"
-               + (f" on {sessions[-1]['machine'].split(',')[0]}" if sessions else "") + busy_note
+               + (f" on {sessions[-1]['machine'].split(',')[0]}" if sessions and sessions[-1].get("machine") else "")
+               + busy_note
                + f". Its card (README.md, with the exact command) and runs.csv are in `assets/studies/{SHIPPED_STUDY.name}`.")
 else:
-    st.warning("The shipped study (assets/studies) could not be read; run a grid below to make your own.", icon="⚠️")
+    refit_error = None
+    st.warning(f"The shipped study (assets/studies) {'has no usable runs' if shipped_bad else 'could not be read'}; "
+               "run a grid below to make your own.", icon="⚠️")
+for problem in shipped_problems + ([dropped_note(shipped_bad)] if shipped_bad else []) + ([refit_error] if refit_error
+                                                                                           else []):
+    st.warning(f"The shipped study: {problem}", icon="⚠️")
 
 st.markdown("##### Why your exponents need not be Chinchilla's")
 if shipped_rows:
@@ -501,28 +524,34 @@ def study_view(job: StudyJob, polling: bool):
                                               f"({job.grid_name} grid on {job.corpus_name})")
     if s.state == "failed":
         st.error(f"The study failed: {s.message}", icon="⚠️")
-    if not s.rows:
-        st.info("The first points appear when the first runs finish (the largest models go first).")
+    if s.problem:
+        st.error(f"Your study's runs cannot be shown: {s.problem}", icon="⚠️")
         return
-    law, fit_error = None, None
-    if len(s.rows) >= MIN_RUNS:
-        N, D, loss = rows_to_arrays(s.rows)
+    rows, bad = usable_rows(s.rows)
+    if bad:
+        st.warning(dropped_note(bad), icon="⚠️")
+    if not rows:
+        if not bad:
+            st.info("The first points appear when the first runs finish (the largest models go first).")
+        return
+    law, fit_error = refit(rows)
+    done_fit = None
+    if s.state == "finished":
         try:
-            law = fitted(Runs(N, D, loss).to_csv())
-        except FitError as e:
-            fit_error = str(e)
-    done_fit = read_study(job.folder)[2] if s.state == "finished" else None
+            done_fit = read_fit(job.folder)
+        except StudyError as e:
+            st.warning(f"{e}; the fit shown is made here from the runs, without intervals.", icon="⚠️")
     if done_fit:
         law = ScalingLaw(**done_fit["law"])
-    unfitted = (f"its {len(s.rows)} runs (too few to fit five constants: the fit needs {MIN_RUNS})"
+    unfitted = (f"its {len(rows)} runs (too few to fit five constants: the fit needs {MIN_RUNS})"
                 if s.total < MIN_RUNS and s.done == s.total else
                 f"the runs so far (the law is fitted from {MIN_RUNS} runs on)")
-    show_study(s.rows, law, done_fit["bootstrap"]["intervals"] if done_fit else None, "scal_yours",
+    show_study(rows, law, done_fit["bootstrap"]["intervals"] if done_fit else None, "scal_yours",
                boot=done_fit["bootstrap"] if done_fit else None, unfitted=unfitted)
     if fit_error:
         st.warning(fit_error, icon="⚠️")
     elif law is None and s.total >= MIN_RUNS:
-        st.caption(f"{len(s.rows)} runs so far; the fit starts at {MIN_RUNS}.")
+        st.caption(f"{len(rows)} runs so far; the fit starts at {MIN_RUNS}.")
     st.download_button("Download runs.csv", job.runs_csv.read_bytes(), "runs.csv", "text/csv",
                        key="scal_study_download", on_click="ignore")
 

@@ -286,3 +286,119 @@ def test_a_broken_shipped_study_is_reported_not_crashed(open_page, tmp_path, mon
     at = open_page("pages/scaling.py")
     assert any("shipped study" in w.value and "could not be read" in w.value for w in at.warning)
     assert not at.button(key="scal_study_start").disabled  # a grid can still be run
+
+
+# ---------------------------------------------------------------- a study with a bad run or a bad file
+
+def study_copy(folder, losses=None, files=("runs.csv", "study.json")) -> list[dict]:
+    """The shipped study's files in ``folder``, the loss of each run named in ``losses`` ({run_id: text})
+    replaced; its rows as csv reads them (strings)."""
+    import csv
+    import io
+    import shutil
+
+    from core.study import SHIPPED_STUDY
+
+    for name in files:
+        shutil.copy(SHIPPED_STUDY / name, folder / name)
+    raw = list(csv.DictReader(io.StringIO((SHIPPED_STUDY / "runs.csv").read_text())))
+    for r in raw:
+        r["loss"] = (losses or {}).get(r["run_id"], r["loss"])
+    lines = [",".join(raw[0])] + [",".join(r.values()) for r in raw]
+    (folder / "runs.csv").write_text("\n".join(lines) + "\n")
+    return raw
+
+
+def points(spec) -> list[float]:
+    """The losses of a study figure's left panel (loss against N), sorted."""
+    return sorted(y for t in spec["data"] if t["mode"] == "markers" and t.get("xaxis") == "x" for y in decode(t["y"]))
+
+
+def ended_process(code: int = 0):
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+    p.wait(30)
+    return p
+
+
+def test_a_diverged_run_in_your_study_is_named_and_the_rest_fitted(open_page, tmp_path):
+    from core.study_job import StudyJob
+
+    raw = study_copy(tmp_path, {"d16-D300032": "nan", "d96-D3000320": "-1"})
+    job = StudyJob(tmp_path / "unused.txt", "full", folder=tmp_path)  # never started: it shows what the folder holds
+    at = open_page("pages/scaling.py", state={"scal_study_job": job})
+    note = next(w.value for w in at.warning if "left out of the fit" in w.value)
+    assert "2 runs are left out" in note
+    assert "d16-D300032 (N = 6,304, D = 300,032): its loss is NaN (the run diverged)" in note
+    assert "d96-D3000320 (N = 222,144, D = 3,000,320): its loss is -1" in note
+    spec = chart_titled(at, "Your study: the runs (points) and the fitted law")  # fitted: 22 runs are enough
+    keep = sorted(float(r["loss"]) for r in raw if r["run_id"] not in ("d16-D300032", "d96-D3000320"))
+    assert points(spec) == pytest.approx(keep)
+    assert any(t["mode"] == "lines" for t in spec["data"])
+    assert {m.label: m.value for m in at.metric}.get("Runs in the study") is not None
+    chart_titled(at, "The shipped study")  # the rest of the page stands
+
+
+def test_an_unreadable_fit_json_of_a_finished_study_is_named_and_the_runs_refitted(open_page, tmp_path):
+    from core.study_job import StudyJob
+
+    raw = study_copy(tmp_path)
+    (tmp_path / "fit.json").write_text("{not json")
+    job = StudyJob(tmp_path / "unused.txt", "full", folder=tmp_path)
+    job.proc = ended_process(0)  # a study that has finished
+    at = open_page("pages/scaling.py", state={"scal_study_job": job})
+    assert any(p.proto.text.startswith("Finished") for p in at.get("progress"))
+    assert any(str(tmp_path / "fit.json") in w.value and "cannot be read" in w.value for w in at.warning)
+    spec = chart_titled(at, "Your study: the runs (points) and the fitted law")
+    assert points(spec) == pytest.approx(sorted(float(r["loss"]) for r in raw))
+    assert any(t["mode"] == "lines" for t in spec["data"])  # refitted on the page from the runs
+
+
+def test_an_unreadable_runs_csv_of_your_study_is_named(open_page, tmp_path):
+    from core.study_job import StudyJob
+
+    (tmp_path / "runs.csv").write_text("this is not a study\n")
+    job = StudyJob(tmp_path / "unused.txt", "full", folder=tmp_path)
+    at = open_page("pages/scaling.py", state={"scal_study_job": job})
+    assert any(str(tmp_path / "runs.csv") in e.value and "not a study's runs.csv" in e.value for e in at.error)
+    chart_titled(at, "The shipped study")
+    assert not at.button(key="scal_study_start").disabled
+
+
+def test_a_diverged_run_or_a_bad_fit_json_in_the_shipped_study_loses_only_that(open_page, tmp_path, monkeypatch):
+    from core import study
+    from core.scaling import fit_scaling_law
+
+    raw = study_copy(tmp_path, {"d48-D600064": "nan"}, files=("runs.csv", "study.json", "fit.json"))
+    keep = [r for r in raw if r["run_id"] != "d48-D600064"]
+    alpha = fit_scaling_law(*(np.array([float(r[k]) for r in keep]) for k in ("N", "D", "loss"))).alpha
+    monkeypatch.setattr(study, "SHIPPED_STUDY", tmp_path)
+    at = open_page("pages/scaling.py")
+    warnings = "\n".join(w.value for w in at.warning)
+    assert "d48-D600064 (N = 55,776, D = 600,064): its loss is NaN" in warnings
+    assert "fit.json was fitted to 24 runs, not to the 23 usable ones" in warnings  # so the 23 are fitted here
+    spec = chart_titled(at, "The shipped study: the runs (points) and the fitted law")
+    assert points(spec) == pytest.approx(sorted(float(r["loss"]) for r in keep))
+    table = next(d.value for d in at.dataframe if "Chinchilla 2022" in d.value.columns)
+    row = table[table["constant"].str.startswith("α")].iloc[0]
+    assert row["this study"] == pytest.approx(alpha, rel=1e-6) and row["95% interval"] == "–"
+    (tmp_path / "fit.json").write_text('{"runs": 23}')
+    at = open_page("pages/scaling.py")
+    assert any(str(tmp_path / "fit.json") in w.value and "not a study's fit.json" in w.value for w in at.warning)
+    spec = chart_titled(at, "The shipped study: the runs (points) and the fitted law")  # refitted here
+    assert points(spec) == pytest.approx(sorted(float(r["loss"]) for r in keep))
+    assert "Why your exponents need not be Chinchilla's" in text_of(at)
+
+
+@pytest.mark.parametrize("state", sorted(set(__import__("core.study_job").study_job.STATES)
+                                         | set(__import__("core.study_job").study_job.ACTIVE)))
+def test_every_state_of_a_study_has_a_label(open_page, tmp_path, state):
+    from core.study_job import StudyJob, StudyStatus
+
+    job = StudyJob(tmp_path / "unused.txt", "full", folder=tmp_path)
+    job.status = lambda: StudyStatus(state=state, done=0, total=24, rows=[])
+    at = open_page("pages/scaling.py", state={"scal_study_job": job})
+    bar = next(p.proto.text for p in at.get("progress"))
+    assert bar.endswith("0 of 24 runs done (full grid on unused.txt)") and not bar.startswith(state), bar

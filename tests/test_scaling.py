@@ -228,3 +228,19 @@ def test_fit_recovers_known_constants_with_noise():
     n_f, d_f = fit.compute_optimal(5.88e23)
     n_t, d_t = law.compute_optimal(5.88e23)
     assert n_f == pytest.approx(n_t, rel=0.15)
+
+
+def test_a_fit_asked_for_the_callers_thread_count_never_sets_one(monkeypatch):
+    """In the server every session is a thread, and torch.set_num_threads also sets what every thread started later
+    inherits: the Scaling laws page's fit (threads=None) must not call it, not even to put a count back."""
+    import torch
+
+    from core.scaling import CHINCHILLA, fit_scaling_law
+    from core.scaling_runs import synthetic_runs
+
+    calls = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: calls.append(n) or real(n))
+    runs = synthetic_runs(CHINCHILLA, n=40, noise=0.0, seed=0)
+    fit_scaling_law(runs.N, runs.D, runs.loss, threads=None, polish=2)
+    assert calls == []

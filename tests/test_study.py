@@ -259,3 +259,88 @@ def test_bootstrap_intervals_cover_the_truth_and_r2_is_by_hand():
     logL, pred = np.log(loss), np.log(fit.loss(N, D))
     by_hand = 1 - ((logL - pred) ** 2).sum() / ((logL - logL.mean()) ** 2).sum()
     assert fit.r2_log(N, D, loss) == pytest.approx(by_hand) and by_hand > 0.99
+
+
+# ---------------------------------------------------------------- a study with a bad run or a bad file
+
+def _shipped_copy(folder: Path, losses: dict | None = None, files=("runs.csv", "study.json", "fit.json")) -> list[dict]:
+    """The shipped study's files in ``folder``, with the loss of the runs named in ``losses`` ({run_id: text})
+    replaced; its rows as csv reads them (plain strings)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        shutil.copy(study.SHIPPED_STUDY / name, folder / name)
+    text = (study.SHIPPED_STUDY / "runs.csv").read_text()
+    raw = list(csv.DictReader(io.StringIO(text)))
+    for r in raw:
+        r["loss"] = (losses or {}).get(r["run_id"], r["loss"])
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(raw[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(raw)
+    (folder / "runs.csv").write_text(buf.getvalue())
+    return raw
+
+
+def test_diverged_and_non_positive_runs_are_set_aside_with_the_reason(tmp_path):
+    raw = _shipped_copy(tmp_path, {"d16-D300032": "nan", "d96-D3000320": "-1", "d32-D600064": "inf"})
+    good, bad = study.usable_rows(read_rows(tmp_path / "runs.csv"))
+    assert [r["run_id"] for r in good] == [r["run_id"] for r in raw
+                                           if r["run_id"] not in ("d16-D300032", "d96-D3000320", "d32-D600064")]
+    why = {row["run_id"]: reason for row, reason in bad}
+    assert set(why) == {"d16-D300032", "d96-D3000320", "d32-D600064"}
+    assert "NaN" in why["d16-D300032"] and "diverged" in why["d16-D300032"]
+    assert "infinite" in why["d32-D600064"]
+    assert "-1" in why["d96-D3000320"] and "positive" in why["d96-D3000320"]
+    note = study.dropped_note(bad)
+    n16 = next(int(r["N"]) for r in raw if r["run_id"] == "d16-D300032")
+    assert "3 runs are left out of the fit" in note and f"N = {n16:,}, D = 300,032" in note
+    assert study.usable_rows([]) == ([], [])
+
+
+def test_the_fit_of_a_study_leaves_out_a_diverged_run():
+    raw = list(csv.DictReader(io.StringIO((study.SHIPPED_STUDY / "runs.csv").read_text())))
+    rows = read_rows(study.SHIPPED_STUDY / "runs.csv")
+    rows[3] = {**rows[3], "loss": float("nan")}
+    fit = study.fit_study(rows, resamples=2)
+    keep = [r for i, r in enumerate(raw) if i != 3]  # fitted here straight from the file's text
+    N, D, loss = (np.array([float(r[k]) for r in keep]) for k in ("N", "D", "loss"))
+    law = fit_scaling_law(N, D, loss)
+    assert fit["runs"] == len(raw) - 1
+    assert fit["dropped"] == [{"run_id": raw[3]["run_id"], "reason": study.usable_rows(rows)[1][0][1]}]
+    for key in ("A", "B", "alpha", "beta", "E"):
+        assert fit["law"][key] == pytest.approx(getattr(law, key), rel=1e-6)
+
+
+@pytest.mark.parametrize("name, content, words", [
+    ("fit.json", "{not json", "fit.json cannot be read"),
+    ("fit.json", '{"runs": 24}', "fit.json is not a study's fit"),
+    ("study.json", "", "study.json cannot be read"),
+    ("study.json", '{"grid": {}}', "study.json is not a study's"),
+    ("runs.csv", "\x00\x01", "runs.csv"),
+])
+def test_an_unreadable_study_file_is_named(tmp_path, name, content, words):
+    _shipped_copy(tmp_path)
+    (tmp_path / name).write_text(content)
+    with pytest.raises(StudyError, match=words.replace("'", ".")) as e:
+        study.read_study(tmp_path)
+    assert str(tmp_path / name) in str(e.value)
+    meta, rows, bad, fit, problems = study.open_study(tmp_path)
+    assert len(problems) == 1 and str(tmp_path / name) in problems[0]
+    if name == "fit.json":  # only the fit is lost: the runs and what they are still stand
+        assert meta["grid"]["name"] == "full" and len(rows) == 24 and fit is None
+    else:
+        assert (meta, rows, bad, fit) == (None, [], [], None)
+
+
+def test_a_study_opened_for_the_page_sets_aside_bad_runs_and_a_fit_of_other_runs(tmp_path):
+    raw = _shipped_copy(tmp_path)
+    meta, rows, bad, fit, problems = study.open_study(tmp_path)
+    assert len(rows) == len(raw) == fit["runs"] and bad == [] and problems == []
+    _shipped_copy(tmp_path, {"d48-D600064": "nan"})
+    meta, rows, bad, fit, problems = study.open_study(tmp_path)
+    assert [r["run_id"] for r in rows] == [r["run_id"] for r in raw if r["run_id"] != "d48-D600064"]
+    assert [r["run_id"] for r, _ in bad] == ["d48-D600064"]
+    assert fit is None and problems == [f"{tmp_path / 'fit.json'} was fitted to 24 runs, not to the 23 usable ones "
+                                        "in runs.csv"]

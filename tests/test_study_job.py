@@ -114,3 +114,60 @@ def test_a_dropped_handle_ends_its_study_and_its_folder(micro):
     gc.collect()
     proc.wait(30)
     assert not folder.exists()
+
+
+def test_every_state_status_gives_is_named_and_active_means_alive(tmp_path):
+    """Drive status() through each of its branches with real processes (alive: one waiting on its stdin; ended:
+    with each kind of exit) and collect the states it gives."""
+    import signal
+    import subprocess
+    import sys
+
+    from core.study import ROW_FIELDS
+
+    def ended(code: int) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])
+        p.wait(30)
+        return p
+
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"widths": [8], "tokens": [2048]}))
+    job = StudyJob(tmp_path / "unused.txt", str(grid), folder=tmp_path / "study")
+    (tmp_path / "study").mkdir()
+    seen, alive = set(), set()
+    seen.add(job.status().state)  # never started, no runs
+    (tmp_path / "study" / "runs.csv").write_text(",".join(ROW_FIELDS) + "\n" + ",".join(
+        ["d8-D2048", "8", "1", "2", "64", "16", "2", "1600", "3000", "2048", "2.5", "2.4", "1.0", "1337", "muon",
+         "1.0", "1.0"]) + "\n")
+    seen.add(job.status().state)  # never started, runs from before
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        job.proc = proc
+        for paused, stopping, progress in ((False, False, None), (False, False, "running"), (True, False, None),
+                                           (False, True, None)):
+            job._paused, job._stopping = paused, stopping
+            (tmp_path / "study" / "progress.json").write_text(json.dumps({"state": progress or "starting"}))
+            s = job.status()
+            alive.add(s.state)
+            assert s.active, s.state
+    finally:
+        proc.kill()
+        proc.wait(30)
+    job._paused = job._stopping = False
+    for p in (ended(0), ended(130), ended(2), proc):  # finished, stopped by itself, an error, killed (SIGKILL)
+        job.proc = p
+        s = job.status()
+        seen.add(s.state)
+        assert not s.active, s.state
+    assert proc.returncode == -signal.SIGKILL and "SIGKILL" in job.status().message
+    assert alive == set(study_job.ACTIVE)  # active means the process is alive, and every such state occurs
+    assert seen | alive == set(study_job.STATES)
+
+
+def test_an_unreadable_runs_csv_is_named_in_the_status(tmp_path):
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"widths": [8], "tokens": [2048]}))
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "runs.csv").write_bytes(b"\xff\xfe not text")
+    s = StudyJob(tmp_path / "unused.txt", str(grid), folder=tmp_path / "study").status()
+    assert s.rows == [] and str(tmp_path / "study" / "runs.csv") in s.problem and "cannot be read" in s.problem
