@@ -69,10 +69,18 @@ def test_the_study_was_made_from_the_corpus_found_here():
     assert json.loads(json.dumps(META["grid"]))["name"] == "full"
 
 
-def test_a_shipped_run_trained_again_gives_the_same_row():
-    """The cheapest run of the shipped grid, retrained here from its spec: the same row but for the timings
-    (the engines, the day and the other work on the machine change nothing)."""
-    from core.study import GRIDS, TIMING_FIELDS, train_one
+# Retrained on another machine, a run's losses differ by the floating-point reductions of that CPU's kernels: the
+# cheapest shipped run (train_loss 2.354611, loss 2.372113) gave 2.335509 / 2.354476 here with torch's kernels
+# forced to ATEN_CPU_CAPABILITY=default, 2.344782 with avx2 and 2.357333 with avx512 on an EPYC (issue 33): up to
+# 0.8 % apart. The tolerance leaves 2.5 times that; every other field must match exactly.
+LOSS_RTOL = 0.02
+
+
+def test_a_shipped_run_trained_again_gives_the_same_row_up_to_the_cpus_rounding():
+    """The cheapest run of the shipped grid, retrained here from its spec: every field but the timings as shipped,
+    the two losses within LOSS_RTOL (the engines, the day and the other work on the machine change nothing; the
+    CPU's kernels change the last digits of a few thousand optimiser steps)."""
+    from core.study import FLOAT_FIELDS, GRIDS, TIMING_FIELDS, train_one
 
     path = shakespeare_path()
     if path is None:
@@ -80,5 +88,24 @@ def test_a_shipped_run_trained_again_gives_the_same_row():
     row = min(ROWS, key=lambda r: r["cpu_s"])
     spec = next(s for s in GRIDS["full"].specs(path.read_text(encoding="utf-8")) if s.run_id == row["run_id"])
     again = train_one(spec)
-    assert {k: v for k, v in again.items() if k not in TIMING_FIELDS} == \
-        {k: v for k, v in row.items() if k not in TIMING_FIELDS}
+    exact = {k for k in row if k not in TIMING_FIELDS and k not in ("loss", "train_loss")}
+    assert {k: again[k] for k in exact} == {k: row[k] for k in exact}
+    assert FLOAT_FIELDS - set(TIMING_FIELDS) == {"loss", "train_loss", "flops"}  # flops is a product of integers
+    for k in ("loss", "train_loss"):
+        assert again[k] == pytest.approx(row[k], rel=LOSS_RTOL), k
+
+
+def test_the_same_run_trained_twice_on_one_machine_is_bit_identical():
+    """Where both sides run on the same machine in the same test, determinism is exact: two trainings of one spec
+    (a short one: 40 steps of the cheapest shipped run's shape) give the same row but for the timings."""
+    import dataclasses
+
+    from core.corpus import pydoc_text
+    from core.study import GRIDS, TIMING_FIELDS, train_one
+
+    row = min(ROWS, key=lambda r: r["cpu_s"])
+    spec = next(s for s in GRIDS["full"].specs(pydoc_text()) if s.run_id == row["run_id"])
+    spec = dataclasses.replace(spec, steps=40)
+    first, second = train_one(spec), train_one(spec)
+    assert {k: v for k, v in first.items() if k not in TIMING_FIELDS} == \
+        {k: v for k, v in second.items() if k not in TIMING_FIELDS}
