@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.induction import PROBE_SEQS, head_scores, probe_period, repeat_probe
+from core.induction import PROBE_SEQS, head_scores, induction_score, model_probe, probe_period  # noqa: F401
 from core.model import future_mask as model_future_mask
 from core.sampling import entropy, temperature_softmax
 
@@ -189,32 +189,20 @@ def first_token_score(pattern: np.ndarray) -> np.ndarray:
     return pattern[..., 1:, 0].mean(-1)
 
 
-def induction_score(pattern: np.ndarray, period: int) -> np.ndarray:
-    """Pattern of a sequence whose second half repeats its first (period T): mean over the queries i of
-    the second copy of a[i, i - T + 1], the key right after the query token's previous occurrence."""
-    n = pattern.shape[-1]
-    if n < 2 * period:
-        raise ValueError("the sequence must hold two copies of the period")
-    rows = np.arange(period, 2 * period)
-    cols = rows - period + 1
-    return pattern[..., rows, cols].mean(-1)
+# induction_score (imported above) is core.induction's: one measure for the pages and the training log
 
 
-def induction_scores(model, period: int | None = None, n_seqs: int = PROBE_SEQS, seed: int = 0) -> np.ndarray:
-    """(L, h) induction scores on the probe of core.induction: ``n_seqs`` strings of ``period`` distinct
-    random tokens, each written twice (the measure the training log records)."""
-    c = model.config
-    period = period or induction_period(c.n_ctx, c.vocab_size)
-    return head_scores(model, repeat_probe(c.vocab_size, n_seqs=n_seqs, period=period, seed=seed)).induction
-
-
-def induction_period(n_ctx: int, vocab_size: int | None = None) -> int:
-    return probe_period(n_ctx, vocab_size if vocab_size is not None else n_ctx)
+def induction_scores(model, tokenizer=None, period: int | None = None, n_seqs: int = PROBE_SEQS,
+                     seed: int = 0) -> np.ndarray:
+    """(L, h) induction scores on core.induction's probe for ``model`` and its ``tokenizer``
+    (``model_probe``): ``n_seqs`` strings of ``period`` distinct random tokens, each written twice. The
+    numbers Switch heads off shows and the training log records."""
+    return head_scores(model, model_probe(model, tokenizer, n_seqs=n_seqs, period=period, seed=seed)).induction
 
 
 def induction_chance(n_ctx: int, period: int | None = None, vocab_size: int | None = None) -> float:
     """Induction score of a head that spreads its weight evenly over the past (a[i, j] = 1/(i+1))."""
-    period = period or induction_period(n_ctx, vocab_size)
+    period = period or probe_period(n_ctx, vocab_size)
     rows = np.arange(period, 2 * period)
     return float(np.mean(1.0 / (rows + 1)))
 

@@ -36,9 +36,37 @@ def repeat_probe(vocab_size: int, n_seqs: int = PROBE_SEQS, period: int = PROBE_
     return torch.cat([first, first], dim=1)  # (S, 2T)
 
 
-def probe_period(n_ctx: int, vocab_size: int) -> int:
-    """The probe's period for a model: 50 where context and vocabulary allow, else the most that fits."""
-    return max(1, min(PROBE_PERIOD, n_ctx // 2, vocab_size))
+def probe_period(n_ctx: int, vocab_size: int | None = None) -> int:
+    """The probe's period for a model: 50 where context and vocabulary (the ids the probe draws from; None: no
+    limit) allow, else the most that fits."""
+    return max(1, min(PROBE_PERIOD, n_ctx // 2, n_ctx if vocab_size is None else vocab_size))
+
+
+def probe_choices(tokenizer) -> list[int] | None:
+    """The ids a model's probe draws from: for a BPE, its tokens that are whole printable text
+    (``readable_ids``); for characters (or no tokenizer), None, every id. Why not a BPE's whole vocabulary:
+    a byte-level BPE holds all 256 bytes, and a corpus in English never uses most of the non-ASCII ones nor
+    any piece of a character it lacks. Their embedding rows never received a gradient, so a probe made of
+    them measures what a head does with untrained rows, not what it learned (its first-copy loss is far
+    above log m); whole tokens are also what a page can show as text."""
+    return None if tokenizer is None else tokenizer.readable_ids()
+
+
+def model_probe(model, tokenizer=None, n_seqs: int = PROBE_SEQS, period: int | None = None,
+                seed: int = 0) -> torch.Tensor:
+    """The probe every head of ``model`` is measured on (the pages and the training log alike): ``repeat_probe``
+    drawn from ``probe_choices(tokenizer)``, its period sized for the model unless given."""
+    c = model.config
+    choices = probe_choices(tokenizer)
+    period = period or probe_period(c.n_ctx, c.vocab_size if choices is None else len(choices))
+    return repeat_probe(c.vocab_size, n_seqs=n_seqs, period=period, seed=seed, choices=choices)
+
+
+def copy_slices(period: int) -> tuple[slice, slice]:
+    """Slices of a repeated sequence's next-token losses (entry i predicts token i + 1), period T: predictions
+    of first-copy tokens 1..T-1, and of second-copy tokens T+1..2T-1. Token T, the first of the second copy,
+    is left out: nothing before it says which token starts the copy."""
+    return slice(0, period - 1), slice(period, 2 * period - 1)
 
 
 @dataclass
@@ -57,28 +85,32 @@ class HeadScores:
         return int(layer), int(head)
 
 
-def stripe_scores(pattern: np.ndarray | torch.Tensor, period: int) -> tuple[np.ndarray, np.ndarray]:
-    """From a (..., n, n) pattern of repeated sequences (period T), the previous-token score (mean of
-    a[i, i-1] over i >= 1) and the induction score (mean of a[i, i-T+1] over the second copy i in [T, 2T)),
-    both averaged over every leading axis but the last two (batch first: (B, ...) -> (...))."""
+def induction_score(pattern: np.ndarray | torch.Tensor, period: int) -> np.ndarray:
+    """The induction score, (..., n, n) -> (...): on a sequence whose second half repeats its first (period T),
+    the mean over the second-copy queries i in [T, 2T) of a[i, i - T + 1], the weight on the key right after
+    the query token's earlier occurrence. The one measure of the pages and the training log."""
     a = torch.as_tensor(pattern, dtype=torch.float64)
     n = a.shape[-1]
     if n < 2 * period:
         raise ValueError(f"the pattern covers {n} positions, fewer than two copies of period {period}")
-    prev = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1).mean(-1)       # (..., ) over queries 1..n-1
     rows = torch.arange(period, 2 * period)
-    ind = a[..., rows, rows - period + 1].mean(-1)                      # (..., )
-    return prev.mean(0).numpy(), ind.mean(0).numpy()
+    return a[..., rows, rows - period + 1].mean(-1).numpy()
+
+
+def stripe_scores(pattern: np.ndarray | torch.Tensor, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """From a (B, ..., n, n) pattern of repeated sequences (period T), the previous-token score (mean of
+    a[i, i-1] over i >= 1) and the ``induction_score``, both averaged over the batch: (B, ...) -> (...)."""
+    a = torch.as_tensor(pattern, dtype=torch.float64)
+    prev = torch.diagonal(a, offset=-1, dim1=-2, dim2=-1).mean(-1)       # (B, ...) over queries 1..n-1
+    return prev.mean(0).numpy(), induction_score(a, period).mean(0)
 
 
 @torch.no_grad()
-def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0, choices=None) -> HeadScores:
-    """Measure every head of ``model`` on the probe (default: ``repeat_probe`` sized for the model, drawn from
-    ``choices``, e.g. a BPE's tokens that are whole text, or from the whole vocabulary)."""
-    c = model.config
+def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0, tokenizer=None) -> HeadScores:
+    """Measure every head of ``model`` on ``probe`` (default: ``model_probe(model, tokenizer)``, the probe of
+    the pages and the training log; pass the model's tokenizer, or a BPE model is probed on bytes it never read)."""
     if probe is None:
-        pool = c.vocab_size if choices is None else len(choices)
-        probe = repeat_probe(c.vocab_size, period=probe_period(c.n_ctx, pool), seed=seed, choices=choices)
+        probe = model_probe(model, tokenizer, seed=seed)
     period = probe.shape[1] // 2
     was_training = model.training
     model.eval()
@@ -86,12 +118,11 @@ def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0, choices
     model.train(was_training)
     pats = torch.stack([rec.pattern for rec in out.attn], dim=1)  # (S, L, h, n, n)
     prev, ind = stripe_scores(pats, period)
-    # position i predicts token i + 1: predictions of first-copy tokens 1..T-1 and of second-copy tokens T+1..2T-1
-    # (token T, the first of the second copy, cannot be known from the first copy alone)
+    # position i predicts token i + 1; copy_slices says which predictions belong to which copy
     loss = F.cross_entropy(out.logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")  # (S, 2T-1)
-    first = loss[:, : period - 1].mean().item()
-    second = loss[:, period:].mean().item()
-    return HeadScores(previous_token=prev, induction=ind, first_copy_loss=first, second_copy_loss=second)
+    first, second = copy_slices(period)
+    return HeadScores(previous_token=prev, induction=ind, first_copy_loss=loss[:, first].mean().item(),
+                      second_copy_loss=loss[:, second].mean().item())
 
 
 def score_rows(step: int, scores: HeadScores) -> list[dict]:
@@ -107,11 +138,11 @@ def score_rows(step: int, scores: HeadScores) -> list[dict]:
 
 
 class HeadRecorder:
-    """Measures the heads on one fixed probe every ``every`` steps and keeps the rows (for heads.csv)."""
+    """Measures the heads on one fixed probe (``model_probe``: give the run's tokenizer) every ``every`` steps
+    and keeps the rows (for heads.csv)."""
 
-    def __init__(self, model, every: int = 100, seed: int = 0):
-        c = model.config
-        self.probe = repeat_probe(c.vocab_size, period=probe_period(c.n_ctx, c.vocab_size), seed=seed)
+    def __init__(self, model, every: int = 100, seed: int = 0, tokenizer=None):
+        self.probe = model_probe(model, tokenizer, seed=seed)
         self.every = max(1, int(every))
         self.rows: list[dict] = []
 

@@ -12,6 +12,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.induction import copy_slices  # which losses belong to which copy: one definition, core.induction's
+
 MODES = ("zero", "mean")
 Head = tuple[int, int]
 
@@ -263,13 +265,6 @@ def repeat_period(ids: list[int]) -> int | None:
     if n % 2 or half < 2 or list(ids[:half]) != list(ids[half:]):
         return None
     return half
-
-
-def copy_slices(period: int) -> tuple[slice, slice]:
-    """Slices of ``token_losses`` (entry i predicts token i + 1) for a sequence written twice with period T:
-    predictions of first-copy tokens 1..T-1, and of second-copy tokens T+1..2T-1. Token T, the first of the
-    second copy, is left out: nothing before it says which token starts the copy. As in core.induction."""
-    return slice(0, period - 1), slice(period, 2 * period - 1)
 
 
 @torch.no_grad()

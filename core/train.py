@@ -358,7 +358,8 @@ class Trainer:
         self.tokens_seen = 0
         self.train_time = 0.0
         self.log: list[dict] = []
-        self.heads = HeadRecorder(self.model, every=self.tc.heads_interval) if self.tc.heads_interval else None
+        self.heads = (HeadRecorder(self.model, every=self.tc.heads_interval, tokenizer=self.tokenizer)
+                      if self.tc.heads_interval else None)  # the pages' probe: for a BPE, its whole tokens
 
     def repeat_share(self, step: int | None = None) -> float:
         """The share of rows holding a repeated span at 0-based ``step`` (default: the next one)."""

@@ -47,7 +47,7 @@ def _overview(model_key: str, ids: tuple[int, ...], lo: int, hi: int):
 
 @st.cache_data(max_entries=8, show_spinner="Measuring induction on repeated random sequences ...")
 def _induction(model_key: str):
-    return induction_scores(model)
+    return induction_scores(model, tok)  # the probe of Switch heads off and the training log (core.induction)
 
 
 # figures are pure functions of their inputs: a rerun with the same inputs reuses the figure object (ui.cached_figure),

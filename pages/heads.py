@@ -42,8 +42,8 @@ mkey = model_key(entry)  # names the weights for the caches below
 
 @st.cache_data(max_entries=8, show_spinner="Measuring induction on repeated random sequences ...")
 def _scores(model_key: str):
-    # a BPE model's probe draws whole tokens only: bytes its corpus never used would only measure untrained rows
-    return head_scores(model, choices=tok.readable_ids())
+    # the probe of the Attention page and the training log: for a BPE, its whole tokens (core.induction.probe_choices)
+    return head_scores(model, tokenizer=tok)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.induction import (HeadRecorder, add_repeats, formation_step, head_scores, read_heads_csv, repeat_probe,
-                            stripe_scores, write_heads_csv)
-from core.model import ModelConfig, Transformer
+from core.induction import (HeadRecorder, add_repeats, formation_step, head_scores, model_probe, read_heads_csv,
+                            repeat_probe, stripe_scores, write_heads_csv)
+from core.model import AttentionRecord, ModelConfig, ModelOutput, Transformer
 
 
 def test_probe_rows_are_distinct_tokens_written_twice():
@@ -78,6 +78,76 @@ def test_head_scores_of_a_copying_model_are_found():
     s = head_scores(model)
     assert s.induction.shape == (1, 2) and s.previous_token.shape == (1, 2)
     assert s.in_context_gain == pytest.approx(s.first_copy_loss - s.second_copy_loss)
+
+
+class CopyingModel(torch.nn.Module):
+    """A model written out by hand, whose scores and losses are known: head 0 of its one layer is an exact
+    induction head (query i attends to the key after the earlier occurrence of token i, else to itself), head 1
+    a previous-token head; the logits give ``boost`` to the token after the earlier occurrence, else are flat.
+    So every first-copy prediction costs log m and every second-copy one log(1 + (m - 1) e^-boost)."""
+
+    def __init__(self, vocab_size: int, n_ctx: int, boost: float):
+        super().__init__()
+        self.config = ModelConfig(vocab_size=vocab_size, n_ctx=n_ctx, d_model=8, n_heads=2, n_layers=1)
+        self.boost = boost
+
+    def forward(self, idx, return_attn=False):
+        B, n = idx.shape
+        pattern = torch.zeros(B, 2, n, n)
+        logits = torch.zeros(B, n, self.config.vocab_size)
+        for b in range(B):
+            row = idx[b].tolist()
+            for i in range(n):
+                earlier = [j for j in range(i) if row[j] == row[i]]
+                if earlier:
+                    pattern[b, 0, i, earlier[-1] + 1] = 1.0
+                    logits[b, i, row[earlier[-1] + 1]] = self.boost
+                else:
+                    pattern[b, 0, i, i] = 1.0
+                pattern[b, 1, i, max(i - 1, 0)] = 1.0
+        attn = [AttentionRecord(scores=pattern, pattern=pattern)] if return_attn else None
+        return ModelOutput(logits=logits, attn=attn)
+
+
+def test_head_scores_of_a_hand_built_copying_model():
+    """Which head copies, and the losses on each copy, are known from how the model is built: a swap of the
+    first and second copy, or a loss read one position off, changes the numbers."""
+    m, boost = 40, 3.0
+    model = CopyingModel(m, n_ctx=24, boost=boost)
+    s = head_scores(model)
+    T = 12  # the probe's period: n_ctx // 2, less than 50 and than m
+    assert s.induction[0, 0] == pytest.approx(1.0) and s.induction[0, 1] == pytest.approx(0.0)
+    assert s.previous_token[0, 1] == pytest.approx(1.0)
+    # the copying head looks one back only where the key after the twin is the previous key: never, T > 2
+    assert s.previous_token[0, 0] == pytest.approx(0.0)
+    assert s.first_copy_loss == pytest.approx(np.log(m))
+    assert s.second_copy_loss == pytest.approx(np.log(1 + (m - 1) * np.exp(-boost)))
+    assert s.in_context_gain == pytest.approx(np.log(m) - np.log(1 + (m - 1) * np.exp(-boost)))
+    rec = HeadRecorder(model)
+    assert rec.probe.shape == (8, 2 * T)
+    rows = rec.record(model, 5)
+    assert [(r["layer"], r["head"], r["induction"], r["previous_token"]) for r in rec.rows] == [(0, 0, 1.0, 0.0),
+                                                                                             (0, 1, 0.0, 1.0)]
+    assert rec.rows[0]["second_copy_loss"] == pytest.approx(np.log(1 + (m - 1) * np.exp(-boost)), abs=1e-4)
+    assert rows.first_copy_loss == pytest.approx(np.log(m))
+
+
+def test_the_probe_of_a_bpe_model_draws_whole_tokens_only():
+    """One probe for the pages and the training log: a BPE model's whole printable tokens, a character model's
+    every id."""
+    from gpt2_folders import small_bpe
+
+    from core.tokenizer import CharTokenizer
+
+    tok = small_bpe()
+    readable = set(tok.readable_ids())
+    assert len(readable) < tok.vocab_size
+    model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_ctx=64, d_model=16, n_heads=2, n_layers=1))
+    for probe in (model_probe(model, tok), HeadRecorder(model, tokenizer=tok).probe):
+        assert probe.shape == (8, 64) and set(probe.flatten().tolist()) <= readable
+    chars = CharTokenizer.from_text("abcdefghij")
+    small = Transformer(ModelConfig(vocab_size=10, n_ctx=40, d_model=16, n_heads=2, n_layers=1))
+    assert torch.equal(model_probe(small, chars), repeat_probe(10, period=10))  # every id: no narrower pool
 
 
 def test_add_repeats_writes_each_chosen_span_again_later():

@@ -163,3 +163,63 @@ def test_the_heads_page_probes_whole_tokens(open_page, bpe):
     at = open_page("pages/heads.py", state=STATE)
     assert f"loss is {first:.2f} nats on the first copy" in words(at)
     assert first < head_scores(model).first_copy_loss  # the whole vocabulary's unused bytes cost far more
+
+
+def test_one_induction_score_per_head_on_both_pages_and_in_the_training_log(open_page, tmp_path):
+    """Issue 27: the Attention page, Switch heads off and the training recorder measure a BPE model's heads on
+    one probe (its whole printable tokens) and report the same score for each head, the one computed here from
+    the model's own pattern."""
+    import base64
+
+    import numpy as np
+    from gpt2_folders import small_bpe
+
+    from core.checkpoint import save_checkpoint
+    from core.corpus import pydoc_text
+    from core.induction import probe_period, repeat_probe
+    from core.train import TrainConfig, Trainer
+
+    tok = small_bpe()
+    readable = tok.readable_ids()
+    assert len(readable) < tok.vocab_size  # bytes that are pieces of characters: the two probes differ
+    trainer = Trainer(pydoc_text()[:20_000], dict(n_ctx=64, d_model=32, n_heads=2, n_layers=2),
+                      TrainConfig(steps=1, heads_interval=1), tokenizer=tok)
+    model = trainer.model
+    with torch.no_grad():  # sharper attention than at initialisation: which tokens the probe holds shows in the scores
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(25)
+    assert trainer.record_heads()  # step 0: the log's first measurement, of the weights saved below
+    logged = {(r["layer"], r["head"]): r["induction"] for r in trainer.heads.rows}
+    save_checkpoint(tmp_path / "tiny-bpe", model, tok)
+
+    # the score by hand: the weight each second-copy query gives the key after its twin, on whole tokens
+    model.eval()
+    T = probe_period(model.config.n_ctx, len(readable))
+    probe = repeat_probe(tok.vocab_size, period=T, choices=readable)
+    with torch.no_grad():
+        pats = np.stack([r.pattern.numpy() for r in model(probe, return_attn=True).attn], axis=1)  # (S, L, h, n, n)
+    rows = np.arange(T, 2 * T)
+    want = pats[:, :, :, rows, rows - T + 1].mean(axis=(0, -1))  # (L, h)
+    full = repeat_probe(tok.vocab_size, period=T)  # the whole vocabulary: scores this test can tell apart
+    with torch.no_grad():
+        pats_full = np.stack([r.pattern.numpy() for r in model(full, return_attn=True).attn], axis=1)
+    assert np.abs(pats_full[:, :, :, rows, rows - T + 1].mean(axis=(0, -1)) - want).max() > 5e-3
+
+    state = {"te_model_name": "tiny-bpe"}
+    at = open_page("pages/attention.py", models_dir=tmp_path, state=state)
+    z = next(t["z"] for chart in specs(at) for t in chart["data"]  # the panel "induction score" of the roles chart
+             if t.get("hovertemplate", "").startswith("induction score"))
+    if isinstance(z, dict):  # a typed array {dtype, bdata, shape} in base64
+        z = np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]).reshape(
+            [int(s) for s in str(z["shape"]).split(",")])
+    attention_page = np.asarray(z, dtype=float)
+    at = open_page("pages/heads.py", models_dir=tmp_path, state=state)
+    table = next(d.value for d in at.dataframe if list(d.value.columns) == ["head 1", "head 2"])  # layers x heads
+    assert list(table.index) == ["layer 1", "layer 2"]
+    heads_page = table.to_numpy(dtype=float)
+    assert attention_page.shape == heads_page.shape == want.shape == (2, 2)
+    for layer in range(2):
+        for head in range(2):
+            assert attention_page[layer, head] == pytest.approx(want[layer, head], abs=1e-6), (layer, head)
+            assert heads_page[layer, head] == pytest.approx(want[layer, head], abs=1e-6), (layer, head)
+            assert logged[layer, head] == pytest.approx(want[layer, head], abs=1e-4), (layer, head)  # 4 decimals
