@@ -3,10 +3,14 @@
 ``JobSettings`` holds the fields; ``validate_settings`` names every field that cannot be trained, using
 the one validation of a model's shape (``core.model.config_problems``) and of a run's settings
 (``core.train.train_problems``) plus the limits of a live run on a shared CPU; ``job_cost`` prices a
-run before it starts. Defaults come from the lecture's preset and from TrainConfig, never retyped.
+run before it starts, and ``run_memory`` estimates its peak memory, which ``validate_settings`` holds to the
+server's budget per run (``memory_budget``, TE_RUN_MEMORY). Defaults come from the lecture's preset and from
+TrainConfig, never retyped.
 """
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 from core.corpus import TRAIN_FRACTION
@@ -61,10 +65,16 @@ class JobSettings:
         if RECIPES[self.recipe].get("warmup") is not None:
             # a fixed warmup: over a tenth of a short run at most, as over 400 of the shipped model's 12,000 steps
             extra["warmup"] = min(RECIPES[self.recipe]["warmup"], self.steps // 10)
-        return TrainConfig.recipe(self.recipe, batch_size=self.batch_size, steps=self.steps, lr=self.lr,
-                                  seed=self.seed, eval_interval=eval_interval, eval_batches=8,
-                                  repeat_fraction=self.repeat_fraction, heads_interval=heads_interval(self.steps),
-                                  **extra)
+        tc = TrainConfig.recipe(self.recipe, batch_size=self.batch_size, steps=self.steps, lr=self.lr,
+                                seed=self.seed, eval_interval=eval_interval, eval_batches=8,
+                                repeat_fraction=self.repeat_fraction, heads_interval=heads_interval(self.steps),
+                                **extra)
+        # what a run costs at the least, before its corpus is known (the fewest tokens a vocabulary can have,
+        # no text): a run built from these settings is refused here even when no page checked them first
+        problem = memory_problem(self, MIN_VOCAB.get(self.tokenizer, 1), 0)
+        if problem:
+            raise ValueError(problem)
+        return tc
 
     @property
     def tokens(self) -> int:
@@ -107,6 +117,10 @@ def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int,
         n = count_parameters(s.model_config(max(1, vocab_size)))["total"]
         if n > MAX_PARAMS:
             errors["d_model"] = f"this model has {n:,} parameters; a live CPU run allows at most {MAX_PARAMS:,}"
+    if not errors:
+        problem = memory_problem(s, vocab_size, corpus_chars)
+        if problem:
+            errors["memory"] = problem
     return errors
 
 
@@ -153,3 +167,138 @@ def job_cost(s: JobSettings, vocab_size: int, corpus_chars: int, train_tokens: i
                    flops=training_flops(counts["total"], tokens),
                    epochs=tokens / max(1.0, train_tokens if train_tokens is not None else TRAIN_FRACTION * corpus_chars))
 
+
+# ---------------------------------------------------------------- memory
+# One training step on the CPU keeps, for its backward pass, every layer's activations: a few vectors of d
+# per token, the MLP's d_ff, and the logits' softmax over the whole vocabulary. They grow with the tokens per
+# step (batch x n_ctx) times the depth, and a form that accepts 65,536 tokens per step accepts runs of tens
+# of GB. Each run has a budget (TE_RUN_MEMORY), and a run the estimate puts over it is not started.
+
+FLOAT = 4                       # bytes per float32
+MIN_VOCAB = {"char": 1, "bpe": MIN_BPE_VOCAB}  # the fewest tokens each kind of tokenizer can end up with
+DEFAULT_RUN_MEMORY = 2**30      # 1 GiB per run: up to MAX_RUNNING_JOBS of them on a class server's few GB
+# The constants below are measured by bench/run_memory.py (bench/results/run-memory.md) on ten runs:
+# a training process that has imported torch and our modules and trained the lecture's model a few steps on a
+# small text, before its data and its model count
+PROCESS_BYTES = 340 * 2**20
+# the corpus inside the process, per character: the text and its two parts, the int64 token ids, and what
+# learning and encoding them leaves behind
+DATA_BYTES_PER_CHAR = 20
+# the allocator keeps the blocks one step frees for the next, and the backward pass makes gradients of its own:
+# the resident peak of a step was 1.5-2.1 times the activations it keeps
+ALLOCATOR_FACTOR = 1.7
+EVAL_WINDOWS = 64  # windows per forward pass when a saved run is scored (core.train.windowed_total's batch)
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+@dataclass(frozen=True)
+class RunMemory:
+    """The peak memory of a training run in bytes, estimated from its settings before it starts; within 30% of
+    (or above) the peak resident memory of the real runs measured by bench/run_memory.py."""
+    process: int       # Python, torch and our modules, before any data
+    data: int          # the corpus in the process and its token ids
+    weights: int       # parameters, their gradients, the optimiser's state (AdamW: two moments; Muon: one)
+    activations: int   # a training step's (what it keeps for its backward pass), or scoring's, the larger
+
+    @property
+    def total(self) -> int:
+        return self.process + self.data + self.weights + self.activations
+
+
+def activation_floats_per_token(config: ModelConfig) -> int:
+    """Floats one training step keeps per token of its batch for the backward pass (counted by hand from
+    core.model, checked against what autograd saves in tests/test_run_memory.py). Per block: its input x and
+    LayerNorm's output (d each), the fused W_QKV output (3d), attention's output (d; torch's CPU attention keeps
+    a log-sum-exp per head, h, and never the (n, n) matrix), the stream after attention and its LayerNorm (2d),
+    the MLP's hidden ReLU (d_ff), and LayerNorm's mean and 1/sigma twice (4). After the blocks: the stream and
+    the final LayerNorm (2d), the log-softmax over the m tokens, its mean and 1/sigma and the int64 inputs and
+    targets (6)."""
+    d, m = config.d_model, config.vocab_size
+    return config.n_layers * (8 * d + config.d_ff + config.n_heads + 4) + 2 * d + m + 6
+
+
+def run_memory(s: JobSettings, vocab_size: int, corpus_chars: int) -> RunMemory:
+    """The peak memory of a run of these settings over a corpus of ``corpus_chars`` characters whose tokenizer
+    has ``vocab_size`` tokens. The shape must be valid (validate_settings checks it first)."""
+    config = s.model_config(max(1, vocab_size))
+    counts = count_parameters(config)
+    params = counts["total"]
+    muon = counts["blocks"] - config.n_layers * counts["norms"] if RECIPES[s.recipe]["optimizer"] == "muon" else 0
+    weights = FLOAT * (2 * params + 2 * (params - muon) + muon)  # weights, gradients, AdamW's 2 moments, Muon's 1
+    m, d = config.vocab_size, config.d_model
+    tokens = s.batch_size * s.n_ctx
+    # a training step: what it keeps for the backward pass, then at its start the gradients of the log-softmax
+    # and of the logits, (B n, m) each
+    step = FLOAT * tokens * (ALLOCATOR_FACTOR * activation_floats_per_token(config) + 2 * m)
+    # scoring without gradients (every evaluation, and the held-out score of a saved run, EVAL_WINDOWS at a time):
+    # the logits and their log-softmax, and one block's stream, W_QKV output and MLP hidden units at a time
+    score = FLOAT * max(s.batch_size, EVAL_WINDOWS) * s.n_ctx * ALLOCATOR_FACTOR * (2 * m + 6 * d + config.d_ff)
+    return RunMemory(process=PROCESS_BYTES, data=DATA_BYTES_PER_CHAR * max(0, corpus_chars), weights=weights,
+                     activations=round(max(step, score)))
+
+
+def parse_size(text: str) -> int:
+    """Bytes from a size as a person writes it: "1.5G", "800M", "512k", "1GiB", "2 GB" or a number of bytes.
+    K, M, G and T count in powers of 1024, as Docker's memory limits do. ValueError when it is not a size."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not found:
+        raise ValueError(f"{text!r} is not a size: write bytes, or a number with K, M, G or T, e.g. 1.5G or 800M")
+    number, unit = found.groups()
+    return int(float(number) * _UNITS[unit.lower()])
+
+
+def memory_budget(value: str | None = None) -> int | None:
+    """The memory one run may take, in bytes: ``value``, by default the environment's TE_RUN_MEMORY, else
+    DEFAULT_RUN_MEMORY. None: no limit (TE_RUN_MEMORY=0). ValueError, saying so, when it is not a size."""
+    value = os.environ.get("TE_RUN_MEMORY", "") if value is None else value
+    if not str(value).strip():
+        return DEFAULT_RUN_MEMORY
+    try:
+        budget = parse_size(value)
+    except ValueError as e:
+        raise ValueError(f"the server's TE_RUN_MEMORY setting is wrong: {e}") from None
+    if 0 < budget < PROCESS_BYTES:  # most likely a unit left out: no run could ever start
+        raise ValueError(f"the server's TE_RUN_MEMORY setting is wrong: {value!r} is {size_label(budget)}, less than "
+                         f"a training process takes before it trains ({size_label(PROCESS_BYTES)}); write a unit, "
+                         "e.g. 1G")
+    return budget or None
+
+
+def size_label(n: float) -> str:
+    """310 MiB, 1.0 GiB: sizes in the powers of 1024 the budget is written in."""
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit in ("bytes", "MiB") else f"{n:,.1f} {unit}"
+        n /= 1024
+
+
+def memory_summary(s: JobSettings, vocab_size: int, corpus_chars: int) -> str:
+    """One sentence for the form: what the run needs and what the server allows."""
+    est = run_memory(s, vocab_size, corpus_chars)
+    need = (f"This run needs about {size_label(est.total)} of memory ({size_label(est.process)} for the process and "
+            f"torch, {size_label(est.activations)} for a step's activations, which grow with batch × n_ctx × L)")
+    try:
+        budget = memory_budget()
+    except ValueError as e:
+        return f"{need}; {e}."
+    allows = "sets no limit per run" if budget is None else f"allows {size_label(budget)} per run"
+    return f"{need}; the server {allows}."
+
+
+def memory_problem(s: JobSettings, vocab_size: int, corpus_chars: int) -> str | None:
+    """Why these settings may not train on this server, memory-wise; None when they may."""
+    try:
+        budget = memory_budget()
+    except ValueError as e:
+        return f"No run can start: {e}."
+    est = run_memory(s, vocab_size, corpus_chars)
+    if budget is None or est.total <= budget:
+        return None
+    biggest = max(("activations", "weights", "data"), key=lambda k: getattr(est, k))
+    advice = {"activations": f"what one step keeps for its backward pass ({size_label(est.activations)}) grows with "
+                             "batch × n_ctx, the number of blocks and the width: make one of them smaller",
+              "weights": f"the weights with their gradients and optimiser state take {size_label(est.weights)}: "
+                         "a narrower or shallower model, or a smaller vocabulary, needs less",
+              "data": f"the corpus and its tokens take {size_label(est.data)}: a shorter text needs less"}[biggest]
+    return (f"This run needs about {size_label(est.total)} of memory; the server allows {size_label(budget)} per "
+            f"run. Most of it: {advice}.")

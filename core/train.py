@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 import sys
 import threading
@@ -221,7 +222,11 @@ def min_corpus_chars(n_ctx: int) -> int:
 def encode_corpus(tokenizer: Tokenizer, text: str) -> torch.Tensor:
     """``tokenizer.encode(text, errors="drop")`` as a tensor. For characters it is vectorised: a megabyte corpus
     in milliseconds rather than a second, so starting a run from the training page feels immediate (a BPE's
-    Rust encoder takes about a second and a half for Tiny Shakespeare)."""
+    Rust encoder takes about a second and a half for Tiny Shakespeare). A byte-level BPE encodes the text in
+    ``bpe_pieces``, as it learned it: the same ids for ordinary text, in a bounded amount of memory."""
+    if isinstance(tokenizer, BPETokenizer) and tokenizer.byte_level:
+        pieces = [np.array(tokenizer.encode(p, errors="drop"), dtype=np.int64) for p in bpe_pieces(text)]
+        return torch.from_numpy(np.concatenate(pieces))
     if not isinstance(tokenizer, CharTokenizer):
         return torch.tensor(tokenizer.encode(text, errors="drop"), dtype=torch.long)
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)     # one code point per character
@@ -243,8 +248,43 @@ def make_tokenizer(kind: str, train_text: str, vocab_size: int | None = None) ->
     if kind == "bpe":
         if vocab_size is None:
             raise ValueError("a byte-level BPE needs a vocabulary size (at least 256, the bytes)")
-        return BPETokenizer.train(train_text, vocab_size)
+        return BPETokenizer.train(bpe_pieces(train_text), vocab_size)
     raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)} (got {kind!r})")
+
+
+MAX_PRETOKEN = 128  # characters: the longest run a BPE learns from as one piece (bpe_pieces)
+BPE_CHUNK = 1 << 16  # characters: text reaches the tokenizers library in pieces of about this many
+# Unicode's White_Space characters: what the byte-level pre-tokenizer's \s matches (Python's \s adds \x1c-\x1f)
+_WHITE = "\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# a line break between two non-space characters: the pre-tokenizer always ends a pre-token before the break and
+# after it (it is a pre-token of its own), so the text may be cut after it without changing a single pre-token
+_LINE_BREAK = re.compile(f"(?<=[^{_WHITE}]\n)(?=[^{_WHITE}])")
+
+
+def bpe_pieces(text: str, longest: int = MAX_PRETOKEN, chunk: int = BPE_CHUNK) -> list[str]:
+    """``text`` cut into the pieces a byte-level BPE learns from and encodes one by one; joined, they are
+    ``text``. Two kinds of cut:
+
+    - inside every run of non-space characters (or of spaces) longer than ``longest``, every ``longest``
+      characters. The pre-tokenizer splits each piece on its own, and each of its pre-tokens lies inside one such
+      run (with at most the space before it), so none is longer than ``longest`` + 1 characters. Why: the
+      trainer's time grows with the square of its longest pre-token, and a megabyte of letters without a space
+      is one pre-token (11 minutes to learn, bench/results/bpe-learning.md);
+    - after a line break between two non-space characters, once a piece has ``chunk`` characters: no pre-token
+      changes, and the library holds one piece's pre-tokens and token objects at a time instead of the whole
+      text's (about 200 bytes per character at once; bench/results/run-memory.md).
+
+    Text with no run longer than ``longest`` (prose, code, our corpora) keeps every pre-token, so the BPE learned
+    from its pieces and the ids they encode to are exactly those of the whole text (tests/test_bpe_bound.py)."""
+    cuts = {c for m in re.finditer(f"[^{_WHITE}]{{{longest + 1},}}|[{_WHITE}]{{{longest + 1},}}", text)
+            for c in range(m.start() + longest, m.end(), longest)}
+    last = 0
+    for m in _LINE_BREAK.finditer(text):
+        if m.start() - last >= chunk:
+            cuts.add(m.start())
+            last = m.start()
+    bounds = [0, *sorted(cuts), len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def get_windows(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:

@@ -10,10 +10,18 @@ the process itself (``save_checkpoint``, atomically), which sends back the path 
 Each job builds its own model from its own seed, so two jobs share nothing but the CPU. A process that dies
 (an exception, or killed) shows as "failed" with the reason. If the handle is garbage-collected (its browser
 session ended) the pipe closes and the process ends.
+
+Slots: at most MAX_RUNNING_JOBS runs train or wait paused at once, MAX_RUNS_PER_OWNER of them per owner (a browser
+session). Garbage collection of a closed tab's handle comes late (minutes), so a job may record its Streamlit
+session id and a liveness function (both opaque here): before a slot is refused, every run whose session has
+ended is stopped, its process ended and its weights discarded (``release_abandoned``): only its session could
+have saved it. Every wait on a process has a time limit: a process that is stopped (SIGSTOP) or starved makes a
+save fail in words after SAVE_TIMEOUT_S, and the run stays savable.
 """
 from __future__ import annotations
 
 import collections
+import errno
 import multiprocessing
 import os
 import queue
@@ -27,6 +35,7 @@ import types
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -34,6 +43,7 @@ from core.checkpoint import load_checkpoint, read_heads, read_log, read_training
 from core.induction import induction_summary
 from core.job_settings import JobSettings
 from core.params import count_parameters
+from core.quota import RETIRED_PREFIX, check_model_quota, remove_unused_retired
 from core.sampling import generate
 from core.speed import observe_rate
 from core.threads import training_threads, use_threads
@@ -41,6 +51,8 @@ from core.tokenizer import Prompt
 from core.train import Trainer, training_record
 
 MAX_RUNNING_JOBS = 4            # concurrent runs per server process; more would only share the same cores
+MAX_RUNS_PER_OWNER = 1          # of them per owner (a browser session): one student never holds every slot
+SAVE_TIMEOUT_S = 20.0           # a save the training process has not answered by then is given up, in words
 MAX_PROCESSES = 6               # live training processes per server; beyond it the oldest stopped run is retired
 SAMPLE_CHARS = 200              # length of each periodic sample
 SAMPLE_TEMPERATURE = 0.8
@@ -205,7 +217,7 @@ class _Run:
             elif cmd == "stop" and self.state in ("running", "paused"):
                 self.state, self.stopping = "running", True  # end() draws the last point and says "stopped"
             elif cmd == "save":
-                extra["reply"] = self.save(*args)
+                extra["reply"] = self.answer_save(*args)
             elif cmd == "retire" and self.state in ("stopped", "finished"):
                 self.retire()
                 return
@@ -236,10 +248,12 @@ class _Run:
     def retire(self):
         """Write the run as a checkpoint in a private temporary folder, report its path as ``retired``, and end
         the process. The parent saves from that folder from then on; the run cannot be resumed any more."""
-        folder = Path(tempfile.mkdtemp(prefix="te-retired-run-")) / "run"
+        # the server's pid in the name: core.quota tells a folder of this server from another's (a replica's)
+        folder = Path(tempfile.mkdtemp(prefix=f"{RETIRED_PREFIX}{os.getppid()}-")) / "run"
         kind, value = self.save(str(folder), False, None)
         if kind == "error":
-            self.report(reply=None, message=f"could not hand over the weights: {value}")
+            shutil.rmtree(folder.parent, ignore_errors=True)
+            self.report(message=f"could not hand over the weights: {value}")
             return  # keep serving: the run can still be saved or resumed
         self.retired = True
         self.report(retired=str(folder))
@@ -267,8 +281,16 @@ class _Run:
         self.send(dict(msg, state=self.state, step=tr.step_num, tokens_seen=tr.tokens_seen, elapsed=self.elapsed,
                        tokens_per_s=self.rate(), **extra))
 
+    def answer_save(self, folder: str, overwrite: bool, owner: str | None, deadline: float, token: int):
+        """The reply to the parent's save number ``token``: (token, "saved", path) or (token, "error", exception).
+        Past ``deadline`` (time.time()) the parent has given up waiting (this process was stopped or starved):
+        nothing is written then, so a save the page reported as failed never appears later."""
+        if time.time() > deadline:
+            return token, "error", TimeoutError("the save was given up before the training process could do it")
+        return (token, *self.save(folder, overwrite, owner))
+
     def save(self, folder: str, overwrite: bool, owner: str | None) -> tuple[str, object]:
-        """("saved", path) or ("error", the exception); the checkpoint is written atomically."""
+        """("saved", path) or ("error", the exception, in words: ``save_failure``); written atomically."""
         tr = self.trainer
         heads = list(tr.heads.rows) if tr.heads else []
         extra = {"induction": induction_summary(heads)} if heads else {}
@@ -279,10 +301,20 @@ class _Run:
             )
             return "saved", save_checkpoint(Path(folder), tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite,
                                             owner=owner, heads=heads)
-        except (OSError, ValueError) as e:
-            return "error", e
         except Exception as e:  # noqa: BLE001 - e.g. safetensors' own error when the disk is full
-            return "error", OSError(f"{type(e).__name__}: {e}")
+            return "error", save_failure(e)
+
+
+def save_failure(e: Exception) -> Exception:
+    """What a failed write of a checkpoint reaches the page as, whichever process wrote it: a refusal (ValueError)
+    or an OSError as it is, a full disk in one sentence, and anything else (safetensors' own error, an unreadable
+    handed-over checkpoint) as an OSError naming it. save_checkpoint writes atomically, so nothing is half-written."""
+    if getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e):
+        return OSError("No space left on device: the disk is full, so nothing was saved; the run is kept and can "
+                       "be saved once there is room (ask the teacher)")
+    if isinstance(e, (OSError, ValueError)):
+        return e
+    return OSError(f"the model could not be written ({type(e).__name__}: {e}); nothing was saved")
 
 
 # ------------------------------------------------------------------ the server's side
@@ -290,18 +322,83 @@ def running_jobs() -> int:
     return sum(1 for job in list(_JOBS) if job._state() in ("preparing", "running"))
 
 
-def _check_slot():
+def _check_slot(job: "TrainingJob"):
+    """BusyError unless ``job`` may train now. First, runs whose session has ended give their slots back."""
+    if job._alive is not None:
+        release_abandoned(job._alive, exclude=job)
     # paused runs hold a slot too: resuming them must not push the server past the limit
-    if sum(1 for job in list(_JOBS) if job._state() in ACTIVE_STATES) >= MAX_RUNNING_JOBS:
-        raise BusyError(f"{MAX_RUNNING_JOBS} runs are already training on this server; "
-                        "wait for one to finish or stop one")
+    active = [other for other in list(_JOBS) if other is not job and other._state() in ACTIVE_STATES]
+    if job._owner is not None and sum(other._owner == job._owner for other in active) >= MAX_RUNS_PER_OWNER:
+        runs = f"{MAX_RUNS_PER_OWNER} run{'s' if MAX_RUNS_PER_OWNER != 1 else ''}"
+        raise BusyError(f"you have {runs} training or paused already (in another tab?), as many as one person may "
+                        "have at a time; stop it to start this one")
+    if len(active) >= MAX_RUNNING_JOBS:
+        raise BusyError(busy_message([other.status() for other in active]))
+
+
+def busy_message(held: list[JobStatus]) -> str:
+    """Why a run cannot start: who holds the slots (``held``: the active runs' statuses) and when one should free."""
+    paused = sum(s.state in ("paused", "pausing") for s in held)
+    training = len(held) - paused
+    who = (f"{training} training" if not paused else f"{paused} paused" if not training
+           else f"{training} training and {paused} paused")
+    text = f"This server's training slots are all taken ({who})"
+    ends = [s.eta_s for s in held if s.state not in ("paused", "pausing") and s.eta_s is not None]
+    if ends:
+        return f"{text}; the next should free in {_about(min(ends))}: try again then."
+    if training:
+        return f"{text}; the runs cannot yet tell when they will end: try again in a few minutes."
+    return (f"{text}; a paused run frees its slot when it is stopped, or a few minutes after its tab is closed: "
+            "try again later.")
+
+
+def _about(seconds: float) -> str:
+    if seconds < 60:
+        return "under a minute"
+    if seconds < 3600:
+        return f"about {round(seconds / 60)} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
+def release_abandoned(alive: Callable[[str], bool], exclude=None) -> int:
+    """Stop every run whose browser session has ended (``alive(session id)`` is False): its process is ended and
+    its weights are discarded, since only that session could have saved them; its slot is free at once. Runs that
+    recorded no session are left alone, and so is a run whose liveness cannot be told (``alive`` raises).
+    Returns how many were released."""
+    released = 0
+    for job in list(_JOBS):
+        if job is exclude or job._session is None:
+            continue
+        try:
+            gone = not alive(job._session)
+        except Exception:  # noqa: BLE001 - in doubt, a run is kept
+            gone = False
+        if gone:
+            job._abandon()
+            released += 1
+    return released
+
+
+def _retired_in_use() -> set[str]:
+    """The handed-over folders some live handle may still save from (every handle's messages read first)."""
+    used = set()
+    for job in list(_JOBS):
+        job._pump()
+        if job._p["retired"]:
+            used.add(str(Path(job._p["retired"]).parent))
+    return used
 
 
 class TrainingJob:
     """Handle of one background training run. Create, ``start()``, then poll ``status()``."""
 
-    def __init__(self, text: str, corpus_name: str, settings: JobSettings | None = None, sample_prompt: str = "The "):
+    def __init__(self, text: str, corpus_name: str, settings: JobSettings | None = None, sample_prompt: str = "The ",
+                 owner: str | None = None, session: str | None = None, alive: Callable[[str], bool] | None = None):
+        """``owner``: who the run counts against (MAX_RUNS_PER_OWNER). ``session``: the id of the browser session
+        that holds this handle, and ``alive``: a function telling whether a session id still lives; with them, a
+        run whose session has ended gives its slot back when another run asks for one (``release_abandoned``)."""
         self._text, self._corpus_name, self._sample_prompt = text, corpus_name, sample_prompt
+        self._owner, self._session, self._alive = owner, session, alive
         self._settings = settings or JobSettings()
         self._tc = self._settings.train_config()
         self._threads = self._settings.threads or training_threads()
@@ -315,6 +412,8 @@ class TrainingJob:
         self._started = time.monotonic()  # the oldest stopped run is the first retired (MAX_PROCESSES)
         self._lock = threading.Lock()       # guards _p and the pipe
         self._save_lock = threading.Lock()  # one save at a time: they share the reply slot
+        self._saves = 0                     # numbers each save, so that a late reply is never taken for the next's
+        self._finalizer = None              # _close, once a process has started
 
     @property
     def settings(self) -> JobSettings:
@@ -375,13 +474,12 @@ class TrainingJob:
         elif state == "stopped" and self._p["step"] < self._tc.steps and self._p["retired"] is None:
             self._launch()
 
-    def stop(self, wait: float | None = 30.0):
+    def stop(self, wait: float | None = 30.0) -> bool:
         """End the run after the current step; the weights trained so far are kept. ``wait``: seconds to
-        wait for it to end (None: return at once; the status says "stopping" until it has)."""
+        wait for it to end (None: return at once; the status says "stopping" until it has). True if it has ended."""
         self._stop, self._go = True, True
         self._send("stop")
-        if wait:
-            self.join(wait)
+        return self.join(wait) if wait else self._state() not in ACTIVE_STATES
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the run has stopped, finished or failed (a paused run has not); True if it has."""
@@ -393,27 +491,54 @@ class TrainingJob:
             self._pump(wait=left)
         return True
 
-    def save(self, models_dir, name: str, protected=(), overwrite: bool = False, owner: str | None = None) -> Path:
+    def save(self, models_dir, name: str, protected=(), overwrite: bool = False, owner: str | None = None,
+             timeout: float = SAVE_TIMEOUT_S) -> Path:
         """Write the current weights as a checkpoint folder ``models_dir/<sanitised name>`` (atomically),
         recording ``owner`` (a browser session's id): only the same owner may later replace it.
-        Only a paused, stopped or finished run can be saved. ValueError with the reason otherwise; the
-        OSError of a failed write; ChildProcessError if the training process has died."""
+        Only a paused, stopped or finished run can be saved. ValueError with the reason otherwise (a saved-model
+        quota reached included: core.quota); an OSError in words when the write fails, TimeoutError when the
+        training process has not answered within ``timeout`` seconds (it then writes nothing), ChildProcessError
+        when it has died. The run stays savable after any of them but the last."""
         if self._state() not in SAVABLE_STATES:
             raise ValueError("pause or stop the run (or let it finish) before saving it")
         folder = user_model_folder(models_dir, name, protected, overwrite, owner=owner)
-        if self._p["retired"] is not None:  # the process has ended: save from the checkpoint it handed over
-            src = Path(self._p["retired"])
-            model, tok = load_checkpoint(src)
-            return save_checkpoint(folder, model, tok, read_training(src), read_log(src), overwrite=overwrite,
-                                   owner=owner, heads=read_heads(src) or [])
+        remove_unused_retired(_retired_in_use())
+        check_model_quota(models_dir, folder, owner)
         with self._save_lock:
-            self._p["reply"] = None
-            self._send("save", str(folder), overwrite, owner)
-            while self._p["reply"] is None:
-                if self._conn is None:
-                    raise ChildProcessError(self._p["message"])
-                self._pump(wait=0.1)
-            kind, value = self._p["reply"]
+            if self._p["retired"] is None:
+                path = self._save_in_process(folder, overwrite, owner, timeout)
+                if path is not None:
+                    return path
+            # the process has ended, before this save or while it waited (another session's start retired it):
+            # save from the checkpoint it handed over
+            src = Path(self._p["retired"])
+            try:
+                model, tok = load_checkpoint(src)
+                return save_checkpoint(folder, model, tok, read_training(src), read_log(src), overwrite=overwrite,
+                                       owner=owner, heads=read_heads(src) or [])
+            except Exception as e:  # noqa: BLE001 - one message for a failed write, whichever process writes
+                raise save_failure(e) from e
+
+    def _save_in_process(self, folder: Path, overwrite: bool, owner: str | None, timeout: float) -> Path | None:
+        """Ask the process to save: the path, or None if it handed its weights over instead."""
+        self._saves += 1
+        token, deadline = self._saves, time.monotonic() + timeout
+        self._send("save", str(folder), overwrite, owner, time.time() + timeout, token)
+        while True:
+            reply = self._p["reply"]
+            if reply is not None and reply[0] == token:
+                break
+            if self._p["retired"] is not None:
+                return None  # it retired before reading the command: the command will never be answered
+            if self._conn is None:
+                raise ChildProcessError(f"{self._p['message'] or 'the training process has ended'}; "
+                                        "nothing was saved")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the training process is not answering (it may be stopped or overloaded); "
+                                   f"nothing was saved after {timeout:g} s, try again in a moment")
+            self._pump(wait=min(0.1, left))
+        _, kind, value = reply
         if kind == "error":
             raise value
         return value
@@ -421,7 +546,7 @@ class TrainingJob:
     # --- the pipe ------------------------------------------------------------------------------------
     def _launch(self):
         with _SLOTS_LOCK:
-            _check_slot()
+            _check_slot(self)
             _retire_oldest_stopped(keep=MAX_PROCESSES - 1, exclude=self)
             with self._lock:
                 self._stop, self._go = False, True
@@ -430,6 +555,7 @@ class TrainingJob:
         if self._proc is not None:
             self._send("resume")
             return
+        remove_unused_retired(_retired_in_use())  # temporary folders of runs nobody can save any more
         # the corpus goes through a file: a large argument would hold this thread until the process reads it
         fd, corpus = tempfile.mkstemp(prefix="te-corpus-", suffix=".txt")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -441,7 +567,23 @@ class TrainingJob:
             _start(self._proc)
             child_end.close()  # the process has its own copy; ours would hide its end from us
         # the session that owned this handle is gone: closing the pipe ends the process
-        weakref.finalize(self, _close, self._conn, corpus, self._p)
+        self._finalizer = weakref.finalize(self, _close, self._conn, corpus, self._p)
+
+    def _abandon(self):
+        """The run's session has ended: end its process at once (it may be stopped, or mid-step) and discard what
+        it trained, handed-over folder included; the run shows as failed, with the reason."""
+        _JOBS.discard(self)
+        with self._lock:
+            proc, conn, self._conn = self._proc, self._conn, None
+            self._p.update(state="failed", message="its browser session ended, so the run was stopped and its "
+                                                   "weights discarded")
+        if proc is not None and proc.is_alive():
+            proc.kill()
+            proc.join(5)
+        if self._finalizer is not None:
+            self._finalizer()  # closes the pipe, removes the handed-over folder and an unread corpus file
+        elif conn is not None:
+            conn.close()
 
     def _state(self) -> str:
         """The state the process last reported, after reading what has arrived."""

@@ -1,3 +1,4 @@
+import hashlib
 import math
 
 import streamlit as st
@@ -11,13 +12,14 @@ from core.figures import loss_curve
 from core.induction import THRESHOLD, formation_step
 from core.induction_figures import formation_figure
 from core.job_settings import (INDUCTION_FORMS_NEAR, INDUCTION_PRESET, MAX_BPE_VOCAB, MAX_STEPS, MIN_BPE_VOCAB,
-                               JobSettings, job_cost, validate_settings)
+                               JobSettings, job_cost, memory_summary, validate_settings)
 from core.params import per_block_latex
 from core.speed import measured_flop_rate
 from core.train import DEFAULT_BPE_VOCAB, RECIPE_TITLES, RECIPES, describe_recipe, encode_corpus, make_tokenizer
-from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob
-from ui import chart, ensure_frame, job_controls, offer_shakespeare_fetch, session_owner, shipped_names, upload_limit_mb, \
-    user_models_dir
+from core.quota import QuotaError, models_of
+from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob, release_abandoned
+from ui import chart, compute_slot, ensure_frame, job_controls, offer_shakespeare_fetch, session_alive, session_id, \
+    session_owner, shipped_names, upload_limit_mb, user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -108,7 +110,7 @@ except ValueError as e:  # an unreadable built-in file
 TOKENIZER_TITLES = {"char": "Characters", "bpe": "Byte-level BPE"}
 
 
-@st.cache_resource(show_spinner="Learning the byte-level BPE from the training part ...", max_entries=8)
+@st.cache_resource(show_spinner=False, max_entries=8)
 def _bpe(text: str, vocab: int):
     """(tokenizer, training tokens, held-out tokens) of a BPE learned from the training part of ``text``, as the
     run will learn it; read-only, so sessions may share it."""
@@ -137,7 +139,14 @@ if tok_kind == "bpe":
 bpe = None  # (tokenizer, training ids, held-out ids) once learned
 if info is not None:
     if tok_kind == "bpe" and MIN_BPE_VOCAB <= bpe_vocab <= MAX_BPE_VOCAB:
-        bpe = _bpe(text, int(bpe_vocab))
+        # seconds of work for a long text: in line with the pages' other heavy work (a BPE learned already skips it)
+        compute_slot("learning the BPE", key=("bpe", hashlib.sha256(text.encode("utf-8")).hexdigest(), int(bpe_vocab)),
+                     lane="long")
+        with st.spinner(f"Learning a byte-level BPE of {int(bpe_vocab):,} tokens from the training "
+                        f"{TRAIN_FRACTION:.0%} ({info.chars * TRAIN_FRACTION / 1e6:,.1f} million characters) and "
+                        "cutting the text into its tokens: about a second per million characters on a shared "
+                        "server ...", show_time=True):
+            bpe = _bpe(text, int(bpe_vocab))
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Characters", f"{info.chars:,}")
     c2.metric("Size", f"{info.bytes / 1024:,.0f} KiB" if info.bytes >= 10 * 1024 else f"{info.bytes:,} bytes")
@@ -268,6 +277,8 @@ else:
         vocab = int(bpe_vocab)
 errors = validate_settings(settings, info.chars if info else 0, vocab, split_tokens) if info else {}
 for key, message in errors.items():
+    if key == "memory":
+        continue  # said below the cost, with the estimate
     slot = tok_field if key == "bpe_vocab" else (fields.get(key) or fields["d_model"])
     slot.error(message, icon=":material/block:")
 
@@ -308,9 +319,14 @@ if cost is not None:
         st.caption(f"D/N = {cost.tokens_per_param:,.1f} tokens per parameter; the run reads the training "
                    f"{TRAIN_FRACTION:.0%} of the corpus about {cost.epochs:,.1f} times over. The count has no h in it: "
                    "heads split the width, they add no weights.")
+if "memory" in errors:  # a run this server cannot hold: only Start is refused, the settings stay as typed
+    st.error(errors["memory"], icon=":material/memory:")
+elif info is not None and not errors:
+    st.caption(memory_summary(settings, vocab, info.chars))
 
 # ---------------------------------------------------------------- run
 st.header("3. Train")
+release_abandoned(session_alive)  # runs of sessions that have ended (tabs closed minutes ago) give their slots back
 job: TrainingJob | None = st.session_state.get("train_job")
 status = job.status() if job else None
 busy = status is not None and not status.can_start
@@ -324,7 +340,8 @@ if status is not None and not busy:
 if errors:
     st.caption("Fix the settings marked above to start.")
 if start_clicked and not busy and info is not None and not errors:
-    new = TrainingJob(text, info.name, settings, sample_prompt=prompt_text)
+    new = TrainingJob(text, info.name, settings, sample_prompt=prompt_text, owner=session_owner(),
+                      session=session_id(), alive=session_alive)
     try:
         new.start()
     except BusyError as e:
@@ -417,7 +434,8 @@ def live_view(job: TrainingJob, polling: bool):
 if job is None:
     if info is not None and not errors:
         st.info("Press Start training when the settings suit you. You can leave this page while it runs; "
-                "come back to watch it or to save the model.")
+                "come back to watch it or to save the model. Closing the browser tab ends the run a few minutes "
+                "later, and what it trained is lost unless you saved it.")
     st.stop()
 
 polling = job.status().moving
@@ -438,6 +456,12 @@ st.markdown("A saved model joins the model picker in the sidebar, so the other p
             "but only the browser session that saved a model may replace it.")
 
 
+def _hf_zip(path: str, name: str) -> bytes:
+    """The saved model as a Hugging Face GPT-2 folder, zipped: what was written, read back."""
+    model, tok = load_checkpoint(path)
+    return export_zip(model, tok, f"{name}-gpt2")
+
+
 def _save():
     """Button callback: runs before the next script run, so it may still set the sidebar's selection."""
     st.session_state.pop("train_saved", None)
@@ -446,12 +470,14 @@ def _save():
     try:
         path = job.save(user_models_dir(), st.session_state.get("train_save_name", ""), protected=shipped_names(),
                         overwrite=st.session_state.get("train_overwrite", False), owner=session_owner())
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError) as e:  # a refusal, a full disk or quota, a process not answering: the run is kept
         st.session_state["train_save_error"] = str(e)
+        if isinstance(e, QuotaError) and (mine := models_of(user_models_dir(), session_owner())):
+            st.session_state["train_save_error"] += f". Yours: {', '.join(mine)}"
         return
-    model, tok = load_checkpoint(path)  # what was written, read back: the export is of the saved model
-    st.session_state["train_saved"] = {"name": path.name, "path": str(path), "zip": checkpoint_zip(path),
-                                       "hf_zip": export_zip(model, tok, f"{path.name}-gpt2"), "step": job.status().step}
+    # no zips kept: the download buttons pack the saved folder when clicked (two zips per save, about twice the
+    # weights, stayed in the session's memory until it ended)
+    st.session_state["train_saved"] = {"name": path.name, "path": str(path), "step": job.status().step}
     if st.session_state.get("train_select", True):
         st.session_state["te_model_name"] = path.name
 
@@ -476,9 +502,11 @@ if saved:
     st.success(f"Saved **{saved['name']}** (step {saved['step']:,}) in {user_models_dir()}. It is in the sidebar's "
                "model picker now; open Home to read its model card and loss curve.")
     z1, z2, _ = st.columns([1, 1, 2])
-    z1.download_button("Download the checkpoint folder (.zip)", data=saved["zip"], file_name=f"{saved['name']}.zip",
-                       mime="application/zip", key="train_download", on_click="ignore")
-    z2.download_button("Download for transformers (.zip)", data=saved["hf_zip"], file_name=f"{saved['name']}-gpt2.zip",
+    z1.download_button("Download the checkpoint folder (.zip)", data=lambda: checkpoint_zip(saved["path"]),
+                       file_name=f"{saved['name']}.zip", mime="application/zip", key="train_download",
+                       on_click="ignore")
+    z2.download_button("Download for transformers (.zip)", data=lambda: _hf_zip(saved["path"], saved["name"]),
+                       file_name=f"{saved['name']}-gpt2.zip",
                        mime="application/zip", key="train_download_hf", on_click="ignore",
                        help="The same model as a Hugging Face GPT-2 folder: GPT2LMHeadModel.from_pretrained(folder) "
                             "gives the same logits and AutoTokenizer the same token ids, so you can go on in "

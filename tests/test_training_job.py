@@ -241,7 +241,7 @@ def test_too_many_runs_are_refused(monkeypatch):
     a = TrainingJob(TEXT, "a", tiny(steps=100_000))
     a.start()
     try:
-        with pytest.raises(tj.BusyError, match="already training"):
+        with pytest.raises(tj.BusyError, match="training slots are all taken"):
             TrainingJob(TEXT, "b", tiny()).start()
     finally:
         a.stop(wait=None)

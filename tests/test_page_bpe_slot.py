@@ -1,0 +1,34 @@
+"""Learning a BPE on the Training page waits in the compute line like the other pages' heavy work."""
+import threading
+
+import pytest
+
+import ui
+from tests.polling import wait_until
+from tests.test_page_queue import slot_taken_elsewhere
+
+
+@pytest.fixture
+def long_lane(monkeypatch):
+    monkeypatch.setenv("TE_COMPUTE_SLOTS", "2")
+    ui.compute_gate.clear()
+    gate = ui.compute_gate("long")
+    assert gate.slots == 1
+    yield gate
+    ui.compute_gate.clear()
+
+
+def test_learning_a_bpe_waits_for_a_slot(open_page, tmp_path, long_lane):
+    at = open_page("pages/training.py", models_dir=tmp_path / "models")
+    at.radio(key="train_corpus").set_value("pydoc").run()
+    at.radio(key="train_tokenizer").set_value("bpe").run()
+    assert not at.exception and long_lane.running == 0  # the BPE of the default size was learned, the slot given back
+    with slot_taken_elsewhere(long_lane):
+        at.number_input(key="train_bpe_vocab").set_value(272)  # a size no run has learned yet
+        run = threading.Thread(target=at.run)
+        run.start()
+        wait_until(lambda: long_lane.waiting == 1)  # in line behind the other student's work
+    run.join(120)
+    assert not run.is_alive() and not at.exception
+    assert {m.label: m.value for m in at.metric}["Vocabulary m"] == "272"
+    wait_until(lambda: long_lane.waiting == 0 and long_lane.running == 0)

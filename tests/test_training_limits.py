@@ -1,0 +1,195 @@
+"""Hostile use of the training slots and of Save (issue 26): closed tabs, one person's runs, a stopped process,
+a full disk, a save racing its process's retirement, the saved-model quota."""
+import os
+import signal
+import threading
+import types
+from pathlib import Path
+
+import pytest
+from safetensors import SafetensorError
+
+import core.checkpoint as checkpoint
+import core.training_job as tj
+from core.checkpoint import load_checkpoint
+from core.quota import QuotaError
+from core.training_job import BusyError, JobStatus, TrainingJob, busy_message
+from tests.polling import wait_until
+from tests.test_training_job import TEXT, start_process, tiny
+
+
+def status(state: str, eta_s: float | None) -> JobStatus:
+    return JobStatus(state=state, message=None, step=10, total_steps=100, tokens_seen=0, tokens_per_s=None,
+                     elapsed_s=1.0, eta_s=eta_s, step_losses=[], evals=[], samples=[])
+
+
+def test_the_refusal_says_who_holds_the_slots_and_when_the_next_frees():
+    text = busy_message([status("running", 400), status("running", 170), status("paused", 10), status("paused", None)])
+    assert "training slots are all taken (2 training and 2 paused)" in text
+    assert "the next should free in about 3 min" in text  # the soonest of the training runs, paused ones aside
+    assert "under a minute" in busy_message([status("stopping", 5)])
+    assert "few minutes after its tab is closed" in busy_message([status("paused", None)] * 4)
+    assert "cannot yet tell" in busy_message([status("preparing", None)])
+
+
+@pytest.mark.slow  # three training processes
+def test_a_run_whose_session_ended_gives_its_slot_back_and_its_weights_are_discarded(monkeypatch):
+    monkeypatch.setattr(tj, "MAX_RUNNING_JOBS", 1)
+    live = {"finished-tab", "paused-tab", "new-tab"}
+
+    def alive(session):
+        return session in live
+
+    done = TrainingJob(TEXT, "done", tiny(steps=3), session="finished-tab", alive=alive)
+    done.start()
+    assert done.join(120)
+    wait_until(lambda: done.status().state == "finished" and done._p["retired"])
+    handed_over = Path(done._p["retired"]).parent
+    paused = TrainingJob(TEXT, "paused", tiny(steps=100_000), session="paused-tab", alive=alive)
+    proc = start_process(paused)
+    wait_until(lambda: paused.status().step >= 1)
+    paused.pause()
+    wait_until(lambda: paused.status().state == "paused")
+    new = TrainingJob(TEXT, "new", tiny(steps=100_000, seed=4), session="new-tab", alive=alive)
+    with pytest.raises(BusyError, match=r"slots are all taken \(1 paused\)"):
+        new.start()  # the paused run's tab is still open: it keeps its slot
+    doubtful = TrainingJob(TEXT, "x", tiny(), session="new-tab", alive=lambda s: 1 / 0)
+    with pytest.raises(BusyError):
+        doubtful.start()  # liveness that cannot be told keeps every run
+    live -= {"finished-tab", "paused-tab"}  # both tabs closed, and Streamlit has forgotten their sessions
+    try:
+        new.start()
+        wait_until(lambda: not proc.is_alive())
+        s = paused.status()
+        assert s.state == "failed" and "browser session ended" in s.message and not s.can_save and not s.active
+        assert not handed_over.exists()  # the finished run's weights, which only its session could save
+        assert new.status().active
+    finally:
+        new.stop()
+
+
+def test_one_person_trains_one_run_at_a_time():
+    mine = TrainingJob(TEXT, "a", tiny(steps=100_000), owner="me")
+    mine.start()
+    try:
+        with pytest.raises(BusyError, match="you have 1 run training or paused"):
+            TrainingJob(TEXT, "b", tiny(), owner="me").start()
+    finally:
+        assert mine.stop()
+    tj._check_slot(TrainingJob(TEXT, "b", tiny(), owner="me"))  # the first has stopped: its owner may start another
+
+
+def test_session_alive_asks_streamlits_session_manager(monkeypatch):
+    import streamlit.runtime as runtime
+    import ui
+
+    known = {"open-tab"}
+    manager = types.SimpleNamespace(get_session_info=lambda sid: object() if sid in known else None)
+    monkeypatch.setattr(runtime, "exists", lambda: True)
+    monkeypatch.setattr(runtime, "get_instance", lambda: types.SimpleNamespace(_session_mgr=manager))
+    assert ui.session_alive("open-tab") and not ui.session_alive("closed-tab")
+    monkeypatch.setattr(runtime, "get_instance", lambda: types.SimpleNamespace())  # a Streamlit without it
+    assert ui.session_alive("closed-tab")
+    monkeypatch.setattr(runtime, "exists", lambda: False)
+    assert ui.session_alive("closed-tab")
+
+
+def _in_thread(fn):
+    """Run fn() in a thread: (the thread, a dict that gets its "value" or "error"). The caller joins it with a
+    limit, so a hang fails the test instead of holding the suite."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except Exception as e:  # noqa: BLE001 - handed to the test
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+@pytest.mark.slow  # a training process, and a save left to time out
+def test_a_stopped_training_process_makes_save_fail_in_words_and_the_run_stays_savable(tmp_path):
+    job = TrainingJob(TEXT, "test", tiny(steps=100_000))
+    proc = start_process(job)
+    wait_until(lambda: job.status().step >= 2)
+    job.stop()
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        t, out = _in_thread(lambda: job.save(tmp_path, "x", timeout=1))
+        t.join(90)
+        assert not t.is_alive(), "the save hung on a stopped process"
+        assert isinstance(out.get("error"), TimeoutError) and "not answering" in str(out["error"])
+        assert not (tmp_path / "x").exists()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    # the command it never answered in time writes nothing now: the name is still free
+    load_checkpoint(job.save(tmp_path, "x"))
+    assert job.status().can_resume
+
+
+def test_a_full_disk_while_saving_a_finished_run_says_so_and_writes_nothing(tmp_path, monkeypatch):
+    job = TrainingJob(TEXT, "test", tiny(steps=3))
+    job.start()
+    assert job.join(120)
+    wait_until(lambda: job._p["retired"] is not None)  # finished: the parent writes, from the handed-over folder
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, message: \"No space left on device\" })")
+
+    monkeypatch.setattr(checkpoint, "save_file", full)
+    with pytest.raises(OSError, match="No space left on device: the disk is full, so nothing was saved"):
+        job.save(tmp_path, "full")
+    assert list(tmp_path.iterdir()) == []  # no half-written model, no temporary folder
+    # the child's path words it the same way
+    assert str(tj.save_failure(SafetensorError("... No space left on device ..."))) == \
+        str(tj.save_failure(OSError(28, "No space left on device")))
+    monkeypatch.undo()
+    load_checkpoint(job.save(tmp_path, "full"))  # room again: the run was kept
+
+
+def test_a_save_racing_its_process_retirement_saves_from_the_handed_over_weights(tmp_path):
+    job = TrainingJob(TEXT, "test", tiny(steps=100_000))
+    proc = start_process(job)
+    wait_until(lambda: job.status().step >= 3)
+    job.stop()
+    steps = job.status().step
+    os.kill(proc.pid, signal.SIGSTOP)  # hold it, so that the save is asked for before the retirement is done
+    try:
+        job._send("retire")  # what another session's start does when too many processes are alive
+        sent, send = threading.Event(), job._send
+
+        def spy(*command):
+            send(*command)
+            if command[0] == "save":
+                sent.set()
+
+        job._send = spy
+        t, out = _in_thread(lambda: job.save(tmp_path, "raced"))
+        wait_until(sent.is_set)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    t.join(90)
+    assert not t.is_alive(), "the save hung"
+    assert "error" not in out, out.get("error")
+    assert checkpoint.read_config(out["value"])[2]["steps"] == steps
+    assert not job.status().can_resume and job.status().can_save
+
+
+def test_saved_models_are_capped_per_person_and_in_all(tmp_path, monkeypatch):
+    monkeypatch.setenv("TE_MAX_MODELS_PER_USER", "2")
+    monkeypatch.setenv("TE_MAX_MODELS", "3")
+    job = TrainingJob(TEXT, "test", tiny(steps=3))
+    job.start()
+    assert job.join(120)
+    job.save(tmp_path, "a", owner="me")
+    job.save(tmp_path, "b", owner="me")
+    with pytest.raises(QuotaError, match="you have 2 saved models, the most one person may keep here"):
+        job.save(tmp_path, "c", owner="me")
+    job.save(tmp_path, "a", owner="me", overwrite=True)  # replacing one of yours adds none
+    job.save(tmp_path, "d", owner="you")
+    with pytest.raises(QuotaError, match="the server holds 3 saved models"):
+        job.save(tmp_path, "e", owner="you")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "d"]
