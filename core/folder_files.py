@@ -134,5 +134,15 @@ def lstamp(folder) -> tuple:
     return (st.st_ino, st.st_mtime_ns, tuple(sorted(entries)))
 
 
+def file_stamp(path) -> str:
+    """What changes when the file ``path`` is rewritten or replaced (its inode, size and modification time); ""
+    when it cannot be read (gone meanwhile), so that a cache keyed on it reads the file again and says why."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    return f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
 def _size(n: int) -> str:
     return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"

@@ -9,6 +9,7 @@ from core.hf import export_zip
 from core.corpus import PYDOC_NAME, TRAIN_FRACTION, check_corpus_bytes, describe_corpus, pydoc_text, \
     read_text_file, shakespeare_path, split_train_val
 from core.figures import loss_curve
+from core.folder_files import file_stamp
 from core.induction import THRESHOLD, formation_step
 from core.induction_figures import formation_figure
 from core.job_settings import (INDUCTION_FORMS_NEAR, INDUCTION_PRESET, MAX_BPE_VOCAB, MAX_STEPS, MIN_BPE_VOCAB,
@@ -83,7 +84,7 @@ limit_bytes = limit_mb * 2**20
 text = info = None
 try:
     if source == "shakespeare":
-        text, info = _builtin("shakespeare", f"{shakespeare}:{shakespeare.stat().st_mtime_ns}")
+        text, info = _builtin("shakespeare", file_stamp(shakespeare))  # gone meanwhile: read fails in words
     elif source == "pydoc":
         text, info = _builtin("pydoc", "")
     elif source == "upload":
