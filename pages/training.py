@@ -1,4 +1,3 @@
-import hashlib
 import math
 
 import streamlit as st
@@ -19,7 +18,7 @@ from core.speed import measured_flop_rate
 from core.train import DEFAULT_BPE_VOCAB, RECIPE_TITLES, RECIPES, describe_recipe, encode_corpus, make_tokenizer
 from core.quota import QuotaError, models_of
 from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob, release_abandoned
-from ui import chart, compute_slot, ensure_frame, job_controls, offer_shakespeare_fetch, session_alive, session_id, \
+from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch, session_alive, session_id, \
     session_owner, shipped_names, upload_limit_mb, user_models_dir
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -140,14 +139,13 @@ if tok_kind == "bpe":
 bpe = None  # (tokenizer, training ids, held-out ids) once learned
 if info is not None:
     if tok_kind == "bpe" and MIN_BPE_VOCAB <= bpe_vocab <= MAX_BPE_VOCAB:
-        # seconds of work for a long text: in line with the pages' other heavy work (a BPE learned already skips it)
-        compute_slot("learning the BPE", key=("bpe", hashlib.sha256(text.encode("utf-8")).hexdigest(), int(bpe_vocab)),
-                     lane="long")
         with st.spinner(f"Learning a byte-level BPE of {int(bpe_vocab):,} tokens from the training "
                         f"{TRAIN_FRACTION:.0%} ({info.chars * TRAIN_FRACTION / 1e6:,.1f} million characters) and "
                         "cutting the text into its tokens: about a second per million characters on a shared "
                         "server ...", show_time=True):
-            bpe = _bpe(text, int(bpe_vocab))
+            # seconds of work for a long text: in line with the pages' other heavy work (ui.gated: a BPE learned
+            # already, still in its cache, skips the line)
+            bpe = gated(_bpe, "learning the BPE", lane="long")(text, int(bpe_vocab))
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Characters", f"{info.chars:,}")
     c2.metric("Size", f"{info.bytes / 1024:,.0f} KiB" if info.bytes >= 10 * 1024 else f"{info.bytes:,} bytes")
