@@ -37,7 +37,6 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 try:
@@ -609,7 +608,7 @@ def user_model_folder(models_dir, raw_name: str, protected=(), overwrite: bool =
     command line, belongs to no one who passes an owner), and any other existing folder unless ``overwrite``."""
     name = sanitise_model_name(raw_name)
     check_owner(owner)
-    if name.casefold() in {p.casefold() for p in protected}:
+    if name_key(name) in {name_key(p) for p in protected}:
         raise ValueError(f"'{name}' is the name of a shipped model; choose another name")
     base = Path(models_dir).resolve()
     name = same_name(base, name)

@@ -1,21 +1,8 @@
 """Learning a BPE on the Training page waits in the compute line like the other pages' heavy work."""
 import threading
 
-import pytest
-
-import ui
 from tests.polling import wait_until
-from tests.test_page_queue import slot_taken_elsewhere
-
-
-@pytest.fixture
-def long_lane(monkeypatch):
-    monkeypatch.setenv("TE_COMPUTE_SLOTS", "2")
-    ui.compute_gate.clear()
-    gate = ui.compute_gate("long")
-    assert gate.slots == 1
-    yield gate
-    ui.compute_gate.clear()
+from tests.test_page_queue import long_lane, slot_taken_elsewhere  # noqa: F401  (long_lane: a fixture)
 
 
 def test_learning_a_bpe_waits_for_a_slot(open_page, tmp_path, long_lane):

@@ -1,6 +1,5 @@
 """core.study_job: a study killed from outside takes its workers with it and says so; a refused start leaves no
 temporary folder behind (issue 26, item 12)."""
-import json
 import os
 import signal
 import sys
@@ -9,26 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from core.corpus import pydoc_text
 from core.study import StudyError
 from core.study_job import BusyError, StudyJob
 from tests.polling import wait_until
+from tests.test_study_job import micro  # noqa: F401  (a fixture: a 6-run study that takes seconds)
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc")
 
 # a stand-in for ``python -m core.study``: one child in its process group, then it waits (no torch, no runs)
 FAKE_STUDY = [sys.executable, "-c", "import subprocess, sys, time; "
               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"]
-
-
-@pytest.fixture
-def micro(tmp_path):
-    """(corpus path, grid file) of a 6-run study that takes seconds."""
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(pydoc_text())
-    grid = tmp_path / "micro.json"
-    grid.write_text(json.dumps({"widths": [8, 16, 24], "tokens": [2048, 4096], "n_ctx": 32, "batch_size": 8}))
-    return corpus, str(grid)
 
 
 def children(pid: int) -> dict[int, str]:
