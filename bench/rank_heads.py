@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from bench import write_csv  # noqa: E402
 
 from core.interventions import head_losses, head_losses_cost, token_losses  # noqa: E402
-from core.model import PRESETS, Transformer  # noqa: E402
+from core.model import MODEL_PRESETS, Transformer  # noqa: E402
 from core.threads import page_threads, use_threads  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def main():
     args = ap.parse_args()
     use_threads(page_threads())
     torch.manual_seed(0)
-    config = dataclasses.replace(PRESETS["GPT-2 small"], bias=True, activation="gelu_tanh", tie_weights=True)
+    config = dataclasses.replace(MODEL_PRESETS["GPT-2 small"], bias=True, activation="gelu_tanh", tie_weights=True)
     model = Transformer(config).eval()
     rows = []
     for n in args.tokens:

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.model import LECTURE, SHAPE_FIELDS, ModelConfig, PRESETS as MODEL_PRESETS
+from core.model import LECTURE, SHAPE_FIELDS, ModelConfig, MODEL_PRESETS
 from core.params import count_parameters
 
 # ---------------------------------------------------------------------------------------------- presets
 
 def preset_label(name: str) -> str:
-    """How the cost page names a preset of ``core.model.PRESETS``."""
+    """How the cost page names a preset of ``core.model.MODEL_PRESETS``."""
     if name == "lecture":
         c = LECTURE
         return f"lecture demo (d={c.d_model}, h={c.n_heads}, L={c.n_layers})"
@@ -30,8 +30,9 @@ def preset_label(name: str) -> str:
 
 
 # label -> shape, from the one table beside ModelConfig (the shape fields only: biases and tying are set on the page)
-PRESETS = {preset_label(name): {k: v for k, v in config.to_dict().items() if k in SHAPE_FIELDS}
+SHAPE_LABELS = {preset_label(name): {k: v for k, v in config.to_dict().items() if k in SHAPE_FIELDS}
            for name, config in MODEL_PRESETS.items()}
+PRESETS = SHAPE_LABELS  # the older name, kept for code that imports it
 GPT3 = "GPT-3 175B"
 GPT3_TRAINING_TOKENS = 300_000_000_000  # the GPT-3 paper trains every model size on 300 billion tokens
 LECTURE_LONG_CONTEXT = 100_000  # the lecture's "modern context window"
@@ -40,7 +41,7 @@ LECTURE_LONG_CONTEXT = 100_000  # the lecture's "modern context window"
 def preset_configs(shipped: ModelConfig | None = None, shipped_name: str = "shipped model") -> dict[str, ModelConfig]:
     """Name -> config, the shipped checkpoint's first when it could be read."""
     out = {f"{shipped_name} (shipped)": shipped} if shipped is not None else {}
-    out.update({name: ModelConfig(**kw) for name, kw in PRESETS.items()})
+    out.update({name: ModelConfig(**kw) for name, kw in SHAPE_LABELS.items()})
     return out
 
 
@@ -152,7 +153,7 @@ def attention_flops_per_token(config: ModelConfig, n: int) -> int:
 
 def gpt3_example() -> dict:
     """The lecture's GPT-3 count, with the output map tied to the embedding as in GPT-3, times 300B tokens."""
-    config = ModelConfig(**PRESETS[GPT3])
+    config = ModelConfig(**SHAPE_LABELS[GPT3])
     N = tied_total(config)
     return {"config": config, "N": N, "D": GPT3_TRAINING_TOKENS, "C": training_flops(N, GPT3_TRAINING_TOKENS),
             "per_token": inference_flops_per_token(N)}

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A model's shape. The defaults are the lecture's class-demo model (see PRESETS below); m and n_ctx
+    """A model's shape. The defaults are the lecture's class-demo model (see MODEL_PRESETS below); m and n_ctx
     are those of our character-level corpus. Frozen: a config is shared by caches and never changes."""
     vocab_size: int = 65   # m, the number of distinct tokens (characters here)
     n_ctx: int = 128       # longest sequence the position table covers
@@ -102,7 +102,7 @@ def head_counts(n: int, limit: int | None = 64) -> list[int]:
 # 50,257-token BPE vocabulary. These are shapes: GPT-2's biases, GELU and tied output map are the config
 # fields bias, activation and tie_weights, which a GPT-2 folder sets when it is loaded (core.hf).
 _GPT2 = dict(vocab_size=50257, n_ctx=1024)
-PRESETS: dict[str, ModelConfig] = {
+MODEL_PRESETS: dict[str, ModelConfig] = {
     "lecture": ModelConfig(),
     "GPT-2 small": ModelConfig(**_GPT2, d_model=768, n_heads=12, n_layers=12),
     "GPT-2 medium": ModelConfig(**_GPT2, d_model=1024, n_heads=16, n_layers=24),
@@ -110,7 +110,8 @@ PRESETS: dict[str, ModelConfig] = {
     "GPT-2 XL": ModelConfig(**_GPT2, d_model=1600, n_heads=25, n_layers=48),
     "GPT-3 175B": ModelConfig(vocab_size=50257, n_ctx=2048, d_model=12288, n_heads=96, n_layers=96),
 }
-LECTURE = PRESETS["lecture"]
+PRESETS = MODEL_PRESETS  # the older name, kept for code that imports it
+LECTURE = MODEL_PRESETS["lecture"]
 
 
 @dataclass

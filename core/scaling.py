@@ -88,10 +88,11 @@ EPOCH_2024 = ScalingLaw(A=482.01, B=2085.43, alpha=0.3478, beta=0.3658, E=1.8172
 # The range of Hoffmann et al.'s runs, from their abstract: "over 400 language models ranging from 70 million to over
 # 16 billion parameters on 5 to 500 billion tokens".
 CHINCHILLA_RUNS = dict(count=400, N=(70e6, 16e9), D=(5e9, 500e9))
-PRESETS = {
+LAW_PRESETS = {
     "Chinchilla (Hoffmann et al. 2022)": CHINCHILLA,
     "Epoch replication (Besiroglu et al. 2024)": EPOCH_2024,
 }
+PRESETS = LAW_PRESETS  # the older name, kept for code that imports it
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ MAX_RUNNING_JOBS = 4            # concurrent runs per server process; more would
 MAX_RUNS_PER_OWNER = 1          # of them per owner (a browser session): one student never holds every slot
 SAVE_TIMEOUT_S = 20.0           # a save the training process has not answered by then is given up, in words
 MAX_PROCESSES = 6               # live training processes per server; beyond it the oldest stopped run is retired
-SAMPLE_CHARS = 200              # length of each periodic sample
+SAMPLE_TOKENS = 200             # length of each periodic sample, in tokens (characters on a character model)
+SAMPLE_CHARS = SAMPLE_TOKENS    # the older name, kept for code that imports it
 SAMPLE_TEMPERATURE = 0.8
 TRAINING_NICE = 10              # added to a run's niceness: a student's page run preempts it
 
@@ -268,7 +269,7 @@ class _Run:
         tr.log_eval(self.rate())
         if tr.step_num % (2 * self.tc.eval_interval) == 0 or tr.done or self.stopping:
             if not self.samples or self.samples[-1][0] != tr.step_num:
-                ids = sample_text(tr.model, self.prompt_ids, SAMPLE_CHARS, SAMPLE_TEMPERATURE, self.tc.seed)
+                ids = sample_text(tr.model, self.prompt_ids, SAMPLE_TOKENS, SAMPLE_TEMPERATURE, self.tc.seed)
                 self.samples.append((tr.step_num, tr.tokenizer.decode(ids)))
 
     def report(self, **extra):

@@ -19,10 +19,10 @@ st.markdown(
 )
 
 shipped, shipped_training = shipped_config()  # a broken shipped folder: a warning, and no preset for it
-PRESETS = cost.preset_configs(shipped, DEFAULT_MODEL)
+SHAPES = cost.preset_configs(shipped, DEFAULT_MODEL)
 selected, selected_model, _ = current()
 if selected is not None and selected.name != DEFAULT_MODEL:  # the model picked in the sidebar, a GPT-2 one say
-    PRESETS[f"{selected.name} (selected)"] = selected_model.config
+    SHAPES[f"{selected.name} (selected)"] = selected_model.config
 FIELDS = [("par_d", "d_model", "width d"), ("par_h", "n_heads", "heads h"), ("par_L", "n_layers", "blocks L"),
           ("par_dff", "d_ff", "MLP width d_ff"), ("par_m", "vocab_size", "vocabulary m"), ("par_nctx", "n_ctx", "context n_ctx")]
 
@@ -32,17 +32,17 @@ TERMS = [("par_bias", "bias", "biases on every linear map (GPT-2)"),
 
 
 def apply_preset():
-    config = PRESETS[st.session_state.par_preset]
+    config = SHAPES[st.session_state.par_preset]
     for key, attr, _ in FIELDS + TERMS:
         st.session_state[key] = getattr(config, attr)
 
 
-if "par_preset" not in st.session_state or st.session_state.par_preset not in PRESETS:
-    st.session_state.par_preset = next(iter(PRESETS))
+if "par_preset" not in st.session_state or st.session_state.par_preset not in SHAPES:
+    st.session_state.par_preset = next(iter(SHAPES))
     apply_preset()
 
 st.header("Counting the parameters")
-st.selectbox("Preset", list(PRESETS), key="par_preset", on_change=apply_preset,
+st.selectbox("Preset", list(SHAPES), key="par_preset", on_change=apply_preset,
              help="Fills in the shape below; every field can then be changed by hand.")
 cols = st.columns(len(FIELDS))
 for col, (key, attr, label) in zip(cols, FIELDS):
@@ -54,7 +54,7 @@ for col, (key, attr, label) in zip(terms, TERMS):
 values = {attr: int(st.session_state[key]) for key, attr, _ in FIELDS}
 values.update({attr: bool(st.session_state[key]) for key, attr, _ in TERMS})
 # the activation changes no count; a selected model's other fields come with its preset
-values.update({k: v for k, v in PRESETS[st.session_state.par_preset].to_dict().items() if k in ("activation", "ln_eps")})
+values.update({k: v for k, v in SHAPES[st.session_state.par_preset].to_dict().items() if k in ("activation", "ln_eps")})
 try:
     config = ModelConfig(**values)
 except ValueError as e:

@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.fmt import human, latex_sci, sci
 from core.cost import FLOPS_PER_PARAM_TOKEN
-from core.scaling import (BUDGET_DEFAULTS, CHINCHILLA_RUNS, FAMOUS_MODELS, GRID, PRESETS, FitError, ScalingLaw,
+from core.scaling import (BUDGET_DEFAULTS, CHINCHILLA_RUNS, FAMOUS_MODELS, GRID, LAW_PRESETS, FitError, ScalingLaw,
                           budget_flops, famous_table, fit_scaling_law)
 from core.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from core.scaling_runs import MAX_RUNS, MIN_RUNS, Runs, RunsError, parse_runs, synthetic_runs
@@ -65,8 +65,8 @@ def slider_values(law: ScalingLaw) -> dict:
 
 def apply_preset():
     name = st.session_state["scal_preset"]
-    if name in PRESETS:
-        st.session_state.update(slider_values(PRESETS[name]))
+    if name in LAW_PRESETS:
+        st.session_state.update(slider_values(LAW_PRESETS[name]))
 
 
 def to_custom():
@@ -79,7 +79,7 @@ def load_law(law: ScalingLaw):
 
 
 if "scal_logA" not in st.session_state:
-    st.session_state.setdefault("scal_preset", next(iter(PRESETS)))
+    st.session_state.setdefault("scal_preset", next(iter(LAW_PRESETS)))
     apply_preset()
 
 st.title("Scaling laws")
@@ -102,14 +102,14 @@ st.latex(r"L(N, D) = \underbrace{\frac{A}{N^{\alpha}}}_{\text{capacity}} + "
 # ---------------------------------------------------------------- the constants
 st.subheader("The constants")
 cols = st.columns([2.2, 1, 1, 1, 1, 1])
-cols[0].selectbox("Preset", list(PRESETS) + [CUSTOM], key="scal_preset", on_change=apply_preset,
+cols[0].selectbox("Preset", list(LAW_PRESETS) + [CUSTOM], key="scal_preset", on_change=apply_preset,
                   help="Chinchilla: the constants printed in Hoffmann et al. (2022), App. D.2. Epoch: the same fit "
                        "redone by Besiroglu et al. (2024) on data read off the original paper's figure.")
 for col, (key, (label, lo, hi, step, fmt)) in zip(cols[1:], SLIDERS.items()):
     col.slider(label, lo, hi, step=step, format=fmt, key=key, on_change=to_custom)
 preset = st.session_state["scal_preset"]
 s = st.session_state
-law = PRESETS.get(preset) or ScalingLaw(10 ** s["scal_logA"], 10 ** s["scal_logB"], s["scal_alpha"], s["scal_beta"],
+law = LAW_PRESETS.get(preset) or ScalingLaw(10 ** s["scal_logA"], 10 ** s["scal_logB"], s["scal_alpha"], s["scal_beta"],
                                          s["scal_E"])
 st.latex(rf"L(N, D) = \frac{{{law.A:.4g}}}{{N^{{{law.alpha:.4g}}}}} + \frac{{{law.B:.4g}}}{{D^{{{law.beta:.4g}}}}}"
          rf" + {law.E:.4g}")
@@ -147,7 +147,7 @@ st.markdown(
     f"FLOPs) these constants put the optimum at N = {human(n_c)} parameters and D = {human(d_c)} tokens: "
     f"**{d_c / n_c:.1f} tokens per parameter**. Chinchilla itself was trained with {chin.D / chin.N:.0f}."
 )
-ratios = {name: (lambda nd: nd[1] / nd[0])(p.compute_optimal(chin.compute)) for name, p in PRESETS.items()}
+ratios = {name: (lambda nd: nd[1] / nd[0])(p.compute_optimal(chin.compute)) for name, p in LAW_PRESETS.items()}
 st.caption(
     "The two presets disagree here: " + "; ".join(f"{name}: {r:.1f} tokens per parameter" for name, r in ratios.items())
     + ". Besiroglu et al. (2024) found that the constants printed in the 2022 paper do not reproduce its own "
@@ -261,7 +261,7 @@ def fitted(csv_text: str) -> ScalingLaw:
 runs, truth, given = None, None, True
 try:
     if source.startswith("Example"):
-        truth = PRESETS[EXAMPLE_LAW_NAME]
+        truth = LAW_PRESETS[EXAMPLE_LAW_NAME]
         runs = synthetic_runs(truth, n=250, noise=0.01, seed=0)
         st.caption(f"Drawn from the {EXAMPLE_LAW_NAME} constants with 1 % noise on each loss, over Chinchilla's "
                    "range of sizes; the fit does not know the constants.")
@@ -375,11 +375,11 @@ def show_study(rows: list[dict], law: ScalingLaw | None, intervals: dict | None,
     st.caption(note)
     left, right = st.columns([1, 1.25])
     chart(residual_figure(rows, law), width="stretch", key=f"{key}_resid", where=left)
-    chart(frontier_figure(law, rows, PRESETS), width="stretch", key=f"{key}_frontier", where=right)
+    chart(frontier_figure(law, rows, LAW_PRESETS), width="stretch", key=f"{key}_frontier", where=right)
     C = float(np.median(FLOPS_PER_PARAM_TOKEN * N * D))
     split = {name: (lambda nd: nd[1] / nd[0])(l.compute_optimal(C)) for name, l in (
-        ("this fit", law), ("Chinchilla's constants", PRESETS["Chinchilla (Hoffmann et al. 2022)"]),
-        ("Epoch's", PRESETS["Epoch replication (Besiroglu et al. 2024)"]))}
+        ("this fit", law), ("Chinchilla's constants", LAW_PRESETS["Chinchilla (Hoffmann et al. 2022)"]),
+        ("Epoch's", LAW_PRESETS["Epoch replication (Besiroglu et al. 2024)"]))}
     said = ", ".join(f"{r:.0f} by {name}" if r >= 10 else f"{r:.1f} by {name}" for name, r in split.items())
     smallest = FLOPS_PER_PARAM_TOKEN * CHINCHILLA_RUNS["N"][0] * CHINCHILLA_RUNS["D"][0]
     st.caption(f"At C = {sci(C)} FLOPs (the median run's compute) the compute-optimal number of tokens per parameter "

@@ -17,7 +17,7 @@ from core.params import per_block_latex
 from core.speed import measured_flop_rate
 from core.train import DEFAULT_BPE_VOCAB, RECIPE_TITLES, RECIPES, describe_recipe, encode_corpus, make_tokenizer
 from core.quota import QuotaError, models_of
-from core.training_job import SAMPLE_CHARS, SAMPLE_TEMPERATURE, BusyError, TrainingJob, release_abandoned
+from core.training_job import SAMPLE_TOKENS, SAMPLE_TEMPERATURE, BusyError, TrainingJob, release_abandoned
 from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch, session_alive, session_id, \
     session_owner, shipped_names, upload_limit_mb, user_models_dir
 
@@ -420,7 +420,7 @@ def live_view(job: TrainingJob, polling: bool):
         chart(curve, width="stretch", key="train_curve")
     if s.samples:
         step, sample = s.samples[-1]
-        st.markdown(f"**Sample at step {step:,}**: the prompt, then {SAMPLE_CHARS} {s.units} drawn at temperature "
+        st.markdown(f"**Sample at step {step:,}**: the prompt, then {SAMPLE_TOKENS} {s.units} drawn at temperature "
                     f"{SAMPLE_TEMPERATURE} with the same random seed each time, so only the weights differ.")
         st.code(s.sample_prompt + sample, language=None, wrap_lines=True)
         if len(s.samples) > 1:

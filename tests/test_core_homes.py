@@ -11,7 +11,7 @@ from core import threads
 from core.fmt import clock
 from core.generation import decoding_notes, text_measures
 from core.job_settings import JobSettings, job_cost, validate_settings
-from core.model import LECTURE, PRESETS, ModelConfig, config_problems
+from core.model import LECTURE, MODEL_PRESETS, ModelConfig, config_problems
 from core.scaling import FitError, fit_scaling_law
 from core.training_job import JobStatus
 
@@ -32,7 +32,7 @@ def test_form_defaults_are_the_lecture_preset():
     s = JobSettings()
     assert (s.d_model, s.n_heads, s.n_layers, s.n_ctx) == (LECTURE.d_model, LECTURE.n_heads, LECTURE.n_layers, LECTURE.n_ctx)
     assert s.model_config(LECTURE.vocab_size) == LECTURE
-    assert PRESETS["lecture"].d_ff == 4 * 64  # the lecture's d_ff = 256
+    assert MODEL_PRESETS["lecture"].d_ff == 4 * 64  # the lecture's d_ff = 256
 
 
 def test_one_validation_for_model_shapes():

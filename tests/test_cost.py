@@ -35,9 +35,9 @@ def test_random_shapes_on_the_meta_device():
 
 
 def test_lecture_numbers():
-    demo = ModelConfig(**cost.PRESETS["lecture demo (d=64, h=4, L=2)"])
+    demo = ModelConfig(**cost.SHAPE_LABELS["lecture demo (d=64, h=4, L=2)"])
     assert count_parameters(demo)["per_block"] == 49_408
-    gpt3 = ModelConfig(**cost.PRESETS[cost.GPT3])
+    gpt3 = ModelConfig(**cost.SHAPE_LABELS[cost.GPT3])
     d, L = gpt3.d_model, gpt3.n_layers
     assert f"{12 * d * d * L:.2e}" == "1.74e+11"
     assert abs(count_parameters(gpt3)["blocks"] / 1.74e11 - 1) < 0.005
@@ -47,8 +47,8 @@ def test_lecture_numbers():
 
 def test_tied_totals_match_the_advertised_sizes():
     # GPT-2 small is advertised at 124M and GPT-3 at 175B; both tie the output map to the embedding
-    assert abs(cost.tied_total(ModelConfig(**cost.PRESETS["GPT-2 small"])) / 124e6 - 1) < 0.01
-    assert abs(cost.tied_total(ModelConfig(**cost.PRESETS[cost.GPT3])) / 175e9 - 1) < 0.01
+    assert abs(cost.tied_total(ModelConfig(**cost.SHAPE_LABELS["GPT-2 small"])) / 124e6 - 1) < 0.01
+    assert abs(cost.tied_total(ModelConfig(**cost.SHAPE_LABELS[cost.GPT3])) / 175e9 - 1) < 0.01
 
 
 def test_detailed_rows_cover_every_matrix():

@@ -65,11 +65,11 @@ def test_hand_count_is_the_lectures():
     assert hand_count(65, 128, 64, 4, 2, 256) - 65 * 64 * 2 - 128 * 64 - 128 == 2 * 49_408
 
 
-@pytest.mark.parametrize("preset", list(cost.PRESETS))
+@pytest.mark.parametrize("preset", list(cost.SHAPE_LABELS))
 def test_every_preset(at, preset):
     at.selectbox(key="par_preset").select(preset).run()
     assert not at.exception and not at.error
-    values = cost.PRESETS[preset]
+    values = cost.SHAPE_LABELS[preset]
     assert at.number_input(key="par_d").value == values["d_model"]
     assert at.number_input(key="par_L").value == values["n_layers"]
     assert set(at.dataframe[0].value["agree"]) == {"✓"}  # formula equals the meta-device model

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.scaling import (BUDGET_DEFAULTS, CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, GRID, PRESETS, ScalingLaw,
+from core.scaling import (BUDGET_DEFAULTS, CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, GRID, LAW_PRESETS, ScalingLaw,
                           _lbfgs, _objective, budget_flops, famous_table, fit_scaling_law, start_grid)
 from core.scaling_runs import synthetic_runs
 
@@ -88,7 +88,7 @@ def test_loss_is_vectorised_and_matches_the_formula():
     assert float(law.loss(70e9, 1.4e12)) == pytest.approx(law.loss(np.array([70e9]), np.array([1.4e12]))[0])
 
 
-@pytest.mark.parametrize("law", PRESETS.values(), ids=PRESETS.keys())
+@pytest.mark.parametrize("law", LAW_PRESETS.values(), ids=LAW_PRESETS.keys())
 def test_plateaus_are_the_limits_the_lecture_states(law):
     for D in (1e9, 1e12):
         assert float(law.loss(1e60, D)) == pytest.approx(law.E + law.B / D**law.beta, rel=1e-9)
@@ -101,7 +101,7 @@ def test_plateaus_are_the_limits_the_lecture_states(law):
     assert np.all(np.diff(L) < 0) and np.all(L > law.plateau_in_N(1e10))
 
 
-@pytest.mark.parametrize("law", PRESETS.values(), ids=PRESETS.keys())
+@pytest.mark.parametrize("law", LAW_PRESETS.values(), ids=LAW_PRESETS.keys())
 @pytest.mark.parametrize("C", BUDGETS)
 def test_closed_form_optimum_matches_brute_force_along_the_budget(law, C):
     n_opt, d_opt = law.compute_optimal(C)
@@ -143,7 +143,7 @@ def test_famous_models_table():
                 "Llama 2 70B": (70e9, 2e12), "Llama 3 8B": (8e9, 15e12), "Llama 3 70B": (70e9, 15e12)}
     assert {m.name: (m.N, m.D) for m in FAMOUS_MODELS} == expected
     assert all("20" in m.source for m in FAMOUS_MODELS)  # every entry cites a year and a paper or card
-    for law in PRESETS.values():
+    for law in LAW_PRESETS.values():
         rows = famous_table(law)
         for r in rows:
             assert r["compute"] == pytest.approx(6 * r["N"] * r["D"])

@@ -3,7 +3,7 @@ what the law says."""
 import numpy as np
 import pytest
 
-from core.scaling import CHINCHILLA, EPOCH_2024, PRESETS, ScalingLaw
+from core.scaling import CHINCHILLA, EPOCH_2024, LAW_PRESETS, ScalingLaw
 from core.study import STARTUP_S, Grid, comparison_rows, estimate_seconds
 from core.study_figures import frontier_figure, residual_figure, study_figure
 
@@ -48,7 +48,7 @@ def test_residuals_are_log_ratios_in_percent():
 
 def test_frontiers_are_the_laws_optima_over_the_runs_compute():
     r = rows()
-    fig = frontier_figure(LAW, r, PRESETS)
+    fig = frontier_figure(LAW, r, LAW_PRESETS)
     ours = next(t for t in fig.data if t.name == "this study's frontier")
     C = np.asarray(ours.customdata)[:, 0]
     assert C.min() < 6 * 6e3 * 3e5 and C.max() > 6 * 1e5 * 3e6  # spans every run's compute

@@ -285,9 +285,9 @@ def test_trace_bytes_counts_every_tensor_a_trace_holds(case):
 
 
 def test_max_trace_tokens_is_the_longest_that_fits():
-    from core.model import PRESETS
+    from core.model import MODEL_PRESETS
 
-    small = PRESETS["GPT-2 small"]
+    small = MODEL_PRESETS["GPT-2 small"]
     n = max_trace_tokens(small, 384 * 2**20)
     assert n % 64 == 0 and trace_bytes(small, n) <= 384 * 2**20 < trace_bytes(small, n + 64)
     assert 128 <= n <= 512  # GPT-2 small: about 1.4 MB a token at a few hundred tokens

@@ -68,9 +68,9 @@ def test_job_trains_in_the_background_and_loss_falls():
     assert s.evals[0]["step"] == 0 and s.evals[-1]["step"] == 50
     assert s.evals[-1]["train_loss"] < s.evals[0]["train_loss"] - 0.5
     assert s.evals[0]["train_loss"] == pytest.approx(math.log(s.vocab_size), abs=0.2)  # untrained: near uniform
-    # samples at step 0 and at the end, each SAMPLE_CHARS characters after the fixed prompt
+    # samples at step 0 and at the end, each SAMPLE_TOKENS characters after the fixed prompt
     assert s.samples[0][0] == 0 and s.samples[-1][0] == 50
-    assert all(len(text) == tj.SAMPLE_CHARS for _, text in s.samples)
+    assert all(len(text) == tj.SAMPLE_TOKENS for _, text in s.samples)
     assert s.sample_prompt == "To "
     assert s.tokens_per_s > 0 and s.elapsed_s > 0 and s.can_save and not s.can_resume
 
