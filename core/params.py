@@ -16,27 +16,33 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
     GPT-2's terms where the config has them: biases (4d on attention's maps, d_ff + d on the MLP's), and a
     tied output map, which reuses the embedding and so adds nothing.
     """
-    d, m, L = config.d_model, config.vocab_size, config.n_layers
+    d, m, L = config.d_model, config.vocab_size, config.n_layers  # width, vocabulary size, blocks
+    # The lecture's block (d=64, h=4, d_ff=256, no biases): 4·64² + 2·64·256 + 4·64 = 16,384 + 32,768 + 256
+    # = 49,408, and the same for any h, since the heads only split the width.
     counts = {
-        "W_Q": d * d,  # h heads of d x d/h each
-        "W_K": d * d,
+        "W_Q": d * d,  # h heads of d x d/h each: h·d·(d/h) = d², so h drops out
+        "W_K": d * d,  # the same shape: a head's keys must be as wide as its queries (d/h) for q·k
         "W_V": d * d,
-        "W_O": d * d,
+        "W_O": d * d,  # the h outputs of d/h, concatenated back to d, mixed into the stream
         "attention_biases": 4 * d if config.bias else 0,  # b_Q, b_K, b_V (d each) and b_O (d)
-        "W1": d * config.d_ff,
-        "W2": config.d_ff * d,
+        "W1": d * config.d_ff,  # up from the stream into the hidden layer
+        "W2": config.d_ff * d,  # and back down
         "mlp_biases": config.d_ff + d if config.bias else 0,  # b1 (d_ff) and b2 (d)
-        "norms": 2 * 2 * d,
+        "norms": 2 * 2 * d,  # ln1 before attention and ln2 before the MLP, each a scale and a shift of d
     }
+    # the biases in one figure: the Parameters page draws them as one bar (core.cost_figures.parameter_bar)
     counts["biases"] = counts["attention_biases"] + counts["mlp_biases"]
     counts["attention"] = counts["W_Q"] + counts["W_K"] + counts["W_V"] + counts["W_O"] + counts["attention_biases"]
     counts["mlp"] = counts["W1"] + counts["W2"] + counts["mlp_biases"]
+    # 4d² + 2·d·d_ff + 4d; 12d² + 4d when d_ff = 4d; with biases 4d² + 2·d·d_ff + 9d + d_ff
     counts["per_block"] = counts["attention"] + counts["mlp"] + counts["norms"]
-    counts["blocks"] = L * counts["per_block"]
-    counts["token_embedding"] = m * d
-    counts["position_embedding"] = config.n_ctx * d
-    counts["final_norm"] = 2 * d
-    counts["output"] = 0 if config.tie_weights else d * m  # tied: the embedding matrix again, nothing new
+    counts["blocks"] = L * counts["per_block"]  # the blocks share no weights: L copies of the same shape
+    counts["token_embedding"] = m * d  # one d-vector per vocabulary entry: an (m, d) table
+    counts["position_embedding"] = config.n_ctx * d  # learned absolute positions, one d-vector per position
+    counts["final_norm"] = 2 * d  # ln_f before the output map: one more scale and shift
+    # d·m with no bias (GPT-2's output map has none either); tied: the embedding matrix again, nothing new
+    counts["output"] = 0 if config.tie_weights else d * m
+    # the lecture's 12d²L is the blocks alone (without their 4d): the embeddings and the output map come on top
     counts["total"] = (
         counts["blocks"] + counts["token_embedding"] + counts["position_embedding"]
         + counts["final_norm"] + counts["output"]
@@ -45,6 +51,7 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
 
 
 # Rows for a breakdown table: (key, what it is, formula in LaTeX-free text), for the lecture's model
+# (no biases, output map of its own); breakdown_rows rewrites the rows a GPT-2 config changes
 BREAKDOWN_ROWS = [
     ("attention", "attention W_Q, W_K, W_V, W_O (per block)", "4·d²"),
     ("mlp", "MLP W1, W2 (per block)", "2·d·d_ff"),
@@ -58,7 +65,8 @@ BREAKDOWN_ROWS = [
     ("total", "whole model", "sum of the above"),
 ]
 
-# Every matrix on its own, then the groups: the order of a detailed table
+# Every matrix on its own, then the groups: the order of a detailed table. W_Q..W_O come before their sum
+# "attention" (BREAKDOWN_ROWS[:1]), W1 and W2 before "mlp", where BREAKDOWN_ROWS[1:] goes on.
 _MATRIX_ROWS = {
     "W_Q": ("W_Q, the h query maps of d × d/h side by side (per block)", "d·d"),
     "W_K": ("W_K, the h key maps (per block)", "d·d"),
@@ -79,11 +87,13 @@ def breakdown_rows(config: ModelConfig, detailed: bool = False) -> list[tuple[st
     output map, that row says it adds nothing."""
     rows = list(DETAILED_ROWS if detailed else BREAKDOWN_ROWS)
     if config.bias:
+        # 9d + d_ff per block: the norms' 4d, attention's four biases of d, and the MLP's b1 (d_ff) and b2 (d)
         changed = {"attention": ("attention W_Q, W_K, W_V, W_O and their biases (per block)", "4·d² + 4·d"),
                    "mlp": ("MLP W1, W2 and their biases (per block)", "2·d·d_ff + d_ff + d"),
                    "per_block": ("one block", "4d² + 2·d·d_ff + 9d + d_ff")}
         rows = [(key, *changed[key]) if key in changed else (key, label, formula) for key, label, formula in rows]
         if detailed:
+            # each bias row goes after its matrices, just before the group total that includes it
             at = [key for key, *_ in rows].index("attention")
             rows.insert(at, ("attention_biases", *_MATRIX_ROWS["attention_biases"]))
             at = [key for key, *_ in rows].index("mlp")
@@ -97,31 +107,35 @@ def breakdown_rows(config: ModelConfig, detailed: bool = False) -> list[tuple[st
 def build_on_meta(config: ModelConfig) -> Transformer:
     """A real ``Transformer(config)`` whose tensors live on PyTorch's meta device: shapes without storage,
     so even GPT-3's 175 billion parameters cost no memory and can be counted tensor by tensor."""
-    with torch.device("meta"):
+    with torch.device("meta"):  # every tensor the constructor makes inside is a meta tensor
         return Transformer(config)
 
 
 def count_module_parameters(module) -> int:
+    # .parameters() yields a shared tensor once, so a tied output map is not counted a second time
     return sum(p.numel() for p in module.parameters())
 
 
 def measured_counts(model) -> dict[str, int]:
     """The same groups as ``count_parameters``, counted from the tensors of a real model."""
-    block = model.blocks[0]
+    block = model.blocks[0]  # every block has the same shapes: the first stands for one block
     attn = block.attn
     d = model.config.d_model
     qkv = attn.qkv.weight  # (3d, d): rows 0:d are W_Q, d:2d W_K, 2d:3d W_V
 
     def numel(bias):
-        return 0 if bias is None else bias.numel()
+        return 0 if bias is None else bias.numel()  # nn.Linear(bias=False) leaves .bias None
 
     counts = {
+        # (3d, d) -> three (d, d) slices: the fused map counted as the lecture's three matrices
         "W_Q": qkv[:d].numel(), "W_K": qkv[d:2 * d].numel(), "W_V": qkv[2 * d:].numel(),
         "W_O": attn.out.weight.numel(),
         "attention_biases": numel(attn.qkv.bias) + numel(attn.out.bias),
         "W1": block.mlp.w1.weight.numel(), "W2": block.mlp.w2.weight.numel(),
         "mlp_biases": numel(block.mlp.w1.bias) + numel(block.mlp.w2.bias),
         "norms": count_module_parameters(block.ln1) + count_module_parameters(block.ln2),
+        # the groups counted from whole modules, not summed from the parts above: a tensor the formula forgot
+        # shows as a disagreement in parameter_table
         "attention": count_module_parameters(attn),
         "mlp": count_module_parameters(block.mlp),
         "per_block": count_module_parameters(block),
@@ -156,9 +170,11 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
     d = config.d_model
     divisors = head_counts(d, limit=None)
     step = max(1, len(divisors) // max_rows)
+    # about max_rows head counts spread over the divisors, and always the model's own h
     chosen = sorted(set(divisors[::step][:max_rows - 1] + [config.n_heads]))
     rows = []
     for h in chosen:
+        # one block and the smallest vocabulary and window: only the block is counted
         cfg = ModelConfig(vocab_size=1, n_ctx=1, d_model=d, n_heads=h, n_layers=1, d_ff=config.d_ff, bias=config.bias)
         block = build_on_meta(cfg).blocks[0]
         rows.append({"heads h": h, "width per head d/h": d // h, "attention by formula": count_parameters(cfg)["attention"],
@@ -195,7 +211,7 @@ def per_block_latex(config: ModelConfig, general: bool = False) -> str:
     d, ff, n = config.d_model, config.d_ff, count_parameters(config)["per_block"]
     di, fi, total = latex_int(d), latex_int(ff), latex_int(n)
     if config.bias:
-        if ff == 4 * d and not general:
+        if ff == 4 * d and not general:  # 4d² + 8d² + 9d + 4d: the biases' 4d + d_ff + d with d_ff = 4d
             return rf"12d^2 + 13d = 12({di})^2 + 13({di}) = {total}"
         return rf"4d^2 + 2\,d\,d_{{ff}} + 9d + d_{{ff}} = 4({di})^2 + 2({di})({fi}) + 9({di}) + {fi} = {total}"
     if ff == 4 * d and not general:

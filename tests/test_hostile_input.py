@@ -253,7 +253,7 @@ def test_discovery_reads_at_most_max_model_folders_and_says_how_many_it_left(tmp
 
 # ------------------------------------------------------------------ 7. tokenizers: size, vocabulary, panics
 def test_a_tokenizer_with_more_tokens_than_any_real_one_is_refused_before_the_rust_parse(tmp_path, monkeypatch):
-    import core.tokenizer as tk
+    import core.bpe as tk
 
     monkeypatch.setattr(tk, "MAX_TOKENIZER_VOCAB", 1000)  # the real bound is 262,144: the same rule, a smaller file
     folder = _bpe_folder(tmp_path / "b", extra_tokens=1000)
