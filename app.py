@@ -10,7 +10,7 @@ from ui import (DEFAULT_MODEL, accept_lone_surrogates, load_model, model_label, 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own
 use_threads(page_threads())
-accept_lone_surrogates()  # a lone surrogate typed into a box must not close the socket (see ui.py)
+accept_lone_surrogates()  # a lone surrogate typed into a box must not close the socket (see ui/prompts.py)
 
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
 

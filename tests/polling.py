@@ -10,3 +10,12 @@ def wait_until(cond, timeout: float = 60.0, every: float = 0.01) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(every)
+
+
+def stays(cond, seconds: float, every: float = 0.01) -> None:
+    """Check that ``cond()`` holds throughout ``seconds`` (something that must *not* happen, such as a paused
+    run taking a step): polled, so it fails at the first moment it breaks, not only at the end."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert cond(), "changed while it should have stayed"
+        time.sleep(every)

@@ -4,9 +4,9 @@ covered by default; boxes that only appear on demand (a pasted corpus, pasted ru
 are revealed first."""
 import ast
 import re
-import time
 from pathlib import Path
 
+from tests.polling import wait_until
 import pytest
 from streamlit.proto.Html_pb2 import Html as HtmlProto
 from streamlit.proto.Markdown_pb2 import Markdown as MarkdownProto
@@ -35,7 +35,7 @@ def _box_wrappers() -> dict[str, tuple[int, str]]:
     """Helpers of the UI (ui.py, pages/) that pass one of their parameters on as a text box's key, e.g.
     ui.prompt_input(label, default, key, ...): {name: (position of that parameter, its name)}."""
     wrappers = {}
-    for path in [ROOT / "ui.py", *(ROOT / "pages").glob("*.py")]:
+    for path in [*(ROOT / "ui").glob("*.py"), *(ROOT / "pages").glob("*.py")]:
         for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(fn, ast.FunctionDef):
                 continue
@@ -97,10 +97,7 @@ def _reveal_save_name(at):
     at.button(key="train_start").click().run()
     assert not at.exception
     job = at.session_state["train_job"]
-    deadline = time.time() + 120
-    while job.status().moving and time.time() < deadline:
-        time.sleep(0.5)
-        at.run()
+    wait_until(lambda: not job.status().moving, timeout=120)
     at.run()
     assert job.status().can_save, job.status()
 

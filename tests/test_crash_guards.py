@@ -16,7 +16,7 @@ def test_a_log_that_is_not_utf8_is_reported_on_the_home_page(tmp_path, open_page
 
 
 def test_a_broken_shipped_config_does_not_crash_the_scaling_or_parameters_page(tmp_path, monkeypatch, open_page):
-    import ui as common
+    import ui.models as common  # the module whose functions read SHIPPED_DIR
 
     broken = tmp_path / "shipped" / "shakespeare-char"
     shutil.copytree(SHIPPED, broken)

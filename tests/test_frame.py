@@ -1,7 +1,7 @@
 """The frame (app.py) and Streamlit's legacy pages/ folder mode, without a browser.
 
 A fresh server runs in that legacy mode until app.py's st.navigation: a request for a page's URL runs
-the page script alone, with a sidebar menu of every file in pages/. See ui.py for how we stay in the
+the page script alone, with a sidebar menu of every file in pages/. See ui/frame.py for how we stay in the
 frame; tests/test_browser.py checks the same on a real server.
 """
 import tomllib

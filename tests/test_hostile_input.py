@@ -356,7 +356,7 @@ def test_a_model_refused_at_load_is_refused_once_per_folder_state(tmp_path, open
     models = _crafted(tmp_path)
     loads = []
     real = ui.load_checkpoint
-    monkeypatch.setattr(ui, "load_checkpoint", lambda path: loads.append(path) or real(path))
+    monkeypatch.setattr(ui.models, "load_checkpoint", lambda path: loads.append(path) or real(path))
     at = open_page("pages/home.py", models_dir=models, state={"te_model_name": name})
     assert any(words in e.value for e in at.sidebar.error)
     at.run()

@@ -1,13 +1,12 @@
 """The visible queue on a real page: a Generation run with a new prompt waits while every compute slot is taken,
 then runs; a page run never keeps its slot."""
 import threading
-import time
 from contextlib import contextmanager
 
 import pytest
 
 import ui
-from tests.polling import wait_until
+from tests.polling import stays, wait_until
 
 
 @pytest.fixture
@@ -67,8 +66,7 @@ def test_a_new_prompt_waits_for_the_slot_then_draws_its_text(open_page, long_lan
         run = threading.Thread(target=at.run)
         run.start()
         wait_until(lambda: one_slot.waiting == 1)  # the page is in line ...
-        time.sleep(0.3)
-        assert run.is_alive()  # ... and does not draw before its turn
+        stays(run.is_alive, 0.3)  # ... and does not draw before its turn
     run.join(120)
     assert not at.exception
     assert generated_text(at).startswith("ROMEO:\nWhither now?") and len(generated_text(at)) > len("ROMEO:\nWhither now?")
@@ -98,7 +96,7 @@ def test_no_work_runs_without_a_slot_and_no_cached_result_takes_one(monkeypatch)
     import streamlit as st
 
     slots, runs = [], []
-    monkeypatch.setattr(ui, "compute_slot", lambda what, key=None, lane="short": slots.append(what))
+    monkeypatch.setattr(ui.compute, "compute_slot", lambda what, key=None, lane="short": slots.append(what))
 
     @st.cache_resource(max_entries=2, show_spinner=False)
     def work(x):

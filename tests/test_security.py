@@ -12,7 +12,7 @@ from core.model import ModelConfig, Transformer
 from core.tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
-APP_CODE = [ROOT / "app.py", ROOT / "ui.py", *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "core").glob("*.py"))]
+APP_CODE = [ROOT / "app.py", *sorted((ROOT / "ui").glob("*.py")), *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "core").glob("*.py"))]
 
 
 def code(path: Path) -> str:

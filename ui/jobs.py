@@ -1,0 +1,64 @@
+"""Background jobs and uploads: a job's Pause/Resume/Stop, the corpus fetch button, the upload cap, the owner id."""
+from __future__ import annotations
+
+import secrets
+
+import streamlit as st
+
+
+def session_owner() -> str:
+    """This browser session's identity: a random id kept for the session (no login). A saved model records
+    it, so everyone sees every model but only its owner may replace it."""
+    return st.session_state.setdefault("te_owner", secrets.token_hex(8))
+
+
+def upload_limit_mb() -> int:
+    """The server's upload cap in MiB (``server.maxUploadSize``, set once in .streamlit/config.toml)."""
+    return int(st.get_option("server.maxUploadSize"))
+
+
+def offer_shakespeare_fetch(key: str) -> bool:
+    """Where Tiny Shakespeare was looked for, where to put it by hand, and a button that fetches it: from its
+    public source, on this click only, checked against its SHA-256 and saved in the corpora folder beside the
+    models (core.fetch). True once it is saved: the caller reruns, and shakespeare_path() finds it from then
+    on. Any failure is shown with the same where-to-put-it advice."""
+    from core import fetch  # read at call time: tests point fetch.SHAKESPEARE at a local server
+    from core.corpus import CORPUS_ENV, fetched_shakespeare_path, shakespeare_candidates
+
+    source, dest = fetch.SHAKESPEARE, fetched_shakespeare_path()
+    by_hand = f"save {source.url} as `{dest}` yourself, or set the {CORPUS_ENV} environment variable to the file's path"
+    looked = " and ".join(f"`{p}`" for p in shakespeare_candidates())
+    st.caption(f"{source.name} was not found (looked for {looked}). Fetch it with the button, or {by_hand}.")
+    if not st.button(f"Fetch {source.name} ({source.size_label})", key=key, icon=":material/download:",
+                     help=f"Downloads {source.url} once, checks its SHA-256 and saves it in {dest.parent}."):
+        return False
+    with st.spinner(f"Fetching {source.name} ..."):
+        try:
+            fetch.fetch_corpus(source.url, dest, source.sha256, timeout=60, max_bytes=source.size)
+        except fetch.FetchError as e:
+            st.error(f"{source.name} could not be fetched: {e}. Instead, {by_hand}.", icon="⚠️")
+            return False
+    return True
+
+
+def job_controls(job, s, polling: bool, prefix: str, busy: type[Exception], resume_help: str | None = None,
+                 stop_help: str | None = None) -> None:
+    """Pause, Resume and Stop for a background job (a training run, a study) whose status is ``s``; each click
+    reruns the page. Also reruns when the job started, paused or ended between two polls, so that the controls
+    and the polling match its state. ``busy``: the error a resume raises when the server is full."""
+    b1, b2, b3, _ = st.columns([1, 1, 1, 4])
+    if b1.button("Pause", key=f"{prefix}_pause", disabled=not s.can_pause):
+        job.pause()
+        st.rerun()
+    if b2.button("Resume", key=f"{prefix}_resume", disabled=not s.can_resume, help=resume_help):
+        try:
+            job.resume()
+        except busy as e:  # the server is full: say so, and the job stays paused
+            st.error(str(e), icon="⚠️")
+        else:
+            st.rerun()
+    if b3.button("Stop", key=f"{prefix}_stop", disabled=not s.can_stop, help=stop_help):
+        job.stop(wait=None)  # the worker ends what is under way; the polling shows when it has
+        st.rerun()
+    if s.moving != polling:  # the page polls only while the job moves: rerun so that it starts or stops polling
+        st.rerun()
