@@ -102,3 +102,60 @@ def head_label(layer: int, head: int) -> str:
 def heads_label(heads) -> str:
     """'L1 H3, L2 H1' for a list of heads; 'no head' for none."""
     return ", ".join(head_label(l, h) for l, h in heads) or "no head"
+
+
+# ---------------------------------------------------------------- durations, significant figures, counts in words
+
+def rough_time(seconds: float) -> str:
+    """A duration the way one says it: 'about 40 seconds', 'about 12 minutes'."""
+    if seconds < 90:  # up to a minute and a half, tens of seconds say it better than "about 1 minute"
+        return f"about {max(10, round(seconds, -1)):.0f} seconds"
+    return f"about {round(seconds / 60):.0f} minutes"
+
+
+def g3(v: float) -> str:
+    """Three significant digits; a value within 1e-6 of zero (a bound the bootstrap drove to zero) reads as 0."""
+    return "0" if abs(v) < 1e-6 else f"{v:.3g}"
+
+
+_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+
+
+def number_word(n: int) -> str:
+    """8 -> 'eight': a small count the way prose writes it; from 13 on, digits with thousands commas."""
+    return _WORDS[n] if 0 <= n < len(_WORDS) else f"{n:,}"
+
+
+# ---------------------------------------------------------------- the training page's sizes, times and rates
+
+def size_kib(n_bytes: int) -> str:
+    """A text's size: '1,089 KiB', or in bytes below 10 KiB, where a rounded KiB would hide most of it."""
+    return f"{n_bytes / 1024:,.0f} KiB" if n_bytes >= 10 * 1024 else f"{n_bytes:,} bytes"
+
+
+def seconds_or_minutes(seconds: float) -> str:
+    """An estimated run time: '95 s', and from two minutes on '7.4 min'."""
+    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.1f} min"
+
+
+def gflops(rate: float) -> str:
+    """A speed in FLOP per second as '12.3 GFLOP/s'."""
+    return f"{rate / 1e9:,.1f} GFLOP/s"
+
+
+def millions(n: float) -> str:
+    """1_003_854 -> '1.0', for 'million characters'."""
+    return f"{n / 1e6:,.1f}"
+
+
+# ---------------------------------------------------------------- the analysis pages' phrases
+
+def code_text(text: str) -> str:
+    """Text to show between backticks (Markdown code, where no escape works): a backtick would end the span
+    early, so it becomes a quote."""
+    return text.replace("`", "'")
+
+
+def nats_than(change: float, than: str) -> str:
+    """0.25, 'on the first' -> '0.250 nats lower than on the first'; a negative change reads 'higher'."""
+    return f"{abs(change):.3f} nats {'lower' if change >= 0 else 'higher'} than {than}"

@@ -74,6 +74,11 @@ class ScalingLaw:
         """a in N_opt ∝ C^a: beta / (alpha + beta); D_opt grows as C^(1 - a)."""
         return self.beta / (self.alpha + self.beta)
 
+    @property
+    def D_exponent(self) -> float:
+        """b in D_opt ∝ C^b: alpha / (alpha + beta), so that a + b = 1 (N_opt D_opt is C / 6)."""
+        return self.alpha / (self.alpha + self.beta)
+
     def constants(self) -> dict[str, float]:
         """The five constants under the names a page shows."""
         return {"A": self.A, "B": self.B, "α": self.alpha, "β": self.beta, "L∞ (E)": self.E}
@@ -105,6 +110,10 @@ class FamousModel:
     @property
     def compute(self) -> float:
         return FLOPS_PER_PARAM_TOKEN * self.N * self.D
+
+    @property
+    def tokens_per_param(self) -> float:
+        return self.D / self.N
 
 
 FAMOUS_MODELS = (
@@ -149,6 +158,7 @@ HUBER_DELTA = 1e-3
 # (with A = exp a, B = exp b, E = exp e): 5 * 5 * 5 * 6 * 6 = 4,500 starting points.
 GRID = dict(a=np.arange(0, 26, 5.0), b=np.arange(0, 26, 5.0), e=np.arange(-1, 1.01, 0.5),
             alpha=np.arange(0, 2.01, 0.5), beta=np.arange(0, 2.01, 0.5))
+N_STARTS = math.prod(len(v) for v in GRID.values())  # the 4,500 above, for the page's prose
 
 
 def start_grid() -> torch.Tensor:

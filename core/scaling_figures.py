@@ -126,7 +126,8 @@ def loss_map(law: ScalingLaw, N_range=(1e7, 1e13), D_range=(1e9, 1e14), budgets=
         textfont=dict(color="black", size=11, shadow=HALO),
         marker=dict(symbol="diamond", size=11, color="white", line=dict(color="black", width=1)), customdata=custom,
         hovertemplate="<b>%{text}</b>: N = %{customdata[0]}, D = %{customdata[1]}<br>"
-                      "tokens per parameter: %{customdata[2]:.1f}<br>compute 6ND = %{customdata[3]} FLOPs<br>"
+                      "tokens per parameter: %{customdata[2]:.1f}<br>"
+                      f"compute {FLOPS_PER_PARAM_TOKEN}ND = %{{customdata[3]}} FLOPs<br>"
                       "optimum for that compute: N = %{customdata[4]}, D = %{customdata[5]} "
                       "(%{customdata[6]:.1f} tokens per parameter)<br>"
                       "loss %{customdata[7]:.4f}; at the optimum %{customdata[8]:.4f}: "
@@ -158,7 +159,7 @@ def isoflop_curves(law: ScalingLaw, budgets=(1e19, 1e21, 1e23, 1e25), span: floa
                                  marker=dict(color="black", size=7, symbol="x"),
                                  hovertemplate="closed form: N_opt = %{x:.3s}<br>L = %{y:.4f}<extra></extra>"))
     return go.Figure(traces, dict(**LAYOUT, title="Iso-FLOP curves: each budget spent on every split of N and D",
-                                  xaxis=dict(type="log", title="parameters N (with D = C / 6N)"),
+                                  xaxis=dict(type="log", title=f"parameters N (with D = C / {FLOPS_PER_PARAM_TOKEN}N)"),
                                   yaxis=dict(title="loss L (nats per token)",
                                              range=[min(valleys) - 0.1, max(valleys) + 0.6])))
 
