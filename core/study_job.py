@@ -25,27 +25,31 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.job_common import BACKGROUND_NICE, JobBusyError, JobState, signal_name
 from core.paths import REPO_ROOT
 from core.study import (GRIDS, PARENT_ENV, RUNS_CSV, StudyError, corpus_problem, read_progress,
                         read_rows, resolve_grid)
 
 MAX_RUNNING_STUDIES = 1  # each study keeps every core busy; a second would only halve the speed of both
-NICE = 10                # below the server's own work: the pages stay responsive while a study trains
+NICE = BACKGROUND_NICE   # below the server's own work: the pages stay responsive while a study trains
 BOOTSTRAP = 100          # refits for the intervals at the end (the shipped study used 200)
 # every state status() gives; pausing is immediate (SIGSTOP to the group), so there is no "pausing" between
 STATES = ("new", "starting", "running", "paused", "stopping", "stopped", "finished", "failed")
 ACTIVE = ("starting", "running", "paused", "stopping")  # the process is alive
+MOVING = ("starting", "running", "stopping")             # changes by itself: a page keeps polling (not "paused")
 
-_JOBS: "weakref.WeakSet[StudyJob]" = weakref.WeakSet()
-_LOCK = threading.Lock()
+_JOBS: "weakref.WeakSet[StudyJob]" = weakref.WeakSet()  # weak: a handle whose session ended must be collectable
+_LOCK = threading.Lock()  # the count of running studies and the start are one step, or two sessions both pass
 
 
-class BusyError(RuntimeError):
+class BusyError(JobBusyError):
     """The server runs as many studies as it allows."""
 
 
 @dataclass(frozen=True)
-class StudyStatus:
+class StudyStatus(JobState):
+    ACTIVE = ACTIVE  # JobState.active and .moving read these; no annotation, so they are not fields
+    MOVING = MOVING
     state: str               # one of STATES
     done: int                # runs in runs.csv
     total: int               # runs in the grid
@@ -56,19 +60,12 @@ class StudyStatus:
     problem: str = ""        # why runs.csv cannot be read (it names the file); rows is then empty
 
     @property
-    def active(self) -> bool:
-        return self.state in ACTIVE
-
-    @property
-    def moving(self) -> bool:
-        return self.state in ("starting", "running", "stopping")
-
-    @property
     def can_pause(self) -> bool:
         return self.state in ("starting", "running")
 
     @property
     def can_resume(self) -> bool:
+        # a failed study can resume too: runs.csv keeps what finished, and a resume trains only what is missing
         return self.state == "paused" or (self.state in ("stopped", "failed") and self.done < self.total)
 
     @property
@@ -77,17 +74,19 @@ class StudyStatus:
 
 
 def _signal_group(pid: int, sig: int):
+    # the whole group: the study's workers are its children, and a signal to the study alone would leave them
+    # training (SIGSTOP) or orphaned (SIGKILL). The group's id is the study's pid (start_new_session)
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
-        pass
+        pass  # the group has ended already; a reused number that is no longer ours is not touched
 
 
 def _end(pid_box: list, folder_box: list):
     """Finaliser: end the study's process group, and remove a folder the job made for itself."""
     pid = pid_box[0]
     if pid:
-        _signal_group(pid, signal.SIGCONT)
+        _signal_group(pid, signal.SIGCONT)  # a paused (SIGSTOPped) group cannot act on SIGTERM until it runs
         _signal_group(pid, signal.SIGTERM)
     if folder_box[0]:
         shutil.rmtree(folder_box[0], ignore_errors=True)
@@ -109,6 +108,8 @@ class StudyJob:
         self.folder: Path | None = Path(folder) if folder else None  # made by _launch when None
         self.workers, self.nice = workers, nice
         self.proc: subprocess.Popen | None = None
+        # one-item lists, shared with the finaliser: it must not hold the handle itself (or the handle would
+        # never be collected), yet it must see the pid and folder the handle has at the end
         self._pid = [None]  # the study's process group while it may have members; None once ended
         self._own = [str(self.folder) if self.own_folder and self.folder else None]  # for the finaliser
         self._paused = False
@@ -126,11 +127,12 @@ class StudyJob:
         return self.folder / RUNS_CSV if self.folder else None
 
     def command(self) -> list[str]:
+        # the command line of a study run by hand (README): the page's study and a teacher's are one program
         cmd = [sys.executable, "-m", "core.study", "--corpus", str(self.corpus_path), "--grid", self.grid_name,
                "--engine", "local", "--out", str(self.folder), "--bootstrap", str(BOOTSTRAP)]
         if self.workers:
             cmd += ["--workers", str(self.workers)]
-        if self.nice:
+        if self.nice:  # the study lowers its own priority, before it starts any worker: they inherit it
             cmd += ["--nice", str(self.nice)]
         return cmd
 
@@ -154,13 +156,16 @@ class StudyJob:
                 self.folder = self.new_folder()
                 self._own[0] = str(self.folder)
             self.folder.mkdir(parents=True, exist_ok=True)
+            # appended: a resumed study keeps the log of its earlier sessions; status() reads its tail on failure
             log = open(self.folder / "study.log", "ab")
             try:
+                # a session of its own: its pid names a process group holding the study and its workers, so pause,
+                # resume and stop reach them all (_signal_group); PARENT_ENV: the study ends if this server dies
                 self.proc = subprocess.Popen(self.command(), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=log, start_new_session=True,
                                              env={**os.environ, PARENT_ENV: str(os.getpid())})
             finally:
-                log.close()
+                log.close()  # the child has its own descriptor
             self._pid[0] = self.proc.pid
             self._paused = self._stopping = False
             self._started = time.time()
@@ -194,10 +199,10 @@ class StudyJob:
     def resume(self):
         """Continue a paused study, or start a stopped one again on its folder (only the missing runs)."""
         if self._alive():
-            if self._paused:
+            if self._paused:  # SIGCONT: the runs under way go on from where they froze, their results unchanged
                 _signal_group(self.proc.pid, signal.SIGCONT)
                 self._paused = False
-        elif self.proc is not None:
+        elif self.proc is not None:  # ended: a new process on the same folder, which skips the runs in runs.csv
             self._launch()
 
     def stop(self, wait: float | None = 10.0):
@@ -214,7 +219,7 @@ class StudyJob:
         if wait:
             try:
                 self.proc.wait(wait)
-            except subprocess.TimeoutExpired:
+            except subprocess.TimeoutExpired:  # not ending within ``wait``: a page's Stop must not hang it
                 _signal_group(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
 
@@ -232,13 +237,15 @@ class StudyJob:
         try:
             rows = read_rows(self.runs_csv) if self.folder else []
         except StudyError as e:
-            rows, problem = [], str(e)
+            rows, problem = [], str(e)  # said on the page rather than raised: the study's controls stay usable
         progress = (read_progress(self.folder) if self.folder else None) or {}
         total = len(self.grid.widths) * len(self.grid.tokens)
         elapsed = time.time() - self._started if self._started else 0.0
         if self.proc is None:
             state, message = "stopped" if rows else "new", ""
         elif self._alive():
+            # the handle knows pause and stop itself (they were its signals); only running vs starting is read
+            # from progress.json, which the study writes once it has read its corpus and starts its runs
             if self._stopping:
                 state = "stopping"
             elif self._paused:
@@ -254,15 +261,16 @@ class StudyJob:
                 state, message = "stopped", ""
             elif code < 0:  # killed from outside: the system out of memory, or another program
                 state = "failed"
-                name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+                name = signal_name(-code)
                 message = (f"the study process was killed ({name}), by the system when memory ran out or by another "
                            f"program; {len(rows)} of {total} runs were kept"
                            + (": Resume trains the rest" if len(rows) < total else ""))
             else:
                 state = "failed"
                 tail = self.log_tail()
+                # the study's own error line (argparse's and the CLI's start with "error:"), else the log's end
                 message = tail.split("error:", 1)[-1].strip() if "error:" in tail else tail.strip()[-400:]
-        eta = progress.get("eta_s") if state == "running" else None
+        eta = progress.get("eta_s") if state == "running" else None  # a paused study's estimate would go stale
         return StudyStatus(state=state, done=len(rows), total=total, rows=rows, message=message, elapsed_s=elapsed,
                            eta_s=eta, problem=problem)
 
@@ -274,5 +282,6 @@ def grid_choices() -> dict[str, str]:
 
 
 def running_studies() -> int:
+    # _alive also ends what is left of the group of a study that has just ended (its workers)
     return sum(1 for j in list(_JOBS) if j._alive())
 

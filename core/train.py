@@ -2,347 +2,40 @@
 
 Nothing here is specific to the UI: ``Trainer.step()`` runs one optimisation step and returns its
 metrics, ``Trainer.evaluate()`` estimates train and validation loss; callers decide what to show.
+The settings, recipes and schedule are ``core.recipes``; the tokenizer, batches and scoring ``core.train_data``;
+both are re-exported here, so ``from core.train import ...`` finds every name it always found.
+
+    python -m core.train --out assets/models/NAME [--tokenizer bpe --vocab-size 1024] [--steps N] ...
 """
 from __future__ import annotations
 
 import argparse
-import math
-import re
 import shlex
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, asdict
+from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from core.checkpoint import load_checkpoint, save_checkpoint
-from core.induction import HeadRecorder, add_repeats, formation_step, induction_summary
 from core.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_description, split_train_val
+from core.induction import HeadRecorder, formation_step, induction_summary
 from core.model import LECTURE, ModelConfig, Transformer
 from core.params import count_parameters, per_block_formula
 from core.threads import use_threads
-from core.tokenizer import BPETokenizer, CharTokenizer, Tokenizer
+from core.tokenizer import CharTokenizer, Tokenizer
+# re-exported: pages, bench, tests and core.job_settings import these from core.train
+from core.recipes import (DEFAULT_RECIPE, OPTIMIZERS, RECIPE_TITLES, RECIPES, SCHEDULES, TrainConfig,  # noqa: F401
+                          describe_recipe, lr_at, lr_scale, make_optimizers, param_groups, train_problems)
+from core.train_data import (BPE_CHUNK, DEFAULT_BPE_VOCAB, MAX_PRETOKEN, TOKENIZERS, bpe_pieces,  # noqa: F401
+                             encode_corpus, get_batch, get_windows, held_out_score, make_tokenizer, min_corpus_chars,
+                             mixed_batch, repeat_share, windowed_loss, windowed_total)
 
 
-OPTIMIZERS = ("muon", "adamw")
-TOKENIZERS = ("char", "bpe")  # one token per character, or a byte-level BPE learned from the training part
-DEFAULT_BPE_VOCAB = 512
-SCHEDULES = ("wsd", "cosine")
-
-
-@dataclass
-class TrainConfig:
-    """How a run trains. Two named recipes (``RECIPES``, ``TrainConfig.recipe``):
-
-    - "adamw", the usual one: AdamW on every parameter, linear warmup over 400 steps, cosine decay;
-    - "muon": Muon on the blocks' weight matrices (their updates orthogonalised, so every direction of a
-      matrix moves at the same pace), AdamW on the embeddings, norms and output map; a warmup that scales
-      with the run, a constant rate, and a linear cooldown at the end ("wsd": warmup, stable, decay).
-    The architecture is the same either way."""
-    batch_size: int = 32
-    steps: int = 12000
-    optimizer: str = "adamw"  # "muon" or "adamw"
-    lr: float = 3e-3          # AdamW's peak rate (for "muon": embeddings, norms and the output map)
-    muon_lr: float = 0.02     # Muon's peak rate, for the blocks' matrices (unused by "adamw")
-    muon_momentum: float = 0.95
-    muon_ns_steps: int = 5    # Newton-Schulz iterations that orthogonalise each Muon update
-    schedule: str = "cosine"  # "cosine": warmup then cosine decay; "wsd": warmup, constant, final cooldown
-    warmup: int | None = 400  # linear warmup steps; None: warmup_frac of the run
-    warmup_frac: float = 0.02
-    cooldown_frac: float = 0.4  # "wsd": the last fraction of the steps decays linearly
-    min_lr_ratio: float = 0.02  # both schedules end at lr * min_lr_ratio
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    beta2: float = 0.99       # small batches of characters: nanoGPT's char recipe uses 0.99
-    eval_interval: int = 250
-    eval_batches: int = 16
-    seed: int = 1337
-    # the repeat mixture (core.induction.add_repeats): rows whose random span is written again later, the data
-    # on which an induction head pays off. Off by default; the induction model uses it (see its card)
-    repeat_fraction: float = 0.0    # share of rows holding a repeated span
-    repeat_first_steps: int = 0     # a curriculum: during the first steps every row holds one
-    repeat_min_span: int = 20
-    repeat_max_span: int = 60
-    heads_interval: int = 100       # every so many steps each head is measured on the induction probe (0: never)
-
-    def __post_init__(self):
-        problems = train_problems(asdict(self))
-        if problems:
-            raise ValueError("; ".join(problems.values()))
-        if self.warmup is None:
-            self.warmup = max(1, round(self.warmup_frac * self.steps))
-
-    @classmethod
-    def recipe(cls, name: str, **overrides) -> "TrainConfig":
-        """A named recipe of RECIPES, with any field overridden."""
-        if name not in RECIPES:
-            raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}")
-        return cls(**{**RECIPES[name], **overrides})
-
-
-# The named recipes: only the fields where they differ from TrainConfig's plain defaults.
-RECIPES: dict[str, dict] = {
-    "adamw": dict(optimizer="adamw", schedule="cosine", lr=3e-3, warmup=400),
-    # measured with bench/recipe.py (1,200 steps of the lecture's model): AdamW's rate 6e-3 for the embeddings,
-    # norms and output map and a cooldown over the last half beat 3e-3 and 0.4; Muon's rate 0.015-0.03,
-    # warmup 2-5% and 4 or 5 Newton-Schulz steps made no difference beyond the noise
-    "muon": dict(optimizer="muon", schedule="wsd", lr=6e-3, muon_lr=0.02, warmup=None, warmup_frac=0.02,
-                 cooldown_frac=0.5),
-}
-DEFAULT_RECIPE = "muon"
-RECIPE_TITLES = {"muon": "Muon + AdamW", "adamw": "AdamW (the usual recipe)"}
-
-
-def describe_recipe(name: str) -> str:
-    """What a recipe does, in a few plain sentences, with its numbers."""
-    tc = TrainConfig.recipe(name, steps=1000)
-    if tc.optimizer == "muon":
-        return (f"Muon updates each weight matrix of the blocks (W_Q, W_K, W_V, W_O, W1, W2) along an "
-                f"orthogonalised version of its momentum: a few Newton-Schulz iterations push every singular "
-                f"value of the update towards 1, so all directions of a matrix learn at the same pace instead of "
-                f"a few dominant ones. Embeddings, norms and the output map keep AdamW. The rate warms up over "
-                f"{tc.warmup_frac:.0%} of the run, stays constant, and falls linearly over the last "
-                f"{tc.cooldown_frac:.0%} (Muon peak {tc.muon_lr:g}, AdamW peak {tc.lr:g}).")
-    return (f"AdamW on every parameter: each weight gets its own step size from running averages of its "
-            f"gradient and squared gradient. The rate warms up over a fixed {RECIPES[name]['warmup']} steps (a tenth "
-            f"of a shorter run on the training page) and then follows a cosine down to {tc.min_lr_ratio:.0%} of its "
-            f"peak ({tc.lr:g}).")
-
-
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _rate(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1
-
-
-def train_problems(values: dict) -> dict[str, str]:
-    """Field name -> what is wrong, for the training settings present in ``values``; empty when all is
-    well. The one validation of a run's settings: TrainConfig raises with these messages, the training
-    form shows them beside its fields."""
-    problems: dict[str, str] = {}
-    for name in ("batch_size", "steps", "eval_interval", "eval_batches", "muon_ns_steps", "repeat_min_span",
-                 "repeat_max_span"):
-        if name in values and (not _whole(values[name]) or values[name] < 1):
-            problems[name] = f"{name} must be a whole number of at least 1 (got {values[name]!r})"
-    if values.get("warmup") is not None and (not _whole(values["warmup"]) or values["warmup"] < 0):
-        problems["warmup"] = f"warmup must be a whole number of at least 0 (got {values['warmup']!r})"
-    for name in ("lr", "muon_lr"):
-        if name in values and not _rate(values[name]):
-            problems[name] = f"{name} must be a number above 0 and at most 1 (got {values[name]!r})"
-    for name in ("repeat_first_steps", "heads_interval"):
-        if name in values and (not _whole(values[name]) or values[name] < 0):
-            problems[name] = f"{name} must be a whole number of at least 0 (got {values[name]!r})"
-    if ("repeat_min_span" not in problems and "repeat_max_span" not in problems
-            and values.get("repeat_min_span", 1) > values.get("repeat_max_span", 1)):
-        problems["repeat_max_span"] = (f"repeat_max_span ({values['repeat_max_span']}) must be at least "
-                                       f"repeat_min_span ({values['repeat_min_span']})")
-    for name in ("warmup_frac", "cooldown_frac", "min_lr_ratio", "muon_momentum", "repeat_fraction"):
-        v = values.get(name, 0.5)
-        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1):
-            problems[name] = f"{name} must be a number from 0 to 1 (got {v!r})"
-    if values.get("optimizer", OPTIMIZERS[0]) not in OPTIMIZERS:
-        problems["optimizer"] = f"optimizer must be one of {', '.join(OPTIMIZERS)} (got {values['optimizer']!r})"
-    if values.get("schedule", SCHEDULES[0]) not in SCHEDULES:
-        problems["schedule"] = f"schedule must be one of {', '.join(SCHEDULES)} (got {values['schedule']!r})"
-    seed = values.get("seed", 0)
-    if not _whole(seed) or not 0 <= seed < 2**63:
-        problems["seed"] = f"seed must be a whole number of at least 0 (got {seed!r})"
-    return problems
-
-
-def lr_scale(step: int, tc: TrainConfig) -> float:
-    """The schedule as a factor of the peak rate at 0-based ``step``: linear warmup to 1, then either a
-    cosine down to min_lr_ratio at the last step, or ("wsd") 1 until the last cooldown_frac of the run and
-    a straight line down to min_lr_ratio at the last step."""
-    if step < tc.warmup:
-        return (step + 1) / tc.warmup
-    floor = tc.min_lr_ratio
-    last = max(1, tc.steps - 1)
-    if tc.schedule == "wsd":
-        start = max(tc.warmup, round(tc.steps * (1 - tc.cooldown_frac)))
-        if step < start:
-            return 1.0
-        return 1.0 - (1.0 - floor) * min(1.0, (step - start) / max(1, last - start))
-    progress = min(1.0, (step - tc.warmup) / max(1, tc.steps - tc.warmup))
-    return floor + 0.5 * (1 - floor) * (1 + math.cos(math.pi * progress))
-
-
-def lr_at(step: int, tc: TrainConfig) -> float:
-    """AdamW's rate at ``step``."""
-    return tc.lr * lr_scale(step, tc)
-
-
-def param_groups(model: Transformer) -> dict[str, list[tuple[str, torch.nn.Parameter]]]:
-    """The model's parameters split for the optimisers, each exactly once: "matrices", the 2-D weights inside
-    the blocks (W_Q, W_K, W_V together, W_O, W1, W2: Muon's share); "other_matrices", the token and position
-    embeddings and the output map (AdamW, with weight decay); "vectors", the LayerNorm scales and shifts
-    (AdamW, no decay)."""
-    groups = {"matrices": [], "other_matrices": [], "vectors": []}
-    for name, p in model.named_parameters():
-        if p.dim() < 2:
-            groups["vectors"].append((name, p))
-        elif name.startswith("blocks."):
-            groups["matrices"].append((name, p))
-        else:
-            groups["other_matrices"].append((name, p))
-    return groups
-
-
-def make_optimizers(model: Transformer, tc: TrainConfig) -> list[torch.optim.Optimizer]:
-    """The optimisers of a recipe; every param group remembers its peak rate as "peak_lr"."""
-    g = param_groups(model)
-    params = lambda key: [p for _, p in g[key]]  # noqa: E731
-    adamw_groups = [{"params": params("other_matrices"), "weight_decay": tc.weight_decay, "peak_lr": tc.lr},
-                    {"params": params("vectors"), "weight_decay": 0.0, "peak_lr": tc.lr}]
-    if tc.optimizer == "adamw":
-        adamw_groups[0]["params"] = params("matrices") + adamw_groups[0]["params"]
-        return [torch.optim.AdamW(adamw_groups, lr=tc.lr, betas=(0.9, tc.beta2))]
-    muon = torch.optim.Muon([{"params": params("matrices"), "peak_lr": tc.muon_lr}], lr=tc.muon_lr,
-                            weight_decay=tc.weight_decay, momentum=tc.muon_momentum, ns_steps=tc.muon_ns_steps)
-    return [muon, torch.optim.AdamW(adamw_groups, lr=tc.lr, betas=(0.9, tc.beta2))]
-
-
-def min_corpus_chars(n_ctx: int) -> int:
-    """Shortest corpus whose 90/10 split leaves each part one window of n_ctx inputs plus targets, with
-    at least two start positions (``get_batch`` draws starts below len - n_ctx)."""
-    need, n = n_ctx + 2, n_ctx + 2
-    while True:
-        train, val = split_train_val(range(n))
-        if len(train) >= need and len(val) >= need:
-            return n
-        n += 1
-
-
-def encode_corpus(tokenizer: Tokenizer, text: str) -> torch.Tensor:
-    """``tokenizer.encode(text, errors="drop")`` as a tensor. For characters it is vectorised: a megabyte corpus
-    in milliseconds rather than a second, so starting a run from the training page feels immediate (a BPE's
-    Rust encoder takes about a second and a half for Tiny Shakespeare). A byte-level BPE encodes the text in
-    ``bpe_pieces``, as it learned it: the same ids for ordinary text, in a bounded amount of memory."""
-    if isinstance(tokenizer, BPETokenizer) and tokenizer.byte_level:
-        pieces = [np.array(tokenizer.encode(p, errors="drop"), dtype=np.int64) for p in bpe_pieces(text)]
-        return torch.from_numpy(np.concatenate(pieces))
-    if not isinstance(tokenizer, CharTokenizer):
-        return torch.tensor(tokenizer.encode(text, errors="drop"), dtype=torch.long)
-    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)     # one code point per character
-    vocab = np.array([ord(c) for c in tokenizer.chars], dtype=np.uint32)
-    order = np.argsort(vocab)
-    pos = np.minimum(np.searchsorted(vocab[order], codes), len(vocab) - 1)
-    known = vocab[order][pos] == codes                                     # unknown characters are dropped
-    return torch.from_numpy(order[pos[known]].astype(np.int64))
-
-
-def make_tokenizer(kind: str, train_text: str, vocab_size: int | None = None) -> Tokenizer:
-    """The tokenizer of a new run, learned from ``train_text`` alone (the held-out part must stay unseen):
-    "char", one token per distinct character; "bpe", a byte-level BPE of ``vocab_size`` tokens (fewer when
-    the text runs out of pairs seen twice)."""
-    if kind == "char":
-        if vocab_size is not None:
-            raise ValueError("a character tokenizer's vocabulary is the corpus's characters; vocab_size is for 'bpe'")
-        return CharTokenizer.from_text(train_text)
-    if kind == "bpe":
-        if vocab_size is None:
-            raise ValueError("a byte-level BPE needs a vocabulary size (at least 256, the bytes)")
-        return BPETokenizer.train(bpe_pieces(train_text), vocab_size)
-    raise ValueError(f"tokenizer must be one of {', '.join(TOKENIZERS)} (got {kind!r})")
-
-
-MAX_PRETOKEN = 128  # characters: the longest run a BPE learns from as one piece (bpe_pieces)
-BPE_CHUNK = 1 << 16  # characters: text reaches the tokenizers library in pieces of about this many
-# Unicode's White_Space characters: what the byte-level pre-tokenizer's \s matches (Python's \s adds \x1c-\x1f)
-_WHITE = "\t\n\v\f\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-# a line break between two non-space characters: the pre-tokenizer always ends a pre-token before the break and
-# after it (it is a pre-token of its own), so the text may be cut after it without changing a single pre-token
-_LINE_BREAK = re.compile(f"(?<=[^{_WHITE}]\n)(?=[^{_WHITE}])")
-
-
-def bpe_pieces(text: str, longest: int = MAX_PRETOKEN, chunk: int = BPE_CHUNK) -> list[str]:
-    """``text`` cut into the pieces a byte-level BPE learns from and encodes one by one; joined, they are
-    ``text``. Two kinds of cut:
-
-    - inside every run of non-space characters (or of spaces) longer than ``longest``, every ``longest``
-      characters. The pre-tokenizer splits each piece on its own, and each of its pre-tokens lies inside one such
-      run (with at most the space before it), so none is longer than ``longest`` + 1 characters. Why: the
-      trainer's time grows with the square of its longest pre-token, and a megabyte of letters without a space
-      is one pre-token (11 minutes to learn, bench/results/bpe-learning.md);
-    - after a line break between two non-space characters, once a piece has ``chunk`` characters: no pre-token
-      changes, and the library holds one piece's pre-tokens and token objects at a time instead of the whole
-      text's (about 200 bytes per character at once; bench/results/run-memory.md).
-
-    Text with no run longer than ``longest`` (prose, code, our corpora) keeps every pre-token, so the BPE learned
-    from its pieces and the ids they encode to are exactly those of the whole text (tests/test_bpe_bound.py)."""
-    cuts = {c for m in re.finditer(f"[^{_WHITE}]{{{longest + 1},}}|[{_WHITE}]{{{longest + 1},}}", text)
-            for c in range(m.start() + longest, m.end(), longest)}
-    last = 0
-    for m in _LINE_BREAK.finditer(text):
-        if m.start() - last >= chunk:
-            cuts.add(m.start())
-            last = m.start()
-    bounds = [0, *sorted(cuts), len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
-def get_windows(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
-    """Random windows of n_ctx + 1 tokens: (B, n_ctx + 1), inputs and next-token targets in one."""
-    starts = torch.randint(len(data) - n_ctx, (batch_size,), generator=generator)
-    return torch.stack([data[s:s + n_ctx + 1] for s in starts.tolist()])
-
-
-def get_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator):
-    """Random windows of n_ctx tokens and their next-token targets: (B, n_ctx) each."""
-    w = get_windows(data, n_ctx, batch_size, generator)  # (B, n_ctx + 1)
-    return w[:, :-1], w[:, 1:]
-
-
-def _windows(data: torch.Tensor, n_ctx: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every full, non-overlapping window of n_ctx tokens and its next-token targets: (W, n_ctx) each."""
-    n_windows = (len(data) - 1) // n_ctx
-    if n_windows < 1:
-        raise ValueError(f"need at least {n_ctx + 1} tokens to score one window, got {len(data)}")
-    x = data[: n_windows * n_ctx].view(n_windows, n_ctx)             # (W, n_ctx)
-    y = data[1: n_windows * n_ctx + 1].view(n_windows, n_ctx)        # (W, n_ctx)
-    return x, y
-
-
-@torch.no_grad()
-def windowed_total(model: Transformer, data: torch.Tensor, n_ctx: int | None = None,
-                   batch_size: int = 64) -> tuple[float, torch.Tensor]:
-    """(summed next-token cross-entropy in nats, the target ids it scored) over every full, non-overlapping
-    window of n_ctx tokens of ``data``."""
-    x, y = _windows(data, n_ctx or model.config.n_ctx)
-    was_training = model.training
-    model.eval()
-    total = 0.0
-    for i in range(0, len(x), batch_size):
-        out = model(x[i:i + batch_size], targets=y[i:i + batch_size])
-        total += out.loss.item() * y[i:i + batch_size].numel()
-    model.train(was_training)
-    return total, y.reshape(-1)
-
-
-def windowed_loss(model: Transformer, data: torch.Tensor, n_ctx: int | None = None, batch_size: int = 64) -> float:
-    """Mean next-token cross-entropy over every full, non-overlapping window of n_ctx tokens."""
-    total, targets = windowed_total(model, data, n_ctx, batch_size)
-    return total / len(targets)
-
-
-def held_out_score(model: Transformer, tokenizer: Tokenizer, data: torch.Tensor, n_ctx: int | None = None) -> dict:
-    """The validation numbers of a checkpoint: loss in nats per token over every full window of ``data``, and
-    in bits per character, the summed loss over the predicted tokens divided by the characters those tokens
-    decode to (and by ln 2). Only bits per character compares a character model with a sub-word one: a token
-    that holds three characters is harder to predict than one character, and covers three."""
-    total, targets = windowed_total(model, data, n_ctx)
-    chars = len(tokenizer.decode(targets.tolist()))
-    return {"loss": total / len(targets), "bits_per_char": total / chars / math.log(2),
-            "tokens": len(targets), "chars": chars, "chars_per_token": chars / len(targets)}
-
-
-_INIT_LOCK = threading.Lock()
+_INIT_LOCK = threading.Lock()  # one model built at a time in this process: see _seeded
 
 
 @contextmanager
@@ -350,12 +43,15 @@ def _seeded(seed: int):
     """Torch's global generator seeded for the block, then put back as it was. Building a model draws its
     initial weights from that generator; two sessions starting at the same moment must not interleave
     their draws (or a seed would no longer fix the weights), nor reseed anyone else's sampling."""
-    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):  # devices=[]: the CPU generator only, no CUDA probe
         torch.manual_seed(seed)
         yield
 
 
 class Trainer:
+    # Everything a run needs from the first step to the last: tokenizer, encoded parts, model, optimisers and
+    # the generators that make a seed repeat the run exactly. No I/O: the command line below and the training
+    # process (core.training_child) drive it one step() at a time and decide what to show.
     def __init__(self, text: str, model_config: ModelConfig | dict, train_config: TrainConfig | None = None,
                  tokenizer: Tokenizer | None = None, bpe_vocab_size: int | None = None):
         """A run on ``text``: its first 90% trains, the rest is held out. The tokenizer is ``tokenizer`` if given;
@@ -364,10 +60,12 @@ class Trainer:
         self.tc = train_config or TrainConfig()
         train_text, val_text = split_train_val(text)
         if tokenizer is None:
+            # a character model's vocabulary comes from the whole text: otherwise a character seen only in the
+            # held-out part would be dropped from it; a BPE falls back to bytes, so it can stay unseen
             tokenizer = (make_tokenizer("bpe", train_text, bpe_vocab_size) if bpe_vocab_size is not None
                          else CharTokenizer.from_text(text))
         self.tokenizer = tokenizer
-        if isinstance(model_config, dict):
+        if isinstance(model_config, dict):  # a shape without m: the tokenizer decides the vocabulary
             model_config = ModelConfig(**{**model_config, "vocab_size": self.tokenizer.vocab_size})
         if model_config.vocab_size != self.tokenizer.vocab_size:
             raise ValueError(f"vocab_size={model_config.vocab_size} but the tokenizer has "
@@ -377,9 +75,9 @@ class Trainer:
         # text the tokenizer learned from
         self.train_data, self.val_data = encode_corpus(tokenizer, train_text), encode_corpus(tokenizer, val_text)
         self.train_chars, self.val_chars = len(train_text), len(val_text)
-        need = model_config.n_ctx + 2
+        need = model_config.n_ctx + 2  # a window of inputs and targets, from at least two start positions
         if len(self.train_data) < need or len(self.val_data) < need:
-            if isinstance(tokenizer, CharTokenizer):
+            if isinstance(tokenizer, CharTokenizer):  # characters can be counted in advance: say how many
                 raise ValueError(
                     f"corpus too short: with a 90/10 split each part needs more than n_ctx+1={model_config.n_ctx + 1} "
                     f"characters, i.e. at least {min_corpus_chars(model_config.n_ctx):,} characters in all "
@@ -392,6 +90,8 @@ class Trainer:
             self.model = Transformer(model_config)
         self.model.train()
         self.optimizers = make_optimizers(self.model, self.tc)
+        # generators of its own, not torch's global one: another session's sampling cannot shift this run's
+        # batches, and the evaluation's windows do not consume the training draws
         self.batch_gen = torch.Generator().manual_seed(self.tc.seed)
         self.eval_gen_seed = self.tc.seed + 1
         self.step_num = 0
@@ -403,14 +103,14 @@ class Trainer:
 
     def repeat_share(self, step: int | None = None) -> float:
         """The share of rows holding a repeated span at 0-based ``step`` (default: the next one)."""
-        step = self.step_num if step is None else step
-        return 1.0 if step < self.tc.repeat_first_steps else self.tc.repeat_fraction
+        return repeat_share(self.step_num if step is None else step, self.tc)
 
     def record_heads(self) -> bool:
         """Measure every head on the induction probe if this step is due (and step 0); True if measured."""
+        # the last step too, due or not: the curve ends where the run did
         if self.heads is None or not (self.heads.due(self.step_num) or self.done):
             return False
-        if self.heads.rows and self.heads.rows[-1]["step"] == self.step_num:
+        if self.heads.rows and self.heads.rows[-1]["step"] == self.step_num:  # a last step that was also due
             return False
         self.heads.record(self.model, self.step_num)
         return True
@@ -423,9 +123,9 @@ class Trainer:
         """One optimisation step; returns step, loss, lr, tokens_per_s of this step."""
         if self.step_num == 0:
             self.record_heads()  # the untrained model, the curve's first point
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # the step alone is timed (batch, forward, backward, update): tokens_per_s
         scale = lr_scale(self.step_num, self.tc)
-        for opt in self.optimizers:
+        for opt in self.optimizers:  # each group from its own peak: Muon's and AdamW's rates differ
             for group in opt.param_groups:
                 group["lr"] = group["peak_lr"] * scale
         x, y = self.next_batch()
@@ -433,27 +133,24 @@ class Trainer:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         loss.backward()
-        if self.tc.grad_clip > 0:
+        if self.tc.grad_clip > 0:  # a rare huge gradient (an odd batch) would move the weights by its full size
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tc.grad_clip)
         for opt in self.optimizers:
             opt.step()
-        lr = self.tc.lr * scale
+        lr = self.tc.lr * scale  # AdamW's rate: the one the curves and the log show
         dt = time.perf_counter() - t0
         self.step_num += 1
-        self.tokens_seen += x.numel()
+        self.tokens_seen += x.numel()  # B * n_ctx: every position of every row is a prediction
         self.train_time += dt
         self.record_heads()  # outside the timed part: the probe is not training
         return {"step": self.step_num, "loss": loss.item(), "lr": lr, "tokens_per_s": x.numel() / max(dt, 1e-9)}
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's inputs and targets, (B, n_ctx) each, with the repeat mixture where it is on."""
-        share = self.repeat_share()
-        if share <= 0:
-            return get_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen)
-        g = self.batch_gen
-        w = get_windows(self.train_data, self.config.n_ctx, self.tc.batch_size, g)  # (B, n+1)
-        w = add_repeats(w, share, g, self.config.vocab_size, self.tc.repeat_min_span, self.tc.repeat_max_span)
-        return w[:, :-1], w[:, 1:]  # (B, n) inputs and the (B, n) next tokens
+        # a method, not a call inlined in step(): bench/induction.py overrides it to try other mixtures
+        return mixed_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen,
+                           self.repeat_share(), self.config.vocab_size, self.tc.repeat_min_span,
+                           self.tc.repeat_max_span)
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -461,11 +158,12 @@ class Trainer:
         self.model.eval()
         result = {}
         for split, data in (("train", self.train_data), ("val", self.val_data)):
+            # the same windows at every evaluation: the curve's wiggles are then the model's, not the sample's
             gen = torch.Generator().manual_seed(self.eval_gen_seed)
             losses = [self.model(*get_batch(data, self.config.n_ctx, self.tc.batch_size, gen)).loss.item()
                       for _ in range(self.tc.eval_batches)]
             result[f"{split}_loss"] = sum(losses) / len(losses)
-        self.model.train()
+        self.model.train()  # evaluation happens mid-run: back to training mode for the next step
         return result
 
     def log_eval(self, tokens_per_s: float | None = None) -> dict:
@@ -481,12 +179,13 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
     per token, and on the held-out part also in bits per character (``held_out_score``)."""
     c, tc, tok = trainer.config, trainer.tc, trainer.tokenizer
     val = held_out_score(trainer.model, tok, trainer.val_data)
+    # as many training tokens as held-out ones: the same cost, and the two losses compare like for like
     train_full = windowed_loss(trainer.model, trainer.train_data[: len(trainer.val_data)])
     unit = tok.unit
     record = {
         "corpus": corpus_name,
         "corpus_chars": corpus_chars,
-        "split": split_description(),
+        "split": split_description(),  # in words: a card says which part of its corpus was held out
         "tokenizer": tok.kind,
         "tokenizer_description": tok.describe(),
         "loss_unit": unit,  # the losses below are nats per this
@@ -500,12 +199,13 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
         "val_loss": round(val["loss"], 4),
         "val_bits_per_char": round(val["bits_per_char"], 4),
         "val_chars_per_token": round(val["chars_per_token"], 4),
+        # how it was measured, on the card: a loss measured any other way is not comparable with it
         "val_loss_method": (f"mean next-{unit} cross-entropy over all full {c.n_ctx}-{unit} windows of the held-out "
                             f"{1 - TRAIN_FRACTION:.0%}; bits per character: their summed loss over the "
                             f"{val['chars']:,} characters the {val['tokens']:,} predicted {tok.units} cover, / ln 2"),
-        "train_config": asdict(tc),
+        "train_config": asdict(tc),  # every setting: with the command or the page's form, enough to rerun it
         "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(),  # the wall time above depends on it
     }
     if command:
         record["command"] = command
@@ -514,7 +214,8 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
 
 
 def _progress(step, total, loss, val, tps, elapsed, extra=""):
-    eta = (total - step) * elapsed / max(step, 1)
+    # on stderr, redrawn in place (\r): stdout keeps only the lines worth keeping in a log
+    eta = (total - step) * elapsed / max(step, 1)  # at the mean pace so far
     width = 28
     filled = int(width * step / total)
     bar = "#" * filled + "-" * (width - filled)
@@ -563,15 +264,17 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.tokenizer == "char" and args.vocab_size is not None:
         p.error("--vocab-size applies to --tokenizer bpe; a character model's vocabulary is the corpus's characters")
-    bpe_vocab = (args.vocab_size or DEFAULT_BPE_VOCAB) if args.tokenizer == "bpe" else None
+    bpe_vocab = (args.vocab_size or DEFAULT_BPE_VOCAB) if args.tokenizer == "bpe" else None  # None: characters
     if bpe_vocab is not None and bpe_vocab < 256:
         p.error(f"--vocab-size must be at least 256 (a byte-level BPE starts from the 256 bytes), got {bpe_vocab}")
 
+    # before any work; a process of its own may set the count (core.threads: never so in the server)
     use_threads(args.threads)
     corpus = args.corpus or shakespeare_path()
     if corpus is None:
         p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
     text = read_text_file(corpus)
+    # only the flags given override the recipe (their default None means "the recipe's"); --optimizer names it
     given = {k: getattr(args, k) for k in asdict(defaults) if k != "optimizer" and getattr(args, k, None) is not None}
     tc = TrainConfig.recipe(args.optimizer, **{"steps": defaults.steps, **given})
     mc = dict(n_ctx=args.n_ctx, d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_ff)
@@ -595,6 +298,7 @@ def main(argv=None):
     trainer.log_eval()
     while not trainer.done:
         m = trainer.step()
+        # tokens per second over the steps since the last evaluation: a single step's figure jitters
         window_tokens += tc.batch_size * c.n_ctx
         window_time += tc.batch_size * c.n_ctx / m["tokens_per_s"]
         if trainer.step_num % tc.eval_interval == 0 or trainer.done:
@@ -603,12 +307,13 @@ def main(argv=None):
             window_tokens, window_time = 0, 0.0
         if trainer.step_num % 10 == 0 or trainer.done:
             rows = trainer.heads.rows if trainer.heads else []
+            # the last measurement, one row per head: the best head's score
             ind = f" induction {max(r['induction'] for r in rows[-c.n_layers * c.n_heads:]):.2f}" if rows else ""
             _progress(trainer.step_num, tc.steps, m["loss"], val, m["tokens_per_s"], time.perf_counter() - start, ind)
     sys.stderr.write("\n")
     wall = time.perf_counter() - start
     print(f"measuring the validation loss over every full window of the held-out {1 - TRAIN_FRACTION:.0%} ...")
-    argv_used = argv if argv is not None else sys.argv[1:]
+    argv_used = argv if argv is not None else sys.argv[1:]  # the card records the command, to rerun it
     command = "python -m core.train " + shlex.join(str(a) for a in argv_used)
     training = training_record(trainer, Path(corpus).name, len(text), wall, command)
     if tok.kind == "char":
@@ -620,6 +325,7 @@ def main(argv=None):
               f"token)")
     if args.compare_to:
         base, base_tok = load_checkpoint(args.compare_to)
+        # losses per token of two tokenizers measure different things; the same one can be compared on our data
         if (base_tok.to_dict(), base_tok.files()) != (tok.to_dict(), tok.files()):
             p.error(f"{args.compare_to} has another tokenizer; its loss per token is not comparable")
         base_val = round(windowed_loss(base, trainer.val_data), 4)
@@ -627,15 +333,16 @@ def main(argv=None):
                                    "difference": round(training["val_loss"] - base_val, 4)}
         print(f"{Path(args.compare_to).name}: validation loss {base_val:.4f}; difference "
               f"{training['val_loss'] - base_val:+.4f}")
-    heads = trainer.heads.rows if trainer.heads else None
+    heads = trainer.heads.rows if trainer.heads else None  # None: a run that never probed has no heads.csv
     if heads:
         formed = formation_step(heads)
         training["induction"] = induction_summary(heads)
         print("induction head: " + ("none reached the threshold" if formed is None else f"formed at step {formed:,}"))
+    # atomically: a run interrupted while saving leaves the old folder as it was, never half a new one
     path = save_checkpoint(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite,
                            heads=heads)
     print(f"saved {path}")
-    return trainer
+    return trainer  # the trained run itself, for a caller in Python (tests, notebooks)
 
 
 if __name__ == "__main__":

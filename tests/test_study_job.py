@@ -6,6 +6,7 @@ import time
 import pytest
 
 from core import study_job
+from tests.polling import stays, wait_until
 from core.corpus import pydoc_text
 from core.study import StudyError, read_rows
 from core.study_job import BusyError, StudyJob
@@ -24,13 +25,13 @@ def micro(tmp_path):
 
 
 def wait_for(job, test, timeout=240):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        s = job.status()
-        if test(s):
-            return s
-        time.sleep(0.2)
-    raise AssertionError(f"timed out: {job.status()} {job.log_tail()}")
+    """The first status that passes ``test``; the job's status and log in the failure if none does in time."""
+    seen = []
+    try:
+        wait_until(lambda: test(seen.append(job.status()) or seen[-1]), timeout=timeout, every=0.2)
+    except AssertionError:
+        raise AssertionError(f"timed out: {job.status()} {job.log_tail()}") from None
+    return seen[-1]
 
 
 def group_states(job) -> set[str]:
@@ -55,11 +56,9 @@ def test_pause_resume_and_finish(micro, tmp_path):
     s = wait_for(job, lambda s: s.done >= 1)
     job.pause()
     assert job.status().state == "paused"
-    time.sleep(0.5)
-    assert group_states(job) <= {"T", "t", "Z"}  # every process of the study is stopped
+    wait_until(lambda: group_states(job) <= {"T", "t", "Z"})  # every process of the study is stopped
     frozen = job.status().done
-    time.sleep(2)
-    assert job.status().done == frozen
+    stays(lambda: job.status().done == frozen, 2)
     job.resume()
     s = wait_for(job, lambda s: s.state in ("finished", "failed"))
     assert s.state == "finished", s.message

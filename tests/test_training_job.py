@@ -8,7 +8,6 @@ import resource
 import signal
 import sys
 import threading
-import time
 import types
 import zipfile
 
@@ -23,7 +22,7 @@ from core.job_settings import JobSettings, validate_settings
 from core.threads import torch_threads
 from core.train import Trainer
 from core.training_job import TrainingJob
-from tests.polling import wait_until
+from tests.polling import stays, wait_until
 
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
 OTHER = ("Sing a song of sixpence, a pocket full of rye; four and twenty birds baked in a pie. " * 40)
@@ -88,8 +87,7 @@ def test_pause_resume_stop():
     job.pause()
     wait_until(lambda: job.status().state == "paused")
     paused_at = job.status().step
-    time.sleep(0.3)
-    assert job.status().step == paused_at  # nothing moves while paused
+    stays(lambda: job.status().step == paused_at, 0.3)  # nothing moves while paused
     assert job.status().can_save
     job.resume()
     wait_until(lambda: job.status().step > paused_at + 2)
