@@ -57,7 +57,7 @@ def test_save_is_atomic_and_refuses_overwrite(saved, monkeypatch):
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
-    monkeypatch.setattr(ck, "save_file", boom)
+    monkeypatch.setattr("core.model_store.save_file", boom)
     with pytest.raises(RuntimeError):
         save_checkpoint(path, model, tok, overwrite=True)
     # the old checkpoint is intact and no temporary folder is left behind
@@ -214,7 +214,7 @@ def test_discover_reads_again_a_folder_replaced_while_it_was_read(tmp_path, monk
             shutil.rmtree(folder)  # deleted meanwhile
             raise FileNotFoundError(2, "No such file or directory", str(folder / "config.json"))
         return real(folder, **kw)
-    monkeypatch.setattr(ckpt, "_check", swapped_once)
+    monkeypatch.setattr("core.model_discovery._check", swapped_once)
     entries = discover_models(None, user)
     assert [(e.name, e.owner, e.error) for e in entries] == [("a", "alice", None)]
     assert calls == ["a", "a", "b"]

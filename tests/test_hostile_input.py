@@ -154,7 +154,7 @@ def test_an_unexpected_failure_while_checking_a_folder_stays_that_folders_error(
             raise MemoryError("simulated")
         return real(folder, with_tokenizer)
 
-    monkeypatch.setattr(ck, "_check", check)
+    monkeypatch.setattr("core.model_discovery._check", check)
     entries = {e.name: e for e in discover_models(None, models)}
     assert entries["a"].error is None and "MemoryError" in entries["b"].error
 
@@ -243,7 +243,7 @@ def test_discovery_reads_a_folder_again_only_when_it_changed(tmp_path, monkeypat
 
 def test_discovery_reads_at_most_max_model_folders_and_says_how_many_it_left(tmp_path, monkeypatch):
     models = tmp_path / "models"
-    monkeypatch.setattr(ck, "MAX_MODEL_FOLDERS", 3)
+    monkeypatch.setattr("core.model_discovery.MAX_MODEL_FOLDERS", 3)
     for i in range(5):
         (models / f"f{i}").mkdir(parents=True)
     entries = discover_models(None, models)

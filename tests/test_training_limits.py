@@ -139,7 +139,7 @@ def test_a_full_disk_while_saving_a_finished_run_says_so_and_writes_nothing(tmp_
     def full(*args, **kwargs):
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, message: \"No space left on device\" })")
 
-    monkeypatch.setattr(checkpoint, "save_file", full)
+    monkeypatch.setattr("core.model_store.save_file", full)
     with pytest.raises(OSError, match="No space left on device: the disk is full, so nothing was saved"):
         job.save(tmp_path, "full")
     assert list(tmp_path.iterdir()) == []  # no half-written model, no temporary folder
