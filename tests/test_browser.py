@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import app_pages
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.slow  # runs by default; `pytest -m "not slow"` skips it locally
 
@@ -36,6 +37,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _healthy(url: str, proc) -> bool:
+    """True once the server answers its health check; the server's own output if it died first."""
+    try:
+        urllib.request.urlopen(url + "/_stcore/health", timeout=1)
+        return True
+    except OSError:
+        if proc.poll() is not None:
+            raise RuntimeError(proc.stdout.read().decode() if proc.stdout else f"streamlit exited {proc.returncode}")
+        return False
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     port = _free_port()
@@ -46,18 +58,11 @@ def server(tmp_path_factory):
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url + "/_stcore/health", timeout=1)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stdout.read().decode())
-            time.sleep(0.3)
-    else:
+    try:
+        wait_until(lambda: _healthy(url, proc), timeout=60, every=0.3)
+    except AssertionError:
         proc.kill()
-        raise RuntimeError("streamlit did not start within 60 s")
+        raise RuntimeError("streamlit did not start within 60 s") from None
     yield url
     proc.terminate()
     try:
@@ -154,12 +159,7 @@ def test_deep_link_right_after_start_runs_inside_the_frame(browser, tmp_path, pa
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(url + "/_stcore/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.3)
+        wait_until(lambda: _healthy(url, proc), timeout=60, every=0.3)
         page = browser.new_page(viewport={"width": 1400, "height": 2400})
         page.add_init_script(RECORD_MENUS)
         page.goto(url + path)

@@ -53,7 +53,7 @@ def test_gpt2_small_shape_loads_and_runs_a_full_window_on_cpu(gpt2_small):
     assert logits.shape == (1, 1024, 50257) and torch.isfinite(logits).all()
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"GPT-2 small shape: load {load_s:.1f} s, 1024-token forward {forward_s:.1f} s, peak RSS {peak_gib:.1f} GiB")
-    assert load_s < 30 and forward_s < 30 and peak_gib < 8
+    assert peak_gib < 8  # memory, not speed: the times are printed, bench/ measures speed
 
 
 def test_gpt2_small_shape_matches_transformers_on_a_short_prompt(gpt2_small):

@@ -7,9 +7,9 @@ training run that a reconnecting browser finds on its replica, and a replica tha
 pool. The balancer tests skip, with the reason, only where haproxy is not installed (CI installs it: .ci/run).
 Nothing here is timed: bench.load --replicas N measures."""
 import subprocess
-import time
 from pathlib import Path
 
+from tests.polling import wait_until
 import pytest
 import yaml
 
@@ -171,10 +171,7 @@ def test_a_replica_that_stops_is_taken_out_of_the_pool(cluster):
     """Runs last in this module: HAProxy's health check on /_stcore/health takes app2 out; a browser whose
     cookie names app2 is sent to app1 and gets a working session there."""
     cluster.stop_replica("app2")
-    deadline = time.monotonic() + 120  # a wait for HAProxy to notice, not a measurement
-    while cluster.states()["app2"] != "DOWN":
-        assert time.monotonic() < deadline, cluster.stats()["app2"]
-        time.sleep(0.5)
+    wait_until(lambda: cluster.states()["app2"] == "DOWN", timeout=120, every=0.5)  # HAProxy notices
     assert cluster.states()["app1"] == "UP"
     b = _browser_on(cluster, "app2")
     s = b.session()
