@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 
-from core.sampling import entropy, stream, temperature_softmax
+from core import sampling
+from core.sampling import entropy, stream, temperature_softmax  # noqa: F401  stream: kept importable from here
 
 DEFAULT_TEMPERATURES = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
 MAX_TEMPERATURES = 8
@@ -59,6 +63,23 @@ def sweep(logits: torch.Tensor, temperatures) -> dict:
         rows["to_one_hot"].append(tv_distance(p, zero))
         rows["to_uniform"].append(tv_distance(p, inf))
     return {k: np.array(v) for k, v in rows.items()}
+
+
+def tied_maxima(logits: torch.Tensor) -> list[int]:
+    """The ids whose logit ties for the largest (exactly), in id order: one id when the maximum is unique, the
+    one greedy decoding picks (torch's argmax gives the first of tied maxima)."""
+    return np.flatnonzero(limits(logits)[0] > 0).tolist()
+
+
+def sweep_table(logits: torch.Tensor, temperatures) -> list[dict]:
+    """``sweep`` at each of ``temperatures`` and at the two limits themselves (computed from the limit
+    distributions), as the rows of the page's table: T named, then the four measures."""
+    temps = [float(t) for t in temperatures] + [0.0, math.inf]  # the limits last: 0 and inf are the limits exactly
+    table = sweep(logits, temps)
+    names = [format_t(t) for t in temps[:-2]] + ["limit T → 0⁺", "limit T → ∞"]
+    return [{"T": name, "entropy (nats)": table["entropy"][i], "largest probability": table["max_prob"][i],
+             "distance to one-hot": table["to_one_hot"][i], "distance to uniform": table["to_uniform"][i]}
+            for i, name in enumerate(names)]
 
 
 def distinct_n(ids, n: int = 3) -> float | None:
@@ -129,10 +150,28 @@ def continuations(model, ids, temperatures, n: int, seed: int, chars) -> list[li
     idx = torch.tensor([list(ids)] * len(temps), dtype=torch.long)  # (T, n): the prompt once per temperature
     gen = torch.Generator().manual_seed(int(seed))  # shared by the rows: one draw per step serves them all
     runs = [[] for _ in temps]
-    for s in stream(model, idx, n, temps, generator=[gen] * len(temps)):
+    for s in sampling.stream(model, idx, n, temps, generator=[gen] * len(temps)):  # looked up now: see draw
         for run, record in zip(runs, step_records(s, chars)):
             run.append(record)
     return runs
+
+
+def draw(model, ids, n_new: int, temperature: float, top_k: int | None = None, top_p: float | None = None,
+         seed: int = 0, chars=(), repaint: Callable[[list[dict]], None] | None = None) -> tuple[list[dict], float]:
+    """The Generation page's text: ``n_new`` tokens after ``ids``, drawn with a generator seeded with ``seed``, as
+    ``step_record`` dicts, and the seconds it took. ``repaint(steps)``, when given, is called whenever
+    ``repaint_due`` says the text drawn so far should be shown again (its time counts in the seconds)."""
+    steps, shown, shown_at = [], 0, time.perf_counter()
+    gen = torch.Generator().manual_seed(int(seed))
+    t0 = time.perf_counter()
+    # sampling.stream is looked up at each call, not bound at import: a test replaces it to prove a text is not
+    # drawn again
+    for s in sampling.stream(model, [list(ids)], n_new, temperature, top_k, top_p, generator=gen):
+        steps.append(step_record(s, chars))
+        if repaint is not None and repaint_due(len(steps) - shown, time.perf_counter() - shown_at):
+            repaint(steps)
+            shown, shown_at = len(steps), time.perf_counter()
+    return steps, time.perf_counter() - t0
 
 
 def slid_steps(n_prompt: int, n_new: int, n_ctx: int) -> int:
@@ -147,6 +186,30 @@ def fit_in_window(n_prompt: int, n_new: int, n_ctx: int) -> tuple[int, int]:
     steps would take too long: at most n_ctx // 2 new tokens, after the last n_ctx - new tokens of the prompt."""
     new = min(n_new, max(1, n_ctx // 2))
     return min(n_prompt, n_ctx - new), new
+
+
+@dataclass
+class WindowPlan:
+    """What a text of ``new`` tokens after the prompt reads (``window_plan``)."""
+    read: int       # prompt tokens read: its last ones
+    new: int        # tokens to generate
+    slid: int       # of the tokens asked for, how many would re-read the whole window (``slid_steps``)
+    seconds: float  # what those slid steps would take (0 when none would slide)
+    cut: bool       # whether the text was shortened to fit the window (read or new less than asked)
+
+
+def window_plan(n_prompt: int, n_new: int, n_ctx: int, window_seconds: Callable[[], float], rows: int = 1,
+                budget_s: float = 30.0) -> WindowPlan:
+    """All of the prompt and every token asked for, unless the text would outgrow n_ctx and its slid steps, for
+    ``rows`` texts drawn side by side, would take over ``budget_s``: then ``fit_in_window``, and the key/value
+    cache serves every step. ``window_seconds()`` is one slid step (a pass over n_ctx positions), asked only
+    when some step would slide: timing it costs one."""
+    slid = slid_steps(n_prompt, n_new, n_ctx)
+    seconds = slid * rows * window_seconds() if slid else 0.0
+    if seconds <= budget_s:
+        return WindowPlan(read=n_prompt, new=n_new, slid=slid, seconds=seconds, cut=False)
+    read, new = fit_in_window(n_prompt, n_new, n_ctx)
+    return WindowPlan(read=read, new=new, slid=slid, seconds=seconds, cut=True)
 
 
 @torch.no_grad()

@@ -25,6 +25,7 @@ from core.trace_figures import _domains, _from_top, _panel_title
 
 SUBPLOT_TITLE_FONT = dict(size=16)  # the size make_subplots gives its subplot titles
 LIMIT = "#d62728"  # the dotted lines at the values a limit predicts
+CONTEXT_CHARS = 40  # characters of the prompt shown in grey above each continuation (the page says how many)
 
 
 def _labels(chars) -> list[str]:

@@ -52,14 +52,24 @@ def probe_choices(tokenizer) -> list[int] | None:
     return None if tokenizer is None else tokenizer.readable_ids()
 
 
+def model_period(model, tokenizer=None) -> int:
+    """The period of ``model_probe`` for ``model``: ``probe_period`` of its context and of the ids the probe
+    draws from (``probe_choices(tokenizer)``), the number a page states of the probe."""
+    return _period(model.config, probe_choices(tokenizer))
+
+
+def _period(config, choices) -> int:
+    return probe_period(config.n_ctx, config.vocab_size if choices is None else len(choices))
+
+
 def model_probe(model, tokenizer=None, n_seqs: int = PROBE_SEQS, period: int | None = None,
                 seed: int = 0) -> torch.Tensor:
     """The probe every head of ``model`` is measured on (the pages and the training log alike): ``repeat_probe``
-    drawn from ``probe_choices(tokenizer)``, its period sized for the model unless given."""
+    drawn from ``probe_choices(tokenizer)``, its period sized for the model (``model_period``) unless given."""
     c = model.config
-    choices = probe_choices(tokenizer)
-    period = period or probe_period(c.n_ctx, c.vocab_size if choices is None else len(choices))
-    return repeat_probe(c.vocab_size, n_seqs=n_seqs, period=period, seed=seed, choices=choices)
+    choices = probe_choices(tokenizer)  # once: a BPE's readable ids take a pass over its whole vocabulary
+    return repeat_probe(c.vocab_size, n_seqs=n_seqs, period=period or _period(c, choices), seed=seed,
+                        choices=choices)
 
 
 def copy_slices(period: int) -> tuple[slice, slice]:

@@ -154,6 +154,25 @@ def induction_frame(scores: np.ndarray) -> pd.DataFrame:
                         columns=[f"head {k + 1}" for k in range(h)])
 
 
+RISE_COLOR = "#ffd6d6"    # the ranking's largest rise
+INDUCTION_COLOR = "#c7ecc7"  # an induction score at or above the threshold
+
+
+def ranking_table(effects, second=None, induction: np.ndarray | None = None):
+    """``ranking_frame`` as the page shows it (a pandas Styler): three decimals, each rise column's largest
+    value highlighted."""
+    frame = ranking_frame(effects, second, induction)
+    rises = [col for col in frame.columns if col.endswith("rise")]
+    return frame.style.format({col: "{:.3f}" for col in frame.columns if col != "head"}).highlight_max(
+        subset=rises, color=RISE_COLOR)
+
+
+def induction_table(scores: np.ndarray, threshold: float):
+    """``induction_frame`` as the page shows it: three decimals, the scores at or above ``threshold`` highlighted."""
+    return induction_frame(scores).style.format("{:.3f}").highlight_between(left=threshold, right=None,
+                                                                            color=INDUCTION_COLOR)
+
+
 # ---------------------------------------------------------------- the induction stripe
 
 STRIPE_MAX_CELLS = 256  # cells a side the stripe's heatmap sends at most; a longer sequence is pooled to fit

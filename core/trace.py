@@ -237,10 +237,11 @@ def lens_logits(model, tr: Trace, stage: int) -> torch.Tensor:
 
 
 LENS_CHUNK = 2**23  # floats of logits worked on at once by lens_top (32 MB in float32, 64 MB as probabilities)
+LENS_TOP = 5        # the most likely tokens the lens keeps at every stage and position (a page's hover shows them)
 
 
 @torch.no_grad()
-def lens_top(model, tr: Trace, k: int = 5, b: int = 0) -> Lens:
+def lens_top(model, tr: Trace, k: int = LENS_TOP, b: int = 0) -> Lens:
     """The lens's k most likely tokens at every stage and position of batch row b, a block of positions at a
     time: never more than LENS_CHUNK logits exist at once, whatever n and the vocabulary."""
     L1, _, n, _ = tr.resid.shape
@@ -259,3 +260,10 @@ def lens_top(model, tr: Trace, k: int = 5, b: int = 0) -> Lens:
 def lens_stage_names(n_layers: int) -> list[str]:
     """Row names of the lens, top to bottom: the embedding, then the stream after each block (from 1)."""
     return ["after the embedding"] + [f"after block {l + 1}" for l in range(n_layers)]
+
+
+def lens_accuracy(lens: Lens, ids) -> np.ndarray:
+    """(L+1,) for each stage, the share of positions 0..n-2 whose lens favourite is the token that really comes
+    next (the last position has no next token to check)."""
+    nxt = np.asarray(ids)[1:]  # (n-1,) the token after each position
+    return (lens.top_ids[:, :-1, 0] == nxt).mean(axis=1)  # (L+1, n-1) -> (L+1,)

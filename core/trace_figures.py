@@ -20,7 +20,7 @@ import torch
 
 from core.attention_figures import axis_ticks
 from core.figures import dict_figure
-from core.fmt import visible
+from core.fmt import head_label, visible
 from core.generation import format_t
 from core.model import ACTIVATION_NAMES, SILENT_WORDS, silent_units
 from core.sampling import temperature_softmax
@@ -126,6 +126,15 @@ def stream_figure(steps: list[StreamStep], selected: int | None = None) -> go.Fi
         xaxis=dict(title=dict(text="Euclidean norm at this position"), range=[0, xmax], gridcolor="#e5e5e5")))
 
 
+def clicked_step(points, n_steps: int) -> int | None:
+    """The step a click on ``stream_figure`` chose (Streamlit's selection ``points``), from the bar's customdata
+    [step index]; None when nothing usable was clicked (no point, another trace's data, an index out of range)."""
+    data = points[0].get("customdata") if points else None
+    if isinstance(data, list) and data and 0 <= int(data[0]) < n_steps:
+        return int(data[0])
+    return None
+
+
 def vector_rows(rows, labels: list[str], title: str) -> go.Figure:
     """A small heatmap of vectors stacked as rows (first at the top), one column per component, on one colour
     scale centred on 0 (red positive, blue negative), so that a sum of rows can be read column by column."""
@@ -141,6 +150,23 @@ def vector_rows(rows, labels: list[str], title: str) -> go.Figure:
         plot_bgcolor="white",
         yaxis=dict(tickvals=list(range(r)), ticktext=labels, range=[r - 0.5, -0.5], tickfont=dict(size=13), **NO_GRID),
         xaxis=dict(title=dict(text=f"component (0 … {d - 1})"), **NO_GRID)))
+
+
+def step_rows_text(step: StreamStep, n_heads: int, token: str, pos: int, unit: str = "character") -> tuple:
+    """(row labels, title, what adds up to what) for ``vector_rows`` of ``core.trace_views.step_rows``: the
+    words that go with each kind of step. ``token``: the text of the token at ``pos``, readable (core.fmt.visible)."""
+    if step.kind == "embed":
+        return ([f"token '{token}'", f"position {pos}", "= start of the stream"],
+                f"The embedding: a vector for the {unit} plus a vector for its position",
+                "the first two rows add up to the third")
+    if step.kind == "attn":
+        return (["stream before"] + [f"+ {head_label(step.layer, h)} adds" for h in range(n_heads)]
+                + ["= attention adds (sum)", "stream after"],
+                f"Block {step.layer + 1}, attention: each head's share, their sum, and the stream after",
+                f"the {n_heads} head rows add up to the sum row, and the stream before plus that sum is the stream "
+                "after")
+    return (["stream before", "+ MLP adds", "= stream after"],
+            f"Block {step.layer + 1}, MLP: what it adds to the stream", "the first two rows add up to the third")
 
 
 # ---------------------------------------------------------------- 2. attention at one position
@@ -372,7 +398,11 @@ def attribution_figure(att: Attribution, token_label: str, max_bars: int = ATTRI
 
 # ---------------------------------------------------------------- 6. the output
 
-def output_figure(logits: np.ndarray, chars, temperature: float, n_top: int = 10, unit: str = "character") -> go.Figure:
+OUTPUT_TOP = 10  # bars of the output figure: the tokens with the largest logits
+
+
+def output_figure(logits: np.ndarray, chars, temperature: float, n_top: int = OUTPUT_TOP,
+                  unit: str = "character") -> go.Figure:
     """The n_top characters with the largest logits (the order does not depend on T): their logits z_i and
     their probabilities p_i(T) = softmax(z/T)_i, the generation page's convention (T = 0: greedy)."""
     z = np.asarray(logits, dtype=float)

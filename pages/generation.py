@@ -1,44 +1,14 @@
-import collections
 import math
-import threading
-import time
 
-import numpy as np
 import streamlit as st
-import torch
 
 from core import fmt
 from core import generation as G
 from core import generation_figures as GF
-from core.sampling import stream
-from ui import chart, compute_slot, ensure_frame, model_key, prompt_input, require_model
+from core.timing import forward_seconds
+from ui import chart, compute_slot, ensure_frame, gated, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
-
-
-@st.cache_resource
-def _generations() -> dict:
-    """Texts drawn on this server, shared by every session: the same model, prompt, settings and seed draw the
-    same text, so a class on one prompt costs one generation. A small LRU; the lock guards it."""
-    return {"lock": threading.Lock(), "items": collections.OrderedDict()}
-
-
-def shared_generation(key) -> dict | None:
-    g = _generations()
-    with g["lock"]:
-        if key in g["items"]:
-            g["items"].move_to_end(key)
-            return g["items"][key]
-    return None
-
-
-def remember_generation(memo: dict, keep: int = 256) -> dict:
-    g = _generations()
-    with g["lock"]:
-        g["items"][memo["key"]] = memo
-        while len(g["items"]) > keep:
-            g["items"].popitem(last=False)
-    return memo
 
 DEFAULT_PROMPT = "QUEEN:\nWhat news from the north, good cousin?\n\nGLOUCESTER:\nThe"
 MODES = ("greedy", "sample", "top-k", "top-p")
@@ -49,8 +19,7 @@ st.markdown(
     "character-level model), the logits **z**. Generating text is a loop: turn the scores into a distribution, "
     "pick a token, append it, "
     "read again. *Greedy* decoding always picks the highest score; *sampling* draws from the distribution. "
-    "The temperature T sits in between: every logit is divided by T before the softmax."
-)
+    "The temperature T sits in between: every logit is divided by T before the softmax.")
 st.latex(r"p_i(T) = \frac{e^{z_i/T}}{\sum_{j=1}^{m} e^{z_j/T}}, \qquad "
          r"\lim_{T\to 0^+} \mathbf{p}(T) = \mathbf{e}_{i^\star}\ \text{(greedy)}, \qquad "
          r"\lim_{T\to\infty} \mathbf{p}(T) = \left(\tfrac{1}{m}, \ldots, \tfrac{1}{m}\right)")
@@ -81,28 +50,30 @@ def _next_logits(model_key: str, ids: tuple[int, ...]):
     return G.next_logits(model, ids)
 
 
+@st.cache_resource(max_entries=256, show_spinner=False)
+def _drawn(key: tuple) -> dict:
+    """The text drawn for ``key`` on this server, shared by every session: the same model, prompt, settings and
+    seed draw the same text, so a class on one prompt costs one generation. Empty until the first run asking
+    for it has drawn it (a run cut short by a rerun leaves it empty: the next one draws)."""
+    return {}
+
+
 @st.cache_data(max_entries=8, show_spinner=False)
 def _window_seconds(model_key: str) -> float:
-    """How long one forward pass over the whole window (n_ctx positions) takes on this server: a slid step."""
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        model(torch.zeros(1, c.n_ctx, dtype=torch.long), last_only=True)  # as a slid step of core.sampling.stream
-    return time.perf_counter() - t0
+    return forward_seconds(model, 1, c.n_ctx, last_only=True)  # a slid step of core.sampling.stream, on this server
 
 
 def fit(ids: list[int], n_new: int, rows: int = 1) -> tuple[list[int], int, str]:
-    """(prompt ids to read, new tokens, a note or ""): all of it, unless the text would outgrow n_ctx and the
-    steps that then re-read the whole window would take over SLIDE_S for ``rows`` texts drawn side by side."""
-    slid = G.slid_steps(len(ids), n_new, c.n_ctx)
-    if not slid or slid * rows * _window_seconds(model_key(entry)) <= SLIDE_S:
+    """(prompt ids to read, new tokens, a note or ""): G.window_plan for ``rows`` texts drawn side by side."""
+    plan = G.window_plan(len(ids), n_new, c.n_ctx, lambda: _window_seconds(model_key(entry)), rows, SLIDE_S)
+    if not plan.cut:
         return ids, n_new, ""
-    read, new = G.fit_in_window(len(ids), n_new, c.n_ctx)
-    cost = slid * rows * _window_seconds(model_key(entry))
-    note = (f"{len(ids):,} + {n_new:,} {units} outgrow the context of {c.n_ctx:,}: {slid:,} steps would each re-read "
-            f"the whole window, about {cost:.0f} s for this model on this server. So the model reads the last "
-            f"{read:,} {units} of the prompt" + (f" and writes {new:,} (at most n_ctx / 2)" if new < n_new else "")
+    note = (f"{len(ids):,} + {n_new:,} {units} outgrow the context of {c.n_ctx:,}: {plan.slid:,} steps would each "
+            f"re-read the whole window, about {plan.seconds:.0f} s for this model on this server. So the model reads "
+            f"the last {plan.read:,} {units} of the prompt"
+            + (f" and writes {plan.new:,} (at most n_ctx / 2)" if plan.new < n_new else "")
             + ", and the key/value cache serves every step.")
-    return ids[-read:], new, note
+    return ids[-plan.read:], plan.new, note
 
 
 logits = _next_logits(model_key(entry), tuple(ids))  # (m,) scores for the next token
@@ -145,25 +116,16 @@ if trimmed:
 key = (model_key(entry), tuple(gen_ids), n_new, seed, mode, temperature, top_k, top_p)
 memo = st.session_state.get("gen_memo")
 if not (memo and memo["key"] == key):
-    memo = shared_generation(key)  # someone on this server drew exactly this text already (a class on one prompt)
+    memo = _drawn(key)  # someone on this server may have drawn exactly this text already (a class on one prompt)
 box = st.empty()
-if memo and memo["key"] == key:
-    steps, elapsed = memo["steps"], memo["elapsed"]
-    box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
-    st.session_state["gen_memo"] = memo
-else:
+if memo.get("key") != key:
     compute_slot("your text", lane="long")
-    steps, shown, shown_at = [], 0, time.perf_counter()
-    gen = torch.Generator().manual_seed(seed)
-    t0 = time.perf_counter()
-    for s in stream(model, [gen_ids], n_new, temperature, top_k, top_p, generator=gen):
-        steps.append(G.step_record(s, tok.pieces))
-        if G.repaint_due(len(steps) - shown, time.perf_counter() - shown_at):  # every few tokens, not each one
-            box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
-            shown, shown_at = len(steps), time.perf_counter()
-    elapsed = time.perf_counter() - t0
-    box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
-    st.session_state["gen_memo"] = remember_generation({"key": key, "steps": steps, "elapsed": elapsed})
+    steps, elapsed = G.draw(model, gen_ids, n_new, temperature, top_k, top_p, seed, tok.pieces, repaint=lambda so_far: (
+        box.html(GF.shaded_html(start_text, so_far, boundaries=tok.kind != "char"))))  # every few tokens, not each
+    memo.update(steps=steps, elapsed=elapsed, key=key)  # the key last: a session reading meanwhile draws it again
+steps, elapsed = memo["steps"], memo["elapsed"]
+box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
+st.session_state["gen_memo"] = memo
 
 measures = G.text_measures(steps)
 d3, slid_at = measures["distinct_3"], measures["slid_at"]
@@ -211,16 +173,14 @@ def label(i: int) -> str:  # a token's text, shown inside markdown captions
     return fmt.md_escape(tok.visible_tokens([i])[0])
 
 
-zero_limit, _ = G.limits(logits)
-n_ties = int((zero_limit > 0).sum())
+tied = G.tied_maxima(logits)
 chart(GF.sweep_bars(tok.pieces, logits, temps, unit=unit), width="stretch", key="gen_sweep_bars")
-top = int(logits.argmax())
-if n_ties == 1:
-    st.caption(f"The largest logit is unique ({unit} '{label(top)}'), so the claim applies: T → 0 gives the "
+if len(tied) == 1:
+    st.caption(f"The largest logit is unique ({unit} '{label(tied[0])}'), so the claim applies: T → 0 gives the "
                "one-hot vector on it, which is what greedy decoding picks.")
 else:
-    tied = ", ".join(f"'{label(i)}'" for i in np.flatnonzero(zero_limit > 0)[:20])
-    st.caption(f"{n_ties} {units} tie for the largest logit ({tied}): as T → 0 the probability splits evenly "
+    names = ", ".join(f"'{label(i)}'" for i in tied[:20])
+    st.caption(f"{len(tied)} {units} tie for the largest logit ({names}): as T → 0 the probability splits evenly "
                "between them.")
 
 st.subheader("Move T continuously")
@@ -248,28 +208,17 @@ def move_t(logits, temps: list[float]):
 move_t(logits, temps)
 st.markdown("The same measures at your temperatures and at the two limits themselves, computed from the limit "
             "distributions (one-hot on the argmax, and uniform 1/m):")
-table_t = temps + [0.0, math.inf]
-table = G.sweep(logits, table_t)
-rows = []
-for i, t in enumerate(table_t):
-    name = "limit T → 0⁺" if i == len(temps) else "limit T → ∞" if i == len(temps) + 1 else G.format_t(t)
-    rows.append({"T": name, "entropy (nats)": table["entropy"][i], "largest probability": table["max_prob"][i],
-                 "distance to one-hot": table["to_one_hot"][i], "distance to uniform": table["to_uniform"][i]})
+rows = G.sweep_table(logits, temps)
 st.dataframe(rows, hide_index=True, width="stretch",
              column_config={k: st.column_config.NumberColumn(format="%.4f") for k in rows[0] if k != "T"})
 
 
 # ------------------------------------------------------------------ continuations
-def continuations(weights_key, model, chars: tuple, ids: tuple, temps: tuple, n: int, seed: int) -> list:
-    """One continuation per temperature, drawn once on this server for the same inputs (the shared store above,
-    like the texts: no pickling, and a class on one prompt costs one draw); a new draw waits for a compute slot."""
-    key = ("continuations", weights_key, ids, temps, n, seed)
-    memo = shared_generation(key)
-    if memo is None:
-        compute_slot("the continuations", lane="long")
-        with st.spinner("Generating one continuation per temperature ..."):
-            memo = remember_generation({"key": key, "runs": G.continuations(model, ids, temps, n, seed, chars)})
-    return memo["runs"]
+@st.cache_resource(max_entries=256, show_spinner="Generating one continuation per temperature ...")
+def _continuations(model_key: str, ids: tuple, temps: tuple, n: int, seed: int) -> list:
+    """One continuation per temperature, drawn once on this server for the same inputs (st.cache_resource, like
+    the texts: no pickling, and a class on one prompt costs one draw)."""
+    return G.continuations(model, ids, temps, n, seed, tok.pieces)
 
 
 st.header("Continuations, one per temperature")
@@ -283,7 +232,9 @@ n_cont = int(st.number_input(f"{units.capitalize()} per continuation", 10, 1000,
 cont_ids, n_cont, note = fit(ids, n_cont, rows=len(temps))
 if note:
     st.info(note)
-runs = continuations(model_key(entry), model, tok.pieces, tuple(cont_ids), tuple(temps), n_cont, seed)
+# a new draw waits for a compute slot; one the cache holds skips the line
+runs = gated(_continuations, "the continuations", lane="long")(model_key(entry), tuple(cont_ids), tuple(temps), n_cont,
+                                                                 seed)
 ratios = [G.distinct_n([s["id"] for s in r], 3) for r in runs]
 per_row = 3
 for r0 in range(0, len(temps), per_row):
@@ -292,7 +243,8 @@ for r0 in range(0, len(temps), per_row):
         with col.container(border=True):
             st.markdown(f"**T = {G.format_t(t)}**" + (" (greedy)" if t == 0 else ""))
             st.metric("distinct 3-grams", "–" if d is None else f"{d:.2f}")
-            st.html(GF.shaded_html(tok.decode(cont_ids)[-40:], r, font_px=13, boundaries=tok.kind != "char"))
-st.caption(f"Seed {seed} for every column; each shows the last 40 characters of the prompt in grey. "
+            st.html(GF.shaded_html(tok.decode(cont_ids)[-GF.CONTEXT_CHARS:], r, font_px=13,
+                                   boundaries=tok.kind != "char"))
+st.caption(f"Seed {seed} for every column; each shows the last {GF.CONTEXT_CHARS} characters of the prompt in grey. "
            "Change the seed above to draw again.")
 chart(GF.distinct_bars(temps, ratios, unit=unit), width="stretch", key="gen_distinct")

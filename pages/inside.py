@@ -1,14 +1,12 @@
-import numpy as np
 import streamlit as st
 
 from core import trace_figures as TF
-from core.fmt import head_label, md_escape, visible
-from core.sampling import temperature_softmax
-from core.fmt import human_bytes
-from core.model import ACTIVATION_NAMES, SILENT_WORDS, silent_units
+from core import trace_views as TV
+from core.fmt import code_text, head_label, human_bytes, md_escape, number_word, visible
+from core.model import ACTIVATION_NAMES, SILENT_WORDS
 from core.params import mlp_latex
-from core.trace import (direct_logit_attribution, lens_stage_names, lens_top, max_trace_tokens, stream_steps, trace,
-                        trace_bytes)
+from core.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
+                        max_trace_tokens, stream_steps, trace, trace_bytes)
 from ui import chart, ensure_frame, gated, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -25,8 +23,7 @@ st.markdown(
     "width d, the **residual stream**. The embedding writes the first version of it; then every attention "
     "sublayer and every MLP reads a normalised copy and **adds** its result. Nothing ever replaces what is "
     "already there, so the final vector is literally a sum of all the writers. At the end, one LayerNorm and "
-    "one linear map turn it into a score for every token of the vocabulary."
-)
+    "one linear map turn it into a score for every token of the vocabulary.")
 st.latex(r"x^{(0)}_i = E[t_i] + P[i], \qquad "
          r"x \leftarrow x + \operatorname{attn}_\ell(\operatorname{LN}(x)), \qquad "
          r"x \leftarrow x + \operatorname{MLP}_\ell(\operatorname{LN}(x)), \qquad "
@@ -66,7 +63,7 @@ def _trace(model_key: str, ids: tuple[int, ...]):
 
 @st.cache_data(max_entries=32, show_spinner="Reading out every stage at every position (the logit lens) ...")
 def _lens(model_key: str, ids: tuple[int, ...]):
-    return lens_top(model, _trace(model_key, ids), k=5)
+    return lens_top(model, _trace(model_key, ids), k=LENS_TOP)
 
 
 mkey = model_key(entry)
@@ -90,29 +87,24 @@ if n > 1:
 else:
     pos = 0
     st.caption(f"One {tok.unit}: there is one position to follow, position 0.")
-logits = tr.logits[0, pos].double()
-probs = temperature_softmax(logits, 1.0).numpy()
-predicted = int(probs.argmax())
-tail = "".join(tok.visible_tokens(ids[max(0, pos - 39):pos + 1])).replace("`", "'")  # shown as code
+guess = TV.prediction(tr, pos)
+tail = code_text("".join(tok.visible_tokens(ids[max(0, pos - 39):pos + 1])))  # the last 40 tokens read
 actual = ids[pos + 1] if pos + 1 < n else None
 st.markdown(
     f"At position **{pos}** the model has read …`{tail}` and predicts "
-    f"**'{md_escape(visible(chars[predicted]))}'** with probability {probs[predicted]:.2f}. "
+    f"**'{md_escape(visible(chars[guess.predicted]))}'** with probability {guess.probs[guess.predicted]:.2f}. "
     + ("That is the end of your prompt." if actual is None else
        f"In your text the next {tok.unit} is '{md_escape(visible(chars[actual]))}' "
-       f"(probability {probs[actual]:.2f}).")
-)
+       f"(probability {guess.probs[actual]:.2f})."))
 
 # ------------------------------------------------------------------ 1. the residual stream
 
 st.header("1. The residual stream")
 st.markdown(
-    "The column below is the stream at the chosen position, from the embedding at the top to the last block "
-    "at the bottom. For each step, the orange bar is the length of the vector that step adds, the blue bar the "
-    "length of the stream after it. Attention and MLP outputs are usually shorter than the stream itself: each "
-    "sublayer nudges the vector rather than rewriting it. **Click a row** (or pick it in the box) to open its "
-    "numbers."
-)
+    "The column below is the stream at the chosen position, from the embedding at the top to the last block at the "
+    "bottom. For each step, the orange bar is the length of the vector that step adds, the blue bar the length of the "
+    "stream after it. Attention and MLP outputs are usually shorter than the stream itself: each sublayer nudges the "
+    "vector rather than rewriting it. **Click a row** (or pick it in the box) to open its numbers.")
 steps = stream_steps(tr, pos)
 step_names = [s.name for s in steps]
 STEP_KEY = f"inside_step_{c.n_layers}"  # a model of another depth gets a box of its own
@@ -120,10 +112,9 @@ STEP_KEY = f"inside_step_{c.n_layers}"  # a model of another depth gets a box of
 
 def _open_clicked_step():
     """Selection callback: runs before the script, so it may set the step box."""
-    points = st.session_state["inside_stream"].selection.points
-    data = points[0].get("customdata") if points else None  # [step index]
-    if isinstance(data, list) and data and 0 <= int(data[0]) < len(step_names):
-        st.session_state[STEP_KEY] = step_names[int(data[0])]
+    i = TF.clicked_step(st.session_state["inside_stream"].selection.points, len(step_names))
+    if i is not None:
+        st.session_state[STEP_KEY] = step_names[i]
 
 
 chosen_name = st.session_state.get(STEP_KEY, step_names[0])
@@ -131,31 +122,14 @@ chart(TF.stream_figure(steps, step_names.index(chosen_name)), width="stretch", t
       key="inside_stream", on_select=_open_clicked_step, selection_mode="points")
 step_i = step_names.index(st.selectbox("Step to open", step_names, key=STEP_KEY))
 step = steps[step_i]
-before = steps[step_i - 1].after if step_i else np.zeros(c.d_model)
-if step.kind == "embed":
-    token_vec, position_vec = model.tok_emb.weight[ids[pos]], model.pos_emb.weight[pos]  # read, never changed
-    rows = [token_vec.detach().numpy(), position_vec.detach().numpy(), step.after]
-    labels = [f"token '{visible(chars[ids[pos]])}'", f"position {pos}", "= start of the stream"]
-    title = f"The embedding: a vector for the {tok.unit} plus a vector for its position"
-    adds_up = "the first two rows add up to the third"
-    st.latex(r"x^{(0)}_i = E[t_i] + P[i]")
-elif step.kind == "attn":
-    heads = tr.head_out[step.layer][0, :, pos].numpy()  # (h, d)
-    rows = [before] + list(heads) + [step.added, step.after]
-    labels = (["stream before"] + [f"+ {head_label(step.layer, h)} adds" for h in range(c.n_heads)]
-              + ["= attention adds (sum)", "stream after"])
-    title = f"Block {step.layer + 1}, attention: each head's share, their sum, and the stream after"
-    adds_up = (f"the {c.n_heads} head rows add up to the sum row, and the stream before plus that sum is the stream "
-               "after")
-    st.latex(r"\operatorname{attn}(x)_i = \sum_{h} z^h_i\, W_O^h, \qquad x_i \leftarrow x_i + "
-             r"\operatorname{attn}(\operatorname{LN}(x))_i")
-else:
-    rows = [before, step.added, step.after]
-    labels = ["stream before", "+ MLP adds", "= stream after"]
-    title = f"Block {step.layer + 1}, MLP: what it adds to the stream"
-    adds_up = "the first two rows add up to the third"
-    st.latex(rf"x_i \leftarrow x_i + \operatorname{{MLP}}(\operatorname{{LN}}(x_i)), \qquad {mlp_latex(c)}")
-chart(TF.vector_rows(np.stack(rows), labels, title), width="stretch", theme=None, key="inside_step_rows")
+st.latex({"embed": r"x^{(0)}_i = E[t_i] + P[i]",
+          "attn": r"\operatorname{attn}(x)_i = \sum_{h} z^h_i\, W_O^h, \qquad x_i \leftarrow x_i + "
+                  r"\operatorname{attn}(\operatorname{LN}(x))_i",
+          "mlp": rf"x_i \leftarrow x_i + \operatorname{{MLP}}(\operatorname{{LN}}(x_i)), \qquad {mlp_latex(c)}",
+          }[step.kind])
+labels, title, adds_up = TF.step_rows_text(step, c.n_heads, visible(chars[ids[pos]]), pos, tok.unit)
+chart(TF.vector_rows(TV.step_rows(model, tr, steps, step_i, ids, pos), labels, title), width="stretch", theme=None,
+      key="inside_step_rows")
 st.caption(f"Each row is a vector of d = {c.d_model} numbers (red positive, blue negative, one colour scale for "
            f"all rows; hover for the values). Column by column, {adds_up}.")
 
@@ -166,37 +140,31 @@ st.markdown(
     f"Pick a head. Its query at position {pos} is compared with the key of every position it may see "
     f"(0 to {pos}); each comparison is a dot product of two vectors of d_h = {c.d_head} numbers, scaled by "
     "1/√d_h, and the softmax over those scores gives the weights. Below the weights, the values of all those "
-    "positions are mixed with them: that mix is the head's output here, before W_O maps it back to width d."
-)
+    "positions are mixed with them: that mix is the head's output here, before W_O maps it back to width d.")
 st.latex(r"s_{ij} = \frac{1}{\sqrt{d_h}} \sum_{c=1}^{d_h} q_{i,c}\, k_{j,c}, \qquad "
          r"a_{ij} = \frac{e^{s_{ij}}}{\sum_{l \le i} e^{s_{il}}}, \qquad z_i = \sum_{j \le i} a_{ij}\, v_j")
 pick = st.columns(3)
 layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"layer {l + 1}", key="inside_layer")
 head = pick[1].selectbox("Head", range(c.n_heads), format_func=lambda h: f"head {h + 1}", key="inside_head")
-weights = tr.pattern[layer][0, head, pos, :pos + 1].double().numpy()
+at = TV.head_at(tr, layer, head, pos)
 key_labels = [TF.char_label(j, tokens[j]) for j in range(pos + 1)]
-key = pick[2].selectbox("Key j to take apart", range(pos + 1), index=int(weights.argmax()),
-                        format_func=lambda j: key_labels[j] + (" (heaviest weight)" if j == weights.argmax() else ""),
+key = pick[2].selectbox("Key j to take apart", range(pos + 1), index=at.heaviest,
+                        format_func=lambda j: key_labels[j] + (" (heaviest weight)" if j == at.heaviest else ""),
                         key=f"inside_key_{n}_{pos}_{layer}_{head}")
-q = tr.q[layer][0, head, pos].double().numpy()
-keys = tr.k[layer][0, head, :pos + 1].double().numpy()
-chart(TF.neuron_view(q, keys, weights, key_labels, key, TF.char_label(pos, tokens[pos])), width="stretch",
+chart(TF.neuron_view(at.q, at.keys, at.weights, key_labels, key, TF.char_label(pos, tokens[pos])), width="stretch",
       theme=None, key="inside_neuron")
 st.caption("Red components are positive, blue negative. A key whose pattern of signs matches the query's gets a "
            "large dot product, so a large score and, after the softmax, a large weight (right).")
-chart(TF.qk_terms(q, keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
+chart(TF.qk_terms(at.q, at.keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
       theme=None, key="inside_qk")
-dot = float(q @ keys[key])
-score = float(tr.scores[layer][0, head, pos, key])
-st.latex(rf"s_{{{pos},{key}}} = \frac{{{dot:.3f}}}{{\sqrt{{{c.d_head}}}}} = {score:.3f}, \qquad "
+score = float(at.scores[key])
+st.latex(rf"s_{{{pos},{key}}} = \frac{{{at.dot(key):.3f}}}{{\sqrt{{{c.d_head}}}}} = {score:.3f}, \qquad "
          rf"a_{{{pos},{key}}} = \frac{{e^{{{score:.3f}}}}}{{\sum_{{l \le {pos}}} e^{{s_{{{pos},l}}}}}} "
-         rf"= {weights[key]:.4f}")
-values = tr.v[layer][0, head, :pos + 1].double().numpy()
-chart(TF.weighted_values(weights, values, key_labels), width="stretch", theme=None, key="inside_values")
-out_norm = float(np.linalg.norm(tr.head_out[layer][0, head, pos]))
+         rf"= {at.weights[key]:.4f}")
+chart(TF.weighted_values(at.weights, at.values, key_labels), width="stretch", theme=None, key="inside_values")
 st.caption(f"Each row is a key's value times its weight a (the keys with the largest weights, in order; the rest "
            f"summed in the last row); the bottom row is their sum z_i, the head's output at "
-           f"position {pos}. W_O then maps it to a vector of width d of length {out_norm:.2f}: "
+           f"position {pos}. W_O then maps it to a vector of width d of length {at.out_norm:.2f}: "
            f"{head_label(layer, head)}'s share in step 1.")
 
 # ------------------------------------------------------------------ 3. the MLP
@@ -208,17 +176,14 @@ st.markdown(
        f"passes each through a {ACTIVATION_NAMES[c.activation]}, which keeps positive values almost as they are and "
        "squashes negative ones to small values at or below zero")
     + ", and maps the result back to width d. Usually most units are silent for a given input: each unit answers "
-    "to its own kind of situation, and only a few situations hold at once."
-)
+    "to its own kind of situation, and only a few situations hold at once.")
 st.latex(mlp_latex(c, hidden=True))
 mlp_layer = st.selectbox("Block", range(c.n_layers), format_func=lambda l: f"block {l + 1}", key="inside_mlp_layer")
-hidden = tr.mlp_hidden[mlp_layer][0, pos].double().numpy()
-silent = silent_units(hidden, c.activation)
+mlp = TV.mlp_at(tr, mlp_layer, pos, c.activation)
 a, b = st.columns(2)
-a.metric(f"Hidden units {SILENT_WORDS[c.activation]}", f"{silent} of {c.d_ff} ({silent / c.d_ff:.0%})")
-b.metric("Length of what the MLP adds", f"{float(np.linalg.norm(tr.mlp_out[mlp_layer][0, pos])):.2f}")
-chart(TF.mlp_figure(hidden, tr.mlp_out[mlp_layer][0, pos].double().numpy(), c.activation), width="stretch", theme=None,
-      key="inside_mlp")
+a.metric(f"Hidden units {SILENT_WORDS[c.activation]}", f"{mlp.silent} of {c.d_ff} ({mlp.silent / c.d_ff:.0%})")
+b.metric("Length of what the MLP adds", f"{mlp.out_norm:.2f}")
+chart(TF.mlp_figure(mlp.hidden, mlp.out, c.activation), width="stretch", theme=None, key="inside_mlp")
 
 # ------------------------------------------------------------------ 4. the logit lens
 
@@ -227,29 +192,23 @@ st.markdown(
     "The model reads out only the final stream. But nothing stops us from applying that same readout, the "
     "final LayerNorm and the output map, to the stream after the embedding or after block 1, as if the model "
     f"ended there. Each row shows that early readout's favourite next {tok.unit}; the darker the cell, the surer "
-    "it is. A triangle marks a favourite that is right. Hover a cell for its top 5."
-)
+    f"it is. A triangle marks a favourite that is right. Hover a cell for its top {LENS_TOP}.")
 st.latex(r"\text{lens}_\ell(x_i) = \operatorname{softmax}\big(W_U \operatorname{LN}_f(x^{(\ell)}_i)\big), "
          r"\qquad \ell = 0, 1, \ldots, L")
 LENS_WINDOW = LENS_WINDOWS["char" if tok.kind == "char" else "other"]
-if n > LENS_WINDOW:
-    lo = st.slider("First position shown", 0, n - LENS_WINDOW, min(max(0, pos - LENS_WINDOW + 1), n - LENS_WINDOW),
-                   key=f"inside_lens_lo_{n}_{pos}",
-                   help=f"The table shows {LENS_WINDOW} positions at a time; it opens on the ones ending at the "
-                        "chosen position.")
-else:
-    lo = 0
+lo = st.slider("First position shown", 0, n - LENS_WINDOW, TV.window_start(pos, n, LENS_WINDOW),
+               key=f"inside_lens_lo_{n}_{pos}", help=f"The table shows {LENS_WINDOW} positions at a time; it opens on "
+               "the ones ending at the chosen position.") if n > LENS_WINDOW else 0
 hi = min(n, lo + LENS_WINDOW)
 lens = gated(_lens, "the logit lens")(mkey, ids)
-chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids,
-                     lens_stage_names(c.n_layers), offset=lo, chosen=pos, unit=tok.unit),
-      width="stretch", theme=None, key="inside_lens")
+chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids, lens_stage_names(c.n_layers),
+                     offset=lo, chosen=pos, unit=tok.unit), width="stretch", theme=None, key="inside_lens")
 where = f"Columns are positions {lo} to {hi - 1}, each headed by the {tok.unit} read there; the red frame is " \
         f"position {pos}."
 if n > 1:
-    right = [float(np.mean(lens.top_ids[s, :-1, 0] == np.array(ids[1:]))) for s in range(c.n_layers + 1)]
     where += f" Over the whole prompt, the favourite is the {tok.unit} that really comes next " + ", ".join(
-        f"{name} at {share:.0%} of positions" for name, share in zip(lens_stage_names(c.n_layers), right)) + "."
+        f"{name} at {share:.0%} of positions" for name, share in zip(lens_stage_names(c.n_layers),
+                                                                      lens_accuracy(lens, ids))) + "."
 st.caption(where)
 
 # ------------------------------------------------------------------ 5. who wrote the prediction
@@ -260,22 +219,18 @@ st.markdown(
     "embedding, every head and every MLP. One step is not linear, the final LayerNorm: it divides by the "
     "standard deviation σ of the whole stream. We **freeze σ at the value it actually has here**; then every "
     "piece of the readout is linear, each writer gets its own bar, and the bars add up exactly to the logit "
-    "minus a constant (the LayerNorm's shift read by the output map), which no writer controls."
-)
+    "minus a constant (the LayerNorm's shift read by the output map), which no writer controls.")
 st.latex(r"z_t = \sum_{c \,\in\, \text{writers}} \frac{w_t^\top \big(\gamma \odot (c - \bar c)\big)}{\sigma}"
          r" \;+\; w_t^\top \beta, \qquad x^{(L)} = \text{embedding} + \sum \text{heads} + \sum \text{MLPs}")
-order = np.argsort(-probs)
-token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) for t in order],
-                     format_func=lambda t: f"'{visible(chars[t])}'  p = {probs[t]:.3f}"
-                                           + ("  (the prediction)" if t == predicted else ""),
+token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) for t in guess.order],
+                     format_func=lambda t: f"'{visible(chars[t])}'  p = {guess.probs[t]:.3f}"
+                                           + ("  (the prediction)" if t == guess.predicted else ""),
                      key=f"inside_token_{n}_{pos}")
 att = direct_logit_attribution(model, tr, token, pos)
-chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=None,
-      key="inside_attribution")
-many = len(att.names) > TF.ATTRIBUTION_BARS
+chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=None, key="inside_attribution")
 st.caption(f"Grey: the embedding; blue: heads; orange: MLPs"
            + (f"; light grey: all but the {TF.ATTRIBUTION_BARS - 1} largest of the {len(att.names)} writers, summed"
-              if many else "") + f". Layers and heads count from 1. σ is frozen at "
+              if len(att.names) > TF.ATTRIBUTION_BARS else "") + f". Layers and heads count from 1. σ is frozen at "
            f"{1 / att.scale:.3f} (the stream's spread at position {pos}); with another σ the bars would all scale "
            "together, so their ranking is what to read.")
 
@@ -285,12 +240,11 @@ st.header("6. The output")
 st.markdown(
     "Last, the logits become probabilities. As on the Generation page, every logit is divided by the "
     "temperature T before the softmax: T = 1 is the model's own distribution, a small T sharpens it towards "
-    f"the top {tok.unit}, a large T flattens it."
-)
+    f"the top {tok.unit}, a large T flattens it.")
 st.latex(r"p_t(T) = \frac{e^{z_t / T}}{\sum_{u=1}^{m} e^{z_u / T}}")
 temperature = float(st.number_input("Temperature T", 0.0, 10_000.0, 1.0, step=0.1, format="%g",
                                     key="inside_temperature"))
-chart(TF.output_figure(logits.numpy(), chars, temperature, unit=tok.unit), width="stretch", theme=None,
+chart(TF.output_figure(guess.logits, chars, temperature, unit=tok.unit), width="stretch", theme=None,
       key="inside_output")
-st.caption(f"The ten {tok.units} with the largest logits out of m = {c.vocab_size}; their order does not depend "
-           "on T, only how the probability is shared among them.")
+st.caption(f"The {number_word(TF.OUTPUT_TOP)} {tok.units} with the largest logits out of m = {c.vocab_size}; their "
+           "order does not depend on T, only how the probability is shared among them.")
