@@ -67,9 +67,14 @@ def split_description(train_fraction: float = TRAIN_FRACTION) -> str:
     return f"first {train_fraction:.0%} train, last {1 - train_fraction:.0%} validation"
 
 
+def train_length(n: int, train_fraction: float = TRAIN_FRACTION) -> int:
+    """How many of ``n`` characters (or tokens) the training part takes; rounded down, the held-out rest."""
+    return int(n * train_fraction)
+
+
 def split_train_val(ids, train_fraction: float = TRAIN_FRACTION):
     """The first ``train_fraction`` for training, the rest held out."""
-    n = int(len(ids) * train_fraction)
+    n = train_length(len(ids), train_fraction)
     return ids[:n], ids[n:]
 
 

@@ -28,6 +28,22 @@ MIN_BPE_VOCAB = 256             # a byte-level BPE starts from the 256 bytes
 MAX_BPE_VOCAB = 16_384          # learning more merges from an upload takes a while; GPT-2 has 50,257
 _TRAIN = TrainConfig.recipe(DEFAULT_RECIPE)
 
+# The form's number boxes, in the page's order: field -> (label, the largest value the box takes, step, help).
+# A box only bounds what can be typed; whether it can train is validate_settings' to say (MAX_PARAMS,
+# MAX_TOKENS_PER_STEP, memory), in words beside the box, rather than a box that silently clamps.
+FORM_FIELDS = {
+    "d_model": ("d, width", 1024, 16, "Width of the residual stream."),
+    "n_heads": ("h, heads", 64, 1, "Attention heads; each works in d/h dimensions."),
+    "n_layers": ("L, blocks", 24, 1, "Number of transformer blocks."),
+    "d_ff": ("d_ff, MLP width", 8192, 1, "Hidden width of the MLP."),  # shown only when d_ff = 4d is unticked
+    "n_ctx": ("n_ctx, context", 2048, 1, "Longest sequence; also the training window."),
+    "batch_size": ("batch size B", 1024, 1, "Windows per optimisation step."),
+    "lr": ("AdamW learning rate", 1.0, 0.0005, "AdamW's peak rate: every parameter with the AdamW recipe; embeddings, "
+           "norms and the output map with the Muon recipe (Muon has its own rate for the blocks' matrices)."),
+    "steps": ("steps", MAX_STEPS, 100, "Optimisation steps."),
+    "seed": ("seed", 2**31 - 1, 1, "Fixes the initial weights and the batches."),
+}
+
 
 @dataclass
 class JobSettings:
@@ -136,6 +152,37 @@ def heads_interval(steps: int) -> int:
 INDUCTION_PRESET = dict(steps=1500, repeat_fraction=1.0)
 INDUCTION_FORMS_NEAR = 500  # the step, as measured there; tests/test_induction_live.py checks it still holds
 
+# The help of the form's other widgets (the number boxes' is in FORM_FIELDS); their numbers come from their homes.
+FORM_HELP = {
+    "tokenizer": "Characters: one token per distinct character, the lecture's model. Byte-level BPE: the text is read "
+                 "as UTF-8 bytes, and the most frequent neighbouring pairs are merged again and again into longer "
+                 "pieces (' the', 'KING') until the vocabulary has the size you choose; it is learned from the "
+                 f"training {TRAIN_FRACTION:.0%} only and never meets an unknown character.",
+    "bpe_vocab": f"{MIN_BPE_VOCAB} (the bytes alone) to {MAX_BPE_VOCAB:,}. More tokens: longer pieces, so each window "
+                 "covers more text, but a larger embedding and output layer, and rarer tokens to learn.",
+    "prompt": {"char": "Every sample continues this text. Characters the corpus lacks are left out.",
+               "bpe": "Every sample continues this text. A byte-level BPE reads any text."},
+    "repeat_on": "Off: plain text, as the default shipped model was trained.",
+    # {units}: characters or tokens, filled in by the page
+    "repeat": f"Each chosen window gets one span of {TrainConfig.repeat_min_span} to {TrainConfig.repeat_max_span} "
+              "random {units}, written twice.",
+    "preset": f"The lecture's model over characters, the default recipe, {INDUCTION_PRESET['steps']:,} steps, every "
+              "window holding a repeated span.",
+}
+
+
+def expects_induction(s: JobSettings) -> bool:
+    """Whether a run has as many repeats as the preset, the data on which INDUCTION_FORMS_NEAR was measured."""
+    return s.repeat_fraction >= INDUCTION_PRESET["repeat_fraction"]
+
+
+def induction_eta_s(s: JobSettings, cost: JobCost, rate: float | None) -> float | None:
+    """Seconds into the run at which its induction head should form: the share INDUCTION_FORMS_NEAR is of its
+    steps, of its estimated time. None without a speed (``rate``, FLOP/s), or for a run that ends before."""
+    if not rate or s.steps < INDUCTION_FORMS_NEAR:
+        return None
+    return cost.seconds(rate) * INDUCTION_FORMS_NEAR / s.steps
+
 
 @dataclass(frozen=True)
 class JobCost:
@@ -150,6 +197,10 @@ class JobCost:
     @property
     def tokens_per_param(self) -> float:
         return self.tokens / self.n_params
+
+    def seconds(self, rate: float) -> float:
+        """The run's time at ``rate`` FLOP/s: 6ND over it (small models pay overheads the formula ignores)."""
+        return self.flops / rate
 
 
 def job_cost(s: JobSettings, vocab_size: int, corpus_chars: int, train_tokens: int | None = None) -> JobCost | None:

@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from tests.polling import wait_until
 from core.corpus import pydoc_text
 from core.params import count_parameters
 from core.job_settings import JobSettings
@@ -134,10 +135,7 @@ def test_a_run_can_be_stopped_and_keeps_its_weights(page):
     at.button(key="train_start").click().run()
     job = at.session_state["train_job"]
     assert at.button(key="train_start").disabled  # one run at a time per session
-    import time
-    deadline = time.time() + 60
-    while job.status().step < 3 and time.time() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: job.status().step >= 3)
     at.run()
     at.button(key="train_stop").click().run()
     assert not at.exception
