@@ -1,5 +1,6 @@
 """core.fetch against a local HTTP server serving a file built here (never the real corpus, never the network):
-the right file is saved whole, every failure raises FetchError with a reason and leaves nothing behind."""
+the right file is saved whole, every failure raises FetchError with a reason and leaves nothing behind. The
+pinned source is checked against the real corpus file where this machine has one."""
 import hashlib
 import os
 import socket
@@ -12,7 +13,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import pytest
 
 from core import fetch
-from core.corpus import fetched_shakespeare_path, shakespeare_path
+from core.corpus import DEFAULT_CORPUS, fetched_shakespeare_path, shakespeare_path
 from core.fetch import FetchError, fetch_corpus
 from tests.local_http import closed_port_url, serve
 
@@ -260,8 +261,21 @@ def test_a_fetched_copy_is_found_from_then_on(server, tmp_path, monkeypatch):
     assert shakespeare_path() == tmp_path / "missing.txt"  # TE_CORPUS, when it names a file, comes first
 
 
-def test_the_source_is_the_well_known_one():
+def test_the_pinned_checksum_and_size_are_those_of_the_real_corpus():
+    """The pins are checked against the file itself, where this machine has it (never fetched here): a wrong
+    SHA-256 would refuse every download, a size below the file's would cut every download off."""
     s = fetch.SHAKESPEARE
-    assert s.url == "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
-    assert s.sha256 == "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-    assert s.size_label == "1.1 MB"
+    path = DEFAULT_CORPUS
+    if not path.is_file():
+        pytest.skip(f"the real corpus is not at {path}: nothing to check the pins against")
+    data = path.read_bytes()
+    assert s.sha256 == hashlib.sha256(data).hexdigest()
+    assert s.size == len(data)
+    assert urlsplit(s.url).scheme == "https" and urlsplit(s.url).path.endswith(".txt")
+
+
+@pytest.mark.parametrize("size", [1_115_394, 999_999, 2_050_000, 12_345_678])
+def test_the_size_shown_is_the_byte_count_in_megabytes(size):
+    s = fetch.Source(name="x", url="https://example.org/x.txt", sha256="0" * 64, size=size)
+    number, unit = s.size_label.split()
+    assert unit == "MB" and abs(float(number) * 1e6 - size) <= 0.05e6  # one decimal: within 50 kB of the bytes

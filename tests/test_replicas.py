@@ -6,6 +6,7 @@ on both replicas, an upload that reaches the replica holding its session (and is
 training run that a reconnecting browser finds on its replica, and a replica that stops being taken out of the
 pool. The balancer tests skip, with the reason, only where haproxy is not installed (CI installs it: .ci/run).
 Nothing here is timed: bench.load --replicas N measures."""
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from tests.polling import wait_until
 import pytest
 import yaml
 
-from deploy.replicas import COMPOSE_CONFIG, TEMPLATE, Replicas, compose_config, find_haproxy
+from deploy.replicas import COMPOSE_CONFIG, TEMPLATE, Replicas, compose_config, find_haproxy, render_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -21,25 +22,101 @@ HAPROXY = find_haproxy()
 needs_haproxy = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (apt-get install -y haproxy)")
 
 
-def test_the_compose_config_is_the_template_rendered():
-    assert COMPOSE_CONFIG.read_text() == compose_config(3), \
+def sections(cfg: str) -> dict[str, list[list[str]]]:
+    """An HAProxy config read the way HAProxy reads it: a line at the margin opens a section ("backend replicas"),
+    an indented line is a directive of the last one, split into words; comments dropped."""
+    out, current = {}, None
+    for raw in cfg.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            current = out.setdefault(line.strip(), [])
+        else:
+            current.append(line.split())
+    return out
+
+
+def compose_facts() -> dict:
+    """What deploy/compose.yaml says the balancer must match: the app services, the port each one exposes, the
+    path of their health check, and the ports published for HAProxy (students, then the statistics page)."""
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    services = compose["services"]
+    apps = sorted(name for name in services if name != "haproxy")
+    ports = {str(p) for name in apps for p in services[name]["expose"]}
+    # the app's own health check, e.g. urlopen('http://127.0.0.1:8501/_stcore/health'): its port and path
+    checks = {re.search(r"http://127\.0\.0\.1:(\d+)(/[\w/]+)", " ".join(services[a]["healthcheck"]["test"])).groups()
+              for a in apps}
+    assert len(ports) == len(checks) == 1, (ports, checks)  # every replica is the same container
+    (port,), ((checked_port, health),) = ports, checks
+    assert checked_port == port  # the container checks itself where HAProxy will reach it
+    # "80:8080" published for students, "127.0.0.1:8404:8404" for the statistics page: HAProxy binds the right side
+    students, stats = (p.rsplit(":", 1)[1] for p in services["haproxy"]["ports"])
+    return {"apps": apps, "port": port, "health": health, "bind": f":{students}", "stats_bind": f":{stats}"}
+
+
+def check_balancer(cfg: str, servers: dict[str, str], bind: str, stats_bind: str, health: str) -> dict:
+    """The parsed config sends ``bind`` to a backend of exactly ``servers`` {name: host:port}, each with a cookie
+    of its own name, health-checked on ``health``; the statistics page is on ``stats_bind``. Returns the parse."""
+    parsed = sections(cfg)
+    front = next(d for name, d in parsed.items() if name.startswith("frontend") and ["bind", bind] in d)
+    backend = parsed["backend " + next(d[1] for d in front if d[0] == "default_backend")]
+    listed = {d[1]: d[2:] for d in backend if d[0] == "server"}
+    assert listed == {name: [addr, "cookie", name] for name, addr in servers.items()}
+    # the balancer sets the cookie on the first answer and routes by it: stickiness, the reason for HAProxy here
+    assert ["cookie", "SERVERID", "insert", "indirect", "nocache", "httponly"] in backend
+    assert ["option", "httpchk"] in backend and ["http-check", "send", "meth", "GET", "uri", health] in backend
+    assert ["http-check", "expect", "status", "200"] in backend
+    default_server = next(d for d in backend if d[0] == "default-server")
+    assert "check" in default_server  # without it no server is ever checked, and a dead replica stays in the pool
+    stats = next(d for name, d in parsed.items() if name.startswith("frontend") and ["bind", stats_bind] in d)
+    assert ["stats", "enable"] in stats
+    return parsed
+
+
+def test_the_compose_config_matches_the_compose_file():
+    facts = compose_facts()
+    cfg = COMPOSE_CONFIG.read_text()
+    servers = {a: f"{a}:{facts['port']}" for a in facts["apps"]}  # a service's name resolves on Docker's network
+    parsed = check_balancer(cfg, servers, facts["bind"], facts["stats_bind"], facts["health"])
+    # names resolve through Docker's DNS, so a restarted replica is found at its new address
+    assert "resolvers docker" in parsed and ["nameserver", "dns", "127.0.0.11:53"] in parsed["resolvers docker"]
+    assert "docker" in next(d for d in parsed["backend replicas"] if d[0] == "default-server")
+    # and it is what the documented command writes (a change to the template must be written out again)
+    assert cfg == compose_config(len(facts["apps"])), \
         "deploy/haproxy.cfg is stale: python -m deploy.replicas compose-config --replicas 3 > deploy/haproxy.cfg"
 
 
+@pytest.mark.parametrize("n", [1, 5])
+def test_the_compose_config_lists_as_many_replicas_as_asked(n):
+    servers = {f"app{i}": f"app{i}:8501" for i in range(1, n + 1)}
+    check_balancer(compose_config(n), servers, ":8080", ":8404", "/_stcore/health")
+
+
+def test_the_config_for_local_processes_lists_their_addresses():
+    servers = {"app1": "127.0.0.1:5001", "app2": "127.0.0.1:5002"}
+    cfg = render_config(list(servers.items()), bind="127.0.0.1:8500", stats_bind="127.0.0.1:8404", check_interval="1s")
+    parsed = check_balancer(cfg, servers, "127.0.0.1:8500", "127.0.0.1:8404", "/_stcore/health")
+    assert "resolvers docker" not in parsed  # no Docker here: plain addresses
+    assert ["inter", "1s"] == next(d for d in parsed["backend replicas"] if d[0] == "default-server")[2:4]
+
+
 def test_the_template_says_what_a_class_needs():
-    text = TEMPLATE.read_text()
-    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-    assert "cookie SERVERID insert indirect nocache httponly" in lines  # stickiness by cookie ...
-    assert not any(line.startswith(("balance source", "hash-type", "stick on src")) for line in lines)  # ... not IP
-    assert "http-check send meth GET uri /_stcore/health" in lines and "option httpchk" in lines
-    assert "timeout tunnel 2h" in lines  # websockets are long-lived
-    assert "mode http" in lines  # cookies, headers and upgrades are seen: not a plain TCP relay
+    parsed = sections(TEMPLATE.read_text())
+    defaults, backend = parsed["defaults"], parsed["backend replicas"]
+    assert not any(d[:2] in (["balance", "source"], ["stick", "on"]) or d[0] == "hash-type" for d in backend)  # not IP
+    assert ["timeout", "tunnel", "2h"] in defaults  # websockets are long-lived
+    assert ["mode", "http"] in defaults  # cookies, headers and upgrades are seen: not a plain TCP relay
 
 
 @needs_haproxy
-def test_haproxy_accepts_the_compose_config():
-    out = subprocess.run([HAPROXY, "-c", "-f", str(COMPOSE_CONFIG)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stdout + out.stderr  # app1..app3 do not resolve here: warnings, not errors
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_haproxy_accepts_the_compose_config(n, tmp_path):
+    cfg = COMPOSE_CONFIG if n == 3 else tmp_path / "haproxy.cfg"
+    if n != 3:
+        cfg.write_text(compose_config(n))
+    out = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr  # app1..appN do not resolve here: warnings, not errors
 
 
 def test_the_compose_file_runs_the_dockerfile_behind_haproxy_with_one_models_volume():

@@ -103,7 +103,7 @@ def test_the_budget_comes_from_the_environment(monkeypatch):
             memory_budget()
 
 
-def test_the_issues_settings_are_refused_and_the_lecture_model_is_not(monkeypatch):
+def test_a_run_past_the_memory_budget_is_refused_and_the_lecture_model_is_not(monkeypatch):
     assert "memory" not in validate_settings(JobSettings(), 1_000_000, 65)
     assert memory_summary(JobSettings(), 65, 1_000_000).endswith("the server allows 1.0 GiB per run.")
     errors = validate_settings(JobSettings(**HUGE), 1_000_000, 65)

@@ -33,16 +33,35 @@ def best_split_by_hand(law, C):
     return N[k], C / (6 * N[k])
 
 
-def test_chinchilla_preset_is_the_lectures_2022_fit():
+def lecture_text() -> str:
     if not LECTURE.is_file():
         pytest.skip(f"the lecture is not at {LECTURE}")
-    text = LECTURE.read_text(encoding="utf-8")
+    return LECTURE.read_text(encoding="utf-8")
+
+
+def test_chinchilla_preset_is_the_lectures_2022_fit():
+    text = lecture_text()
     stated = {}
     for name, pattern in (("alpha", r"\\alpha"), ("beta", r"\\beta"), ("E", r"L_\\infty")):
         m = re.search(pattern + r"\s*\\approx\s*([0-9]+(?:\.[0-9]+)?)", text)
         assert m, f"the lecture no longer states {pattern} \\approx ..."
         stated[name] = float(m.group(1))
     assert (CHINCHILLA.alpha, CHINCHILLA.beta, CHINCHILLA.E) == (stated["alpha"], stated["beta"], stated["E"])
+
+
+def test_the_budget_line_and_the_budget_are_the_lectures():
+    text = lecture_text()
+    m = re.search(r"costs about \$(\d+)ND\$", text)  # "training a transformer costs about $6ND$"
+    assert m, "the lecture no longer states the cost of training as $kND$"
+    per_param_token = int(m.group(1))
+    for law in LAW_PRESETS.values():
+        n, d = law.compute_optimal(5.88e23)
+        assert per_param_token * n * d == pytest.approx(5.88e23, rel=1e-12)  # the optimum is on the lecture's line
+    chin = next(model for model in FAMOUS_MODELS if model.name == "Chinchilla")
+    assert chin.compute == pytest.approx(per_param_token * chin.N * chin.D, rel=1e-12)
+    m = re.search(r"\$\\\$(\d+)\$ million of compute", text)  # Problem 21: "$\$10$ million of compute"
+    assert m, "the lecture no longer states Problem 21's budget"
+    assert BUDGET_DEFAULTS["dollars"] == float(m.group(1)) * 1e6
 
 
 def test_chinchilla_constants_say_what_the_2022_paper_concluded():
@@ -84,7 +103,7 @@ def test_loss_is_vectorised_and_matches_the_formula():
     D = np.array([1e9, 1e10, 1e11, 1e12])  # (4,)
     L = law.loss(N, D)
     assert L.shape == (3, 4)
-    assert L[1, 2] == pytest.approx(406.4 / 1e9**0.34 + 410.7 / 1e11**0.28 + 1.69, rel=1e-12)
+    assert L[1, 2] == pytest.approx(by_hand(law, 1e9, 1e11), rel=1e-12)
     assert float(law.loss(70e9, 1.4e12)) == pytest.approx(law.loss(np.array([70e9]), np.array([1.4e12]))[0])
 
 
@@ -157,9 +176,11 @@ def test_famous_models_table():
 
 
 def test_budget_flops_is_the_products():
-    C = budget_flops(**BUDGET_DEFAULTS)
-    assert C == pytest.approx(10e6 / 2.0 * 3600 * 989e12 * 0.40)
-    assert budget_flops(1.0, 1.0, 1e12, 1.0) == pytest.approx(3.6e15)
+    b = BUDGET_DEFAULTS
+    gpu_seconds = b["dollars"] / b["dollars_per_gpu_hour"] * 3600
+    assert budget_flops(**b) == pytest.approx(gpu_seconds * b["peak_flops"] * b["utilisation"], rel=1e-12)
+    assert budget_flops(1.0, 1.0, 1e12, 1.0) == pytest.approx(3.6e15)  # one GPU-hour at 1 TFLOP/s
+    assert budget_flops(10.0, 2.0, 1e12, 0.5) == pytest.approx(5 * 3600 * 1e12 * 0.5)  # five hours at half peak
 
 
 def test_start_grid_is_hoffmanns():

@@ -76,11 +76,53 @@ def test_saved_and_rebuilt_through_the_checkpoint_entry(bpe, tmp_path):
         tokenizer_from_dict({"type": "bpe"}, tmp_path)
 
 
+# A corpus whose merges can be counted by hand. One word per line: GPT-2's split makes each line a word and
+# each "\n" a word of its own, so a pair is only ever counted inside a word. Counts: hug 10, pug 5, pun 12,
+# bun 4, hugs 5, and zq once.
+#   pairs:  u g 20 (hug, pug, hugs), p u 17, u n 16, h u 15, g s 5, b u 4, z q 1  -> merge 1: u g
+#   then:   u n 16, h ug 15, p u 12, p ug 5, ug s 5, b u 4                        -> merge 2: u n
+#   then:   h ug 15, p un 12, p ug 5, ug s 5, b un 4                              -> merge 3: h ug, merge 4: p un
+#   then:   p ug 5 and hug s 5 (a tie: the library's order), then b un 4; then only z q, seen once, is left
+HAND = "hug\n" * 10 + "pug\n" * 5 + "pun\n" * 12 + "bun\n" * 4 + "hugs\n" * 5 + "zq\n"
+FIRST_MERGES = ["u g", "u n", "h ug", "p un"]
+
+
+def test_the_most_frequent_pair_is_merged_first():
+    tok = BPETokenizer.train(HAND, vocab_size=256 + len(FIRST_MERGES))
+    vocab, merges = tok.vocab_and_merges()
+    assert merges == FIRST_MERGES
+    assert tok.vocab_size == 256 + 4  # the 256 bytes, then one token per merge
+    # each merge is a new id after the bytes, in the order it was learned
+    assert [vocab[m.replace(" ", "")] for m in merges] == [256, 257, 258, 259]
+    assert tok.visible_tokens(tok.encode("hug")) == ["hug"]  # merged all the way
+    assert tok.visible_tokens(tok.encode("pugs")) == ["p", "ug", "s"]  # p ug was not learned yet
+
+
+def test_learning_stops_when_no_pair_is_seen_twice():
+    tok = BPETokenizer.train(HAND, vocab_size=300)  # asks for more than the text can give
+    _, merges = tok.vocab_and_merges()
+    assert merges[:4] == FIRST_MERGES and set(merges[4:6]) == {"p ug", "hug s"} and merges[6:] == ["b un"]
+    assert tok.vocab_size == 256 + 7  # z q, seen once, is below min_frequency = 2
+    assert [tok.visible_tokens(tok.encode(w)) for w in ("hugs", "bun", "zq")] == [["hugs"], ["bun"], ["z", "q"]]
+
+
+# (text, its token count by hand): one token per UTF-8 byte, but "hugs" (4 bytes) and "pun" (3) are one each
+@pytest.mark.parametrize("text, n_tokens", [
+    ("zebra quux", 10),
+    ("hugs 🙂 für 漢字\x00\t‘pun’", 32 - 3 - 2),  # 32 bytes: 🙂 is 4, ü 2, a CJK character 3, ‘ ’ 3 each
+    ("", 0),
+])
+def test_text_with_characters_the_corpus_never_had_comes_back_exactly(text, n_tokens):
+    tok = BPETokenizer.train(HAND, vocab_size=300)
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text and all(0 <= i < tok.vocab_size for i in ids)
+    assert len(ids) == n_tokens
+
+
 def test_vocabulary_size_is_checked():
     with pytest.raises(ValueError, match="at least 256"):
         BPETokenizer.train("abc", vocab_size=100)
-    tok = BPETokenizer.train("ab " * 50, vocab_size=300)
-    assert tok.vocab_size <= 300  # the text ran out of pairs before 300
+    tok = BPETokenizer.train(HAND, vocab_size=300)
     padded = BPETokenizer.from_str(tok.to_str(), vocab_size=tok.vocab_size + 3)
     assert padded.pieces[-1] == f"⟨id {tok.vocab_size + 2}⟩" and padded.decode([tok.vocab_size + 2]) == ""
     with pytest.raises(ValueError, match="outside the vocabulary"):
