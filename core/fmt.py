@@ -15,6 +15,15 @@ def human_bytes(b: float) -> str:
         b /= 1000
 
 
+def binary_bytes(n: float) -> str:
+    """310 MiB, 1.0 GiB: sizes in powers of 1024, as memory budgets and file limits are written (human_bytes is
+    for sizes people compare with what a download page says, in powers of 1000)."""
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit in ("bytes", "MiB") else f"{n:,.1f} {unit}"
+        n /= 1024
+
+
 def latex_int(x: int) -> str:
     """49408 -> '49{,}408': a thousands comma that LaTeX does not space like a list comma."""
     return f"{int(x):,}".replace(",", "{,}")

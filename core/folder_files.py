@@ -21,6 +21,8 @@ import os
 import stat
 from pathlib import Path
 
+from core.fmt import binary_bytes
+
 _PROC_FD = Path("/proc/self/fd")
 
 
@@ -109,7 +111,7 @@ def read_bytes_inside(folder, name: str, max_bytes: int) -> bytes:
     with open_inside(folder, name) as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise OutsideFolder(f"{name} is larger than {_size(max_bytes)}")
+        raise OutsideFolder(f"{name} is larger than {binary_bytes(max_bytes)}")
     return data
 
 
@@ -142,7 +144,3 @@ def file_stamp(path) -> str:
     except OSError:
         return ""
     return f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
-
-
-def _size(n: int) -> str:
-    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"

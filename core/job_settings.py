@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from core.corpus import TRAIN_FRACTION
 from core.cost import training_flops
+from core.fmt import binary_bytes
 from core.model import LECTURE, ModelConfig, config_problems
 from core.params import count_parameters
 from core.train import (DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPES, TOKENIZERS, TrainConfig, min_corpus_chars,
@@ -309,30 +310,22 @@ def memory_budget(value: str | None = None) -> int | None:
     except ValueError as e:
         raise ValueError(f"the server's TE_RUN_MEMORY setting is wrong: {e}") from None
     if 0 < budget < PROCESS_BYTES:  # most likely a unit left out: no run could ever start
-        raise ValueError(f"the server's TE_RUN_MEMORY setting is wrong: {value!r} is {size_label(budget)}, less than "
-                         f"a training process takes before it trains ({size_label(PROCESS_BYTES)}); write a unit, "
+        raise ValueError(f"the server's TE_RUN_MEMORY setting is wrong: {value!r} is {binary_bytes(budget)}, less than "
+                         f"a training process takes before it trains ({binary_bytes(PROCESS_BYTES)}); write a unit, "
                          "e.g. 1G")
     return budget or None
-
-
-def size_label(n: float) -> str:
-    """310 MiB, 1.0 GiB: sizes in the powers of 1024 the budget is written in."""
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit in ("bytes", "MiB") else f"{n:,.1f} {unit}"
-        n /= 1024
 
 
 def memory_summary(s: JobSettings, vocab_size: int, corpus_chars: int) -> str:
     """One sentence for the form: what the run needs and what the server allows."""
     est = run_memory(s, vocab_size, corpus_chars)
-    need = (f"This run needs about {size_label(est.total)} of memory ({size_label(est.process)} for the process and "
-            f"torch, {size_label(est.activations)} for a step's activations, which grow with batch × n_ctx × L)")
+    need = (f"This run needs about {binary_bytes(est.total)} of memory ({binary_bytes(est.process)} for the process and "
+            f"torch, {binary_bytes(est.activations)} for a step's activations, which grow with batch × n_ctx × L)")
     try:
         budget = memory_budget()
     except ValueError as e:
         return f"{need}; {e}."
-    allows = "sets no limit per run" if budget is None else f"allows {size_label(budget)} per run"
+    allows = "sets no limit per run" if budget is None else f"allows {binary_bytes(budget)} per run"
     return f"{need}; the server {allows}."
 
 
@@ -346,10 +339,10 @@ def memory_problem(s: JobSettings, vocab_size: int, corpus_chars: int) -> str | 
     if budget is None or est.total <= budget:
         return None
     biggest = max(("activations", "weights", "data"), key=lambda k: getattr(est, k))
-    advice = {"activations": f"what one step keeps for its backward pass ({size_label(est.activations)}) grows with "
+    advice = {"activations": f"what one step keeps for its backward pass ({binary_bytes(est.activations)}) grows with "
                              "batch × n_ctx, the number of blocks and the width: make one of them smaller",
-              "weights": f"the weights with their gradients and optimiser state take {size_label(est.weights)}: "
+              "weights": f"the weights with their gradients and optimiser state take {binary_bytes(est.weights)}: "
                          "a narrower or shallower model, or a smaller vocabulary, needs less",
-              "data": f"the corpus and its tokens take {size_label(est.data)}: a shorter text needs less"}[biggest]
-    return (f"This run needs about {size_label(est.total)} of memory; the server allows {size_label(budget)} per "
+              "data": f"the corpus and its tokens take {binary_bytes(est.data)}: a shorter text needs less"}[biggest]
+    return (f"This run needs about {binary_bytes(est.total)} of memory; the server allows {binary_bytes(budget)} per "
             f"run. Most of it: {advice}.")
