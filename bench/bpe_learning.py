@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench import parse_or_run_one
+
 RESULTS = Path(__file__).parent / "results" / "bpe-learning.md"
 
 
@@ -64,10 +66,8 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=900, help="seconds one learning may take before it is given up")
     p.add_argument("--corpora", nargs="*", default=["pydoc", "shakespeare", "shakespeare x4"],
                    help="corpora timed as the Training page prepares a BPE (learn, encode both parts)")
-    p.add_argument("--one", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.one:
-        print(json.dumps(_one(**json.loads(args.one))))
+    args = parse_or_run_one(p, argv, _one)
+    if args is None:
         return
     from core.train import MAX_PRETOKEN
 

@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import parse_or_run_one
+
 RESULTS = Path(__file__).parent / "results" / "run-memory.md"
 
 # (name, corpus, JobSettings fields): the lecture's model, then each of d, L, n_ctx, batch, the vocabulary,
@@ -105,12 +107,11 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=5, help="training steps of each run")
     p.add_argument("--only", nargs="+", help="names of SHAPES to run (default: all)")
     p.add_argument("--out", type=Path, default=RESULTS, help=f"the results file (default {RESULTS})")
-    p.add_argument("--one", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.one:
-        print(json.dumps(_one(**json.loads(args.one))))
+    args = parse_or_run_one(p, argv, _one)
+    if args is None:
         return
-    from core.job_settings import JobSettings, memory_budget, run_memory, size_label
+    from core.fmt import binary_bytes as size_label
+    from core.job_settings import JobSettings, memory_budget, run_memory
 
     rows = []
     print(f"{'run':16s} {'estimate':>10s} {'peak':>10s} {'ratio':>6s}")
