@@ -23,6 +23,7 @@ PAGES = [
     st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
     st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
     st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
+    st.Page("pages/scaling_fit.py", title="Your scaling law", icon=":material/scatter_plot:"),
 ]
 
 MAX_SHOWN_BAD = 50  # broken model folders listed by name in the sidebar

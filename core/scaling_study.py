@@ -1,6 +1,7 @@
-"""The rules behind the scaling page's study half (tiny models trained here, core.study): which law a study shows
-(fit.json's, or one fitted on the page), when a study you run is fitted while it trains, starting one, and the
-sentences that report a study's numbers, as core.study's card does for its README.
+"""The rules behind the study part of the Your scaling law page (pages/scaling_fit.py: tiny models trained here,
+core.study): which law a study shows (fit.json's, or one fitted on the page), when a study you run is fitted while it
+trains, which corpora one can train on, starting one, and the sentences that report a study's numbers, as
+core.study's card does for its README.
 
 The page passes in ``fit``, its cached csv -> ScalingLaw function (core.scaling_view.fit_csv behind st.cache_data
 and the compute line): the rules here decide *when* to fit, the page how a fit is cached and queued."""
@@ -13,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from core.corpus import TRAIN_FRACTION
+from core.corpus import TRAIN_FRACTION, pydoc_text, read_text_file
 from core.cost import FLOPS_PER_PARAM_TOKEN
 from core.fmt import g3, human, rough_time, sci
 from core.folder_files import lstamp
@@ -211,6 +212,23 @@ def grid_note(grid, estimate: float | None, cores: int | None) -> str:
 
 
 # ---------------------------------------------------------------- your study: start it, say where it is
+
+def study_corpora(shakespeare: Path | None) -> dict[str, str]:
+    """key -> label of the corpora a grid can train on: Tiny Shakespeare where it was found (``shakespeare``, from
+    core.corpus.shakespeare_path), Python's reference documentation always."""
+    corpora = {"shakespeare": f"Tiny Shakespeare ({shakespeare.name})"} if shakespeare is not None else {}
+    corpora["pydoc"] = "Python's reference documentation (ships with Python)"
+    return corpora
+
+
+def study_corpus(key: str, shakespeare: Path | None) -> tuple[str, str, Path | None]:
+    """(name, text, path) of corpus ``key`` as start_study takes them; path None: pydoc's text exists only in memory,
+    so start_study writes it into the study's folder."""
+    name = study_corpora(shakespeare)[key].split(" (")[0]  # the label without its parenthesis: the card's name
+    if key == "shakespeare":
+        return name, read_text_file(shakespeare), shakespeare
+    return name, pydoc_text(), None
+
 
 def start_study(grid_name: str, corpus_name: str, text: str, path: Path | None = None,
                 old: StudyJob | None = None) -> StudyJob:

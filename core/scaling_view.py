@@ -1,7 +1,8 @@
-"""What the scaling page computes about a law, so that pages/scaling.py keeps only widgets, prose and figures: the
-sliders' ranges and clipping, the compute-optimal split and its tokens per parameter, the famous-models table, the
-lecture's budget problem, and the example runs and fit of "Fit the law to your own runs". The study half of the page
-(tiny models trained here) has its rules in core.scaling_study."""
+"""What the two scaling pages compute about a law, so that they keep only widgets, prose and figures: the sliders'
+ranges and clipping and the law the session has chosen (pages/scaling.py sets it, pages/scaling_fit.py reads it), the
+compute-optimal split and its tokens per parameter, the famous-models table, the lecture's budget problem, and the
+example runs and fit of "Fit the law to your own runs". The study part of the fit page (tiny models trained here) has
+its rules in core.scaling_study."""
 from __future__ import annotations
 
 import math
@@ -51,6 +52,31 @@ def shown_law(preset: str, state) -> ScalingLaw:
         return LAW_PRESETS[preset]
     return ScalingLaw(10 ** state["scal_logA"], 10 ** state["scal_logB"], state["scal_alpha"], state["scal_beta"],
                       state["scal_E"])
+
+
+DEFAULT_PRESET = next(iter(LAW_PRESETS))  # what both pages show until the learner picks a law: Chinchilla's
+
+
+def chosen_preset(state) -> str:
+    """The preset box's entry in ``state`` (the session's), as both pages resolve it: DEFAULT_PRESET until the
+    learner picks one. The law page starts its sliders from it; the fit page, which has no box, names it."""
+    preset = state.get("scal_preset", DEFAULT_PRESET)
+    # "Custom" means the sliders' values: without all of them there is no custom law to show
+    if preset not in LAW_PRESETS and not all(k in state for k in SLIDERS):
+        return DEFAULT_PRESET
+    return preset
+
+
+def chosen_law(state) -> tuple[str, ScalingLaw]:
+    """(the preset box's entry, the law the law page shows) for this session's ``state``."""
+    preset = chosen_preset(state)
+    return preset, shown_law(preset, state)
+
+
+def custom_state(law: ScalingLaw) -> dict:
+    """The session state that makes the law page show ``law`` (as nearly as its sliders can): what the fit page's
+    "Use the fitted constants" button writes, and chosen_law reads back."""
+    return {**slider_values(law), "scal_preset": CUSTOM}
 
 
 # ---------------------------------------------------------------- optima, famous models, a budget

@@ -22,7 +22,7 @@ STUDY_JSON = "study.json"       # what the study is (grid, corpus, convention) a
 PROGRESS_JSON = "progress.json"  # how far the session under way is; read by the page
 FIT_JSON = "fit.json"           # the fit and its bootstrap intervals, once every run is in
 CARD = "README.md"
-SHIPPED_STUDY = REPO_ROOT / "assets" / "studies" / "shakespeare-char"  # the study the scaling page opens with
+SHIPPED_STUDY = REPO_ROOT / "assets" / "studies" / "shakespeare-char"  # the study the "Your scaling law" page opens with
 
 
 # ---------------------------------------------------------------- writing, atomically

@@ -104,7 +104,7 @@ def _reveal_save_name(at):
 
 ON_DEMAND = {  # key: (page, how to make the box appear)
     "train_paste": ("pages/training.py", _reveal_paste),
-    "scal_paste": ("pages/scaling.py", _reveal_scaling_paste),
+    "scal_paste": ("pages/scaling_fit.py", _reveal_scaling_paste),
     "train_save_name": ("pages/training.py", _reveal_save_name),
 }
 ALWAYS = [(page, key) for page, keys in sorted(EXPECTED.items()) for key in sorted(keys) if key not in ON_DEMAND]
@@ -178,7 +178,7 @@ def test_bad_prompts_in_boxes_that_appear_on_demand(key, open_page, tmp_path):
 def test_every_page_is_covered(open_page, tmp_path):
     """The boxes found in the source are the boxes the tests above type into: every page with one, every key.
     And each page, opened, shows no box the source scan missed (so the scan cannot silently go blind)."""
-    assert {"pages/attention.py", "pages/generation.py", "pages/training.py", "pages/scaling.py"} <= set(EXPECTED)
+    assert {"pages/attention.py", "pages/generation.py", "pages/training.py", "pages/scaling_fit.py"} <= set(EXPECTED)
     exercised = set(ALWAYS) | {(page, key) for key, (page, _) in ON_DEMAND.items()}
     expected = {(page, key) for page, keys in EXPECTED.items() for key in keys}
     assert expected == exercised, f"not typed into: {sorted(expected - exercised)}; " \

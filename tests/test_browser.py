@@ -280,7 +280,7 @@ def test_bad_uploads_are_refused_with_a_reason(server, clean_page, content, word
 
 def test_malformed_csv_on_the_scaling_page(server, clean_page, tmp_path):
     page, _ = clean_page
-    _open(page, server, "Scaling laws")
+    _open(page, server, "Your scaling law")  # the scaling page that fits runs
     page.get_by_text("Upload a CSV").first.click()
     wait_idle(page)
     f = tmp_path / "runs.csv"

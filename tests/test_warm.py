@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def test_warm_opens_every_page_of_the_router_and_the_client_switches_pages():
     names = page_names()
-    assert len(names) == 8 and names[0] == "home" and {"attention", "generation", "training"} <= set(names)
+    assert len(names) == 9 and names[0] == "home" and {"attention", "generation", "training"} <= set(names)
     proc, url = start_server(tempfile.mkdtemp(prefix="te-warm-"), warm=False)
     try:
         times = warm(url)
@@ -28,7 +28,7 @@ def test_warm_opens_every_page_of_the_router_and_the_client_switches_pages():
                 assert not s.exceptions, (page, s.exceptions[:1])
                 titles.setdefault(page, [el.heading.body for el in s.elements
                                          if el.WhichOneof("type") == "heading"][0])
-            assert len(set(titles.values())) == len(names), titles  # eight pages, eight different titles
+            assert len(set(titles.values())) == len(names), titles  # nine pages, nine different titles
             assert titles["generation"] == "Generation" and titles["home"] == "Transformer Explorer"
         finally:
             s.close()
