@@ -8,7 +8,7 @@ from core.attention_figures import (
     GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, ROLE_TITLES, all_heads_figure, future_mass_figure, head_overview_figure,
     head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
-from ui import cached_figure, ensure_frame, gated, model_key, prompt_input, require_model, shared_chart
+from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -32,32 +32,23 @@ if prompt.empty:
     st.info("Type a few characters above (letters, punctuation, newlines) to see what every head attends to.")
     st.stop()
 
-
 # What is cached is what the page shows, never every head's (n, n) matrices: those are 2 L h n^2 floats, 1.2 GB
 # for GPT-2 small at 1,024 tokens. One head's matrices are n^2 floats each, the overview a few numbers per head.
-@st.cache_data(max_entries=16, show_spinner=False)
-def _head(model_key: str, ids: tuple[int, ...], layer: int, head: int):
-    return head_attention(model, list(ids), layer, head)
-
-
-@st.cache_data(max_entries=16, show_spinner="Running every layer on your prompt ...")
-def _overview(model_key: str, ids: tuple[int, ...], lo: int, hi: int):
-    return attention_overview(model, list(ids), lo, hi)
-
-
-@st.cache_data(max_entries=8, show_spinner="Measuring induction on repeated random sequences ...")
-def _induction(model_key: str):
-    return induction_scores(model, tok)  # the probe of Switch heads off and the training log (core.induction)
-
+# Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs). The
+# heavy work waits in the compute line (core.gate) when the server is busy; work whose result is cached skips it
+WHAT = "the attention of every head"
+_head = model_cache(lambda ids, layer, head: head_attention(model, list(ids), layer, head), 16, what=WHAT)
+_overview = model_cache(lambda ids, lo, hi: attention_overview(model, list(ids), lo, hi), 16, what=WHAT,
+                        spinner="Running every layer on your prompt ...")
+# the probe of Switch heads off and the training log (core.induction)
+_induction = model_cache(lambda: induction_scores(model, tok), 8,
+                         spinner="Measuring induction on repeated random sequences ...")
 
 # figures are pure functions of their inputs: a rerun with the same inputs reuses the figure object (ui.cached_figure),
 # and ui.shared_chart sends the encoded form it keeps with it
 head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure, head_overview_figure = map(
     cached_figure, (head_panels, all_heads_figure, mask_order_figure, future_mass_figure, head_roles_figure,
                     head_overview_figure))
-
-# the heavy work waits in the compute line (core.gate) when the server is busy; work whose result is cached skips it
-_head, _overview = (gated(f, "the attention of every head") for f in (_head, _overview))
 mkey = model_key(entry)  # names the weights for the caches below
 ids = tuple(prompt.ids)
 tokens = tok.visible_tokens(prompt.ids)  # each position's token text, spaces shown as ␣ (a token may hold several characters)

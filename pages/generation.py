@@ -6,7 +6,7 @@ from core import fmt
 from core import generation as G
 from core import generation_figures as GF
 from core.timing import forward_seconds
-from ui import chart, compute_slot, ensure_frame, gated, model_key, prompt_input, require_model
+from ui import chart, compute_slot, ensure_frame, model_cache, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -45,9 +45,10 @@ unit, units = tok.unit, tok.units  # "character(s)" for a character model, "toke
 SLIDE_S = 30  # text that would outgrow n_ctx may spend this long re-reading the window, else less prompt is read
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def _next_logits(model_key: str, ids: tuple[int, ...]):
-    return G.next_logits(model, ids)
+# called with the model's key first (ui.model_cache: cached for the server by that key and the inputs)
+_next_logits = model_cache(lambda ids: G.next_logits(model, ids), 32)
+# a slid step of core.sampling.stream, on this server
+_window_seconds = model_cache(lambda: forward_seconds(model, 1, c.n_ctx, last_only=True), 8)
 
 
 @st.cache_resource(max_entries=256, show_spinner=False)
@@ -56,11 +57,6 @@ def _drawn(key: tuple) -> dict:
     seed draw the same text, so a class on one prompt costs one generation. Empty until the first run asking
     for it has drawn it (a run cut short by a rerun leaves it empty: the next one draws)."""
     return {}
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def _window_seconds(model_key: str) -> float:
-    return forward_seconds(model, 1, c.n_ctx, last_only=True)  # a slid step of core.sampling.stream, on this server
 
 
 def fit(ids: list[int], n_new: int, rows: int = 1) -> tuple[list[int], int, str]:
@@ -214,13 +210,12 @@ st.dataframe(rows, hide_index=True, width="stretch",
 
 
 # ------------------------------------------------------------------ continuations
-@st.cache_resource(max_entries=256, show_spinner="Generating one continuation per temperature ...")
-def _continuations(model_key: str, ids: tuple, temps: tuple, n: int, seed: int) -> list:
-    """One continuation per temperature, drawn once on this server for the same inputs (st.cache_resource, like
-    the texts: no pickling, and a class on one prompt costs one draw)."""
-    return G.continuations(model, ids, temps, n, seed, tok.pieces)
-
-
+# One continuation per temperature, drawn once on this server for the same inputs (st.cache_resource, like the
+# texts: no pickling, and a class on one prompt costs one draw); a new draw waits for a compute slot, one the cache
+# holds skips the line
+_continuations = model_cache(lambda ids, temps, n, seed: G.continuations(model, ids, temps, n, seed, tok.pieces),
+                             256, what="the continuations", lane="long", resource=True,
+                             spinner="Generating one continuation per temperature ...")
 st.header("Continuations, one per temperature")
 st.markdown(
     "The same prompt continued at each temperature of the list, every one with the same seed. A repetition "
@@ -232,9 +227,7 @@ n_cont = int(st.number_input(f"{units.capitalize()} per continuation", 10, 1000,
 cont_ids, n_cont, note = fit(ids, n_cont, rows=len(temps))
 if note:
     st.info(note)
-# a new draw waits for a compute slot; one the cache holds skips the line
-runs = gated(_continuations, "the continuations", lane="long")(model_key(entry), tuple(cont_ids), tuple(temps), n_cont,
-                                                                 seed)
+runs = _continuations(model_key(entry), tuple(cont_ids), tuple(temps), n_cont, seed)
 ratios = [G.distinct_n([s["id"] for s in r], 3) for r in runs]
 per_row = 3
 for r0 in range(0, len(temps), per_row):

@@ -9,7 +9,7 @@ from core.induction import THRESHOLD, head_scores, induction_score, model_period
 from core.interventions import (MODES, greedy_continuation, layer_head_losses, next_token_probs, repeat_ids,
                                 repeat_period, token_losses)
 from core.timing import forward_seconds
-from ui import (cached_figure, ensure_frame, gated, model_key, prompt_ids_now, prompt_input, require_model,
+from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -38,46 +38,24 @@ mkey = model_key(entry)  # names the weights for the caches below
 
 
 # ------------------------------------------------------------------ cached computations
-@st.cache_data(max_entries=8, show_spinner="Measuring induction on repeated random sequences ...")
-def _scores(model_key: str):
-    # the probe of the Attention page and the training log: for a BPE, its whole tokens (core.induction.probe_choices)
-    return head_scores(model, tokenizer=tok)
-
-
-@st.cache_data(max_entries=128, show_spinner=False)
-def _losses(model_key: str, ids: tuple[int, ...], heads: tuple, mode: str):
-    return token_losses(model, list(ids), list(heads), mode)
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def _probs(model_key: str, ids: tuple[int, ...], heads: tuple, mode: str, pos: int):
-    # one position's row: the whole (n, m) table is 400 MB for GPT-2 small at 1,024 tokens
-    return next_token_probs(model, list(ids), list(heads), mode, positions=[pos])[0]
-
-
-@st.cache_data(max_entries=64, show_spinner="Continuing the text ...")
-def _greedy(model_key: str, ids: tuple[int, ...], steps: int, heads: tuple, mode: str):
-    return tok.decode(greedy_continuation(model, list(ids), steps, list(heads), mode))
-
-
-@st.cache_data(max_entries=256, show_spinner=False)
-def _layer_losses(model_key: str, ids: tuple[int, ...], mode: str, layer: int):
-    return layer_head_losses(model, list(ids), layer, mode)  # (h, n-1), a layer at a time: a progress bar between
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def _pattern(model_key: str, ids: tuple[int, ...], layer: int, head: int):
-    return head_attention(model, list(ids), layer, head)[1]  # one head: the blocks after its layer never run
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def _seconds(model_key: str, rows: int, length: int) -> float:
-    return forward_seconds(model, rows, length)  # on this server now: a slid step, or a ranking's batch
-
-
-# in the compute line when the server is busy (core.gate); results already cached skip it
-_scores, _losses, _probs, _greedy, _layer_losses, _pattern = (
-    gated(f, "the interventions") for f in (_scores, _losses, _probs, _greedy, _layer_losses, _pattern))
+# Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs, never
+# by the model); "the interventions" wait in the compute line when the server is busy (core.gate), unless cached.
+WHAT = "the interventions"
+# the probe of the Attention page and the training log: for a BPE, its whole tokens (core.induction.probe_choices)
+_scores = model_cache(lambda: head_scores(model, tokenizer=tok), 8, what=WHAT,
+                      spinner="Measuring induction on repeated random sequences ...")
+_losses = model_cache(lambda ids, heads, mode: token_losses(model, list(ids), list(heads), mode), 128, what=WHAT)
+# one position's row: the whole (n, m) table is 400 MB for GPT-2 small at 1,024 tokens
+_probs = model_cache(lambda ids, heads, mode, pos: next_token_probs(
+    model, list(ids), list(heads), mode, positions=[pos])[0], 64, what=WHAT)
+_greedy = model_cache(lambda ids, steps, heads, mode: tok.decode(greedy_continuation(
+    model, list(ids), steps, list(heads), mode)), 64, what=WHAT, spinner="Continuing the text ...")
+# (h, n-1), a layer at a time: a progress bar between
+_layer_losses = model_cache(lambda ids, mode, layer: layer_head_losses(model, list(ids), layer, mode), 256, what=WHAT)
+# one head: the blocks after its layer never run
+_pattern = model_cache(lambda ids, layer, head: head_attention(model, list(ids), layer, head)[1], 16, what=WHAT)
+# on this server now: a slid step, or a ranking's batch; one pass, which only sizes the work (no compute line)
+_seconds = model_cache(lambda rows, length: forward_seconds(model, rows, length), 64)
 next_token_bars, stripe_figure = map(cached_figure, (IF.next_token_bars, IF.stripe_figure))  # the figure itself (ui)
 
 

@@ -7,7 +7,7 @@ from core.model import ACTIVATION_NAMES, SILENT_WORDS
 from core.params import mlp_latex
 from core.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
                         max_trace_tokens, stream_steps, trace, trace_bytes)
-from ui import chart, ensure_frame, gated, model_key, prompt_input, require_model
+from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -43,30 +43,20 @@ if prompt.empty:
 # (the page only reads a trace) where st.cache_data would pickle it and unpickle a fresh copy on every rerun.
 TRACE_BUDGET = 384 * 2**20
 SMALL_TRACE = 16 * 2**20
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def _trace_small(model_key: str, ids: tuple[int, ...]):
-    return trace(model, list(ids))
-
-
-@st.cache_resource(max_entries=2, show_spinner="Running the model and keeping every step ...")
-def _trace_big(model_key: str, ids: tuple[int, ...]):
-    return trace(model, list(ids))
+mkey = model_key(entry)  # names the weights for the caches below
+# Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs), in the
+# compute line when the server is busy (core.gate); a result already cached skips it
+_trace_small = model_cache(lambda ids: trace(model, list(ids)), 32, what="the forward pass")
+_trace_big = model_cache(lambda ids: trace(model, list(ids)), 2, what="the forward pass", resource=True,
+                         spinner="Running the model and keeping every step ...")
 
 
 def _trace(model_key: str, ids: tuple[int, ...]):
-    small = trace_bytes(c, len(ids)) <= SMALL_TRACE
-    # in the compute line when the server is busy (core.gate); a trace already cached skips it
-    return gated(_trace_small if small else _trace_big, "the forward pass")(model_key, ids)
+    return (_trace_small if trace_bytes(c, len(ids)) <= SMALL_TRACE else _trace_big)(model_key, ids)
 
 
-@st.cache_data(max_entries=32, show_spinner="Reading out every stage at every position (the logit lens) ...")
-def _lens(model_key: str, ids: tuple[int, ...]):
-    return lens_top(model, _trace(model_key, ids), k=LENS_TOP)
-
-
-mkey = model_key(entry)
+_lens = model_cache(lambda ids: lens_top(model, _trace(mkey, ids), k=LENS_TOP), 32, what="the logit lens",
+                    spinner="Reading out every stage at every position (the logit lens) ...")
 ids = tuple(prompt.ids)
 keep = max_trace_tokens(c, TRACE_BUDGET)
 if len(ids) > keep:
@@ -200,7 +190,7 @@ lo = st.slider("First position shown", 0, n - LENS_WINDOW, TV.window_start(pos, 
                key=f"inside_lens_lo_{n}_{pos}", help=f"The table shows {LENS_WINDOW} positions at a time; it opens on "
                "the ones ending at the chosen position.") if n > LENS_WINDOW else 0
 hi = min(n, lo + LENS_WINDOW)
-lens = gated(_lens, "the logit lens")(mkey, ids)
+lens = _lens(mkey, ids)
 chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids, lens_stage_names(c.n_layers),
                      offset=lo, chosen=pos, unit=tok.unit), width="stretch", theme=None, key="inside_lens")
 where = f"Columns are positions {lo} to {hi - 1}, each headed by the {tok.unit} read there; the red frame is " \

@@ -1,6 +1,6 @@
 import streamlit as st
 
-from core import model_export, training_setup as setup, training_view as view
+from core import training_setup as setup, training_view as view
 from core.checkpoint import default_model_name
 from core.corpus import TRAIN_FRACTION, shakespeare_path
 from core.fmt import latex_int, latex_sci
@@ -9,16 +9,10 @@ from core.params import per_block_latex
 from core.speed import measured_flop_rate
 from core.train import DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
 from core.training_job import SAMPLE_TEMPERATURE, SAMPLE_TOKENS, BusyError, TrainingJob, release_abandoned
-from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch, session_alive, session_id, \
-    session_owner, shipped_names, upload_limit_mb, user_models_dir
+from ui import chart, ensure_frame, gated, job_controls, metric_row, offer_shakespeare_fetch, reset_save_form, \
+    save_form, session_alive, session_id, session_owner, upload_limit_mb
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
-
-
-def metrics(rows, cols):
-    for col, (label, value, help) in zip(cols, rows):  # rows of (label, value, help) from core
-        col.metric(label, value, help=help)
-
 
 st.title("Training")
 st.markdown("Here you train a transformer yourself, in the background, while you watch. Every step draws a batch of "
@@ -91,7 +85,7 @@ if info is not None:
             # seconds of work for a long text: in line with the pages' other heavy work (ui.gated: a BPE learned
             # already, still in its cache, skips the line)
             bpe = gated(learned_bpe, "learning the BPE", lane="long")(text, int(bpe_vocab))
-    metrics(setup.corpus_metrics(info, tok_kind, bpe), st.columns(4))
+    metric_row(setup.corpus_metrics(info, tok_kind, bpe), 4)
     if note := setup.bpe_shortfall(bpe, bpe_vocab):
         st.caption(note)
     with st.expander("The vocabulary and a sample of the text", expanded=False):
@@ -161,7 +155,7 @@ if cost is not None:
         st.latex(rf"C \approx 6\,N\,D = 6 \times {latex_int(cost.n_params)} \times {latex_int(cost.tokens)} \approx "
                  rf"{latex_sci(cost.flops)}\ \text{{FLOP}}")
         rate, rate_source = measured_flop_rate()
-        metrics(setup.cost_metrics(cost, rate, rate_source), st.columns(4))
+        metric_row(setup.cost_metrics(cost, rate, rate_source), 4)
         if note := setup.induction_note(settings, cost, rate):
             st.caption(note)
         st.caption(f"D/N = {cost.tokens_per_param:,.1f} tokens per parameter; the run reads the training "
@@ -195,8 +189,7 @@ if start_clicked and startable:
     except BusyError as e:
         st.error(str(e))
     else:  # a name of its own for every run, the corpus and a time stamp, never one shared default
-        st.session_state.update(train_saved=None, train_save_error=None,
-                                train_save_name=default_model_name(setup.name_stem(source, info.name)))
+        reset_save_form("train", "train_save_name", default_model_name(setup.name_stem(source, info.name)))
         st.rerun()  # draw the page again with the run in place: Start greyed out, the live view polling
 
 
@@ -211,7 +204,7 @@ def live_view(job: TrainingJob, polling: bool):
     elif s.state == "stopped" and not s.resumable:
         st.caption("Too many runs were waiting on this server, so this stopped run handed its weights over and its "
                    "process ended to free memory: it can still be saved below, but no longer resumed.")
-    metrics(view.live_metrics(s), st.columns(6))
+    metric_row(view.live_metrics(s), 6)
     if note := view.bits_caption(s):
         st.caption(note)
     curve, heads, formed = view.live_figures(s)
@@ -253,31 +246,4 @@ st.header("4. Save and explore")
 st.markdown("A saved model joins the model picker in the sidebar, so the other pages can show its attention "
             "and let you generate with it. Everyone on this server sees every saved model there (a class gallery), "
             "but only the browser session that saved a model may replace it.")
-
-
-def _save():  # a button callback runs before the next script run, so it may still set the sidebar's selection
-    saved, error = model_export.save_run(
-        st.session_state["train_job"], user_models_dir(), st.session_state.get("train_save_name", ""),
-        protected=shipped_names(), overwrite=st.session_state.get("train_overwrite", False), owner=session_owner())
-    st.session_state.update(train_saved=saved, train_save_error=error)
-    if saved and st.session_state.get("train_select", True):
-        st.session_state["te_model_name"] = saved["name"]
-
-
-name = st.text_input("Name", key="train_save_name", max_chars=100, persist_state="session",
-                     help="Letters, digits, '-', '_' and '.'; anything else becomes '-'.")
-if note := model_export.name_note(name):
-    st.caption(note)
-c1, c2 = st.columns(2)
-c1.checkbox("Replace a model of mine with this name", key="train_overwrite", persist_state="session",
-            help="Only a model saved from this browser session can be replaced; other people's models never are.")
-c2.checkbox("Select it in the sidebar after saving", value=True, key="train_select", persist_state="session")
-st.button("Save the model", type="primary", key="train_save", on_click=_save)
-if st.session_state.get("train_save_error"):
-    st.error(f"Not saved: {st.session_state['train_save_error']}")
-if saved := st.session_state.get("train_saved"):
-    st.success(f"Saved **{saved['name']}** (step {saved['step']:,}) in {user_models_dir()}. It is in the sidebar's "
-               "model picker now; open Home to read its model card and loss curve.")
-    for col, (kind, label, data, file_name, help) in zip(st.columns([1, 1, 2]), model_export.downloads(saved)):
-        col.download_button(label, data=data, file_name=file_name, mime="application/zip", key=f"train_download{kind}",
-                            on_click="ignore", help=help)
+save_form("train", "train_save_name")  # name box, ticks, Save, downloads; the key written out for test_bad_input

@@ -2,10 +2,11 @@
 
     models.py   the model picker: discovery, cached loading, the model selected in the sidebar
     compute.py  the compute line (slots of the server's gates, skipped by cached work) and live sessions
+    caching.py  page caches of work on a model, keyed by the model's key string and gated by the compute line
     frame.py    deep links: a page opened alone switches into app.py's frame; the repo's ROOT and PAGES_DIR
     prompts.py  prompt boxes, token ids written into them, the websocket's repair of lone surrogates
-    charts.py   Plotly figures sent without Streamlit's deep copy, figure caches shared by every session
-    jobs.py     a background job's controls, the corpus fetch button, the upload cap, the session's owner
+    charts.py   Plotly figures sent without Streamlit's deep copy, figure caches shared by every session, metric rows
+    jobs.py     a background job's controls, saving a trained run, the corpus fetch button, the upload cap, the owner
 
 Everything is re-exported here, so pages and tests write ``ui.X`` or ``from ui import X``. Each name (and the
 module state it reads: locks, caches, SHIPPED_DIR) lives in one submodule: a test that monkeypatches what a
@@ -16,12 +17,14 @@ import streamlit  # noqa: F401  first import could see a half-initialised module
 from core.checkpoint import load_checkpoint  # noqa: F401  re-exported: used through ui before the split
 from core.paths import user_models_dir  # noqa: F401  re-exported: app.py and the training page import it from ui
 from core.threads import page_threads, use_threads
+from ui.caching import model_cache
 from ui.charts import _containers, _Encoded, _FIGURE_CACHES, _FIGURE_CACHES_LOCK, cached_figure, chart, encoded, \
-    shared_chart
+    metric_row, shared_chart
 from ui.compute import _computed, _GATED, _GATED_LOCK, _max_entries, compute_gate, compute_slot, gated, \
     release_compute_slot, session_alive, session_id, work_finished
 from ui.frame import _calling_page, _DEEP_LINK, ensure_frame, PAGES_DIR, resume_deep_link, ROOT, show_page_menu
-from ui.jobs import job_controls, offer_shakespeare_fetch, session_owner, upload_limit_mb
+from ui.jobs import job_controls, offer_shakespeare_fetch, reset_save_form, save_form, session_owner, \
+    upload_limit_mb
 from ui.models import _load, _stamp, current, DEFAULT_MODEL, load_model, model_key, model_label, require_model, \
     scan_models, shipped_config, shipped_names, SHIPPED_DIR
 from ui.prompts import _SURROGATE, _vocab_tag, accept_lone_surrogates, IDS_SUFFIX, prompt_ids_now, prompt_input, \

@@ -1,4 +1,5 @@
-"""Drawing figures: st.plotly_chart without Streamlit's deep copy, and figure caches shared by every session."""
+"""Drawing figures: st.plotly_chart without Streamlit's deep copy, figure caches shared by every session, and rows
+of numbers (st.metric) that core computed."""
 from __future__ import annotations
 
 import threading
@@ -71,3 +72,10 @@ def shared_chart(fig, **kwargs):
     if enc is None:  # first session to draw this cached figure: later ones reuse the encoding
         enc = fig._te_encoded = encoded(fig)
     return st.plotly_chart(enc, **kwargs)
+
+
+def metric_row(rows, n: int) -> None:
+    """One st.metric per (label, value, help) of ``rows`` (core builds them, the page only draws), side by side in
+    ``n`` equal columns: rows drawn with the same ``n`` line up under each other."""
+    for col, (label, value, help) in zip(st.columns(n), rows):
+        col.metric(label, value, help=help)

@@ -1,9 +1,14 @@
-"""Background jobs and uploads: a job's Pause/Resume/Stop, the corpus fetch button, the upload cap, the owner id."""
+"""Background jobs and uploads: a job's Pause/Resume/Stop, saving a trained run, the corpus fetch button, the
+upload cap, the owner id."""
 from __future__ import annotations
 
 import secrets
 
 import streamlit as st
+
+from core import model_export
+from core.paths import user_models_dir
+from ui.models import shipped_names
 
 
 def session_owner() -> str:
@@ -62,3 +67,42 @@ def job_controls(job, s, polling: bool, prefix: str, busy: type[Exception], resu
         st.rerun()
     if s.moving != polling:  # the page polls only while the job moves: rerun so that it starts or stops polling
         st.rerun()
+
+
+def save_form(prefix: str, name_key: str) -> None:
+    """Save the run of ``st.session_state[f"{prefix}_job"]`` (a paused, stopped or finished core.training_job): a
+    name box, two ticks (replace a model of mine, select it in the sidebar), the Save button, then what the save
+    said and the downloads of what it saved. ``name_key``: the name box's key, written out by the page (tests find
+    text boxes by the keys in the pages' source); every other key starts with ``prefix``. A new run starts the
+    form afresh (``reset_save_form``)."""
+    def save():  # a button callback runs before the next script run, so it may still set the sidebar's selection
+        saved, error = model_export.save_run(
+            st.session_state[f"{prefix}_job"], user_models_dir(), st.session_state.get(name_key, ""),
+            protected=shipped_names(), overwrite=st.session_state.get(f"{prefix}_overwrite", False),
+            owner=session_owner())
+        st.session_state.update({f"{prefix}_saved": saved, f"{prefix}_save_error": error})
+        if saved and st.session_state.get(f"{prefix}_select", True):
+            st.session_state["te_model_name"] = saved["name"]  # the sidebar's model picker (app.py)
+
+    name = st.text_input("Name", key=name_key, max_chars=100, persist_state="session",
+                         help="Letters, digits, '-', '_' and '.'; anything else becomes '-'.")
+    if note := model_export.name_note(name):
+        st.caption(note)
+    c1, c2 = st.columns(2)
+    c1.checkbox("Replace a model of mine with this name", key=f"{prefix}_overwrite", persist_state="session",
+                help="Only a model saved from this browser session can be replaced; other people's models never are.")
+    c2.checkbox("Select it in the sidebar after saving", value=True, key=f"{prefix}_select", persist_state="session")
+    st.button("Save the model", type="primary", key=f"{prefix}_save", on_click=save)
+    if st.session_state.get(f"{prefix}_save_error"):
+        st.error(f"Not saved: {st.session_state[f'{prefix}_save_error']}")
+    if saved := st.session_state.get(f"{prefix}_saved"):
+        st.success(f"Saved **{saved['name']}** (step {saved['step']:,}) in {user_models_dir()}. It is in the sidebar's "
+                   "model picker now; open Home to read its model card and loss curve.")
+        for col, (kind, label, data, file_name, help) in zip(st.columns([1, 1, 2]), model_export.downloads(saved)):
+            col.download_button(label, data=data, file_name=file_name, mime="application/zip",
+                                key=f"{prefix}_download{kind}", on_click="ignore", help=help)
+
+
+def reset_save_form(prefix: str, name_key: str, name: str) -> None:
+    """A new run in ``save_form(prefix, name_key)``: nothing saved or refused yet, and ``name`` in its name box."""
+    st.session_state.update({f"{prefix}_saved": None, f"{prefix}_save_error": None, name_key: name})
