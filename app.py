@@ -1,9 +1,9 @@
 """Transformer Explorer: the frame. Shared sidebar (model picker) and the router over pages/."""
 import streamlit as st
 
-from core.checkpoint import CheckpointError
-from core.fmt import md_escape
-from core.threads import page_threads, use_threads
+from core.nn.checkpoint import CheckpointError
+from core.serve.fmt import md_escape
+from core.serve.threads import page_threads, use_threads
 from ui import (DEFAULT_MODEL, accept_lone_surrogates, load_model, model_label, release_compute_slot,
                 resume_deep_link, scan_models, session_owner, show_page_menu, user_models_dir)
 

@@ -34,10 +34,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.checkpoint import load_checkpoint  # noqa: E402
-from core.generation import DEFAULT_TEMPERATURES  # noqa: E402
+from core.nn.checkpoint import load_checkpoint  # noqa: E402
+from core.analysis.generation import DEFAULT_TEMPERATURES  # noqa: E402
 from core.sampling import Decoder, stream  # noqa: E402
-from core.threads import use_threads  # noqa: E402
+from core.serve.threads import use_threads  # noqa: E402
 
 PROMPT = "QUEEN:\nWhat news from the north, good cousin?\n\nGLOUCESTER:\nThe"  # pages/generation.py's default
 
@@ -134,7 +134,7 @@ def main(argv=None):
     p.add_argument("--json", action="store_true")
     p.add_argument("--page", action="store_true", help="the Generation page's work per student (text + continuations)")
     a = p.parse_args(argv)
-    use_threads(1)  # a page run's setting (core.threads)
+    use_threads(1)  # a page run's setting (core.serve.threads)
     model, tok = load_checkpoint(ROOT / "assets" / "models" / "shakespeare-char")
     if a.page:
         rows = []

@@ -5,8 +5,8 @@
 
 A run of letters with no space is one pre-token, and the trainer's cost grows with the square of its longest
 pre-token. "unsplit" is ``BPETokenizer.train`` on the text as it is (what the Training page did before);
-"capped" is ``core.train.make_tokenizer``, which cuts every run longer than ``MAX_PRETOKEN`` characters into
-pieces first (``core.train.bpe_pieces``). Each learning runs in a fresh process, one after the other; the
+"capped" is ``core.training.trainer.make_tokenizer``, which cuts every run longer than ``MAX_PRETOKEN`` characters into
+pieces first (``core.training.trainer.bpe_pieces``). Each learning runs in a fresh process, one after the other; the
 seconds are wall time on this machine. Results go to bench/results/bpe-learning.md.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def no_spaces(chars: int, seed: int = 0) -> str:
 
 
 def corpus(name: str) -> str:
-    from core.corpus import pydoc_text, read_text_file, shakespeare_path
+    from core.training.corpus import pydoc_text, read_text_file, shakespeare_path
 
     if name == "pydoc" or shakespeare_path() is None:
         return pydoc_text()
@@ -40,9 +40,9 @@ def corpus(name: str) -> str:
 
 
 def _one(kind: str, chars: int, vocab: int, corpus_name: str | None = None) -> dict:
-    from core.corpus import split_train_val
-    from core.tokenizer import BPETokenizer
-    from core.train import encode_corpus, make_tokenizer
+    from core.training.corpus import split_train_val
+    from core.nn.tokenizer import BPETokenizer
+    from core.training.trainer import encode_corpus, make_tokenizer
 
     if kind == "page":  # what the Training page does before it shows a BPE: learn, then encode both parts
         text = corpus(corpus_name)
@@ -69,7 +69,7 @@ def main(argv=None):
     args = parse_or_run_one(p, argv, _one)
     if args is None:
         return
-    from core.train import MAX_PRETOKEN
+    from core.training.trainer import MAX_PRETOKEN
 
     rows = []
     for chars in args.sizes:
@@ -94,7 +94,7 @@ def main(argv=None):
     lines = ["# Learning a byte-level BPE from text without spaces", "",
              f"`{' '.join(['python -m bench.bpe_learning', *(argv if argv is not None else sys.argv[1:])])}`",
              "", f"Random lowercase letters, no space; vocabulary {args.vocab}; one fresh process per row. "
-             f"\"unsplit\": `BPETokenizer.train` on the text as it is; \"capped\": `core.train.make_tokenizer`, "
+             f"\"unsplit\": `BPETokenizer.train` on the text as it is; \"capped\": `core.training.trainer.make_tokenizer`, "
              f"which cuts runs longer than {MAX_PRETOKEN} characters into pieces first. Wall seconds on this machine "
              "(2 shared cores).", "",
              "| text | unsplit (s) | capped (s) |", "|---|---|---|"]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from core.checkpoint import CheckpointError, check_checkpoint, load_checkpoint  # noqa: E402
+from core.nn.checkpoint import CheckpointError, check_checkpoint, load_checkpoint  # noqa: E402
 
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
 BPE = ROOT / "assets" / "models" / "shakespeare-bpe"

@@ -192,7 +192,7 @@ def served_pattern(url: str, prompt: str) -> np.ndarray:
 
 def disk_pattern(prompt: str, layer: int = 0, head: int = 0, folder: Path = SHIPPED) -> np.ndarray:
     """The same pattern computed here, in a fresh model loaded from the checkpoint on disk."""
-    from core.checkpoint import load_checkpoint
+    from core.nn.checkpoint import load_checkpoint
 
     model, tok = load_checkpoint(folder)
     ids = tok.encode(prompt)  # strict: the nonce uses only characters of the vocabulary

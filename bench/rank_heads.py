@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 from bench import write_csv  # noqa: E402
 
 from core.interventions import head_losses, head_losses_cost, token_losses  # noqa: E402
-from core.model import MODEL_PRESETS, Transformer  # noqa: E402
-from core.threads import page_threads, use_threads  # noqa: E402
+from core.nn.model import MODEL_PRESETS, Transformer  # noqa: E402
+from core.serve.threads import page_threads, use_threads  # noqa: E402
 
 
 def per_head(model, ids, mode):

@@ -1,4 +1,4 @@
-"""Training recipes compared in one run: the usual AdamW recipe against the Muon recipe (core.train.RECIPES).
+"""Training recipes compared in one run: the usual AdamW recipe against the Muon recipe (core.training.trainer.RECIPES).
 
     python -m bench.recipe                      # 1,200 steps, seeds 1337 1338 1339, target 1.80
     python -m bench.recipe --quick              # one seed
@@ -26,10 +26,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.corpus import read_text_file, shakespeare_path  # noqa: E402
-from core.model import LECTURE  # noqa: E402
-from core.threads import training_threads, use_threads  # noqa: E402
-from core.train import TrainConfig, Trainer, windowed_loss  # noqa: E402
+from core.training.corpus import read_text_file, shakespeare_path  # noqa: E402
+from core.nn.model import LECTURE  # noqa: E402
+from core.serve.threads import training_threads, use_threads  # noqa: E402
+from core.training.trainer import TrainConfig, Trainer, windowed_loss  # noqa: E402
 
 
 def parse_candidate(text: str) -> tuple[str, str, dict]:

@@ -24,9 +24,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.model import LECTURE, ModelConfig, Transformer  # noqa: E402
+from core.nn.model import LECTURE, ModelConfig, Transformer  # noqa: E402
 from core.params import count_parameters  # noqa: E402
-from core.threads import page_threads, use_threads  # noqa: E402
+from core.serve.threads import page_threads, use_threads  # noqa: E402
 
 RESULTS: list[dict] = []
 
@@ -262,7 +262,7 @@ def bench_discovery(quick: bool):
     import struct
     import tempfile
 
-    import core.checkpoint as ck
+    import core.nn.checkpoint as ck
 
     def fill(base: Path, n_broken: int, fat: bool):
         base.mkdir(parents=True)

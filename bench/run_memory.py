@@ -1,10 +1,10 @@
-"""The memory a training run needs: core.job_settings.run_memory's estimate against the real peak.
+"""The memory a training run needs: core.training.job_settings.run_memory's estimate against the real peak.
 
     python -m bench.run_memory               # every shape below, a few steps each
     python -m bench.run_memory --steps 40    # longer runs, to see whether the peak creeps up
 
 Each shape runs in a fresh process that does what a run started on the Training page does in its own
-process (``core.training_job._train_in_process``: read the corpus, learn the tokenizer, encode, build the model,
+process (``core.training.training_job._train_in_process``: read the corpus, learn the tokenizer, encode, build the model,
 evaluate, sample, train the steps, hand the weights over), with a stand-in for the page's end of the pipe;
 then it reads its own peak resident memory (VmHWM in /proc/self/status). The estimate is computed here, from
 the settings, the corpus's length and the vocabulary the run ended up with. Results go to
@@ -43,7 +43,7 @@ SHAPES = [
 
 
 def corpus(name: str) -> str:
-    from core.corpus import pydoc_text, read_text_file, shakespeare_path
+    from core.training.corpus import pydoc_text, read_text_file, shakespeare_path
 
     path = shakespeare_path()
     text = read_text_file(path) if path is not None else pydoc_text()  # the Python docs where there is no copy
@@ -78,9 +78,9 @@ def _peak_bytes() -> int:
 
 
 def _one(corpus_name: str, fields: dict, steps: int) -> dict:
-    from core.job_settings import JobSettings
-    from core.threads import training_threads
-    from core.training_job import _train_in_process
+    from core.training.job_settings import JobSettings
+    from core.serve.threads import training_threads
+    from core.training.training_job import _train_in_process
 
     text = corpus(corpus_name)
     settings = JobSettings(**{**fields, "steps": steps})
@@ -110,8 +110,8 @@ def main(argv=None):
     args = parse_or_run_one(p, argv, _one)
     if args is None:
         return
-    from core.fmt import binary_bytes as size_label
-    from core.job_settings import JobSettings, memory_budget, run_memory
+    from core.serve.fmt import binary_bytes as size_label
+    from core.training.job_settings import JobSettings, memory_budget, run_memory
 
     rows = []
     print(f"{'run':16s} {'estimate':>10s} {'peak':>10s} {'ratio':>6s}")
@@ -135,8 +135,8 @@ def main(argv=None):
     lines = ["# A run's memory: the estimate against the real peak", "",
              f"`{' '.join(['python -m bench.run_memory', *(argv if argv is not None else sys.argv[1:])])}`", "",
              "Each row is one run in a fresh process doing what a run from the Training page does in its own process "
-             f"(`core.training_job._train_in_process`), {args.steps} steps, one evaluation and sample every step; "
-             "peak: the process's VmHWM (peak resident memory). Estimate: `core.job_settings.run_memory` from the "
+             f"(`core.training.training_job._train_in_process`), {args.steps} steps, one evaluation and sample every step; "
+             "peak: the process's VmHWM (peak resident memory). Estimate: `core.training.job_settings.run_memory` from the "
              "settings, the corpus's length and the vocabulary the run ended with; ratio = estimate / peak (above 1: "
              f"the estimate is conservative). The default budget is {size_label(budget) if budget else 'none'} per run "
              "(`TE_RUN_MEMORY`).", "",

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from core.induction import PROBE_SEQS, head_scores, induction_score, model_probe, probe_period  # noqa: F401
-from core.model import future_mask as model_future_mask
+from core.nn.model import future_mask as model_future_mask
 from core.sampling import entropy, temperature_softmax
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from core.fmt import latex_int
-from core.model import ModelConfig, Transformer, head_counts
+from core.serve.fmt import latex_int
+from core.nn.model import ModelConfig, Transformer, head_counts
 
 
 def count_parameters(config: ModelConfig) -> dict[str, int]:
@@ -30,7 +30,7 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
         "mlp_biases": config.d_ff + d if config.bias else 0,  # b1 (d_ff) and b2 (d)
         "norms": 2 * 2 * d,  # ln1 before attention and ln2 before the MLP, each a scale and a shift of d
     }
-    # the biases in one figure: the Parameters page draws them as one bar (core.cost_figures.parameter_bar)
+    # the biases in one figure: the Parameters page draws them as one bar (core.figures.cost_figures.parameter_bar)
     counts["biases"] = counts["attention_biases"] + counts["mlp_biases"]
     counts["attention"] = counts["W_Q"] + counts["W_K"] + counts["W_V"] + counts["W_O"] + counts["attention_biases"]
     counts["mlp"] = counts["W1"] + counts["W2"] + counts["mlp_biases"]
@@ -186,7 +186,7 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
 def mlp_latex(config, hidden: bool = False) -> str:
     """The MLP's formula for ``config``: its own nonlinearity (ReLU or GELU), with b_1 and b_2 only when the model
     has biases. ``hidden``: written in two steps, the hidden vector h first (the Inside page's MLP view)."""
-    from core.model import ACTIVATION_LATEX
+    from core.nn.model import ACTIVATION_LATEX
 
     f = ACTIVATION_LATEX[config.activation]
     b1, b2 = (" + b_1", " + b_2") if config.bias else ("", "")

@@ -1,22 +1,7 @@
-"""Where the app keeps what its users add: the models they train (TE_MODELS_DIR, default ``models/`` in the
-repository) and, beside that folder, corpora fetched on request (``corpora/``). One home for both settings, so
-core (the corpus lookup) and the UI (the model picker) agree."""
-from __future__ import annotations
+"""``core.paths`` is ``core.serve.paths``: the module moved, and this name stays importable (the same module
+object, so ``monkeypatch`` on either name patches both)."""
+import sys
 
-import os
-from pathlib import Path
+from core.serve import paths as _moved
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-MODELS_ENV = "TE_MODELS_DIR"
-
-
-def user_models_dir() -> Path:
-    """The models folder: TE_MODELS_DIR, a relative path counting from the repository root."""
-    path = Path(os.environ.get(MODELS_ENV, "models")).expanduser()
-    return path if path.is_absolute() else REPO_ROOT / path
-
-
-def corpora_dir() -> Path:
-    """Fetched corpora live beside the models folder (models/ -> corpora/): both hold what users added, and a
-    container mounts both as volumes."""
-    return user_models_dir().parent / "corpora"
+sys.modules[__name__] = _moved

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.cost import FLOPS_PER_PARAM_TOKEN
-from core.threads import torch_threads
+from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
+from core.serve.threads import torch_threads
 
 
 @dataclass(frozen=True)

@@ -1,69 +1,7 @@
-"""The tokenizer interface, on its own so that both kinds can subclass it: ``core.tokenizer`` (characters, the
-front door) and ``core.bpe`` (byte-level BPE) import it, and neither has to import the other to do so."""
-from __future__ import annotations
+"""``core.tokenizer_base`` is ``core.nn.tokenizer_base``: the module moved, and this name stays importable (the same module
+object, so ``monkeypatch`` on either name patches both)."""
+import sys
 
-from typing import Iterable
+from core.nn import tokenizer_base as _moved
 
-from core.fmt import visible
-
-
-class Tokenizer:
-    """The interface every page and core function uses. Subclasses set ``kind``, ``unit`` and ``units``."""
-
-    kind = ""  # "char" or "bpe": the 'type' of the tokenizer entry in a checkpoint's config.json
-    unit, units = "token", "tokens"  # what one id stands for, in the words a page uses
-
-    @property
-    def vocab_size(self) -> int:
-        raise NotImplementedError
-
-    @property
-    def pieces(self) -> tuple[str, ...]:
-        """The text of every token id, in id order (a token that is part of a character shows its bytes)."""
-        raise NotImplementedError
-
-    def encode(self, text: str, errors: str = "strict") -> list[int]:
-        raise NotImplementedError
-
-    def decode(self, ids: Iterable[int]) -> str:
-        raise NotImplementedError
-
-    def unknown_chars(self, text: str) -> list[str]:
-        """Distinct characters of ``text`` that ``encode`` cannot represent, in order of first appearance."""
-        return []  # the default suits a tokenizer that can write any text, as a byte-level BPE can
-
-    def to_dict(self) -> dict:
-        raise NotImplementedError
-
-    def files(self) -> dict[str, str]:
-        """Files a checkpoint holds beside config.json for this tokenizer: {file name: text}."""
-        return {}  # a character vocabulary fits in config.json itself
-
-    def token_strings(self, ids: Iterable[int]) -> list[str]:
-        """The text of each token of ``ids``: what a chart labels each position with."""
-        pieces = self.pieces  # read once: for a BPE it is built on first use
-        return [pieces[int(i)] for i in ids]
-
-    def visible_tokens(self, ids: Iterable[int]) -> list[str]:
-        """``token_strings`` with whitespace and control characters made visible (␣, ⏎, ...), for chart axes."""
-        return [visible(s) for s in self.token_strings(ids)]
-
-    def describe(self) -> str:
-        raise NotImplementedError
-
-    def partial_ids(self) -> frozenset[int]:
-        """Ids whose token is only part of a character (some of its UTF-8 bytes), shown as ⟨e2 80⟩; none for characters."""
-        return frozenset()
-
-    def readable_ids(self) -> list[int] | None:
-        """Ids whose token is whole, printable text on its own (for random text shown in a box); None: every id."""
-        return None  # a character tokenizer's pieces are whole characters already
-
-    def __len__(self) -> int:
-        return self.vocab_size  # len(tok), as for a Hugging Face tokenizer: every id the model scores
-
-
-def check_errors(errors: str):
-    # the one check of ``encode``'s errors argument, for both kinds: a typo ("ignore") must not pass for "drop"
-    if errors not in ("strict", "drop"):
-        raise ValueError(f"errors must be 'strict' or 'drop', got {errors!r}")
+sys.modules[__name__] = _moved

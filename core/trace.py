@@ -10,7 +10,7 @@ adds to it, so
     resid_final = embed + sum_l attn_out[l] + sum_l mlp_out[l],
     attn_out[l] = sum_h head_out[l][:, h] + attn_bias[l]   (attn_bias is 0 for a bias-free model).
 
-Layers and heads count from 0 here; pages show them from 1 (core.fmt.head_label).
+Layers and heads count from 0 here; pages show them from 1 (core.serve.fmt.head_label).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from core.fmt import head_label
-from core.model import future_mask
+from core.serve.fmt import head_label
+from core.nn.model import future_mask
 
 
 @dataclass

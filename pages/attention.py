@@ -4,7 +4,7 @@ from core.attention import (
     attention_overview, changed_last, dependence_on_last, head_attention, head_window, induction_chance,
     induction_scores,
 )
-from core.attention_figures import (
+from core.figures.attention_figures import (
     GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, ROLE_TITLES, all_heads_figure, future_mass_figure, head_overview_figure,
     head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
@@ -35,7 +35,7 @@ if prompt.empty:
 # What is cached is what the page shows, never every head's (n, n) matrices: those are 2 L h n^2 floats, 1.2 GB
 # for GPT-2 small at 1,024 tokens. One head's matrices are n^2 floats each, the overview a few numbers per head.
 # Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs). The
-# heavy work waits in the compute line (core.gate) when the server is busy; work whose result is cached skips it
+# heavy work waits in the compute line (core.serve.gate) when the server is busy; work whose result is cached skips it
 WHAT = "the attention of every head"
 _head = model_cache(lambda ids, layer, head: head_attention(model, list(ids), layer, head), 16, what=WHAT)
 _overview = model_cache(lambda ids, lo, hi: attention_overview(model, list(ids), lo, hi), 16, what=WHAT,

@@ -2,10 +2,10 @@ import math
 
 import streamlit as st
 
-from core import fmt
-from core import generation as G
-from core import generation_figures as GF
-from core.timing import forward_seconds
+from core.serve import fmt
+from core.analysis import generation as G
+from core.figures import generation_figures as GF
+from core.analysis.timing import forward_seconds
 from ui import chart, compute_slot, ensure_frame, model_cache, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request

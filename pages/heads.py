@@ -2,13 +2,15 @@ import math
 
 import streamlit as st
 
-from core import head_ranking as HR, intervention_figures as IF
+from core.analysis import head_ranking as HR
+
+from core.figures import intervention_figures as IF
 from core.attention import head_attention, induction_chance
-from core.fmt import code_text
+from core.serve.fmt import code_text
 from core.induction import THRESHOLD, head_scores, induction_score, model_period, model_probe, probe_choices
 from core.interventions import (MODES, greedy_continuation, layer_head_losses, next_token_probs, repeat_ids,
                                 repeat_period, token_losses)
-from core.timing import forward_seconds
+from core.analysis.timing import forward_seconds
 from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
@@ -39,7 +41,7 @@ mkey = model_key(entry)  # names the weights for the caches below
 
 # ------------------------------------------------------------------ cached computations
 # Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs, never
-# by the model); "the interventions" wait in the compute line when the server is busy (core.gate), unless cached.
+# by the model); "the interventions" wait in the compute line when the server is busy (core.serve.gate), unless cached.
 WHAT = "the interventions"
 # the probe of the Attention page and the training log: for a BPE, its whole tokens (core.induction.probe_choices)
 _scores = model_cache(lambda: head_scores(model, tokenizer=tok), 8, what=WHAT,

@@ -1,13 +1,13 @@
 import streamlit as st
 
-from core.fmt import head_label
+from core.serve.fmt import head_label
 
-from core.checkpoint import (CheckpointError, checkpoint_zip, read_card, read_heads, read_log, read_training,
+from core.nn.checkpoint import (CheckpointError, checkpoint_zip, read_card, read_heads, read_log, read_training,
                               weights_size)
-from core.hf import export_zip
-from core.figures import loss_curve
+from core.nn.hf import export_zip
+from core.figures.common import loss_curve
 from core.induction import THRESHOLD, formation_step
-from core.induction_figures import formation_figure
+from core.figures.induction_figures import formation_figure
 from core.params import count_parameters, mlp_latex, parameter_table, per_block_latex
 from ui import chart, ensure_frame, require_model
 

@@ -1,9 +1,9 @@
 import streamlit as st
 
-from core import trace_figures as TF
-from core import trace_views as TV
-from core.fmt import code_text, head_label, human_bytes, md_escape, number_word, visible
-from core.model import ACTIVATION_NAMES, SILENT_WORDS
+from core.figures import trace_figures as TF
+from core.analysis import trace_views as TV
+from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number_word, visible
+from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS
 from core.params import mlp_latex
 from core.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
                         max_trace_tokens, stream_steps, trace, trace_bytes)
@@ -45,7 +45,7 @@ TRACE_BUDGET = 384 * 2**20
 SMALL_TRACE = 16 * 2**20
 mkey = model_key(entry)  # names the weights for the caches below
 # Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs), in the
-# compute line when the server is busy (core.gate); a result already cached skips it
+# compute line when the server is busy (core.serve.gate); a result already cached skips it
 _trace_small = model_cache(lambda ids: trace(model, list(ids)), 32, what="the forward pass")
 _trace_big = model_cache(lambda ids: trace(model, list(ids)), 2, what="the forward pass", resource=True,
                          spinner="Running the model and keeping every step ...")

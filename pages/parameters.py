@@ -1,9 +1,9 @@
 import streamlit as st
 
-from core import fmt
-from core import cost
-from core.cost_figures import flops_figure, parameter_bar, timing_figure
-from core.model import ModelConfig
+from core.serve import fmt
+from core.analysis import cost
+from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
+from core.nn.model import ModelConfig
 from core.params import (breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex,
                          share_latex)
 from ui import DEFAULT_MODEL, chart, current, ensure_frame, shipped_config
@@ -181,7 +181,7 @@ if model is None:
     st.info("No model is loaded, so there is nothing to time. Pick one in the sidebar.")
 else:
     info = cost.machine_info()
-    # timed on this page run's own thread count (core.threads.page_threads): a count of its own would change
+    # timed on this page run's own thread count (core.serve.threads.page_threads): a count of its own would change
     # the one torch gives every other session's next run; the count is in the key, so the cache stays honest
     threads = info["torch_threads"]
 

@@ -3,11 +3,11 @@ models judged by it. Fitting the law to runs is the next page (pages/scaling_fit
 from the session. Every number is computed in core (scaling, scaling_view); this page holds widgets, prose, figures."""
 import streamlit as st
 
-from core import scaling_view as sv
-from core.cost import FLOPS_PER_PARAM_TOKEN as P  # the 6 of C = 6ND, in every formula and sentence below
-from core.fmt import human, latex_sci, sci
+from core.analysis import scaling_view as sv
+from core.analysis.cost import FLOPS_PER_PARAM_TOKEN as P  # the 6 of C = 6ND, in every formula and sentence below
+from core.serve.fmt import human, latex_sci, sci
 from core.scaling import BUDGET_DEFAULTS, LAW_PRESETS
-from core.scaling_figures import isoflop_curves, loss_map, loss_vs_D, loss_vs_N
+from core.figures.scaling_figures import isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from ui import chart, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request

@@ -5,16 +5,18 @@ import os
 
 import streamlit as st
 
-from core import scaling_study as ss, scaling_view as sv
-from core.corpus import TRAIN_FRACTION, shakespeare_path
-from core.fmt import human, latex_sci, number_word
+from core.training import scaling_study as ss
+
+from core.analysis import scaling_view as sv
+from core.training.corpus import TRAIN_FRACTION, shakespeare_path
+from core.serve.fmt import human, latex_sci, number_word
 from core.scaling import CHINCHILLA_RUNS, HUBER_DELTA, LAW_PRESETS, N_STARTS, FitError, ScalingLaw
-from core.scaling_figures import fit_figure
-from core.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs
-from core.study import (GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, estimate_seconds, open_study,
+from core.figures.scaling_figures import fit_figure
+from core.analysis.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs
+from core.training.study import (GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, estimate_seconds, open_study,
                         usable_rows)
-from core.study_figures import frontier_figure, residual_figure, study_figure
-from core.study_job import BusyError as StudyBusy, StudyJob, grid_choices
+from core.figures.study_figures import frontier_figure, residual_figure, study_figure
+from core.training.study_job import BusyError as StudyBusy, StudyJob, grid_choices
 from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -22,7 +24,7 @@ ensure_frame()  # run inside app.py's frame even when this page's URL is the fir
 
 @st.cache_data(max_entries=4, show_spinner=False)
 def shipped_study(folder: str, stamp: tuple):
-    """(study.json, usable rows, [(row, why not)], fit.json, problems) of the shipped study (core.study.open_study)."""
+    """(study.json, usable rows, [(row, why not)], fit.json, problems) of the shipped study (core.training.study.open_study)."""
     return open_study(folder)
 
 

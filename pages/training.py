@@ -1,14 +1,16 @@
 import streamlit as st
 
-from core import training_setup as setup, training_view as view
-from core.checkpoint import default_model_name
-from core.corpus import TRAIN_FRACTION, shakespeare_path
-from core.fmt import latex_int, latex_sci
-from core.job_settings import FORM_FIELDS, FORM_HELP, memory_summary
+from core.training import training_setup as setup
+
+from core.figures import training_view as view
+from core.nn.checkpoint import default_model_name
+from core.training.corpus import TRAIN_FRACTION, shakespeare_path
+from core.serve.fmt import latex_int, latex_sci
+from core.training.job_settings import FORM_FIELDS, FORM_HELP, memory_summary
 from core.params import per_block_latex
-from core.speed import measured_flop_rate
-from core.train import DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
-from core.training_job import SAMPLE_TEMPERATURE, SAMPLE_TOKENS, BusyError, TrainingJob, release_abandoned
+from core.training.speed import measured_flop_rate
+from core.training.trainer import DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
+from core.training.training_job import SAMPLE_TEMPERATURE, SAMPLE_TOKENS, BusyError, TrainingJob, release_abandoned
 from ui import chart, ensure_frame, gated, job_controls, metric_row, offer_shakespeare_fetch, reset_save_form, \
     save_form, session_alive, session_id, session_owner, upload_limit_mb
 
@@ -27,7 +29,7 @@ st.caption("One window of n = n_ctx tokens gives n prediction problems at once, 
 
 # ---------------------------------------------------------------- corpus
 st.header("1. Corpus")
-# core.training_setup decides what is read, checked or learned, and its caches' keys and sizes
+# core.training.training_setup decides what is read, checked or learned, and its caches' keys and sizes
 builtin = st.cache_resource(show_spinner="Reading the corpus ...", max_entries=setup.BUILTIN_CACHE_ENTRIES)(
     setup.builtin_corpus)
 checked = st.cache_resource(show_spinner="Checking the text ...", max_entries=setup.CHECKED_CACHE_ENTRIES)(

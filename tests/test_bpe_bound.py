@@ -6,11 +6,11 @@ import string
 import pytest
 from tokenizers import pre_tokenizers
 
-from core.corpus import pydoc_text, read_text_file, shakespeare_path, split_train_val
-from core.tokenizer import BPETokenizer
-from core.train import MAX_PRETOKEN, bpe_pieces, encode_corpus, make_tokenizer
+from core.training.corpus import pydoc_text, read_text_file, shakespeare_path, split_train_val
+from core.nn.tokenizer import BPETokenizer
+from core.training.trainer import MAX_PRETOKEN, bpe_pieces, encode_corpus, make_tokenizer
 
-PRE = pre_tokenizers.ByteLevel(add_prefix_space=False)  # the trainer's own pre-tokenizer (core.tokenizer)
+PRE = pre_tokenizers.ByteLevel(add_prefix_space=False)  # the trainer's own pre-tokenizer (core.nn.tokenizer)
 
 
 def pretokens(text: str) -> list[str]:

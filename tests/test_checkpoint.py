@@ -12,13 +12,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import core.checkpoint as ck
-from core.checkpoint import (
+import core.nn.checkpoint as ck
+from core.nn.checkpoint import (
     CheckpointError, discover_models, load_checkpoint, read_card, read_log, sanitise_model_name, save_checkpoint,
     user_model_folder,
 )
-from core.model import ModelConfig, Transformer
-from core.tokenizer import CharTokenizer
+from core.nn.model import ModelConfig, Transformer
+from core.nn.tokenizer import CharTokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog\n"
 
@@ -53,11 +53,11 @@ def test_save_is_atomic_and_refuses_overwrite(saved, monkeypatch):
     path, model, tok = saved
     with pytest.raises(FileExistsError):
         save_checkpoint(path, model, tok)
-    import core.checkpoint as ck
+    import core.nn.checkpoint as ck
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
-    monkeypatch.setattr("core.model_store.save_file", boom)
+    monkeypatch.setattr("core.nn.model_store.save_file", boom)
     with pytest.raises(RuntimeError):
         save_checkpoint(path, model, tok, overwrite=True)
     # the old checkpoint is intact and no temporary folder is left behind
@@ -199,7 +199,7 @@ def test_discover_reads_again_a_folder_replaced_while_it_was_read(tmp_path, monk
     """Another replica's save swaps a new folder in under the name while this one checks it: the check's files
     vanish mid-read. That folder is read again (and listed once), and a folder that is gone is left out; neither
     may end the page run with a FileNotFoundError (seen under two processes saving in a loop)."""
-    import core.checkpoint as ckpt
+    import core.nn.checkpoint as ckpt
     tok = _tok()
     user = tmp_path / "user"
     save_checkpoint(user / "a", _model(0, tok), tok, owner="alice")
@@ -214,7 +214,7 @@ def test_discover_reads_again_a_folder_replaced_while_it_was_read(tmp_path, monk
             shutil.rmtree(folder)  # deleted meanwhile
             raise FileNotFoundError(2, "No such file or directory", str(folder / "config.json"))
         return real(folder, **kw)
-    monkeypatch.setattr("core.model_discovery._check", swapped_once)
+    monkeypatch.setattr("core.nn.model_discovery._check", swapped_once)
     entries = discover_models(None, user)
     assert [(e.name, e.owner, e.error) for e in entries] == [("a", "alice", None)]
     assert calls == ["a", "a", "b"]
@@ -400,9 +400,9 @@ def test_recovery_never_follows_links_or_replaces_a_model(tmp_path):
 
 
 def test_card_states_the_repeat_mixture_its_cost_and_when_the_head_formed():
-    from core.checkpoint import model_card
+    from core.nn.checkpoint import model_card
     from core.induction import induction_summary
-    from core.model import ModelConfig
+    from core.nn.model import ModelConfig
     rows = [{"step": s, "layer": l, "head": h, "previous_token": 0.5, "induction": (v if (l, h) == (1, 3) else 0.01),
              "first_copy_loss": 4.0, "second_copy_loss": 0.5}
             for s, v in ((0, 0.0), (500, 0.2), (600, 0.45), (700, 0.8)) for l in range(2) for h in range(4)]
@@ -420,8 +420,8 @@ def test_card_states_the_repeat_mixture_its_cost_and_when_the_head_formed():
 
 def test_card_of_a_character_model_adds_bits_per_character():
     """A record from before bits/char were measured: the card divides nats/char by ln 2 itself."""
-    from core.checkpoint import model_card
-    from core.model import ModelConfig
+    from core.nn.checkpoint import model_card
+    from core.nn.model import ModelConfig
     card = model_card("m", ModelConfig(), {"val_loss": 1.5561, "train_loss": 1.363})
     assert "| final validation loss | 1.5561 nats/char |" in card
     assert f"| validation bits per character | {1.5561 / math.log(2):.4f} " in card and "2.2450" in card

@@ -15,10 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load as load_safetensors
 
-from core.checkpoint import (CONFIG_FILE, LOG_FILE, TIED_NAME, WEIGHTS_FILE, discover_models, load_checkpoint,
+from core.nn.checkpoint import (CONFIG_FILE, LOG_FILE, TIED_NAME, WEIGHTS_FILE, discover_models, load_checkpoint,
                              save_checkpoint)
-from core.model import ModelConfig, Transformer
-from core.tokenizer import CharTokenizer
+from core.nn.model import ModelConfig, Transformer
+from core.nn.tokenizer import CharTokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog\n"
 ROUNDS = 25

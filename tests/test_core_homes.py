@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from core import threads
-from core.fmt import clock
-from core.generation import decoding_notes, text_measures
-from core.job_settings import JobSettings, job_cost, validate_settings
-from core.model import LECTURE, MODEL_PRESETS, ModelConfig, config_problems
+from core.serve import threads
+from core.serve.fmt import clock
+from core.analysis.generation import decoding_notes, text_measures
+from core.training.job_settings import JobSettings, job_cost, validate_settings
+from core.nn.model import LECTURE, MODEL_PRESETS, ModelConfig, config_problems
 from core.scaling import FitError, fit_scaling_law
-from core.training_job import JobStatus
+from core.training.training_job import JobStatus
 
 
 def test_job_cost_counts_by_hand_even_when_heads_do_not_divide():

@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from core import fmt
-from core import cost
-from core.model import MLP, ModelConfig, MultiHeadAttention, Transformer
-from core.threads import torch_threads
+from core.serve import fmt
+from core.analysis import cost
+from core.nn.model import MLP, ModelConfig, MultiHeadAttention, Transformer
+from core.serve.threads import torch_threads
 from core.params import (DETAILED_ROWS, build_on_meta, count_module_parameters, count_parameters, heads_sweep,
                          measured_counts, parameter_table)
 

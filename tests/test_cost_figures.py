@@ -3,9 +3,9 @@ import math
 import numpy as np
 import pytest
 
-from core import cost
-from core.cost_figures import flops_figure, parameter_bar, timing_figure
-from core.model import ModelConfig
+from core.analysis import cost
+from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
+from core.nn.model import ModelConfig
 from core.params import count_parameters
 
 

@@ -1,4 +1,4 @@
-"""core.fetch against a local HTTP server serving a file built here (never the real corpus, never the network):
+"""core.training.fetch against a local HTTP server serving a file built here (never the real corpus, never the network):
 the right file is saved whole, every failure raises FetchError with a reason and leaves nothing behind. The
 pinned source is checked against the real corpus file where this machine has one."""
 import hashlib
@@ -12,9 +12,9 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from core import fetch
-from core.corpus import DEFAULT_CORPUS, fetched_shakespeare_path, shakespeare_path
-from core.fetch import FetchError, fetch_corpus
+from core.training import fetch
+from core.training.corpus import DEFAULT_CORPUS, fetched_shakespeare_path, shakespeare_path
+from core.training.fetch import FetchError, fetch_corpus
 from tests.local_http import closed_port_url, serve
 
 BODY = "".join(f"{i:05d} a line of text written for this test, not a corpus\n" for i in range(4000)).encode()
@@ -247,11 +247,11 @@ def test_only_http_addresses(tmp_path):
 
 
 def test_a_fetched_copy_is_found_from_then_on(server, tmp_path, monkeypatch):
-    import core.corpus
+    import core.training.corpus
 
     monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("TE_CORPUS", str(tmp_path / "missing.txt"))
-    monkeypatch.setattr(core.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
+    monkeypatch.setattr(core.training.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
     assert shakespeare_path() is None
     dest = fetched_shakespeare_path()
     assert dest == tmp_path / "corpora" / "tinyshakespeare.txt"  # beside the models folder

@@ -1,4 +1,4 @@
-"""Figures built from plain dicts skip Plotly's property-by-property validation (core.figures.dict_figure): it
+"""Figures built from plain dicts skip Plotly's property-by-property validation (core.figures.common.dict_figure): it
 cost more than building them. So every such figure the pages draw must encode to the same JSON as its validated
 twin built from the very same dicts: validation spells out magic underscores and named colour scales, and it
 rejects a misspelt property. The pages run in AppTest on prompts no cache holds, and every figure is caught."""
@@ -11,8 +11,8 @@ import plotly.io as pio
 import plotly.tools
 import pytest
 
-import core.attention_figures
-import core.trace_figures
+import core.figures.attention_figures
+import core.figures.trace_figures
 
 
 def streamlit_json(fig) -> dict:
@@ -44,7 +44,7 @@ def same(a, b, path="") -> str:
 def built(monkeypatch):
     """Every (data, layout, figure) that dict_figure builds while the test runs."""
     caught = []
-    for module in (core.attention_figures, core.trace_figures):
+    for module in (core.figures.attention_figures, core.figures.trace_figures):
         plain = module.dict_figure
 
         def recorder(data, layout, plain=plain):
@@ -79,7 +79,7 @@ def test_every_dict_figure_a_page_draws_encodes_as_its_validated_twin(built, ope
 
 
 def test_the_canonical_form_is_what_validation_gives():
-    from core.figures import dict_figure
+    from core.figures.common import dict_figure
     data = [dict(type="bar", x=[1, 2], y=[3, 4], marker_color="#e6550d", marker=dict(line=dict(width=1)))]
     layout = dict(shapes=[dict(type="rect", x0=0, x1=1, y0=0, y1=1, line_width=0)], title_text="t",
                   coloraxis=dict(colorscale="RdBu_r"))

@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from core.gate import Gate, GateFull
+from core.serve.gate import Gate, GateFull
 from tests.polling import wait_until
 
 

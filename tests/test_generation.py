@@ -5,9 +5,9 @@ import re
 import numpy as np
 import torch
 
-from core import generation as G
-from core.generation import distinct_n, limits, log_grid, parse_temperatures, sweep, tv_distance
-from core.generation_figures import distinct_bars, distribution_bars, shaded_html, sweep_bars, sweep_curves
+from core.analysis import generation as G
+from core.analysis.generation import distinct_n, limits, log_grid, parse_temperatures, sweep, tv_distance
+from core.figures.generation_figures import distinct_bars, distribution_bars, shaded_html, sweep_bars, sweep_curves
 from core.sampling import entropy
 
 CHARS = list("\n abcdefghijklmnopqrstuvwxyz<>&\"'")  # m = 33, with characters that need escaping
@@ -135,14 +135,14 @@ def test_distinct_bars_in_tokens():
 
 
 def test_md_escape_makes_markdown_literal():
-    from core.fmt import md_escape
+    from core.serve.fmt import md_escape
     assert md_escape("[x](javascript:y) *b* $a$ `c` <i>") == (
         r"\[x\]\(javascript\:y\) \*b\* \$a\$ \`c\` \<i\>")
     assert md_escape("plain words") == "plain words"
 
 
 def test_continuations_share_the_seed_and_greedy_is_first(tiny_model):
-    from core.generation import continuations
+    from core.analysis.generation import continuations
     from core.sampling import generate
     chars = list("abcdefghijk")
     runs = continuations(tiny_model, [1, 2], [0.0, 1.0, 1.0], 12, seed=5, chars=chars)
@@ -273,7 +273,7 @@ def test_sweep_bars_fit_any_number_of_panels(n):
 
 @pytest.mark.parametrize("n_prompt, n_new", [(3, 5), (10, 6), (16, 1), (16, 4), (5, 40), (12, 5)])
 def test_slid_steps_counts_the_steps_stream_flags(tiny_model, n_prompt, n_new):
-    from core.generation import fit_in_window, slid_steps
+    from core.analysis.generation import fit_in_window, slid_steps
     from core.sampling import stream
 
     n_ctx = tiny_model.config.n_ctx  # 16

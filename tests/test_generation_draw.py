@@ -1,4 +1,4 @@
-"""core.generation's page helpers: the decode loop against a greedy loop written here, the window plan and the
+"""core.analysis.generation's page helpers: the decode loop against a greedy loop written here, the window plan and the
 limit table by hand."""
 import math
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import core.generation as G
+import core.analysis.generation as G
 import core.sampling
-from core.model import ModelConfig, Transformer
+from core.nn.model import ModelConfig, Transformer
 
 CHARS = tuple("abcdefghijk")
 

@@ -1,4 +1,4 @@
-"""core.head_ranking (and the induction probe's period, the tables and phrases of the Switch heads off page):
+"""core.analysis.head_ranking (and the induction probe's period, the tables and phrases of the Switch heads off page):
 hand-computed numbers, and a model whose heads are switched off by zeroing their columns of W_O."""
 import copy
 import re
@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core import head_ranking as HR
-from core import intervention_figures as IF
-from core.fmt import code_text, nats_than
+from core.analysis import head_ranking as HR
+from core.figures import intervention_figures as IF
+from core.serve.fmt import code_text, nats_than
 from core.induction import THRESHOLD, model_period
 from core.interventions import HeadEffect, layer_head_losses
-from core.model import ModelConfig, Transformer
+from core.nn.model import ModelConfig, Transformer
 
 
 # ----------------------------------------------------------------------------- cost

@@ -1,4 +1,4 @@
-"""Hugging Face GPT-2 folders in and out (core.hf, core.checkpoint): the same logits as transformers'
+"""Hugging Face GPT-2 folders in and out (core.nn.hf, core.nn.checkpoint): the same logits as transformers'
 GPT2LMHeadModel to 1e-4 both ways, the same token ids as its tokenizer, and the refusals."""
 import json
 import shutil
@@ -8,9 +8,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from core.checkpoint import CheckpointError, discover_models, load_checkpoint, save_checkpoint  # noqa: E402
-from core.hf import export_gpt2, export_zip  # noqa: E402
-from core.model import ModelConfig, Transformer  # noqa: E402
+from core.nn.checkpoint import CheckpointError, discover_models, load_checkpoint, save_checkpoint  # noqa: E402
+from core.nn.hf import export_gpt2, export_zip  # noqa: E402
+from core.nn.model import ModelConfig, Transformer  # noqa: E402
 from core.params import count_parameters  # noqa: E402
 from tests.conftest import SHIPPED  # noqa: E402
 from tests.gpt2_folders import gpt2_config, save_random_gpt2, small_bpe  # noqa: E402
@@ -200,7 +200,7 @@ def test_parameter_counts_of_gpt2_variants_equal_transformers():
         cfg = gpt2_config(301, **kw)
         with torch.device("meta"):
             theirs = GPT2LMHeadModel(cfg)
-        from core.hf import config_from_hf
+        from core.nn.hf import config_from_hf
 
         ours = config_from_hf(cfg.to_dict())
         assert count_parameters(ours)["total"] == sum(p.numel() for p in theirs.parameters()), kw

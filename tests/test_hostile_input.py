@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import core.checkpoint as ck
-from core.checkpoint import CheckpointError, check_checkpoint, discover_models, load_checkpoint, read_card, \
+import core.nn.checkpoint as ck
+from core.nn.checkpoint import CheckpointError, check_checkpoint, discover_models, load_checkpoint, read_card, \
     read_heads, read_log, save_checkpoint, user_model_folder
-from core.model import ModelConfig, Transformer
-from core.tokenizer import BPETokenizer, CharTokenizer, Prompt, TokenizerFailed
+from core.nn.model import ModelConfig, Transformer
+from core.nn.tokenizer import BPETokenizer, CharTokenizer, Prompt, TokenizerFailed
 from tests.conftest import app_pages
 
 SECRET = "TOP-SECRET-4c7e"  # what a file outside the models folder holds: it must never reach a page
@@ -154,7 +154,7 @@ def test_an_unexpected_failure_while_checking_a_folder_stays_that_folders_error(
             raise MemoryError("simulated")
         return real(folder, with_tokenizer)
 
-    monkeypatch.setattr("core.model_discovery._check", check)
+    monkeypatch.setattr("core.nn.model_discovery._check", check)
     entries = {e.name: e for e in discover_models(None, models)}
     assert entries["a"].error is None and "MemoryError" in entries["b"].error
 
@@ -243,7 +243,7 @@ def test_discovery_reads_a_folder_again_only_when_it_changed(tmp_path, monkeypat
 
 def test_discovery_reads_at_most_max_model_folders_and_says_how_many_it_left(tmp_path, monkeypatch):
     models = tmp_path / "models"
-    monkeypatch.setattr("core.model_discovery.MAX_MODEL_FOLDERS", 3)
+    monkeypatch.setattr("core.nn.model_discovery.MAX_MODEL_FOLDERS", 3)
     for i in range(5):
         (models / f"f{i}").mkdir(parents=True)
     entries = discover_models(None, models)
@@ -253,7 +253,7 @@ def test_discovery_reads_at_most_max_model_folders_and_says_how_many_it_left(tmp
 
 # ------------------------------------------------------------------ 7. tokenizers: size, vocabulary, panics
 def test_a_tokenizer_with_more_tokens_than_any_real_one_is_refused_before_the_rust_parse(tmp_path, monkeypatch):
-    import core.bpe as tk
+    import core.nn.bpe as tk
 
     monkeypatch.setattr(tk, "MAX_TOKENIZER_VOCAB", 1000)  # the real bound is 262,144: the same rule, a smaller file
     folder = _bpe_folder(tmp_path / "b", extra_tokens=1000)

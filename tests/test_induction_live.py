@@ -1,12 +1,12 @@
 """The training page's induction preset really grows an induction head, near the step the page promises."""
 import pytest
 
-from core.corpus import read_text_file, shakespeare_path
+from core.training.corpus import read_text_file, shakespeare_path
 from core.induction import THRESHOLD, formation_step
-from core.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET, JobSettings
+from core.training.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET, JobSettings
 from core.induction import HeadRecorder
-from core.threads import torch_threads
-from core.train import Trainer
+from core.serve.threads import torch_threads
+from core.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 

@@ -132,7 +132,7 @@ def test_the_container_installs_and_runs_what_the_readme_says(monkeypatch):
     mounts = [docker_run[i + 1].split(":", 1)[1] for i, w in enumerate(docker_run) if w == "-v"]
     env = env_of(d)
     monkeypatch.setenv("TE_MODELS_DIR", env["TE_MODELS_DIR"])
-    from core.paths import corpora_dir, user_models_dir
+    from core.serve.paths import corpora_dir, user_models_dir
     volumes = sorted(exec_form(args_of(d, "VOLUME")[0]))
     assert volumes == sorted(mounts) == sorted([str(user_models_dir()), str(corpora_dir())])
     # the header comment shows the same two commands

@@ -1,10 +1,10 @@
-"""core.intervention_figures: the figures, tables and markup of the "Switch heads off" page, read back from their data."""
+"""core.figures.intervention_figures: the figures, tables and markup of the "Switch heads off" page, read back from their data."""
 import re
 
 import numpy as np
 import pytest
 
-from core.intervention_figures import (continuation_html, head_label, heads_label, induction_frame, loss_change_html,
+from core.figures.intervention_figures import (continuation_html, head_label, heads_label, induction_frame, loss_change_html,
                                        next_token_bars, ranking_frame, stripe_figure)
 from core.interventions import HeadEffect
 

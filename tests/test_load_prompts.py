@@ -3,7 +3,7 @@ sends, and the shipped character model must read all of it. Otherwise characters
 students end up typing the same prompt, and the server's shared caches answer for work never done (this
 happened with digit tags: 90 reruns were 8 prompts)."""
 from bench.load import new_prompt
-from core.checkpoint import read_config
+from core.nn.checkpoint import read_config
 from ui import DEFAULT_MODEL, SHIPPED_DIR
 
 

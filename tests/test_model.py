@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.model import ModelConfig, Transformer, future_mask
+from core.nn.model import ModelConfig, Transformer, future_mask
 
 
 def test_config_defaults_and_validation():
@@ -110,7 +110,7 @@ def test_too_long_sequence_is_refused(tiny_model):
 
 
 def test_kv_cache_is_preallocated_and_grows_in_place(tiny_model):
-    from core.model import KVCache
+    from core.nn.model import KVCache
 
     idx = torch.randint(0, 11, (2, 6))
     out = tiny_model(idx[:, :4], use_cache=True)
@@ -137,7 +137,7 @@ def test_lecture_defaults_are_unchanged():
 
 
 def test_new_fields_are_validated():
-    from core.model import config_problems
+    from core.nn.model import config_problems
 
     base = ModelConfig().to_dict()
     for field, bad in [("bias", 1), ("tie_weights", "yes"), ("activation", "swish"), ("ln_eps", 0), ("ln_eps", True),
@@ -240,7 +240,7 @@ def test_last_only_skips_work_but_not_the_answer_in_a_gpt2_style_model(layers):
 def test_silent_units_count_inputs_of_zero_or_below_for_each_nonlinearity():
     import torch.nn.functional as F
 
-    from core.model import silent_units
+    from core.nn.model import silent_units
 
     x = torch.tensor([-3.0, -0.5, 0.0, 0.25, 2.0])  # three inputs of 0 or below
     assert silent_units(F.relu(x), "relu") == 3

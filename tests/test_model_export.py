@@ -1,4 +1,4 @@
-"""Keeping a trained run (core.model_export): the name a save will use, a save and its refusals in words, and
+"""Keeping a trained run (core.training.model_export): the name a save will use, a save and its refusals in words, and
 the two zips packed from the saved folder."""
 import io
 import json
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from core import model_export
-from core.checkpoint import save_checkpoint
-from core.model import ModelConfig, Transformer
-from core.quota import QuotaError
-from core.tokenizer import CharTokenizer
+from core.training import model_export
+from core.nn.checkpoint import save_checkpoint
+from core.nn.model import ModelConfig, Transformer
+from core.training.quota import QuotaError
+from core.nn.tokenizer import CharTokenizer
 
 
 def test_the_name_box_says_what_a_save_will_do():
@@ -22,7 +22,7 @@ def test_the_name_box_says_what_a_save_will_do():
 
 
 class _Job:
-    """Stands in for a finished core.training_job.TrainingJob whose save returns ``result`` or raises it."""
+    """Stands in for a finished core.training.training_job.TrainingJob whose save returns ``result`` or raises it."""
 
     def __init__(self, result):
         self.result, self.asked = result, None

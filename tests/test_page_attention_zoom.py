@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.checkpoint import load_checkpoint
+from core.nn.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT, app_pages
-from core.checkpoint import load_checkpoint, read_config
-from core.fmt import visible
+from core.nn.checkpoint import load_checkpoint, read_config
+from core.serve.fmt import visible
 
 NAME = "shakespeare-bpe"
 FOLDER = ROOT / "assets" / "models" / NAME
@@ -174,10 +174,10 @@ def test_one_induction_score_per_head_on_both_pages_and_in_the_training_log(open
     import numpy as np
     from gpt2_folders import small_bpe
 
-    from core.checkpoint import save_checkpoint
-    from core.corpus import pydoc_text
+    from core.nn.checkpoint import save_checkpoint
+    from core.training.corpus import pydoc_text
     from core.induction import probe_period, repeat_probe
-    from core.train import TrainConfig, Trainer
+    from core.training.trainer import TrainConfig, Trainer
 
     tok = small_bpe()
     readable = tok.readable_ids()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.checkpoint import load_checkpoint
+from core.nn.checkpoint import load_checkpoint
 from core.sampling import generate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,7 +33,7 @@ def test_home_offers_both_downloads_for_our_model_and_none_for_a_gpt2_folder(ope
     at = open_page("pages/home.py", models_dir=models_dir)  # the shipped character model
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download the checkpoint folder (.zip)", "Download for transformers (.zip)"]
-    from core.hf import export_zip
+    from core.nn.hf import export_zip
     from ui import load_model
 
     entry = at.session_state["te_current"][0]

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from conftest import SHIPPED
-from core.checkpoint import load_checkpoint, save_checkpoint
-from core.fmt import visible
-from core.model import ModelConfig, Transformer
+from core.nn.checkpoint import load_checkpoint, save_checkpoint
+from core.serve.fmt import visible
+from core.nn.model import ModelConfig, Transformer
 
 PAGE = "pages/heads.py"
 PROMPT = "heads_prompt"

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 pytest.importorskip("transformers")
 
-from core.checkpoint import load_checkpoint  # noqa: E402
-from core.corpus import pydoc_text  # noqa: E402
+from core.nn.checkpoint import load_checkpoint  # noqa: E402
+from core.training.corpus import pydoc_text  # noqa: E402
 from core.trace import max_trace_tokens  # noqa: E402
 from tests.gpt2_folders import save_random_gpt2, small_bpe  # noqa: E402
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from core import fmt
-from core import cost
+from core.serve import fmt
+from core.analysis import cost
 
 PAGE = "pages/parameters.py"
 

@@ -5,9 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from core import scaling_view as sv
+from core.training import study_job
+
+from core.analysis import scaling_view as sv
 from core.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
-from core.scaling_runs import MAX_BYTES, synthetic_runs
+from core.analysis.scaling_runs import MAX_BYTES, synthetic_runs
 from tests.test_page_scaling import charts, text_of  # the same readers of the page's charts and text
 
 PAGE, LAW_PAGE = "pages/scaling_fit.py", "pages/scaling.py"
@@ -159,7 +161,7 @@ def test_runs_with_a_flat_loss_are_refused_not_crashed(fit_page):
 # ---------------------------------------------------------------- the study: shipped, started here, refused
 
 def test_the_shipped_study_is_shown_with_its_fit_from_the_first_visit(fit_page):
-    from core.study import SHIPPED_STUDY, read_study
+    from core.training.study import SHIPPED_STUDY, read_study
 
     meta, rows, fit = read_study(SHIPPED_STUDY)
     at = fit_page()
@@ -204,7 +206,7 @@ def test_a_corpus_too_small_for_the_grid_is_refused(fit_page):
 
 @pytest.mark.slow
 def test_a_tiny_study_starts_and_stops(fit_page):
-    from core.study import read_rows
+    from core.training.study import read_rows
 
     at = fit_page()
     at.radio(key="scal_study_corpus").set_value("pydoc").run()
@@ -233,8 +235,8 @@ def test_a_tiny_study_starts_and_stops(fit_page):
 def test_a_studys_points_and_fit_are_drawn_from_its_folder(open_page, tmp_path):
     import shutil
 
-    from core.study import SHIPPED_STUDY
-    from core.study_job import StudyJob
+    from core.training.study import SHIPPED_STUDY
+    from core.training.study_job import StudyJob
 
     for name in ("runs.csv", "study.json"):
         shutil.copy(SHIPPED_STUDY / name, tmp_path / name)
@@ -248,7 +250,7 @@ def test_a_studys_points_and_fit_are_drawn_from_its_folder(open_page, tmp_path):
 
 
 def test_a_broken_shipped_study_is_reported_not_crashed(open_page, tmp_path, monkeypatch):
-    from core import study
+    from core.training import study
 
     (tmp_path / "runs.csv").write_text("this is not a study\n")
     (tmp_path / "study.json").write_text("{}")
@@ -267,7 +269,7 @@ def study_copy(folder, losses=None, files=("runs.csv", "study.json")) -> list[di
     import io
     import shutil
 
-    from core.study import SHIPPED_STUDY
+    from core.training.study import SHIPPED_STUDY
 
     for name in files:
         shutil.copy(SHIPPED_STUDY / name, folder / name)
@@ -294,7 +296,7 @@ def ended_process(code: int = 0):
 
 
 def test_a_diverged_run_in_your_study_is_named_and_the_rest_fitted(open_page, tmp_path):
-    from core.study_job import StudyJob
+    from core.training.study_job import StudyJob
 
     raw = study_copy(tmp_path, {"d16-D300032": "nan", "d96-D3000320": "-1"})
     job = StudyJob(tmp_path / "unused.txt", "full", folder=tmp_path)  # never started: it shows what the folder holds
@@ -312,7 +314,7 @@ def test_a_diverged_run_in_your_study_is_named_and_the_rest_fitted(open_page, tm
 
 
 def test_an_unreadable_fit_json_of_a_finished_study_is_named_and_the_runs_refitted(open_page, tmp_path):
-    from core.study_job import StudyJob
+    from core.training.study_job import StudyJob
 
     raw = study_copy(tmp_path)
     (tmp_path / "fit.json").write_text("{not json")
@@ -327,7 +329,7 @@ def test_an_unreadable_fit_json_of_a_finished_study_is_named_and_the_runs_refitt
 
 
 def test_an_unreadable_runs_csv_of_your_study_is_named(open_page, tmp_path):
-    from core.study_job import StudyJob
+    from core.training.study_job import StudyJob
 
     (tmp_path / "runs.csv").write_text("this is not a study\n")
     job = StudyJob(tmp_path / "unused.txt", "full", folder=tmp_path)
@@ -338,7 +340,7 @@ def test_an_unreadable_runs_csv_of_your_study_is_named(open_page, tmp_path):
 
 
 def test_a_diverged_run_or_a_bad_fit_json_in_the_shipped_study_loses_only_that(open_page, tmp_path, monkeypatch):
-    from core import study
+    from core.training import study
     from core.scaling import fit_scaling_law
 
     raw = study_copy(tmp_path, {"d48-D600064": "nan"}, files=("runs.csv", "study.json", "fit.json"))
@@ -362,10 +364,10 @@ def test_a_diverged_run_or_a_bad_fit_json_in_the_shipped_study_loses_only_that(o
     assert "Why your exponents need not be Chinchilla's" in text_of(at)
 
 
-@pytest.mark.parametrize("state", sorted(set(__import__("core.study_job").study_job.STATES)
-                                         | set(__import__("core.study_job").study_job.ACTIVE)))
+@pytest.mark.parametrize("state", sorted(set(study_job.STATES)
+                                         | set(study_job.ACTIVE)))
 def test_every_state_of_a_study_has_a_label(open_page, tmp_path, state):
-    from core.study_job import StudyJob, StudyStatus
+    from core.training.study_job import StudyJob, StudyStatus
 
     job = StudyJob(tmp_path / "unused.txt", "full", folder=tmp_path)
     job.status = lambda: StudyStatus(state=state, done=0, total=24, rows=[])

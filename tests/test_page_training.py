@@ -5,9 +5,9 @@ import re
 import pytest
 
 from tests.polling import wait_until
-from core.corpus import pydoc_text
+from core.training.corpus import pydoc_text
 from core.params import count_parameters
-from core.job_settings import JobSettings
+from core.training.job_settings import JobSettings
 
 @pytest.fixture
 def page(tmp_path, open_page):
@@ -194,7 +194,7 @@ def test_two_sessions_saving_the_same_name_never_overwrite_each_other(tmp_path, 
 
 
 def test_induction_preset_sets_the_run_and_says_when_the_head_should_form(page):
-    from core.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET
+    from core.training.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET
     at = page
     assert not at.toggle(key="train_repeat_on").value  # plain text unless asked
     at.button(key="train_induction_preset").click().run()
@@ -208,7 +208,7 @@ def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, t
     """The live head view plots, for each head, scores that the test recomputes from the saved weights."""
     import numpy as np
     import torch
-    from core.checkpoint import load_checkpoint, read_heads
+    from core.nn.checkpoint import load_checkpoint, read_heads
     from core.induction import repeat_probe
     at = page
     small_run(at, steps=20)
@@ -251,9 +251,9 @@ FETCH_BODY = "".join(f"{i:04d} a text built for the fetch test, not the corpus\n
 @pytest.fixture
 def no_corpus(tmp_path, monkeypatch):
     """TE_CORPUS names a missing file and the default place is empty too: no Tiny Shakespeare anywhere."""
-    import core.corpus
+    import core.training.corpus
     monkeypatch.setenv("TE_CORPUS", str(tmp_path / "missing.txt"))
-    monkeypatch.setattr(core.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
+    monkeypatch.setattr(core.training.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
@@ -261,9 +261,9 @@ def no_corpus(tmp_path, monkeypatch):
 
 @pytest.fixture
 def local_source(monkeypatch):
-    """core.fetch.SHAKESPEARE pointed at a local server that serves FETCH_BODY (with that body's checksum)."""
+    """core.training.fetch.SHAKESPEARE pointed at a local server that serves FETCH_BODY (with that body's checksum)."""
     import hashlib
-    from core import fetch
+    from core.training import fetch
     from tests.local_http import serve
     with serve(FETCH_BODY) as server:
         source = fetch.Source(name="Tiny Shakespeare", url=server.url("/good.txt"),
@@ -308,7 +308,7 @@ def test_the_fetch_button_saves_the_corpus_and_selects_it(no_corpus, open_page, 
 
 def test_a_failed_fetch_says_where_to_put_the_file_and_saves_nothing(no_corpus, open_page, local_source, monkeypatch):
     import dataclasses
-    from core import fetch
+    from core.training import fetch
     _, source = local_source
     monkeypatch.setattr(fetch, "SHAKESPEARE", dataclasses.replace(source, sha256="0" * 64))
     at = open_page("pages/training.py", models_dir=no_corpus / "models")
@@ -323,7 +323,7 @@ def test_a_failed_fetch_says_where_to_put_the_file_and_saves_nothing(no_corpus, 
 
 def _bpe_by_hand(text, vocab):
     """The BPE a run learns, built here without the page: from the training 90% only."""
-    from core.tokenizer import BPETokenizer
+    from core.nn.tokenizer import BPETokenizer
     n = int(len(text) * 0.9)
     tok = BPETokenizer.train(text[:n], vocab)
     return tok, len(tok.encode(text[:n])), len(tok.encode(text[n:]))
@@ -339,7 +339,7 @@ def test_bpe_choice_shows_its_vocabulary_and_tokens(page):
     assert metrics["Tokens"] == f"{n_train + n_val:,}"
     n = count_parameters(JobSettings(tokenizer="bpe").model_config(512))["total"]
     assert metrics["Parameters N"] == f"{n:,}"  # the embedding and output layer have 512 rows and columns
-    from core.corpus import describe_corpus
+    from core.training.corpus import describe_corpus
     sample = describe_corpus(pydoc_text(), "x").sample
     assert "│".join(tok.visible_tokens(tok.encode(sample))) in texts(at, "code")  # the passage cut into tokens
     assert any(f"cut into its {len(tok.encode(sample)):,} tokens" in c for c in texts(at, "caption"))
@@ -377,7 +377,7 @@ def n_val_by_hand(vocab):
 
 def test_a_bpe_run_is_trained_saved_with_its_tokenizer_and_scored_in_bits_per_character(page, tmp_path):
     import math
-    from core.checkpoint import load_checkpoint, read_card, read_config
+    from core.nn.checkpoint import load_checkpoint, read_card, read_config
     at = page
     at.radio(key="train_tokenizer").set_value("bpe").run()
     at.number_input(key="train_bpe_vocab").set_value(320)

@@ -1,4 +1,4 @@
-"""core.quota: the saved-model limits and the removal of retired runs' folders nobody can save any more."""
+"""core.training.quota: the saved-model limits and the removal of retired runs' folders nobody can save any more."""
 import json
 import os
 import subprocess
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from core.quota import (DEFAULT_MODELS, DEFAULT_MODELS_PER_USER, RETIRED_GRACE_S, RETIRED_PREFIX, RETIRED_STALE_S,
+from core.training.quota import (DEFAULT_MODELS, DEFAULT_MODELS_PER_USER, RETIRED_GRACE_S, RETIRED_PREFIX, RETIRED_STALE_S,
                         QuotaError, check_model_quota, model_limits, models_of, remove_unused_retired)
 
 

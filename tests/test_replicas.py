@@ -225,9 +225,9 @@ def test_an_upload_reaches_only_the_replica_that_holds_the_session(cluster):
 def test_every_replica_sees_the_shared_models_folder(cluster):
     import torch
 
-    from core.checkpoint import save_checkpoint
-    from core.model import ModelConfig, Transformer
-    from core.tokenizer import CharTokenizer
+    from core.nn.checkpoint import save_checkpoint
+    from core.nn.model import ModelConfig, Transformer
+    from core.nn.tokenizer import CharTokenizer
     tok = CharTokenizer.from_text("a class gallery\n")
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_ctx=16, d_model=16, n_heads=2, n_layers=1))

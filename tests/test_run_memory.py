@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from core.job_settings import (DEFAULT_RUN_MEMORY, FLOAT, PROCESS_BYTES, JobSettings, activation_floats_per_token,
+from core.training.job_settings import (DEFAULT_RUN_MEMORY, FLOAT, PROCESS_BYTES, JobSettings, activation_floats_per_token,
                                memory_budget, memory_summary, parse_size, run_memory, validate_settings)
-from core.model import ModelConfig, Transformer
+from core.nn.model import ModelConfig, Transformer
 
 # the example: characters, d=176, h=4, L=24, n_ctx=256, batch 256 (under MAX_PARAMS and 65,536 tokens a step)
 HUGE = dict(d_model=176, n_heads=4, n_layers=24, n_ctx=256, batch_size=256)
@@ -130,7 +130,7 @@ def test_a_bpe_vocabulary_counts_in_the_logits():
 
 
 def test_a_training_job_refuses_over_budget_settings_without_the_page():
-    from core.training_job import TrainingJob
+    from core.training.training_job import TrainingJob
 
     with pytest.raises(ValueError, match="the server allows 1.0 GiB per run"):
         TrainingJob("some text " * 1000, "text", JobSettings(**HUGE))

@@ -1,11 +1,11 @@
-"""core.scaling_figures: the figures carry the numbers the page claims."""
+"""core.figures.scaling_figures: the figures carry the numbers the page claims."""
 import numpy as np
 import pytest
 
-from core.fmt import human, latex_sci, sci
+from core.serve.fmt import human, latex_sci, sci
 from core.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS
-from core.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D, loss_vs_N
-from core.scaling_runs import synthetic_runs
+from core.figures.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D, loss_vs_N
+from core.analysis.scaling_runs import synthetic_runs
 
 
 def test_number_formats():

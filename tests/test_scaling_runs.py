@@ -1,9 +1,9 @@
-"""core.scaling_runs: CSV validation names the problem; good files in any reasonable shape are read."""
+"""core.analysis.scaling_runs: CSV validation names the problem; good files in any reasonable shape are read."""
 import numpy as np
 import pytest
 
 from core.scaling import CHINCHILLA
-from core.scaling_runs import MAX_BYTES, MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
+from core.analysis.scaling_runs import MAX_BYTES, MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
 
 GOOD = synthetic_runs(CHINCHILLA, n=12, noise=0.0, seed=0)
 

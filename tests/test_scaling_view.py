@@ -7,12 +7,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from core import scaling_study as ss, scaling_view as sv
-from core.fmt import g3, number_word, rough_time
-from core.model import ModelConfig, Transformer
+from core.training import scaling_study as ss
+
+from core.analysis import scaling_view as sv
+from core.serve.fmt import g3, number_word, rough_time
+from core.nn.model import ModelConfig, Transformer
 from core.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, N_STARTS, FitError, ScalingLaw, start_grid
-from core.scaling_runs import MIN_RUNS, parse_runs, synthetic_runs
-from core.study_job import ACTIVE, STATES, BusyError
+from core.analysis.scaling_runs import MIN_RUNS, parse_runs, synthetic_runs
+from core.training.study_job import ACTIVE, STATES, BusyError
 
 
 def brute_optimum(law: ScalingLaw, C: float) -> tuple[float, float]:
@@ -23,7 +25,7 @@ def brute_optimum(law: ScalingLaw, C: float) -> tuple[float, float]:
     return n, C / (6 * n)
 
 
-# ---------------------------------------------------------------- core.fmt
+# ---------------------------------------------------------------- core.serve.fmt
 
 @pytest.mark.parametrize("seconds, words", [(3, "about 10 seconds"), (44, "about 40 seconds"),
                                             (89, "about 90 seconds"), (90, "about 2 minutes"),
@@ -179,7 +181,7 @@ def test_fit_table_puts_the_true_constants_beside_the_fitted():
 # ---------------------------------------------------------------- a study's law
 
 def runs_of(law: ScalingLaw, n_sizes=3, n_budgets=3, **extra) -> list[dict]:
-    """Rows as core.study writes them, their loss exactly the law's."""
+    """Rows as core.training.study writes them, their loss exactly the law's."""
     rows = []
     for i, N in enumerate(np.geomspace(1e4, 2e5, n_sizes)):
         for D in np.geomspace(3e5, 3e6, n_budgets):

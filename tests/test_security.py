@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from core.model import ModelConfig, Transformer
-from core.tokenizer import CharTokenizer
+from core.nn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from core.nn.model import ModelConfig, Transformer
+from core.nn.tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
-APP_CODE = [ROOT / "app.py", *sorted((ROOT / "ui").glob("*.py")), *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "core").glob("*.py"))]
+APP_CODE = [ROOT / "app.py", *sorted((ROOT / "ui").glob("*.py")), *sorted((ROOT / "pages").glob("*.py")), *sorted((ROOT / "core").rglob("*.py"))]
 
 
 def code(path: Path) -> str:
@@ -55,7 +55,7 @@ UI_CODE = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]
 
 
 def _module_file(module: str) -> Path | None:
-    """core.generation -> ROOT/core/generation.py (or a package's __init__.py); None outside core/."""
+    """core.analysis.generation -> ROOT/core/analysis/generation.py (or a package's __init__.py); None outside core/."""
     if module != "core" and not module.startswith("core."):
         return None
     base = ROOT.joinpath(*module.split("."))
@@ -66,7 +66,7 @@ def _module_file(module: str) -> Path | None:
 
 
 def _imports(tree: ast.Module) -> tuple[dict[str, str], dict[str, tuple[str, str]], list[str]]:
-    """(module aliases {"G": "core.generation"}, imported names {"shaded_html": ("core.generation", "shaded_html")},
+    """(module aliases {"G": "core.analysis.generation"}, imported names {"shaded_html": ("core.analysis.generation", "shaded_html")},
     modules star-imported). ``from core import generation as G`` names a module when core/generation.py exists."""
     modules, names, stars = {}, {}, []
     for node in ast.walk(tree):
@@ -74,7 +74,7 @@ def _imports(tree: ast.Module) -> tuple[dict[str, str], dict[str, tuple[str, str
             for a in node.names:
                 if a.asname:
                     modules[a.asname] = a.name
-                else:  # `import core.generation` binds `core`; the dotted chain is resolved from there
+                else:  # `import core.analysis.generation` binds `core`; the dotted chain is resolved from there
                     modules[a.name.split(".")[0]] = a.name.split(".")[0]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for a in node.names:
@@ -190,14 +190,14 @@ def test_no_unsafe_html_with_user_text():
 
 
 @pytest.mark.parametrize("snippet, bad", [
-    ("from core import generation_figures as G\nst.html(G.shaded_html(p, s))\nbox.html(G.legend_html())", False),
-    ("from core.generation_figures import shaded_html as sh\ncol.html(sh(p, s))", False),
-    ("import core.generation_figures\nst.html(body=core.generation_figures.shaded_html(p, s))", False),
+    ("from core.figures import generation_figures as G\nst.html(G.shaded_html(p, s))\nbox.html(G.legend_html())", False),
+    ("from core.figures.generation_figures import shaded_html as sh\ncol.html(sh(p, s))", False),
+    ("import core.figures.generation_figures\nst.html(body=core.figures.generation_figures.shaded_html(p, s))", False),
     ("st.html(prompt.text)", True),
     ("st.html(f'<b>{prompt.text}</b>')", True),
     ("st.html('<b>' + text + '</b>')", True),
-    ("from core import generation_figures as G\nst.html(G.hover_text(c, p, q, alts))", True),  # core, but never escapes
-    ("from core.tokenizer import visible\nst.html(visible(text))", True),
+    ("from core.figures import generation_figures as G\nst.html(G.hover_text(c, p, q, alts))", True),  # core, but never escapes
+    ("from core.nn.tokenizer import visible\nst.html(visible(text))", True),
     ("st.html(str(text))", True),
     ("from core import generation as G\nst.html(G.nonexistent(text))", True),
     ("st.markdown(text, unsafe_allow_html=True)", True),
@@ -241,7 +241,7 @@ def test_checkpoint_loading_never_leaves_the_given_folder(tmp_path):
 
 
 def test_a_file_name_cannot_put_links_into_the_shared_model_card():
-    from core.checkpoint import model_card
+    from core.nn.checkpoint import model_card
 
     card = model_card("mine", ModelConfig(vocab_size=3, n_ctx=4, d_model=4, n_heads=1, n_layers=1),
                       {"corpus": "[Sign in again](https://evil.example) | ![](https://t.example/p.png) x.txt"})

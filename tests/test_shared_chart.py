@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from core.attention import attention_overview, head_attention, head_window
-from core.attention_figures import all_heads_figure, head_panels, mask_order_figure
-from core.generation_figures import sweep_bars
-from core.model import ModelConfig, Transformer
+from core.figures.attention_figures import all_heads_figure, head_panels, mask_order_figure
+from core.figures.generation_figures import sweep_bars
+from core.nn.model import ModelConfig, Transformer
 
 
 def streamlit_json(fig) -> str:

@@ -3,10 +3,10 @@ from pathlib import Path
 
 import torch
 
-from core.checkpoint import load_checkpoint, read_config
-from core.corpus import split_train_val
+from core.nn.checkpoint import load_checkpoint, read_config
+from core.training.corpus import split_train_val
 from core.params import count_parameters
-from core.train import windowed_loss
+from core.training.trainer import windowed_loss
 
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "models" / "shakespeare-char"
 
@@ -81,7 +81,7 @@ SHIPPED_BPE = SHIPPED.parent / "shakespeare-bpe"
 
 
 def test_shipped_bpe_model_is_small_and_carries_its_tokenizer():
-    from core.tokenizer import BPETokenizer
+    from core.nn.tokenizer import BPETokenizer
     model, tok = load_checkpoint(SHIPPED_BPE)
     c = model.config
     assert (c.d_model, c.n_heads, c.n_layers, c.n_ctx) == (64, 4, 2, 128)
@@ -93,7 +93,7 @@ def test_shipped_bpe_model_is_small_and_carries_its_tokenizer():
 
 
 def test_shipped_bpe_tokenizer_was_learned_from_the_training_part_only(corpus_text):
-    from core.tokenizer import BPETokenizer
+    from core.nn.tokenizer import BPETokenizer
     _, tok = load_checkpoint(SHIPPED_BPE)
     train_text, _ = split_train_val(corpus_text)
     assert tok.to_str() == BPETokenizer.train(train_text, 1024).to_str()

@@ -1,4 +1,4 @@
-"""core.study: the grids, one run, the engines (local processes and Ray give the same rows for the same seeds),
+"""core.training.study: the grids, one run, the engines (local processes and Ray give the same rows for the same seeds),
 a resumable runs.csv that never holds a partial row, and bad input refused before the first run."""
 import csv
 import errno
@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from tests.polling import wait_until
-from core import study
-from core.corpus import pydoc_text
+from core.training import study
+from core.training.corpus import pydoc_text
 from core.scaling import ScalingLaw, bootstrap_fit, fit_scaling_law
-from core.study import (GRIDS, MAX_EPOCHS, ROW_FIELDS, TIMING_FIELDS, Grid, LocalEngine, RayEngine, StudyError,
+from core.training.study import (GRIDS, MAX_EPOCHS, ROW_FIELDS, TIMING_FIELDS, Grid, LocalEngine, RayEngine, StudyError,
                         StudyStopped, corpus_problem, main, make_engine, read_rows, run_study, train_one)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,12 +140,12 @@ def test_a_full_disk_mid_study_keeps_the_finished_rows(tmp_path, text, monkeypat
                 raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, data)
 
-    monkeypatch.setattr("core.study_run.write_atomic", failing)  # run_study looks it up in its own module
+    monkeypatch.setattr("core.training.study_run.write_atomic", failing)  # run_study looks it up in its own module
     with pytest.raises(StudyError, match="No space left on device.*keeps the 1 run finished"):
         run_study(MICRO, text, "pydoc", tmp_path, InlineEngine())
     rows = read_rows(tmp_path / "runs.csv")
     assert len(rows) == 1 and all(rows[0][k] != "" for k in ROW_FIELDS)
-    monkeypatch.setattr("core.study_run.shutil.disk_usage", lambda p: shutil_usage(total=100, used=90, free=10))
+    monkeypatch.setattr("core.training.study_run.shutil.disk_usage", lambda p: shutil_usage(total=100, used=90, free=10))
     with pytest.raises(StudyError, match="is full"):
         run_study(MICRO, text, "pydoc", tmp_path / "other", InlineEngine())
 

@@ -1,4 +1,4 @@
-"""core.study_job: a study killed from outside takes its workers with it and says so; a refused start leaves no
+"""core.training.study_job: a study killed from outside takes its workers with it and says so; a refused start leaves no
 temporary folder behind (issue 26, item 12)."""
 import os
 import signal
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.study import StudyError
-from core.study_job import BusyError, StudyJob
+from core.training.study import StudyError
+from core.training.study_job import BusyError, StudyJob
 from tests.polling import wait_until
 from tests.test_study_job import micro  # noqa: F401  (a fixture: a 6-run study that takes seconds)
 

@@ -1,11 +1,11 @@
-"""core.study_figures: the points are the runs, the lines are the fitted law, the residuals and the frontier are
+"""core.figures.study_figures: the points are the runs, the lines are the fitted law, the residuals and the frontier are
 what the law says."""
 import numpy as np
 import pytest
 
 from core.scaling import CHINCHILLA, EPOCH_2024, LAW_PRESETS, ScalingLaw
-from core.study import STARTUP_S, Grid, comparison_rows, estimate_seconds
-from core.study_figures import frontier_figure, residual_figure, study_figure
+from core.training.study import STARTUP_S, Grid, comparison_rows, estimate_seconds
+from core.figures.study_figures import frontier_figure, residual_figure, study_figure
 
 LAW = ScalingLaw(A=30.0, B=60.0, alpha=0.3, beta=0.3, E=1.3)
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from core.corpus import shakespeare_path
-from core.study import SHIPPED_STUDY, read_study
+from core.training.corpus import shakespeare_path
+from core.training.study import SHIPPED_STUDY, read_study
 
 META, ROWS, FIT = read_study(SHIPPED_STUDY)
 
@@ -39,7 +39,7 @@ def test_loss_falls_with_size_at_every_budget_and_with_data_at_every_size():
         assert all(by[N, a] > by[N, b] for a, b in zip(Ds, Ds[1:]))
 
 
-# runs.csv read with the csv module and fit.json with json, not through core.study: the fit is judged here
+# runs.csv read with the csv module and fit.json with json, not through core.training.study: the fit is judged here
 # against the runs by formulas written out in this file
 RUNS = list(csv.DictReader((SHIPPED_STUDY / "runs.csv").read_text().splitlines()))
 LAW = json.loads((SHIPPED_STUDY / "fit.json").read_text())["law"]
@@ -103,7 +103,7 @@ def test_a_shipped_run_trained_again_gives_the_same_row_up_to_the_cpus_rounding(
     """The cheapest run of the shipped grid, retrained here from its spec: every field but the timings as shipped,
     the two losses within LOSS_RTOL (the engines, the day and the other work on the machine change nothing; the
     CPU's kernels change the last digits of a few thousand optimiser steps)."""
-    from core.study import FLOAT_FIELDS, GRIDS, TIMING_FIELDS, train_one
+    from core.training.study import FLOAT_FIELDS, GRIDS, TIMING_FIELDS, train_one
 
     path = shakespeare_path()
     if path is None:
@@ -123,8 +123,8 @@ def test_the_same_run_trained_twice_on_one_machine_is_bit_identical():
     (a short one: 40 steps of the cheapest shipped run's shape) give the same row but for the timings."""
     import dataclasses
 
-    from core.corpus import pydoc_text
-    from core.study import GRIDS, TIMING_FIELDS, train_one
+    from core.training.corpus import pydoc_text
+    from core.training.study import GRIDS, TIMING_FIELDS, train_one
 
     row = min(ROWS, key=lambda r: r["cpu_s"])
     spec = next(s for s in GRIDS["full"].specs(pydoc_text()) if s.run_id == row["run_id"])

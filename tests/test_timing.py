@@ -1,9 +1,9 @@
-"""core.timing: one forward pass timed on a model whose cost is known (a fake clock it advances itself)."""
+"""core.analysis.timing: one forward pass timed on a model whose cost is known (a fake clock it advances itself)."""
 import types
 
 import torch
 
-import core.timing
+import core.analysis.timing
 
 
 class Clock:
@@ -28,18 +28,18 @@ class SlowModel:
 
 def test_forward_seconds_is_the_time_of_one_pass_of_the_asked_shape(monkeypatch):
     clock = Clock()
-    monkeypatch.setattr(core.timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(core.analysis.timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
     model = SlowModel(clock)
     threads = torch.get_num_threads()
-    assert core.timing.forward_seconds(model, 3, 7) == 0.25
-    assert core.timing.forward_seconds(model, 1, 128, last_only=True) == 0.25
+    assert core.analysis.timing.forward_seconds(model, 3, 7) == 0.25
+    assert core.analysis.timing.forward_seconds(model, 1, 128, last_only=True) == 0.25
     assert model.calls == [((3, 7), torch.long, 0, False, False, threads),  # token 0 throughout, no gradients
                            ((1, 128), torch.long, 0, True, False, threads)]
     assert torch.get_num_threads() == threads  # the thread count is left as it was, and was never changed inside
 
 
 def test_forward_seconds_runs_a_real_model():
-    from core.model import ModelConfig, Transformer
+    from core.nn.model import ModelConfig, Transformer
     model = Transformer(ModelConfig(vocab_size=5, n_ctx=8, d_model=8, n_heads=2, n_layers=1)).eval()
-    assert core.timing.forward_seconds(model, 2, 8) > 0
-    assert core.timing.forward_seconds(model, 1, 8, last_only=True) > 0
+    assert core.analysis.timing.forward_seconds(model, 2, 8) > 0
+    assert core.analysis.timing.forward_seconds(model, 1, 8, last_only=True) > 0

@@ -1,6 +1,6 @@
 import pytest
 
-from core.tokenizer import CharTokenizer, UnknownCharactersError
+from core.nn.tokenizer import CharTokenizer, UnknownCharactersError
 
 
 def test_round_trip():
@@ -34,8 +34,8 @@ def test_bad_ids_and_vocabularies():
 
 
 def test_prompt_drops_unknown_and_keeps_the_last_n_ctx():
-    from core.fmt import visible
-    from core.tokenizer import Prompt
+    from core.serve.fmt import visible
+    from core.nn.tokenizer import Prompt
 
     tok = CharTokenizer.from_text("abc \n")
     p = Prompt(tok, "ab😀c\n" * 3, n_ctx=8)

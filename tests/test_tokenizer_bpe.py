@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from core.tokenizer import (BPETokenizer, CharTokenizer, Prompt, Tokenizer, hf_tokenizer, load_tokenizer,
+from core.nn.tokenizer import (BPETokenizer, CharTokenizer, Prompt, Tokenizer, hf_tokenizer, load_tokenizer,
                             tokenizer_from_dict)
 
 ODD = [

@@ -1,4 +1,4 @@
-"""core.trace_figures: the figures of the "Inside the model" page, read back from their data and compared with
+"""core.figures.trace_figures: the figures of the "Inside the model" page, read back from their data and compared with
 numbers computed here from the model's own forward pass (its fused path, return_attn, head_fn, its modules)."""
 import math
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core import trace_figures as TF
-from core.fmt import visible
-from core.model import ModelConfig, Transformer
+from core.figures import trace_figures as TF
+from core.serve.fmt import visible
+from core.nn.model import ModelConfig, Transformer
 from core.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
 
 CHARS = list("ab c\nde.fgh")  # 11 characters, a space and a newline among them

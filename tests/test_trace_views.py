@@ -1,4 +1,4 @@
-"""core.trace_views, core.trace.lens_accuracy and the Inside page's figure words: every number checked against
+"""core.analysis.trace_views, core.trace.lens_accuracy and the Inside page's figure words: every number checked against
 the model's own modules run here one by one (or the fused forward pass), and hand-built lenses."""
 import math
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core import trace_figures as TF
-from core import trace_views as TV
-from core.model import ModelConfig, Transformer
+from core.figures import trace_figures as TF
+from core.analysis import trace_views as TV
+from core.nn.model import ModelConfig, Transformer
 from core.trace import Lens, lens_accuracy, stream_steps, trace
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5]

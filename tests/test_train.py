@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from core.checkpoint import load_checkpoint
-from core.train import TrainConfig, Trainer, lr_at, main, windowed_loss
+from core.nn.checkpoint import load_checkpoint
+from core.training.trainer import TrainConfig, Trainer, lr_at, main, windowed_loss
 
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
 
@@ -62,8 +62,8 @@ def test_command_line_writes_a_loadable_checkpoint(tmp_path, capsys):
 
 
 def test_encode_corpus_matches_the_tokenizer():
-    from core.tokenizer import CharTokenizer
-    from core.train import encode_corpus
+    from core.nn.tokenizer import CharTokenizer
+    from core.training.trainer import encode_corpus
 
     tok = CharTokenizer.from_text(TEXT + "é")
     text = "xTo bé ot😀\n" + TEXT[:100]
@@ -83,8 +83,8 @@ def bpe_small(text=BOATS + HELD_OUT, vocab=300, steps=20):
 
 
 def test_bpe_is_learned_from_the_training_part_only():
-    from core.corpus import split_train_val
-    from core.tokenizer import BPETokenizer
+    from core.training.corpus import split_train_val
+    from core.nn.tokenizer import BPETokenizer
 
     text = BOATS + HELD_OUT
     train_text, val_text = split_train_val(text)
@@ -116,7 +116,7 @@ def _bits_per_char_by_hand(model, tok, data, n_ctx):
 
 @pytest.mark.parametrize("kind", ["char", "bpe"])
 def test_training_record_reports_bits_per_character(kind):
-    from core.train import training_record
+    from core.training.trainer import training_record
 
     t = bpe_small() if kind == "bpe" else small(steps=20, heads_interval=0)
     while not t.done:
@@ -135,8 +135,8 @@ def test_training_record_reports_bits_per_character(kind):
 
 
 def test_command_line_trains_a_bpe_model(tmp_path, capsys):
-    from core.checkpoint import read_card
-    from core.tokenizer import BPETokenizer
+    from core.nn.checkpoint import read_card
+    from core.nn.tokenizer import BPETokenizer
 
     corpus = tmp_path / "c.txt"
     corpus.write_text(BOATS + HELD_OUT)
@@ -148,7 +148,7 @@ def test_command_line_trains_a_bpe_model(tmp_path, capsys):
     model, tok = load_checkpoint(tmp_path / "out")
     assert isinstance(tok, BPETokenizer) and tok.vocab_size == model.config.vocab_size == 280
     assert (tmp_path / "out" / "tokenizer.json").is_file()
-    from core.checkpoint import read_config
+    from core.nn.checkpoint import read_config
     _, _, training = read_config(tmp_path / "out")
     bits = training["val_bits_per_char"]
     assert f"= {bits:.4f} bits/char" in printed and "nats/token" in printed

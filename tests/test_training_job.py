@@ -14,14 +14,14 @@ import zipfile
 import pytest
 import torch
 
-import core.checkpoint as checkpoint
-import core.speed as speed
-import core.training_job as tj
-from core.checkpoint import checkpoint_zip, load_checkpoint, sanitise_model_name, user_model_folder
-from core.job_settings import JobSettings, validate_settings
-from core.threads import torch_threads
-from core.train import Trainer
-from core.training_job import TrainingJob
+import core.nn.checkpoint as checkpoint
+import core.training.speed as speed
+import core.training.training_job as tj
+from core.nn.checkpoint import checkpoint_zip, load_checkpoint, sanitise_model_name, user_model_folder
+from core.training.job_settings import JobSettings, validate_settings
+from core.serve.threads import torch_threads
+from core.training.trainer import Trainer
+from core.training.training_job import TrainingJob
 from tests.polling import stays, wait_until
 
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
@@ -296,7 +296,7 @@ def test_validate_settings_names_the_field():
 
 
 def test_validate_settings_for_a_bpe_counts_the_context_in_tokens():
-    from core.job_settings import job_cost
+    from core.training.job_settings import job_cost
     bpe = JobSettings(tokenizer="bpe", bpe_vocab=512)
     assert bpe.bpe_vocab_size == 512 and JobSettings(bpe_vocab=512).bpe_vocab_size is None
     assert validate_settings(bpe, 1_000_000, 512, split_tokens=(400_000, 45_000)) == {}

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from safetensors import SafetensorError
 
-import core.checkpoint as checkpoint
-import core.training_job as tj
-from core.checkpoint import load_checkpoint
-from core.quota import QuotaError
-from core.training_job import BusyError, JobStatus, TrainingJob, busy_message
+import core.nn.checkpoint as checkpoint
+import core.training.training_job as tj
+from core.nn.checkpoint import load_checkpoint
+from core.training.quota import QuotaError
+from core.training.training_job import BusyError, JobStatus, TrainingJob, busy_message
 from tests.polling import wait_until
 from tests.test_training_job import TEXT, start_process, tiny
 
@@ -139,7 +139,7 @@ def test_a_full_disk_while_saving_a_finished_run_says_so_and_writes_nothing(tmp_
     def full(*args, **kwargs):
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, message: \"No space left on device\" })")
 
-    monkeypatch.setattr("core.model_store.save_file", full)
+    monkeypatch.setattr("core.nn.model_store.save_file", full)
     with pytest.raises(OSError, match="No space left on device: the disk is full, so nothing was saved"):
         job.save(tmp_path, "full")
     assert list(tmp_path.iterdir()) == []  # no half-written model, no temporary folder

@@ -1,13 +1,13 @@
-"""What the training page's live view reads off a run's status (core.training_view), on statuses built here
+"""What the training page's live view reads off a run's status (core.figures.training_view), on statuses built here
 so that every number is known."""
 import math
 import types
 
 import pytest
 
-from core import training_view as view
+from core.figures import training_view as view
 from core.induction import THRESHOLD
-from core.job_settings import JobSettings
+from core.training.job_settings import JobSettings
 
 
 def status(**kw):

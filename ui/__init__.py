@@ -14,9 +14,9 @@ function looks up patches that submodule (``ui.models.SHIPPED_DIR``), not the pa
 import pandas  # noqa: F401  imported up front: Streamlit imports it lazily, and sessions racing on that
 import streamlit  # noqa: F401  first import could see a half-initialised module (seen under classroom load)
 
-from core.checkpoint import load_checkpoint  # noqa: F401  re-exported: used through ui before the split
-from core.paths import user_models_dir  # noqa: F401  re-exported: app.py and the training page import it from ui
-from core.threads import page_threads, use_threads
+from core.nn.checkpoint import load_checkpoint  # noqa: F401  re-exported: used through ui before the split
+from core.serve.paths import user_models_dir  # noqa: F401  re-exported: app.py and the training page import it from ui
+from core.serve.threads import page_threads, use_threads
 from ui.caching import model_cache
 from ui.charts import _containers, _Encoded, _FIGURE_CACHES, _FIGURE_CACHES_LOCK, cached_figure, chart, encoded, \
     metric_row, shared_chart
@@ -30,4 +30,4 @@ from ui.models import _load, _stamp, current, DEFAULT_MODEL, load_model, model_k
 from ui.prompts import _SURROGATE, _vocab_tag, accept_lone_surrogates, IDS_SUFFIX, prompt_ids_now, prompt_input, \
     REPLACED, repair_surrogates, set_prompt_ids
 
-use_threads(page_threads())  # see core.threads: one thread per page run unless TE_TORCH_THREADS says otherwise
+use_threads(page_threads())  # see core.serve.threads: one thread per page run unless TE_TORCH_THREADS says otherwise

@@ -1,4 +1,4 @@
-"""The compute line: page work waits for a slot of the server's gate (core.gate), unless its result is cached.
+"""The compute line: page work waits for a slot of the server's gate (core.serve.gate), unless its result is cached.
 Also whose background runs are still wanted (a session's id, and whether it is still alive)."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import threading
 
 import streamlit as st
 
-from core.gate import Gate, GateFull, gate_slots
+from core.serve.gate import Gate, GateFull, gate_slots
 
 
 @st.cache_resource
 def compute_gate(lane: str = "short") -> Gate | None:
-    """The server's gates of page work (core.gate), one per lane. "short": a page's analysis of a new prompt
+    """The server's gates of page work (core.serve.gate), one per lane. "short": a page's analysis of a new prompt
     (a few hundred ms), as many at once as cores. "long": generating text (seconds), one fewer: with a single
     line, a quick attention rerun waited behind every text being generated (measured: attention p50 8 -> 15 s
     with 30 students), so long work never takes every core."""

@@ -6,8 +6,8 @@ import secrets
 
 import streamlit as st
 
-from core import model_export
-from core.paths import user_models_dir
+from core.training import model_export
+from core.serve.paths import user_models_dir
 from ui.models import shipped_names
 
 
@@ -25,10 +25,10 @@ def upload_limit_mb() -> int:
 def offer_shakespeare_fetch(key: str) -> bool:
     """Where Tiny Shakespeare was looked for, where to put it by hand, and a button that fetches it: from its
     public source, on this click only, checked against its SHA-256 and saved in the corpora folder beside the
-    models (core.fetch). True once it is saved: the caller reruns, and shakespeare_path() finds it from then
+    models (core.training.fetch). True once it is saved: the caller reruns, and shakespeare_path() finds it from then
     on. Any failure is shown with the same where-to-put-it advice."""
-    from core import fetch  # read at call time: tests point fetch.SHAKESPEARE at a local server
-    from core.corpus import CORPUS_ENV, fetched_shakespeare_path, shakespeare_candidates
+    from core.training import fetch
+    from core.training.corpus import CORPUS_ENV, fetched_shakespeare_path, shakespeare_candidates
 
     source, dest = fetch.SHAKESPEARE, fetched_shakespeare_path()
     by_hand = f"save {source.url} as `{dest}` yourself, or set the {CORPUS_ENV} environment variable to the file's path"
@@ -70,7 +70,7 @@ def job_controls(job, s, polling: bool, prefix: str, busy: type[Exception], resu
 
 
 def save_form(prefix: str, name_key: str) -> None:
-    """Save the run of ``st.session_state[f"{prefix}_job"]`` (a paused, stopped or finished core.training_job): a
+    """Save the run of ``st.session_state[f"{prefix}_job"]`` (a paused, stopped or finished core.training.training_job): a
     name box, two ticks (replace a model of mine, select it in the sidebar), the Save button, then what the save
     said and the downloads of what it saved. ``name_key``: the name box's key, written out by the page (tests find
     text boxes by the keys in the pages' source); every other key starts with ``prefix``. A new run starts the

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
-from core.folder_files import lstamp
-from core.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
+from core.nn.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
+from core.serve.folder_files import lstamp
+from core.serve.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
 from ui.frame import ROOT, ensure_frame
 
 SHIPPED_DIR = ROOT / "assets" / "models"  # read at call time below: tests point it at a folder of their own
@@ -16,7 +16,7 @@ DEFAULT_MODEL = "shakespeare-char"
 
 def _stamp(path: Path) -> int:
     """Changes whenever the checkpoint is rewritten, so the cache reloads a retrained model (links are read for
-    what they are, never followed: core.folder_files.lstamp)."""
+    what they are, never followed: core.serve.folder_files.lstamp)."""
     try:
         return hash(lstamp(path))
     except OSError:  # the folder is mid-swap or gone: a stamp of its own, and the load says what is wrong

@@ -33,10 +33,10 @@ def prompt_ids_now(key: str, tokenizer) -> list[int]:
 
 
 def prompt_input(label: str, default: str, key: str, tokenizer, n_ctx: int, height: int = 100):
-    """A prompt box that never fails: returns a core.tokenizer.Prompt after showing its warnings.
+    """A prompt box that never fails: returns a core.nn.tokenizer.Prompt after showing its warnings.
     Callers check ``prompt.empty`` and show a hint instead of a chart. Ids written by ``set_prompt_ids`` are
     used while the box still shows their text."""
-    from core.tokenizer import Prompt
+    from core.nn.tokenizer import Prompt
 
     text = st.text_area(label, value=default, key=key, height=height, max_chars=10_000)
     if REPLACED in (text or ""):  # accept_lone_surrogates wrote it, or the text held one

@@ -1,0 +1,1 @@
+"""What the pages compute on a model: attention, induction, interventions, trace, sampling, cost, scaling."""

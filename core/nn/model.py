@@ -1,0 +1,335 @@
+"""The lecture's transformer, small enough to read in one sitting.
+
+Order as in nanoGPT: config, attention, MLP, block, model. Attention is written out so that the
+scores (before the causal mask) and the pattern (after the masked softmax) come back from
+``forward`` itself; a fused kernel is used only when nobody asked to see them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, asdict
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model's shape. The defaults are the lecture's class-demo model (see MODEL_PRESETS below); m and n_ctx
+    are those of our character-level corpus. Frozen: a config is shared by caches and never changes."""
+    vocab_size: int = 65   # m, the number of distinct tokens (characters here)
+    n_ctx: int = 128       # longest sequence the position table covers
+    d_model: int = 64      # d, width of the residual stream
+    n_heads: int = 4       # h; each head works in d/h dimensions
+    n_layers: int = 2      # L, number of transformer blocks
+    d_ff: int | None = None  # hidden width of the MLP; None means the conventional 4d
+    # What GPT-2 adds to the lecture's model; the defaults are the lecture's (and every checkpoint saved before them)
+    bias: bool = False         # a bias on every linear map inside the blocks (W_QKV, W_O, W1, W2)
+    activation: str = "relu"   # the MLP's nonlinearity: "relu", "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
+    tie_weights: bool = False  # the output map reuses the token embedding matrix (GPT-2) instead of its own
+    ln_eps: float = 1e-5       # LayerNorm's epsilon (PyTorch's default, and GPT-2's)
+
+    def __post_init__(self):
+        problems = config_problems(asdict(self))
+        if problems:
+            raise ValueError("; ".join(problems.values()))
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+SHAPE_FIELDS = ("vocab_size", "n_ctx", "d_model", "n_heads", "n_layers", "d_ff")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+# How pages name and write each nonlinearity (one home: the home page's formula, the Inside page's prose and metric)
+ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)"}
+ACTIVATION_LATEX = {"relu": r"\operatorname{ReLU}", "gelu": r"\operatorname{GELU}",
+                    "gelu_tanh": r"\operatorname{GELU}_{\tanh}"}
+# A unit is silent when its input was 0 or below. ReLU then gives exactly 0; GELU gives a small number <= 0
+# (x * Phi(x) is at least -0.17 and never exactly 0 for x < 0), so counting exact zeros would find none.
+SILENT_WORDS = {"relu": "exactly 0", "gelu": "0 or below", "gelu_tanh": "0 or below"}
+
+
+def silent_units(hidden, activation: str) -> int:
+    """How many of the MLP's hidden values (after ``activation``) come from an input of 0 or below: exactly 0 for
+    ReLU, 0 or below for GELU (whose output has the sign of its input)."""
+    hidden = torch.as_tensor(hidden)
+    return int((hidden == 0).sum()) if activation == "relu" else int((hidden <= 0).sum())
+
+
+def config_problems(values: dict) -> dict[str, str]:
+    """Field name -> what is wrong with it, for a would-be ModelConfig; empty when it can be built. The one
+    validation of a model's shape: ModelConfig raises with these messages, the training form shows them
+    beside its fields."""
+    problems: dict[str, str] = {}
+    for name in SHAPE_FIELDS:
+        value = values.get(name)
+        if name == "d_ff" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems[name] = f"{name} must be a whole number, got {value!r}"
+        elif value < 1:
+            problems[name] = f"{name} must be at least 1, got {value}"
+    if "d_model" not in problems and "n_heads" not in problems and values["d_model"] % values["n_heads"]:
+        d, h = values["d_model"], values["n_heads"]
+        problems["n_heads"] = (f"d_model={d} is not divisible by n_heads={h}: each head needs a whole width d/h "
+                               f"(try n_heads in {head_counts(d)})")
+    for name in ("bias", "tie_weights"):
+        if not isinstance(values.get(name, False), bool):
+            problems[name] = f"{name} must be true or false, got {values[name]!r}"
+    if values.get("activation", "relu") not in ACTIVATIONS:
+        problems["activation"] = f"activation must be one of {', '.join(ACTIVATIONS)}, got {values['activation']!r}"
+    eps = values.get("ln_eps", 1e-5)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        problems["ln_eps"] = f"ln_eps must be a number between 0 and 1, got {eps!r}"
+    return problems
+
+
+def head_counts(n: int, limit: int | None = 64) -> list[int]:
+    """The numbers of heads (up to ``limit``; None: all) that divide a width n into whole head widths."""
+    top = n if limit is None else min(n, limit)
+    return [k for k in range(1, top + 1) if n % k == 0]
+
+
+# The one table of named shapes: the lecture's model and published ones. The training form, the command
+# line, the cost page and the benchmarks take their shapes from here. GPT-2 and GPT-3 share the
+# 50,257-token BPE vocabulary. These are shapes: GPT-2's biases, GELU and tied output map are the config
+# fields bias, activation and tie_weights, which a GPT-2 folder sets when it is loaded (core.nn.hf).
+_GPT2 = dict(vocab_size=50257, n_ctx=1024)
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    "lecture": ModelConfig(),
+    "GPT-2 small": ModelConfig(**_GPT2, d_model=768, n_heads=12, n_layers=12),
+    "GPT-2 medium": ModelConfig(**_GPT2, d_model=1024, n_heads=16, n_layers=24),
+    "GPT-2 large": ModelConfig(**_GPT2, d_model=1280, n_heads=20, n_layers=36),
+    "GPT-2 XL": ModelConfig(**_GPT2, d_model=1600, n_heads=25, n_layers=48),
+    "GPT-3 175B": ModelConfig(vocab_size=50257, n_ctx=2048, d_model=12288, n_heads=96, n_layers=96),
+}
+PRESETS = MODEL_PRESETS  # the older name, kept for code that imports it
+LECTURE = MODEL_PRESETS["lecture"]
+
+
+@dataclass
+class AttentionRecord:
+    scores: torch.Tensor   # (B, h, n, n) scaled dot products q_i.k_j/sqrt(d_k) for all i, j, before the mask
+    pattern: torch.Tensor  # (B, h, n, n) weights after the masked softmax; rows sum to 1, zero above the diagonal
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor                      # (B, n, m)
+    loss: torch.Tensor | None = None          # mean cross-entropy when targets were given
+    attn: list[AttentionRecord] | None = None  # one record per layer when return_attn=True
+    present: "KVCache | None" = field(default=None, repr=False)  # key/value cache after this call
+
+
+class KVCache:
+    """Keys and values of every layer for incremental decoding, in buffers allocated once for n_ctx
+    positions: appending a step is a slice copy, not a concatenation of the whole past. The model
+    updates it in place and returns it as ``out.present``."""
+
+    def __init__(self, config: "ModelConfig", batch: int, dtype=torch.float32, device=None):
+        shape = (config.n_layers, batch, config.n_heads, config.n_ctx, config.d_head)  # (L, B, h, n_ctx, d/h)
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
+        self.length = 0  # positions filled so far
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Write this call's (B, h, n, d/h) keys and values after the cached ones; return all of them."""
+        end = self.length + k.shape[2]
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, h, length + n, d/h) views
+
+    def __getitem__(self, layer: int):
+        """(keys, values) of a layer so far, each (B, h, length, d/h)."""
+        return self.k[layer, :, :, :self.length], self.v[layer, :, :, :self.length]
+
+
+def future_mask(n: int, n_k: int | None = None, device=None) -> torch.Tensor:
+    """Boolean (n, n_k) matrix, True where key j lies in the future of query i. With a cached prefix
+    (n_k > n) the n queries are the last n positions, so query i sits at position n_k - n + i."""
+    n_k = n if n_k is None else n_k
+    return torch.ones(n, n_k, dtype=torch.bool, device=device).triu(n_k - n + 1)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        d = config.d_model
+        self.n_heads = config.n_heads
+        self.d_head = config.d_head
+        # W_Q, W_K, W_V of every head stored side by side in one (d, 3d) map; bias-free in the lecture, not in GPT-2
+        self.qkv = nn.Linear(d, 3 * d, bias=config.bias)
+        self.out = nn.Linear(d, d, bias=config.bias)  # W_O mixes the concatenated heads
+
+    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None, last_query=False):
+        """last_query: the output of the last position only, (B, 1, d); the keys and values of every position
+        are still computed (and cached). For the last block when only the next token's logits are read."""
+        B, n, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        # (B, n, d) -> (B, n, h, d/h) -> (B, h, n, d/h)
+        q = q.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
+        k = k.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
+        v = v.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
+        if cache is not None:  # incremental decoding: the cached keys and values come first
+            k, v = cache.append(layer, k, v)  # (B, h, n_past + n, d/h) each
+        if last_query and not return_attn:
+            q, n = q[:, :, -1:], 1  # (B, h, n, d/h) -> (B, h, 1, d/h): the last query sees every key
+        n_k = k.shape[2]
+        record = None
+        if return_attn:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, n, d/h) x (B, h, d/h, n_k) -> (B, h, n, n_k)
+            future = future_mask(n, n_k, device=x.device)  # query i may see keys j <= i only
+            pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            y = pattern @ v  # (B, h, n, n_k) x (B, h, n_k, d/h) -> (B, h, n, d/h)
+            record = AttentionRecord(scores=scores, pattern=pattern)
+        elif n == 1:
+            # a single new query sees every cached key: no mask needed
+            y = F.scaled_dot_product_attention(q, k, v)
+        elif n == n_k:
+            # fused fast path: same math, the (n, n) matrix is never materialised
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future_mask(n, n_k, device=x.device))
+        if head_fn is not None:  # an intervention sees (and may replace) every head's output before W_O
+            y = head_fn(layer, y)  # (B, h, n, d/h) -> (B, h, n, d/h)
+        y = y.transpose(1, 2).contiguous().view(B, n, d)  # concatenate heads: (B, h, n, d/h) -> (B, n, d)
+        return self.out(y), record
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.w1 = nn.Linear(config.d_model, config.d_ff, bias=config.bias)  # W1 in R^{d x d_ff}
+        self.w2 = nn.Linear(config.d_ff, config.d_model, bias=config.bias)  # W2 in R^{d_ff x d}
+        self.activation = config.activation
+
+    def act(self, h):
+        """The nonlinearity on W1's output (B, n, d_ff). The ReLU may overwrite its input in place: the linear
+        map's backward needs its input, not its output, so this saves a (B, n, d_ff) buffer (about 3% per step)."""
+        if self.activation == "relu":
+            return F.relu(h, inplace=True)
+        # GELU needs its input for the backward pass, so it cannot work in place
+        return F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
+
+    def forward(self, x):
+        return self.w2(self.act(self.w1(x)))  # W2^T f(W1^T u) at every position
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.d_model, eps=config.ln_eps)  # scale and shift: 2d parameters
+        self.attn = MultiHeadAttention(config)
+        self.ln2 = nn.LayerNorm(config.d_model, eps=config.ln_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None, last_only=False):
+        """last_only: return the stream at the last position only, (B, 1, d). Its attention still reads every
+        position's keys and values, but the queries, W_O and the MLP of the other positions are skipped."""
+        # pre-norm residual updates: the stream x is read from and added to, never overwritten
+        a, record = self.attn(self.ln1(x), return_attn=return_attn, cache=cache, layer=layer, head_fn=head_fn,
+                              last_query=last_only)
+        if last_only and not return_attn:
+            x = x[:, -1:]  # (B, n, d) -> (B, 1, d)
+        x = x + a
+        x = x + self.mlp(self.ln2(x))
+        return x, record
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.pos_emb = nn.Embedding(config.n_ctx, config.d_model)  # learned absolute positions
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model, eps=config.ln_eps)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # back to the m vocabulary entries
+        if config.tie_weights:  # GPT-2: one (m, d) matrix reads tokens in and scores them out
+            self.head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+        # GPT-2's scaled init for the maps that write into the residual stream
+        for name, p in self.named_parameters():
+            if name.endswith("attn.out.weight") or name.endswith("mlp.w2.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    # forward in three steps, each callable alone: interventions that change only block l onwards run the
+    # blocks before l once and start the rest from the stream they leave (core.interventions.head_losses)
+
+    def embed(self, idx, offset: int = 0) -> torch.Tensor:
+        """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d)."""
+        # a slice of the position table, not a lookup: same values, one op fewer per decoding step
+        return self.tok_emb(idx) + self.pos_emb.weight[offset:offset + idx.shape[1]]  # (B, n, d) + (n, d)
+
+    def blocks_from(self, x, start: int = 0, stop: int | None = None, return_attn=False, cache=None, head_fn=None,
+                    last_only=False):
+        """Blocks start..stop-1 (stop: default all) on the stream x (B, n, d) entering block ``start``.
+        Returns (the stream leaving block stop-1, their attention records: one per block run, or Nones).
+        last_only: the last block run computes the last position only (its stream comes back as (B, 1, d))."""
+        records = []
+        stop = len(self.blocks) if stop is None else stop
+        for i in range(start, stop):
+            x, record = self.blocks[i](x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn,
+                                       last_only=last_only and i == stop - 1)
+            records.append(record)
+        return x, records
+
+    def readout(self, x) -> torch.Tensor:
+        """Final LayerNorm and output map: the stream leaving the last block (..., d) -> logits (..., m)."""
+        return self.head(self.ln_f(x))
+
+    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None, last_only=False):
+        """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
+
+        last_only: logits of the last position only, (B, 1, m): all that generation reads. The output map is the
+        largest matrix of a GPT-2-sized model, and (B, n, m) logits of a long prompt are gigabytes (nanoGPT's
+        inference-time shortcut). Not with targets, whose loss needs every position.
+        return_attn: also return per layer the scores before the mask and the pattern after it.
+        head_fn: optional ``f(layer, y) -> y`` applied to each layer's per-head outputs y (B, h, n, d/h) before
+        W_O mixes them, for interventions such as switching heads off (core.interventions).
+        use_cache / past: incremental decoding. use_cache=True returns ``out.present``, a KVCache; pass it
+        back as ``past`` with the next token(s), whose positions continue after it. It is updated in place.
+        """
+        B, n = idx.shape
+        offset = 0 if past is None else past.length
+        if offset + n > self.config.n_ctx:
+            raise ValueError(
+                f"sequence of {offset + n} tokens is longer than the model's context n_ctx={self.config.n_ctx}"
+            )
+        cache = past
+        if cache is None and use_cache:
+            cache = KVCache(self.config, B, dtype=self.pos_emb.weight.dtype, device=idx.device)
+        # with last_only, the last block skips what no later block reads: the queries, W_O and MLP of every position
+        # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not with an
+        # intervention (head_fn sees every position) nor with the attention returned (the full pattern is wanted).
+        skip = last_only and head_fn is None and not return_attn
+        x, records = self.blocks_from(self.embed(idx, offset), 0, return_attn=return_attn, cache=cache, head_fn=head_fn,
+                                      last_only=skip)
+        if cache is not None:
+            cache.length += n
+        if last_only and targets is not None:
+            raise ValueError("last_only gives no loss: the loss needs the logits of every position")
+        logits = self.readout(x[:, -1:] if last_only else x)  # (B, n, m), or (B, 1, m)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n))  # (B*n, m) vs (B*n,)
+        return ModelOutput(
+            logits=logits,
+            loss=loss,
+            attn=records if return_attn else None,
+            present=cache if use_cache else None,
+        )

@@ -1,0 +1,1 @@
+"""Serving many sessions: the compute gate, thread counts, paths, formatting, safe file access."""

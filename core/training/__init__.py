@@ -1,0 +1,1 @@
+"""Training: recipes, data, the trainer, background jobs, scaling studies, corpora."""

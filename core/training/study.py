@@ -1,0 +1,244 @@
+"""A scaling study: a grid of small models (several sizes N) trained on several amounts of text (token budgets D),
+each once, with the project's own training loop; the runs go into ``runs.csv`` and Hoffmann et al.'s L(N, D) is
+fitted to them. N is the non-embedding parameter count, D the characters seen, the loss the held-out loss in nats
+per character (core.training.study_grid says why each).
+
+- core.training.study_grid: the grids, ``RunSpec`` and ``train_one(spec) -> row``, a plain function: one model, one
+  budget, one seed, one torch thread.
+- core.training.study_engines: ``LocalEngine`` (a process pool on this machine, the default) or ``RayEngine`` (Ray tasks)
+  only schedule it; the same specs give the same rows on either.
+- core.training.study_run: ``run_study``, one session: the runs runs.csv lacks, each written in as it finishes.
+- core.training.study_files: runs.csv, study.json, fit.json and progress.json, written atomically and read with checks.
+- here: the fit of a finished study, its card (README.md) and the command line. Every name of those modules is
+  importable from here too (``from core.training.study import train_one``), as it was before they were split out.
+
+Command line: ``python -m core.study --corpus FILE --grid tiny|small|full --engine local|ray --out DIR``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import signal
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from core.training.corpus import read_text_file
+# the names of the split-out modules, re-exported: pages, tests, bench and core.training.study_job import them from here
+from core.training.study_engines import (ENGINES, PR_SET_PDEATHSIG, LocalEngine, RayEngine, ShouldStop,  # noqa: F401
+                                StudyStopped, die_with_parent, make_engine, ray_runtime_env)
+from core.training.study_files import (CARD, FIT_JSON, PROGRESS_JSON, RUNS_CSV, SHIPPED_STUDY, STUDY_JSON,  # noqa: F401
+                              dropped_note, format_rows, open_study, read_fit, read_meta, read_progress, read_rows,
+                              read_study, rows_to_arrays, usable_rows, write_atomic)
+from core.training.study_grid import (FLOAT_FIELDS, GRIDS, INT_FIELDS, MAX_EPOCHS, N_CONVENTION, ROW_FIELDS,  # noqa: F401
+                             STARTUP_S, TIMING_FIELDS, Grid, RunSpec, StudyError, corpus_problem, corpus_sha256,
+                             estimate_seconds, grid_from_file, non_embedding, resolve_grid, run_cost, train_one)
+from core.training.study_run import (MIN_FREE_BYTES, Progress, machine_description, prepare_folder, run_study,  # noqa: F401
+                            study_meta)
+
+PARENT_ENV = "TE_STUDY_PARENT"  # set by core.training.study_job: the study stops when the app that started it is gone
+
+
+# ---------------------------------------------------------------- the fit of a finished study
+
+def fit_study(rows: list[dict], resamples: int = 200, seed: int = 0) -> dict:
+    """The Hoffmann et al. fit of L(N, D) to the rows, with bootstrap intervals over runs (core.scaling)."""
+    from core.scaling import bootstrap_fit, fit_scaling_law
+
+    good, bad = usable_rows(rows)  # a diverged run is left out, and named in "dropped"
+    N, D, loss = rows_to_arrays(good)  # (R,) each, R = the usable runs
+    law = fit_scaling_law(N, D, loss)
+    # resampled by run, since a run is one measurement; a fixed seed gives the same rows the same intervals
+    boot = bootstrap_fit(N, D, loss, law, resamples=resamples, seed=seed)
+    return {"runs": len(good), "law": asdict(law), "r2_log": law.r2_log(N, D, loss),
+            "rms_log": law.rms_log_error(N, D, loss), "bootstrap": boot, "N_convention": N_CONVENTION,
+            "dropped": [{"run_id": r.get("run_id"), "reason": why} for r, why in bad]}
+
+
+COMPARED = (("alpha", "α (capacity exponent)"), ("beta", "β (data exponent)"),
+            ("a", "β/(α+β): N_opt ∝ C to this power"), ("E", "E (the floor)"), ("A", "A"), ("B", "B"))
+
+
+def comparison_rows(law, intervals: dict | None = None) -> list[dict]:
+    """The fitted constants (a ScalingLaw or its dict) with their intervals beside Chinchilla's and Epoch's."""
+    from core.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
+
+    law = law if isinstance(law, ScalingLaw) else ScalingLaw(**law)  # fit.json holds the law as a dict
+
+    def value(l: ScalingLaw, key: str) -> float:
+        return l.N_exponent if key == "a" else getattr(l, key)  # a is derived from α and β, not a field
+
+    rows = []
+    for key, name in COMPARED:
+        lo, hi = (intervals or {}).get(key, (math.nan, math.nan))  # no interval given: NaN, the columns stay
+        rows.append({"constant": name, "key": key, "this study": value(law, key), "95% low": lo, "95% high": hi,
+                     "Chinchilla 2022": value(CHINCHILLA, key), "Epoch 2024": value(EPOCH_2024, key)})
+    return rows
+
+
+def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
+    """The study's card (README.md): what was trained, how, on what, how long it took, and the fit."""
+    from core.scaling import CHINCHILLA, EPOCH_2024
+
+    g = meta["grid"]
+    sessions = meta.get("sessions", [])
+    # seconds: the sessions' wall time against the runs' summed CPU time shows how many cores the study had
+    wall = sum(s.get("wall_s", 0) for s in sessions)
+    cpu = sum(r["cpu_s"] for r in rows)
+    lines = [f"# Scaling study: {meta['corpus']}, grid {g['name']}", "",
+             f"{len(rows)} runs: widths d = {', '.join(map(str, g['widths']))} at depth L = {g['n_layers']} "
+             f"(heads of {g['head_width']} dimensions), each trained on D = "
+             f"{', '.join(f'{t:,}' for t in sorted({r['D'] for r in rows}))} characters "
+             f"(batch {g['batch_size']} x n_ctx {g['n_ctx']}, recipe {g['recipe']}, seed {g['seed']}, one torch thread "
+             f"per run), on {meta['corpus']} ({meta['corpus_chars']:,} characters, {meta['split']}; the corpus is not "
+             "in the repository).", "",
+             f"- N: {meta['N_convention']}.",
+             "- D: training characters seen (steps x batch x n_ctx); one character is one token.",
+             f"- loss: {meta['loss']}.", "- flops: 6ND.", ""]
+    lines += ["## How it was made", ""]
+    for s in sessions:  # the exact command of each session: how to make the study again
+        lines.append(f"- `{s['command']}`: engine {s['engine']}, runs {s['runs_before']} to {s['runs_after']}, "
+                     f"wall time {s['wall_s'] / 60:.1f} min, started {s['started']}, on {s['machine']}; load average "
+                     f"{s.get('load_start')} at the start, {s.get('load_end')} at the end"
+                     + (f". {s['note']}" if s.get("note") else ""))
+    lines += ["", f"Wall time {wall / 60:.1f} min in all; the runs' CPU time adds up to {cpu / 60:.1f} min.", ""]
+    if fit is not None:  # no fit (too few usable runs, or no law of this form): the card describes the runs alone
+        law, b = fit["law"], fit["bootstrap"]
+        ci = b["intervals"]
+        lines += ["## The fit", "",
+                  "Hoffmann et al.'s L(N, D) = A/N^α + B/D^β + E, fitted as they did (Huber loss on log L, L-BFGS from "
+                  "their grid of 4,500 starts). Intervals: the 2.5th and 97.5th percentiles over "
+                  f"{b['resamples'] - b['failed']} bootstrap refits on runs drawn with replacement "
+                  f"({b['failed']} of {b['resamples']} resamples gave no law of this form).", "",
+                  "| constant | this study | 95% interval | Chinchilla (2022) | Epoch (2024) |", "|---|---|---|---|---|"]
+        # E's unit differs: nats per character here, per (sub-word) token in the papers
+        for key, name in (("alpha", "α"), ("beta", "β"), ("E", "E (nats/char here, nats/token there)"),
+                          ("A", "A"), ("B", "B")):
+            lo, hi = ci[key]
+            lines.append(f"| {name} | {law[key]:.4g} | {lo:.4g} to {hi:.4g} | {getattr(CHINCHILLA, key):.4g} | "
+                         f"{getattr(EPOCH_2024, key):.4g} |")
+        # N_opt ∝ C^a: of 10x the compute, a factor 10^a goes to N and the rest to D
+        a = law["beta"] / (law["alpha"] + law["beta"])
+        lo, hi = ci["a"]
+        # an RMS error of log loss r is a typical relative error of exp(r) - 1
+        lines += ["", f"R² of log loss: {fit['r2_log']:.4f}; RMS error of log loss: {fit['rms_log']:.4f} "
+                  f"(about {100 * (math.exp(fit['rms_log']) - 1):.1f} % of the loss).",
+                  f"Compute-optimal N grows as C^{a:.2f} (95% interval {lo:.2f} to {hi:.2f}); Chinchilla's constants "
+                  f"say C^{CHINCHILLA.beta / (CHINCHILLA.alpha + CHINCHILLA.beta):.2f}, Epoch's "
+                  f"C^{EPOCH_2024.beta / (EPOCH_2024.alpha + EPOCH_2024.beta):.2f}.", "",
+                  "Files: `runs.csv` (one row per run), `study.json` (grid, corpus checksum, sessions), `fit.json` "
+                  "(the fit, the bootstrap intervals)."]
+    text = "\n".join(lines) + "\n"
+    write_atomic(Path(folder) / CARD, text)
+    return text
+
+
+def finish_study(folder, resamples: int = 200) -> dict | None:
+    """Once every run is in: fit.json and the card. Returns the fit (None when the runs pin down no law)."""
+    from core.scaling import FitError
+    from core.analysis.scaling_runs import MIN_RUNS
+
+    folder = Path(folder)
+    meta = json.loads((folder / STUDY_JSON).read_text())
+    rows = read_rows(folder / RUNS_CSV)
+    fit = None
+    if len(usable_rows(rows)[0]) >= MIN_RUNS:  # fewer runs cannot pin down the law's five constants: no fit
+        try:
+            fit = fit_study(rows, resamples=resamples)
+        except FitError as e:
+            fit = None
+            meta["fit_error"] = str(e)
+    if fit is not None:
+        write_atomic(folder / FIT_JSON, json.dumps(fit, indent=1) + "\n")
+    write_card(folder, meta, rows, fit)
+    return fit
+
+
+# ---------------------------------------------------------------- command line
+
+def _bar(p: Progress):
+    width = 28  # characters: the bar and the text after it fit on one terminal line
+    filled = int(width * p.done / max(1, p.total))
+    eta = "" if p.eta is None else f", ETA {p.eta / 60:.1f} min"
+    last = "" if p.row is None else f" | {p.row['run_id']}: loss {p.row['loss']:.4f}"
+    # \r on stderr: the bar redraws its own line, and stdout keeps only the summary lines
+    sys.stderr.write(f"\r[{'#' * filled}{'-' * (width - filled)}] {p.done}/{p.total} runs{last} | "
+                     f"{p.elapsed / 60:.1f} min{eta} ")
+    sys.stderr.flush()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m core.study",
+                                description="Train a grid of small models (sizes x token budgets) and fit L(N, D).")
+    p.add_argument("--corpus", required=True, help="UTF-8 text file (Tiny Shakespeare for the shipped study)")
+    p.add_argument("--grid", default="tiny", help=f"{' | '.join(GRIDS)} | a .json file with widths and tokens "
+                                                  "(default tiny)")
+    p.add_argument("--engine", default="local", help="local: a process pool on this machine (default); ray: Ray "
+                                                     "tasks on RAY_ADDRESS's cluster or on a local Ray instance")
+    p.add_argument("--out", required=True, help="study folder: runs.csv, study.json, fit.json, README.md; a folder "
+                                                "holding part of the same study is continued")
+    p.add_argument("--workers", type=int, default=None, help="processes (local) or CPUs (a local Ray instance); "
+                                                             "default: every core")
+    p.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the intervals (default 200)")
+    p.add_argument("--nice", type=int, default=0, help="lower this study's CPU priority (what the app does)")
+    p.add_argument("--note", default="", help="a sentence for the card (the machine was shared, say)")
+    args = p.parse_args(argv)
+    argv_used = argv if argv is not None else sys.argv[1:]
+    command = "python -m core.study " + shlex.join(str(a) for a in argv_used)  # for the card: how to run it again
+
+    stop = threading.Event()
+    parent = os.environ.get(PARENT_ENV)
+
+    def should_stop() -> bool:
+        # started by the app: stop when the app's process is gone (this process is then adopted by another)
+        return stop.is_set() or (parent is not None and str(os.getppid()) != parent)
+
+    def on_signal(signum, frame):
+        # the engine sees it at its next check (twice a second): finished runs stay, the ones under way end
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)  # the app's Stop (core.training.study_job) sends SIGTERM to this process
+    signal.signal(signal.SIGINT, on_signal)
+    if args.nice:
+        os.nice(args.nice)
+    try:
+        if args.engine not in ENGINES:  # before the corpus is read: a typo costs nothing
+            raise StudyError(f"unknown engine {args.engine!r}; choose one of {', '.join(ENGINES)}")
+        grid = resolve_grid(args.grid)
+        try:
+            text = read_text_file(args.corpus)
+        except ValueError as e:
+            raise StudyError(f"--corpus: {e}") from None
+        engine = make_engine(args.engine, args.workers)
+        specs = grid.specs()  # no text: only to count and name the runs for the line below
+        print(f"study: grid {grid.name}, {len(specs)} runs (d = {', '.join(map(str, grid.widths))}; D = "
+              f"{', '.join(f'{grid.steps(t) * grid.tokens_per_step:,}' for t in grid.tokens)}), engine {engine.name}, "
+              f"out {args.out}")
+        print(f"N: {N_CONVENTION}")  # up front: this N is not the N of Hoffmann et al.
+        rows = run_study(grid, text, Path(args.corpus).name, args.out, engine, command=command, progress=_bar,
+                         should_stop=should_stop, note=args.note)
+        sys.stderr.write("\n")  # end the progress bar's line
+        print(f"{len(rows)} runs in {Path(args.out) / RUNS_CSV}")
+        fit = finish_study(args.out, resamples=args.bootstrap)
+        if fit is not None:
+            law, ci = fit["law"], fit["bootstrap"]["intervals"]
+            print("fit: " + ", ".join(f"{k} = {law[k]:.4g} [{ci[k][0]:.4g}, {ci[k][1]:.4g}]"
+                                      for k in ("alpha", "beta", "E", "A", "B")) + f"; R² (log loss) {fit['r2_log']:.4f}")
+        print(f"card: {Path(args.out) / CARD}")
+        return 0
+    except StudyError as e:
+        sys.stderr.write(f"\nerror: {e}\n")
+        return 2  # bad input, as argparse's own errors
+    except StudyStopped:
+        done = len(read_rows(Path(args.out) / RUNS_CSV))  # from the file: this session's runs and earlier ones
+        sys.stderr.write(f"\nstopped: {done} runs are in {Path(args.out) / RUNS_CSV}; run the same command again to "
+                         "continue\n")
+        return 130  # what a shell reports for Ctrl-C (128 + SIGINT): study_job reads it as stopped
+
+
+if __name__ == "__main__":
+    sys.exit(main())

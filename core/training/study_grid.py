@@ -1,0 +1,245 @@
+"""The grid of a scaling study and its runs: which models (widths d) on which amounts of text (budgets D), what one
+run needs (``RunSpec``), and ``train_one(spec) -> row``, the plain function every engine schedules. No engine and no
+file here (core.training.study_engines, core.training.study_files).
+
+N is the non-embedding parameter count (Kaplan et al. 2020): every parameter except the token embedding, the
+position table and the output map. Hoffmann et al. (2022) count every parameter; runs.csv keeps that count too
+(``N_total``). At these sizes the two differ by up to a factor of two (the 65-character vocabulary's embedding
+and output map are a large share of a d = 16 model) and the embedding tables do little of the modelling that
+the capacity term describes; Kaplan et al. found the non-embedding count gives the cleaner power law.
+D is the number of training tokens (characters) seen: steps x batch x n_ctx. The loss is the validation loss
+over every full n_ctx window of the held-out last 10 % of the corpus, in nats per character. flops = 6ND.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from core.training.corpus import TRAIN_FRACTION
+from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
+from core.nn.model import ModelConfig
+from core.params import count_parameters
+
+# Muennighoff et al. 2023 ("Scaling Data-Constrained Language Models", arXiv:2305.16264): up to about four passes
+# over the same text cost little against fresh text; beyond that a run measures repetition rather than data.
+MAX_EPOCHS = 4
+STARTUP_S = 8.0                 # starting Python, torch and the workers before the first step (measured: 5-10 s)
+N_CONVENTION = ("N counts every parameter except the token embedding, the position table and the output map "
+                "(the non-embedding count of Kaplan et al. 2020); N_total counts them all (Hoffmann et al. 2022)")
+
+
+class StudyError(ValueError):
+    """A study that cannot run as asked; the message says why and what to do."""
+
+
+# ---------------------------------------------------------------- the grid
+
+@dataclass(frozen=True)
+class Grid:
+    """Model widths x token budgets, at fixed depth, context, batch and recipe."""
+    name: str
+    widths: tuple[int, ...]     # d of each model size; h = d / head_width heads
+    tokens: tuple[int, ...]     # D of each budget, rounded to whole steps of batch_size x n_ctx tokens
+    n_layers: int = 2
+    n_ctx: int = 64
+    batch_size: int = 16        # 16 x 64 tokens a step: at these budgets more steps beat bigger batches (measured:
+                                # d = 32 on 300K tokens reached 2.25 with 16, 2.37 with 32)
+    head_width: int = 16
+    recipe: str = "muon"        # a name of core.training.trainer.RECIPES
+    seed: int = 1337            # every run: the same seed, so runs of one size share their start and batches
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.n_ctx  # one step reads batch_size windows of n_ctx tokens
+
+    def heads(self, d: int) -> int:
+        """The most heads of at least head_width dimensions each that divide d (at least one)."""
+        # h must divide d (each head gets d / h dimensions); a wider model gets more heads, not wider ones
+        return max(h for h in range(1, max(1, d // self.head_width) + 1) if d % h == 0)
+
+    def steps(self, tokens: int) -> int:
+        # the nearest whole number of steps, and at least one: a budget under one batch still trains on one
+        return max(1, round(tokens / self.tokens_per_step))
+
+    @property
+    def max_tokens(self) -> int:
+        # the largest budget as trained (whole steps), not as asked: what the corpus must be able to feed
+        return max(self.steps(t) for t in self.tokens) * self.tokens_per_step
+
+    def specs(self, text: str = "") -> list["RunSpec"]:
+        # no text: specs only to list or cost the runs (the CLI's summary, estimate_seconds), not to train them
+        sha = corpus_sha256(text) if text else ""
+        out = []
+        for d in self.widths:
+            for t in self.tokens:
+                steps = self.steps(t)
+                # the id names the size and the budget as trained: a continued study matches rows to specs by it
+                out.append(RunSpec(run_id=f"d{d}-D{steps * self.tokens_per_step}", d_model=d, n_heads=self.heads(d),
+                                   n_layers=self.n_layers, n_ctx=self.n_ctx, batch_size=self.batch_size, steps=steps,
+                                   recipe=self.recipe, seed=self.seed, corpus_sha256=sha, text=text))
+        return out
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+GRIDS: dict[str, Grid] = {
+    # a smoke test: 6 runs, too few for the five constants of the law, but the points show the trend
+    "tiny": Grid("tiny", widths=(16, 32, 64), tokens=(100_000, 300_000)),
+    # enough runs to fit: 4 sizes x 3 budgets spanning 10x
+    "small": Grid("small", widths=(16, 32, 48, 64), tokens=(150_000, 500_000, 1_500_000)),
+    # the shipped study: 6 sizes (N spans 35x) x 4 budgets spanning 10x
+    "full": Grid("full", widths=(16, 24, 32, 48, 64, 96), tokens=(300_000, 600_000, 1_200_000, 3_000_000)),
+}
+
+
+def grid_from_file(path) -> Grid:
+    """A grid of one's own: a JSON object with Grid's fields (name, widths and tokens at least)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        # JSON gives lists; the frozen (hashable) Grid holds tuples of whole numbers
+        data["widths"], data["tokens"] = tuple(int(v) for v in data["widths"]), tuple(int(v) for v in data["tokens"])
+        grid = Grid(**{"name": Path(path).stem, **data})  # the file's name unless it names itself
+    except (OSError, ValueError, TypeError, KeyError) as e:  # TypeError: a field Grid does not have
+        raise StudyError(f"--grid {path}: not a grid file ({type(e).__name__}: {e}); give tiny, small, full or a "
+                         "JSON file with widths and tokens") from None
+    if not grid.widths or not grid.tokens or min(grid.widths + grid.tokens) < 1:
+        raise StudyError(f"--grid {path}: widths and tokens must be lists of positive whole numbers")
+    return grid
+
+
+def resolve_grid(name: str) -> Grid:
+    if name in GRIDS:
+        return GRIDS[name]
+    if name.endswith(".json"):
+        return grid_from_file(name)
+    raise StudyError(f"unknown grid {name!r}; choose one of {', '.join(GRIDS)} (or give a .json grid file)")
+
+
+def corpus_sha256(text: str) -> str:
+    # what makes two sessions' corpora the same (study.json keeps it), whatever the file is called
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def corpus_problem(grid: Grid, text: str, name: str = "the corpus") -> str | None:
+    """Why ``text`` cannot feed ``grid`` (None if it can): the largest budget may read the training part at most
+    MAX_EPOCHS times, and each part needs a full window."""
+    train_chars = int(len(text) * TRAIN_FRACTION)
+    need = math.ceil(grid.max_tokens / MAX_EPOCHS / TRAIN_FRACTION)  # characters: MAX_EPOCHS passes over its 90 %
+    if grid.max_tokens > MAX_EPOCHS * train_chars:
+        fits = [g for g in GRIDS.values() if g.max_tokens <= MAX_EPOCHS * train_chars]
+        other = f" or --grid {fits[-1].name}" if fits else ""  # GRIDS runs small to large: the largest that fits
+        return (f"{name} is too small for the {grid.name} grid: its largest budget is D = {grid.max_tokens:,} tokens, "
+                f"and the training part ({TRAIN_FRACTION:.0%}, {train_chars:,} characters) may be read at most "
+                f"{MAX_EPOCHS} times ({MAX_EPOCHS * train_chars:,} tokens). Beyond about {MAX_EPOCHS} passes a run "
+                f"measures repetition rather than data (Muennighoff et al. 2023). Use a text of at least {need:,} "
+                f"characters{other}.")
+    # a window is n_ctx + 1 characters (the targets are the inputs shifted by one); one more for the split's rounding
+    if len(text) * (1 - TRAIN_FRACTION) < grid.n_ctx + 2:
+        return f"{name} is too short: its held-out part needs at least one window of {grid.n_ctx + 1} characters"
+    return None
+
+
+# ---------------------------------------------------------------- one run
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one run needs, the corpus included (so that a worker anywhere can train it)."""
+    run_id: str
+    d_model: int
+    n_heads: int
+    n_layers: int
+    n_ctx: int
+    batch_size: int
+    steps: int
+    recipe: str
+    seed: int
+    corpus_sha256: str = ""
+    # the text is no part of a run's identity (its checksum is), and a megabyte has no place in a repr or a log
+    text: str = field(default="", repr=False, compare=False)
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.batch_size * self.n_ctx  # D as trained: whole steps
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        return ModelConfig(vocab_size=vocab_size, n_ctx=self.n_ctx, d_model=self.d_model, n_heads=self.n_heads,
+                           n_layers=self.n_layers)
+
+
+# runs.csv's columns; every one but the last two is the same for the same spec whichever engine trained it
+ROW_FIELDS = ("run_id", "d_model", "n_heads", "n_layers", "n_ctx", "batch_size", "steps", "N", "N_total", "D", "loss",
+              "train_loss", "flops", "seed", "recipe", "wall_s", "cpu_s")
+TIMING_FIELDS = ("wall_s", "cpu_s")
+# the types read_rows gives each column back (csv holds only text); the rest stay strings
+INT_FIELDS = {"d_model", "n_heads", "n_layers", "n_ctx", "batch_size", "steps", "N", "N_total", "D", "seed"}
+FLOAT_FIELDS = {"loss", "train_loss", "flops", "wall_s", "cpu_s"}
+
+
+def non_embedding(counts: dict) -> int:
+    """N as this study counts it: the blocks and the final LayerNorm (see the module's docstring)."""
+    return counts["blocks"] + counts["final_norm"]
+
+
+def train_one(spec: RunSpec) -> dict:
+    """Train one model of ``spec`` from its seed on one thread and measure it: a runs.csv row."""
+    # imported here: the page and the study job import this module for the grid alone, not the training stack
+    from core.serve.threads import use_threads
+    from core.training.trainer import Trainer, TrainConfig, windowed_loss
+
+    use_threads(1)  # one thread per worker, whatever the engine: the same kernels, so the same numbers
+    if not spec.text:
+        raise StudyError(f"run {spec.run_id}: the spec carries no corpus")
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    # measured once, at the end (eval_interval = steps), with no induction recording (heads_interval = 0): the
+    # row needs neither, and both cost time
+    tc = TrainConfig.recipe(spec.recipe, steps=spec.steps, batch_size=spec.batch_size, seed=spec.seed,
+                            heads_interval=0, eval_interval=spec.steps)
+    trainer = Trainer(spec.text, dict(n_ctx=spec.n_ctx, d_model=spec.d_model, n_heads=spec.n_heads,
+                                      n_layers=spec.n_layers), tc)
+    while not trainer.done:
+        trainer.step()
+    val = windowed_loss(trainer.model, trainer.val_data)
+    # the training loss over as many characters as the held-out part: the two are comparable, a gap is overfitting
+    train = windowed_loss(trainer.model, trainer.train_data[: len(trainer.val_data)])
+    counts = count_parameters(trainer.config)
+    n = non_embedding(counts)
+    return {"run_id": spec.run_id, "d_model": spec.d_model, "n_heads": spec.n_heads, "n_layers": spec.n_layers,
+            "n_ctx": spec.n_ctx, "batch_size": spec.batch_size, "steps": spec.steps, "N": n,
+            "N_total": counts["total"], "D": trainer.tokens_seen, "loss": round(val, 6), "train_loss": round(train, 6),
+            "flops": float(FLOPS_PER_PARAM_TOKEN * n * trainer.tokens_seen), "seed": spec.seed, "recipe": spec.recipe,
+            # seconds; the only columns an engine or a busy machine may change (TIMING_FIELDS)
+            "wall_s": round(time.perf_counter() - wall0, 2), "cpu_s": round(time.process_time() - cpu0, 2)}
+
+
+def run_cost(spec: RunSpec) -> float:
+    """A run's relative cost, for scheduling: 6ND plus a per-step overhead that dominates tiny models."""
+    n = 12 * spec.n_layers * spec.d_model ** 2  # the blocks' weights: 4d^2 attention + 8d^2 MLP per layer
+    # 30,000 flop-equivalents per token: what 6ND leaves out (embedding, output map, the loop's own work)
+    return spec.tokens * (FLOPS_PER_PARAM_TOKEN * n + 30_000)
+
+
+def estimate_seconds(grid: Grid, reference: list[dict], workers: int | None = None) -> float | None:
+    """Rough wall time of ``grid`` on ``workers`` idle cores, from the CPU seconds of reference runs (the shipped
+    study's) per unit of run_cost; None without reference runs."""
+    ref = [r for r in reference if r.get("cpu_s")]
+    if not ref:
+        return None
+    per_cost = sum(r["cpu_s"] for r in ref) / sum(run_cost(_spec_of(r)) for r in ref)  # CPU seconds per unit of cost
+    costs = sorted((run_cost(s) * per_cost for s in grid.specs()), reverse=True)
+    lanes = [0.0] * max(1, workers or os.cpu_count() or 1)  # seconds of work queued on each worker
+    for c in costs:  # longest first onto the least loaded worker, as the pool schedules them
+        lanes[lanes.index(min(lanes))] += c
+    return STARTUP_S + max(lanes)  # the study ends when its busiest worker does
+
+
+def _spec_of(row: dict) -> RunSpec:
+    # enough of a spec to cost a finished run (no corpus: it is never trained again)
+    return RunSpec(run_id=row["run_id"], d_model=row["d_model"], n_heads=row["n_heads"], n_layers=row["n_layers"],
+                   n_ctx=row["n_ctx"], batch_size=row["batch_size"], steps=row["steps"], recipe=row["recipe"],
+                   seed=row["seed"])

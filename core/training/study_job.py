@@ -1,0 +1,287 @@
+"""A scaling study in the background, for the app: ``python -m core.study`` in a process group of its own.
+
+The study runs like a training run (core.training.training_job) but outside the server's process: its workers would
+otherwise share the server's interpreter, and a study keeps every core busy for minutes. The page polls
+``status()``, which reads the study folder (runs.csv and progress.json, both replaced atomically by the study).
+Pause and resume are SIGSTOP and SIGCONT to the whole group (the runs under way freeze where they are and go on
+from there, so their results do not change); stop is SIGTERM, after which the study ends its workers and keeps
+the runs finished so far, and resume starts it again on the same folder, which trains only what is missing.
+
+One study per browser session (the page keeps the handle in its session state) and at most MAX_RUNNING_STUDIES
+per server: each uses every core. A handle that is garbage-collected (its session ended) ends its study, and the
+study itself stops when the server's process is gone.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.training.job_common import BACKGROUND_NICE, JobBusyError, JobState, signal_name
+from core.serve.paths import REPO_ROOT
+from core.training.study import (GRIDS, PARENT_ENV, RUNS_CSV, StudyError, corpus_problem, read_progress,
+                        read_rows, resolve_grid)
+
+MAX_RUNNING_STUDIES = 1  # each study keeps every core busy; a second would only halve the speed of both
+NICE = BACKGROUND_NICE   # below the server's own work: the pages stay responsive while a study trains
+BOOTSTRAP = 100          # refits for the intervals at the end (the shipped study used 200)
+# every state status() gives; pausing is immediate (SIGSTOP to the group), so there is no "pausing" between
+STATES = ("new", "starting", "running", "paused", "stopping", "stopped", "finished", "failed")
+ACTIVE = ("starting", "running", "paused", "stopping")  # the process is alive
+MOVING = ("starting", "running", "stopping")             # changes by itself: a page keeps polling (not "paused")
+
+_JOBS: "weakref.WeakSet[StudyJob]" = weakref.WeakSet()  # weak: a handle whose session ended must be collectable
+_LOCK = threading.Lock()  # the count of running studies and the start are one step, or two sessions both pass
+
+
+class BusyError(JobBusyError):
+    """The server runs as many studies as it allows."""
+
+
+@dataclass(frozen=True)
+class StudyStatus(JobState):
+    ACTIVE = ACTIVE  # JobState.active and .moving read these; no annotation, so they are not fields
+    MOVING = MOVING
+    state: str               # one of STATES
+    done: int                # runs in runs.csv
+    total: int               # runs in the grid
+    rows: list[dict] = field(repr=False)
+    message: str = ""
+    elapsed_s: float = 0.0
+    eta_s: float | None = None
+    problem: str = ""        # why runs.csv cannot be read (it names the file); rows is then empty
+
+    @property
+    def can_pause(self) -> bool:
+        return self.state in ("starting", "running")
+
+    @property
+    def can_resume(self) -> bool:
+        # a failed study can resume too: runs.csv keeps what finished, and a resume trains only what is missing
+        return self.state == "paused" or (self.state in ("stopped", "failed") and self.done < self.total)
+
+    @property
+    def can_stop(self) -> bool:
+        return self.state in ("starting", "running", "paused")
+
+
+def _signal_group(pid: int, sig: int):
+    # the whole group: the study's workers are its children, and a signal to the study alone would leave them
+    # training (SIGSTOP) or orphaned (SIGKILL). The group's id is the study's pid (start_new_session)
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group has ended already; a reused number that is no longer ours is not touched
+
+
+def _end(pid_box: list, folder_box: list):
+    """Finaliser: end the study's process group, and remove a folder the job made for itself."""
+    pid = pid_box[0]
+    if pid:
+        _signal_group(pid, signal.SIGCONT)  # a paused (SIGSTOPped) group cannot act on SIGTERM until it runs
+        _signal_group(pid, signal.SIGTERM)
+    if folder_box[0]:
+        shutil.rmtree(folder_box[0], ignore_errors=True)
+
+
+class StudyJob:
+    """Handle of one study started from the app. ``corpus_path``: the text file to train on (a built-in corpus is
+    written into the study folder first by the page); ``folder``: where runs.csv goes (default: a new temporary
+    folder, made only when the study starts: None until then); ``temporary``: remove the folder with the handle
+    (always so for a folder made here), or as soon as a first start is refused."""
+
+    def __init__(self, corpus_path, grid: str, folder=None, workers: int | None = None, nice: int = NICE,
+                 temporary: bool = False, corpus_name: str | None = None):
+        self.grid = resolve_grid(grid)
+        self.grid_name = grid
+        self.corpus_path = Path(corpus_path)
+        self.corpus_name = corpus_name or self.corpus_path.name
+        self.own_folder = temporary or folder is None
+        self.folder: Path | None = Path(folder) if folder else None  # made by _launch when None
+        self.workers, self.nice = workers, nice
+        self.proc: subprocess.Popen | None = None
+        # one-item lists, shared with the finaliser: it must not hold the handle itself (or the handle would
+        # never be collected), yet it must see the pid and folder the handle has at the end
+        self._pid = [None]  # the study's process group while it may have members; None once ended
+        self._own = [str(self.folder) if self.own_folder and self.folder else None]  # for the finaliser
+        self._paused = False
+        self._stopping = False
+        self._started = None
+        weakref.finalize(self, _end, self._pid, self._own)
+
+    @staticmethod
+    def new_folder() -> Path:
+        """A fresh temporary folder for a study (for a built-in corpus written there before the job starts)."""
+        return Path(tempfile.mkdtemp(prefix="te-study-"))
+
+    @property
+    def runs_csv(self) -> Path | None:
+        return self.folder / RUNS_CSV if self.folder else None
+
+    def command(self) -> list[str]:
+        # the command line of a study run by hand (README): the page's study and a teacher's are one program
+        cmd = [sys.executable, "-m", "core.study", "--corpus", str(self.corpus_path), "--grid", self.grid_name,
+               "--engine", "local", "--out", str(self.folder), "--bootstrap", str(BOOTSTRAP)]
+        if self.workers:
+            cmd += ["--workers", str(self.workers)]
+        if self.nice:  # the study lowers its own priority, before it starts any worker: they inherit it
+            cmd += ["--nice", str(self.nice)]
+        return cmd
+
+    def _alive(self) -> bool:
+        if self.proc is None:
+            return False
+        if self.proc.poll() is None:
+            return True
+        if self._pid[0]:  # just ended: end what is left of its group (the workers of a study killed outright)
+            _signal_group(self._pid[0], signal.SIGKILL)
+            self._pid[0] = None  # once only: the number may be reused once the group is empty
+        return False
+
+    def _launch(self):
+        with _LOCK:
+            running = sum(1 for j in list(_JOBS) if j is not self and j._alive())
+            if running >= MAX_RUNNING_STUDIES:
+                raise BusyError(f"{running} scaling stud{'y is' if running == 1 else 'ies are'} already running on "
+                                "this server (each keeps every core busy); wait for it to finish or stop yours")
+            if self.folder is None:  # nothing is written before a study really starts
+                self.folder = self.new_folder()
+                self._own[0] = str(self.folder)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            # appended: a resumed study keeps the log of its earlier sessions; status() reads its tail on failure
+            log = open(self.folder / "study.log", "ab")
+            try:
+                # a session of its own: its pid names a process group holding the study and its workers, so pause,
+                # resume and stop reach them all (_signal_group); PARENT_ENV: the study ends if this server dies
+                self.proc = subprocess.Popen(self.command(), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=log, start_new_session=True,
+                                             env={**os.environ, PARENT_ENV: str(os.getpid())})
+            finally:
+                log.close()  # the child has its own descriptor
+            self._pid[0] = self.proc.pid
+            self._paused = self._stopping = False
+            self._started = time.time()
+            _JOBS.add(self)
+
+    def start(self):
+        """Check the corpus against the grid (StudyError), then start the study. BusyError at the server's limit.
+        A refused first start leaves no temporary folder (the page's corpus copy included)."""
+        try:
+            try:
+                text = self.corpus_path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise StudyError(f"the corpus cannot be read: {e}") from None
+            problem = corpus_problem(self.grid, text, self.corpus_path.name)
+            if problem:
+                raise StudyError(problem)
+            if self._alive():
+                raise RuntimeError("this study is running already")
+            self._launch()
+        except BaseException:
+            if self.proc is None and self.own_folder and self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                self._own[0] = None
+            raise
+
+    def pause(self):
+        if self._alive() and not self._stopping:
+            _signal_group(self.proc.pid, signal.SIGSTOP)
+            self._paused = True
+
+    def resume(self):
+        """Continue a paused study, or start a stopped one again on its folder (only the missing runs)."""
+        if self._alive():
+            if self._paused:  # SIGCONT: the runs under way go on from where they froze, their results unchanged
+                _signal_group(self.proc.pid, signal.SIGCONT)
+                self._paused = False
+        elif self.proc is not None:  # ended: a new process on the same folder, which skips the runs in runs.csv
+            self._launch()
+
+    def stop(self, wait: float | None = 10.0):
+        """End the study; the runs finished so far stay in runs.csv."""
+        if not self._alive():
+            return
+        self._stopping = True
+        _signal_group(self.proc.pid, signal.SIGCONT)  # a paused study must run to hear the request
+        try:
+            self.proc.send_signal(signal.SIGTERM)  # the study's own process: it ends its workers itself
+        except ProcessLookupError:
+            pass
+        self._paused = False
+        if wait:
+            try:
+                self.proc.wait(wait)
+            except subprocess.TimeoutExpired:  # not ending within ``wait``: a page's Stop must not hang it
+                _signal_group(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+    def log_tail(self, chars: int = 600) -> str:
+        if self.folder is None:
+            return ""
+        try:
+            text = (self.folder / "study.log").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return text[-chars:]
+
+    def status(self) -> StudyStatus:
+        problem = ""
+        try:
+            rows = read_rows(self.runs_csv) if self.folder else []
+        except StudyError as e:
+            rows, problem = [], str(e)  # said on the page rather than raised: the study's controls stay usable
+        progress = (read_progress(self.folder) if self.folder else None) or {}
+        total = len(self.grid.widths) * len(self.grid.tokens)
+        elapsed = time.time() - self._started if self._started else 0.0
+        if self.proc is None:
+            state, message = "stopped" if rows else "new", ""
+        elif self._alive():
+            # the handle knows pause and stop itself (they were its signals); only running vs starting is read
+            # from progress.json, which the study writes once it has read its corpus and starts its runs
+            if self._stopping:
+                state = "stopping"
+            elif self._paused:
+                state = "paused"
+            else:
+                state = "running" if progress.get("state") == "running" else "starting"
+            message = ""
+        else:
+            code = self.proc.returncode
+            if code == 0:
+                state, message = "finished", ""
+            elif self._stopping or code == 130:  # stopped by the handle, or by itself when the app went away
+                state, message = "stopped", ""
+            elif code < 0:  # killed from outside: the system out of memory, or another program
+                state = "failed"
+                name = signal_name(-code)
+                message = (f"the study process was killed ({name}), by the system when memory ran out or by another "
+                           f"program; {len(rows)} of {total} runs were kept"
+                           + (": Resume trains the rest" if len(rows) < total else ""))
+            else:
+                state = "failed"
+                tail = self.log_tail()
+                # the study's own error line (argparse's and the CLI's start with "error:"), else the log's end
+                message = tail.split("error:", 1)[-1].strip() if "error:" in tail else tail.strip()[-400:]
+        eta = progress.get("eta_s") if state == "running" else None  # a paused study's estimate would go stale
+        return StudyStatus(state=state, done=len(rows), total=total, rows=rows, message=message, elapsed_s=elapsed,
+                           eta_s=eta, problem=problem)
+
+
+def grid_choices() -> dict[str, str]:
+    """Grid name -> a label with its number of runs and sizes."""
+    return {name: f"{name}: {len(g.widths)} sizes x {len(g.tokens)} budgets = {len(g.widths) * len(g.tokens)} runs"
+            for name, g in GRIDS.items()}
+
+
+def running_studies() -> int:
+    # _alive also ends what is left of the group of a study that has just ended (its workers)
+    return sum(1 for j in list(_JOBS) if j._alive())
+

@@ -1,0 +1,349 @@
+"""One training loop for the command line and the training page.
+
+Nothing here is specific to the UI: ``Trainer.step()`` runs one optimisation step and returns its
+metrics, ``Trainer.evaluate()`` estimates train and validation loss; callers decide what to show.
+The settings, recipes and schedule are ``core.training.recipes``; the tokenizer, batches and scoring ``core.training.train_data``;
+both are re-exported here, so ``from core.training.trainer import ...`` finds every name it always found.
+
+    python -m core.train --out assets/models/NAME [--tokenizer bpe --vocab-size 1024] [--steps N] ...
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from core.nn.checkpoint import load_checkpoint, save_checkpoint
+from core.training.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_description, split_train_val
+from core.induction import HeadRecorder, formation_step, induction_summary
+from core.nn.model import LECTURE, ModelConfig, Transformer
+from core.params import count_parameters, per_block_formula
+from core.serve.threads import use_threads
+from core.nn.tokenizer import CharTokenizer, Tokenizer
+# re-exported: pages, bench, tests and core.training.job_settings import these from core.training.trainer
+from core.training.recipes import (DEFAULT_RECIPE, OPTIMIZERS, RECIPE_TITLES, RECIPES, SCHEDULES, TrainConfig,  # noqa: F401
+                          describe_recipe, lr_at, lr_scale, make_optimizers, param_groups, train_problems)
+from core.training.train_data import (BPE_CHUNK, DEFAULT_BPE_VOCAB, MAX_PRETOKEN, TOKENIZERS, bpe_pieces,  # noqa: F401
+                             encode_corpus, get_batch, get_windows, held_out_score, make_tokenizer, min_corpus_chars,
+                             mixed_batch, repeat_share, windowed_loss, windowed_total)
+
+
+_INIT_LOCK = threading.Lock()  # one model built at a time in this process: see _seeded
+
+
+@contextmanager
+def _seeded(seed: int):
+    """Torch's global generator seeded for the block, then put back as it was. Building a model draws its
+    initial weights from that generator; two sessions starting at the same moment must not interleave
+    their draws (or a seed would no longer fix the weights), nor reseed anyone else's sampling."""
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):  # devices=[]: the CPU generator only, no CUDA probe
+        torch.manual_seed(seed)
+        yield
+
+
+class Trainer:
+    # Everything a run needs from the first step to the last: tokenizer, encoded parts, model, optimisers and
+    # the generators that make a seed repeat the run exactly. No I/O: the command line below and the training
+    # process (core.training.training_child) drive it one step() at a time and decide what to show.
+    def __init__(self, text: str, model_config: ModelConfig | dict, train_config: TrainConfig | None = None,
+                 tokenizer: Tokenizer | None = None, bpe_vocab_size: int | None = None):
+        """A run on ``text``: its first 90% trains, the rest is held out. The tokenizer is ``tokenizer`` if given;
+        else a byte-level BPE of ``bpe_vocab_size`` tokens learned from the training part alone, or, without a
+        size, one token per distinct character of the whole text (so the held-out part has no unknown ones)."""
+        self.tc = train_config or TrainConfig()
+        train_text, val_text = split_train_val(text)
+        if tokenizer is None:
+            # a character model's vocabulary comes from the whole text: otherwise a character seen only in the
+            # held-out part would be dropped from it; a BPE falls back to bytes, so it can stay unseen
+            tokenizer = (make_tokenizer("bpe", train_text, bpe_vocab_size) if bpe_vocab_size is not None
+                         else CharTokenizer.from_text(text))
+        self.tokenizer = tokenizer
+        if isinstance(model_config, dict):  # a shape without m: the tokenizer decides the vocabulary
+            model_config = ModelConfig(**{**model_config, "vocab_size": self.tokenizer.vocab_size})
+        if model_config.vocab_size != self.tokenizer.vocab_size:
+            raise ValueError(f"vocab_size={model_config.vocab_size} but the tokenizer has "
+                             f"{self.tokenizer.vocab_size} {self.tokenizer.units}")
+        self.config = model_config
+        # each part encoded on its own: no token straddles the boundary, and the training part is exactly the
+        # text the tokenizer learned from
+        self.train_data, self.val_data = encode_corpus(tokenizer, train_text), encode_corpus(tokenizer, val_text)
+        self.train_chars, self.val_chars = len(train_text), len(val_text)
+        need = model_config.n_ctx + 2  # a window of inputs and targets, from at least two start positions
+        if len(self.train_data) < need or len(self.val_data) < need:
+            if isinstance(tokenizer, CharTokenizer):  # characters can be counted in advance: say how many
+                raise ValueError(
+                    f"corpus too short: with a 90/10 split each part needs more than n_ctx+1={model_config.n_ctx + 1} "
+                    f"characters, i.e. at least {min_corpus_chars(model_config.n_ctx):,} characters in all "
+                    f"(got {len(self.train_data) + len(self.val_data):,})")
+            raise ValueError(
+                f"corpus too short: with a 90/10 split each part needs more than n_ctx+1={model_config.n_ctx + 1} "
+                f"{tokenizer.units}; the {tokenizer.describe()} makes {len(self.train_data):,} of the training part "
+                f"and {len(self.val_data):,} of the held-out part. Use a smaller n_ctx or a longer text")
+        with _seeded(self.tc.seed):
+            self.model = Transformer(model_config)
+        self.model.train()
+        self.optimizers = make_optimizers(self.model, self.tc)
+        # generators of its own, not torch's global one: another session's sampling cannot shift this run's
+        # batches, and the evaluation's windows do not consume the training draws
+        self.batch_gen = torch.Generator().manual_seed(self.tc.seed)
+        self.eval_gen_seed = self.tc.seed + 1
+        self.step_num = 0
+        self.tokens_seen = 0
+        self.train_time = 0.0
+        self.log: list[dict] = []
+        self.heads = (HeadRecorder(self.model, every=self.tc.heads_interval, tokenizer=self.tokenizer)
+                      if self.tc.heads_interval else None)  # the pages' probe: for a BPE, its whole tokens
+
+    def repeat_share(self, step: int | None = None) -> float:
+        """The share of rows holding a repeated span at 0-based ``step`` (default: the next one)."""
+        return repeat_share(self.step_num if step is None else step, self.tc)
+
+    def record_heads(self) -> bool:
+        """Measure every head on the induction probe if this step is due (and step 0); True if measured."""
+        # the last step too, due or not: the curve ends where the run did
+        if self.heads is None or not (self.heads.due(self.step_num) or self.done):
+            return False
+        if self.heads.rows and self.heads.rows[-1]["step"] == self.step_num:  # a last step that was also due
+            return False
+        self.heads.record(self.model, self.step_num)
+        return True
+
+    @property
+    def done(self) -> bool:
+        return self.step_num >= self.tc.steps
+
+    def step(self) -> dict:
+        """One optimisation step; returns step, loss, lr, tokens_per_s of this step."""
+        if self.step_num == 0:
+            self.record_heads()  # the untrained model, the curve's first point
+        t0 = time.perf_counter()  # the step alone is timed (batch, forward, backward, update): tokens_per_s
+        scale = lr_scale(self.step_num, self.tc)
+        for opt in self.optimizers:  # each group from its own peak: Muon's and AdamW's rates differ
+            for group in opt.param_groups:
+                group["lr"] = group["peak_lr"] * scale
+        x, y = self.next_batch()
+        loss = self.model(x, targets=y).loss
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.tc.grad_clip > 0:  # a rare huge gradient (an odd batch) would move the weights by its full size
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tc.grad_clip)
+        for opt in self.optimizers:
+            opt.step()
+        lr = self.tc.lr * scale  # AdamW's rate: the one the curves and the log show
+        dt = time.perf_counter() - t0
+        self.step_num += 1
+        self.tokens_seen += x.numel()  # B * n_ctx: every position of every row is a prediction
+        self.train_time += dt
+        self.record_heads()  # outside the timed part: the probe is not training
+        return {"step": self.step_num, "loss": loss.item(), "lr": lr, "tokens_per_s": x.numel() / max(dt, 1e-9)}
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's inputs and targets, (B, n_ctx) each, with the repeat mixture where it is on."""
+        # a method, not a call inlined in step(): bench/induction.py overrides it to try other mixtures
+        return mixed_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen,
+                           self.repeat_share(), self.config.vocab_size, self.tc.repeat_min_span,
+                           self.tc.repeat_max_span)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Loss estimated on the same eval_batches random windows of each split every time."""
+        self.model.eval()
+        result = {}
+        for split, data in (("train", self.train_data), ("val", self.val_data)):
+            # the same windows at every evaluation: the curve's wiggles are then the model's, not the sample's
+            gen = torch.Generator().manual_seed(self.eval_gen_seed)
+            losses = [self.model(*get_batch(data, self.config.n_ctx, self.tc.batch_size, gen)).loss.item()
+                      for _ in range(self.tc.eval_batches)]
+            result[f"{split}_loss"] = sum(losses) / len(losses)
+        self.model.train()  # evaluation happens mid-run: back to training mode for the next step
+        return result
+
+    def log_eval(self, tokens_per_s: float | None = None) -> dict:
+        row = {"step": self.step_num, **self.evaluate(), "tokens_per_s": tokens_per_s}
+        self.log.append(row)
+        return row
+
+
+def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_time_s: float,
+                    command: str | None = None, **extra) -> dict:
+    """The ``training`` metadata of a checkpoint, with train and validation loss measured the same way
+    for every model: over all full n_ctx windows of the held-out part (and as many training tokens), in nats
+    per token, and on the held-out part also in bits per character (``held_out_score``)."""
+    c, tc, tok = trainer.config, trainer.tc, trainer.tokenizer
+    val = held_out_score(trainer.model, tok, trainer.val_data)
+    # as many training tokens as held-out ones: the same cost, and the two losses compare like for like
+    train_full = windowed_loss(trainer.model, trainer.train_data[: len(trainer.val_data)])
+    unit = tok.unit
+    record = {
+        "corpus": corpus_name,
+        "corpus_chars": corpus_chars,
+        "split": split_description(),  # in words: a card says which part of its corpus was held out
+        "tokenizer": tok.kind,
+        "tokenizer_description": tok.describe(),
+        "loss_unit": unit,  # the losses below are nats per this
+        "train_tokens": len(trainer.train_data),
+        "val_tokens": len(trainer.val_data),
+        "steps": trainer.step_num,
+        "batch_size": tc.batch_size,
+        "tokens_seen": trainer.tokens_seen,
+        "wall_time_s": round(wall_time_s, 1),
+        "train_loss": round(train_full, 4),
+        "val_loss": round(val["loss"], 4),
+        "val_bits_per_char": round(val["bits_per_char"], 4),
+        "val_chars_per_token": round(val["chars_per_token"], 4),
+        # how it was measured, on the card: a loss measured any other way is not comparable with it
+        "val_loss_method": (f"mean next-{unit} cross-entropy over all full {c.n_ctx}-{unit} windows of the held-out "
+                            f"{1 - TRAIN_FRACTION:.0%}; bits per character: their summed loss over the "
+                            f"{val['chars']:,} characters the {val['tokens']:,} predicted {tok.units} cover, / ln 2"),
+        "train_config": asdict(tc),  # every setting: with the command or the page's form, enough to rerun it
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),  # the wall time above depends on it
+    }
+    if command:
+        record["command"] = command
+    record.update(extra)
+    return record
+
+
+def _progress(step, total, loss, val, tps, elapsed, extra=""):
+    # on stderr, redrawn in place (\r): stdout keeps only the lines worth keeping in a log
+    eta = (total - step) * elapsed / max(step, 1)  # at the mean pace so far
+    width = 28
+    filled = int(width * step / total)
+    bar = "#" * filled + "-" * (width - filled)
+    val_s = f" val {val:.3f}" if val is not None else ""
+    sys.stderr.write(
+        f"\r[{bar}] {step}/{total} loss {loss:.3f}{val_s}{extra} | {tps / 1000:.1f}K tok/s | "
+        f"{elapsed:.0f}s elapsed, ETA {eta:.0f}s "
+    )
+    sys.stderr.flush()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m core.train",
+                                description="Train a transformer over characters or byte-level BPE tokens.")
+    p.add_argument("--corpus", help="UTF-8 text file (default: Tiny Shakespeare via $TE_CORPUS or ../shared/data)")
+    p.add_argument("--out", required=True, help="checkpoint folder to write")
+    for name in ("d_model", "n_heads", "n_layers", "n_ctx"):  # the lecture's shape by default
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(LECTURE, name))
+    p.add_argument("--d-ff", type=int, default=None, help="MLP width (default: 4 d)")
+    p.add_argument("--tokenizer", choices=TOKENIZERS, default="char",
+                   help="'char': one token per distinct character (the lecture's model); 'bpe': a byte-level BPE "
+                        "learned from the training 90%% only, saved as tokenizer.json beside the weights")
+    p.add_argument("--vocab-size", type=int, default=None, metavar="N",
+                   help=f"the BPE's vocabulary size, at least 256 (default {DEFAULT_BPE_VOCAB}); n_ctx then counts tokens")
+    p.add_argument("--optimizer", choices=list(RECIPES), default=DEFAULT_RECIPE,
+                   help="the recipe: 'muon' (Muon on the blocks' matrices, AdamW elsewhere, warmup-constant-cooldown) "
+                        "or 'adamw' (the usual AdamW with warmup and cosine decay); the flags below override it")
+    p.add_argument("--schedule", choices=list(SCHEDULES), default=None)
+    defaults = TrainConfig()
+    for name in ("batch_size", "steps", "warmup", "eval_interval", "eval_batches", "seed", "repeat_first_steps",
+                 "repeat_min_span", "repeat_max_span", "heads_interval"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
+                       help=f"default: the recipe's ({getattr(defaults, name)} for adamw)")
+    for name in ("lr", "muon_lr", "muon_momentum", "warmup_frac", "cooldown_frac", "min_lr_ratio", "weight_decay",
+                 "grad_clip", "beta2"):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=None)
+    p.add_argument("--repeat-fraction", type=float, default=None,
+                   help="share of training rows holding a span of random characters written twice at a random "
+                        "distance (default 0: plain text); with --repeat-first-steps N every row holds one for the "
+                        "first N steps. The data on which an induction head forms")
+    p.add_argument("--compare-to", default=None, metavar="CHECKPOINT",
+                   help="a model trained without repeats: its validation loss is measured the same way and the card "
+                        "states the difference (what the repeat mixture costs on plain text)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--overwrite", action="store_true")
+    args = p.parse_args(argv)
+    if args.tokenizer == "char" and args.vocab_size is not None:
+        p.error("--vocab-size applies to --tokenizer bpe; a character model's vocabulary is the corpus's characters")
+    bpe_vocab = (args.vocab_size or DEFAULT_BPE_VOCAB) if args.tokenizer == "bpe" else None  # None: characters
+    if bpe_vocab is not None and bpe_vocab < 256:
+        p.error(f"--vocab-size must be at least 256 (a byte-level BPE starts from the 256 bytes), got {bpe_vocab}")
+
+    # before any work; a process of its own may set the count (core.serve.threads: never so in the server)
+    use_threads(args.threads)
+    corpus = args.corpus or shakespeare_path()
+    if corpus is None:
+        p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
+    text = read_text_file(corpus)
+    # only the flags given override the recipe (their default None means "the recipe's"); --optimizer names it
+    given = {k: getattr(args, k) for k in asdict(defaults) if k != "optimizer" and getattr(args, k, None) is not None}
+    tc = TrainConfig.recipe(args.optimizer, **{"steps": defaults.steps, **given})
+    mc = dict(n_ctx=args.n_ctx, d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_ff)
+    trainer = Trainer(text, mc, tc, bpe_vocab_size=bpe_vocab)
+    counts = count_parameters(trainer.config)
+    c = trainer.config
+    tok = trainer.tokenizer
+    print(f"tokenizer: {tok.describe()}" + (f", learned from the training {TRAIN_FRACTION:.0%}"
+                                             if tok.kind == "bpe" else ""))
+    if bpe_vocab is not None and tok.vocab_size < bpe_vocab:
+        print(f"  (the text ran out of pairs seen twice: {tok.vocab_size:,} tokens, not {bpe_vocab:,})")
+    print(f"model: d={c.d_model} h={c.n_heads} L={c.n_layers} d_ff={c.d_ff} n_ctx={c.n_ctx} {tok.units} m={c.vocab_size}")
+    print(f"parameters per block: {counts['per_block']:,}  ({per_block_formula(c)})")
+    print(f"parameters in total:  {counts['total']:,}")
+    print(f"corpus: {corpus} ({len(text):,} chars; {len(trainer.train_data):,} train / {len(trainer.val_data):,} val "
+          f"{tok.units}" + (f", {trainer.train_chars / len(trainer.train_data):.2f} characters per token in the "
+                            f"training part" if tok.kind != "char" else "") + ")")
+
+    start = time.perf_counter()
+    val, tps_window, window_tokens, window_time = None, 0.0, 0, 0.0
+    trainer.log_eval()
+    while not trainer.done:
+        m = trainer.step()
+        # tokens per second over the steps since the last evaluation: a single step's figure jitters
+        window_tokens += tc.batch_size * c.n_ctx
+        window_time += tc.batch_size * c.n_ctx / m["tokens_per_s"]
+        if trainer.step_num % tc.eval_interval == 0 or trainer.done:
+            tps_window = window_tokens / max(window_time, 1e-9)
+            val = trainer.log_eval(tps_window)["val_loss"]
+            window_tokens, window_time = 0, 0.0
+        if trainer.step_num % 10 == 0 or trainer.done:
+            rows = trainer.heads.rows if trainer.heads else []
+            # the last measurement, one row per head: the best head's score
+            ind = f" induction {max(r['induction'] for r in rows[-c.n_layers * c.n_heads:]):.2f}" if rows else ""
+            _progress(trainer.step_num, tc.steps, m["loss"], val, m["tokens_per_s"], time.perf_counter() - start, ind)
+    sys.stderr.write("\n")
+    wall = time.perf_counter() - start
+    print(f"measuring the validation loss over every full window of the held-out {1 - TRAIN_FRACTION:.0%} ...")
+    argv_used = argv if argv is not None else sys.argv[1:]  # the card records the command, to rerun it
+    command = "python -m core.train " + shlex.join(str(a) for a in argv_used)
+    training = training_record(trainer, Path(corpus).name, len(text), wall, command)
+    if tok.kind == "char":
+        print(f"validation loss {training['val_loss']:.4f} nats/char (full {c.n_ctx}-char windows) = "
+              f"{training['val_bits_per_char']:.4f} bits/char")
+    else:
+        print(f"validation loss {training['val_loss']:.4f} nats/token (full {c.n_ctx}-token windows) = "
+              f"{training['val_bits_per_char']:.4f} bits/char ({training['val_chars_per_token']:.3f} characters per "
+              f"token)")
+    if args.compare_to:
+        base, base_tok = load_checkpoint(args.compare_to)
+        # losses per token of two tokenizers measure different things; the same one can be compared on our data
+        if (base_tok.to_dict(), base_tok.files()) != (tok.to_dict(), tok.files()):
+            p.error(f"{args.compare_to} has another tokenizer; its loss per token is not comparable")
+        base_val = round(windowed_loss(base, trainer.val_data), 4)
+        training["compared_to"] = {"model": Path(args.compare_to).name, "val_loss": base_val,
+                                   "difference": round(training["val_loss"] - base_val, 4)}
+        print(f"{Path(args.compare_to).name}: validation loss {base_val:.4f}; difference "
+              f"{training['val_loss'] - base_val:+.4f}")
+    heads = trainer.heads.rows if trainer.heads else None  # None: a run that never probed has no heads.csv
+    if heads:
+        formed = formation_step(heads)
+        training["induction"] = induction_summary(heads)
+        print("induction head: " + ("none reached the threshold" if formed is None else f"formed at step {formed:,}"))
+    # atomically: a run interrupted while saving leaves the old folder as it was, never half a new one
+    path = save_checkpoint(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite,
+                           heads=heads)
+    print(f"saved {path}")
+    return trainer  # the trained run itself, for a caller in Python (tests, notebooks)
+
+
+if __name__ == "__main__":
+    main()
