@@ -12,14 +12,13 @@ from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.serve.fmt import human
 from core.scaling import ScalingLaw
 from core.figures.scaling_figures import HALO, LAYOUT, _log_grid
-from core.analysis.scaling_runs import MIN_RUNS
+from core.training.scaling_study import UNFITTED  # the title's end before a fit
 from core.training.study import rows_to_arrays
 
 # the published frontiers in muted colours and dashes, so that this study's own (OURS, solid orange) stands out
 PUBLISHED_STYLE = {"Chinchilla (Hoffmann et al. 2022)": dict(color="#495057", dash="dash"),
                    "Epoch replication (Besiroglu et al. 2024)": dict(color="#1c7ed6", dash="dot")}
 OURS = "#e8590c"
-UNFITTED = f"the runs so far (the law is fitted from {MIN_RUNS} runs on)"  # the title's end before a fit
 
 
 def _palette(n: int) -> list[str]:

@@ -22,10 +22,12 @@ from core.scaling import CHINCHILLA_RUNS, LAW_PRESETS, FitError, ScalingLaw
 from core.analysis.scaling_runs import MIN_RUNS, Runs, RunsError
 from core.analysis.scaling_view import split
 from core.training.study import StudyError, comparison_rows, dropped_note, read_fit, rows_to_arrays
-from core.figures.study_figures import UNFITTED
 from core.training.study_job import StudyJob
 
 Fit = Callable[[str], ScalingLaw]  # the page's cached fit of a CSV of runs
+
+
+UNFITTED = f"the runs so far (the law is fitted from {MIN_RUNS} runs on)"  # a study figure's title before a fit
 
 
 def study_stamp(folder) -> tuple:
