@@ -38,7 +38,8 @@ def files(args: list[str]) -> list[Path]:
     found += sorted((ROOT / "core").rglob("*.py"))
     ui = ROOT / "ui"
     found += sorted(ui.rglob("*.py")) if ui.is_dir() else [ROOT / "ui.py"]
-    return [f for f in found if f.exists()]
+    # an old flat name kept importable (core/model.py is core.nn.model itself) is not a module of its own
+    return [f for f in found if f.exists() and "sys.modules[__name__] = _moved" not in f.read_text()]
 
 
 def main(argv: list[str] | None = None) -> int:

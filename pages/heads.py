@@ -1,7 +1,6 @@
 import math
 
 import streamlit as st
-
 from core.analysis import head_ranking as HR
 
 from core.figures import intervention_figures as IF

@@ -4,7 +4,6 @@ study of tiny models trained on this machine, and a grid you run yourself. Every
 import os
 
 import streamlit as st
-
 from core.training import scaling_study as ss
 
 from core.analysis import scaling_view as sv

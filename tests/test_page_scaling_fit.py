@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-
 from core.training import study_job
 
 from core.analysis import scaling_view as sv

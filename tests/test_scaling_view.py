@@ -6,7 +6,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from core.training import scaling_study as ss
 
 from core.analysis import scaling_view as sv

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from core.training import corpus
 from core.training.corpus import (PYDOC_NAME, TRAIN_FRACTION, CorpusInfo, check_corpus_bytes, describe_corpus,
                          split_train_val, train_length)
