@@ -137,7 +137,7 @@ def test_the_probe_of_a_bpe_model_draws_whole_tokens_only():
     every id."""
     from gpt2_folders import small_bpe
 
-    from core.tokenizer import CharTokenizer
+    from core.nn.tokenizer import CharTokenizer
 
     tok = small_bpe()
     readable = set(tok.readable_ids())

@@ -9,7 +9,7 @@ import torch
 
 from core.scaling import (BUDGET_DEFAULTS, CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, GRID, LAW_PRESETS, ScalingLaw,
                           _lbfgs, _objective, budget_flops, famous_table, fit_scaling_law, start_grid)
-from core.scaling_runs import synthetic_runs
+from core.analysis.scaling_runs import synthetic_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS = [1e18, 1e21, 5.88e23, 1e24, 1e26]
@@ -257,7 +257,7 @@ def test_a_fit_asked_for_the_callers_thread_count_never_sets_one(monkeypatch):
     import torch
 
     from core.scaling import CHINCHILLA, fit_scaling_law
-    from core.scaling_runs import synthetic_runs
+    from core.analysis.scaling_runs import synthetic_runs
 
     calls = []
     real = torch.set_num_threads

@@ -1,7 +1,0 @@
-"""``core.attention_figures`` is ``core.figures.attention_figures``: the module moved, and this name stays importable (the same module
-object, so ``monkeypatch`` on either name patches both)."""
-import sys
-
-from core.figures import attention_figures as _moved
-
-sys.modules[__name__] = _moved

@@ -1,7 +1,0 @@
-"""``core.corpus`` is ``core.training.corpus``: the module moved, and this name stays importable (the same module
-object, so ``monkeypatch`` on either name patches both)."""
-import sys
-
-from core.training import corpus as _moved
-
-sys.modules[__name__] = _moved

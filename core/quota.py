@@ -1,7 +1,0 @@
-"""``core.quota`` is ``core.training.quota``: the module moved, and this name stays importable (the same module
-object, so ``monkeypatch`` on either name patches both)."""
-import sys
-
-from core.training import quota as _moved
-
-sys.modules[__name__] = _moved

@@ -1,7 +1,0 @@
-"""``core.timing`` is ``core.analysis.timing``: the module moved, and this name stays importable (the same module
-object, so ``monkeypatch`` on either name patches both)."""
-import sys
-
-from core.analysis import timing as _moved
-
-sys.modules[__name__] = _moved
