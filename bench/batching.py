@@ -6,7 +6,7 @@ gathers concurrent requests would run), on the shipped model.
     python -m bench.batching --page [--students 4 15] [--json]
 
 Each student draws ``--new`` tokens after the page's default prompt at T = 1 with a generator seeded with their
-own number. The batch passes a list of temperatures and generators (core.sampling.stream), so row r draws what
+own number. The batch passes a list of temperatures and generators (core.analysis.sampling.stream), so row r draws what
 student r draws alone: the tokens are compared, and must be identical. Two phases are timed apart: steps that
 read one new token with the key/value cache, and steps after the text outgrew n_ctx, when the window slides and
 every step re-reads all n_ctx positions (learned positions: nothing cached stays valid). The ratio is
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.nn.checkpoint import load_checkpoint  # noqa: E402
 from core.analysis.generation import DEFAULT_TEMPERATURES  # noqa: E402
-from core.sampling import Decoder, stream  # noqa: E402
+from core.analysis.sampling import Decoder, stream  # noqa: E402
 from core.serve.threads import use_threads  # noqa: E402
 
 PROMPT = "QUEEN:\nWhat news from the north, good cousin?\n\nGLOUCESTER:\nThe"  # pages/generation.py's default

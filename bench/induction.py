@@ -3,7 +3,7 @@
     python -m bench.induction --label adamw-f50 --fraction 0.5 --steps 3000
     python -m bench.induction --report assets/models/shakespeare-induction   # the ablation target
 
-Trains on Tiny Shakespeare with a share of rows holding a repeated span (core.induction.add_repeats), and
+Trains on Tiny Shakespeare with a share of rows holding a repeated span (core.analysis.induction.add_repeats), and
 every --every steps measures each head on the fixed probe (8 rows of 50 distinct random characters written
 twice): the best induction score, the best previous-token score and the in-context gain. Appends the curve
 to bench/results/induction-search.csv and prints one line per measurement.
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.training.corpus import read_text_file, shakespeare_path  # noqa: E402
-from core.induction import HeadRecorder, add_repeats  # noqa: E402
+from core.analysis.induction import HeadRecorder, add_repeats  # noqa: E402
 from core.serve.threads import use_threads  # noqa: E402
 from core.training.trainer import TrainConfig, Trainer, get_windows, windowed_loss  # noqa: E402
 
@@ -51,8 +51,8 @@ def report(folder: str, mode: str = "zero") -> dict:
     from itertools import combinations
 
     from core.nn.checkpoint import load_checkpoint
-    from core.induction import head_scores, probe_period, repeat_probe
-    from core.interventions import copy_losses
+    from core.analysis.induction import head_scores, probe_period, repeat_probe
+    from core.analysis.interventions import copy_losses
 
     model, _ = load_checkpoint(folder)
     c = model.config

@@ -1,5 +1,5 @@
 """Ranking every head of GPT-2 small (random weights, GPT-2's biases, GELU and tied output map; 144 heads):
-one whole forward pass per head, as rank_heads did before, against core.interventions.head_losses (the blocks
+one whole forward pass per head, as rank_heads did before, against core.analysis.interventions.head_losses (the blocks
 before a head's layer run once, a layer's 12 ablations as one batch).
 
     python -m bench.rank_heads [--tokens 15 256 1024] [--out bench/results/rank-heads.csv]
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import write_csv  # noqa: E402
 
-from core.interventions import head_losses, head_losses_cost, token_losses  # noqa: E402
+from core.analysis.interventions import head_losses, head_losses_cost, token_losses  # noqa: E402
 from core.nn.model import MODEL_PRESETS, Transformer  # noqa: E402
 from core.serve.threads import page_threads, use_threads  # noqa: E402
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.nn.model import LECTURE, ModelConfig, Transformer  # noqa: E402
-from core.params import count_parameters  # noqa: E402
+from core.nn.params import count_parameters  # noqa: E402
 from core.serve.threads import page_threads, use_threads  # noqa: E402
 
 RESULTS: list[dict] = []
@@ -140,9 +140,9 @@ def bench_forward(quick: bool):
 @torch.no_grad()
 def bench_generate(quick: bool):
     try:
-        from core.sampling import generate
+        from core.analysis.sampling import generate
     except ImportError:
-        print("\n(generation benchmark skipped: core.sampling is not available)")
+        print("\n(generation benchmark skipped: core.analysis.sampling is not available)")
         return
     print("\nGreedy generation that fills the context: 8-token prompt to n_ctx=128 tokens")
     cfg = LECTURE

@@ -1,6 +1,6 @@
 import streamlit as st
 
-from core.attention import (
+from core.analysis.attention import (
     attention_overview, changed_last, dependence_on_last, head_attention, head_window, induction_chance,
     induction_scores,
 )
@@ -40,7 +40,7 @@ WHAT = "the attention of every head"
 _head = model_cache(lambda ids, layer, head: head_attention(model, list(ids), layer, head), 16, what=WHAT)
 _overview = model_cache(lambda ids, lo, hi: attention_overview(model, list(ids), lo, hi), 16, what=WHAT,
                         spinner="Running every layer on your prompt ...")
-# the probe of Switch heads off and the training log (core.induction)
+# the probe of Switch heads off and the training log (core.analysis.induction)
 _induction = model_cache(lambda: induction_scores(model, tok), 8,
                          spinner="Measuring induction on repeated random sequences ...")
 

@@ -47,7 +47,7 @@ SLIDE_S = 30  # text that would outgrow n_ctx may spend this long re-reading the
 
 # called with the model's key first (ui.model_cache: cached for the server by that key and the inputs)
 _next_logits = model_cache(lambda ids: G.next_logits(model, ids), 32)
-# a slid step of core.sampling.stream, on this server
+# a slid step of core.analysis.sampling.stream, on this server
 _window_seconds = model_cache(lambda: forward_seconds(model, 1, c.n_ctx, last_only=True), 8)
 
 

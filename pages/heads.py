@@ -4,10 +4,10 @@ import streamlit as st
 from core.analysis import head_ranking as HR
 
 from core.figures import intervention_figures as IF
-from core.attention import head_attention, induction_chance
+from core.analysis.attention import head_attention, induction_chance
 from core.serve.fmt import code_text
-from core.induction import THRESHOLD, head_scores, induction_score, model_period, model_probe, probe_choices
-from core.interventions import (MODES, greedy_continuation, layer_head_losses, next_token_probs, repeat_ids,
+from core.analysis.induction import THRESHOLD, head_scores, induction_score, model_period, model_probe, probe_choices
+from core.analysis.interventions import (MODES, greedy_continuation, layer_head_losses, next_token_probs, repeat_ids,
                                 repeat_period, token_losses)
 from core.analysis.timing import forward_seconds
 from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
@@ -42,7 +42,7 @@ mkey = model_key(entry)  # names the weights for the caches below
 # Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs, never
 # by the model); "the interventions" wait in the compute line when the server is busy (core.serve.gate), unless cached.
 WHAT = "the interventions"
-# the probe of the Attention page and the training log: for a BPE, its whole tokens (core.induction.probe_choices)
+# the probe of the Attention page and the training log: for a BPE, its whole tokens (core.analysis.induction.probe_choices)
 _scores = model_cache(lambda: head_scores(model, tokenizer=tok), 8, what=WHAT,
                       spinner="Measuring induction on repeated random sequences ...")
 _losses = model_cache(lambda ids, heads, mode: token_losses(model, list(ids), list(heads), mode), 128, what=WHAT)

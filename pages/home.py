@@ -6,9 +6,9 @@ from core.nn.checkpoint import (CheckpointError, checkpoint_zip, read_card, read
                               weights_size)
 from core.nn.hf import export_zip
 from core.figures.common import loss_curve
-from core.induction import THRESHOLD, formation_step
+from core.analysis.induction import THRESHOLD, formation_step
 from core.figures.induction_figures import formation_figure
-from core.params import count_parameters, mlp_latex, parameter_table, per_block_latex
+from core.nn.params import count_parameters, mlp_latex, parameter_table, per_block_latex
 from ui import chart, ensure_frame, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request

@@ -4,8 +4,8 @@ from core.figures import trace_figures as TF
 from core.analysis import trace_views as TV
 from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number_word, visible
 from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS
-from core.params import mlp_latex
-from core.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
+from core.nn.params import mlp_latex
+from core.analysis.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
                         max_trace_tokens, stream_steps, trace, trace_bytes)
 from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
 

@@ -4,7 +4,7 @@ from core.serve import fmt
 from core.analysis import cost
 from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.nn.model import ModelConfig
-from core.params import (breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex,
+from core.nn.params import (breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex,
                          share_latex)
 from ui import DEFAULT_MODEL, chart, current, ensure_frame, shipped_config
 

@@ -6,7 +6,7 @@ import streamlit as st
 from core.analysis import scaling_view as sv
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN as P  # the 6 of C = 6ND, in every formula and sentence below
 from core.serve.fmt import human, latex_sci, sci
-from core.scaling import BUDGET_DEFAULTS, LAW_PRESETS
+from core.analysis.scaling import BUDGET_DEFAULTS, LAW_PRESETS
 from core.figures.scaling_figures import isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from ui import chart, ensure_frame, shipped_config
 

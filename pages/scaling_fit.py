@@ -9,7 +9,7 @@ from core.training import scaling_study as ss
 from core.analysis import scaling_view as sv
 from core.training.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import human, latex_sci, number_word
-from core.scaling import CHINCHILLA_RUNS, HUBER_DELTA, LAW_PRESETS, N_STARTS, FitError, ScalingLaw
+from core.analysis.scaling import CHINCHILLA_RUNS, HUBER_DELTA, LAW_PRESETS, N_STARTS, FitError, ScalingLaw
 from core.figures.scaling_figures import fit_figure
 from core.analysis.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs
 from core.training.study import (GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, estimate_seconds, open_study,

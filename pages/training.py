@@ -6,7 +6,7 @@ from core.nn.checkpoint import default_model_name
 from core.training.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import latex_int, latex_sci
 from core.training.job_settings import FORM_FIELDS, FORM_HELP, memory_summary
-from core.params import per_block_latex
+from core.nn.params import per_block_latex
 from core.training.speed import measured_flop_rate
 from core.training.trainer import DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
 from core.training.training_job import SAMPLE_TEMPERATURE, SAMPLE_TOKENS, BusyError, TrainingJob, release_abandoned

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.attention import (
+from core.analysis.attention import (
     attention_overview, head_attention, head_window, layer_attention, pool_pattern,
     future_dependence, future_mask, future_mass, head_roles, induction_chance, induction_score, induction_scores,
     mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy, run_attention,

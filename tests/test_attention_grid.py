@@ -3,7 +3,7 @@ panels, their sizes, what a click on each carries, and the overview table's numb
 import numpy as np
 import pytest
 
-from core.attention import future_mask
+from core.analysis.attention import future_mask
 from core.figures.attention_figures import GRID_MAX_COLS, all_heads_figure, head_overview_figure
 
 L, H, T = 12, 12, 48

@@ -401,7 +401,7 @@ def test_recovery_never_follows_links_or_replaces_a_model(tmp_path):
 
 def test_card_states_the_repeat_mixture_its_cost_and_when_the_head_formed():
     from core.nn.checkpoint import model_card
-    from core.induction import induction_summary
+    from core.analysis.induction import induction_summary
     from core.nn.model import ModelConfig
     rows = [{"step": s, "layer": l, "head": h, "previous_token": 0.5, "induction": (v if (l, h) == (1, 3) else 0.01),
              "first_copy_loss": 4.0, "second_copy_loss": 0.5}

@@ -12,7 +12,7 @@ from core.serve.fmt import clock
 from core.analysis.generation import decoding_notes, text_measures
 from core.training.job_settings import JobSettings, job_cost, validate_settings
 from core.nn.model import LECTURE, MODEL_PRESETS, ModelConfig, config_problems
-from core.scaling import FitError, fit_scaling_law
+from core.analysis.scaling import FitError, fit_scaling_law
 from core.training.training_job import JobStatus
 
 
@@ -121,7 +121,7 @@ def test_fit_refuses_runs_without_a_power_law():
 
 
 def test_rms_log_error_and_constants_by_hand():
-    from core.scaling import CHINCHILLA
+    from core.analysis.scaling import CHINCHILLA
 
     N, D = np.array([1e9, 1e10]), np.array([1e10, 1e11])
     pred = 406.4 / N**0.34 + 410.7 / D**0.28 + 1.69

@@ -6,7 +6,7 @@ import pytest
 from core.analysis import cost
 from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.nn.model import ModelConfig
-from core.params import count_parameters
+from core.nn.params import count_parameters
 
 
 def test_parameter_bar_splits_block_and_model():

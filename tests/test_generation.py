@@ -8,7 +8,7 @@ import torch
 from core.analysis import generation as G
 from core.analysis.generation import distinct_n, limits, log_grid, parse_temperatures, sweep, tv_distance
 from core.figures.generation_figures import distinct_bars, distribution_bars, shaded_html, sweep_bars, sweep_curves
-from core.sampling import entropy
+from core.analysis.sampling import entropy
 
 CHARS = list("\n abcdefghijklmnopqrstuvwxyz<>&\"'")  # m = 33, with characters that need escaping
 
@@ -143,7 +143,7 @@ def test_md_escape_makes_markdown_literal():
 
 def test_continuations_share_the_seed_and_greedy_is_first(tiny_model):
     from core.analysis.generation import continuations
-    from core.sampling import generate
+    from core.analysis.sampling import generate
     chars = list("abcdefghijk")
     runs = continuations(tiny_model, [1, 2], [0.0, 1.0, 1.0], 12, seed=5, chars=chars)
     assert [len(r) for r in runs] == [12, 12, 12]
@@ -274,7 +274,7 @@ def test_sweep_bars_fit_any_number_of_panels(n):
 @pytest.mark.parametrize("n_prompt, n_new", [(3, 5), (10, 6), (16, 1), (16, 4), (5, 40), (12, 5)])
 def test_slid_steps_counts_the_steps_stream_flags(tiny_model, n_prompt, n_new):
     from core.analysis.generation import fit_in_window, slid_steps
-    from core.sampling import stream
+    from core.analysis.sampling import stream
 
     n_ctx = tiny_model.config.n_ctx  # 16
     ids = [i % 11 for i in range(n_prompt)]
@@ -288,7 +288,7 @@ def test_slid_steps_counts_the_steps_stream_flags(tiny_model, n_prompt, n_new):
 
 def test_step_records_read_every_row_as_the_tensors_hold_it():
     """step_records reads each tensor once; every field must equal what indexing the tensors row by row gives."""
-    from core.sampling import Step
+    from core.analysis.sampling import Step
     torch.manual_seed(0)
     s = Step(token=torch.tensor([3, 1, 4]), prob=torch.rand(3), sample_prob=torch.rand(3),
              top_ids=torch.randint(0, 5, (3, 4)), top_probs=torch.rand(3, 4), window=7, slid=True)

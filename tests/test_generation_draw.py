@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import core.analysis.generation as G
-import core.sampling
+import core.analysis.sampling
 from core.nn.model import ModelConfig, Transformer
 
 CHARS = tuple("abcdefghijk")
@@ -62,11 +62,11 @@ def test_draw_repaints_when_repaint_due_says_so(model, monkeypatch):
 
 
 def test_draw_looks_up_the_sampler_when_called(model, monkeypatch):
-    """A test replaces core.sampling.stream to prove that a text is not drawn twice: draw must use that one."""
+    """A test replaces core.analysis.sampling.stream to prove that a text is not drawn twice: draw must use that one."""
     def refuse(*a, **k):
         raise RuntimeError("stream called")
 
-    monkeypatch.setattr(core.sampling, "stream", refuse)
+    monkeypatch.setattr(core.analysis.sampling, "stream", refuse)
     with pytest.raises(RuntimeError, match="stream called"):
         G.draw(model, [1], 3, 1.0, chars=CHARS)
     with pytest.raises(RuntimeError, match="stream called"):

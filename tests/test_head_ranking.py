@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from core.analysis import head_ranking as HR
 from core.figures import intervention_figures as IF
 from core.serve.fmt import code_text, nats_than
-from core.induction import THRESHOLD, model_period
-from core.interventions import HeadEffect, layer_head_losses
+from core.analysis.induction import THRESHOLD, model_period
+from core.analysis.interventions import HeadEffect, layer_head_losses
 from core.nn.model import ModelConfig, Transformer
 
 

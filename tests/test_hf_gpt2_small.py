@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from core.nn.checkpoint import check_checkpoint, load_checkpoint  # noqa: E402
-from core.params import count_parameters  # noqa: E402
+from core.nn.params import count_parameters  # noqa: E402
 from tests.gpt2_folders import small_bpe  # noqa: E402
 
 pytestmark = pytest.mark.slow

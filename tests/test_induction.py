@@ -1,9 +1,9 @@
-"""core.induction: the probe, the head-score recorder on hand-built patterns, the repeat mixture."""
+"""core.analysis.induction: the probe, the head-score recorder on hand-built patterns, the repeat mixture."""
 import numpy as np
 import pytest
 import torch
 
-from core.induction import (HeadRecorder, add_repeats, formation_step, head_scores, model_probe, read_heads_csv,
+from core.analysis.induction import (HeadRecorder, add_repeats, formation_step, head_scores, model_probe, read_heads_csv,
                             repeat_probe, stripe_scores, write_heads_csv)
 from core.model import AttentionRecord, ModelConfig, ModelOutput, Transformer
 

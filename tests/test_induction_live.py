@@ -2,9 +2,9 @@
 import pytest
 
 from core.training.corpus import read_text_file, shakespeare_path
-from core.induction import THRESHOLD, formation_step
+from core.analysis.induction import THRESHOLD, formation_step
 from core.training.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET, JobSettings
-from core.induction import HeadRecorder
+from core.analysis.induction import HeadRecorder
 from core.serve.threads import torch_threads
 from core.training.trainer import Trainer
 

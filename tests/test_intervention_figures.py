@@ -6,7 +6,7 @@ import pytest
 
 from core.figures.intervention_figures import (continuation_html, head_label, heads_label, induction_frame, loss_change_html,
                                        next_token_bars, ranking_frame, stripe_figure)
-from core.interventions import HeadEffect
+from core.analysis.interventions import HeadEffect
 
 CHARS = list("\n abcdefghijklmnopqrstuvwxyz")
 

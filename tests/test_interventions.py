@@ -1,4 +1,4 @@
-"""core.interventions: switching heads off, checked against forward passes built independently."""
+"""core.analysis.interventions: switching heads off, checked against forward passes built independently."""
 import math
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.interventions import (ablate_heads, check_heads, copy_slices, greedy_continuation, rank_heads, repeat_ids,
+from core.analysis.interventions import (ablate_heads, check_heads, copy_slices, greedy_continuation, rank_heads, repeat_ids,
                                 repeat_period, token_losses)
 from core.model import ModelConfig, Transformer
 
@@ -172,7 +172,7 @@ FAST_SHAPES = [
 @pytest.mark.parametrize("shape", FAST_SHAPES, ids=lambda s: f"{s['n_layers']}x{s['n_heads']}")
 @pytest.mark.parametrize("mode", ["zero", "mean"])
 def test_batched_head_losses_equal_one_forward_per_head(shape, mode, monkeypatch):
-    import core.interventions as I
+    import core.analysis.interventions as I
 
     model = random_model(**shape)
     n = shape["n_ctx"] - 1
@@ -205,7 +205,7 @@ def test_head_losses_cost_matches_counted_flops():
     """The cost in forward passes, against the multiply-adds torch itself counts while the work runs."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from core.interventions import head_losses, head_losses_cost
+    from core.analysis.interventions import head_losses, head_losses_cost
 
     model = random_model(vocab_size=50, n_ctx=16, d_model=64, n_heads=4, n_layers=3)
     ids = list(range(1, 13))
@@ -220,7 +220,7 @@ def test_head_losses_cost_matches_counted_flops():
 
 @pytest.mark.parametrize("heads, mode", [((), "zero"), (((0, 1), (1, 3)), "zero"), (((1, 0),), "mean")])
 def test_cached_greedy_continuation_equals_the_plain_loop_even_when_the_window_slides(model, heads, mode):
-    from core.interventions import ablation_fn, head_means
+    from core.analysis.interventions import ablation_fn, head_means
 
     n_ctx = model.config.n_ctx  # 24
     for ids in ([1, 2, 3, 4, 5], list(range(11)) * 2):  # 5 tokens: fits; 22 tokens: slides after 2 new ones
@@ -234,7 +234,7 @@ def test_cached_greedy_continuation_equals_the_plain_loop_even_when_the_window_s
 
 
 def test_next_token_probs_of_chosen_positions(model):
-    from core.interventions import next_token_probs
+    from core.analysis.interventions import next_token_probs
 
     ids = [1, 4, 2, 8, 5, 7, 3]
     full = next_token_probs(model, ids, [(0, 2)], "mean")

@@ -249,7 +249,7 @@ def test_silent_units_count_inputs_of_zero_or_below_for_each_nonlinearity():
 
 
 def test_the_mlp_formula_names_the_models_nonlinearity_and_its_biases():
-    from core.params import mlp_latex
+    from core.nn.params import mlp_latex
 
     relu = ModelConfig()
     gpt2 = ModelConfig(bias=True, activation="gelu_tanh")

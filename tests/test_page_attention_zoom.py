@@ -2,7 +2,7 @@
 
 On today's main the unmasked panel took its softmax over the window's columns only, so its cells
 differed by up to 0.98 from the whole-row values; here they are checked against a forward pass of the
-shipped model computed in the test with torch, independently of core.attention."""
+shipped model computed in the test with torch, independently of core.analysis.attention."""
 import base64
 import json
 from pathlib import Path

@@ -151,7 +151,7 @@ def test_inside_page_reads_tokens(open_page, bpe):
 def test_the_heads_page_probes_whole_tokens(open_page, bpe):
     """The probe of a BPE model draws tokens that are whole text: the losses it reports are the model's own on
     such a probe, recomputed here."""
-    from core.induction import head_scores, probe_period, repeat_probe
+    from core.analysis.induction import head_scores, probe_period, repeat_probe
     model, tok = bpe
     readable = tok.readable_ids()
     probe = repeat_probe(tok.vocab_size, period=probe_period(model.config.n_ctx, len(readable)), choices=readable)
@@ -176,7 +176,7 @@ def test_one_induction_score_per_head_on_both_pages_and_in_the_training_log(open
 
     from core.nn.checkpoint import save_checkpoint
     from core.training.corpus import pydoc_text
-    from core.induction import probe_period, repeat_probe
+    from core.analysis.induction import probe_period, repeat_probe
     from core.training.trainer import TrainConfig, Trainer
 
     tok = small_bpe()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from core.nn.checkpoint import load_checkpoint
-from core.sampling import generate
+from core.analysis.sampling import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
@@ -179,7 +179,7 @@ def test_a_text_drawn_once_is_shared_by_every_session(generation, shipped, monke
     """Two students, one prompt, one seed: the second session shows the first one's text without generating."""
     import random
 
-    import core.sampling
+    import core.analysis.sampling
     first = generation()
     seed = random.SystemRandom().randrange(1, 2**30)  # a key no earlier test has drawn
     first.number_input(key="gen_seed").set_value(seed).run()
@@ -189,7 +189,7 @@ def test_a_text_drawn_once_is_shared_by_every_session(generation, shipped, monke
     def no_generation(*a, **k):
         raise AssertionError("the second session generated again")
 
-    monkeypatch.setattr(core.sampling, "stream", no_generation)
+    monkeypatch.setattr(core.analysis.sampling, "stream", no_generation)
     second = generation()
     second.number_input(key="gen_seed").set_value(seed).run()
     assert not second.exception, second.exception

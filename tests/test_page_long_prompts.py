@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 from core.nn.checkpoint import load_checkpoint  # noqa: E402
 from core.training.corpus import pydoc_text  # noqa: E402
-from core.trace import max_trace_tokens  # noqa: E402
+from core.analysis.trace import max_trace_tokens  # noqa: E402
 from tests.gpt2_folders import save_random_gpt2, small_bpe  # noqa: E402
 
 NAME = "long-gpt2"
@@ -77,11 +77,11 @@ def test_inside_follows_the_last_tokens_that_fit_and_says_so(open_page, setup):
 
 
 def test_heads_ranking_waits_for_its_button_with_the_time_said(open_page, setup, monkeypatch):
-    import core.interventions
+    import core.analysis.interventions
 
     folder, model, tok, text = setup
     ids = tok.encode(text)
-    monkeypatch.setattr(core.interventions, "head_losses_cost", lambda config, n: 1e6)  # as if very slow
+    monkeypatch.setattr(core.analysis.interventions, "head_losses_cost", lambda config, n: 1e6)  # as if very slow
     at = open_page("pages/heads.py", models_dir=folder, state={"te_model_name": NAME, "heads_prompt": text})
     assert not at.exception
     said = next(m.value for m in at.markdown if "forward passes of the whole model" in m.value)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from core.scaling import CHINCHILLA, EPOCH_2024
+from core.analysis.scaling import CHINCHILLA, EPOCH_2024
 
 
 @pytest.fixture

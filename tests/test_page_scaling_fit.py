@@ -7,7 +7,7 @@ import pytest
 from core.training import study_job
 
 from core.analysis import scaling_view as sv
-from core.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
+from core.analysis.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
 from core.analysis.scaling_runs import MAX_BYTES, synthetic_runs
 from tests.test_page_scaling import charts, text_of  # the same readers of the page's charts and text
 
@@ -340,7 +340,7 @@ def test_an_unreadable_runs_csv_of_your_study_is_named(open_page, tmp_path):
 
 def test_a_diverged_run_or_a_bad_fit_json_in_the_shipped_study_loses_only_that(open_page, tmp_path, monkeypatch):
     from core.training import study
-    from core.scaling import fit_scaling_law
+    from core.analysis.scaling import fit_scaling_law
 
     raw = study_copy(tmp_path, {"d48-D600064": "nan"}, files=("runs.csv", "study.json", "fit.json"))
     keep = [r for r in raw if r["run_id"] != "d48-D600064"]

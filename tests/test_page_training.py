@@ -6,7 +6,7 @@ import pytest
 
 from tests.polling import wait_until
 from core.training.corpus import pydoc_text
-from core.params import count_parameters
+from core.nn.params import count_parameters
 from core.training.job_settings import JobSettings
 
 @pytest.fixture
@@ -209,7 +209,7 @@ def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, t
     import numpy as np
     import torch
     from core.nn.checkpoint import load_checkpoint, read_heads
-    from core.induction import repeat_probe
+    from core.analysis.induction import repeat_probe
     at = page
     small_run(at, steps=20)
     at.toggle(key="train_repeat_on").set_value(True).run()

@@ -3,7 +3,7 @@ import random
 import torch
 
 from core.model import ModelConfig, Transformer
-from core.params import count_parameters, count_module_parameters
+from core.nn.params import count_parameters, count_module_parameters
 
 
 def test_lecture_block_is_49408():
@@ -47,14 +47,14 @@ def test_gpt3_on_meta_device():
 
 
 def test_per_block_latex_states_the_lecture_number():
-    from core.params import per_block_latex
+    from core.nn.params import per_block_latex
 
     assert per_block_latex(ModelConfig(d_model=64)) == r"12d^2 + 4d = 12(64)^2 + 4(64) = 49{,}408"
     assert per_block_latex(ModelConfig(d_model=8, n_heads=2, d_ff=10)).endswith("= 4(8)^2 + 2(8)(10) + 4(8) = 448")
 
 
 def test_gpt2_terms_biases_and_tied_output_agree_with_the_model():
-    from core.params import breakdown_rows, measured_counts, parameter_table, per_block_latex
+    from core.nn.params import breakdown_rows, measured_counts, parameter_table, per_block_latex
 
     rng = random.Random(1)
     for _ in range(20):

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from core.sampling import generate, next_token_distribution, stream, temperature_softmax, top_k_filter, top_p_filter
+from core.analysis.sampling import generate, next_token_distribution, stream, temperature_softmax, top_k_filter, top_p_filter
 
 INF = float("inf")
 
@@ -212,7 +212,7 @@ def test_long_prompt_is_windowed(tiny_model):
 
 def test_rows_with_their_own_temperature_match_one_row_runs():
     from core.model import ModelConfig, Transformer
-    from core.sampling import generate, stream
+    from core.analysis.sampling import generate, stream
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=11, n_ctx=16, d_model=16, n_heads=2, n_layers=1)).eval()
@@ -233,7 +233,7 @@ def test_rows_at_their_own_temperatures_equal_one_row_at_a_time(tiny_model, top_
     """stream with one temperature and one generator per row shares the forward passes; each row must still draw
     exactly what a one-row call draws (the page's continuations rely on it), the limits T = 0 and T = inf
     included. The distributions themselves are compared bit for bit with next_token_distribution row by row."""
-    from core.sampling import _row_distributions
+    from core.analysis.sampling import _row_distributions
     torch.manual_seed(3)
     temps = [0.0, 0.3, 1.0, 2.5, INF, 0.7]
     z = torch.randn(len(temps), 11) * 3
@@ -253,7 +253,7 @@ def test_decoders_stepped_together_draw_what_each_draws_alone(tiny_model):
     the full-window reads of all of them in one forward pass. Each must draw what it draws alone, and a greedy one
     what the textbook loop (the whole window re-read every step, no cache) picks."""
     from bench.batching import step_together
-    from core.sampling import Decoder
+    from core.analysis.sampling import Decoder
     torch.manual_seed(5)
     prompts = [torch.randint(0, 11, (1, n)) for n in (3, 9, 15, 40)]  # n_ctx = 16: short, long and too long
     specs = [(prompts[0], 0.0, None), (prompts[1], 1.0, None), (prompts[2].expand(2, -1), [0.5, 2.0], None),
@@ -275,7 +275,7 @@ def test_decoders_stepped_together_draw_what_each_draws_alone(tiny_model):
 def test_a_draw_is_what_torch_multinomial_draws(rows):
     """The exponential race the decoder writes out (so rows can share one draw) picks, from the same generator
     state, the very token torch.multinomial picks: over many distributions, with zeros among them."""
-    from core.sampling import _draw
+    from core.analysis.sampling import _draw
     torch.manual_seed(0)
     for trial in range(300):
         p = torch.softmax(torch.randn(rows, 37) * 4, dim=-1)

@@ -1,4 +1,4 @@
-"""core.scaling: the law, its closed-form compute optimum, the famous models, the Hoffmann et al. fit."""
+"""core.analysis.scaling: the law, its closed-form compute optimum, the famous models, the Hoffmann et al. fit."""
 import math
 import re
 from pathlib import Path
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.scaling import (BUDGET_DEFAULTS, CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, GRID, LAW_PRESETS, ScalingLaw,
+from core.analysis.scaling import (BUDGET_DEFAULTS, CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, GRID, LAW_PRESETS, ScalingLaw,
                           _lbfgs, _objective, budget_flops, famous_table, fit_scaling_law, start_grid)
 from core.analysis.scaling_runs import synthetic_runs
 
@@ -256,7 +256,7 @@ def test_a_fit_asked_for_the_callers_thread_count_never_sets_one(monkeypatch):
     inherits: the Scaling laws page's fit (threads=None) must not call it, not even to put a count back."""
     import torch
 
-    from core.scaling import CHINCHILLA, fit_scaling_law
+    from core.analysis.scaling import CHINCHILLA, fit_scaling_law
     from core.analysis.scaling_runs import synthetic_runs
 
     calls = []

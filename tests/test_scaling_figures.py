@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from core.serve.fmt import human, latex_sci, sci
-from core.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS
+from core.analysis.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS
 from core.figures.scaling_figures import fit_figure, isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from core.analysis.scaling_runs import synthetic_runs
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from core.scaling import CHINCHILLA
+from core.analysis.scaling import CHINCHILLA
 from core.analysis.scaling_runs import MAX_BYTES, MAX_RUNS, MIN_RUNS, RunsError, parse_runs, synthetic_runs
 
 GOOD = synthetic_runs(CHINCHILLA, n=12, noise=0.0, seed=0)

@@ -11,7 +11,7 @@ from core.training import scaling_study as ss
 from core.analysis import scaling_view as sv
 from core.serve.fmt import g3, number_word, rough_time
 from core.nn.model import ModelConfig, Transformer
-from core.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, N_STARTS, FitError, ScalingLaw, start_grid
+from core.analysis.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, N_STARTS, FitError, ScalingLaw, start_grid
 from core.analysis.scaling_runs import MIN_RUNS, parse_runs, synthetic_runs
 from core.training.study_job import ACTIVE, STATES, BusyError
 
@@ -43,7 +43,7 @@ def test_small_counts_are_words_and_larger_ones_digits():
     assert number_word(13) == "13" and number_word(4500) == "4,500"
 
 
-# ---------------------------------------------------------------- core.scaling additions
+# ---------------------------------------------------------------- core.analysis.scaling additions
 
 def test_the_two_exponents_of_the_optimum_add_to_one():
     assert CHINCHILLA.D_exponent == pytest.approx(0.34 / 0.62) and CHINCHILLA.N_exponent == pytest.approx(0.28 / 0.62)

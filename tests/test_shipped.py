@@ -5,7 +5,7 @@ import torch
 
 from core.nn.checkpoint import load_checkpoint, read_config
 from core.training.corpus import split_train_val
-from core.params import count_parameters
+from core.nn.params import count_parameters
 from core.training.trainer import windowed_loss
 
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "models" / "shakespeare-char"
@@ -33,7 +33,7 @@ def test_shipped_model_validation_loss(corpus_text):
 def _probe_measures(model, heads_off=()):
     """Induction stripe and per-copy losses on 8 rows of 50 distinct random characters written twice, computed
     here from the model's own attention pattern and logits (heads switched off by zeroing their W_O columns in a
-    copy of the weights, not through core.interventions)."""
+    copy of the weights, not through core.analysis.interventions)."""
     import copy
 
     import torch.nn.functional as F
@@ -70,7 +70,7 @@ def test_switching_the_induction_head_off_breaks_copying_and_no_other_head_does(
 
 
 def test_shipped_heads_csv_records_when_the_head_formed():
-    from core.induction import formation_step, read_heads_csv
+    from core.analysis.induction import formation_step, read_heads_csv
     rows = read_heads_csv(SHIPPED / "heads.csv")
     _, _, training = read_config(SHIPPED)
     assert formation_step(rows) == training["induction"]["formed_at_step"] is not None

@@ -18,7 +18,7 @@ import pytest
 from tests.polling import wait_until
 from core.training import study
 from core.training.corpus import pydoc_text
-from core.scaling import ScalingLaw, bootstrap_fit, fit_scaling_law
+from core.analysis.scaling import ScalingLaw, bootstrap_fit, fit_scaling_law
 from core.training.study import (GRIDS, MAX_EPOCHS, ROW_FIELDS, TIMING_FIELDS, Grid, LocalEngine, RayEngine, StudyError,
                         StudyStopped, corpus_problem, main, make_engine, read_rows, run_study, train_one)
 

@@ -3,7 +3,7 @@ what the law says."""
 import numpy as np
 import pytest
 
-from core.scaling import CHINCHILLA, EPOCH_2024, LAW_PRESETS, ScalingLaw
+from core.analysis.scaling import CHINCHILLA, EPOCH_2024, LAW_PRESETS, ScalingLaw
 from core.training.study import STARTUP_S, Grid, comparison_rows, estimate_seconds
 from core.figures.study_figures import frontier_figure, residual_figure, study_figure
 

@@ -1,4 +1,4 @@
-"""core.trace: every field of one traced forward pass checked against the model's own forward pass (its fused
+"""core.analysis.trace: every field of one traced forward pass checked against the model's own forward pass (its fused
 fast path, its return_attn scores, its modules called one by one) or hand-written math, on random models of
 several shapes, to 1e-4."""
 import math
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from core.model import ModelConfig, Transformer
-from core.trace import (direct_logit_attribution, lens_logits, lens_stage_names, lens_top, max_trace_tokens, stream_steps,
+from core.analysis.trace import (direct_logit_attribution, lens_logits, lens_stage_names, lens_top, max_trace_tokens, stream_steps,
                         trace, trace_bytes)
 
 TOL = dict(atol=1e-4, rtol=0)
@@ -258,7 +258,7 @@ def test_trace_leaves_the_model_alone_and_refuses_bad_input():
 
 
 def test_lens_top_in_small_blocks_equals_one_softmax_over_everything(case, monkeypatch):
-    import core.trace as T
+    import core.analysis.trace as T
 
     model, idx, tr = case
     c = model.config

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from core.figures import trace_figures as TF
 from core.serve.fmt import visible
 from core.nn.model import ModelConfig, Transformer
-from core.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
+from core.analysis.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
 
 CHARS = list("ab c\nde.fgh")  # 11 characters, a space and a newline among them
 
@@ -191,7 +191,7 @@ def test_output_bars_follow_the_temperature(setup, T):
 
 
 def test_attribution_of_many_writers_keeps_the_largest_and_sums_the_rest():
-    from core.trace import Attribution
+    from core.analysis.trace import Attribution
 
     rng = np.random.default_rng(0)
     names = ["embedding"] + [f"L{l} H{k}" for l in range(1, 13) for k in range(1, 13)] + [f"L{l} MLP" for l in

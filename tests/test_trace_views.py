@@ -1,4 +1,4 @@
-"""core.analysis.trace_views, core.trace.lens_accuracy and the Inside page's figure words: every number checked against
+"""core.analysis.trace_views, core.analysis.trace.lens_accuracy and the Inside page's figure words: every number checked against
 the model's own modules run here one by one (or the fused forward pass), and hand-built lenses."""
 import math
 
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from core.figures import trace_figures as TF
 from core.analysis import trace_views as TV
 from core.nn.model import ModelConfig, Transformer
-from core.trace import Lens, lens_accuracy, stream_steps, trace
+from core.analysis.trace import Lens, lens_accuracy, stream_steps, trace
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5]
 
@@ -141,7 +141,7 @@ def test_step_words_and_clicks():
 
 
 def test_the_lens_keeps_and_the_output_draws_the_numbers_the_page_states():
-    from core.trace import LENS_TOP, lens_top
+    from core.analysis.trace import LENS_TOP, lens_top
     model = make()
     tr = trace(model, IDS)
     lens = lens_top(model, tr)

@@ -6,7 +6,7 @@ import types
 import pytest
 
 from core.figures import training_view as view
-from core.induction import THRESHOLD
+from core.analysis.induction import THRESHOLD
 from core.training.job_settings import JobSettings
 
 

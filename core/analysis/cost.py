@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from core.nn.model import LECTURE, SHAPE_FIELDS, ModelConfig, MODEL_PRESETS
-from core.params import count_parameters
+from core.nn.params import count_parameters
 
 # ---------------------------------------------------------------------------------------------- presets
 

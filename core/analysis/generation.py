@@ -11,8 +11,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from core import sampling
-from core.sampling import entropy, stream, temperature_softmax  # noqa: F401  stream: kept importable from here
+from core.analysis import sampling
+from core.analysis.sampling import entropy, stream, temperature_softmax  # noqa: F401  stream: kept importable from here
 
 DEFAULT_TEMPERATURES = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
 MAX_TEMPERATURES = 8
@@ -143,7 +143,7 @@ def continuations(model, ids, temperatures, n: int, seed: int, chars) -> list[li
     """One continuation of ``ids`` per temperature, each equal to a one-sequence run at that T with a generator
     seeded with ``seed``. All temperatures share one batched forward pass per step, which is several times faster
     than running them one after another, and one generator: rows that hold the same generator share its draws
-    (``core.sampling.stream``)."""
+    (``core.analysis.sampling.stream``)."""
     temps = [float(t) for t in temperatures]
     if not temps:
         return []
@@ -176,7 +176,7 @@ def draw(model, ids, n_new: int, temperature: float, top_k: int | None = None, t
 
 def slid_steps(n_prompt: int, n_new: int, n_ctx: int) -> int:
     """Of n_new steps after a prompt of n_prompt tokens, how many re-read the whole window of n_ctx positions
-    because the text has outgrown it (``core.sampling.stream`` flags them ``slid``): each costs a full forward
+    because the text has outgrown it (``core.analysis.sampling.stream`` flags them ``slid``): each costs a full forward
     pass over n_ctx positions instead of one position with the key/value cache."""
     return max(0, min(n_new, n_prompt + n_new - n_ctx - 1))
 

@@ -1,8 +1,8 @@
 """The arithmetic of the Switch heads off page: how long ranking every head will take (said before it starts),
 the ranking itself, a layer at a time, and the loss on each copy of a repeated prompt.
 
-The model work is core.interventions' (``layer_head_losses``, ``rank_from_losses``); which losses belong to
-which copy is core.induction's (``copy_slices``). Layers and heads count from 0.
+The model work is core.analysis.interventions' (``layer_head_losses``, ``rank_from_losses``); which losses belong to
+which copy is core.analysis.induction's (``copy_slices``). Layers and heads count from 0.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Callable
 
 import numpy as np
 
-from core import interventions
+from core.analysis import interventions
 from core.serve.fmt import head_label, nats_than
-from core.induction import THRESHOLD, copy_slices
-from core.interventions import HeadEffect, rank_from_losses
+from core.analysis.induction import THRESHOLD, copy_slices
+from core.analysis.interventions import HeadEffect, rank_from_losses
 
 RANK_TIMED_TOKENS = 64  # the timing pass reads at most this many tokens: a long prompt is timed short, scaled up
 COPY_GAIN = 0.1  # nats: a second copy cheaper than the first by less than this says the model barely copies
@@ -34,7 +34,7 @@ def rank_seconds(config, n: int, timed: float) -> float:
     ``rank_timing`` names: ``head_losses_cost`` passes of the whole model, each costing one row of that batch,
     scaled in proportion from the length timed up to n (timed short, so that the estimate itself stays cheap)."""
     rows, length = rank_timing(config, n)
-    # core.interventions' count, looked up at each call: a test makes it huge to see the page ask before ranking
+    # core.analysis.interventions' count, looked up at each call: a test makes it huge to see the page ask before ranking
     return interventions.head_losses_cost(config, n) * timed / rows * n / length
 
 

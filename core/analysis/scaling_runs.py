@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.scaling import ScalingLaw
+from core.analysis.scaling import ScalingLaw
 
 MAX_BYTES = 1_000_000  # a CSV of a thousand runs is ~50 kB; anything this big is not a list of runs
 MAX_RUNS = 1000  # the fit's cost grows with the runs; 1,000 keeps it within seconds

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.serve.fmt import human, sci
-from core.params import count_parameters
-from core.scaling import BUDGET_DEFAULTS, FAMOUS_MODELS, LAW_PRESETS, ScalingLaw, budget_flops, famous_table, \
+from core.nn.params import count_parameters
+from core.analysis.scaling import BUDGET_DEFAULTS, FAMOUS_MODELS, LAW_PRESETS, ScalingLaw, budget_flops, famous_table, \
     fit_scaling_law
 from core.analysis.scaling_runs import Runs, parse_runs, synthetic_runs
 

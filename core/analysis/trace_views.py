@@ -1,4 +1,4 @@
-"""What the Inside the model page reads out of one ``core.trace.Trace`` at one position: the prediction, the
+"""What the Inside the model page reads out of one ``core.analysis.trace.Trace`` at one position: the prediction, the
 rows of a stream step, one head's query, keys and values, the MLP's hidden units. Numpy out, float64 where the
 page does arithmetic on it; the model and the trace are only read.
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.nn.model import silent_units
-from core.sampling import temperature_softmax
-from core.trace import StreamStep, Trace
+from core.analysis.sampling import temperature_softmax
+from core.analysis.trace import StreamStep, Trace
 
 
 def _np(t) -> np.ndarray:

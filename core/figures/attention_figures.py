@@ -10,7 +10,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from core.attention import ROLE_INFO, future_mask, masked_softmax, mask_after_softmax
+from core.analysis.attention import ROLE_INFO, future_mask, masked_softmax, mask_after_softmax
 from core.figures.common import axis_suffix, dict_figure
 
 MASKED_GREY = "#c8c8c8"  # background showing through cells that have no weight at all (masked)
@@ -199,7 +199,7 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
 
 def future_mass_figure(mass: np.ndarray, tokens: list[str], offset: int = 0) -> go.Figure:
     """Bar per query row of the window: the weight the unmasked softmax puts on future keys, computed over
-    the query's whole row (``core.attention.future_mass``), so zooming changes nothing."""
+    the query's whole row (``core.analysis.attention.future_mass``), so zooming changes nothing."""
     if len(mass) != len(tokens):
         raise ValueError(f"{len(mass)} values for {len(tokens)} tokens")
     labels = [f"{offset + i} '{t}'" for i, t in enumerate(tokens)]
@@ -269,7 +269,7 @@ def all_heads_figure(patterns, selected: tuple[int, int] | None = None, layers: 
                      block: int = 1) -> go.Figure:
     """Small multiples: the pattern of every head of the chosen ``layers`` (default all), one shared colour
     scale. ``patterns``: per layer an (h, t, t) array (a window's patterns, or their thumbnails from
-    ``core.attention.pool_pattern``, ``block`` positions per cell); cells above the diagonal are masked (grey).
+    ``core.analysis.attention.pool_pattern``, ``block`` positions per cell); cells above the diagonal are masked (grey).
     A layer's heads fill rows of at most GRID_MAX_COLS thumbnails, so each stays large enough to read.
 
     Heatmaps cannot be clicked in Streamlit, so each head also carries invisible scatter points over its
@@ -323,7 +323,7 @@ OVERVIEW_PX_PER_LAYER = 34
 
 def head_overview_figure(roles: dict[str, np.ndarray], key: str, selected: tuple[int, int] | None = None) -> go.Figure:
     """Every head as one cell of a layer x head table, coloured by the measure ``key`` of ``roles`` ((L, h) arrays,
-    as core.attention.head_roles gives), its value printed in the cell; hovering a cell lists every measure of
+    as core.analysis.attention.head_roles gives), its value printed in the cell; hovering a cell lists every measure of
     that head. Clickable like the small multiples: one invisible scatter point per cell (after the heatmap, with
     customdata [layer, head, measures...]). The red frame is the ``selected`` head."""
     keys = [k for k in ROLE_TITLES if k in roles]

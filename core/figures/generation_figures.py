@@ -19,7 +19,7 @@ import torch
 
 from core.serve.fmt import visible
 from core.analysis.generation import format_t
-from core.sampling import temperature_softmax
+from core.analysis.sampling import temperature_softmax
 from core.figures.common import axis_suffix, dict_figure
 from core.figures.trace_figures import _domains, _from_top, _panel_title
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.attention import future_mask, pool_pattern
+from core.analysis.attention import future_mask, pool_pattern
 from core.figures.attention_figures import MASKED_GREY, axis_ticks
 from core.serve.fmt import head_label, heads_label, visible  # noqa: F401 (re-exported for the page)
 
@@ -184,7 +184,7 @@ def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: st
     key j across, masked cells grey. The dotted line marks the induction keys j = i − T + 1 of the second
     copy's queries i >= T: the character right after the earlier occurrence of query i's character.
     Longer than ``max_cells`` positions, the heatmap is pooled into blocks of b positions
-    (core.attention.pool_pattern: a cell is the weight its queries put on its keys, on average, so a stripe keeps
+    (core.analysis.attention.pool_pattern: a cell is the weight its queries put on its keys, on average, so a stripe keeps
     its strength) drawn at the positions they cover; axes, ticks and the line stay in positions."""
     n = len(tokens)
     if pattern.shape != (n, n):

@@ -9,7 +9,7 @@ from plotly.colors import qualitative
 
 from core.serve.fmt import human, sci
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
-from core.scaling import ScalingLaw, famous_table
+from core.analysis.scaling import ScalingLaw, famous_table
 
 COLORS = qualitative.Plotly
 N_RANGE = (1e6, 1e14)

@@ -10,7 +10,7 @@ from plotly.colors import sample_colorscale
 
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.serve.fmt import human
-from core.scaling import ScalingLaw
+from core.analysis.scaling import ScalingLaw
 from core.figures.scaling_figures import HALO, LAYOUT, _log_grid
 from core.training.scaling_study import UNFITTED  # the title's end before a fit
 from core.training.study import rows_to_arrays

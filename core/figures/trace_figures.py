@@ -1,4 +1,4 @@
-"""Figures for the "Inside the model" page. Pure functions: arrays from core.trace in, Plotly figures out.
+"""Figures for the "Inside the model" page. Pure functions: arrays from core.analysis.trace in, Plotly figures out.
 
 Every figure that lists positions or keys reads from the top down, as the attention page's matrices do;
 characters go through core.serve.fmt.visible (␣ for a space, ⏎ for a newline). Layers and heads arrive counted
@@ -23,8 +23,8 @@ from core.figures.common import dict_figure
 from core.serve.fmt import head_label, visible
 from core.analysis.generation import format_t
 from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS, silent_units
-from core.sampling import temperature_softmax
-from core.trace import Attribution, StreamStep
+from core.analysis.sampling import temperature_softmax
+from core.analysis.trace import Attribution, StreamStep
 
 ADDED = "#e6550d"     # orange: what a step adds
 STREAM = "#3b5bdb"    # blue: the stream itself

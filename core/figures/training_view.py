@@ -8,7 +8,7 @@ import math
 from core.training.corpus import TRAIN_FRACTION
 from core.figures.common import loss_curve
 from core.serve.fmt import clock, head_label
-from core.induction import PROBE_SEQS, THRESHOLD, formation_step
+from core.analysis.induction import PROBE_SEQS, THRESHOLD, formation_step
 from core.figures.induction_figures import formation_figure
 from core.training.trainer import RECIPE_TITLES
 
@@ -104,7 +104,7 @@ def live_figures(s):
 
 def heads_caption(s, heads_interval: int, formed: int | None) -> str:
     """What the heads figure shows, and where the heads stand at the last measurement: the best one, the probe's
-    loss on each copy, and whether (at step ``formed``: core.induction.formation_step) an induction head has
+    loss on each copy, and whether (at step ``formed``: core.analysis.induction.formation_step) an induction head has
     crossed THRESHOLD. ``s``: a run's JobStatus with head measurements."""
     per = unit_word(s.units)
     step, best = best_head(s.heads)

@@ -4,7 +4,7 @@
     <name>/model.safetensors  the weights
     <name>/README.md          the model card
     <name>/log.csv            step, train_loss, val_loss, tokens_per_s
-    <name>/heads.csv          optional: every head's probe scores during training (core.induction)
+    <name>/heads.csv          optional: every head's probe scores during training (core.analysis.induction)
 
 This module reads and checks a folder (``load_checkpoint``, ``check_checkpoint``, ``CheckpointError``). The rest
 lives in modules that build on this one, and every name stays importable from here:
@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 
 from core.serve.folder_files import OutsideFolder, inside, read_text_inside, size_inside
 from core.nn.safetensors_header import read_header
-from core.induction import HEADS_CSV
+from core.analysis.induction import HEADS_CSV
 from core.nn.hf import (PICKLE_SUFFIXES, config_from_hf, expected_shapes as hf_expected_shapes, file_prefix,
                      is_hf_config, relevant as hf_relevant, state_from_hf)
 from core.nn.model import ModelConfig, Transformer
@@ -37,7 +37,7 @@ from core.nn.tokenizer import (MERGES_FILE, TOKENIZER_FILE, VOCAB_FILE, Tokenize
 
 FORMAT_VERSION = 1  # config.json's "format_version": bumped when a change would make old readers misread a folder
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, LOG_FILE = "config.json", "model.safetensors", "README.md", "log.csv"
-HEADS_FILE = HEADS_CSV  # per-head probe scores recorded during training (core.induction), when there are any
+HEADS_FILE = HEADS_CSV  # per-head probe scores recorded during training (core.analysis.induction), when there are any
 MAX_WEIGHTS_BYTES = 512 * 1024 * 1024  # refuse absurd files before reading them (the shipped models': under 1 MB)
 MAX_HF_WEIGHTS_BYTES = 2 * 1024**3     # a GPT-2 folder: small (0.5 GB in float32) and medium (1.4 GB) fit
 MAX_CONFIG_BYTES = 1024 * 1024  # ours are about 3 KB; the bound keeps a hostile file from filling memory
@@ -210,9 +210,9 @@ MAX_LOAD_PARAMS = 1_000_000_000  # float32 in memory: 4 GB; GPT-2 large (774M) f
 
 def _size_problem(config: ModelConfig, weights_bytes: int, n_tensors: int) -> str | None:
     """Why a config cannot be what the weights file holds, or cannot be loaded here; None when it may be. Pure
-    arithmetic on the config (core.params' count, no model built): every parameter takes at least 2 bytes
+    arithmetic on the config (core.nn.params' count, no model built): every parameter takes at least 2 bytes
     (float16), and every layer holds at least one tensor of the header."""
-    from core.params import count_parameters  # local import: params imports model only
+    from core.nn.params import count_parameters  # local import: params imports model only
 
     if config.n_layers > MAX_LOAD_LAYERS:
         return f"the config has {config.n_layers:,} layers; this server loads at most {MAX_LOAD_LAYERS}"

@@ -268,7 +268,7 @@ class Transformer(nn.Module):
             nn.init.zeros_(module.bias)
 
     # forward in three steps, each callable alone: interventions that change only block l onwards run the
-    # blocks before l once and start the rest from the stream they leave (core.interventions.head_losses)
+    # blocks before l once and start the rest from the stream they leave (core.analysis.interventions.head_losses)
 
     def embed(self, idx, offset: int = 0) -> torch.Tensor:
         """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d)."""
@@ -300,7 +300,7 @@ class Transformer(nn.Module):
         inference-time shortcut). Not with targets, whose loss needs every position.
         return_attn: also return per layer the scores before the mask and the pattern after it.
         head_fn: optional ``f(layer, y) -> y`` applied to each layer's per-head outputs y (B, h, n, d/h) before
-        W_O mixes them, for interventions such as switching heads off (core.interventions).
+        W_O mixes them, for interventions such as switching heads off (core.analysis.interventions).
         use_cache / past: incremental decoding. use_cache=True returns ``out.present``, a KVCache; pass it
         back as ``past`` with the next token(s), whose positions continue after it. It is updated in place.
         """

@@ -1,6 +1,6 @@
 """The model card and the training record of a checkpoint folder: README.md, log.csv and heads.csv.
 
-``save_checkpoint`` (core.nn.model_store) writes them with ``model_card``, ``format_log`` and core.induction's
+``save_checkpoint`` (core.nn.model_store) writes them with ``model_card``, ``format_log`` and core.analysis.induction's
 ``write_heads_csv``; the pages read them back with ``read_card``, ``read_log``, ``read_heads`` and
 ``read_training``. A model folder may come from anyone (an upload, a copied folder), so every read is bounded and
 goes through core.serve.folder_files, and every field the card shows is escaped.
@@ -15,7 +15,7 @@ from pathlib import Path
 from core.nn.checkpoint import CARD_FILE, HEADS_FILE, LOG_FILE, CheckpointError, _os_problem, _read_config
 from core.serve.fmt import head_label, md_escape
 from core.serve.folder_files import read_text_inside
-from core.induction import parse_heads_csv
+from core.analysis.induction import parse_heads_csv
 from core.nn.model import ModelConfig
 from core.nn.tokenizer import Tokenizer
 
@@ -44,7 +44,7 @@ def _recipe(tc) -> str:
 
 def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokenizer | None = None) -> str:
     """A short markdown card from the config, the training metadata and (when given) the tokenizer."""
-    from core.params import count_parameters  # local import: params imports model only
+    from core.nn.params import count_parameters  # local import: params imports model only
 
     counts = count_parameters(config)
     t = training
@@ -127,7 +127,7 @@ def _repeats(tc: dict, units: str = "characters") -> str:
 
 
 def _induction(s: dict) -> str:
-    # written by core.induction's induction_summary; an older or edited record missing a field reads "n/a"
+    # written by core.analysis.induction's induction_summary; an older or edited record missing a field reads "n/a"
     # rather than breaking the whole card
     try:
         layer, head = (int(v) for v in s["best_head"])
@@ -194,7 +194,7 @@ def read_log(path) -> list[dict]:
 
 
 def read_heads(path) -> list[dict] | None:
-    """Rows of a checkpoint's heads.csv (core.induction.parse_heads_csv); None when the model has none."""
+    """Rows of a checkpoint's heads.csv (core.analysis.induction.parse_heads_csv); None when the model has none."""
     text = _read_inside(path, HEADS_FILE, MAX_LOG_BYTES, "head scores")
     if text is None:
         return None

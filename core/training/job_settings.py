@@ -17,7 +17,7 @@ from core.training.corpus import TRAIN_FRACTION
 from core.analysis.cost import training_flops
 from core.serve.fmt import binary_bytes
 from core.nn.model import LECTURE, ModelConfig, config_problems
-from core.params import count_parameters
+from core.nn.params import count_parameters
 from core.training.trainer import (DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPES, TOKENIZERS, TrainConfig, min_corpus_chars,
                         train_problems)
 
@@ -60,7 +60,7 @@ class JobSettings:
     seed: int = _TRAIN.seed
     recipe: str = DEFAULT_RECIPE  # a name of core.training.trainer.RECIPES
     threads: int | None = None  # None: core.serve.threads.training_threads()
-    repeat_fraction: float = 0.0  # share of rows holding a repeated random span (core.induction.add_repeats)
+    repeat_fraction: float = 0.0  # share of rows holding a repeated random span (core.analysis.induction.add_repeats)
     tokenizer: str = "char"     # "char" or "bpe" (core.training.trainer.TOKENIZERS)
     bpe_vocab: int = DEFAULT_BPE_VOCAB  # the BPE's vocabulary size; unused for characters
 
@@ -189,7 +189,7 @@ def induction_eta_s(s: JobSettings, cost: JobCost, rate: float | None) -> float 
 class JobCost:
     """What a run will cost, known before it starts."""
     config: ModelConfig   # the shape counted (heads do not change the count; see job_cost)
-    counts: dict          # core.params.count_parameters of it
+    counts: dict          # core.nn.params.count_parameters of it
     n_params: int         # N
     tokens: int           # D = steps x batch x n_ctx
     flops: float          # 6ND

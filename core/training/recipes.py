@@ -40,7 +40,7 @@ class TrainConfig:
     eval_interval: int = 250
     eval_batches: int = 16
     seed: int = 1337
-    # the repeat mixture (core.induction.add_repeats): rows whose random span is written again later, the data
+    # the repeat mixture (core.analysis.induction.add_repeats): rows whose random span is written again later, the data
     # on which an induction head pays off. Off by default; the induction model uses it (see its card)
     repeat_fraction: float = 0.0    # share of rows holding a repeated span
     repeat_first_steps: int = 0     # a curriculum: during the first steps every row holds one

@@ -18,7 +18,7 @@ from core.training.corpus import TRAIN_FRACTION, pydoc_text, read_text_file
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.serve.fmt import g3, human, rough_time, sci
 from core.serve.folder_files import lstamp
-from core.scaling import CHINCHILLA_RUNS, LAW_PRESETS, FitError, ScalingLaw
+from core.analysis.scaling import CHINCHILLA_RUNS, LAW_PRESETS, FitError, ScalingLaw
 from core.analysis.scaling_runs import MIN_RUNS, Runs, RunsError
 from core.analysis.scaling_view import split
 from core.training.study import StudyError, comparison_rows, dropped_note, read_fit, rows_to_arrays

@@ -13,7 +13,7 @@ import torch
 
 from core.analysis.cost import training_flops
 from core.nn.model import LECTURE
-from core.params import count_parameters
+from core.nn.params import count_parameters
 from core.serve.threads import training_threads, use_threads
 from core.training.trainer import TrainConfig, Trainer
 

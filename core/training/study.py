@@ -46,8 +46,8 @@ PARENT_ENV = "TE_STUDY_PARENT"  # set by core.training.study_job: the study stop
 # ---------------------------------------------------------------- the fit of a finished study
 
 def fit_study(rows: list[dict], resamples: int = 200, seed: int = 0) -> dict:
-    """The Hoffmann et al. fit of L(N, D) to the rows, with bootstrap intervals over runs (core.scaling)."""
-    from core.scaling import bootstrap_fit, fit_scaling_law
+    """The Hoffmann et al. fit of L(N, D) to the rows, with bootstrap intervals over runs (core.analysis.scaling)."""
+    from core.analysis.scaling import bootstrap_fit, fit_scaling_law
 
     good, bad = usable_rows(rows)  # a diverged run is left out, and named in "dropped"
     N, D, loss = rows_to_arrays(good)  # (R,) each, R = the usable runs
@@ -65,7 +65,7 @@ COMPARED = (("alpha", "α (capacity exponent)"), ("beta", "β (data exponent)"),
 
 def comparison_rows(law, intervals: dict | None = None) -> list[dict]:
     """The fitted constants (a ScalingLaw or its dict) with their intervals beside Chinchilla's and Epoch's."""
-    from core.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
+    from core.analysis.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
 
     law = law if isinstance(law, ScalingLaw) else ScalingLaw(**law)  # fit.json holds the law as a dict
 
@@ -82,7 +82,7 @@ def comparison_rows(law, intervals: dict | None = None) -> list[dict]:
 
 def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
     """The study's card (README.md): what was trained, how, on what, how long it took, and the fit."""
-    from core.scaling import CHINCHILLA, EPOCH_2024
+    from core.analysis.scaling import CHINCHILLA, EPOCH_2024
 
     g = meta["grid"]
     sessions = meta.get("sessions", [])
@@ -139,7 +139,7 @@ def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
 
 def finish_study(folder, resamples: int = 200) -> dict | None:
     """Once every run is in: fit.json and the card. Returns the fit (None when the runs pin down no law)."""
-    from core.scaling import FitError
+    from core.analysis.scaling import FitError
     from core.analysis.scaling_runs import MIN_RUNS
 
     folder = Path(folder)

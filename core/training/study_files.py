@@ -183,7 +183,7 @@ def read_fit(folder) -> dict | None:
     file when it cannot be read or lacks the law and its bootstrap intervals."""
     from dataclasses import fields
 
-    from core.scaling import ScalingLaw
+    from core.analysis.scaling import ScalingLaw
 
     path = Path(folder) / FIT_JSON
     if not path.is_file():

@@ -23,7 +23,7 @@ from pathlib import Path
 from core.training.corpus import TRAIN_FRACTION
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.nn.model import ModelConfig
-from core.params import count_parameters
+from core.nn.params import count_parameters
 
 # Muennighoff et al. 2023 ("Scaling Data-Constrained Language Models", arXiv:2305.16264): up to about four passes
 # over the same text cost little against fresh text; beyond that a run measures repetition rather than data.

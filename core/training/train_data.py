@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from core.training.corpus import split_train_val
-from core.induction import add_repeats
+from core.analysis.induction import add_repeats
 from core.nn.model import Transformer
 from core.nn.tokenizer import BPETokenizer, CharTokenizer, Tokenizer
 
@@ -124,7 +124,7 @@ def repeat_share(step: int, tc) -> float:
 def mixed_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator, share: float,
                 vocab_size: int, min_span: int, max_span: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``get_batch`` with ``share`` of its rows holding a span of random tokens written twice (the repeat
-    mixture, core.induction.add_repeats): (B, n_ctx) inputs and targets."""
+    mixture, core.analysis.induction.add_repeats): (B, n_ctx) inputs and targets."""
     if share <= 0:
         return get_batch(data, n_ctx, batch_size, generator)  # plain text: the same draws as with no mixture
     w = get_windows(data, n_ctx, batch_size, generator)  # (B, n_ctx + 1)

@@ -22,9 +22,9 @@ import torch
 
 from core.nn.checkpoint import load_checkpoint, save_checkpoint
 from core.training.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_description, split_train_val
-from core.induction import HeadRecorder, formation_step, induction_summary
+from core.analysis.induction import HeadRecorder, formation_step, induction_summary
 from core.nn.model import LECTURE, ModelConfig, Transformer
-from core.params import count_parameters, per_block_formula
+from core.nn.params import count_parameters, per_block_formula
 from core.serve.threads import use_threads
 from core.nn.tokenizer import CharTokenizer, Tokenizer
 # re-exported: pages, bench, tests and core.training.job_settings import these from core.training.trainer

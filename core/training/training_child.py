@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 
 from core.nn.checkpoint import save_checkpoint
-from core.induction import induction_summary
+from core.analysis.induction import induction_summary
 from core.training.job_common import BACKGROUND_NICE
 from core.training.job_settings import JobSettings
-from core.params import count_parameters
+from core.nn.params import count_parameters
 from core.training.quota import RETIRED_PREFIX
-from core.sampling import generate
+from core.analysis.sampling import generate
 from core.serve.threads import use_threads
 from core.nn.tokenizer import Prompt
 from core.training.trainer import Trainer, training_record
@@ -40,7 +40,7 @@ LISTS = ("step_losses", "evals", "samples", "heads")  # progress that grows: the
 
 @torch.no_grad()
 def sample_text(model, prompt_ids: list[int], n_new: int, temperature: float, seed: int) -> list[int]:
-    """n_new token ids drawn after prompt_ids with the app's own sampler (core.sampling.generate).
+    """n_new token ids drawn after prompt_ids with the app's own sampler (core.analysis.sampling.generate).
     Its own generator: the same seed at every checkpoint, so changes in the text are the weights' doing."""
     gen = torch.Generator().manual_seed(seed)
     out = generate(model, torch.tensor([prompt_ids], dtype=torch.long), n_new, temperature, generator=gen)

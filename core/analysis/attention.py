@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.induction import PROBE_SEQS, head_scores, induction_score, model_probe, probe_period  # noqa: F401
+from core.analysis.induction import PROBE_SEQS, head_scores, induction_score, model_probe, probe_period  # noqa: F401
 from core.nn.model import future_mask as model_future_mask
-from core.sampling import entropy, temperature_softmax
+from core.analysis.sampling import entropy, temperature_softmax
 
 
 @dataclass
@@ -189,12 +189,12 @@ def first_token_score(pattern: np.ndarray) -> np.ndarray:
     return pattern[..., 1:, 0].mean(-1)
 
 
-# induction_score (imported above) is core.induction's: one measure for the pages and the training log
+# induction_score (imported above) is core.analysis.induction's: one measure for the pages and the training log
 
 
 def induction_scores(model, tokenizer=None, period: int | None = None, n_seqs: int = PROBE_SEQS,
                      seed: int = 0) -> np.ndarray:
-    """(L, h) induction scores on core.induction's probe for ``model`` and its ``tokenizer``
+    """(L, h) induction scores on core.analysis.induction's probe for ``model`` and its ``tokenizer``
     (``model_probe``): ``n_seqs`` strings of ``period`` distinct random tokens, each written twice. The
     numbers Switch heads off shows and the training log records."""
     return head_scores(model, model_probe(model, tokenizer, n_seqs=n_seqs, period=period, seed=seed)).induction

@@ -1,0 +1,269 @@
+"""One forward pass with every intermediate kept: the residual stream, what each sublayer adds to it, the
+queries, keys and values, the MLP's hidden layer, and the logit lens.
+
+``trace`` walks the model's own modules (the same weights, the same LayerNorms and linear maps) instead of
+asking ``Transformer.forward`` for more outputs, so the model file stays as short as it is and its fused
+fast path untouched. Tests check every field against the model's own forward pass. Names follow
+TransformerLens' cache (embed, attn_out, mlp_out, resid): the stream starts as ``embed`` and every sublayer
+adds to it, so
+
+    resid_final = embed + sum_l attn_out[l] + sum_l mlp_out[l],
+    attn_out[l] = sum_h head_out[l][:, h] + attn_bias[l]   (attn_bias is 0 for a bias-free model).
+
+Layers and heads count from 0 here; pages show them from 1 (core.serve.fmt.head_label).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from core.serve.fmt import head_label
+from core.nn.model import future_mask
+
+
+@dataclass
+class Trace:
+    """Every intermediate of one forward pass. B batch, n positions, d width, h heads, d_h = d/h, m vocabulary.
+    Per-layer fields are lists with one tensor per block, indexed from 0."""
+    embed: torch.Tensor             # (B, n, d) token plus position embedding: the stream's start
+    attn_out: list[torch.Tensor]    # (B, n, d) what block l's attention sublayer adds to the stream
+    head_out: list[torch.Tensor]    # (B, h, n, d) each head's share of attn_out[l], after W_O
+    attn_bias: list[torch.Tensor]   # (d,) W_O's bias (zeros without one): the part of attn_out[l] no head writes
+    q: list[torch.Tensor]           # (B, h, n, d_h) queries
+    k: list[torch.Tensor]           # (B, h, n, d_h) keys
+    v: list[torch.Tensor]           # (B, h, n, d_h) values
+    scores: list[torch.Tensor]      # (B, h, n, n) q.k/sqrt(d_h) for every pair, before the causal mask
+    pattern: list[torch.Tensor]     # (B, h, n, n) weights after the masked softmax
+    z: list[torch.Tensor]           # (B, h, n, d_h) each head's weighted sum of values, before W_O
+    resid_mid: list[torch.Tensor]   # (B, n, d) the stream after block l's attention, what its MLP reads
+    mlp_hidden: list[torch.Tensor]  # (B, n, d_ff) after the nonlinearity (ReLU; GELU for GPT-2)
+    mlp_out: list[torch.Tensor]     # (B, n, d) what block l's MLP adds to the stream
+    resid: torch.Tensor             # (L+1, B, n, d) the stream after the embedding and after each block
+    resid_final: torch.Tensor       # (B, n, d) the stream before the final LayerNorm (= resid[-1])
+    ln_scale: torch.Tensor          # (B, n) 1/sigma of the final LayerNorm at each position (its actual scale)
+    logits: torch.Tensor            # (B, n, m) the model's output (the lens of the last stage; every stage's
+                                    # lens is lens_logits(model, tr, stage), one stage at a time: all of them
+                                    # would be (L+1) n m floats, 2.7 GB for GPT-2 small at 1,024 tokens)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.attn_out)
+
+    @property
+    def n_heads(self) -> int:
+        return self.q[0].shape[1]
+
+
+PER_LAYER = ("attn_out", "head_out", "attn_bias", "q", "k", "v", "scores", "pattern", "z", "resid_mid", "mlp_hidden",
+             "mlp_out")
+
+
+@torch.no_grad()
+def trace(model, idx) -> Trace:
+    """Run ``model`` on ``idx`` ((B, n) token ids, or a flat list for B = 1) and keep every intermediate.
+    The model is only read, never changed. Raises ValueError for an empty input or one longer than n_ctx."""
+    idx = torch.as_tensor(idx, dtype=torch.long)
+    if idx.dim() == 1:
+        idx = idx[None]  # (n,) -> (1, n)
+    B, n = idx.shape
+    c = model.config
+    if n == 0:
+        raise ValueError("the input is empty: a forward pass needs at least one token")
+    if n > c.n_ctx:
+        raise ValueError(f"sequence of {n} tokens is longer than the model's context n_ctx={c.n_ctx}")
+    d, h, dh = c.d_model, c.n_heads, c.d_head
+    device = model.pos_emb.weight.device
+    idx = idx.to(device)
+
+    x = model.tok_emb(idx) + model.pos_emb.weight[:n]  # (B, n, d) + (n, d) -> (B, n, d)
+    embed = x
+    keep = {name: [] for name in PER_LAYER}  # one list per field, one entry per block
+    resid = [x]
+    future = future_mask(n, device=device)
+    for block in model.blocks:
+        attn = block.attn
+        q, k, v = attn.qkv(block.ln1(x)).split(d, dim=2)
+        # (B, n, d) -> (B, n, h, d_h) -> (B, h, n, d_h), as in MultiHeadAttention
+        q, k, v = (t.view(B, n, h, dh).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)  # (B, h, n, d_h) x (B, h, d_h, n) -> (B, h, n, n)
+        pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        z = pattern @ v  # (B, h, n, n) x (B, h, n, d_h) -> (B, h, n, d_h)
+        attn_out = attn.out(z.transpose(1, 2).reshape(B, n, d))  # the model's own W_O on the concatenated heads
+        # head k's share reads only its d_h columns of W_O (weight is (d_out, d_in), d_in = h * d_h side by side)
+        w_o = attn.out.weight.view(d, h, dh)  # (d, h, d_h)
+        head_out = torch.einsum("bhnk,dhk->bhnd", z, w_o)  # (B, h, n, d_h) x (d, h, d_h) -> (B, h, n, d)
+        # W_O's bias (GPT-2 has one) belongs to no head: its own term, so that sum(head_out) + attn_bias == attn_out
+        attn_bias = attn.out.bias if attn.out.bias is not None else torch.zeros(d, device=device)  # (d,)
+        x = x + attn_out
+        resid_mid = x
+        mlp_hidden = block.mlp.act(block.mlp.w1(block.ln2(x)))  # (B, n, d_ff): the model's own nonlinearity
+        mlp_out = block.mlp.w2(mlp_hidden)               # (B, n, d)
+        x = x + mlp_out
+        resid.append(x)
+        for name, value in zip(PER_LAYER, (attn_out, head_out, attn_bias, q, k, v, scores, pattern, z, resid_mid,
+                                           mlp_hidden, mlp_out)):
+            keep[name].append(value)
+    resid = torch.stack(resid)  # (L+1, B, n, d)
+    ln = model.ln_f
+    ln_scale = torch.rsqrt(x.var(dim=-1, unbiased=False) + ln.eps)  # (B, n): LayerNorm divides by sqrt(var + eps)
+    return Trace(embed=embed, resid=resid, resid_final=x, ln_scale=ln_scale, logits=model.readout(x), **keep)
+
+
+def trace_bytes(config, n: int, batch: int = 1) -> int:
+    """Bytes of the float32 tensors a Trace of ``batch`` sequences of n tokens holds, from the shapes above: per
+    position, the stream-wide vectors and each block's q, k, v, z, per-head outputs, MLP hidden units and the
+    logits; per pair of positions, each head's scores and pattern (2 L h n^2, which dominates long inputs)."""
+    d, h, L, m = config.d_model, config.n_heads, config.n_layers, config.vocab_size
+    per_position = (
+        d * (L + 3)                  # embed, resid (the stream after the embedding and after each block), resid_final
+        + L * d * 3                  # attn_out, resid_mid, mlp_out
+        + L * h * d                  # head_out: each head's share, width d
+        + L * d * 4                  # q, k, v, z: h heads of d/h each
+        + L * config.d_ff            # mlp_hidden
+        + 1 + m                      # ln_scale, logits
+    )
+    return 4 * (batch * (n * per_position + L * 2 * h * n * n) + L * d)  # + scores and pattern, + attn_bias
+
+
+def max_trace_tokens(config, budget: int) -> int:
+    """The most tokens a Trace of one sequence may hold within ``budget`` bytes (at least 1, at most n_ctx), in
+    whole multiples of 64 once that many fit, so that a page can name the number."""
+    lo, hi = 1, config.n_ctx
+    while lo < hi:  # the largest n with trace_bytes(n) <= budget: trace_bytes grows with n
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if trace_bytes(config, mid) <= budget else (lo, mid - 1)
+    return lo if lo < 64 or lo == config.n_ctx else lo - lo % 64
+
+
+# ----------------------------------------------------------------------------- the residual stream, step by step
+
+@dataclass
+class StreamStep:
+    """One step of the residual stream at one position: what it adds and the stream after it."""
+    name: str             # "embedding", "L1 attention", "L1 MLP", ... (layers from 1: screen text)
+    layer: int | None     # the block, counted from 0; None for the embedding
+    kind: str             # "embed", "attn" or "mlp"
+    added: np.ndarray     # (d,) what the step adds (for the embedding: the embedding itself)
+    after: np.ndarray     # (d,) the stream after the step
+
+
+def stream_steps(tr: Trace, pos: int, b: int = 0) -> list[StreamStep]:
+    """The stream at position ``pos`` of batch row ``b``: the embedding, then each block's attention and MLP."""
+    steps = [StreamStep("embedding", None, "embed", _np(tr.embed[b, pos]), _np(tr.embed[b, pos]))]
+    for layer in range(tr.n_layers):
+        steps.append(StreamStep(f"L{layer + 1} attention", layer, "attn", _np(tr.attn_out[layer][b, pos]),
+                                _np(tr.resid_mid[layer][b, pos])))
+        steps.append(StreamStep(f"L{layer + 1} MLP", layer, "mlp", _np(tr.mlp_out[layer][b, pos]),
+                                _np(tr.resid[layer + 1][b, pos])))
+    return steps
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().double().cpu().numpy()
+
+
+# ----------------------------------------------------------------------------- direct logit attribution
+
+@dataclass
+class Attribution:
+    """How much each writer into the stream contributes to one logit, through the final LayerNorm with its
+    scale 1/sigma frozen at the value it has on this input. values.sum() + constant == logit."""
+    token: int
+    pos: int
+    names: list[str]      # "embedding", "L1 H1", ..., "L1 MLP", ... (screen labels, counted from 1)
+    values: np.ndarray    # (1 + L*(h+1),) each writer's share of the logit, in the order of ``names``
+    constant: float       # the part no writer controls: the LayerNorm's shift beta read by the output map
+    logit: float          # the model's logit for ``token`` at ``pos``
+    scale: float          # the frozen 1/sigma of the final LayerNorm at ``pos``
+
+
+@torch.no_grad()
+def direct_logit_attribution(model, tr: Trace, token: int, pos: int, b: int = 0) -> Attribution:
+    """Split the logit of ``token`` at ``pos`` over the embedding, every head and every MLP.
+
+    The final LayerNorm is LN(x) = gamma * (x - mean x) / sigma + beta. With sigma frozen at its actual value
+    the map is linear in x: centring is linear, so each part c of x = embed + sum(head_out) + sum(mlp_out)
+    contributes w_t . (gamma * (c - mean c)) / sigma, where w_t is the output map's row for ``token``;
+    the shift beta gives the constant w_t . beta."""
+    c = model.config
+    if not 0 <= token < c.vocab_size:
+        raise ValueError(f"token {token} is outside the vocabulary of {c.vocab_size}")
+    n = tr.embed.shape[1]
+    if not 0 <= pos < n:
+        raise ValueError(f"position {pos} is outside the input's {n} positions")
+    ln = model.ln_f
+    scale = tr.ln_scale[b, pos].double()
+    w = model.head.weight[token].double()  # (d,) the output map's row for this token
+    read = (w * ln.weight.double()) * scale  # (d,) what one unit of centred stream is worth in this logit
+
+    def share(part: torch.Tensor) -> float:  # part: (d,)
+        part = part.double()
+        return float((part - part.mean()) @ read)
+
+    names, values = ["embedding"], [share(tr.embed[b, pos])]
+    for layer in range(tr.n_layers):
+        for head in range(tr.n_heads):
+            names.append(head_label(layer, head))
+            values.append(share(tr.head_out[layer][b, head, pos]))
+        if model.blocks[layer].attn.out.bias is not None:  # W_O's bias writes too, the same at every position
+            names.append(f"L{layer + 1} attention bias")
+            values.append(share(tr.attn_bias[layer]))
+        names.append(f"L{layer + 1} MLP")
+        values.append(share(tr.mlp_out[layer][b, pos]))
+    constant = float(w @ ln.bias.double()) if ln.bias is not None else 0.0
+    return Attribution(token=token, pos=pos, names=names, values=np.array(values), constant=constant,
+                       logit=float(tr.logits[b, pos, token]), scale=float(scale))
+
+
+# ----------------------------------------------------------------------------- the logit lens
+
+@dataclass
+class Lens:
+    """The logit lens at every (stage, position): stage 0 reads the stream after the embedding, stage l + 1
+    after block l. Probabilities at T = 1."""
+    top_ids: np.ndarray    # (L+1, n, k) the k most likely tokens, best first
+    top_probs: np.ndarray  # (L+1, n, k) their probabilities
+
+
+@torch.no_grad()
+def lens_logits(model, tr: Trace, stage: int) -> torch.Tensor:
+    """(B, n, m) the final LayerNorm and output map applied to the stream of one stage: 0 after the embedding,
+    l + 1 after block l. Stage L is the model's own logits."""
+    return model.readout(tr.resid[stage])
+
+
+LENS_CHUNK = 2**23  # floats of logits worked on at once by lens_top (32 MB in float32, 64 MB as probabilities)
+LENS_TOP = 5        # the most likely tokens the lens keeps at every stage and position (a page's hover shows them)
+
+
+@torch.no_grad()
+def lens_top(model, tr: Trace, k: int = LENS_TOP, b: int = 0) -> Lens:
+    """The lens's k most likely tokens at every stage and position of batch row b, a block of positions at a
+    time: never more than LENS_CHUNK logits exist at once, whatever n and the vocabulary."""
+    L1, _, n, _ = tr.resid.shape
+    m = model.config.vocab_size
+    k = min(k, m)
+    step = max(1, LENS_CHUNK // m)
+    ids, probs = np.empty((L1, n, k), dtype=np.int64), np.empty((L1, n, k))
+    for stage in range(L1):
+        for lo in range(0, n, step):
+            p = torch.softmax(model.readout(tr.resid[stage, b, lo:lo + step]).double(), dim=-1)  # (<= step, m)
+            top = torch.topk(p, k, dim=-1)
+            ids[stage, lo:lo + step], probs[stage, lo:lo + step] = top.indices.cpu().numpy(), top.values.cpu().numpy()
+    return Lens(top_ids=ids, top_probs=probs)
+
+
+def lens_stage_names(n_layers: int) -> list[str]:
+    """Row names of the lens, top to bottom: the embedding, then the stream after each block (from 1)."""
+    return ["after the embedding"] + [f"after block {l + 1}" for l in range(n_layers)]
+
+
+def lens_accuracy(lens: Lens, ids) -> np.ndarray:
+    """(L+1,) for each stage, the share of positions 0..n-2 whose lens favourite is the token that really comes
+    next (the last position has no next token to check)."""
+    nxt = np.asarray(ids)[1:]  # (n-1,) the token after each position
+    return (lens.top_ids[:, :-1, 0] == nxt).mean(axis=1)  # (L+1, n-1) -> (L+1,)
