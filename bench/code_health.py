@@ -1,7 +1,7 @@
 """Code-health figures: lines per page, per core module and per ui module, and comment share.
 
     python -m bench.code_health            # table of every file, worst first, and the limits it breaks
-    python -m bench.code_health core/train.py core/study.py
+    python -m bench.code_health core/training/trainer.py core/training/study.py
 
 A comment line is a line that holds a `#` comment (alone or after code), found with `tokenize`, so a `#`
 inside a string does not count; docstrings do not count either (the target is *why* comments, not
