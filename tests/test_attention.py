@@ -1,15 +1,17 @@
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from core.analysis.attention import (
-    attention_overview, head_attention, head_window, layer_attention, pool_pattern,
-    future_dependence, future_mask, future_mass, head_roles, induction_chance, induction_score, induction_scores,
-    mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy, run_attention,
-    unmasked_softmax,
+    attention_overview, changed_last, dependence_on_last, head_attention, head_window, layer_attention, pattern_roles,
+    pool_pattern, future_dependence, future_mask, future_mass, head_roles, induction_chance, induction_score,
+    induction_scores, mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy,
+    run_attention, unmasked_softmax,
 )
 from core.figures.attention_figures import all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure
-from core.model import ModelConfig, Transformer
+from core.nn.model import ModelConfig, Transformer
 
 
 @pytest.fixture
@@ -214,3 +216,181 @@ def test_attention_overview_measures_and_thumbnails(model):
     keep = ~future_mask(8)
     np.testing.assert_allclose(ov.thumbs[..., keep], by_hand[..., keep], atol=1e-6)
     assert np.isnan(ov.thumbs[..., future_mask(8)]).all()
+
+
+def softmax_rows_by_hand(rows):
+    """Row-wise softmax in plain Python floats; -inf entries get 0."""
+    out = []
+    for row in rows:
+        top = max(row)
+        e = [math.exp(v - top) if v != -math.inf else 0.0 for v in row]
+        out.append([v / sum(e) for v in e])
+    return out
+
+
+def test_mask_orders_on_stacks_of_layers_and_heads_in_float64():
+    """(L, h, n, n) scores with h != n, given as float32: the right order (mask, then softmax) and the wrong one
+    (softmax, then zero the future) against softmaxes written out row by row in float64."""
+    rng = np.random.default_rng(1)
+    s = (rng.normal(size=(2, 3, 4, 4)) * 2).astype(np.float32)
+    right, wrong, mass = masked_softmax(s), mask_after_softmax(s), future_mass(unmasked_softmax(s))
+    assert right.dtype == wrong.dtype == np.float64 and right.shape == wrong.shape == (2, 3, 4, 4)
+    for l in range(2):
+        for h in range(3):
+            rows = s[l, h].astype(np.float64).tolist()
+            past = [[v if j <= i else -math.inf for j, v in enumerate(row)] for i, row in enumerate(rows)]
+            np.testing.assert_allclose(right[l, h], softmax_rows_by_hand(past), rtol=1e-14, atol=1e-300)
+            full = softmax_rows_by_hand(rows)
+            np.testing.assert_allclose(wrong[l, h], [[p if j <= i else 0.0 for j, p in enumerate(row)]
+                                                     for i, row in enumerate(full)], rtol=1e-14, atol=1e-300)
+            np.testing.assert_allclose(mass[l, h], [sum(row[i + 1:]) for i, row in enumerate(full)], rtol=1e-13,
+                                       atol=1e-300)
+
+
+def test_dependence_on_last_by_hand():
+    """Scores 0 everywhere, then the last key's scores (column 2) changed to x0 for query 0 and x1 for query 1.
+    Mask first: rows 0 and 1 never see key 2, so nothing moves. Mask after: row i's past weights go from 1/3 to
+    1/(2 + e^x_i), and the larger move is reported."""
+    for x0, x1 in ((2.0, 0.5), (0.5, 2.0), (-1.0, 1.5)):
+        a = np.zeros((3, 3), dtype=np.float32)
+        b = a.copy()
+        b[0, 2], b[1, 2], b[2, 2] = x0, x1, 7.0  # the last query's own row may change any way it likes
+        dep = dependence_on_last(a, b)
+        assert dep["mask_on_scores"] == 0.0
+        want = max(abs(1 / 3 - 1 / (2 + math.exp(x))) for x in (x0, x1))
+        assert dep["mask_after_softmax"] == pytest.approx(want, rel=1e-12)
+
+
+def test_changed_last_replaces_the_last_token_by_the_next_id_or_the_one_given():
+    assert changed_last([4, 2, 4], 5) == ([4, 2, 0], 0)  # (4 + 1) mod 5
+    assert changed_last([1, 2], 5) == ([1, 3], 3)  # two tokens are enough
+    assert changed_last([1, 2, 3], 5, replacement=0) == ([1, 2, 0], 0)
+    with pytest.raises(ValueError, match=r"^need at least two tokens: one to change and one before it$"):
+        changed_last([1], 5)
+
+
+def test_future_dependence_reports_the_replacement_it_used(model):
+    ids = [1, 2, 3, 4, 5, 6]
+    dep = future_dependence(model, ids, layer=1, head=0, replacement=9)
+    ref_a = forward_attention(model, ids)[1][0][0]
+    ref_b = forward_attention(model, ids[:-1] + [9])[1][0][0]
+    assert dep["replacement"] == 9 and set(dep) == {"replacement", "mask_on_scores", "mask_after_softmax"}
+    assert dep["mask_after_softmax"] == pytest.approx(dependence_on_last(ref_a, ref_b)["mask_after_softmax"],
+                                                      abs=1e-6)
+    assert future_dependence(model, ids, 0, 0)["replacement"] == 7
+
+
+def test_head_window_defaults_bounds_and_short_prompts():
+    rng = np.random.default_rng(2)
+    s = rng.normal(size=(5, 5))
+    p = masked_softmax(s)
+    whole = head_window(s, p)  # the whole prompt by default
+    assert (whole.lo, whole.hi) == (0, 4)
+    np.testing.assert_array_equal(whole.scores, s)
+    np.testing.assert_array_equal(whole.pattern, p)
+    one = head_window(s, p, 3, 3)  # one position
+    assert one.scores.shape == (1, 1) and one.scores[0, 0] == s[3, 3] and (one.lo, one.hi) == (3, 3)
+    for lo, hi in ((-1, 2), (3, 2), (0, 5)):
+        with pytest.raises(ValueError, match=rf"^window {lo}\.\.{hi} is outside the prompt's 5 positions$"):
+            head_window(s, p, lo, hi)
+    # mean future mass over the queries that have a future: one query of two, none of one
+    two = np.array([[0.0, 1.0], [0.5, 0.2]])
+    assert head_window(two, masked_softmax(two)).mean_future_mass == pytest.approx(math.e / (1 + math.e), rel=1e-12)
+    assert head_window(np.zeros((1, 1)), np.ones((1, 1))).mean_future_mass == 0.0
+
+
+def test_position_scores_on_two_and_on_one_position():
+    pats = np.array([[[1.0, 0.0], [0.25, 0.75]], [[1.0, 0.0], [0.6, 0.4]]])  # (2 heads, 2, 2)
+    assert previous_token_score(pats).tolist() == [0.25, 0.6]
+    assert first_token_score(pats).tolist() == [0.25, 0.6]
+    single = np.ones((3, 4, 1, 1))  # (L, h, 1, 1): no query has a past to choose
+    for score in (previous_token_score(single), first_token_score(single)):
+        assert score.shape == (3, 4) and np.isnan(score).all()
+
+
+def test_roles_of_float32_patterns_are_float64():
+    pattern = np.array([[1.0, 0.0, 0.0], [0.3, 0.7, 0.0], [0.1, 0.2, 0.7]], dtype=np.float32)
+    roles = pattern_roles(pattern)
+    p = pattern.astype(np.float64)
+    assert roles["previous_token"] == pytest.approx((p[1, 0] + p[2, 1]) / 2, rel=1e-15)
+    assert roles["first_token"] == pytest.approx((p[1, 0] + p[2, 0]) / 2, rel=1e-15)
+    ent = [-sum(v * math.log(v) for v in row if v > 0) for row in p.tolist()]
+    assert roles["entropy"] == pytest.approx(sum(ent) / 3, rel=1e-14)
+
+
+def test_induction_chance_is_the_mean_of_one_over_i_plus_one_over_the_second_copy():
+    # n_ctx 24: period 12 (half the context), queries 12..23
+    assert induction_chance(24) == pytest.approx(sum(1 / (i + 1) for i in range(12, 24)) / 12, rel=1e-15)
+    # a vocabulary of 5 ids: period 5, queries 5..9
+    assert induction_chance(24, vocab_size=5) == pytest.approx(sum(1 / (i + 1) for i in range(5, 10)) / 5, rel=1e-15)
+    assert induction_chance(100, period=3) == pytest.approx((1 / 4 + 1 / 5 + 1 / 6) / 3, rel=1e-15)
+
+
+class RecordingModel(torch.nn.Module):
+    """Wraps a model and keeps every input it is run on."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.inner, self.config, self.seen = model, model.config, []
+
+    def forward(self, idx, **kw):
+        self.seen.append(idx.clone())
+        return self.inner(idx, **kw)
+
+
+def test_induction_scores_probe_with_the_given_period_count_seed_and_tokenizer(model):
+    from core.analysis.induction import head_scores, model_probe, repeat_probe
+
+    class FewIds:  # a tokenizer whose whole printable tokens are ids 3..9
+        def readable_ids(self):
+            return list(range(3, 10))
+
+    spy = RecordingModel(model)
+    got = induction_scores(spy, FewIds(), period=5, n_seqs=3, seed=4)
+    assert torch.equal(spy.seen[-1], repeat_probe(13, n_seqs=3, period=5, seed=4, choices=range(3, 10)))
+    np.testing.assert_array_equal(got, head_scores(model, spy.seen[-1]).induction)
+    induction_scores(spy)  # defaults: 8 sequences, seed 0, every id, the period n_ctx and vocabulary allow (13)
+    assert torch.equal(spy.seen[-1], repeat_probe(13, n_seqs=8, period=13, seed=0))
+    induction_scores(spy, FewIds())  # the tokenizer's 7 ids bound the period
+    assert torch.equal(spy.seen[-1], model_probe(model, FewIds())) and spy.seen[-1].shape == (8, 14)
+
+
+def test_one_layer_one_head_models_and_stacks_of_many():
+    torch.manual_seed(1)
+    small = Transformer(ModelConfig(vocab_size=7, n_ctx=8, d_model=4, n_heads=1, n_layers=1)).eval()
+    ids = [1, 2, 3, 4, 5]
+    run = run_attention(small, ids)
+    roles = head_roles(run)
+    assert set(roles) == {"previous_token", "first_token", "entropy"} and roles["entropy"].shape == (1, 1)
+    ov = attention_overview(small, ids)
+    assert ov.roles["previous_token"].shape == (1, 1) and (ov.lo, ov.hi, ov.block) == (0, 4, 1)
+    assert ov.roles["previous_token"][0, 0] == pytest.approx(previous_token_score(run.pattern[0][0]), abs=1e-7)
+    # a 2-D pattern and a (L, h, w, w) stack pool block by block, as the (h, w, w) case does
+    rng = np.random.default_rng(3)
+    raw = np.tril(rng.random((2, 3, 5, 5)))
+    stack = raw / raw.sum(-1, keepdims=True)
+    pooled, b = pool_pattern(stack, 3)
+    assert b == 2 and pooled.shape == (2, 3, 3, 3)
+    for l in range(2):
+        for h in range(3):
+            alone, _ = pool_pattern(stack[l, h], 3)
+            np.testing.assert_allclose(alone, pooled[l, h], equal_nan=True)
+    np.testing.assert_allclose(pool_pattern(stack[0, 0], 3)[0][1, 0], (stack[0, 0, 2:4, 0:2].sum(-1)).mean())
+    assert pool_pattern(stack[0, 0].astype(np.float32), 3)[0].dtype == np.float64
+
+
+def test_attention_overview_defaults_and_bounds(model):
+    ids = [i % 13 for i in range(31)]
+    ov = attention_overview(model, ids)  # the whole prompt, 48 cells a side at most: every position its own
+    assert (ov.lo, ov.hi, ov.block) == (0, 30, 1) and ov.thumbs.shape == (2, 2, 31, 31)
+    torch.manual_seed(0)
+    wide = Transformer(ModelConfig(vocab_size=13, n_ctx=64, d_model=16, n_heads=2, n_layers=1)).eval()
+    assert attention_overview(wide, ids + ids[:18]).block == 2  # 49 positions: two per cell
+    assert attention_overview(model, ids, 5, 5).thumbs.shape == (2, 2, 1, 1)
+    for lo, hi in ((-1, 3), (4, 3), (0, 31)):
+        with pytest.raises(ValueError, match=rf"^window {lo}\.\.{hi} is outside the prompt's 31 positions$"):
+            attention_overview(model, ids, lo, hi)
+    with pytest.raises(ValueError, match=r"^window 0\.\.1 is outside the prompt's 1 positions$"):
+        attention_overview(model, [5], 0, 1)
+    with pytest.raises(ValueError, match=r"^the prompt is empty: there is nothing to attend to$"):
+        run_attention(model, [])

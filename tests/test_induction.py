@@ -5,7 +5,7 @@ import torch
 
 from core.analysis.induction import (HeadRecorder, add_repeats, formation_step, head_scores, model_probe, read_heads_csv,
                             repeat_probe, stripe_scores, write_heads_csv)
-from core.model import AttentionRecord, ModelConfig, ModelOutput, Transformer
+from core.nn.model import AttentionRecord, ModelConfig, ModelOutput, Transformer
 
 
 def test_probe_rows_are_distinct_tokens_written_twice():
@@ -71,13 +71,36 @@ def test_read_heads_csv_refuses_missing_columns(tmp_path):
         read_heads_csv(tmp_path / "heads.csv")
 
 
-def test_head_scores_of_a_copying_model_are_found():
-    """Losses on the copies are measured on the right positions: a model scored on logits we control."""
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=60, n_ctx=100, d_model=16, n_heads=2, n_layers=1))
-    s = head_scores(model)
-    assert s.induction.shape == (1, 2) and s.previous_token.shape == (1, 2)
-    assert s.in_context_gain == pytest.approx(s.first_copy_loss - s.second_copy_loss)
+def test_head_scores_of_a_transformer_whose_logits_are_built_by_hand():
+    """A real Transformer with its weights set by hand, so that its losses on each copy are known. Every block adds
+    nothing and reads nothing (all its weights 0: every head spreads its weight evenly over the past), the token
+    embedding is 0, and the position table holds, at each second-copy position i, the one-hot of the probe's token
+    i + 1 (elsewhere 0). The final LayerNorm turns a one-hot e into (e - 1/m) / sigma and the output map c I makes
+    that a logit higher by b = c / sigma for the right token: every second-copy prediction costs
+    log(1 + (m - 1) e^-b), every first-copy one log m (a stream of 0 gives flat logits). Position T - 1, which
+    predicts the first token of the second copy, boosts a wrong token, so counting it in either copy would show."""
+    m, T, c = 12, 5, 0.5
+    probe = repeat_probe(m, n_seqs=1, period=T, seed=3)  # (1, 2T)
+    model = Transformer(ModelConfig(vocab_size=m, n_ctx=2 * T, d_model=m, n_heads=2, n_layers=1)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.ln_f.weight.fill_(1.0)
+        model.head.weight.copy_(c * torch.eye(m))
+        for i in range(T, 2 * T - 1):
+            model.pos_emb.weight[i, probe[0, i + 1]] = 1.0
+        model.pos_emb.weight[T - 1, (probe[0, T] + 1) % m] = 1.0
+    b = c / np.sqrt((1 / m) * (1 - 1 / m) + model.config.ln_eps)
+    s = head_scores(model, probe)
+    assert s.first_copy_loss == pytest.approx(np.log(m), rel=1e-6)
+    assert s.second_copy_loss == pytest.approx(np.log(1 + (m - 1) * np.exp(-b)), rel=1e-5)
+    assert s.in_context_gain == pytest.approx(np.log(m) - np.log(1 + (m - 1) * np.exp(-b)), rel=1e-5)
+    # the heads attend evenly to the past: a[i, j] = 1/(i + 1)
+    assert s.induction == pytest.approx(np.full((1, 2), np.mean([1 / (i + 1) for i in range(T, 2 * T)])), rel=1e-6)
+    assert s.previous_token == pytest.approx(np.full((1, 2), np.mean([1 / (i + 1) for i in range(1, 2 * T)])),
+                                             rel=1e-6)
+    assert model.training is False and head_scores(model.train(), probe).first_copy_loss == pytest.approx(np.log(m))
+    assert model.training  # measured in eval mode, handed back as it came
 
 
 class CopyingModel(torch.nn.Module):
@@ -184,3 +207,151 @@ def test_add_repeats_fraction_zero_and_share():
     out = add_repeats(w, 0.25, g, 1000)
     chosen = (out != w).any(dim=1).float().mean().item()
     assert 0.18 < chosen < 0.32
+
+
+def test_probe_period_and_the_models_probe():
+    from core.analysis.induction import PROBE_PERIOD, model_period, probe_period
+
+    assert probe_period(1000) == PROBE_PERIOD == 50  # 50 where context and vocabulary allow
+    assert probe_period(40) == 20 and probe_period(40, vocab_size=7) == 7
+    assert probe_period(3) == 1 and probe_period(2) == 1 and probe_period(1) == 1  # at least one token
+
+    class FewIds:  # a BPE-like tokenizer whose whole printable tokens are 30 of its 300 ids
+        def readable_ids(self):
+            return list(range(100, 130))
+
+    model = Transformer(ModelConfig(vocab_size=300, n_ctx=200, d_model=8, n_heads=2, n_layers=1))
+    assert model_period(model) == 50 and model_period(model, FewIds()) == 30
+    probe = model_probe(model, FewIds(), n_seqs=3, seed=5)
+    assert torch.equal(probe, repeat_probe(300, n_seqs=3, period=30, seed=5, choices=range(100, 130)))
+    assert torch.equal(model_probe(model, period=4), repeat_probe(300, period=4))
+    with pytest.raises(ValueError, match=r"^50 distinct tokens need a vocabulary of at least 50 \(got 20\)$"):
+        repeat_probe(20, period=50)
+
+
+def test_induction_and_stripe_scores_by_hand_in_float64():
+    """T = 2, n = 4: the induction score is the mean over queries 2 and 3 of a[2, 1] and a[3, 2]; the
+    previous-token score the mean of a[1, 0], a[2, 1], a[3, 2]; float32 patterns are read in float64."""
+    from core.analysis.induction import induction_score
+
+    a = np.array([[1.0, 0, 0, 0], [0.3, 0.7, 0, 0], [0.1, 0.6, 0.3, 0], [0.2, 0.1, 0.3, 0.4]], dtype=np.float32)
+    p = a.astype(np.float64)
+    assert float(induction_score(a, 2)) == pytest.approx((p[2, 1] + p[3, 2]) / 2, rel=1e-15)
+    prev, ind = stripe_scores(np.stack([a, np.eye(4, dtype=np.float32)])[:, None], 2)  # (B=2, 1 head, 4, 4)
+    assert prev[0] == pytest.approx(((p[1, 0] + p[2, 1] + p[3, 2]) / 3 + 0) / 2, rel=1e-15)
+    assert ind[0] == pytest.approx(((p[2, 1] + p[3, 2]) / 2 + 0) / 2, rel=1e-15)
+    with pytest.raises(ValueError, match=r"^the pattern covers 4 positions, fewer than two copies of period 3$"):
+        induction_score(a, 3)
+
+
+def test_best_head_and_the_rows_a_measurement_writes():
+    from core.analysis.induction import HeadScores, score_rows
+
+    scores = HeadScores(previous_token=np.array([[0.123456, 0.9], [0.5, 0.25]]),
+                        induction=np.array([[0.1, 0.2], [0.87654321, 0.3]]),
+                        first_copy_loss=2.718281828, second_copy_loss=1.414213562)
+    assert scores.best_head() == (1, 0) and isinstance(scores.best_head()[0], int)
+    assert scores.in_context_gain == pytest.approx(2.718281828 - 1.414213562)
+    rows = score_rows(7, scores)
+    assert rows[2] == {"step": 7, "layer": 1, "head": 0, "previous_token": 0.5, "induction": 0.8765,
+                       "first_copy_loss": 2.7183, "second_copy_loss": 1.4142, "in_context_gain": 1.3041}
+    assert [(r["layer"], r["head"], r["previous_token"]) for r in rows] == [(0, 0, 0.1235), (0, 1, 0.9), (1, 0, 0.5),
+                                                                          (1, 1, 0.25)]
+
+
+def test_the_recorder_measures_its_own_probe_at_its_interval():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=30, n_ctx=40, d_model=16, n_heads=2, n_layers=2))
+    rec = HeadRecorder(model)
+    assert rec.every == 100 and rec.due(300) and not rec.due(150)
+    assert torch.equal(rec.probe, repeat_probe(30, period=20, seed=0))
+    assert HeadRecorder(model, every=0).every == 1  # at least every step
+    seeded = HeadRecorder(model, every=5, seed=3)
+    assert torch.equal(seeded.probe, repeat_probe(30, period=20, seed=3))
+    got = seeded.record(model, 5)
+    want = head_scores(model, repeat_probe(30, period=20, seed=3))
+    np.testing.assert_array_equal(got.induction, want.induction)
+    assert got.first_copy_loss == want.first_copy_loss
+
+
+def test_heads_csv_text_parses_to_numbers_of_the_right_kind():
+    from core.analysis.induction import parse_heads_csv
+
+    text = ("step,layer,head,previous_token,induction,first_copy_loss\r\n"
+            "100,0,1,0.25,0.5,\r\n200,1,0,0.125,0.75,3.5\r\n")
+    rows = parse_heads_csv(text)
+    assert rows == [{"step": 100, "layer": 0, "head": 1, "previous_token": 0.25, "induction": 0.5},
+                    {"step": 200, "layer": 1, "head": 0, "previous_token": 0.125, "induction": 0.75,
+                     "first_copy_loss": 3.5}]
+    assert all(type(r[k]) is int for r in rows for k in ("step", "layer", "head"))
+    assert parse_heads_csv(text.splitlines(keepends=True)) == rows  # any iterable of lines
+    with pytest.raises(ValueError, match=r"^heads.csv lacks the column\(s\) induction, previous_token$"):
+        parse_heads_csv("step,layer,head\n1,0,0\n")
+    with pytest.raises(ValueError, match=r"^heads.csv line 3: invalid literal for int\(\) with base 10: 'x'$"):
+        parse_heads_csv("step,layer,head,previous_token,induction\n1,0,0,0.1,0.2\nx,0,0,0.1,0.2\n")
+
+
+def test_formation_step_at_the_threshold_and_without_scores():
+    from core.analysis.induction import THRESHOLD
+
+    rows = [{"step": 50, "layer": 0, "head": 0}, {"step": 100, "layer": 0, "head": 0, "induction": THRESHOLD}]
+    assert formation_step(rows) == 100  # reaching the threshold counts; a row without a score never does
+    assert formation_step(rows[:1]) is None
+
+
+def test_induction_summary_of_hand_written_rows():
+    from core.analysis.induction import induction_summary
+
+    rows = [
+        {"step": 100, "layer": 0, "head": 0, "previous_token": 0.9, "induction": 0.1},
+        {"step": 100, "layer": 1, "head": 1, "previous_token": 0.2, "induction": 0.35},
+        {"step": 200, "layer": 0, "head": 0, "previous_token": 0.95, "induction": 0.05, "first_copy_loss": 3.0,
+         "second_copy_loss": 1.0},
+        {"step": 200, "layer": 0, "head": 1, "previous_token": 0.3, "induction": 0.2, "first_copy_loss": 3.0,
+         "second_copy_loss": 1.0},
+        {"step": 200, "layer": 1, "head": 1, "previous_token": 0.1, "induction": 0.8, "first_copy_loss": 3.0,
+         "second_copy_loss": 1.0},
+    ]
+    assert induction_summary(rows) == {
+        "threshold": 0.30, "formed_at_step": 100, "measured_at_step": 200, "best_head": [1, 1],
+        "best_induction": 0.8, "best_previous_token_head": [0, 0], "best_previous_token": 0.95,
+        "first_copy_loss": 3.0, "second_copy_loss": 1.0}
+    late = induction_summary(rows, threshold=0.5)
+    assert late["threshold"] == 0.5 and late["formed_at_step"] == 200
+    assert induction_summary(rows[:2], threshold=0.9)["formed_at_step"] is None
+    assert induction_summary(rows[:2])["first_copy_loss"] is None  # rows without losses
+
+
+def test_add_repeats_is_its_generators_alone_and_spans_the_documented_range():
+    """The same generator state gives the same rows whatever the global random state; spans run from min_span to
+    max_span (8 and 40 by default, at most half a row); a fraction of 0 draws nothing."""
+    w = torch.arange(128).repeat(1500, 1)
+    torch.manual_seed(1)
+    a = add_repeats(w, 1.0, torch.Generator().manual_seed(9), vocab_size=10**9)  # no random token hits its own id
+    torch.manual_seed(2)
+    b = add_repeats(w, 1.0, torch.Generator().manual_seed(9), vocab_size=10**9)
+    assert torch.equal(a, b)
+    spans = set()
+    for row in a.tolist():
+        changed = [i for i in range(128) if row[i] != i]  # the first copy (random tokens) and the second
+        spans.add(len(changed) // 2)
+    assert min(spans) == 8 and max(spans) == 40
+    short = add_repeats(torch.arange(64).repeat(800, 1), 1.0, torch.Generator().manual_seed(3), 10**9, max_span=60)
+    assert max(len([i for i in range(64) if row[i] != i]) // 2 for row in short.tolist()) == 32  # half of 64
+    g = torch.Generator().manual_seed(4)
+    assert torch.equal(add_repeats(w[:10], 0.0, g, 1000), w[:10])
+    assert torch.equal(torch.rand(3, generator=g), torch.rand(3, generator=torch.Generator().manual_seed(4)))
+    # a row of 2 * min_span holds exactly one span twice; a shorter one none
+    exact = add_repeats(torch.arange(16).repeat(5, 1), 1.0, torch.Generator().manual_seed(0), 10**9)
+    assert all(r[:8] == r[8:] and r[:8] != list(range(8)) for r in exact.tolist())
+    assert torch.equal(add_repeats(torch.arange(15).repeat(5, 1), 1.0, g, 1000), torch.arange(15).repeat(5, 1))
+
+
+def test_add_repeats_chooses_rows_and_randomises_spans_independently():
+    g = torch.Generator().manual_seed(5)
+    w = torch.arange(64).repeat(2000, 1)
+    out = add_repeats(w, 0.5, g, vocab_size=1000, random_share=0.5)
+    chosen = (out != w).any(dim=1)
+    randomised = (out >= 64).any(dim=1)  # random tokens are ids 64..999 with high probability
+    assert 0.45 < chosen.float().mean().item() < 0.55
+    assert 0.4 < randomised[chosen].float().mean().item() < 0.6  # about half the chosen rows, not all of them

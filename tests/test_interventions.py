@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from core.analysis.interventions import (ablate_heads, check_heads, copy_slices, greedy_continuation, rank_heads, repeat_ids,
                                 repeat_period, token_losses)
-from core.model import ModelConfig, Transformer
+from core.nn.model import ModelConfig, Transformer
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +116,55 @@ def test_token_losses_and_ranking(model, idx):
     assert top.increase == pytest.approx(top.loss - base.mean())
 
 
+def head_means_by_hand(model, idx):
+    """Per layer, (h, d/h): each head's output averaged over the batch and positions of the intact hand-written
+    forward pass."""
+    means = {}
+
+    def record(layer, y):
+        means[layer] = y.mean(dim=(0, 2))
+        return y
+    with torch.no_grad():
+        manual_forward(model, idx, record)
+    return means
+
+
+def zero_head(layer_off, head_off):
+    """An ``edit`` for manual_forward: head ``head_off`` of layer ``layer_off`` outputs 0 before W_O."""
+    def edit(layer, y):
+        if layer == layer_off:
+            y = y.clone()
+            y[:, head_off] = 0
+        return y
+    return edit
+
+
 def test_greedy_continuation_with_and_without_heads(model):
+    """Each new token is the argmax of the hand-written forward pass over the text so far, with the same heads off;
+    a mean ablation keeps the means taken over the prompt for every new token."""
     ids = [1, 2, 3, 4, 5]
+
+    def greedy_by_hand(edit, steps=6):
+        seq = list(ids)
+        with torch.no_grad():
+            for _ in range(steps):
+                seq.append(int(manual_forward(model, torch.tensor([seq]), edit)[0, -1].argmax()))
+        return seq[len(ids):]
+
     plain = greedy_continuation(model, ids, 6)
-    seq = list(ids)
-    for _ in range(6):
-        seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
-    assert plain == seq[5:]
-    off = greedy_continuation(model, ids, 6, heads=[(l, h) for l in range(2) for h in range(4)])
-    assert len(off) == 6
+    assert plain == greedy_by_hand(lambda layer, y: y)
+    assert greedy_continuation(model, ids, 6, heads=[(1, 2)]) == greedy_by_hand(zero_head(1, 2))
+    every = [(l, h) for l in range(2) for h in range(4)]
+    off = greedy_continuation(model, ids, 6, heads=every)
+    assert off == greedy_by_hand(lambda layer, y: torch.zeros_like(y)) and off != plain
+    means = head_means_by_hand(model, torch.tensor([ids]))
+
+    def mean_0_3(layer, y):
+        if layer == 0:
+            y = y.clone()
+            y[:, 3] = means[0][3]  # the prompt's mean, whatever the text has grown to
+        return y
+    assert greedy_continuation(model, ids, 6, heads=[(0, 3)], mode="mean") == greedy_by_hand(mean_0_3)
 
 
 def test_repeat_ids():
@@ -233,11 +273,69 @@ def test_cached_greedy_continuation_equals_the_plain_loop_even_when_the_window_s
         assert greedy_continuation(model, ids, 8, heads, mode) == seq[len(ids):]
 
 
-def test_next_token_probs_of_chosen_positions(model):
+def test_next_token_probs_are_the_softmax_of_a_forward_with_the_heads_off(model):
+    """Against the hand-written forward pass with the head's output zeroed (or set to its mean over the prompt),
+    every position, and only the rows asked for, in the order asked."""
     from core.analysis.interventions import next_token_probs
 
     ids = [1, 4, 2, 8, 5, 7, 3]
-    full = next_token_probs(model, ids, [(0, 2)], "mean")
-    rows = next_token_probs(model, ids, [(0, 2)], "mean", positions=[6, 2])
-    np.testing.assert_array_equal(rows, full[[6, 2]])
-    np.testing.assert_allclose(full.sum(-1), 1)
+    idx = torch.tensor([ids])
+    with torch.no_grad():
+        want = F.softmax(manual_forward(model, idx, zero_head(0, 2))[0].double(), dim=-1).numpy()  # (7, 11)
+        means = head_means_by_hand(model, idx)
+
+        def mean_1_1(layer, y):
+            if layer == 1:
+                y = y.clone()
+                y[:, 1] = means[1][1]
+            return y
+        want_mean = F.softmax(manual_forward(model, idx, mean_1_1)[0].double(), dim=-1).numpy()
+    full = next_token_probs(model, ids, [(0, 2)])
+    assert full.shape == (7, 11) and full.dtype == np.float64
+    np.testing.assert_allclose(full, want, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(next_token_probs(model, ids, [(0, 2)], positions=[6, 2]), want[[6, 2]], atol=1e-6,
+                               rtol=0)
+    np.testing.assert_allclose(next_token_probs(model, ids, [(1, 1)], "mean", positions=[0, 5]), want_mean[[0, 5]],
+                               atol=1e-6, rtol=0)
+    assert np.abs(full - next_token_probs(model, ids)).max() > 1e-3  # the head off does change them
+
+
+def test_head_losses_cost_counts_multiply_adds_by_hand():
+    """d = 4, d_ff = 16, m = 10, two layers of two heads, n = 3 tokens. One block on one sequence: at each of the
+    3 positions W_Q, W_K, W_V, W_O (4 x 4 each) and W1, W2 (4 x 16): 3 * (64 + 128) = 576; causal attention, query i
+    scoring and mixing i + 1 keys of width 4: (1 + 2 + 3) * 2 * 4 = 48; so 624. The output map: 3 * 4 * 10 = 120.
+    One forward: 2 * 624 + 120 = 1,368. The ranking: that pass, then layer 0's 2 heads each through both blocks and
+    the output map (2 * 1,368), then layer 1's 2 heads through one block and the output map (2 * 744)."""
+    from core.analysis.interventions import head_losses_cost
+
+    config = ModelConfig(vocab_size=10, n_ctx=8, d_model=4, n_heads=2, n_layers=2, d_ff=16)
+    assert head_losses_cost(config, 3) == pytest.approx((1368 + 2 * 1368 + 2 * 744) / 1368, rel=1e-15)
+
+
+def test_refusals_say_what_is_wrong(model):
+    from core.analysis.interventions import ablation_fn, head_losses, layer_head_losses
+
+    with pytest.raises(ValueError, match=r"^the model has no head \(2, 0\): layers 0\.\.1, heads 0\.\.3$"):
+        check_heads(model.config, [(2, 0)])
+    with pytest.raises(ValueError, match=r"^mode must be one of zero, mean \(got 'half'\)$"):
+        head_losses(model, [1, 2, 3], "half")
+    with pytest.raises(ValueError, match=r"^mode must be one of zero, mean \(got 'half'\)$"):
+        ablation_fn(model.config, [(0, 0)], "half")
+    with pytest.raises(ValueError, match=r"^need at least two tokens: one to read and one to predict$"):
+        layer_head_losses(model, [1], 0)
+    with pytest.raises(ValueError, match=r"^mean ablation needs the heads' mean outputs \(head_means\)$"):
+        ablation_fn(model.config, [(0, 0)], "mean")
+    # zero is the default mode, and two tokens are enough: one loss
+    fn = ablation_fn(model.config, [(0, 1)])
+    y = torch.ones(1, 4, 3, 4)
+    assert fn(0, y)[:, 1].abs().sum() == 0 and torch.equal(fn(0, y)[:, [0, 2, 3]], y[:, [0, 2, 3]])
+    assert torch.equal(fn(1, y), y)
+    base, per_head = head_losses(model, [1, 2])
+    assert base.shape == (1,) and per_head.shape == (2, 4, 1)
+
+
+def test_repeat_ids_for_the_smallest_contexts_and_at_the_boundary():
+    assert repeat_ids([1, 2, 3], 2) == ([3, 3], True)  # n_ctx 2: one token written twice
+    assert repeat_ids([1, 2, 3], 3) == ([3, 3], True)
+    assert repeat_ids([1, 2, 3], 6) == ([1, 2, 3, 1, 2, 3], False)  # exactly half the context: not cut
+    assert repeat_ids([1, 2, 3, 4], 6) == ([2, 3, 4, 2, 3, 4], True)

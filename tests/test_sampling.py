@@ -3,7 +3,10 @@ import math
 import pytest
 import torch
 
-from core.analysis.sampling import generate, next_token_distribution, stream, temperature_softmax, top_k_filter, top_p_filter
+import numpy as np
+
+from core.analysis.sampling import (entropy, generate, next_token_distribution, stream, temperature_softmax, top_k_filter,
+                           top_p_filter)
 
 INF = float("inf")
 
@@ -211,7 +214,7 @@ def test_long_prompt_is_windowed(tiny_model):
 
 
 def test_rows_with_their_own_temperature_match_one_row_runs():
-    from core.model import ModelConfig, Transformer
+    from core.nn.model import ModelConfig, Transformer
     from core.analysis.sampling import generate, stream
 
     torch.manual_seed(0)
@@ -300,3 +303,185 @@ def test_rows_that_share_a_generator_draw_what_one_row_runs_draw(tiny_model):
             alone = [int(s.token[0]) for s in stream(tiny_model, idx[r:r + 1], 30, t, top_p=top_p,
                                                       generator=torch.Generator().manual_seed(21))]
             assert rows[r].tolist() == alone, f"row {r} (T = {t}, top-p {top_p})"
+
+
+class TableModel(torch.nn.Module):
+    """A model whose logits we write: after token t come the logits rows[t], whatever came before (a bigram model
+    by hand), so every distribution a step draws from is known. It records each call: (tokens read, given a cache,
+    asked to keep one, asked for the last position only)."""
+
+    def __init__(self, rows, n_ctx):
+        from core.nn.model import ModelConfig
+
+        super().__init__()
+        self.rows = torch.as_tensor(rows, dtype=torch.float32)  # (m, m)
+        m = self.rows.shape[0]
+        self.config = ModelConfig(vocab_size=m, n_ctx=n_ctx, d_model=4, n_heads=1, n_layers=1)
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # the decoder reads the device off a parameter
+        self.calls = []
+
+    def forward(self, idx, past=None, use_cache=False, last_only=False):
+        from types import SimpleNamespace
+
+        from core.nn.model import ModelOutput
+
+        self.calls.append((idx.shape[1], past is not None, use_cache, last_only))
+        logits = self.rows[idx]  # (B, n, m)
+        length = (past.length if past is not None else 0) + idx.shape[1]
+        return ModelOutput(logits=logits[:, -1:] if last_only else logits,
+                           present=SimpleNamespace(length=length) if use_cache else None)
+
+
+def softmax_by_hand(z, t=1.0):
+    e = [math.exp(v / t) if v != -INF else 0.0 for v in z]
+    return [v / sum(e) for v in e]
+
+
+@pytest.mark.parametrize("how", ["stream", "generate"])
+def test_decoding_reads_one_new_token_a_step_until_the_window_slides(how):
+    """n_ctx = 8, a prompt of 3: the first step reads the prompt and keeps its keys and values, the next five read
+    one token each after the cache (up to 8 positions), then the text outgrows the window and every step re-reads
+    the last 8 tokens, keeping no cache; always asking for the last position's logits only."""
+    model = TableModel(torch.zeros(5, 5), n_ctx=8)
+    run = (lambda **kw: list(stream(model, [0, 1, 2], 10, 0.0, **kw))) if how == "stream" else (
+        lambda **kw: generate(model, [0, 1, 2], 10, 0.0, **kw))
+    run()
+    assert model.calls == [(3, False, True, True)] + [(1, True, True, True)] * 5 + [(8, False, False, True)] * 4
+    model.calls.clear()
+    run(use_cache=False)  # the textbook loop: the whole window, every step
+    assert model.calls == [(n, False, False, True) for n in (3, 4, 5, 6, 7, 8, 8, 8, 8, 8)]
+
+
+def test_each_step_reports_the_probabilities_of_the_logits_it_was_given():
+    """Logits by hand: the model's probabilities at T = 1, the distribution drawn from (T = 2, then top-2), the
+    five best alternatives and the window, checked against softmaxes computed here."""
+    rows = [[((3 * i + 5 * j) % 8) / 2 - 1 for j in range(8)] for i in range(8)]  # each row: 8 distinct logits
+    model = TableModel(rows, n_ctx=4)
+    steps = list(stream(model, [0], 6, 2.0, top_k=2, generator=torch.Generator().manual_seed(0)))
+    prev = 0
+    for n, s in enumerate(steps):
+        z = rows[prev]
+        model_p = softmax_by_hand(z)
+        best2 = sorted(range(8), key=lambda j: -z[j])[:2]
+        sample_p = softmax_by_hand([z[j] if j in best2 else -INF for j in range(8)], t=2.0)
+        token = int(s.token)
+        assert token in best2
+        assert float(s.prob) == pytest.approx(model_p[token], rel=1e-6)
+        assert float(s.sample_prob) == pytest.approx(sample_p[token], rel=1e-6)
+        top = sorted(range(8), key=lambda j: -model_p[j])[:5]  # five alternatives by default
+        assert s.top_ids[0].tolist() == top and s.top_probs[0].tolist() == pytest.approx([model_p[j] for j in top])
+        assert (s.window, s.slid) == (min(1 + n, 4), 1 + n > 4)
+        prev = token
+    # no alternatives asked for: tokens, window and slide only
+    bare = list(stream(model, [0], 6, 0.0, n_alternatives=0))
+    assert all(s.prob is None and s.top_ids is None for s in bare)
+    assert [(s.window, s.slid) for s in bare] == [(min(1 + n, 4), 1 + n > 4) for n in range(6)]
+
+
+def test_greedy_takes_the_first_of_tied_maxima_whatever_the_generator():
+    model = TableModel([[0.0, 3.0, 3.0, 1.0]] * 4, n_ctx=16)
+    for seed in range(20):
+        steps = list(stream(model, [0], 3, 0.0, generator=torch.Generator().manual_seed(seed)))
+        assert [int(s.token) for s in steps] == [1, 1, 1]
+        assert [float(s.sample_prob) for s in steps] == [0.5] * 3  # T = 0 is uniform over the tied maxima
+
+
+def test_rows_with_generators_of_their_own_draw_their_own_noise(tiny_model):
+    temps = [1.0, 1.0, 1.0]
+    idx = torch.tensor([[1, 2, 3]] * 3)
+    rows = torch.stack([s.token for s in stream(tiny_model, idx, 20, temps, generator=[
+        torch.Generator().manual_seed(seed) for seed in (4, 5, 6)])], 1)
+    for r, seed in enumerate((4, 5, 6)):
+        alone = generate(tiny_model, idx[r:r + 1], 20, 1.0, generator=torch.Generator().manual_seed(seed))
+        assert rows[r].tolist() == alone[0, 3:].tolist()
+    assert len({tuple(r) for r in rows.tolist()}) == 3
+
+
+def test_temperature_softmax_at_every_kind_of_t_and_row():
+    z = torch.tensor([1.0, 2.0, 4.0])
+    for t in (0.5, 1.0, 2.0, 3.0):
+        assert temperature_softmax(z, t).tolist() == pytest.approx(softmax_by_hand(z.tolist(), t), rel=1e-6)
+    # integer logits are logits too
+    assert temperature_softmax(torch.tensor([1, 2, 4]), 1.0).tolist() == pytest.approx(softmax_by_hand([1, 2, 4]))
+    # the limits keep the logits' dtype, as every other T does
+    for t in (0.0, 0.5, 1.0, INF):
+        assert temperature_softmax(z.double(), t).dtype == torch.float64
+    # T = inf: uniform over the finite entries of each row; a row with one finite entry is one-hot, none: uniform
+    rows = torch.tensor([[0.0, -INF, -INF], [-INF, -INF, -INF], [5.0, 1.0, -INF]])
+    assert temperature_softmax(rows, INF).tolist() == [[1.0, 0.0, 0.0], [pytest.approx(1 / 3)] * 3, [0.5, 0.5, 0.0]]
+    # a row with nothing allowed beside ordinary rows, at T = 1 and T = 0.5: the ordinary rows are plain softmaxes,
+    # large logits included
+    rows = torch.tensor([[-INF, -INF], [1e3, 0.0], [1.0, 3.0]], dtype=torch.float64)
+    for t in (1.0, 0.5):
+        p = temperature_softmax(rows, t)
+        assert p[0].tolist() == [0.5, 0.5] and p[1].tolist() == [1.0, 0.0]
+        assert p[2].tolist() == pytest.approx(softmax_by_hand([1.0, 3.0], t), rel=1e-12)
+
+
+def test_entropy_in_nats_with_zero_log_zero_zero():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 0 log 0 is 0, not a log(0) warning
+        h = entropy([0.5, 0.5, 0.0])
+    assert isinstance(h, float) and h == pytest.approx(math.log(2), rel=1e-15)
+    p = np.float32([0.1, 0.2, 0.7])  # float32 in, float64 arithmetic
+    assert entropy(p) == pytest.approx(-sum(float(v) * math.log(float(v)) for v in p), rel=1e-14)
+    stack = np.array([[[1.0, 0.0], [0.5, 0.5]], [[0.25, 0.75], [0.0, 1.0]]])  # (2, 2, 2): over the last axis
+    want = [[0.0, math.log(2)], [-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), 0.0]]
+    np.testing.assert_allclose(entropy(stack), want, rtol=1e-15, atol=0)
+
+
+def test_top_p_refuses_negative_p_and_at_one_keeps_even_the_least_likely():
+    z = torch.tensor([0.0, 0.0, -25.0])  # the last token: about 1e-11
+    with pytest.raises(ValueError, match=r"top-p must be a number in \[0, 1\], got -0\.1"):
+        top_p_filter(z, -0.1)
+    for p in (1.0, 1.5):
+        assert torch.isfinite(top_p_filter(z, p)).tolist() == [True, True, True]
+    # within TOP_P_TOLERANCE of p counts as reaching it: 0.5 reaches 0.5 + 1e-6
+    from core.analysis.sampling import TOP_P_TOLERANCE
+    assert torch.isfinite(top_p_filter(torch.zeros(2), 0.5 + TOP_P_TOLERANCE)).tolist() == [True, False]
+
+
+def test_next_token_distribution_keeps_float64_and_handles_the_extremes():
+    z = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
+    p = next_token_distribution(z, 0.7)
+    assert p.dtype == torch.float64 and p.tolist() == pytest.approx(softmax_by_hand(z.tolist(), 0.7), rel=1e-12)
+    # T = inf: uniform over the allowed tokens, -inf stays impossible
+    assert next_token_distribution(torch.tensor([0.0, 1.0, -INF]), INF).tolist() == [0.5, 0.5, 0.0]
+    # tiny T on huge logits: the shift comes before the division, so nothing overflows into a tie
+    assert next_token_distribution(torch.tensor([1e30, 0.0]), 1e-9).tolist() == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("temps", [[0.3, 0.7, 2.0], [0.3, INF, 0.0]], ids=["all-plain", "with-limits"])
+def test_row_distributions_in_float64_with_filters_equal_one_row_at_a_time(temps):
+    from core.analysis.sampling import _row_distributions
+
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(3, 9, generator=g, dtype=torch.float64) * 2
+    z[:, 0] = -INF  # a token a previous filter removed
+    for top_k, top_p in ((None, None), (3, None), (None, 0.6), (4, 0.9)):
+        want = torch.cat([next_token_distribution(z[r:r + 1], t, top_k, top_p) for r, t in enumerate(temps)])
+        got = _row_distributions(z, temps, top_k, top_p)
+        assert got.dtype == torch.float64 and torch.equal(got, want), (top_k, top_p)
+
+
+def test_a_float64_draw_is_what_torch_multinomial_draws():
+    from core.analysis.sampling import _draw, _draw_rows
+
+    for trial in range(50):
+        p = torch.softmax(torch.randn(3, 23, dtype=torch.float64) * 3, dim=-1)
+        ours, theirs = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        assert _draw(p, 1.0, ours).tolist() == torch.multinomial(p, 1, generator=theirs)[:, 0].tolist()
+        # one row, one generator: the row's draw is the same one-row multinomial draw
+        ours, theirs = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
+        assert _draw_rows(p[:1], [1.0], [ours]).tolist() == torch.multinomial(p[:1], 1, generator=theirs)[:, 0].tolist()
+
+
+def test_bad_lengths_are_refused_in_words(tiny_model):
+    with pytest.raises(ValueError, match=r"^max_new_tokens must be >= 0, got -1$"):
+        generate(tiny_model, [1], -1, 0.0)
+    with pytest.raises(ValueError, match=r"^generation needs at least one token to start from$"):
+        generate(tiny_model, [], 3, 0.0)
+    with pytest.raises(ValueError, match=r"^give one temperature \(and one generator\) per row of idx$"):
+        next(stream(tiny_model, torch.tensor([[1], [2]]), 1, [1.0]))

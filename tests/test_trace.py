@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.model import ModelConfig, Transformer
+from core.nn.model import ModelConfig, Transformer
 from core.analysis.trace import (direct_logit_attribution, lens_logits, lens_stage_names, lens_top, max_trace_tokens, stream_steps,
                         trace, trace_bytes)
 
@@ -285,7 +285,7 @@ def test_trace_bytes_counts_every_tensor_a_trace_holds(case):
 
 
 def test_max_trace_tokens_is_the_longest_that_fits():
-    from core.model import MODEL_PRESETS
+    from core.nn.model import MODEL_PRESETS
 
     small = MODEL_PRESETS["GPT-2 small"]
     n = max_trace_tokens(small, 384 * 2**20)
@@ -294,3 +294,51 @@ def test_max_trace_tokens_is_the_longest_that_fits():
     tiny = ModelConfig(vocab_size=65, n_ctx=128, d_model=64, n_heads=4, n_layers=2)
     assert max_trace_tokens(tiny, 384 * 2**20) == 128  # the shipped shape: its whole context
     assert max_trace_tokens(small, 1) == 1
+
+
+def test_trace_bytes_counts_one_sequence_unless_told():
+    model = random_model((11, 16, 24, 3, 2, None))
+    tr = trace(model, [3, 1, 4, 1, 5, 9])
+    held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for value in vars(tr).values() for t in (value if isinstance(value, list) else [value])}
+    assert trace_bytes(model.config, 6) == sum(held.values())
+
+
+@pytest.mark.parametrize("shape", [(65, 128, 64, 4, 2, None), (50257, 1024, 768, 12, 12, None), (7, 100, 8, 1, 1, 4)])
+def test_max_trace_tokens_is_the_longest_n_within_the_budget_by_brute_force(shape):
+    """Against a plain search over every n: the largest n <= n_ctx whose trace fits (at least 1), rounded down to a
+    multiple of 64 once it is 64 or more, unless it is the whole context. Budgets right at a trace's size included."""
+    m, n_ctx, d, h, L, d_ff = shape
+    config = ModelConfig(vocab_size=m, n_ctx=n_ctx, d_model=d, n_heads=h, n_layers=L, d_ff=d_ff)
+    sizes = [trace_bytes(config, n) for n in range(1, n_ctx + 1)]
+    budgets = {1, sizes[-1], sizes[-1] + 1}
+    for n in (1, 2, 7, 63, 64, 65, 100, 127, 128, 129, 500):
+        if n <= n_ctx:
+            budgets |= {sizes[n - 1] - 1, sizes[n - 1], sizes[n - 1] + 1}
+    for budget in sorted(budgets):
+        fits = max([n for n in range(1, n_ctx + 1) if sizes[n - 1] <= budget], default=1)
+        want = fits if fits < 64 or fits == n_ctx else fits - fits % 64
+        got = max_trace_tokens(config, budget)
+        assert type(got) is int and got == want, budget
+
+
+def test_stream_steps_name_each_step_with_its_layer_and_kind():
+    model = random_model((11, 16, 24, 3, 2, None))
+    tr = trace(model, torch.tensor([[1, 2, 3], [4, 5, 6]]))
+    steps = stream_steps(tr, 2, b=1)
+    assert [(s.name, s.layer, s.kind) for s in steps] == [
+        ("embedding", None, "embed"), ("L1 attention", 0, "attn"), ("L1 MLP", 0, "mlp"),
+        ("L2 attention", 1, "attn"), ("L2 MLP", 1, "mlp")]
+    np.testing.assert_allclose(steps[0].added, tr.embed[1, 2].numpy(), atol=1e-7)
+    np.testing.assert_allclose(steps[3].added, tr.attn_out[1][1, 2].numpy(), atol=1e-7)
+
+
+def test_lens_accuracy_is_the_share_of_positions_whose_favourite_comes_next():
+    from core.analysis.trace import Lens, lens_accuracy
+
+    ids = [4, 2, 7, 2, 9]  # the tokens that come next: 2, 7, 2, 9 (the last position has none)
+    top = np.array([[[2, 0], [7, 1], [3, 2], [1, 0], [5, 5]],   # stage 0: right at 0 and 1 of 4 -> 0.5
+                    [[2, 0], [7, 1], [2, 2], [9, 0], [0, 0]],   # stage 1: all four right -> 1.0
+                    [[0, 2], [0, 7], [0, 2], [0, 9], [9, 9]]])  # stage 2: only second choices right -> 0.0
+    lens = Lens(top_ids=top, top_probs=np.zeros(top.shape))
+    assert lens_accuracy(lens, ids).tolist() == [0.5, 1.0, 0.0]
