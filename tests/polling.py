@@ -3,7 +3,7 @@ Never a measurement: how long it took is not asserted anywhere."""
 import time
 
 
-def wait_until(cond, timeout: float = 60.0, every: float = 0.01) -> None:
+def wait_until(cond, timeout: float = 180.0, every: float = 0.01) -> None:
     """Return once ``cond()`` is true; AssertionError("timed out") after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not cond():

@@ -139,7 +139,7 @@ def test_a_run_can_be_stopped_and_keeps_its_weights(page):
     at.run()
     at.button(key="train_stop").click().run()
     assert not at.exception
-    assert job.join(60)  # the page does not wait for the worker; its polling notices the stop
+    assert job.join(120)  # the page does not wait for the worker; its polling notices the stop
     at.run()
     s = job.status()
     assert s.state == "stopped" and 3 <= s.step < 100_000

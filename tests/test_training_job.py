@@ -94,7 +94,7 @@ def test_pause_resume_stop():
     job.stop(wait=None)
     assert job.status().state in ("stopping", "stopped")  # the request shows at once
     job.resume()  # ignored while stopping
-    assert job.join(30)
+    assert job.join(120)
     s = job.status()
     assert s.state == "stopped" and s.step < 100_000 and s.can_resume and s.can_save
     assert s.evals[-1]["step"] == s.step  # the curve ends where the run stopped
