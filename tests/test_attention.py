@@ -303,9 +303,11 @@ def test_position_scores_on_two_and_on_one_position():
     pats = np.array([[[1.0, 0.0], [0.25, 0.75]], [[1.0, 0.0], [0.6, 0.4]]])  # (2 heads, 2, 2)
     assert previous_token_score(pats).tolist() == [0.25, 0.6]
     assert first_token_score(pats).tolist() == [0.25, 0.6]
-    single = np.ones((3, 4, 1, 1))  # (L, h, 1, 1): no query has a past to choose
-    for score in (previous_token_score(single), first_token_score(single)):
-        assert score.shape == (3, 4) and np.isnan(score).all()
+    for shape in ((3, 4, 1, 1), (5, 1, 1)):  # (L, h, 1, 1) and (h, 1, 1): no query has a past to choose
+        for score in (previous_token_score(np.ones(shape)), first_token_score(np.ones(shape))):
+            assert score.shape == shape[:-2] and np.isnan(score).all()
+    one_head = np.broadcast_to(pats[:1], (3, 1, 2, 2))  # (L = 3, h = 1, 2, 2): the shape's other axes do not matter
+    assert previous_token_score(one_head).tolist() == [[0.25]] * 3 == first_token_score(one_head).tolist()
 
 
 def test_roles_of_float32_patterns_are_float64():

@@ -234,9 +234,11 @@ def test_induction_and_stripe_scores_by_hand_in_float64():
     previous-token score the mean of a[1, 0], a[2, 1], a[3, 2]; float32 patterns are read in float64."""
     from core.analysis.induction import induction_score
 
-    a = np.array([[1.0, 0, 0, 0], [0.3, 0.7, 0, 0], [0.1, 0.6, 0.3, 0], [0.2, 0.1, 0.3, 0.4]], dtype=np.float32)
+    a = np.array([[1.0, 0, 0, 0], [0.3, 0.7, 0, 0], [0.1, 0.123456789, 0.776543211, 0],
+                  [0.2, 0.1, 0.987654321, -0.287654321]], dtype=np.float32)  # (the last row need not be a pattern)
     p = a.astype(np.float64)
-    assert float(induction_score(a, 2)) == pytest.approx((p[2, 1] + p[3, 2]) / 2, rel=1e-15)
+    score = induction_score(a, 2)
+    assert score.dtype == np.float64 and float(score) == pytest.approx((p[2, 1] + p[3, 2]) / 2, rel=1e-15)
     prev, ind = stripe_scores(np.stack([a, np.eye(4, dtype=np.float32)])[:, None], 2)  # (B=2, 1 head, 4, 4)
     assert prev[0] == pytest.approx(((p[1, 0] + p[2, 1] + p[3, 2]) / 3 + 0) / 2, rel=1e-15)
     assert ind[0] == pytest.approx(((p[2, 1] + p[3, 2]) / 2 + 0) / 2, rel=1e-15)
@@ -348,9 +350,11 @@ def test_add_repeats_is_its_generators_alone_and_spans_the_documented_range():
 
 
 def test_add_repeats_chooses_rows_and_randomises_spans_independently():
-    g = torch.Generator().manual_seed(5)
     w = torch.arange(64).repeat(2000, 1)
-    out = add_repeats(w, 0.5, g, vocab_size=1000, random_share=0.5)
+    torch.manual_seed(1)
+    out = add_repeats(w, 0.5, torch.Generator().manual_seed(5), vocab_size=1000, random_share=0.5)
+    torch.manual_seed(2)  # which rows, and which spans are random, come from the generator given, not the global one
+    assert torch.equal(add_repeats(w, 0.5, torch.Generator().manual_seed(5), vocab_size=1000, random_share=0.5), out)
     chosen = (out != w).any(dim=1)
     randomised = (out >= 64).any(dim=1)  # random tokens are ids 64..999 with high probability
     assert 0.45 < chosen.float().mean().item() < 0.55

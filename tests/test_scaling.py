@@ -386,8 +386,8 @@ def test_bootstrap_is_percentiles_of_fits_to_runs_drawn_with_replacement(monkeyp
         np.testing.assert_array_equal(n, N[idx]), np.testing.assert_array_equal(d, D[idx])
         np.testing.assert_array_equal(l, loss[idx])
         assert polish == 8 and starts.shape == (1 + 300, 5)  # the full fit, then every 15th grid start
-        torch.testing.assert_close(starts[0], torch.tensor([math.log(400), math.log(2000), math.log(1.8), 0.3, 0.4],
-                                                           dtype=torch.float64))
+        assert torch.equal(starts[0], torch.tensor([math.log(400), math.log(2000), math.log(1.8), 0.3, 0.4],
+                                                   dtype=torch.float64))  # in float64, not rounded to float32
         assert torch.equal(starts[1:], start_grid()[::15])
     assert (boot["resamples"], boot["failed"], boot["seed"], boot["level"]) == (9, 4, 5, 0.95)
 
@@ -503,6 +503,26 @@ def test_lbfgs_on_a_quadratic_takes_the_newton_step_after_one_pair():
     x, f = _lbfgs(torch.tensor([[-1.0], [2.75]], dtype=torch.float64), fun, max_iter=10)
     assert seen == [[-1.0, 2.75], [0.0, 3.25], [3.0], [3.0]]  # start; both first tries; row 2 halved; row 1's 2nd
     assert x.tolist() == [[3.0], [3.0]] and f.tolist() == [0.0, 0.0]
+
+
+def test_lbfgs_stops_when_f_stalls_or_the_search_finds_no_decrease():
+    """f = x^2 from 2: g = 4, the first step 1/4 of it lands on 1 (f from 4 to 1, a fall of 3 = 0.75 of 4). With
+    ftol = 0.75 that fall counts as stalled and the row stops at 1; below it, the next (Newton) step reaches 0.
+    A row whose gradient points uphill finds no decrease in 40 halvings and stops there, without more tries."""
+    def square(x):
+        return (x**2).sum(1), 2 * x
+
+    x0 = torch.tensor([[2.0]], dtype=torch.float64)
+    assert _lbfgs(x0, square, max_iter=10, ftol=0.75)[0].tolist() == [[1.0]]
+    assert _lbfgs(x0, square, max_iter=10, ftol=0.7)[0].tolist() == [[0.0]]
+    calls = []
+
+    def uphill(x):
+        calls.append(len(x))
+        return (x**2).sum(1), -2 * x  # the gradient of -x^2: every step it suggests goes up
+
+    x, f = _lbfgs(x0, uphill, max_iter=10)
+    assert x.tolist() == [[2.0]] and f.tolist() == [4.0] and len(calls) == 1 + 40
 
 
 def test_the_fit_polishes_its_best_float32_minima_in_float64(monkeypatch):
