@@ -378,6 +378,19 @@ def test_each_step_reports_the_probabilities_of_the_logits_it_was_given():
     assert [(s.window, s.slid) for s in bare] == [(min(1 + n, 4), 1 + n > 4) for n in range(6)]
 
 
+def test_a_decoder_by_default_caches_and_reports_five_alternatives():
+    """What a scheduler that builds Decoders itself (bench.batching) gets without asking: the key/value cache and
+    the five most likely tokens at every step."""
+    from core.analysis.sampling import Decoder
+
+    model = TableModel([[((3 * i + 5 * j) % 8) / 2 - 1 for j in range(8)] for i in range(8)], n_ctx=16)
+    decoder, steps = Decoder(model, [0, 1], 4, 0.0), []
+    while not decoder.done:
+        steps.append(decoder.advance(decoder.read(model)))
+    assert model.calls == [(2, False, True, True)] + [(1, True, True, True)] * 3
+    assert [s.top_ids.shape for s in steps] == [(1, 5)] * 4
+
+
 def test_greedy_takes_the_first_of_tied_maxima_whatever_the_generator():
     model = TableModel([[0.0, 3.0, 3.0, 1.0]] * 4, n_ctx=16)
     for seed in range(20):
@@ -409,6 +422,8 @@ def test_temperature_softmax_at_every_kind_of_t_and_row():
     # T = inf: uniform over the finite entries of each row; a row with one finite entry is one-hot, none: uniform
     rows = torch.tensor([[0.0, -INF, -INF], [-INF, -INF, -INF], [5.0, 1.0, -INF]])
     assert temperature_softmax(rows, INF).tolist() == [[1.0, 0.0, 0.0], [pytest.approx(1 / 3)] * 3, [0.5, 0.5, 0.0]]
+    thirds = temperature_softmax(torch.tensor([[0.0, 1.0, 2.0], [-INF, -INF, -INF]], dtype=torch.float64), INF)
+    assert thirds.tolist() == [[1 / 3] * 3] * 2  # float64 thirds, not float32 ones widened
     # a row with nothing allowed beside ordinary rows, at T = 1 and T = 0.5: the ordinary rows are plain softmaxes,
     # large logits included
     rows = torch.tensor([[-INF, -INF], [1e3, 0.0], [1.0, 3.0]], dtype=torch.float64)
@@ -424,7 +439,7 @@ def test_entropy_in_nats_with_zero_log_zero_zero():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # 0 log 0 is 0, not a log(0) warning
         h = entropy([0.5, 0.5, 0.0])
-    assert isinstance(h, float) and h == pytest.approx(math.log(2), rel=1e-15)
+    assert type(h) is float and h == pytest.approx(math.log(2), rel=1e-15)  # a Python float, not a numpy scalar
     p = np.float32([0.1, 0.2, 0.7])  # float32 in, float64 arithmetic
     assert entropy(p) == pytest.approx(-sum(float(v) * math.log(float(v)) for v in p), rel=1e-14)
     stack = np.array([[[1.0, 0.0], [0.5, 0.5]], [[0.25, 0.75], [0.0, 1.0]]])  # (2, 2, 2): over the last axis
