@@ -320,7 +320,8 @@ def generate(model, idx, max_new_tokens, temperature, top_k=None, top_p=None, ge
     idx = torch.as_tensor(idx, dtype=torch.long)
     squeeze = idx.dim() == 1
     seq = idx[None] if squeeze else idx
-    new = [s.token[:, None] for s in stream(model, seq, max_new_tokens, temperature, top_k, top_p, generator,
-                                            n_alternatives=0, use_cache=use_cache)]
+    # each new token moved to the CPU, beside seq, whatever device the model runs on
+    new = [s.token[:, None].cpu() for s in stream(model, seq, max_new_tokens, temperature, top_k, top_p, generator,
+                                                  n_alternatives=0, use_cache=use_cache)]
     out = torch.cat([seq.cpu(), *new], dim=1)
     return out[0] if squeeze else out
