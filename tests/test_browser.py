@@ -5,10 +5,10 @@ Streamlit exception box or browser console error. Screenshots land in artifacts/
 Skips (with the reason) where /usr/bin/chromium or the playwright package is missing.
 """
 import os
+import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -82,15 +82,19 @@ def browser():
 def wait_idle(page, timeout=60_000):
     """Wait until Streamlit has finished running the script (no 'Running...' status widget)."""
     page.wait_for_selector('[data-testid="stApp"]', timeout=timeout)
-    page.wait_for_timeout(1000)  # the status widget appears only once the script has started
-    deadline = time.time() + timeout / 1000
-    quiet = 0
-    while quiet < 5:  # idle for 5 checks in a row: no running script, no placeholder skeletons
+    quiet = [0]
+
+    def settled() -> bool:
+        # idle for 5 checks in a row, 0.3 s apart: no running script, no placeholder skeletons. Five in a row, not
+        # one: the status widget appears only once the script has started, a moment after the page asked for it
         busy = page.locator('[data-testid="stStatusWidget"], [data-testid="stSkeleton"]').count()
-        quiet = 0 if busy else quiet + 1
-        if time.time() > deadline:
-            raise TimeoutError("the page did not settle")
-        page.wait_for_timeout(300)
+        quiet[0] = 0 if busy else quiet[0] + 1
+        return quiet[0] >= 5
+
+    try:
+        wait_until(settled, timeout=timeout / 1000, every=0.3)
+    except AssertionError:
+        raise TimeoutError("the page did not settle") from None
 
 
 def check_clean(page, errors, name):
@@ -188,7 +192,8 @@ def _open(page, server, title):
         page.goto(server)
         wait_idle(page)
         page.get_by_text("49,408").first.wait_for(timeout=30_000)
-    page.locator('[data-testid="stSidebarNavLink"]', has_text=title).first.click()
+    # the title at the end, case and all: "Training" must not open "Over training"
+    page.locator('[data-testid="stSidebarNavLink"]', has_text=re.compile(f"{re.escape(title)}$")).first.click()
     wait_idle(page)
 
 
@@ -251,7 +256,10 @@ def test_short_training_run_starts_and_stops(server, clean_page):
     wait_idle(page)
     page.get_by_role("button", name="Start training").click()
     page.get_by_role("button", name="Stop").wait_for(timeout=30_000)
-    page.wait_for_timeout(4000)  # let it train a little: the live view polls meanwhile
+    # let it train a little: the live view's Step metric moves past 0 (it polls the run meanwhile)
+    page.wait_for_function("""() => [...document.querySelectorAll('[data-testid="stMetric"]')].some(
+        m => m.innerText.startsWith('Step') && parseInt(m.innerText.split('\\n').pop().replace(/,/g, '')) > 0)""",
+                           timeout=60_000)
     page.get_by_role("button", name="Stop").click()
     page.get_by_text("Save the model").first.wait_for(timeout=30_000)
     wait_idle(page)
@@ -299,7 +307,7 @@ def test_clicking_a_head_in_the_grid_opens_it(server, clean_page):
     box = grid.bounding_box()
     x, y = box["x"] + box["width"] * 0.60, box["y"] + box["height"] * 0.80  # layer 2, head 3 of 2 x 4
     page.mouse.move(x, y)
-    page.wait_for_timeout(300)
+    page.locator(".hoverlayer .hovertext").first.wait_for(timeout=30_000)  # Plotly has found the cell under the mouse
     page.mouse.click(x, y)
     page.get_by_text("Layer 2, head 3").first.wait_for(timeout=30_000)
     wait_idle(page)
@@ -318,8 +326,9 @@ def test_clicking_a_step_in_the_stream_column_opens_it(server, clean_page):
     box = bar.bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
     page.mouse.move(x, y)
-    page.wait_for_timeout(300)
+    page.locator(".hoverlayer .hovertext").first.wait_for(timeout=30_000)  # Plotly has found the bar under the mouse
     page.mouse.click(x, y)
     page.get_by_text("Block 1, attention: each head's share").first.wait_for(timeout=30_000)
     wait_idle(page)
     _no_exception(page, "inside the model after a click in the stream column")
+
