@@ -4,8 +4,8 @@ import streamlit as st
 from core.nn.checkpoint import CheckpointError
 from core.serve.fmt import md_escape
 from core.serve.threads import page_threads, use_threads
-from ui import (DEFAULT_MODEL, accept_lone_surrogates, load_model, model_label, release_compute_slot,
-                resume_deep_link, scan_models, session_owner, show_page_menu, user_models_dir)
+from ui import (DEFAULT_MODEL, accept_lone_surrogates, at_step, load_model, model_label, release_compute_slot,
+                resume_deep_link, scan_models, session_owner, show_page_menu, step_picker, user_models_dir)
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own
@@ -20,6 +20,7 @@ PAGES = [
     st.Page("pages/heads.py", title="Switch heads off", icon=":material/power_settings_new:"),
     st.Page("pages/inside.py", title="Inside the model", icon=":material/account_tree:"),
     st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
+    st.Page("pages/over_training.py", title="Over training", icon=":material/history:"),
     st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
     st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
     st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
@@ -45,9 +46,18 @@ with st.sidebar:
                             help=f"Shipped models live in assets/models; models trained here are saved in "
                                  f"{user_models_dir()}, where everyone on this server sees them (a class gallery). "
                                  "Only the browser session that saved a model may replace it.")
-        entry = next(e for e in good if e.name == name)
+        entry = step_picker(next(e for e in good if e.name == name))
         try:
-            model, tok = load_model(entry)
+            try:
+                model, tok = load_model(entry)
+            except CheckpointError as e:
+                if entry.step is None:
+                    raise
+                # a missing or corrupt snapshot: named, and the pages go on with the final weights
+                st.warning(f"The snapshot of step {entry.step:,} could not be loaded ({e.shown}); the pages show "
+                           "the final model instead.", icon="⚠️")
+                entry = at_step(entry, None)
+                model, tok = load_model(entry)
         except CheckpointError as e:  # its header was fine but its weights are not (NaN, say)
             st.session_state["te_current"] = (None, None, None)
             st.error(f"**{entry.name}** could not be loaded: {e.shown}", icon="⚠️")

@@ -253,6 +253,60 @@ def bench_pages(quick: bool):
         print(f"  scaling page slider move               {t * 1e3:8.1f} ms  {'✓' if t < 0.2 else '✗'} (target < 200 ms)")
 
 
+def bench_snapshots(quick: bool):
+    """Issue 28's two targets, server time of a page run (AppTest), against the final model's page in the same run:
+    the Attention page after the sidebar's step moves (a step seen before, and one never seen), and the whole Over
+    training page on a new prompt."""
+    from streamlit.testing.v1 import AppTest
+
+    from core.nn.snapshots import checkpoint_steps
+
+    model = "shakespeare-char"
+    steps = checkpoint_steps(ROOT / "assets" / "models" / model)
+    if len(steps) < 2:
+        print(f"\nSnapshots: {model} kept none; nothing to measure")
+        return
+    print(f"\nSnapshots of {model} ({len(steps)} of them), a 128-character prompt, one thread")
+    prompt = ("The old man walked slowly to the river and sat down by the water. " * 2)[:128]
+
+    def page_time(page, state, box, text):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        for k, v in {"te_model_name": model, box: text, **state}.items():
+            at.session_state[k] = v
+        at.run()  # the frame: the sidebar loads the model at the chosen step (AppTest runs app.py only now)
+        at.switch_page(page)
+        t = time.perf_counter()
+        at.run()
+        dt = time.perf_counter() - t
+        if at.exception:
+            raise RuntimeError(f"{page}: {at.exception[0].message}")
+        return dt
+
+    key = f"te_step::{model}"
+    reps = 3 if quick else 7
+    final = statistics.median(page_time("pages/attention.py", {}, "attn_prompt", prompt) for _ in range(reps))
+    # a step never seen: the snapshot read from disk and every figure computed; then the same step again
+    cold = statistics.median(page_time("pages/attention.py", {key: s}, "attn_prompt", prompt)
+                             for s in steps[1:1 + reps])
+    warm = statistics.median(page_time("pages/attention.py", {key: steps[1]}, "attn_prompt", prompt)
+                             for _ in range(reps))
+    for name, t in (("attention page, a step never shown before", cold), ("attention page, a step shown before", warm)):
+        RESULTS.append({"benchmark": name, "ours": t, "peer": final, "unit": "s", "ratio": t / final, "target_s": 0.3,
+                        "met": t <= 0.3})
+        print(f"  {name:<44} {t * 1e3:8.1f} ms  final model {final * 1e3:7.1f} ms  ({t / final:4.2f}x) "
+              f"{'✓' if t <= 0.3 else '✗'} (target <= 300 ms)")
+    over = statistics.median(page_time("pages/over_training.py", {}, "over_prompt", prompt[:-3] + f"{i:03d}")
+                             for i in range(reps))  # a new prompt each time: nothing of it cached
+    RESULTS.append({"benchmark": f"over training page, {len(steps)} snapshots", "ours": over, "peer": final,
+                    "unit": "s", "ratio": over / final, "target_s": 2.0, "met": over <= 2.0})
+    print(f"  over training page, {len(steps)} snapshots, new prompt     {over * 1e3:8.1f} ms  ({over / final:4.2f}x "
+          f"the final model's attention page) {'✓' if over <= 2 else '✗'} (target <= 2 s)")
+    from core.nn.checkpoint import load_checkpoint
+
+    params = sum(p.numel() for p in load_checkpoint(ROOT / "assets" / "models" / model)[0].parameters())
+    print(f"  memory: {len(steps)} snapshots cached in float32 = {len(steps) * params * 4 / 2**20:.1f} MiB")
+
+
 def bench_discovery(quick: bool):
     """The model picker's scan on every page run, with a models folder an attacker filled: 1,000 folders with a
     broken config.json, one with a weights header of 800,000 entries (54 MB), and 10,000 folders. Ours keeps each
@@ -297,8 +351,8 @@ def bench_discovery(quick: bool):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery"],
-                   choices=["train", "forward", "generate", "pages", "discovery"])
+    p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots"],
+                   choices=["train", "forward", "generate", "pages", "discovery", "snapshots"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

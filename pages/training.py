@@ -25,7 +25,6 @@ st.markdown("Here you train a transformer yourself, in the background, while you
 st.latex(r"\mathcal{L}(\theta) = -\frac{1}{n}\sum_{i=1}^{n} \log p_\theta\left(x_{i+1} \mid x_1, \dots, x_i\right)")
 st.caption("One window of n = n_ctx tokens gives n prediction problems at once, thanks to the causal mask; "
            "the loss is their mean, in nats per token (per character for a character model).")
-
 # ---------------------------------------------------------------- corpus
 st.header("1. Corpus")
 # core.training.training_setup decides what is read, checked or learned, and its caches' keys and sizes
@@ -94,7 +93,6 @@ if info is not None:
             st.caption(caption)
             if shown is not None:
                 st.code(shown, language=None, wrap_lines=True)
-
 # ---------------------------------------------------------------- settings
 st.header("2. Model and training settings")
 st.markdown("The defaults are the lecture's class-demo model. The parameter count and the cost update as you type.")
@@ -135,7 +133,9 @@ st.button("Preset: watch an induction head form", key="train_induction_preset", 
           on_click=lambda: st.session_state.update(  # a callback: it runs before the boxes are drawn again
               {f"train_{key}": value for key, value in setup.induction_preset_form().items()}))
 
-settings = setup.settings_from_form(boxes, recipe, repeat_pct if repeat_on else None, tok_kind, bpe_vocab)
+keep = st.toggle("Keep snapshots through training", value=True, key="train_snapshots", persist_state="session",
+                 help=FORM_HELP["snapshots"])
+settings = setup.settings_from_form(boxes, recipe, repeat_pct if repeat_on else None, tok_kind, bpe_vocab, keep)
 form = setup.check_form(settings, info, bpe)
 errors, cost = form.errors, form.cost
 for key, message in errors.items():

@@ -332,3 +332,25 @@ def test_clicking_a_step_in_the_stream_column_opens_it(server, clean_page):
     wait_idle(page)
     _no_exception(page, "inside the model after a click in the stream column")
 
+
+def test_dragging_the_training_step_back_to_zero(server, clean_page):
+    """The sidebar's "Model at training step" on the Attention page and on Over training: moved by keyboard as a
+    slider is (Home: the first step), each page reruns on the step-0 model with no error box."""
+    page, _ = clean_page
+    _open(page, server, "Attention")
+    thumb = page.locator('[data-testid="stSidebar"] input[type="range"]').first
+    thumb.wait_for(timeout=30_000)  # the shipped model keeps snapshots: the sidebar offers them
+    thumb.focus()
+    page.keyboard.press("Home")
+    page.get_by_text("the model at training step 0").first.wait_for(timeout=60_000)
+    wait_idle(page)
+    _no_exception(page, "attention at step 0")
+    page.screenshot(path=str(SHOTS / "attention-step-0.png"), full_page=True)
+    _open(page, server, "Over training")
+    thumb = page.locator('[data-testid="stSidebar"] input[type="range"]').first
+    thumb.focus()
+    page.keyboard.press("End")  # back to the final model: Over training shows every step whatever the slider says
+    wait_idle(page)
+    page.get_by_text("Which tokens become easy first").first.wait_for(timeout=60_000)
+    _no_exception(page, "over training")
+    page.screenshot(path=str(SHOTS / "over-training.png"), full_page=True)

@@ -18,6 +18,7 @@ import core.nn.checkpoint as checkpoint
 import core.training.speed as speed
 import core.training.training_job as tj
 from core.nn.checkpoint import checkpoint_zip, load_checkpoint, sanitise_model_name, user_model_folder
+from core.nn.snapshots import DEFAULT_SNAPSHOTS, snapshot_steps
 from core.training.job_settings import JobSettings, validate_settings
 from core.serve.threads import torch_threads
 from core.training.trainer import Trainer
@@ -143,7 +144,11 @@ def test_stopped_run_keeps_its_weights_and_saves_a_loadable_checkpoint(tmp_path)
     assert "Training page" in card and f"after {job.status().step:,} of 100,000 planned steps" in card
     # the zip unpacks to one folder holding the whole checkpoint
     names = zipfile.ZipFile(io.BytesIO(checkpoint_zip(path))).namelist()
-    assert sorted(names) == sorted(f"my-model/{f}" for f in ("config.json", "model.safetensors", "README.md", "log.csv", "heads.csv"))
+    # its snapshots too: every planned one up to the step it stopped at (core.nn.snapshots)
+    kept = [s for s in snapshot_steps(100_000, DEFAULT_SNAPSHOTS) if s <= job.status().step]
+    assert sorted(names) == sorted([f"my-model/{f}" for f in ("config.json", "model.safetensors", "README.md", "log.csv",
+                                                              "heads.csv")]
+                                   + [f"my-model/checkpoints/step-{s:06d}.safetensors" for s in kept])
 
 
 def test_save_is_refused_while_running_and_for_taken_names(tmp_path):

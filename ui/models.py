@@ -1,11 +1,13 @@
 """The model picker: discovery of model folders, cached loading, and the model the sidebar selected."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import streamlit as st
 
-from core.nn.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
+from core.nn.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config, read_training
+from core.nn.snapshots import checkpoint_steps, snapshot_losses
 from core.serve.folder_files import lstamp
 from core.serve.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
 from ui.frame import ROOT, ensure_frame
@@ -35,22 +37,84 @@ def _load(path: str, stamp: int):
         return None, e
 
 
+# a model's snapshots through training (core.nn.snapshots): dragging the step slider must not reread files, and the
+# Over training page uses every one at once. 24 holds a shipped model's 21 (its 115k-238k parameters in float32:
+# 10-20 MB in all); a larger model trained here costs more, and the cache then evicts the oldest step
+@st.cache_resource(show_spinner="Loading the model at that step ...", max_entries=24)
+def _load_step(path: str, stamp: int, step: int):
+    try:
+        return load_checkpoint(path, step=step), None
+    except CheckpointError as e:
+        return None, e
+
+
 def shipped_names() -> list[str]:
     """Names no user model may take: the shipped models' folders."""
     return [p.name for p in SHIPPED_DIR.iterdir() if p.is_dir()] if SHIPPED_DIR.is_dir() else []
 
 
 def model_key(entry: ModelEntry) -> str:
-    """Names a model's current weights, for caches: it changes when the checkpoint is rewritten."""
-    return f"{entry.path}:{_stamp(entry.path)}"
+    """Names a model's current weights, for caches: it changes when the checkpoint is rewritten, and names the
+    training step of a snapshot (every page cache then keeps each step's results apart)."""
+    return f"{entry.path}:{_stamp(entry.path)}" + ("" if entry.step is None else f"@{entry.step}")
 
 
 def load_model(entry: ModelEntry):
-    """(model, tokenizer) for an entry; raises CheckpointError."""
-    loaded, error = _load(str(entry.path), _stamp(entry.path))
+    """(model, tokenizer) for an entry, at its ``step`` when it names one; raises CheckpointError."""
+    if entry.step is None:
+        loaded, error = _load(str(entry.path), _stamp(entry.path))
+    else:
+        loaded, error = _load_step(str(entry.path), _stamp(entry.path), entry.step)
     if error is not None:
         raise error
     return loaded
+
+
+def at_step(entry: ModelEntry, step: int | None) -> ModelEntry:
+    """The same model at training step ``step`` (None: its final weights)."""
+    return dataclasses.replace(entry, step=step)
+
+
+def snapshot_steps_of(entry: ModelEntry) -> list[int]:
+    """The steps ``entry`` kept snapshots of ([] for none: older saves, GPT-2 folders)."""
+    return [] if entry.hf else checkpoint_steps(entry.path)
+
+
+def final_step(entry: ModelEntry) -> int | None:
+    """The step the final weights were saved at (the training record's step count); None when unknown."""
+    steps = read_training(entry.path).get("steps")
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+
+def step_picker(entry: ModelEntry) -> ModelEntry:
+    """The sidebar's "Model at training step": a slider over the snapshots ``entry`` kept, the final model by
+    default. Returns the entry at the chosen step (step None for the final weights)."""
+    steps, last = snapshot_steps_of(entry), final_step(entry)
+    if not steps:
+        return at_step(entry, None)
+    # the last snapshot is the final step, stored in float16: the final weights stand for it
+    options = [s for s in steps if s != last] + ["final"]
+    label = lambda o: f"final (step {last:,})" if o == "final" and last is not None else (  # noqa: E731
+        "final" if o == "final" else f"{o:,}")
+    choice = st.select_slider("Model at training step", options, value="final", format_func=label,
+                              key=f"te_step::{entry.name}",
+                              help="Every analysis page (Attention, Switch heads off, Inside the model, Generation) "
+                                   "uses the model as it was at this step of its training. Drag left to step 0, the "
+                                   "untrained model, and watch what it learns. The Over training page shows every "
+                                   "step at once.")
+    return at_step(entry, None if choice == "final" else choice)
+
+
+def step_words(entry: ModelEntry) -> str | None:
+    """"the model at step 1,000 of 12,000 (validation loss 1.94 nats/char)" for a snapshot; None for final weights."""
+    if entry.step is None:
+        return None
+    training = read_training(entry.path)
+    last, loss = final_step(entry), snapshot_losses(training).get(entry.step, {}).get("val_loss")
+    unit = training.get("loss_unit", "token")
+    of = f" of {last:,}" if last else ""
+    return (f"the model at training step {entry.step:,}{of}" +
+            (f" (validation loss {loss:.3f} nats per {unit}, estimated when the snapshot was taken)" if loss else ""))
 
 
 def scan_models() -> tuple[list[ModelEntry], list[ModelEntry]]:
@@ -75,6 +139,10 @@ def require_model(why: str = "") -> tuple:
     if model is None:
         st.info(f"No model is loaded{why}. Pick one in the sidebar (or see there why none could be loaded).")
         st.stop()
+    words = step_words(entry)
+    if words:  # every analysis page says, first, that it does not show the finished model
+        st.info(f"This page shows **{words}**. Drag *Model at training step* in the sidebar to *final* for the "
+                "trained model.", icon=":material/history:")
     return entry, model, tok
 
 

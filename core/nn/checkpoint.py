@@ -255,14 +255,32 @@ def _expected(config: ModelConfig) -> dict[str, tuple]:
     return shapes
 
 
-def _check(folder: Path, with_tokenizer: bool = True) -> _Info:
+def _weights_file(folder: Path, step: int | None) -> tuple[Path, str]:
+    """(the folder that holds the weights, the file's name): model.safetensors, or with a ``step`` the snapshot of
+    that step under checkpoints/ (core.nn.snapshots). CheckpointError when the model kept no such snapshot."""
+    if step is None:
+        return folder, WEIGHTS_FILE
+    from core.nn.snapshots import SNAPSHOT_DIR, checkpoint_steps, snapshot_folder, snapshot_name  # a cycle at the top
+
+    sub = snapshot_folder(folder)
+    if sub is None:
+        raise CheckpointError(folder / SNAPSHOT_DIR, "this model kept no snapshots of its training")
+    if isinstance(step, bool) or not isinstance(step, int) or step not in checkpoint_steps(folder):
+        raise CheckpointError(sub / snapshot_name(max(0, int(step)) if isinstance(step, int) else 0),
+                              f"no snapshot at step {step!r}")
+    return sub, snapshot_name(step)
+
+
+def _check(folder: Path, with_tokenizer: bool = True, step: int | None = None) -> _Info:
     """check_checkpoint's reading, with the owner and the folder's kind (config.json is read once). The weights'
-    header is read by core.nn.safetensors_header (bounded in size and entries), from inside the folder only."""
+    header is read by core.nn.safetensors_header (bounded in size and entries), from inside the folder only.
+    ``step``: check the snapshot of that step instead of the final weights."""
     info = _read_all(folder, with_tokenizer)
-    wpath = folder / WEIGHTS_FILE
+    wdir, wname = _weights_file(folder, step)
+    wpath = wdir / wname
     limit = MAX_HF_WEIGHTS_BYTES if info.hf else MAX_WEIGHTS_BYTES
     try:
-        size = size_inside(folder, WEIGHTS_FILE)  # a stat through the link checks: a link out is refused here
+        size = size_inside(wdir, wname)  # a stat through the link checks: a link out is refused here
     except FileNotFoundError:
         raise CheckpointError(wpath, "missing file (the weights)") from None
     except OSError as e:
@@ -270,7 +288,7 @@ def _check(folder: Path, with_tokenizer: bool = True) -> _Info:
     if size > limit:  # refused on its size alone: no byte of it is read
         raise CheckpointError(wpath, f"file is larger than {limit // 2**20} MiB")
     try:
-        found = read_header(folder, WEIGHTS_FILE)
+        found = read_header(wdir, wname)
     except ValueError as e:
         raise CheckpointError(wpath, f"not a readable safetensors file ({e})") from None
     except OSError as e:
@@ -297,24 +315,22 @@ def _check(folder: Path, with_tokenizer: bool = True) -> _Info:
     return info
 
 
-def load_checkpoint(path) -> tuple[Transformer, Tokenizer]:
+def load_checkpoint(path, step: int | None = None) -> tuple[Transformer, Tokenizer]:
     """Load and validate a checkpoint folder: ours, or a Hugging Face GPT-2 folder (config.json with
     model_type gpt2, model.safetensors, tokenizer.json or vocab.json + merges.txt). Returns (model in eval
-    mode, tokenizer).
+    mode, tokenizer). ``step``: the model as it was at that step of its training, from its snapshot
+    (``checkpoint_steps`` lists them); None, the final weights.
 
     Raises CheckpointError naming the file and the problem: missing file, bad JSON, unknown version,
     invalid config, missing or unexpected tensors, shape mismatch, non-finite weights, pickle weights, a
-    model type other than GPT-2 or custom code.
+    model type other than GPT-2 or custom code, a step the model kept no snapshot of.
     """
     folder = Path(path)
-    info = _check(folder)  # every check that needs no tensor data first: a refused file is never read whole
-    wpath = folder / WEIGHTS_FILE
-    try:
-        state = load_file(str(inside(folder, WEIGHTS_FILE)), device="cpu")  # the real file, checked to be inside
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise CheckpointError(wpath, f"not a readable safetensors file ({e})") from None
+    info = _check(folder, step=step)  # every check that needs no tensor data first: a refused file is never read whole
+    state = _read_tensors(folder, step)
     if info.hf:
         state = state_from_hf({k: state[k] for k in hf_relevant(state, info.config)}, info.config)
+    wpath = Path(*_weights_file(folder, step))
     for name, tensor in state.items():  # a NaN weight would turn every page's output into NaN without a word
         if not torch.isfinite(tensor).all():
             raise CheckpointError(wpath, f"{name} holds non-finite values (NaN or infinity)")
@@ -329,6 +345,22 @@ def load_checkpoint(path) -> tuple[Transformer, Tokenizer]:
         model.head.weight = model.tok_emb.weight
     model.eval().requires_grad_(False)  # shared read-only by every session: no autograd graph is ever built
     return model, info.tokenizer
+
+
+def _read_tensors(folder: Path, step: int | None) -> dict[str, torch.Tensor]:
+    """The tensors of the final weights or of a snapshot, read from inside the folder; CheckpointError if unreadable."""
+    wdir, wname = _weights_file(folder, step)
+    try:
+        return load_file(str(inside(wdir, wname)), device="cpu")  # the real file, checked to be inside
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise CheckpointError(wdir / wname, f"not a readable safetensors file ({e})") from None
+
+
+def snapshot_tensors(path, step: int) -> dict[str, torch.Tensor]:
+    """A snapshot's tensors as stored (float16), checked as load_checkpoint checks them: to copy into a new folder."""
+    folder = Path(path)
+    _check(folder, with_tokenizer=False, step=step)
+    return _read_tensors(folder, step)
 
 
 def weights_size(path) -> int:
@@ -349,6 +381,7 @@ _MOVED = {
     "core.nn.model_store": ("OWNER_RE", "STALE_TMP_S", "MAX_NAME_CHARS", "check_owner", "checkpoint_owner",
                          "checkpoint_zip", "default_model_name", "name_key", "recover_interrupted_saves",
                          "same_name", "sanitise_model_name", "save_checkpoint", "user_model_folder"),
+    "core.nn.snapshots": ("SNAPSHOT_DIR", "checkpoint_steps", "snapshot_steps", "snapshot_losses"),
     "core.nn.model_discovery": ("MAX_MODEL_FOLDERS", "RECOVER_EVERY_S", "ModelEntry", "discover_models",
                              "_check_entry"),  # _check_entry: bench/run.py times one folder's check
 }

@@ -102,6 +102,10 @@ def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokeni
                      f"a difference of {_fmt(cmp.get('difference'), '+.4f')} nats/{per} |")
     if isinstance(t.get("induction"), dict):
         lines.append(f"| induction head | {_induction(t['induction'])} |")
+    if isinstance(t.get("copy_probe"), dict):
+        lines.append(f"| copying | {_copy_probe(t['copy_probe'])} |")
+    if isinstance(t.get("snapshots"), list) and _snapshots(t):
+        lines.append(f"| snapshots | {_snapshots(t)} |")
     if t.get("source"):
         lines.append(f"| trained with | {text('source')} |")
     if t.get("stopped_early") and t.get("planned_steps"):
@@ -122,8 +126,39 @@ def _repeats(tc: dict, units: str = "characters") -> str:
         parts.append(f"{_fmt(100 * tc['repeat_fraction'], '.0f')}% of rows after that" if parts  # after the curriculum
                      else f"{_fmt(100 * tc['repeat_fraction'], '.0f')}% of rows")
     span = f"{_fmt(tc.get('repeat_min_span'), 'd')}-{_fmt(tc.get('repeat_max_span'), 'd')}"
-    return (", ".join(parts) + f" hold a span of {span} random {units} written again at a random later place "
-            "(see heads.csv)")
+    share = tc.get("repeat_random_share", 1.0)
+    if not isinstance(share, (int, float)) or share >= 1:
+        return (", ".join(parts) + f" hold a span of {span} random {units} written again at a random later place "
+                "(see heads.csv)")
+    # the natural-text mixture: some spans are random, the rest the row's own text written again
+    return (", ".join(parts) + f" hold a span of {span} {units} written again at a random later place: random "
+            f"{units} in {_fmt(100 * share, '.0f')}% of them, the row's own text in the rest (see heads.csv)")
+
+
+def _snapshots(t: dict) -> str | None:
+    # core.nn.snapshots: the losses recorded at each kept step; the files themselves are under checkpoints/
+    rows = [r for r in t.get("snapshots", []) if isinstance(r, dict) and isinstance(r.get("step"), int)]
+    if not rows:
+        return None
+    return (f"{len(rows)} under checkpoints/ (float16), at steps {rows[0]['step']:,} to {rows[-1]['step']:,}, "
+            "log-spaced: the Over training page and the sidebar's step slider use them")
+
+
+def _copy_probe(c: dict) -> str:
+    # bench/induction_text.py's three numbers and the steps at which each crossed its threshold
+    def at(key):
+        return "never" if c.get(key) is None else f"from step {_fmt(c[key], ',')}"
+    try:
+        text = (f"natural text written twice: second copy / first copy {float(c['text_ratio']):.2f} "
+                f"({float(c['text_second']):.2f} / {float(c['text_first']):.2f} nats; "
+                f"{float(c['text_second_off']):.2f} with the best head off), <= 0.5 {at('text_ratio_step')}; "
+                f"random probe: best stripe {float(c['stripe']):.2f} (>= 0.30 {at('stripe_step')}), second copy / "
+                f"first {float(c['random_ratio']):.2f} (<= 0.5 {at('random_ratio_step')})")
+    except (KeyError, TypeError, ValueError):
+        return "n/a"
+    if c.get("val_step") is not None:  # a character model's validation target, estimated at each snapshot
+        text += f"; validation loss <= 1.57 {at('val_step')}"
+    return text + f"; measured by {md_escape(str(c.get('measured_by', 'bench/induction_text.py')))}"
 
 
 def _induction(s: dict) -> str:

@@ -26,6 +26,7 @@ class ModelEntry:  # one line of the picker
     error: str | None = None  # why it cannot be loaded (CheckpointError.shown); None when it can
     owner: str | None = None  # who saved it from the app (config.json's "owner"); None if no one recorded
     hf: bool = False  # a Hugging Face GPT-2 folder (read as it is; never written by this app)
+    step: int | None = None  # the training step whose snapshot the pages use (core.nn.snapshots); None: the final weights
 
 
 MAX_MODEL_FOLDERS = 200   # folders read per models folder; past that the picker says how many were left out

@@ -38,6 +38,7 @@ from core.serve.folder_files import open_inside
 from core.analysis.induction import write_heads_csv
 from core.nn.model import Transformer
 from core.nn.model_card import format_log, model_card
+from core.nn.snapshots import SNAPSHOT_DIR, snapshot_folder, write_snapshots
 from core.nn.tokenizer import Tokenizer
 
 OWNER_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # plain and short: stored and compared as it is, nothing in it to escape
@@ -103,7 +104,8 @@ def same_name(models_dir, name: str) -> str:
 
 
 def user_model_folder(models_dir, raw_name: str, protected=(), overwrite: bool = False,
-                      owner: str | None = None, heads: list[dict] | None = None) -> Path:
+                      owner: str | None = None, heads: list[dict] | None = None,
+                    snapshots: dict | None = None) -> Path:
     """Where a user's model called ``raw_name`` is saved: always a direct child of ``models_dir``.
     Refuses (ValueError) a name that sanitises to nothing, one of the ``protected`` (shipped) names in any
     letter case, a folder outside models_dir (a symlink), a bad ``owner`` (see ``check_owner``), an existing
@@ -268,14 +270,16 @@ def recover_interrupted_saves(models_dir, stale_tmp_s: float = STALE_TMP_S) -> l
 # ------------------------------------------------------------------------------------------------ saving and packing
 def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: dict | None = None,
                     log: list[dict] | None = None, card: str | None = None, overwrite: bool = False,
-                    owner: str | None = None, heads: list[dict] | None = None) -> Path:
+                    owner: str | None = None, heads: list[dict] | None = None,
+                    snapshots: dict | None = None) -> Path:
     """Write a checkpoint folder atomically: everything goes to a temporary folder beside the target,
     which is renamed into place only once complete, so a crash never leaves a half-written model.
 
     ``owner`` (None, or an id accepted by ``check_owner``) is recorded in config.json. Replacing an existing
     folder (``overwrite``) keeps the old model until the new one is in place (``_swap_into_place``); with an
     ``owner``, a folder recorded as someone else's is never replaced (ValueError). A replacement of this same
-    folder that was killed half-way is undone first."""
+    folder that was killed half-way is undone first. ``snapshots`` (step -> float16 tensors, core.nn.snapshots)
+    are written under checkpoints/."""
     folder = Path(path)
     check_owner(owner)
     if folder.parent.is_dir():  # a killed replacement left the old model hidden: restore it before deciding anything
@@ -314,7 +318,11 @@ def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: di
         (tmp / CARD_FILE).write_text(card if card is not None else model_card(folder.name, model.config, training,
                                                                                     tokenizer),
                                      encoding="utf-8")
-        for f in tmp.iterdir():  # flush to disk before the rename makes the folder visible
+        write_snapshots(tmp, snapshots or {})
+        for f in [*tmp.iterdir(), *(tmp / SNAPSHOT_DIR).glob("*")]:  # flush to disk before the rename shows the folder
+            if f.is_dir():
+                f.chmod(0o755)
+                continue
             f.chmod(0o644)
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
@@ -343,16 +351,19 @@ def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: di
 
 
 def checkpoint_zip(path) -> bytes:
-    """The checkpoint folder as a zip archive in memory, files under '<name>/' so it unpacks to one folder."""
+    """The checkpoint folder as a zip archive in memory, files under '<name>/' so it unpacks to one folder; its
+    snapshots through training (checkpoints/) under '<name>/checkpoints/'."""
     folder = Path(path)
     buf = io.BytesIO()  # in memory: a saved model is a few MB, and the page hands the bytes to a download button
+    sub = snapshot_folder(folder)  # None for a link out of the folder, which is never followed
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for f in sorted(folder.iterdir()):
-            if f.is_symlink() or not f.is_file():
-                continue  # links are never packed, not even to a file of the folder
-            try:
-                with open_inside(folder, f.name) as fh:  # checked again at the open: a link swapped in is refused
-                    zf.writestr(f"{folder.name}/{f.name}", fh.read())
-            except OSError:
-                continue  # gone or refused meanwhile
+        for base, prefix in ((folder, folder.name), *(((sub, f"{folder.name}/{SNAPSHOT_DIR}"),) if sub else ())):
+            for f in sorted(base.iterdir()):
+                if f.is_symlink() or not f.is_file():
+                    continue  # links are never packed, not even to a file of the folder
+                try:
+                    with open_inside(base, f.name) as fh:  # checked again at the open: a link swapped in is refused
+                        zf.writestr(f"{prefix}/{f.name}", fh.read())
+                except OSError:
+                    continue  # gone or refused meanwhile
     return buf.getvalue()

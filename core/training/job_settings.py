@@ -18,6 +18,7 @@ from core.analysis.cost import training_flops
 from core.serve.fmt import binary_bytes
 from core.nn.model import LECTURE, ModelConfig, config_problems
 from core.nn.params import count_parameters
+from core.nn.snapshots import DEFAULT_SNAPSHOTS
 from core.training.trainer import (DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPES, TOKENIZERS, TrainConfig, min_corpus_chars,
                         train_problems)
 
@@ -63,6 +64,7 @@ class JobSettings:
     repeat_fraction: float = 0.0  # share of rows holding a repeated random span (core.analysis.induction.add_repeats)
     tokenizer: str = "char"     # "char" or "bpe" (core.training.trainer.TOKENIZERS)
     bpe_vocab: int = DEFAULT_BPE_VOCAB  # the BPE's vocabulary size; unused for characters
+    snapshots: bool = True     # keep the weights at log-spaced steps (core.nn.snapshots), for the Over training page
 
     @property
     def bpe_vocab_size(self) -> int | None:
@@ -85,7 +87,7 @@ class JobSettings:
         tc = TrainConfig.recipe(self.recipe, batch_size=self.batch_size, steps=self.steps, lr=self.lr,
                                 seed=self.seed, eval_interval=eval_interval, eval_batches=8,
                                 repeat_fraction=self.repeat_fraction, heads_interval=heads_interval(self.steps),
-                                **extra)
+                                snapshots=DEFAULT_SNAPSHOTS if self.snapshots else 0, **extra)
         # what a run costs at the least, before its corpus is known (the fewest tokens a vocabulary can have,
         # no text): a run built from these settings is refused here even when no page checked them first
         problem = memory_problem(self, MIN_VOCAB.get(self.tokenizer, 1), 0)
@@ -164,6 +166,9 @@ FORM_HELP = {
     "prompt": {"char": "Every sample continues this text. Characters the corpus lacks are left out.",
                "bpe": "Every sample continues this text. A byte-level BPE reads any text."},
     "repeat_on": "Off: plain text, as the default shipped model was trained.",
+    "snapshots": (f"Keeps the weights at step 0 and at {DEFAULT_SNAPSHOTS} log-spaced steps up to the last (float16, "
+                  "saved with the model under checkpoints/), so the Over training page and the sidebar's step slider "
+                  "can show the model at any of them. Off: only the final weights are saved."),
     # {units}: characters or tokens, filled in by the page
     "repeat": f"Each chosen window gets one span of {TrainConfig.repeat_min_span} to {TrainConfig.repeat_max_span} "
               "random {units}, written twice.",

@@ -46,7 +46,11 @@ class TrainConfig:
     repeat_first_steps: int = 0     # a curriculum: during the first steps every row holds one
     repeat_min_span: int = 20
     repeat_max_span: int = 60
+    # the share of repeated spans made of random tokens; the rest repeat the row's own text, so the head also
+    # learns to copy text it could partly predict anyway (natural text written twice)
+    repeat_random_share: float = 1.0
     heads_interval: int = 100       # every so many steps each head is measured on the induction probe (0: never)
+    snapshots: int = 20             # weights kept at this many log-spaced steps after step 0 (core.nn.snapshots; 0: none)
 
     def __post_init__(self):
         # the same messages the training form shows beside its fields: one validation, not two
@@ -119,7 +123,7 @@ def train_problems(values: dict) -> dict[str, str]:
     for name in ("lr", "muon_lr"):
         if name in values and not _rate(values[name]):
             problems[name] = f"{name} must be a number above 0 and at most 1 (got {values[name]!r})"
-    for name in ("repeat_first_steps", "heads_interval"):  # 0 is meaningful here: no curriculum, no probe
+    for name in ("repeat_first_steps", "heads_interval", "snapshots"):  # 0 is meaningful: no curriculum, probe, snapshot
         if name in values and (not _whole(values[name]) or values[name] < 0):
             problems[name] = f"{name} must be a whole number of at least 0 (got {values[name]!r})"
     # compared only once both spans are whole numbers, or the comparison itself could raise
@@ -127,7 +131,8 @@ def train_problems(values: dict) -> dict[str, str]:
             and values.get("repeat_min_span", 1) > values.get("repeat_max_span", 1)):
         problems["repeat_max_span"] = (f"repeat_max_span ({values['repeat_max_span']}) must be at least "
                                        f"repeat_min_span ({values['repeat_min_span']})")
-    for name in ("warmup_frac", "cooldown_frac", "min_lr_ratio", "muon_momentum", "repeat_fraction"):
+    for name in ("warmup_frac", "cooldown_frac", "min_lr_ratio", "muon_momentum", "repeat_fraction",
+                 "repeat_random_share"):
         v = values.get(name, 0.5)  # an absent fraction stands in as a valid one
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1):
             problems[name] = f"{name} must be a number from 0 to 1 (got {v!r})"

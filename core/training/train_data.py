@@ -122,14 +122,18 @@ def repeat_share(step: int, tc) -> float:
 
 
 def mixed_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator, share: float,
-                vocab_size: int, min_span: int, max_span: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``get_batch`` with ``share`` of its rows holding a span of random tokens written twice (the repeat
-    mixture, core.analysis.induction.add_repeats): (B, n_ctx) inputs and targets."""
+                vocab_size: int, min_span: int, max_span: int,
+                random_share: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``get_batch`` with ``share`` of its rows holding a span written twice (the repeat mixture,
+    core.analysis.induction.add_repeats): of random tokens with probability ``random_share``, else of the row's own
+    text. (B, n_ctx) inputs and targets."""
     if share <= 0:
         return get_batch(data, n_ctx, batch_size, generator)  # plain text: the same draws as with no mixture
     w = get_windows(data, n_ctx, batch_size, generator)  # (B, n_ctx + 1)
-    # random tokens rather than copied text: only a head that looks back and copies can predict the second copy
-    w = add_repeats(w, share, generator, vocab_size, min_span, max_span)  # (B, n_ctx + 1)
+    # random tokens: only a head that looks back and copies can predict their second copy, so they teach the head;
+    # the row's own text: a copy of what a language model half-predicts anyway, so the head learns to trust the
+    # earlier copy over its own guess on ordinary text too (bench/induction_text.py measures that)
+    w = add_repeats(w, share, generator, vocab_size, min_span, max_span, random_share)  # (B, n_ctx + 1)
     return w[:, :-1], w[:, 1:]  # (B, n_ctx) inputs and the (B, n_ctx) next tokens
 
 

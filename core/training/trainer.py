@@ -25,6 +25,7 @@ from core.training.corpus import TRAIN_FRACTION, read_text_file, shakespeare_pat
 from core.analysis.induction import HeadRecorder, formation_step, induction_summary
 from core.nn.model import LECTURE, ModelConfig, Transformer
 from core.nn.params import count_parameters, per_block_formula
+from core.nn.snapshots import snapshot_state, snapshot_steps
 from core.serve.threads import use_threads
 from core.nn.tokenizer import CharTokenizer, Tokenizer
 # re-exported: pages, bench, tests and core.training.job_settings import these from core.training.trainer
@@ -100,6 +101,19 @@ class Trainer:
         self.log: list[dict] = []
         self.heads = (HeadRecorder(self.model, every=self.tc.heads_interval, tokenizer=self.tokenizer)
                       if self.tc.heads_interval else None)  # the pages' probe: for a BPE, its whole tokens
+        # the weights at log-spaced steps (core.nn.snapshots), float16 in memory until the save writes them
+        self.snapshot_plan = frozenset(snapshot_steps(self.tc.steps, self.tc.snapshots))
+        self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
+        self.snapshot_rows: list[dict] = []  # step, train_loss, val_loss at each snapshot: the loss a view states
+
+    def take_snapshot(self) -> bool:
+        """Keep the weights (and the estimated losses) if this step is one of the plan's; True if kept."""
+        if self.step_num not in self.snapshot_plan or self.step_num in self.snapshots:
+            return False
+        self.snapshots[self.step_num] = snapshot_state(self.model)
+        losses = self.evaluate()  # the same fixed windows as the curve: the views' loss matches the chart's
+        self.snapshot_rows.append({"step": self.step_num, **{k: round(v, 4) for k, v in losses.items()}})
+        return True
 
     def repeat_share(self, step: int | None = None) -> float:
         """The share of rows holding a repeated span at 0-based ``step`` (default: the next one)."""
@@ -123,6 +137,7 @@ class Trainer:
         """One optimisation step; returns step, loss, lr, tokens_per_s of this step."""
         if self.step_num == 0:
             self.record_heads()  # the untrained model, the curve's first point
+            self.take_snapshot()
         t0 = time.perf_counter()  # the step alone is timed (batch, forward, backward, update): tokens_per_s
         scale = lr_scale(self.step_num, self.tc)
         for opt in self.optimizers:  # each group from its own peak: Muon's and AdamW's rates differ
@@ -143,6 +158,7 @@ class Trainer:
         self.tokens_seen += x.numel()  # B * n_ctx: every position of every row is a prediction
         self.train_time += dt
         self.record_heads()  # outside the timed part: the probe is not training
+        self.take_snapshot()
         return {"step": self.step_num, "loss": loss.item(), "lr": lr, "tokens_per_s": x.numel() / max(dt, 1e-9)}
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +166,7 @@ class Trainer:
         # a method, not a call inlined in step(): bench/induction.py overrides it to try other mixtures
         return mixed_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen,
                            self.repeat_share(), self.config.vocab_size, self.tc.repeat_min_span,
-                           self.tc.repeat_max_span)
+                           self.tc.repeat_max_span, self.tc.repeat_random_share)
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -207,6 +223,8 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),  # the wall time above depends on it
     }
+    if trainer.snapshot_rows:
+        record["snapshots"] = list(trainer.snapshot_rows)  # the losses at each kept step (core.nn.snapshots)
     if command:
         record["command"] = command
     record.update(extra)
@@ -246,7 +264,7 @@ def main(argv=None):
     p.add_argument("--schedule", choices=list(SCHEDULES), default=None)
     defaults = TrainConfig()
     for name in ("batch_size", "steps", "warmup", "eval_interval", "eval_batches", "seed", "repeat_first_steps",
-                 "repeat_min_span", "repeat_max_span", "heads_interval"):
+                 "repeat_min_span", "repeat_max_span", "heads_interval", "snapshots"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
                        help=f"default: the recipe's ({getattr(defaults, name)} for adamw)")
     for name in ("lr", "muon_lr", "muon_momentum", "warmup_frac", "cooldown_frac", "min_lr_ratio", "weight_decay",
@@ -256,6 +274,9 @@ def main(argv=None):
                    help="share of training rows holding a span of random characters written twice at a random "
                         "distance (default 0: plain text); with --repeat-first-steps N every row holds one for the "
                         "first N steps. The data on which an induction head forms")
+    p.add_argument("--repeat-random-share", type=float, default=None,
+                   help="share of the repeated spans made of random characters (default 1); the rest repeat the "
+                        "row's own text, so the head also copies natural text written twice")
     p.add_argument("--compare-to", default=None, metavar="CHECKPOINT",
                    help="a model trained without repeats: its validation loss is measured the same way and the card "
                         "states the difference (what the repeat mixture costs on plain text)")
@@ -340,7 +361,7 @@ def main(argv=None):
         print("induction head: " + ("none reached the threshold" if formed is None else f"formed at step {formed:,}"))
     # atomically: a run interrupted while saving leaves the old folder as it was, never half a new one
     path = save_checkpoint(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite,
-                           heads=heads)
+                           heads=heads, snapshots=trainer.snapshots)
     print(f"saved {path}")
     return trainer  # the trained run itself, for a caller in Python (tests, notebooks)
 

@@ -220,7 +220,7 @@ class _Run:
                 planned_steps=self.tc.steps, stopped_early=not tr.done, threads=self.threads, **extra,
             )
             return "saved", save_checkpoint(Path(folder), tr.model, tr.tokenizer, record, tr.log, overwrite=overwrite,
-                                            owner=owner, heads=heads)
+                                            owner=owner, heads=heads, snapshots=tr.snapshots)
         except Exception as e:  # noqa: BLE001 - e.g. safetensors' own error when the disk is full
             return "error", save_failure(e)
 

@@ -204,13 +204,14 @@ def form_defaults() -> dict:
 
 
 def settings_from_form(boxes: dict, recipe: str, repeat_percent: float | None, tokenizer: str,
-                       bpe_vocab) -> JobSettings:
+                       bpe_vocab, snapshots: bool = True) -> JobSettings:
     """JobSettings from the form: ``boxes``, the number boxes' values by field (FORM_FIELDS; number boxes may give
     floats for whole numbers; d_ff None for 4d); ``repeat_percent``, the slider's share of windows with a repeat,
-    None while its toggle is off."""
+    None while its toggle is off; ``snapshots``, whether the run keeps its weights at log-spaced steps."""
     ints = {key: None if boxes[key] is None else int(boxes[key]) for key in FORM_FIELDS if key != "lr"}
     return JobSettings(**ints, lr=float(boxes["lr"]), recipe=recipe, tokenizer=tokenizer, bpe_vocab=int(bpe_vocab),
-                       repeat_fraction=0.0 if repeat_percent is None else repeat_percent / 100)
+                       repeat_fraction=0.0 if repeat_percent is None else repeat_percent / 100,
+                       snapshots=bool(snapshots))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,148 @@
+import streamlit as st
+
+from core.analysis.induction import formation_step
+from core.analysis.over_training import head_patterns, over_training, pick_steps
+from core.analysis.trace import lens_stage_names
+from core.figures import over_training_figures as OF
+from core.figures.induction_figures import formation_figure
+from core.nn.checkpoint import CheckpointError, read_heads, read_log, read_training
+from core.nn.snapshots import snapshot_losses
+from core.serve.fmt import head_label
+from ui import at_step, chart, current, ensure_frame, load_model, model_cache, model_key, prompt_input, snapshot_steps_of
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
+
+# our own sentence, written twice: a learner's first test of an induction head is ordinary text said again
+DEFAULT_PROMPT = "The old man walked slowly to the river and sat down.\n" * 2
+PROMPT_KEY = "over_prompt"
+STRIP = 12  # small multiples of one head: at most this many snapshots side by side
+
+st.title("Over training")
+st.markdown(
+    "Training kept a copy of the weights at a few steps, close together at the start, where the model changes "
+    "fastest, and further apart later. This page runs **your prompt through every one of those copies** and lines "
+    "the results up: the loss on each of your tokens, what each head attends to, what each layer already predicts, "
+    "and who writes the final prediction. Reading down a column shows one token becoming easy; reading across a "
+    "head's panels shows a pattern forming. Write a sentence twice and watch the second copy's loss fall at the step "
+    "where the induction head appears.")
+st.latex(r"\ell_i(s) = -\log p_{\theta_s}\!\left(x_{i+1} \mid x_{\le i}\right), \qquad "
+         r"\text{induction}(s) = \frac{1}{T}\sum_{i=T}^{2T-1} A^{(s)}_{i,\; i-T+1}")
+st.caption("θ_s are the weights at snapshot step s; A is a head's attention pattern; on a text of T tokens written "
+           "twice, the induction score is the weight each second-copy token puts on the token after its first copy.")
+
+entry, _, tok = current()
+if entry is None or tok is None:
+    st.info("No model is loaded. Pick one in the sidebar (or see there why none could be loaded).")
+    st.stop()
+entry = at_step(entry, None)  # this page shows every step itself, whatever the sidebar's step slider says
+steps = snapshot_steps_of(entry)
+if not steps:
+    st.info(f"**{entry.name}** kept no snapshots of its training, so there is nothing to scrub through. The shipped "
+            "models keep theirs; a model you train on the Training page keeps its own unless you switch that off. "
+            "GPT-2 folders and models saved before snapshots existed have only their final weights.")
+    st.stop()
+
+models, skipped = [], []
+for s in steps:
+    try:
+        models.append((s, load_model(at_step(entry, s))[0]))
+    except CheckpointError as e:  # one bad file: named, and the other snapshots still draw
+        skipped.append(f"step {s:,} ({e.shown})")
+if skipped:
+    st.warning("Some snapshots could not be loaded and are left out: " + "; ".join(skipped), icon="⚠️")
+if len(models) < 2:
+    st.info("Fewer than two snapshots could be loaded: there is no change over training to show.")
+    st.stop()
+c = models[-1][1].config
+shown_steps = [s for s, _ in models]
+fkey = model_key(entry) + ":" + ",".join(map(str, shown_steps))  # names the set of weights for the caches below
+
+
+# ------------------------------------------------------------------ cached computations
+WHAT = "the views over training"
+_over = model_cache(lambda ids: over_training(models, list(ids)), 8, what=WHAT,
+                    spinner="Running your prompt through every snapshot ...")
+_patterns = model_cache(lambda ids, layer, head, picked: head_patterns([m for m in models if m[0] in picked],
+                                                                       list(ids), layer, head), 16, what=WHAT)
+
+st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
+prompt = prompt_input("Your prompt", None, "over_prompt", tok, c.n_ctx, height=110)  # PROMPT_KEY, a literal for tests
+if prompt.empty or len(prompt.ids) < 2:
+    st.info(f"Type at least two {tok.units} above: the views need one prediction to score.")
+    st.stop()
+ids = tuple(prompt.ids)
+tokens = tok.visible_tokens(prompt.ids)
+ot = _over(fkey, ids)
+training = read_training(entry.path)
+unit = training.get("loss_unit", tok.unit)
+heads_rows = read_heads(entry.path) or []
+formed = formation_step(heads_rows) if heads_rows else None
+losses = snapshot_losses(training)
+
+st.caption(f"{len(models)} snapshots of **{entry.name}**, steps {shown_steps[0]:,} to {shown_steps[-1]:,}"
+           + (f"; its induction head formed at step {formed:,} on the training probe" if formed is not None else
+              "; no head reached the induction threshold on the training probe") + ". This page always shows every "
+           "snapshot; the sidebar's step slider sets the step the other pages use.")
+
+# ------------------------------------------------------------------ the loss
+st.header("The loss, on the run and on your prompt")
+st.markdown("The curves are the run's own training and validation loss; the red points are the mean loss on your "
+            "prompt at each snapshot. The step axis is logarithmic, so the first hundred steps get as much room as "
+            "the last ten thousand.")
+marks = {formed: f"induction head formed (step {formed:,})"} if formed else None
+chart(OF.prompt_loss_figure(ot, read_log(entry.path) or [], unit, marks), key="over_loss")
+st.markdown(f"Each row below is a snapshot, each column a {tok.unit} of your prompt; the colour is the loss of "
+            f"predicting that {tok.unit} from everything before it. Dark means easy.")
+chart(OF.token_loss_heatmap(ot, tokens), key="over_heatmap")
+if ot.period:
+    T = ot.period
+    first, second = ot.token_loss[:, : T - 1].mean(axis=1), ot.token_loss[:, T:].mean(axis=1)
+    st.markdown(f"Your prompt is {T} {tok.units} written twice. Mean loss on the first copy / on the second: "
+                + " · ".join(f"step {s:,}: {a:.2f} / {b:.2f}" for s, a, b in
+                             zip(shown_steps, first, second) if s in pick_steps(shown_steps, 6)) + ".")
+
+# ------------------------------------------------------------------ heads
+st.header("Heads forming")
+st.markdown("Two measures per head. The **previous-token** score is the mean weight a position puts on the one "
+            "just before it; the **induction** score is the weight on the token that followed an earlier copy of the "
+            "current one. Measured here live on your prompt at each snapshot, and below on the training probe "
+            f"(random {tok.units} written twice), recorded every few steps while the model trained.")
+chart(OF.live_heads_figure(ot, formed), key="over_live_heads")
+if heads_rows:
+    with st.expander("The same scores on the training probe, recorded during training", expanded=False):
+        chart(formation_figure(heads_rows, units=tok.units), key="over_probe_heads")
+
+st.subheader("One head's attention at each snapshot")
+pairs = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
+best = divmod(int(ot.induction[-1].argmax()), c.n_heads) if not (ot.induction[-1] != ot.induction[-1]).all() else (0, 0)
+layer, head = st.selectbox("Head", pairs, index=pairs.index(tuple(best)), key=f"over_head_{c.n_layers}x{c.n_heads}",
+                           format_func=lambda p: head_label(*p),
+                           help="Opens on the head with the highest induction score on your prompt at the last step.")
+picked = tuple(pick_steps(shown_steps, STRIP))
+pats = _patterns(fkey, ids, layer, head, picked)
+chart(OF.pattern_strip(pats, list(picked), tokens, f"{head_label(layer, head)}: queries down, keys across"),
+      key="over_strip")
+st.caption(f"{len(picked)} of the {len(models)} snapshots, spread over the run. On a text written twice, an induction "
+           "head draws a stripe parallel to the diagonal in the lower half: each token of the second copy looking at "
+           "the token after its first copy.")
+
+# ------------------------------------------------------------------ what each layer predicts, and who writes it
+st.header("What each layer predicts")
+st.markdown("The logit lens reads the residual stream after the embedding and after each block as if it were the "
+            "last one (final LayerNorm, then the output map). A stage's line is the share of your prompt's "
+            "positions where its favourite is the token that really comes next.")
+chart(OF.lens_over_steps(ot, lens_stage_names(c.n_layers)), key="over_lens")
+
+st.header("Who writes the last prediction")
+target = tok.visible_tokens([ot.target])[0]
+st.markdown(f"The final model's favourite after your prompt is **{target}**. Its logit is a sum of what every "
+            "writer added to the stream (embedding, each head, each MLP), read through the final LayerNorm; the lines "
+            f"show each writer's share of the logit of {target} at every snapshot, so you can see which writers take "
+            "over, and when.")
+st.latex(r"z_t = \sum_{\text{writer } w} \frac{W_U[t]\cdot \gamma \odot (c_w - \bar c_w)}{\sigma} + W_U[t]\cdot\beta")
+chart(OF.attribution_over_steps(ot, target), key="over_attr")
+if losses:
+    last = shown_steps[-1]
+    st.caption(f"Validation loss estimated when each snapshot was taken: step 0 "
+               f"{losses.get(shown_steps[0], {}).get('val_loss', float('nan')):.3f}, step {last:,} "
+               f"{losses.get(last, {}).get('val_loss', float('nan')):.3f} nats per {unit}.")
