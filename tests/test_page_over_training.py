@@ -79,3 +79,11 @@ def test_a_corrupt_snapshot_is_named_and_skipped(open_page, tmp_path):
     at.run()
     assert not at.exception and not any("training step" in i.value for i in at.info)  # it shows the final model
     assert at.get("plotly_chart")
+
+
+@pytest.mark.parametrize("page", ["pages/heads.py", "pages/inside.py", "pages/generation.py", "pages/home.py"])
+def test_every_analysis_page_runs_on_the_step_it_was_given_and_says_so(open_page, models_dir, page):
+    at = open_page(page, models_dir=models_dir, state={"te_model_name": "snap", "te_step::snap": 2})
+    assert not at.exception and not at.error
+    assert any("training step 2 of 40" in i.value for i in at.info)
+    assert at.session_state["te_current"][0].step == 2
