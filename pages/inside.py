@@ -6,7 +6,7 @@ from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number
 from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS
 from core.nn.params import mlp_latex
 from core.analysis.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
-                        max_trace_tokens, stream_steps, trace, trace_bytes)
+                        max_trace_tokens, stream_steps, trace, trace_bytes, variant_refusal)
 from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -31,6 +31,9 @@ st.latex(r"x^{(0)}_i = E[t_i] + P[i], \qquad "
 
 entry, model, tok = require_model()
 c = model.config
+if not c.lecture_block:  # a variant from the Why each piece page: its block is not the one traced here
+    st.info(f"Nothing to trace: {variant_refusal(c)} (on the Attention and Switch heads off pages).")
+    st.stop()
 prompt = prompt_input("Your prompt", DEFAULT_PROMPT, "inside_prompt", tok, c.n_ctx, height=150)
 if prompt.empty:
     st.info("Type a few characters above (letters, punctuation, newlines) to follow them through the model.")

@@ -2,7 +2,7 @@ import streamlit as st
 
 from core.analysis.induction import formation_step
 from core.analysis.over_training import head_patterns, over_training, pick_steps
-from core.analysis.trace import lens_stage_names
+from core.analysis.trace import lens_stage_names, variant_refusal
 from core.figures import over_training_figures as OF
 from core.figures.induction_figures import formation_figure
 from core.nn.checkpoint import CheckpointError, read_heads, read_log, read_training
@@ -54,6 +54,9 @@ if len(models) < 2:
     st.info("Fewer than two snapshots could be loaded: there is no change over training to show.")
     st.stop()
 c = models[-1][1].config
+if not c.lecture_block:  # the views below trace each snapshot, and the trace is the lecture's block
+    st.info(f"Nothing to show here: {variant_refusal(c)}.")
+    st.stop()
 shown_steps = [s for s, _ in models]
 fkey = model_key(entry) + ":" + ",".join(map(str, shown_steps))  # names the set of weights for the caches below
 

@@ -75,6 +75,8 @@ def trace(model, idx) -> Trace:
         raise ValueError("the input is empty: a forward pass needs at least one token")
     if n > c.n_ctx:
         raise ValueError(f"sequence of {n} tokens is longer than the model's context n_ctx={c.n_ctx}")
+    if not c.lecture_block:  # the steps below are the lecture's block, written out; a variant's differ
+        raise ValueError(variant_refusal(c))
     d, h, dh = c.d_model, c.n_heads, c.d_head
     device = model.pos_emb.weight.device
     idx = idx.to(device)
@@ -111,6 +113,14 @@ def trace(model, idx) -> Trace:
     ln = model.ln_f
     ln_scale = torch.rsqrt(x.var(dim=-1, unbiased=False) + ln.eps)  # (B, n): LayerNorm divides by sqrt(var + eps)
     return Trace(embed=embed, resid=resid, resid_final=x, ln_scale=ln_scale, logits=model.readout(x), **keep)
+
+
+def variant_refusal(config) -> str:
+    """Why a model with pieces taken away (core.nn.model's switches) has no trace, in one sentence."""
+    removed = ", ".join(f"{k}={v!r}" for k, v in config.removed().items())
+    return (f"this model is a variant of the lecture's block ({removed}): the step-by-step views (the stream, the "
+            "logit lens, who wrote the prediction) are written for the lecture's block; its attention and its "
+            "heads switched off work as for any model")
 
 
 def trace_bytes(config, n: int, batch: int = 1) -> int:

@@ -29,6 +29,16 @@ class ModelConfig:
     activation: str = "relu"   # the MLP's nonlinearity: "relu", "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
     tie_weights: bool = False  # the output map reuses the token embedding matrix (GPT-2) instead of its own
     ln_eps: float = 1e-5       # LayerNorm's epsilon (PyTorch's default, and GPT-2's)
+    # Switches that take one piece of the lecture's block away, to measure what it is for (the "Why each piece"
+    # page, core.training.variants). The defaults are the lecture's model, and every checkpoint saved before them.
+    mlp: bool = True           # False: attention-only blocks, x <- x + MultiHead(LN(x)) (no MLP, no second LN)
+    residual: bool = True      # False: x <- MultiHead(LN(x)), then x <- MLP(LN(x)): nothing carried past a sublayer
+    norm: str = "pre"          # "pre": LN before each sublayer; "post": x <- LN(x + sublayer(x)), the 2017 paper's
+                               # order (no final LN); "none": no LayerNorm anywhere
+    w_o: bool = True           # False: the heads' concatenation is added to the stream as it is (no mixing map)
+    positions: bool = True     # False: no position table; attention alone cannot tell where a token is
+    mask: str = "scores"       # "scores": future scores set to -inf before the softmax; "after_softmax": softmax over
+                               # every key, then future weights set to 0, rows not renormalised; "none": no mask
 
     def __post_init__(self):
         problems = config_problems(asdict(self))
@@ -44,8 +54,20 @@ class ModelConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def removed(self) -> dict[str, object]:
+        """The switches set away from the lecture's block: {} for the lecture's model (and GPT-2)."""
+        return {k: getattr(self, k) for k, v in SWITCH_DEFAULTS.items() if getattr(self, k) != v}
+
+    @property
+    def lecture_block(self) -> bool:
+        """True when every block is the lecture's (what the trace, the lens and the attribution are written for)."""
+        return not self.removed()
+
 
 SHAPE_FIELDS = ("vocab_size", "n_ctx", "d_model", "n_heads", "n_layers", "d_ff")
+NORMS = ("pre", "post", "none")
+MASKS = ("scores", "after_softmax", "none")
+SWITCH_DEFAULTS = dict(mlp=True, residual=True, norm="pre", w_o=True, positions=True, mask="scores")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
 # How pages name and write each nonlinearity (one home: the home page's formula, the Inside page's prose and metric)
 ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)"}
@@ -80,11 +102,19 @@ def config_problems(values: dict) -> dict[str, str]:
         d, h = values["d_model"], values["n_heads"]
         problems["n_heads"] = (f"d_model={d} is not divisible by n_heads={h}: each head needs a whole width d/h "
                                f"(try n_heads in {head_counts(d)})")
-    for name in ("bias", "tie_weights"):
+    for name in ("bias", "tie_weights", "mlp", "residual", "w_o", "positions"):
         if not isinstance(values.get(name, False), bool):
             problems[name] = f"{name} must be true or false, got {values[name]!r}"
     if values.get("activation", "relu") not in ACTIVATIONS:
         problems["activation"] = f"activation must be one of {', '.join(ACTIVATIONS)}, got {values['activation']!r}"
+    if values.get("norm", "pre") not in NORMS:
+        problems["norm"] = f"norm must be one of {', '.join(NORMS)}, got {values['norm']!r}"
+    if values.get("mask", "scores") not in MASKS:
+        problems["mask"] = f"mask must be one of {', '.join(MASKS)}, got {values['mask']!r}"
+    if values.get("norm") == "post" and values.get("residual") is False:
+        # post-norm is defined by where LN sits around the residual sum: with no sum there is no "post"
+        problems["norm"] = ("norm='post' places LayerNorm after the residual sum x + sublayer(x); without the residual "
+                            "there is no sum: use norm='pre' (or 'none') with residual=False")
     eps = values.get("ln_eps", 1e-5)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
         problems["ln_eps"] = f"ln_eps must be a number between 0 and 1, got {eps!r}"
@@ -166,7 +196,9 @@ class MultiHeadAttention(nn.Module):
         self.d_head = config.d_head
         # W_Q, W_K, W_V of every head stored side by side in one (d, 3d) map; bias-free in the lecture, not in GPT-2
         self.qkv = nn.Linear(d, 3 * d, bias=config.bias)
-        self.out = nn.Linear(d, d, bias=config.bias)  # W_O mixes the concatenated heads
+        # W_O mixes the concatenated heads; without it each head writes only its own d/h coordinates of the stream
+        self.out = nn.Linear(d, d, bias=config.bias) if config.w_o else None
+        self.mask = config.mask
 
     def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None, last_query=False):
         """last_query: the output of the last position only, (B, 1, d); the keys and values of every position
@@ -183,13 +215,20 @@ class MultiHeadAttention(nn.Module):
             q, n = q[:, :, -1:], 1  # (B, h, n, d/h) -> (B, h, 1, d/h): the last query sees every key
         n_k = k.shape[2]
         record = None
-        if return_attn:
+        if return_attn or self.mask == "after_softmax":  # the weights written out (the variant has no fused kernel)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, n, d/h) x (B, h, d/h, n_k) -> (B, h, n, n_k)
             future = future_mask(n, n_k, device=x.device)  # query i may see keys j <= i only
-            pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            if self.mask == "scores":
+                pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            elif self.mask == "after_softmax":
+                # the order the lecture asks about: the softmax has already spread weight over the future keys, so
+                # zeroing them leaves rows summing to less than 1, and every row's weights depend on later tokens
+                pattern = F.softmax(scores, dim=-1).masked_fill(future, 0.0)
+            else:
+                pattern = F.softmax(scores, dim=-1)  # no mask: every query reads every key, the future included
             y = pattern @ v  # (B, h, n, n_k) x (B, h, n_k, d/h) -> (B, h, n, d/h)
-            record = AttentionRecord(scores=scores, pattern=pattern)
-        elif n == 1:
+            record = AttentionRecord(scores=scores, pattern=pattern) if return_attn else None
+        elif n == 1 or self.mask == "none":
             # a single new query sees every cached key: no mask needed
             y = F.scaled_dot_product_attention(q, k, v)
         elif n == n_k:
@@ -200,7 +239,7 @@ class MultiHeadAttention(nn.Module):
         if head_fn is not None:  # an intervention sees (and may replace) every head's output before W_O
             y = head_fn(layer, y)  # (B, h, n, d/h) -> (B, h, n, d/h)
         y = y.transpose(1, 2).contiguous().view(B, n, d)  # concatenate heads: (B, h, n, d/h) -> (B, n, d)
-        return self.out(y), record
+        return (self.out(y) if self.out is not None else y), record
 
 
 class MLP(nn.Module):
@@ -225,22 +264,31 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.d_model, eps=config.ln_eps)  # scale and shift: 2d parameters
+        norm = (lambda: nn.LayerNorm(config.d_model, eps=config.ln_eps)) if config.norm != "none" else nn.Identity
+        self.ln1 = norm()  # scale and shift: 2d parameters
         self.attn = MultiHeadAttention(config)
-        self.ln2 = nn.LayerNorm(config.d_model, eps=config.ln_eps)
-        self.mlp = MLP(config)
+        self.ln2 = norm() if config.mlp else None  # no MLP, nothing for a second LayerNorm to feed
+        self.mlp = MLP(config) if config.mlp else None
+        self.residual, self.post = config.residual, config.norm == "post"
 
     def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None, last_only=False):
         """last_only: return the stream at the last position only, (B, 1, d). Its attention still reads every
         position's keys and values, but the queries, W_O and the MLP of the other positions are skipped."""
         # pre-norm residual updates: the stream x is read from and added to, never overwritten
-        a, record = self.attn(self.ln1(x), return_attn=return_attn, cache=cache, layer=layer, head_fn=head_fn,
-                              last_query=last_only)
+        a, record = self.attn(x if self.post else self.ln1(x), return_attn=return_attn, cache=cache, layer=layer,
+                              head_fn=head_fn, last_query=last_only)
         if last_only and not return_attn:
             x = x[:, -1:]  # (B, n, d) -> (B, 1, d)
-        x = x + a
-        x = x + self.mlp(self.ln2(x))
+        x = self._add(x, a, self.ln1)
+        if self.mlp is not None:
+            x = self._add(x, self.mlp(x if self.post else self.ln2(x)), self.ln2)
         return x, record
+
+    def _add(self, x, update, ln):
+        """The stream after a sublayer wrote ``update``: x + update (pre-norm), LN(x + update) (post-norm), or the
+        update alone without the residual connection."""
+        x = x + update if self.residual else update
+        return ln(x) if self.post else x
 
 
 class Transformer(nn.Module):
@@ -248,16 +296,19 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
-        self.pos_emb = nn.Embedding(config.n_ctx, config.d_model)  # learned absolute positions
+        # learned absolute positions; without them the model sees a bag of tokens (a causal mask still orders them)
+        self.pos_emb = nn.Embedding(config.n_ctx, config.d_model) if config.positions else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-        self.ln_f = nn.LayerNorm(config.d_model, eps=config.ln_eps)
+        # pre-norm leaves the stream's scale to grow, so it is normalised before the output map; post-norm's stream
+        # leaves a LayerNorm already, and "none" has none
+        self.ln_f = nn.LayerNorm(config.d_model, eps=config.ln_eps) if config.norm == "pre" else nn.Identity()
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)  # back to the m vocabulary entries
         if config.tie_weights:  # GPT-2: one (m, d) matrix reads tokens in and scores them out
             self.head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
         # GPT-2's scaled init for the maps that write into the residual stream
         for name, p in self.named_parameters():
-            if name.endswith("attn.out.weight") or name.endswith("mlp.w2.weight"):
+            if name.endswith("attn.out.weight") or name.endswith("mlp.w2.weight"):  # absent in some variants
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
 
     @staticmethod
@@ -272,6 +323,8 @@ class Transformer(nn.Module):
 
     def embed(self, idx, offset: int = 0) -> torch.Tensor:
         """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d)."""
+        if self.pos_emb is None:
+            return self.tok_emb(idx)  # (B, n, d): the same vector for a token wherever it stands
         # a slice of the position table, not a lookup: same values, one op fewer per decoding step
         return self.tok_emb(idx) + self.pos_emb.weight[offset:offset + idx.shape[1]]  # (B, n, d) + (n, d)
 
@@ -312,7 +365,7 @@ class Transformer(nn.Module):
             )
         cache = past
         if cache is None and use_cache:
-            cache = KVCache(self.config, B, dtype=self.pos_emb.weight.dtype, device=idx.device)
+            cache = KVCache(self.config, B, dtype=self.tok_emb.weight.dtype, device=idx.device)
         # with last_only, the last block skips what no later block reads: the queries, W_O and MLP of every position
         # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not with an
         # intervention (head_fn sees every position) nor with the attention returned (the full pattern is wanted).

@@ -19,16 +19,19 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
     d, m, L = config.d_model, config.vocab_size, config.n_layers  # width, vocabulary size, blocks
     # The lecture's block (d=64, h=4, d_ff=256, no biases): 4·64² + 2·64·256 + 4·64 = 16,384 + 32,768 + 256
     # = 49,408, and the same for any h, since the heads only split the width.
+    # the switches of core.nn.model that take a piece away (issue 29): each removes exactly its own tensors
+    w_o, mlp, norms = config.w_o, config.mlp, config.norm != "none"
     counts = {
         "W_Q": d * d,  # h heads of d x d/h each: h·d·(d/h) = d², so h drops out
         "W_K": d * d,  # the same shape: a head's keys must be as wide as its queries (d/h) for q·k
         "W_V": d * d,
-        "W_O": d * d,  # the h outputs of d/h, concatenated back to d, mixed into the stream
-        "attention_biases": 4 * d if config.bias else 0,  # b_Q, b_K, b_V (d each) and b_O (d)
-        "W1": d * config.d_ff,  # up from the stream into the hidden layer
-        "W2": config.d_ff * d,  # and back down
-        "mlp_biases": config.d_ff + d if config.bias else 0,  # b1 (d_ff) and b2 (d)
-        "norms": 2 * 2 * d,  # ln1 before attention and ln2 before the MLP, each a scale and a shift of d
+        "W_O": d * d if w_o else 0,  # the h outputs of d/h, concatenated back to d, mixed into the stream
+        "attention_biases": (3 * d + (d if w_o else 0)) if config.bias else 0,  # b_Q, b_K, b_V (d each) and b_O (d)
+        "W1": d * config.d_ff if mlp else 0,  # up from the stream into the hidden layer
+        "W2": config.d_ff * d if mlp else 0,  # and back down
+        "mlp_biases": config.d_ff + d if config.bias and mlp else 0,  # b1 (d_ff) and b2 (d)
+        # ln1 before attention and ln2 before the MLP, each a scale and a shift of d (no MLP: no ln2 either)
+        "norms": (2 * d + (2 * d if mlp else 0)) if norms else 0,
     }
     # the biases in one figure: the Parameters page draws them as one bar (core.figures.cost_figures.parameter_bar)
     counts["biases"] = counts["attention_biases"] + counts["mlp_biases"]
@@ -38,8 +41,9 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
     counts["per_block"] = counts["attention"] + counts["mlp"] + counts["norms"]
     counts["blocks"] = L * counts["per_block"]  # the blocks share no weights: L copies of the same shape
     counts["token_embedding"] = m * d  # one d-vector per vocabulary entry: an (m, d) table
-    counts["position_embedding"] = config.n_ctx * d  # learned absolute positions, one d-vector per position
-    counts["final_norm"] = 2 * d  # ln_f before the output map: one more scale and shift
+    # learned absolute positions, one d-vector per position
+    counts["position_embedding"] = config.n_ctx * d if config.positions else 0
+    counts["final_norm"] = 2 * d if config.norm == "pre" else 0  # ln_f before the output map: one more scale and shift
     # d·m with no bias (GPT-2's output map has none either); tied: the embedding matrix again, nothing new
     counts["output"] = 0 if config.tie_weights else d * m
     # the lecture's 12d²L is the blocks alone (without their 4d): the embeddings and the output map come on top
@@ -98,6 +102,8 @@ def breakdown_rows(config: ModelConfig, detailed: bool = False) -> list[tuple[st
             rows.insert(at, ("attention_biases", *_MATRIX_ROWS["attention_biases"]))
             at = [key for key, *_ in rows].index("mlp")
             rows.insert(at, ("mlp_biases", *_MATRIX_ROWS["mlp_biases"]))
+    if not config.lecture_block:
+        rows = _variant_rows(config, rows)
     if config.tie_weights:
         rows = [(key, "output map, tied to the token embedding (the same matrix)", "0 new") if key == "output"
                 else (key, label, formula) for key, label, formula in rows]
@@ -112,8 +118,9 @@ def build_on_meta(config: ModelConfig) -> Transformer:
 
 
 def count_module_parameters(module) -> int:
-    # .parameters() yields a shared tensor once, so a tied output map is not counted a second time
-    return sum(p.numel() for p in module.parameters())
+    # .parameters() yields a shared tensor once, so a tied output map is not counted a second time; a piece a
+    # variant took away (None) counts 0
+    return 0 if module is None else sum(p.numel() for p in module.parameters())
 
 
 def measured_counts(model) -> dict[str, int]:
@@ -122,6 +129,7 @@ def measured_counts(model) -> dict[str, int]:
     attn = block.attn
     d = model.config.d_model
     qkv = attn.qkv.weight  # (3d, d): rows 0:d are W_Q, d:2d W_K, 2d:3d W_V
+    mlp = block.mlp  # None in an attention-only variant, as are attn.out without W_O and pos_emb without positions
 
     def numel(bias):
         return 0 if bias is None else bias.numel()  # nn.Linear(bias=False) leaves .bias None
@@ -129,19 +137,19 @@ def measured_counts(model) -> dict[str, int]:
     counts = {
         # (3d, d) -> three (d, d) slices: the fused map counted as the lecture's three matrices
         "W_Q": qkv[:d].numel(), "W_K": qkv[d:2 * d].numel(), "W_V": qkv[2 * d:].numel(),
-        "W_O": attn.out.weight.numel(),
-        "attention_biases": numel(attn.qkv.bias) + numel(attn.out.bias),
-        "W1": block.mlp.w1.weight.numel(), "W2": block.mlp.w2.weight.numel(),
-        "mlp_biases": numel(block.mlp.w1.bias) + numel(block.mlp.w2.bias),
+        "W_O": numel(attn.out and attn.out.weight),
+        "attention_biases": numel(attn.qkv.bias) + numel(attn.out and attn.out.bias),
+        "W1": numel(mlp and mlp.w1.weight), "W2": numel(mlp and mlp.w2.weight),
+        "mlp_biases": numel(mlp and mlp.w1.bias) + numel(mlp and mlp.w2.bias),
         "norms": count_module_parameters(block.ln1) + count_module_parameters(block.ln2),
         # the groups counted from whole modules, not summed from the parts above: a tensor the formula forgot
         # shows as a disagreement in parameter_table
         "attention": count_module_parameters(attn),
-        "mlp": count_module_parameters(block.mlp),
+        "mlp": count_module_parameters(mlp),
         "per_block": count_module_parameters(block),
         "blocks": sum(count_module_parameters(b) for b in model.blocks),
         "token_embedding": model.tok_emb.weight.numel(),
-        "position_embedding": model.pos_emb.weight.numel(),
+        "position_embedding": numel(model.pos_emb and model.pos_emb.weight),
         "final_norm": count_module_parameters(model.ln_f),
         # a tied output map is the embedding's own tensor: PyTorch counts it once, and so do we
         "output": 0 if model.head.weight is model.tok_emb.weight else model.head.weight.numel(),
@@ -204,12 +212,51 @@ def share_latex(config) -> tuple[str, str]:
     return rf"\frac{{{attn}}}{{{block}}}", rf"\frac{{{mlp}}}{{{block}}}"
 
 
+def _block_terms(config: ModelConfig) -> list[tuple[str, str]]:
+    """(LaTeX, plain text) of each term of one block's count for a variant (core.nn.model's switches)."""
+    terms = [(r"4d^2", "4d^2") if config.w_o else (r"3d^2", "3d^2")]  # W_Q, W_K, W_V (and W_O)
+    if config.mlp:
+        terms.append((r"2\,d\,d_{ff}", "2*d*d_ff"))
+    norms = 0 if config.norm == "none" else (4 if config.mlp else 2)
+    biases = (3 + config.w_o + config.mlp) if config.bias else 0  # b_Q, b_K, b_V, b_O, b2 of d each; b1 is d_ff
+    if norms + biases:
+        terms.append((f"{norms + biases}d", f"{norms + biases}d"))
+    if config.bias and config.mlp:
+        terms.append((r"d_{ff}", "d_ff"))
+    return terms
+
+
+def _variant_rows(config: ModelConfig, rows: list) -> list:
+    """The breakdown rows of a variant: each piece it took away says so and counts 0."""
+    text = " + ".join(t for _, t in _block_terms(config)).replace("^2", "²").replace("*", "·")
+    changed = {"per_block": ("one block", text)}
+    if not config.w_o:
+        changed["attention"] = ("attention W_Q, W_K, W_V (no W_O: the heads are not mixed) (per block)", "3·d²")
+        changed["W_O"] = ("W_O: taken away", "0")
+    if not config.mlp:
+        changed.update(mlp=("MLP: taken away (attention only)", "0"), W1=("MLP W1: taken away", "0"),
+                       W2=("MLP W2: taken away", "0"))
+    if config.norm == "none" or not config.mlp:
+        changed["norms"] = ("LayerNorms (per block)", "0" if config.norm == "none" else "2·d (one: no MLP to feed)")
+    if config.norm != "pre":
+        changed["final_norm"] = ("final LayerNorm: none " + ("(no LayerNorm anywhere)" if config.norm == "none"
+                                                               else "(post-norm: the stream leaves a LayerNorm)"), "0")
+    if not config.positions:
+        changed["position_embedding"] = ("position table: taken away", "0")
+    return [(key, *changed[key]) if key in changed else (key, label, formula) for key, label, formula in rows]
+
+
 def per_block_latex(config: ModelConfig, general: bool = False) -> str:
     """The per-block count as the lecture writes it, with this config's numbers: 12d^2 + 4d when
     d_ff = 4d (unless ``general``), the general 4d^2 + 2 d d_ff + 4d otherwise; with biases (GPT-2)
     12d^2 + 13d and 4d^2 + 2 d d_ff + 9d + d_ff. LaTeX, thousands separators unspaced."""
     d, ff, n = config.d_model, config.d_ff, count_parameters(config)["per_block"]
     di, fi, total = latex_int(d), latex_int(ff), latex_int(n)
+    if not config.lecture_block:  # a variant: its own terms, each with this config's numbers
+        terms = _block_terms(config)
+        numbers = " + ".join(t.replace("d^2", f"({di})^2").replace(r"\,d\,d_{ff}", f"({di})({fi})")
+                             .replace("d_{ff}", fi).replace("d", f"({di})") for t, _ in terms)
+        return " + ".join(t for t, _ in terms) + f" = {numbers} = {total}"
     if config.bias:
         if ff == 4 * d and not general:  # 4d² + 8d² + 9d + 4d: the biases' 4d + d_ff + d with d_ff = 4d
             return rf"12d^2 + 13d = 12({di})^2 + 13({di}) = {total}"
@@ -222,6 +269,8 @@ def per_block_latex(config: ModelConfig, general: bool = False) -> str:
 def per_block_formula(config: ModelConfig) -> str:
     """The same in plain text, for a terminal."""
     d, ff, n = config.d_model, config.d_ff, count_parameters(config)["per_block"]
+    if not config.lecture_block:
+        return " + ".join(t for _, t in _block_terms(config)) + f" = {n:,}"
     if config.bias:
         return f"4d^2 + 2*d*d_ff + 9d + d_ff = 4*{d}^2 + 2*{d}*{ff} + 9*{d} + {ff} = {n:,}"
     if ff == 4 * d:
