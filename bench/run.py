@@ -315,6 +315,72 @@ def bench_snapshots(quick: bool):
     print(f"  memory: {len(steps)} snapshots cached in float32 = {len(steps) * params * 4 / 2**20:.1f} MiB")
 
 
+def bench_variants(quick: bool):
+    """Seconds per 1,000 training steps of each variant of the Why each piece study (core.training.variants), one
+    thread, batch 32 of 128 characters, against the lecture's model measured in the same alternating rounds."""
+    from core.training.corpus import read_text_file, shakespeare_path
+    from core.training.trainer import TrainConfig, Trainer
+    from core.training.variants import VARIANTS, model_shape
+
+    path = shakespeare_path()
+    if path is None:
+        print("\nVariants: Tiny Shakespeare not found; nothing to measure")
+        return
+    text = read_text_file(path)[:200_000]  # the step's cost does not depend on the corpus's length
+    steps = 5 if quick else 15
+    print(f"\nVariants: seconds per 1,000 steps (median of rounds of {steps} steps), one thread")
+    trainers = {}
+    for v in VARIANTS:
+        tr = Trainer(text, model_shape(v), TrainConfig.recipe("muon", steps=10**6, heads_interval=0, snapshots=0))
+        tr.step()  # warm up: the first step allocates
+        trainers[v.id] = tr
+
+    def run(tr):
+        return lambda: [tr.step() for _ in range(steps)]
+
+    times = {}
+    for vid, tr in trainers.items():
+        pair = interleaved({"variant": run(tr), "lecture": run(trainers["lecture"])}, rounds=2 if quick else 3, reps=1)
+        times[vid] = (pair["variant"] * 1000 / steps, pair["lecture"] * 1000 / steps)
+    for vid, (ours, peer) in times.items():
+        record(f"variant {vid}: s per 1,000 steps", ours, peer, "s", higher_is_better=False,
+               note="(ratio: the lecture model's time / this one's)")
+
+
+def bench_patching(quick: bool):
+    """Issue 30's targets on the shipped character model at 64 tokens, one thread: the residual grid and the head
+    table, batched (one forward per stage, every position at once), against the same cells patched one at a time."""
+    from core.nn.checkpoint import load_checkpoint
+    from core.patching import Metric, _forward, patch_heads, patch_residual
+
+    model, tok = load_checkpoint(ROOT / "assets" / "models" / "shakespeare-char")
+    clean = tok.encode(("The old man walked slowly to the river and sat down. " * 2)[:64])
+    corrupt = list(clean)
+    corrupt[20] = tok.encode("x")[0]
+    metric = Metric(answer=clean[-1], wrong=corrupt[-1] if corrupt[-1] != clean[-1] else 0)
+    L, n = model.config.n_layers, len(clean)
+
+    def one_at_a_time():  # the peer: a forward per cell, the same substitution
+        acts = _forward(model, torch.tensor([clean]), record=True)[1]
+        for stage in range(L + 1):
+            for p in range(n):
+                def fn(t, stage=stage, p=p):
+                    t = t.clone()
+                    t[0, p] = acts[("resid", stage)][0, p]
+                    return t
+                metric.of_logits(_forward(model, torch.tensor([corrupt]), {("resid", stage): fn})[0])
+
+    t = interleaved({"batched": lambda: patch_residual(model, clean, corrupt, metric), "loop": one_at_a_time},
+                    rounds=2 if quick else 3, reps=1)
+    print("\nPatching, shipped character model, 64 tokens, one thread")
+    record("residual grid, batched vs one patch a forward", t["batched"], t["loop"], "s", higher_is_better=False,
+           note=f"(target: batched <= 0.5 s; {t['batched'] * 1e3:.0f} ms)")
+    heads = median_time(lambda: patch_heads(model, clean, corrupt, metric, "z"), 3)
+    print(f"  head table (z): {heads * 1e3:.0f} ms (target <= 500 ms)")
+    RESULTS.append({"benchmark": "head table (z), 64 tokens", "ours": heads, "unit": "s", "target_s": 0.5,
+                    "met": heads <= 0.5})
+
+
 def bench_discovery(quick: bool):
     """The model picker's scan on every page run, with a models folder an attacker filled: 1,000 folders with a
     broken config.json, one with a weights header of 800,000 entries (54 MB), and 10,000 folders. Ours keeps each
@@ -359,8 +425,9 @@ def bench_discovery(quick: bool):
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots"],
-                   choices=["train", "forward", "generate", "pages", "discovery", "snapshots"])
+    p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
+                                                 "variants", "patching"],
+                   choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "variants", "patching"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

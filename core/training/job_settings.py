@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.training.corpus import TRAIN_FRACTION
 from core.analysis.cost import training_flops
@@ -65,6 +65,9 @@ class JobSettings:
     tokenizer: str = "char"     # "char" or "bpe" (core.training.trainer.TOKENIZERS)
     bpe_vocab: int = DEFAULT_BPE_VOCAB  # the BPE's vocabulary size; unused for characters
     snapshots: bool = True     # keep the weights at log-spaced steps (core.nn.snapshots), for the Over training page
+    # core.nn.model's switches that take a piece of the block away ({}: the lecture's block), e.g. {"mlp": False}
+    # for a variant trained from the Why each piece page
+    switches: dict = field(default_factory=dict)
 
     @property
     def bpe_vocab_size(self) -> int | None:
@@ -73,7 +76,7 @@ class JobSettings:
 
     def shape(self, vocab_size: int) -> dict:
         return dict(vocab_size=vocab_size, n_ctx=self.n_ctx, d_model=self.d_model, n_heads=self.n_heads,
-                    n_layers=self.n_layers, d_ff=self.d_ff)
+                    n_layers=self.n_layers, d_ff=self.d_ff, **self.switches)
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(**self.shape(vocab_size))

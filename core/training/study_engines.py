@@ -31,8 +31,11 @@ class LocalEngine:
     """A pool of worker processes on this machine, one torch thread each, as many as there are cores."""
     name = "local"
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, task: Callable[..., dict] | None = None):
         self.workers = max(1, workers or os.cpu_count() or 1)
+        # what each worker runs on a spec: a study's run (train_one), or another top-level function of an
+        # importable module that takes one spec and returns its row (core.training.variants.train_variant)
+        self.task = task or train_one
 
     def check(self):
         pass  # nothing to reach: this machine is there (RayEngine.check looks for its cluster)
@@ -50,7 +53,7 @@ class LocalEngine:
         pool = ProcessPoolExecutor(max_workers=min(self.workers, len(specs)), mp_context=mp.get_context("spawn"),
                                    initializer=_worker_init, initargs=(os.getpid(),))
         # every run queued at once, in the caller's order (run_study's: longest first); a free worker takes the next
-        pending = {pool.submit(train_one, s) for s in specs}
+        pending = {pool.submit(self.task, s) for s in specs}
         try:
             while pending:
                 # wake twice a second to ask should_stop, even while every run is still training
@@ -100,9 +103,9 @@ def die_with_parent(parent: int) -> bool:
     return True
 
 
-def _train_with_text(spec: RunSpec, text: str) -> dict:
+def _train_with_text(spec: RunSpec, text: str, task: Callable[..., dict] | None = None) -> dict:
     """A Ray task: the corpus travels once through the object store, not inside every spec."""
-    return train_one(replace(spec, text=text))  # the spec is frozen: this worker's copy gets its text back
+    return (task or train_one)(replace(spec, text=text))  # the spec is frozen: this worker's copy gets its text back
 
 
 def _ray_module():
@@ -137,11 +140,13 @@ class RayEngine:
     already initialised in this process (a test's) is used as it is."""
     name = "ray"
 
-    def __init__(self, address: str | None = None, cpus: int | None = None, connect_timeout: float = 5.0):
+    def __init__(self, address: str | None = None, cpus: int | None = None, connect_timeout: float = 5.0,
+                 task: Callable[..., dict] | None = None):
         # an empty RAY_ADDRESS counts as unset; cpus sizes only a local instance, a cluster has its own
         self.address = address if address is not None else (os.environ.get("RAY_ADDRESS") or None)
         self.cpus = cpus or os.cpu_count() or 1
         self.connect_timeout = connect_timeout  # seconds
+        self.task = task  # None: a study's run (train_one); as LocalEngine's
 
     def check(self):
         ray = _ray_module()
@@ -187,7 +192,7 @@ class RayEngine:
             text_ref = ray.put(specs[0].text)  # every spec of a study carries the same corpus
             # max_retries=0: a run that fails fails the study, as in the local engine, rather than training again
             task = ray.remote(num_cpus=1, max_retries=0)(_train_with_text)
-            pending = [task.remote(replace(s, text=""), text_ref) for s in specs]
+            pending = [task.remote(replace(s, text=""), text_ref, self.task) for s in specs]
             while pending:
                 done, pending = ray.wait(pending, num_returns=1, timeout=0.5)  # as LocalEngine: should_stop 2x a second
                 for ref in done:
@@ -201,10 +206,12 @@ class RayEngine:
                 ray.shutdown()
 
 
-def make_engine(name: str, workers: int | None = None, address: str | None = None):
-    # workers: processes for the local engine, CPUs of a local Ray instance (a cluster has its own)
+def make_engine(name: str, workers: int | None = None, address: str | None = None,
+                task: Callable[..., dict] | None = None):
+    # workers: processes for the local engine, CPUs of a local Ray instance (a cluster has its own); task: what each
+    # spec is given to (default: a study's run)
     if name == "local":
-        return LocalEngine(workers)
+        return LocalEngine(workers, task)
     if name == "ray":
-        return RayEngine(address, cpus=workers)
+        return RayEngine(address, cpus=workers, task=task)
     raise StudyError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")

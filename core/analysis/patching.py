@@ -1,0 +1,259 @@
+"""Cause and effect between two prompts of equal length: run the corrupted one, put back one activation from the clean
+run, and see how much of the clean answer returns (activation patching; path patching for one path through the
+network), and take one attention score apart into who built it (``score_sources``).
+
+Every function works on the lecture's block (pre-norm, residual, W_O, MLP; biases and GPT-2's GELU included), written
+out once in ``_forward`` with a hook at every activation a patch can replace. Patches are batched: one forward per
+stage (or layer) with every position patched at once, one row each.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from core.serve.fmt import head_label
+
+STAGE_KINDS = ("resid", "attn_out", "mlp_out")   # (B, n, d) activations
+HEAD_KINDS = ("q", "k", "v", "z", "pattern")     # per-head: (B, h, n, d_h), the pattern (B, h, n, n)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """What a patch is judged by, at the last position: the logit difference answer - wrong (default), or, with
+    ``wrong`` None, the loss of the answer token (lower is better, so it is negated: larger is always cleaner)."""
+    answer: int
+    wrong: int | None = None
+
+    def of_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """(B, n, m) logits -> (B,) metric values."""
+        last = logits[:, -1].double()
+        if self.wrong is not None:
+            return last[:, self.answer] - last[:, self.wrong]
+        return F.log_softmax(last, dim=-1)[:, self.answer]  # - loss
+
+    def __call__(self, model, ids) -> float:
+        return float(self.of_logits(_forward(model, _batch(ids))[0])[0])
+
+
+def _batch(ids) -> torch.Tensor:
+    return torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
+
+
+def check_pair(model, clean, corrupt) -> str | None:
+    """Why two prompts cannot be patched into each other, in words; None when they can."""
+    if not model.config.lecture_block:
+        return "patching is written for the lecture's block; this model is a variant of it"
+    if len(clean) != len(corrupt):
+        return (f"the prompts have {len(clean)} and {len(corrupt)} tokens: patching puts position i of one into "
+                "position i of the other, so both must have the same length (pad the shorter one or cut the longer)")
+    if len(clean) < 1:
+        return "the prompts are empty"
+    return None
+
+
+Subs = dict[tuple[str, int], Callable[[torch.Tensor], torch.Tensor]]
+
+
+@torch.no_grad()
+def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = False):
+    """(logits (B, n, m), activations {(kind, layer): tensor} if ``record``). ``subs`` maps (kind, layer) to a
+    function that receives the activation and returns what the run continues with. "resid" layer l is the stream
+    entering block l (l = L: leaving the last one)."""
+    c, subs, acts = model.config, subs or {}, {}
+
+    def hook(kind, layer, t):
+        fn = subs.get((kind, layer))
+        t = fn(t) if fn is not None else t
+        if record:
+            acts[(kind, layer)] = t
+        return t
+
+    B, n = idx.shape
+    d, h, dh = c.d_model, c.n_heads, c.d_head
+    x = model.embed(idx)                                                   # (B, n, d)
+    future = torch.ones(n, n, dtype=torch.bool).triu(1)
+    for l, block in enumerate(model.blocks):
+        x = hook("resid", l, x)
+        q, k, v = block.attn.qkv(block.ln1(x)).split(d, dim=2)
+        # (B, n, d) -> (B, n, h, d_h) -> (B, h, n, d_h), as in the model's own attention
+        q, k, v = (hook(kind, l, t.view(B, n, h, dh).transpose(1, 2)) for kind, t in zip("qkv", (q, k, v)))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(dh)                   # (B, h, n, n)
+        pattern = hook("pattern", l, F.softmax(scores.masked_fill(future, float("-inf")), dim=-1))
+        z = hook("z", l, pattern @ v)                                      # (B, h, n, d_h)
+        a = hook("attn_out", l, block.attn.out(z.transpose(1, 2).reshape(B, n, d)))
+        x = x + a
+        x = x + hook("mlp_out", l, block.mlp(block.ln2(x)))
+    x = hook("resid", c.n_layers, x)
+    return model.readout(x), acts
+
+
+def _normalise(values: torch.Tensor, clean: float, corrupt: float) -> np.ndarray:
+    """0 = the corrupted run's metric, 1 = the clean run's; NaN everywhere when the two are equal (nothing to
+    restore: the caller says so rather than divide by zero)."""
+    gap = clean - corrupt
+    if abs(gap) < 1e-9:
+        return np.full(values.shape, np.nan)
+    return ((values - corrupt) / gap).numpy()
+
+
+def _runs(model, clean, corrupt, metric: Metric):
+    clean_idx, corrupt_idx = _batch(clean), _batch(corrupt)
+    logits_c, acts = _forward(model, clean_idx, record=True)
+    logits_x, acts_x = _forward(model, corrupt_idx, record=True)
+    return corrupt_idx, acts, acts_x, float(metric.of_logits(logits_c)[0]), float(metric.of_logits(logits_x)[0])
+
+
+def _patched(model, corrupt_idx, rows: int, subs: Subs, metric: Metric) -> torch.Tensor:
+    """The metric of ``rows`` copies of the corrupted prompt run together, each with its own substitution."""
+    return metric.of_logits(_forward(model, corrupt_idx.expand(rows, -1), subs)[0])  # (rows,)
+
+
+def _at_positions(clean_act: torch.Tensor, pos_dim: int):
+    """A substitution for a batch of n rows: row p gets the clean activation at position p (along ``pos_dim``)."""
+    def fn(t):
+        t = t.clone()
+        for p in range(t.shape[0]):
+            idx = [p] + [slice(None)] * (t.dim() - 1)
+            idx[pos_dim] = p
+            src = [0] + idx[1:]
+            t[tuple(idx)] = clean_act[tuple(src)]
+        return t
+    return fn
+
+
+def patch_residual(model, clean_ids, corrupt_ids, metric: Metric) -> np.ndarray:
+    """(L+1, n): the corrupted run with the stream entering block l (row L: leaving the last) at one position put
+    back from the clean run; 0 = corrupted, 1 = clean."""
+    corrupt_idx, acts, _, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    n = corrupt_idx.shape[1]
+    rows = [_patched(model, corrupt_idx, n, {("resid", l): _at_positions(acts[("resid", l)], 1)}, metric)
+            for l in range(model.config.n_layers + 1)]
+    return _normalise(torch.stack(rows), m_clean, m_corrupt)
+
+
+def patch_sublayers(model, clean_ids, corrupt_ids, metric: Metric) -> np.ndarray:
+    """(L, 2, n): what each block's attention (0) and MLP (1) wrote at one position, put back from the clean run."""
+    corrupt_idx, acts, _, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    n = corrupt_idx.shape[1]
+    out = [[_patched(model, corrupt_idx, n, {(kind, l): _at_positions(acts[(kind, l)], 1)}, metric)
+            for kind in ("attn_out", "mlp_out")] for l in range(model.config.n_layers)]
+    return _normalise(torch.stack([torch.stack(r) for r in out]), m_clean, m_corrupt)
+
+
+def patch_heads(model, clean_ids, corrupt_ids, metric: Metric, what: str = "z",
+                per_position: bool = False) -> np.ndarray:
+    """(L, h) one head's ``what`` (q, k, v, z or pattern) put back from the clean run at every position; with
+    ``per_position``, (L, h, n) at one position at a time (the query position, or the key position for k and v)."""
+    if what not in HEAD_KINDS:
+        raise ValueError(f"what must be one of {', '.join(HEAD_KINDS)}, got {what!r}")
+    corrupt_idx, acts, _, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    c, n = model.config, corrupt_idx.shape[1]
+    out = []
+    for l in range(c.n_layers):
+        clean = acts[(what, l)]  # (1, h, n, d_h) or (1, h, n, n)
+        if not per_position:
+            def fn(t, clean=clean):  # row r: head r from the clean run, everywhere
+                t = t.clone()
+                for r in range(t.shape[0]):
+                    t[r, r] = clean[0, r]
+                return t
+            out.append(_patched(model, corrupt_idx, c.n_heads, {(what, l): fn}, metric))
+            continue
+
+        def fn(t, clean=clean):  # row r*n + p: head r at position p
+            t = t.clone()
+            for r in range(c.n_heads):
+                for p in range(n):
+                    t[r * n + p, r, p] = clean[0, r, p]
+            return t
+        out.append(_patched(model, corrupt_idx, c.n_heads * n, {(what, l): fn}, metric).view(c.n_heads, n))
+    return _normalise(torch.stack(out), m_clean, m_corrupt)
+
+
+def path_patch(model, clean_ids, corrupt_ids, sender: tuple[int, int], receivers: list[tuple[int, int]],
+               via: str = "k", metric: Metric | None = None) -> float:
+    """The sender head's clean output reaching only the receivers' ``via`` input (q, k or v), everything else frozen
+    at the corrupted run; normalised like the others (0 = corrupted, 1 = clean). No receivers: 0 exactly."""
+    if via not in ("q", "k", "v"):
+        raise ValueError(f"via must be q, k or v, got {via!r}")
+    ls, hs = sender
+    if any(lr <= ls for lr, _ in receivers):
+        raise ValueError("every receiver must sit in a later layer than the sender")
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    if not receivers:
+        return float(_normalise(torch.tensor([m_corrupt]), m_clean, m_corrupt)[0])
+    # 1. the stream with the sender clean and every other head and MLP frozen at the corrupted run
+    subs: Subs = {}
+    for l in range(ls, model.config.n_layers):
+        def z_fn(t, l=l):
+            t = acts_x[("z", l)].clone()
+            if l == ls:
+                t[:, hs] = acts[("z", ls)][:, hs]
+            return t
+        subs[("z", l)] = z_fn
+        subs[("mlp_out", l)] = lambda t, l=l: acts_x[("mlp_out", l)]
+    _, acts_s = _forward(model, corrupt_idx, subs, record=True)
+    # 2. the corrupted run again, the receivers' inputs taken from that stream, everything else recomputed
+    final: Subs = {}
+    for lr in sorted({l for l, _ in receivers}):
+        heads = [h for l, h in receivers if l == lr]
+
+        def in_fn(t, lr=lr, heads=heads):
+            t = t.clone()
+            t[:, heads] = acts_s[(via, lr)][:, heads]
+            return t
+        final[(via, lr)] = in_fn
+    value = _patched(model, corrupt_idx, 1, final, metric)
+    return float(_normalise(value, m_clean, m_corrupt)[0])
+
+
+@torch.no_grad()
+def score_sources(model, ids, layer: int, head: int, i: int, j: int):
+    """(table (S, S), source names, score): head (layer, head)'s score s_ij = q_i . k_j / sqrt(d_h) split over the
+    writers of the query's stream (rows) and of the key's stream (columns): token and position embedding, every
+    earlier head and MLP, and "LN shift" (LayerNorm's beta and the bias of W_Q or W_K). LayerNorm's 1/sigma is
+    frozen at its value at i and at j; the entries add up to the score."""
+    c = model.config
+    if not c.lecture_block:
+        raise ValueError("score_sources is written for the lecture's block")
+    if not (0 <= j <= i < len(ids)):
+        raise ValueError(f"need 0 <= j <= i < n (got i={i}, j={j}, n={len(ids)})")
+    idx = _batch(ids)
+    _, acts = _forward(model, idx, record=True)
+    d, h, dh = c.d_model, c.n_heads, c.d_head
+    names = ["token embedding", "position embedding"]
+    parts = [model.tok_emb.weight[idx[0]], model.pos_emb.weight[: idx.shape[1]]]  # (n, d) each
+    for l in range(layer):
+        block = model.blocks[l]
+        w_o = block.attn.out.weight.view(d, h, dh)  # (d, h, d_h): head r reads its d_h columns
+        z = acts[("z", l)][0]                        # (h, n, d_h)
+        for r in range(h):
+            names.append(head_label(l, r))
+            parts.append(torch.einsum("nk,dk->nd", z[r], w_o[:, r]))
+        if block.attn.out.bias is not None:
+            names.append(f"L{l + 1} attention bias")
+            parts.append(block.attn.out.bias.expand(idx.shape[1], d))
+        names.append(f"L{l + 1} MLP")
+        parts.append(acts[("mlp_out", l)][0])
+    ln = model.blocks[layer].ln1
+    stream = acts[("resid", layer)][0].double()     # (n, d)
+    w_qkv = model.blocks[layer].attn.qkv.weight.double()
+    b_qkv = model.blocks[layer].attn.qkv.bias
+
+    def side(pos, which):  # (S + 1, d_h): each source's share of q_pos (which=0) or k_pos (which=1)
+        sigma = torch.sqrt(stream[pos].var(unbiased=False) + ln.eps)
+        rows = slice(which * d + head * dh, which * d + (head + 1) * dh)
+        w = w_qkv[rows]                                                   # (d_h, d)
+        gamma = ln.weight.double()
+        shares = [w @ (gamma * (p[pos].double() - p[pos].double().mean()) / sigma) for p in parts]
+        shift = w @ ln.bias.double() + (b_qkv[rows].double() if b_qkv is not None else 0.0)
+        return torch.stack(shares + [shift])
+    q, k = side(i, 0), side(j, 1)
+    table = (q @ k.T / math.sqrt(dh)).numpy()                          # (S + 1, S + 1)
+    score = float(acts[("q", layer)][0, head, i].double() @ acts[("k", layer)][0, head, j].double() / math.sqrt(dh))
+    return table, names + ["LN shift"], score

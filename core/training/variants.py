@@ -1,0 +1,174 @@
+"""The lecture's transformer taken apart: one run per variant (a piece removed, or the heads or depth changed), same
+data, seed, steps and recipe, and what each costs on held-out text. The "Why each piece" page reads the result.
+
+    python -m core.variants --steps 2000 --out assets/variants [--only lecture,no-mlp] [--engine local|ray]
+
+Writes into --out: variants.csv (one row per variant), curves.csv (each run's evaluations), and models/<id>/ for
+the variants a page opens (the cheating model's attention, the leaking mask, the bag of tokens). Runs go through
+the scaling study's engines (core.training.study_engines): a local process pool, or Ray.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+VARIANT_FIELDS = ("variant", "title", "removed", "d_model", "n_heads", "n_layers", "params", "steps", "seconds",
+                  "train_loss", "val_loss", "causal_val_loss", "sample")
+CURVE_FIELDS = ("variant", "step", "train_loss", "val_loss")
+KEEP_WEIGHTS = ("lecture", "no-mask", "mask-after-softmax", "no-positions")  # the ones a page's view opens
+SAMPLE_PROMPT = "KING:\n"
+DEEP = dict(d_model=32, n_heads=4)  # the deep stacks: narrow, so that twelve blocks train in minutes
+BARE = dict(residual=False, norm="none")
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str
+    title: str       # what was changed, in words
+    switches: dict   # core.nn.model.ModelConfig fields set away from the lecture's (or its shape changed)
+
+
+VARIANTS = [
+    Variant("lecture", "the lecture's model (d=64, h=4, L=2)", {}),
+    *(Variant(f"h{h}", f"{h} head{'s' if h > 1 else ''} of width {64 // h}", dict(n_heads=h)) for h in (1, 2, 8, 16)),
+    Variant("no-w_o", "no W_O: the heads are concatenated, not mixed", dict(w_o=False)),
+    Variant("no-mlp", "no MLP: attention only", dict(mlp=False)),
+    # as many parameters as the lecture's model with attention alone: 4d^2 + 2d per block at d = 112 is 50,400
+    Variant("no-mlp-wide", "no MLP, wider (d=112): as many parameters, attention only", dict(mlp=False, d_model=112)),
+    Variant("no-residual", "no residual connections", dict(residual=False)),
+    Variant("no-layernorm", "no LayerNorm", dict(norm="none")),
+    Variant("post-norm", "LayerNorm after the residual sum (post-norm)", dict(norm="post")),
+    Variant("no-positions", "no position embedding", dict(positions=False)),
+    Variant("mask-after-softmax", "mask applied after the softmax", dict(mask="after_softmax")),
+    Variant("no-mask", "no causal mask", dict(mask="none")),
+    *(Variant(f"deep-L{L}", f"d=32, L={L}, with residual and LayerNorm", dict(DEEP, n_layers=L)) for L in (2, 6, 12)),
+    *(Variant(f"deep-L{L}-bare", f"d=32, L={L}, without residual or LayerNorm", dict(DEEP, n_layers=L, **BARE))
+      for L in (2, 6, 12)),
+    Variant("deep-L12-post", "d=32, L=12, post-norm", dict(DEEP, n_layers=12, norm="post")),
+]
+BY_ID = {v.id: v for v in VARIANTS}
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One run, the corpus included (so that a worker anywhere can train it), as the study's RunSpec."""
+    variant: str
+    steps: int
+    seed: int = 1337
+    recipe: str = "muon"
+    keep_weights: str = ""  # a folder to save the trained model in ("" for none)
+    text: str = field(default="", repr=False, compare=False)
+
+
+def model_shape(v: Variant) -> dict:
+    """The model dict a Trainer takes (no vocabulary: the tokenizer decides it)."""
+    return dict(dict(n_ctx=128, d_model=64, n_heads=4, n_layers=2), **v.switches)
+
+
+def train_variant(spec: VariantSpec) -> dict:
+    """Train one variant from its seed on one thread: its variants.csv row, with its curve under "curve"."""
+    from core.analysis.sampling import generate
+    from core.nn.model import Transformer
+    from core.nn.params import count_parameters
+    from core.serve.threads import use_threads
+    from core.training.trainer import TrainConfig, Trainer, training_record, windowed_loss
+
+    use_threads(1)  # one thread per worker, as in a scaling study: the same kernels, so the same numbers
+    v = BY_ID[spec.variant]
+    t0 = time.perf_counter()
+    tc = TrainConfig.recipe(spec.recipe, steps=spec.steps, seed=spec.seed, heads_interval=0, snapshots=0,
+                            eval_interval=max(1, spec.steps // 20), eval_batches=8)
+    tr = Trainer(spec.text, model_shape(v), tc)
+    tr.log_eval()
+    while not tr.done:
+        tr.step()
+        if tr.step_num % tc.eval_interval == 0 or tr.done:
+            tr.log_eval()
+    seconds = time.perf_counter() - t0
+    model = tr.model.eval()
+    val = windowed_loss(model, tr.val_data)  # as trained: a variant without the mask also reads the future here
+    causal = val
+    if model.config.mask != "scores":
+        # how it must generate: the same weights under the causal mask, no future to read
+        honest = Transformer(replace(model.config, mask="scores"))
+        honest.load_state_dict(model.state_dict())
+        causal = windowed_loss(honest.eval(), tr.val_data)
+    ids = tr.tokenizer.encode(SAMPLE_PROMPT, errors="drop") or [0]  # a corpus without these characters: from id 0
+    sample = tr.tokenizer.decode(generate(model, ids, 120, 0.0).tolist()[len(ids):])  # greedy: the model's best
+    if spec.keep_weights:
+        from core.nn.checkpoint import save_checkpoint
+
+        save_checkpoint(spec.keep_weights, model, tr.tokenizer,
+                        training_record(tr, "tinyshakespeare.txt", len(spec.text), seconds,
+                                        source=f"core.variants: {v.title}"),
+                        tr.log, overwrite=True)
+    return {"variant": v.id, "title": v.title, "removed": ", ".join(f"{k}={val!r}" for k, val in v.switches.items()),
+            "d_model": model.config.d_model, "n_heads": model.config.n_heads, "n_layers": model.config.n_layers,
+            "params": count_parameters(model.config)["total"], "steps": spec.steps, "seconds": round(seconds, 1),
+            "train_loss": round(windowed_loss(model, tr.train_data[: len(tr.val_data)]), 4),
+            "val_loss": round(val, 4), "causal_val_loss": round(causal, 4), "sample": sample,
+            "curve": [{"variant": v.id, "step": r["step"], "train_loss": round(r["train_loss"], 4),
+                       "val_loss": round(r["val_loss"], 4)} for r in tr.log]}
+
+
+def write_results(out: Path, rows: list[dict]) -> None:
+    """variants.csv and curves.csv from the rows, in VARIANTS order (whatever order the runs finished in)."""
+    order = {v.id: i for i, v in enumerate(VARIANTS)}
+    rows = sorted(rows, key=lambda r: order.get(r["variant"], len(order)))
+    with open(out / "variants.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, VARIANT_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    with open(out / "curves.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, CURVE_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerows(r["curve"])
+
+
+def main(argv=None) -> int:
+    from core.training.corpus import read_text_file, shakespeare_path
+    from core.training.study_engines import ENGINES, make_engine
+
+    p = argparse.ArgumentParser(prog="python -m core.variants", description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--out", required=True)
+    p.add_argument("--only", default="", help="comma-separated variant ids (default: all): " + ", ".join(BY_ID))
+    p.add_argument("--engine", choices=ENGINES, default="local")
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--corpus", default=None)
+    args = p.parse_args(argv)
+    chosen = [s for s in args.only.split(",") if s] or list(BY_ID)
+    unknown = [s for s in chosen if s not in BY_ID]
+    if unknown:
+        p.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(BY_ID)}")
+    corpus = args.corpus or shakespeare_path()
+    if corpus is None:
+        p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
+    text = read_text_file(corpus)
+    out = Path(args.out)
+    (out / "models").mkdir(parents=True, exist_ok=True)
+    specs = [VariantSpec(v, args.steps, keep_weights=str(out / "models" / v) if v in KEEP_WEIGHTS else "", text=text)
+             for v in chosen]
+    # the deep ones first: the longest runs, so the pool does not end on one of them alone
+    specs.sort(key=lambda s: -BY_ID[s.variant].switches.get("n_layers", 2))
+    engine = make_engine(args.engine, args.workers, task=train_variant)
+    engine.check()
+    rows, t0 = [], time.perf_counter()
+    for row in engine.run(specs, lambda: False):
+        rows.append(row)
+        print(f"{row['variant']:<22} val {row['val_loss']:.4f}  causal {row['causal_val_loss']:.4f}  "
+              f"train {row['train_loss']:.4f}  {row['seconds']:.0f} s", flush=True)
+        write_results(out, rows)  # after every run: an interrupted study keeps what finished
+    print(f"{len(rows)} variants in {time.perf_counter() - t0:.0f} s; corpus sha256 "
+          f"{hashlib.sha256(text.encode()).hexdigest()[:12]}; wrote {out}/variants.csv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Activation and path patching and the score's sources (core.patching), by identities that must hold exactly and
+against forwards written out here."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from core.nn.model import ModelConfig, Transformer
+from core.patching import (Metric, _forward, check_pair, patch_heads, patch_residual, patch_sublayers, path_patch,
+                           score_sources)
+
+SHAPES = {
+    "lecture": dict(vocab_size=13, n_ctx=16, d_model=16, n_heads=4, n_layers=2),
+    "gpt2-like": dict(vocab_size=13, n_ctx=16, d_model=16, n_heads=2, n_layers=3, bias=True, activation="gelu_tanh",
+                      tie_weights=True),
+}
+
+
+@pytest.fixture(params=list(SHAPES))
+def model(request):
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig(**SHAPES[request.param])).eval().double()  # float64: identities hold to 1e-12
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(6)  # larger than the init: every piece matters
+    return m
+
+
+CLEAN = [1, 2, 3, 4, 5, 1, 2, 3]
+CORRUPT = [1, 2, 3, 9, 5, 1, 2, 3]   # one token changed, at position 3
+
+
+def test_the_written_out_forward_is_the_models(model):
+    idx = torch.tensor([CLEAN])
+    assert torch.allclose(_forward(model, idx)[0], model(idx).logits, atol=1e-4)
+
+
+def test_residual_patching_identities(model):
+    metric = Metric(answer=4, wrong=9)
+    grid = patch_residual(model, CLEAN, CORRUPT, metric)
+    L, n = model.config.n_layers, len(CLEAN)
+    assert grid.shape == (L + 1, n)
+    # at the embedding only the changed position differs: putting it back restores everything, the others nothing
+    assert grid[0, 3] == pytest.approx(1.0, abs=1e-6) and np.allclose(np.delete(grid[0], 3), 0.0, atol=1e-6)
+    # leaving the last block only the last position is read out
+    assert grid[L, n - 1] == pytest.approx(1.0, abs=1e-6) and np.allclose(grid[L, :-1], 0.0, atol=1e-6)
+    # positions before the change see the same prefix in both runs: patching them changes nothing at any stage
+    assert np.allclose(grid[:, :3], 0.0, atol=1e-6)
+
+
+def test_a_patched_stage_equals_a_forward_with_it_substituted(model):
+    """Block by block through the model's own modules, the stream entering block 1 at position 5 taken from the clean
+    run: the same metric as patch_residual's cell."""
+    metric = Metric(answer=4, wrong=9)
+    clean, corrupt = torch.tensor([CLEAN]), torch.tensor([CORRUPT])
+    with torch.no_grad():
+        x_clean, _ = model.blocks_from(model.embed(clean), 0, 1)
+        x, _ = model.blocks_from(model.embed(corrupt), 0, 1)
+        x[0, 5] = x_clean[0, 5]
+        x, _ = model.blocks_from(x, 1)
+        patched = float(metric.of_logits(model.readout(x))[0])
+        m_clean, m_corrupt = (float(metric.of_logits(model(i).logits)[0]) for i in (clean, corrupt))
+    want = (patched - m_corrupt) / (m_clean - m_corrupt)
+    assert patch_residual(model, CLEAN, CORRUPT, metric)[1, 5] == pytest.approx(want, abs=1e-5)
+
+
+def test_sublayers_and_heads(model):
+    metric = Metric(answer=4)  # the answer's log-probability
+    sub = patch_sublayers(model, CLEAN, CORRUPT, metric)
+    L, h, n = model.config.n_layers, model.config.n_heads, len(CLEAN)
+    assert sub.shape == (L, 2, n) and np.allclose(sub[:, :, :3], 0.0, atol=1e-6)  # before the change: nothing
+    for what in ("q", "k", "v", "z", "pattern"):
+        table = patch_heads(model, CLEAN, CORRUPT, metric, what)
+        assert table.shape == (L, h)
+        per = patch_heads(model, CLEAN, CORRUPT, metric, what, per_position=True)
+        assert per.shape == (L, h, n)
+    # one head's z everywhere, by hand: the model's own forward with that head's output replaced before W_O
+    z_clean = {}
+
+    def keep(layer, y):
+        z_clean[layer] = y.clone()
+        return y
+
+    with torch.no_grad():
+        model(torch.tensor([CLEAN]), head_fn=keep)
+        out = model(torch.tensor([CORRUPT]), head_fn=lambda l, y: torch.cat([z_clean[l][:, :1], y[:, 1:]], 1)
+                    if l == L - 1 else y).logits
+        m = [float(metric.of_logits(model(torch.tensor([i])).logits)[0]) for i in (CLEAN, CORRUPT)]
+    want = (float(metric.of_logits(out)[0]) - m[1]) / (m[0] - m[1])
+    assert patch_heads(model, CLEAN, CORRUPT, metric, "z")[L - 1, 0] == pytest.approx(want, abs=1e-5)
+
+
+def test_path_patching(model):
+    metric = Metric(answer=4, wrong=9)
+    assert path_patch(model, CLEAN, CORRUPT, (0, 1), [], "k", metric) == 0.0  # nothing reached: the corrupted run
+    every = [(l, r) for l in range(1, model.config.n_layers) for r in range(model.config.n_heads)]
+    value = path_patch(model, CLEAN, CORRUPT, (0, 1), every, "v", metric)
+    assert math.isfinite(value)
+    with pytest.raises(ValueError, match="later layer"):
+        path_patch(model, CLEAN, CORRUPT, (1, 0), [(0, 0)], "k", metric)
+
+
+def test_identical_prompts_leave_the_metric_undefined(model):
+    assert np.isnan(patch_residual(model, CLEAN, CLEAN, Metric(4, 9))).all()
+
+
+def test_prompts_of_different_lengths_are_refused_in_words(model):
+    assert "same length" in check_pair(model, CLEAN, CLEAN[:-1])
+    assert check_pair(model, CLEAN, CORRUPT) is None
+
+
+def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
+    layer, head, i, j = model.config.n_layers - 1, 1, 7, 3
+    table, names, score = score_sources(model, CLEAN, layer, head, i, j)
+    assert table.shape == (len(names), len(names)) and names[0] == "token embedding" and names[-1] == "LN shift"
+    assert table.sum() == pytest.approx(score, abs=1e-4)
+    with torch.no_grad():  # the model's own score, from its attention record
+        rec = model(torch.tensor([CLEAN]), return_attn=True).attn[layer]
+    assert score == pytest.approx(float(rec.scores[0, head, i, j]), abs=1e-4)
+    # (token embedding, token embedding) by hand: both sides through the frozen LayerNorm and W_Q, W_K
+    c, block = model.config, model.blocks[layer]
+    with torch.no_grad():
+        stream, _ = model.blocks_from(model.embed(torch.tensor([CLEAN])), 0, layer)
+        d, dh = c.d_model, c.d_head
+        w = block.attn.qkv.weight.double()
+
+        def share(pos, rows):
+            x = stream[0, pos].double()
+            sigma = torch.sqrt(x.var(unbiased=False) + block.ln1.eps)
+            e = model.tok_emb.weight[CLEAN[pos]].double()
+            return w[rows] @ (block.ln1.weight.double() * (e - e.mean()) / sigma)
+
+        q = share(i, slice(head * dh, (head + 1) * dh))
+        k = share(j, slice(d + head * dh, d + (head + 1) * dh))
+    assert table[0, 0] == pytest.approx(float(q @ k) / math.sqrt(dh), abs=1e-6)
