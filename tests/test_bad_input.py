@@ -102,10 +102,23 @@ def _reveal_save_name(at):
     assert job.status().can_save, job.status()
 
 
+def _reveal_variant_save_name(at):
+    """The Why each piece page's own run, as short as it goes; its save box appears once it has finished."""
+    at.selectbox(key="var_train_variant").select("no-mlp").run()
+    at.number_input(key="var_train_steps").set_value(50).run()
+    at.button(key="var_start").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    job = at.session_state["var_job"]
+    wait_until(lambda: not job.status().moving, timeout=180)
+    at.run()
+    assert job.status().can_save, job.status()
+
+
 ON_DEMAND = {  # key: (page, how to make the box appear)
     "train_paste": ("pages/training.py", _reveal_paste),
     "scal_paste": ("pages/scaling_fit.py", _reveal_scaling_paste),
     "train_save_name": ("pages/training.py", _reveal_save_name),
+    "var_save_name": ("pages/variants.py", _reveal_variant_save_name),
 }
 ALWAYS = [(page, key) for page, keys in sorted(EXPECTED.items()) for key in sorted(keys) if key not in ON_DEMAND]
 
@@ -166,13 +179,14 @@ def test_bad_prompts_in_boxes_that_appear_on_demand(key, open_page, tmp_path):
         reveal(at)
         for name in BAD_PROMPTS:
             type_in(at, page, key, name)
-            if key == "train_save_name":  # and try to save under it: refused with a message or saved, never raised
-                at.button(key="train_save").click().run()
+            if key.endswith("_save_name"):  # and try to save under it: refused with a message or saved, never raised
+                at.button(key=key.replace("_name", "")).click().run()
                 assert not at.exception, f"saving as {name}: {at.exception[0].message if at.exception else ''}"
     finally:
-        job = at.session_state["train_job"] if "train_job" in at.session_state else None
-        if job is not None:
-            job.stop()
+        for name in ("train_job", "var_job"):
+            job = at.session_state[name] if name in at.session_state else None
+            if job is not None:
+                job.stop()
 
 
 def test_every_page_is_covered(open_page, tmp_path):

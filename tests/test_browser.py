@@ -354,3 +354,23 @@ def test_dragging_the_training_step_back_to_zero(server, clean_page):
     page.get_by_text("Which tokens become easy first").first.wait_for(timeout=60_000)
     _no_exception(page, "over training")
     page.screenshot(path=str(SHOTS / "over-training.png"), full_page=True)
+
+
+def test_a_tiny_variant_run_from_why_each_piece(server, clean_page):
+    """The Why each piece page: the shipped study's table, then a learner's own run of 50 steps started, its live
+    curve drawn, and no error box."""
+    page, _ = clean_page
+    _open(page, server, "Why each piece")
+    page.get_by_text("The claims, measured").first.wait_for(timeout=60_000)
+    steps = page.get_by_label("Steps", exact=True)
+    steps.fill("50")
+    steps.press("Enter")
+    wait_idle(page)
+    page.get_by_role("button", name="Start").click()
+    page.get_by_role("button", name="Stop").wait_for(timeout=60_000)
+    # the run's own curve: its live chart appears once the run has an evaluation
+    page.wait_for_function("""() => [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].some(
+        c => c.textContent.includes('your lecture'))""", timeout=120_000)
+    wait_idle(page)
+    _no_exception(page, "why each piece with a run")
+    page.screenshot(path=str(SHOTS / "why-each-piece-run.png"), full_page=True)

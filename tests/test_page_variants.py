@@ -1,0 +1,57 @@
+"""AppTest of the Why each piece page on the shipped variant study: the table, the curves, the claims with their
+numbers, and a run of the learner's own started and stopped."""
+import json
+from pathlib import Path
+
+import pytest
+
+from core.analysis.variants_view import read_study
+from tests.polling import wait_until
+
+STUDY = Path(__file__).resolve().parent.parent / "assets" / "variants"
+PAGE = "pages/variants.py"
+
+
+@pytest.fixture(scope="module")
+def study():
+    s = read_study(STUDY)
+    if not s.rows:
+        pytest.skip("no shipped variant study in assets/variants")
+    return s
+
+
+def test_the_table_the_curves_and_every_claim_with_its_numbers(open_page, study):
+    at = open_page(PAGE)
+    assert not at.exception and not at.error and not at.warning
+    table = at.dataframe[0].value
+    assert list(table["variant"]) == list(study.rows)
+    lecture = study.rows["lecture"]
+    assert table.loc[table["variant"] == "lecture", "loss under the causal mask"].item() == lecture["causal_val_loss"]
+    heads = [h.value for h in at.subheader]
+    for claim in ("Without the mask, the model cheats", "A mask after the softmax leaks the future",
+                  "Attention alone is linear in the values it moves", "Deep stacks need the residual stream and LayerNorm",
+                  "Heads divide the width", "W_O mixes the heads", "Without positions, order is invisible to attention"):
+        assert claim in heads, claim
+    text = " ".join(m.value for m in at.markdown)
+    assert f"{study.rows['no-mask']['train_loss']:.3f}" in text  # the numbers are the study's own
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(charts) >= 4
+    at.multiselect(key="var_curves").set_value(["lecture", "no-mlp"]).run()
+    curves = next(s for s in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+                  if s["layout"]["title"]["text"].endswith("while training") and len(s["data"]) == 2)
+    assert [t["name"] for t in curves["data"]] == ["lecture", "no-mlp"]
+
+
+def test_a_learner_starts_and_stops_a_variant_of_their_own(open_page, study, tmp_path):
+    at = open_page(PAGE, models_dir=tmp_path)
+    at.selectbox(key="var_train_variant").select("no-mlp").run()
+    at.number_input(key="var_train_steps").set_value(3000).run()
+    at.button(key="var_start").click().run()
+    assert not at.exception and not at.error
+    job = at.session_state["var_job"]
+    assert job.settings.switches == {"mlp": False}
+    wait_until(lambda: job.status().step >= 1, timeout=120)
+    job.stop()
+    at.run()
+    assert not at.exception
+    assert any("Save it to open it" in c.value for c in at.caption)
