@@ -2,6 +2,9 @@
 (core.analysis.variants_view), on runs of a few steps and on studies written by hand."""
 import csv
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from core.training.variants import BY_ID, VARIANT_FIELDS, VariantSpec, main, tra
 from tests.snapshot_models import made_up_text
 
 TEXT = made_up_text(20_000)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_every_variant_builds_and_the_list_covers_the_issue():
@@ -43,8 +47,12 @@ def test_a_no_mask_run_is_scored_as_trained_and_under_the_causal_mask(tmp_path):
 def test_the_command_line_writes_one_row_per_variant_in_order(tmp_path):
     corpus = tmp_path / "text.txt"
     corpus.write_text(TEXT)
-    assert main(["--steps", "5", "--out", str(tmp_path / "s"), "--only", "no-mlp,lecture", "--corpus", str(corpus),
-                 "--workers", "1"]) == 0
+    # a process of its own, as a user runs it: the pool's spawned workers re-import the parent's __main__, which in
+    # a pytest-xdist worker is not a module they can import
+    done = subprocess.run([sys.executable, "-m", "core.variants", "--steps", "5", "--out", str(tmp_path / "s"),
+                           "--only", "no-mlp,lecture", "--corpus", str(corpus), "--workers", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
     study = VV.read_study(tmp_path / "s")
     assert list(study.rows) == ["lecture", "no-mlp"] and not study.problems  # the study's order, not finishing order
     assert study.rows["no-mlp"]["params"] < study.rows["lecture"]["params"]

@@ -27,7 +27,8 @@ def curves_figure(study: Study, chosen: list[str], live: list[dict] | None = Non
                                  name=live_name, line=dict(color="black", width=2, dash="dot"),
                                  hovertemplate=live_name + "<br>step %{x:,}<br>loss %{y:.3f}<extra></extra>"))
     what = "validation loss as trained" if key == "val_loss" else "training loss"
-    fig.update_layout(title=f"{what.capitalize()} while training", height=420, xaxis_title="optimisation step",
+    # "study" in the title: the shipped study is of character models, whichever model the sidebar has
+    fig.update_layout(title=f"{what.capitalize()} while training (the variant study)", height=420, xaxis_title="optimisation step",
                       yaxis_title="cross-entropy (nats per character)", margin=dict(l=60, r=20, t=50, b=50),
                       legend=dict(orientation="v", x=1.01, y=1, xanchor="left"))
     return fig
@@ -47,7 +48,7 @@ def losses_figure(study: Study) -> go.Figure:
     if lecture:
         fig.add_vline(x=lecture["causal_val_loss"], line=dict(color="gray", dash="dash", width=1),
                       annotation_text="the lecture's model", annotation_position="bottom right")
-    fig.update_layout(barmode="group", title="Held-out loss of every variant", height=max(380, 26 * len(rows) + 120),
+    fig.update_layout(barmode="group", title="Held-out loss of every variant in the study", height=max(380, 26 * len(rows) + 120),
                       xaxis_title="cross-entropy (nats per character)", yaxis=dict(autorange="reversed"),
                       margin=dict(l=150, r=20, t=60, b=50),
                       legend=dict(orientation="h", y=1.02, x=1, xanchor="right", yanchor="bottom"))
