@@ -25,7 +25,7 @@ from ui.compute import _computed, _GATED, _GATED_LOCK, _max_entries, compute_gat
 from ui.frame import _calling_page, _DEEP_LINK, ensure_frame, PAGES_DIR, resume_deep_link, ROOT, show_page_menu
 from ui.jobs import job_controls, offer_shakespeare_fetch, reset_save_form, save_form, session_owner, \
     upload_limit_mb
-from ui.models import _load, _load_step, _stamp, at_step, current, DEFAULT_MODEL, final_step, load_model, model_key, \
+from ui.models import _load, _load_step, _stamp, at_step, current, DEFAULT_MODEL, final_step, load_folder, load_model, model_key, \
     model_label, require_model, scan_models, shipped_config, shipped_names, SHIPPED_DIR, snapshot_steps_of, step_picker, \
     step_words
 from ui.prompts import _SURROGATE, _vocab_tag, accept_lone_surrogates, IDS_SUFFIX, prompt_ids_now, prompt_input, \

@@ -70,6 +70,15 @@ def load_model(entry: ModelEntry):
     return loaded
 
 
+def load_folder(path) -> tuple:
+    """(model, tokenizer) of a checkpoint folder that is no picker entry (a study's kept model), cached as the
+    picker's are; raises CheckpointError."""
+    loaded, error = _load(str(path), _stamp(Path(path)))
+    if error is not None:
+        raise error
+    return loaded
+
+
 def at_step(entry: ModelEntry, step: int | None) -> ModelEntry:
     """The same model at training step ``step`` (None: its final weights)."""
     return dataclasses.replace(entry, step=step)
