@@ -171,7 +171,9 @@ def test_bad_prompt_never_raises(page, key, open_page, tmp_path):
         type_in(at, page, key, name)
 
 
-@pytest.mark.parametrize("key", list(ON_DEMAND))
+# the Why each piece page's box appears only after a real run: slow, as the other training tests (it runs in CI)
+@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) if k == "var_save_name" else k
+                                 for k in ON_DEMAND])
 def test_bad_prompts_in_boxes_that_appear_on_demand(key, open_page, tmp_path):
     page, reveal = ON_DEMAND[key]
     at = open_page(page, timeout=90, models_dir=tmp_path / "models")

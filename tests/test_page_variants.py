@@ -42,6 +42,7 @@ def test_the_table_the_curves_and_every_claim_with_its_numbers(open_page, study)
     assert [t["name"] for t in curves["data"]] == ["lecture", "no-mlp"]
 
 
+@pytest.mark.slow  # trains in real processes: the fast lane leaves it to CI
 def test_a_learner_starts_and_stops_a_variant_of_their_own(open_page, study, tmp_path):
     at = open_page(PAGE, models_dir=tmp_path)
     at.selectbox(key="var_train_variant").select("no-mlp").run()

@@ -30,6 +30,7 @@ def test_every_variant_builds_and_the_list_covers_the_issue():
     assert need <= set(BY_ID)
 
 
+@pytest.mark.slow  # trains a model for 30 steps: the fast lane leaves it to CI
 def test_a_no_mask_run_is_scored_as_trained_and_under_the_causal_mask(tmp_path):
     row = train_variant(VariantSpec("no-mask", steps=30, keep_weights=str(tmp_path / "m"), text=TEXT))
     assert row["variant"] == "no-mask" and row["steps"] == 30 and row["curve"][-1]["step"] == 30
@@ -44,6 +45,7 @@ def test_a_no_mask_run_is_scored_as_trained_and_under_the_causal_mask(tmp_path):
     assert row["causal_val_loss"] != row["val_loss"]
 
 
+@pytest.mark.slow  # trains in real processes: the fast lane leaves it to CI
 def test_the_command_line_writes_one_row_per_variant_in_order(tmp_path):
     corpus = tmp_path / "text.txt"
     corpus.write_text(TEXT)
