@@ -97,10 +97,9 @@ chart(OF.prompt_loss_figure(ot, read_log(entry.path) or [], unit, marks), key="o
 st.markdown(f"Each row below is a snapshot, each column a {tok.unit} of your prompt; the colour is the loss of "
             f"predicting that {tok.unit} from everything before it. Dark means easy.")
 chart(OF.token_loss_heatmap(ot, tokens), key="over_heatmap")
-if ot.period:
-    T = ot.period
-    first, second = ot.token_loss[:, : T - 1].mean(axis=1), ot.token_loss[:, T:].mean(axis=1)
-    st.markdown(f"Your prompt is {T} {tok.units} written twice. Mean loss on the first copy / on the second: "
+if (copies := ot.copy_losses()) is not None:
+    first, second = copies
+    st.markdown(f"Your prompt is {ot.period} {tok.units} written twice. Mean loss on the first copy / on the second: "
                 + " · ".join(f"step {s:,}: {a:.2f} / {b:.2f}" for s, a, b in
                              zip(shown_steps, first, second) if s in pick_steps(shown_steps, 6)) + ".")
 
@@ -117,8 +116,7 @@ if heads_rows:
 
 st.subheader("One head's attention at each snapshot")
 pairs = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
-best = divmod(int(ot.induction[-1].argmax()), c.n_heads) if not (ot.induction[-1] != ot.induction[-1]).all() else (0, 0)
-layer, head = st.selectbox("Head", pairs, index=pairs.index(tuple(best)), key=f"over_head_{c.n_layers}x{c.n_heads}",
+layer, head = st.selectbox("Head", pairs, index=pairs.index(ot.best_induction_head()), key=f"over_head_{c.n_layers}x{c.n_heads}",
                            format_func=lambda p: head_label(*p),
                            help="Opens on the head with the highest induction score on your prompt at the last step.")
 picked = tuple(pick_steps(shown_steps, STRIP))

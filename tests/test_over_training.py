@@ -77,6 +77,17 @@ def test_over_training_scores_each_snapshot_like_its_own_forward(two_models):
     assert ot.attribution[-1].sum() + shift == pytest.approx(float(logits[ot.target]), abs=1e-4)
 
 
+def test_copy_losses_and_the_best_head_on_the_prompt(two_models):
+    ot = over_training(two_models, [1, 2, 3, 4, 5, 1, 2, 3, 4, 5])
+    first, second = ot.copy_losses()
+    # predictions of tokens 1..4 (entries 0..3) and of tokens 6..9 (entries 5..8): token 5 cannot be copied
+    assert np.allclose(first, ot.token_loss[:, 0:4].mean(1)) and np.allclose(second, ot.token_loss[:, 5:9].mean(1))
+    layer, head = ot.best_induction_head()
+    assert ot.induction[-1, layer, head] == np.max(ot.induction[-1])
+    none = over_training(two_models, [1, 2, 3, 4])  # nothing repeats: no copies, every score NaN
+    assert none.copy_losses() is None and none.best_induction_head() == (0, 0)
+
+
 def test_head_patterns_and_picked_steps(two_models):
     ids = [3, 1, 4, 1, 5, 9]
     pats = head_patterns(two_models, ids, layer=1, head=0)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from core.analysis.induction import induction_score
+from core.analysis.induction import copy_slices, induction_score
 from core.analysis.interventions import repeat_period
 from core.analysis.trace import direct_logit_attribution, lens_accuracy, lens_top, trace
 
@@ -31,6 +31,23 @@ class OverTraining:
     @property
     def mean_loss(self) -> np.ndarray:
         return self.token_loss.mean(axis=1)  # (S,)
+
+    def copy_losses(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """((S,), (S,)) mean loss on the first and on the second copy at each snapshot, for a prompt written twice
+        (the probe's own split, core.analysis.induction.copy_slices); None for any other prompt."""
+        if self.period is None:
+            return None
+        first, second = copy_slices(self.period)
+        return self.token_loss[:, first].mean(axis=1), self.token_loss[:, second].mean(axis=1)
+
+    def best_induction_head(self) -> tuple[int, int]:
+        """(layer, head) with the highest induction score on the prompt at the last snapshot; (0, 0) when no token
+        repeats (every score NaN)."""
+        last = self.induction[-1]  # (L, h)
+        if np.isnan(last).all():
+            return 0, 0
+        layer, head = np.unravel_index(np.nanargmax(last), last.shape)
+        return int(layer), int(head)
 
 
 def copy_keys(ids) -> np.ndarray:
