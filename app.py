@@ -23,6 +23,7 @@ PAGES = [
     st.Page("pages/over_training.py", title="Over training", icon=":material/history:"),
     st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
     st.Page("pages/variants.py", title="Why each piece", icon=":material/extension:"),
+    st.Page("pages/cause_effect.py", title="Cause and effect", icon=":material/swap_horiz:"),
     st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
     st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
     st.Page("pages/scaling_fit.py", title="Your scaling law", icon=":material/scatter_plot:"),

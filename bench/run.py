@@ -213,6 +213,11 @@ def bench_pages(quick: bool):
         print(f"  rerun {page:<34} {t * 1e3:8.1f} ms  ({t / home:5.2f}x the home page) "
               f"{'✓' if t < 0.5 else '✗'} (target < 500 ms)")
     # a class types new prompts: nothing is cached then (the load test's per-session work, without the load)
+    if "pages/cause_effect.py" in page_files():
+        # a fresh example pair each rerun: every patching grid computed anew (nothing cached)
+        t = rerun_time("pages/cause_effect.py", setup=lambda at, i: at.button(key="cause_example").click())
+        RESULTS.append({"benchmark": "new pair pages/cause_effect.py", "ours": t, "unit": "s", "ratio_to_home": t / home})
+        print(f"  new pair pages/cause_effect.py{'':<14} {t * 1e3:8.1f} ms  ({t / home:5.2f}x the home page)")
     for page, box in (("pages/attention.py", "attn_prompt"), ("pages/generation.py", "gen_prompt")):
         def new_prompt(at, i, box=box):
             at.text_area(key=box).input(f"KING:\nWhat say you, lords? {'abcdefgh'[i % 8] * (i + 1)}")
@@ -379,6 +384,32 @@ def bench_patching(quick: bool):
     print(f"  head table (z): {heads * 1e3:.0f} ms (target <= 500 ms)")
     RESULTS.append({"benchmark": "head table (z), 64 tokens", "ours": heads, "unit": "s", "target_s": 0.5,
                     "met": heads <= 0.5})
+    bench_patching_gpt2(quick)
+
+
+def bench_patching_gpt2(quick: bool):
+    """GPT-2 small's shape (124M parameters, random weights: a pass costs what its shapes cost, whatever the values;
+    no GPT-2 folder ships, and nothing downloads) at 64 tokens: one stage of the residual grid batched (64 rows in
+    one forward) against single-patch forwards, each extrapolated to the grid's 13 stages x 64 positions."""
+    from core.nn.model import ModelConfig, Transformer
+    from core.patching import Metric, patch_residual
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, n_layers=12, bias=True,
+                                    activation="gelu_tanh", tie_weights=True)).eval()
+    n, stages = 64, 13
+    clean = torch.randint(50257, (n,), generator=torch.Generator().manual_seed(1)).tolist()
+    corrupt = list(clean)
+    corrupt[20] = (corrupt[20] + 1) % 50257
+    metric = Metric(answer=1, wrong=2)
+    one_stage = median_time(lambda: patch_residual(model, clean, corrupt, metric, stages=[6]), 1 if quick else 2)
+    single = median_time(lambda: metric(model, corrupt), 3)  # one forward of one 64-token row: a loop's cell
+    # the batched stage includes its two recorded runs (clean, corrupted); the grid needs them once
+    grid, loop = stages * (one_stage - 2 * single) + 2 * single, stages * n * single
+    print(f"\nPatching, GPT-2 small's shape (random weights), 64 tokens, one thread\n"
+          f"  one stage batched {one_stage:.1f} s, one 64-token forward {single:.2f} s")
+    record("GPT-2 small residual grid, batched vs one patch a forward (extrapolated from one stage)", grid, loop, "s",
+           higher_is_better=False, note=f"(target: <= 150 s; {grid:.0f} s)")
 
 
 def bench_discovery(quick: bool):

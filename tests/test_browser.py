@@ -375,3 +375,27 @@ def test_a_tiny_variant_run_from_why_each_piece(server, clean_page):
     wait_idle(page)
     _no_exception(page, "why each piece with a run")
     page.screenshot(path=str(SHOTS / "why-each-piece-run.png"), full_page=True)
+
+
+def _click_cell(page, chart, col_frac, row_frac):
+    """Click a heatmap cell at fractions of the chart's plot area (not its margins), once Plotly hovers it."""
+    chart.scroll_into_view_if_needed()
+    area = chart.locator(".nsewdrag").first.bounding_box()
+    x, y = area["x"] + area["width"] * col_frac, area["y"] + area["height"] * row_frac
+    page.mouse.move(x, y)
+    page.locator(".hoverlayer .hovertext").first.wait_for(timeout=30_000)
+    page.mouse.click(x, y)
+
+
+def test_clicking_cells_on_cause_and_effect(server, clean_page):
+    """A click on the residual grid reads its cell out in words; a click in the head table opens that head."""
+    page, _ = clean_page
+    _open(page, server, "Cause and effect")
+    charts = page.locator('[data-testid="stPlotlyChart"]')
+    _click_cell(page, charts.nth(0), 0.99, 0.83)  # the last position of the last row: the read-out stream
+    page.get_by_text("putting this one vector back restores").first.wait_for(timeout=30_000)
+    wait_idle(page)
+    _click_cell(page, page.locator('[data-testid="stPlotlyChart"]').nth(2), 2.5 / 4, 0.25)  # L1 H3 of 2 x 4
+    page.get_by_text("now: L1 H3").first.wait_for(timeout=30_000)
+    wait_idle(page)
+    _no_exception(page, "cause and effect after clicks")

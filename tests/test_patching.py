@@ -134,3 +134,82 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
         q = share(i, slice(head * dh, (head + 1) * dh))
         k = share(j, slice(d + head * dh, d + (head + 1) * dh))
     assert table[0, 0] == pytest.approx(float(q @ k) / math.sqrt(dh), abs=1e-6)
+
+
+# ---------------------------------------------------------------- the page's helpers
+from core.patching import (corrupt_one, default_answers, match_lengths, patch_head_positions, read_sources,  # noqa: E402
+                           top_predictions, top_sources)
+
+
+def test_one_heads_positions_are_its_row_of_the_per_position_table(model):
+    metric = Metric(answer=4, wrong=9)
+    full = patch_heads(model, CLEAN, CORRUPT, metric, what="k", per_position=True)
+    for layer, head in [(0, 1), (model.config.n_layers - 1, 0)]:
+        assert np.allclose(patch_head_positions(model, CLEAN, CORRUPT, metric, layer, head, "k"), full[layer, head],
+                           atol=1e-9)
+
+
+def test_residual_stages_are_the_grids_rows(model):
+    metric = Metric(answer=4, wrong=9)
+    grid = patch_residual(model, CLEAN, CORRUPT, metric)
+    assert np.allclose(patch_residual(model, CLEAN, CORRUPT, metric, stages=[2, 0]), grid[[2, 0]])
+
+
+def test_the_corrupted_copy_changes_the_earlier_occurrence_of_the_last_token():
+    ids = [5, 6, 7, 8, 5, 6, 7]            # the last token, 7, occurred at position 2
+    c = corrupt_one(ids, vocab_size=20)
+    assert c.position == 2 and c.old == 7 and c.new not in ids
+    assert [t for i, t in enumerate(c.ids) if i != 2] == [t for i, t in enumerate(ids) if i != 2]
+    assert corrupt_one([1, 2, 3], vocab_size=20).position == 2           # no earlier occurrence: the last token
+    assert corrupt_one(ids, vocab_size=20, position=0).ids[0] not in ids
+    assert corrupt_one(ids, 20, choices=[5, 6, 7, 8, 15]).new == 15     # only one readable token is free
+    with pytest.raises(ValueError):
+        corrupt_one([], 20)
+    with pytest.raises(ValueError):
+        corrupt_one(ids, 20, position=7)
+
+
+def test_lengths_are_matched_keeping_the_ends():
+    assert match_lengths([1, 2, 3, 4], [7, 8], "cut", 0) == ([3, 4], [7, 8])
+    assert match_lengths([1, 2, 3, 4], [7, 8], "pad", 0) == ([1, 2, 3, 4], [0, 0, 7, 8])
+    with pytest.raises(ValueError):
+        match_lengths([1], [2], "stretch", 0)
+
+
+def test_default_answers_are_the_two_runs_top_predictions(model):
+    logits = lambda ids: model(torch.tensor([ids])).logits[0, -1]  # noqa: E731
+    with torch.no_grad():
+        clean_top, corrupt_top = int(logits(CLEAN).argmax()), logits(CORRUPT).topk(2).indices.tolist()
+    answer, wrong = default_answers(model, CLEAN, CORRUPT)
+    assert answer == clean_top and wrong == (corrupt_top[1] if corrupt_top[0] == clean_top else corrupt_top[0])
+    assert default_answers(model, CLEAN, CLEAN)[1] != clean_top         # never the same token twice
+    assert top_predictions(model, CLEAN, 3)[0] == clean_top
+
+
+def test_top_sources_keep_the_sum_and_the_largest_entries():
+    rng = np.random.default_rng(0)
+    table = rng.normal(size=(6, 6))
+    table[4, 1] = 50.0
+    names = [f"s{i}" for i in range(6)]
+    cut, rows, cols = top_sources(table, names, k=2)
+    assert cut.shape == (3, 3) and rows[-1] == cols[-1] == "all others"
+    assert cut.sum() == pytest.approx(table.sum()) and "s4" in rows and "s1" in cols
+    assert top_sources(table, names, k=6)[0] is table
+
+
+def test_the_reading_names_the_largest_entry_and_each_sides_builder():
+    names = ["token embedding", "position embedding", "L1 H3", "L1 MLP", "LN shift"]
+    table = np.zeros((5, 5))
+    table[0, 2] = -3.0   # the largest entry ...
+    table[1, 3], table[0, 3] = 1.0, 1.5   # ... but L1 MLP's column adds the most to the score
+    r = read_sources(table, names)
+    assert (r.query_source, r.key_source, r.value) == ("token embedding", "L1 H3", -3.0)
+    assert r.share == pytest.approx(3.0 / 5.5)
+    assert (r.key_builder, r.key_total, r.query_builder, r.composition) == ("L1 MLP", 2.5, "position embedding", None)
+    table[0, 2] = 3.0    # now what L1 H3 wrote into the key adds most: K-composition
+    assert (read_sources(table, names).key_builder, read_sources(table, names).composition) == ("L1 H3", "K")
+    table[2, 2] = 9.0    # L1 H3 on both sides: both
+    r = read_sources(table, names)
+    assert (r.query_builder, r.query_total, r.composition) == ("L1 H3", 9.0, "QK")
+    table[2, 2], table[0, 2], table[2, 0] = 0.0, 0.0, 9.0   # L1 H3's query against the key's token
+    assert read_sources(table, names).composition == "Q"

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from core.serve.fmt import head_label
 
 STAGE_KINDS = ("resid", "attn_out", "mlp_out")   # (B, n, d) activations
-HEAD_KINDS = ("q", "k", "v", "z", "pattern")     # per-head: (B, h, n, d_h), the pattern (B, h, n, n)
+HEAD_KINDS = ("z", "q", "k", "v", "pattern")     # per-head: (B, h, n, d_h), the pattern (B, h, n, n)
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,14 @@ Subs = dict[tuple[str, int], Callable[[torch.Tensor], torch.Tensor]]
 
 
 @torch.no_grad()
-def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = False):
+def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = False, start: int = 0,
+             x0: torch.Tensor | None = None, last_only: bool = False):
     """(logits (B, n, m), activations {(kind, layer): tensor} if ``record``). ``subs`` maps (kind, layer) to a
     function that receives the activation and returns what the run continues with. "resid" layer l is the stream
-    entering block l (l = L: leaving the last one)."""
+    entering block l (l = L: leaving the last one). ``start``, ``x0``: begin at block ``start`` with the stream
+    ``x0`` (B, n, d) entering it (a patch at layer l leaves every earlier block as the corrupted run had it, so a
+    patched run need not compute them again). ``last_only``: logits of the last position only, (B, 1, m), all a
+    metric reads (GPT-2's output map is its largest matrix)."""
     c, subs, acts = model.config, subs or {}, {}
 
     def hook(kind, layer, t):
@@ -75,9 +79,11 @@ def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = 
 
     B, n = idx.shape
     d, h, dh = c.d_model, c.n_heads, c.d_head
-    x = model.embed(idx)                                                   # (B, n, d)
+    x = model.embed(idx) if x0 is None else x0                             # (B, n, d)
     future = torch.ones(n, n, dtype=torch.bool).triu(1)
     for l, block in enumerate(model.blocks):
+        if l < start:
+            continue
         x = hook("resid", l, x)
         q, k, v = block.attn.qkv(block.ln1(x)).split(d, dim=2)
         # (B, n, d) -> (B, n, h, d_h) -> (B, h, n, d_h), as in the model's own attention
@@ -89,7 +95,7 @@ def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = 
         x = x + a
         x = x + hook("mlp_out", l, block.mlp(block.ln2(x)))
     x = hook("resid", c.n_layers, x)
-    return model.readout(x), acts
+    return model.readout(x[:, -1:] if last_only else x), acts
 
 
 def _normalise(values: torch.Tensor, clean: float, corrupt: float) -> np.ndarray:
@@ -103,14 +109,21 @@ def _normalise(values: torch.Tensor, clean: float, corrupt: float) -> np.ndarray
 
 def _runs(model, clean, corrupt, metric: Metric):
     clean_idx, corrupt_idx = _batch(clean), _batch(corrupt)
-    logits_c, acts = _forward(model, clean_idx, record=True)
-    logits_x, acts_x = _forward(model, corrupt_idx, record=True)
+    logits_c, acts = _forward(model, clean_idx, record=True, last_only=True)
+    logits_x, acts_x = _forward(model, corrupt_idx, record=True, last_only=True)
     return corrupt_idx, acts, acts_x, float(metric.of_logits(logits_c)[0]), float(metric.of_logits(logits_x)[0])
 
 
-def _patched(model, corrupt_idx, rows: int, subs: Subs, metric: Metric) -> torch.Tensor:
-    """The metric of ``rows`` copies of the corrupted prompt run together, each with its own substitution."""
-    return metric.of_logits(_forward(model, corrupt_idx.expand(rows, -1), subs)[0])  # (rows,)
+def _patched(model, corrupt_idx, rows: int, subs: Subs, metric: Metric, acts_x=None, start: int = 0) -> torch.Tensor:
+    """The metric of ``rows`` copies of the corrupted prompt run together, each with its own substitution. With the
+    corrupted run's activations ``acts_x``, the run begins at block ``start`` from its stream there (the blocks
+    before are the corrupted run's: no substitution reaches them)."""
+    x0 = None
+    if acts_x is not None and start > 0:
+        x0 = acts_x[("resid", start)].expand(rows, -1, -1)                    # (rows, n, d)
+    logits = _forward(model, corrupt_idx.expand(rows, -1), subs, start=start if x0 is not None else 0, x0=x0,
+                      last_only=True)[0]
+    return metric.of_logits(logits)  # (rows,)
 
 
 def _at_positions(clean_act: torch.Tensor, pos_dim: int):
@@ -126,21 +139,23 @@ def _at_positions(clean_act: torch.Tensor, pos_dim: int):
     return fn
 
 
-def patch_residual(model, clean_ids, corrupt_ids, metric: Metric) -> np.ndarray:
+def patch_residual(model, clean_ids, corrupt_ids, metric: Metric, stages=None) -> np.ndarray:
     """(L+1, n): the corrupted run with the stream entering block l (row L: leaving the last) at one position put
-    back from the clean run; 0 = corrupted, 1 = clean."""
-    corrupt_idx, acts, _, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    back from the clean run; 0 = corrupted, 1 = clean. ``stages`` (default all): only these rows, in this order
+    (a page computes a large model's grid a stage at a time, with a progress bar between)."""
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
     n = corrupt_idx.shape[1]
-    rows = [_patched(model, corrupt_idx, n, {("resid", l): _at_positions(acts[("resid", l)], 1)}, metric)
-            for l in range(model.config.n_layers + 1)]
+    stages = range(model.config.n_layers + 1) if stages is None else stages
+    rows = [_patched(model, corrupt_idx, n, {("resid", l): _at_positions(acts[("resid", l)], 1)}, metric,
+                     acts_x, start=l) for l in stages]
     return _normalise(torch.stack(rows), m_clean, m_corrupt)
 
 
 def patch_sublayers(model, clean_ids, corrupt_ids, metric: Metric) -> np.ndarray:
     """(L, 2, n): what each block's attention (0) and MLP (1) wrote at one position, put back from the clean run."""
-    corrupt_idx, acts, _, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
     n = corrupt_idx.shape[1]
-    out = [[_patched(model, corrupt_idx, n, {(kind, l): _at_positions(acts[(kind, l)], 1)}, metric)
+    out = [[_patched(model, corrupt_idx, n, {(kind, l): _at_positions(acts[(kind, l)], 1)}, metric, acts_x, start=l)
             for kind in ("attn_out", "mlp_out")] for l in range(model.config.n_layers)]
     return _normalise(torch.stack([torch.stack(r) for r in out]), m_clean, m_corrupt)
 
@@ -151,7 +166,7 @@ def patch_heads(model, clean_ids, corrupt_ids, metric: Metric, what: str = "z",
     ``per_position``, (L, h, n) at one position at a time (the query position, or the key position for k and v)."""
     if what not in HEAD_KINDS:
         raise ValueError(f"what must be one of {', '.join(HEAD_KINDS)}, got {what!r}")
-    corrupt_idx, acts, _, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
     c, n = model.config, corrupt_idx.shape[1]
     out = []
     for l in range(c.n_layers):
@@ -162,7 +177,7 @@ def patch_heads(model, clean_ids, corrupt_ids, metric: Metric, what: str = "z",
                 for r in range(t.shape[0]):
                     t[r, r] = clean[0, r]
                 return t
-            out.append(_patched(model, corrupt_idx, c.n_heads, {(what, l): fn}, metric))
+            out.append(_patched(model, corrupt_idx, c.n_heads, {(what, l): fn}, metric, acts_x, start=l))
             continue
 
         def fn(t, clean=clean):  # row r*n + p: head r at position p
@@ -171,8 +186,28 @@ def patch_heads(model, clean_ids, corrupt_ids, metric: Metric, what: str = "z",
                 for p in range(n):
                     t[r * n + p, r, p] = clean[0, r, p]
             return t
-        out.append(_patched(model, corrupt_idx, c.n_heads * n, {(what, l): fn}, metric).view(c.n_heads, n))
+        out.append(_patched(model, corrupt_idx, c.n_heads * n, {(what, l): fn}, metric, acts_x, start=l)
+                   .view(c.n_heads, n))
     return _normalise(torch.stack(out), m_clean, m_corrupt)
+
+
+def patch_head_positions(model, clean_ids, corrupt_ids, metric: Metric, layer: int, head: int,
+                         what: str = "z") -> np.ndarray:
+    """(n,): one head's ``what`` put back from the clean run at one position at a time (the query position for
+    q, z and pattern rows, the key position for k and v): ``patch_heads(per_position=True)[layer, head]`` without
+    running every other head (n rows instead of L h n, which a GPT-2 page cannot afford)."""
+    if what not in HEAD_KINDS:
+        raise ValueError(f"what must be one of {', '.join(HEAD_KINDS)}, got {what!r}")
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    clean, n = acts[(what, layer)], corrupt_idx.shape[1]
+
+    def fn(t):  # row p: the head at position p
+        t = t.clone()
+        for p in range(n):
+            t[p, head, p] = clean[0, head, p]
+        return t
+    return _normalise(_patched(model, corrupt_idx, n, {(what, layer): fn}, metric, acts_x, start=layer), m_clean,
+                      m_corrupt)
 
 
 def path_patch(model, clean_ids, corrupt_ids, sender: tuple[int, int], receivers: list[tuple[int, int]],
@@ -257,3 +292,134 @@ def score_sources(model, ids, layer: int, head: int, i: int, j: int):
     table = (q @ k.T / math.sqrt(dh)).numpy()                          # (S + 1, S + 1)
     score = float(acts[("q", layer)][0, head, i].double() @ acts[("k", layer)][0, head, j].double() / math.sqrt(dh))
     return table, names + ["LN shift"], score
+
+
+# ---------------------------------------------------------------- a pair of prompts for a learner
+@dataclass(frozen=True)
+class Corruption:
+    ids: list[int]   # the corrupted prompt
+    position: int    # the position changed
+    old: int         # the clean token there
+    new: int         # what replaced it
+    why: str         # which position was picked, in words
+
+
+def corrupt_one(ids, vocab_size: int, position: int | None = None, choices=None, seed: int = 0) -> Corruption:
+    """``ids`` with one token changed, so that a learner need not write the corrupted prompt. Default position: the
+    latest earlier occurrence of the last token, the place an induction head finds the token to copy (what follows
+    it): changing it breaks the previous-token information the induction head's keys are built from. Without one,
+    the last token. The replacement is a token absent from the prompt (no new accidental match), drawn from
+    ``choices`` (default every id; a BPE page passes its readable tokens) in an order fixed by ``seed``."""
+    ids = [int(t) for t in ids]
+    if not ids:
+        raise ValueError("the prompt is empty")
+    n = len(ids)
+    why = None
+    if position is None:
+        earlier = [j for j in range(n - 2, -1, -1) if ids[j] == ids[-1]]
+        if earlier:
+            position = earlier[0]
+            why = "the earlier occurrence of the last token, where an induction head finds what to copy"
+        else:
+            position, why = n - 1, "the last token: it does not occur earlier in the prompt"
+    if not 0 <= position < n:
+        raise ValueError(f"position {position} is outside the prompt's {n} tokens")
+    pool = list(range(vocab_size)) if choices is None else [int(t) for t in choices]
+    used = set(ids)
+    free = [t for t in pool if t not in used] or [t for t in pool if t != ids[position]]
+    if not free:
+        raise ValueError("the vocabulary has no other token to put there")
+    g = torch.Generator().manual_seed(seed)
+    new = free[int(torch.randint(len(free), (1,), generator=g))]
+    out = list(ids)
+    out[position] = new
+    return Corruption(out, position, ids[position], new, why or f"position {position + 1}, as asked")
+
+
+def match_lengths(clean, corrupt, how: str, pad: int) -> tuple[list[int], list[int]]:
+    """Two prompts of different lengths made patchable: "cut" drops the longer one's first tokens, "pad" puts
+    ``pad`` tokens before the shorter one. Both keep each prompt's end, where the metric is read."""
+    clean, corrupt = [int(t) for t in clean], [int(t) for t in corrupt]
+    n = min(len(clean), len(corrupt)) if how == "cut" else max(len(clean), len(corrupt))
+    if how == "cut":
+        return clean[len(clean) - n:], corrupt[len(corrupt) - n:]
+    if how == "pad":
+        return [pad] * (n - len(clean)) + clean, [pad] * (n - len(corrupt)) + corrupt
+    raise ValueError(f"how must be 'cut' or 'pad', got {how!r}")
+
+
+@torch.no_grad()
+def top_predictions(model, ids, k: int = 2) -> list[int]:
+    """The ``k`` likeliest next tokens after ``ids``, likeliest first."""
+    logits, _ = _forward(model, _batch(ids))
+    return [int(t) for t in logits[0, -1].topk(k).indices]
+
+
+def default_answers(model, clean, corrupt) -> tuple[int, int]:
+    """(answer, wrong) for the logit-difference metric: the clean run's top prediction, and the corrupted run's
+    (its second when both runs agree, so the two are never the same token)."""
+    answer = top_predictions(model, clean, 1)[0]
+    first, second = top_predictions(model, corrupt, 2)
+    return answer, (second if first == answer else first)
+
+
+def top_sources(table: np.ndarray, names: list[str], k: int = 10):
+    """``score_sources``' table cut to the ``k`` query-side and ``k`` key-side sources with the largest entries,
+    the rest summed into "all others" (so the entries still add up to the score): (table, row names, column
+    names). A GPT-2 layer has over a hundred sources, too many to draw."""
+    S = len(names)
+    if S <= k:
+        return table, list(names), list(names)
+
+    def pick(weight):  # indices of the k largest, in the table's order
+        return sorted(np.argsort(-weight)[:k].tolist())
+    rows, cols = pick(np.abs(table).max(1)), pick(np.abs(table).max(0))
+    rest_r, rest_c = [i for i in range(S) if i not in rows], [j for j in range(S) if j not in cols]
+    r_groups, c_groups = [[i] for i in rows] + [rest_r], [[j] for j in cols] + [rest_c]
+    out = np.array([[table[np.ix_(rg, cg)].sum() for cg in c_groups] for rg in r_groups])
+    other = "all others"
+    return out, [names[i] for i in rows] + [other], [names[j] for j in cols] + [other]
+
+
+@dataclass(frozen=True)
+class Reading:
+    query_source: str   # the row of the largest entry (who wrote what the query asks)
+    key_source: str     # its column (who wrote what the key offers)
+    value: float        # that entry
+    share: float        # its part of the sum of the entries' sizes
+    key_builder: str    # the column with the largest sum: the source of the key's stream that adds most to the score
+    key_total: float    # that column's sum (its whole part of the score, whatever the query side)
+    query_builder: str  # the same for the query's stream (the row with the largest sum)
+    query_total: float
+    composition: str | None  # "K" when the key's builder is an earlier head, "Q" the query's, "QK" both, else None
+
+
+def _is_head(name: str) -> bool:
+    return name.startswith("L") and " H" in name  # head_label's "L1 H3"
+
+
+def read_sources(table: np.ndarray, names: list[str], row_names=None, col_names=None) -> Reading:
+    """A score-sources table read out: its largest entry, and the source of each side that adds most to the score
+    (a column's or a row's sum). Composition: an earlier head is the key's builder (K), the query's (Q), or both."""
+    rows, cols = row_names or names, col_names or names
+    r, c = np.unravel_index(np.argmax(np.abs(table)), table.shape)
+    col_sums, row_sums = table.sum(0), table.sum(1)
+    kb, qb = int(np.argmax(col_sums)), int(np.argmax(row_sums))
+    comp = "".join(side for side, name in (("Q", rows[qb]), ("K", cols[kb])) if _is_head(name)) or None
+    total = float(np.abs(table).sum())
+    return Reading(rows[r], cols[c], float(table[r, c]), float(abs(table[r, c]) / total) if total else 0.0,
+                   cols[kb], float(col_sums[kb]), rows[qb], float(row_sums[qb]), comp)
+
+
+def stack_rows(rows) -> np.ndarray:
+    """Rows of one grid computed one at a time (a stage, a kind of activation) as one (rows, n) array."""
+    return np.stack([np.asarray(r, dtype=float) for r in rows])
+
+
+def strongest_head(table: np.ndarray) -> tuple[int, int]:
+    """(layer, head) of the largest restored share in size, NaN skipped; (L-1, 0) when every entry is NaN."""
+    a = np.abs(np.asarray(table, dtype=float))
+    if not np.isfinite(a).any():
+        return a.shape[0] - 1, 0
+    l, h = np.unravel_index(np.nanargmax(a), a.shape)
+    return int(l), int(h)

@@ -1,0 +1,350 @@
+import math
+
+import streamlit as st
+
+from core.analysis.attention import head_attention
+from core.analysis.induction import head_scores, model_probe, probe_choices
+from core.analysis.timing import forward_seconds
+from core.figures import patching_figures as PF
+from core.patching import (HEAD_KINDS, Metric, check_pair, corrupt_one, default_answers, match_lengths,
+                           patch_head_positions, patch_heads, patch_residual, patch_sublayers, path_patch,
+                           read_sources, score_sources, stack_rows, strongest_head, top_predictions, top_sources)
+from core.serve.fmt import head_label
+from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
+                set_prompt_ids, shared_chart)
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
+
+CLEAN_KEY, CORRUPT_KEY = "cause_clean", "cause_corrupt"
+EXAMPLE_PERIOD, EXAMPLE_SECOND = 24, 16  # the example: 24 random tokens, then the first 16 of them again
+GRID_AUTO_S = 15   # a grid expected to take longer waits for a button press
+CANDIDATES = 8     # answer tokens offered: each run's likeliest next tokens
+
+st.title("Cause and effect")
+st.markdown(
+    "Two prompts that differ in one token make the model predict two different things. Which parts of the "
+    "network carry that difference? **Activation patching** answers it: run the *corrupted* prompt, but put back "
+    "one activation (the residual stream at one position, one head's output) as it was in the *clean* run, and "
+    "measure how much of the clean answer comes back. A patch that restores everything found a place the "
+    "information must pass through; one that restores nothing found a place it never visits.")
+st.latex(r"\text{restored} = \frac{M(\text{corrupted run, one activation from the clean run}) - M(\text{corrupted})}"
+         r"{M(\text{clean}) - M(\text{corrupted})}, \qquad M = \ell_{\text{answer}} - \ell_{\text{wrong}}")
+st.caption("M is the logit difference between the two answer tokens at the last position (or the log-probability of "
+           "the answer). 0 means the patch changed nothing, 1 that the clean answer is fully back; values below 0 or "
+           "above 1 happen when a patch pushes further than either run.")
+
+entry, model, tok = require_model()
+c = model.config
+mkey = model_key(entry)
+if not c.lecture_block:
+    st.info("This model is a variant of the lecture's block (a piece taken out on the Why each piece page). Patching "
+            "is written for the full block: pick a full model in the sidebar.")
+    st.stop()
+
+WHAT = "the patching runs"
+_residual = model_cache(lambda a, b, m, stage: patch_residual(model, list(a), list(b), m, stages=[stage])[0], 64,
+                        what=WHAT)
+_sublayers = model_cache(lambda a, b, m: patch_sublayers(model, list(a), list(b), m), 16, what=WHAT,
+                         spinner="Patching every block's attention and MLP ...")
+_heads = model_cache(lambda a, b, m, what: patch_heads(model, list(a), list(b), m, what=what), 32, what=WHAT,
+                     spinner="Patching every head ...")
+_positions = model_cache(lambda a, b, m, l, h, what: patch_head_positions(model, list(a), list(b), m, l, h, what), 64,
+                         what=WHAT)
+_path = model_cache(lambda a, b, m, s, r, via: path_patch(model, list(a), list(b), s, list(r), via, m), 64, what=WHAT)
+_sources = model_cache(lambda a, l, h, i, j: score_sources(model, list(a), l, h, i, j), 32, what=WHAT)
+_pattern = model_cache(lambda a, l, h: head_attention(model, list(a), l, h)[1], 16, what=WHAT)
+_scores = model_cache(lambda: head_scores(model, tokenizer=tok), 8, what=WHAT,
+                      spinner="Measuring induction on repeated random sequences ...")
+_top = model_cache(lambda a, k: top_predictions(model, list(a), k), 64)
+_defaults = model_cache(lambda a, b: default_answers(model, list(a), list(b)), 64)
+_metric = model_cache(lambda a, m: m(model, list(a)), 128)
+_seconds = model_cache(lambda rows, length: forward_seconds(model, rows, length), 64)
+patch_heatmap, head_table_figure, sources_figure = map(cached_figure, (PF.patch_heatmap, PF.head_table_figure,
+                                                                       PF.sources_figure))
+
+
+# ------------------------------------------------------------------ the two prompts
+def _example(model, tok):
+    """Button callback: random tokens written twice, the second copy cut short, and the corrupted copy with the
+    earlier occurrence of the last token changed: the induction circuit's example."""
+    draws = int(st.session_state.get("cause_draws", 0))
+    st.session_state["cause_draws"] = draws + 1
+    period = min(EXAMPLE_PERIOD, c.n_ctx // 2)
+    row = model_probe(model, tok, n_seqs=1, period=period, seed=2000 + draws)[0].tolist()
+    clean = row[: period + min(EXAMPLE_SECOND, period - 1)]
+    set_prompt_ids(CLEAN_KEY, tok, clean)
+    _corrupt(model, tok)
+
+
+def _corrupt(model, tok):
+    """Button callback: the clean prompt with one token changed (core.patching.corrupt_one), a fresh token each press."""
+    ids = prompt_ids_now(CLEAN_KEY, tok)
+    if not ids:
+        return
+    seed = int(st.session_state.get("cause_corrupt_draws", 0))
+    st.session_state["cause_corrupt_draws"] = seed + 1
+    done = corrupt_one(ids, c.vocab_size, choices=probe_choices(tok) if tok.kind != "char" else None, seed=seed)
+    set_prompt_ids(CORRUPT_KEY, tok, done.ids)
+    st.session_state["cause_changed"] = (tuple(done.ids), done.position, done.old, done.new, done.why)
+
+
+def _match(how: str):
+    """Button callback: both prompts cut or padded to one length, each keeping its end."""
+    pad = (tok.encode(" ", errors="drop") or [0])[0]
+    a, b = match_lengths(prompt_ids_now(CLEAN_KEY, tok), prompt_ids_now(CORRUPT_KEY, tok), how, pad)
+    set_prompt_ids(CLEAN_KEY, tok, a)
+    set_prompt_ids(CORRUPT_KEY, tok, b)
+
+
+if CLEAN_KEY not in st.session_state:  # the page opens on the example
+    _example(model, tok)
+left, right = st.columns(2)
+with left:
+    clean = prompt_input("Clean prompt", None, "cause_clean", tok, c.n_ctx, height=110)
+with right:
+    corrupt = prompt_input("Corrupted prompt (the same length, something changed)", None, "cause_corrupt", tok, c.n_ctx,
+                           height=110)
+b1, b2, note = st.columns([1, 1.5, 2.5], vertical_alignment="center")
+b1.button("Make a corrupted copy", key="cause_make", on_click=_corrupt, args=(model, tok), disabled=clean.empty,
+          help=f"Copies the clean prompt into the corrupted box with one {tok.unit} changed: the earlier occurrence of "
+               f"the last {tok.unit} if there is one (where an induction head looks), else the last {tok.unit}. "
+               f"Press again for another replacement {tok.unit}.")
+b2.button("Example: the induction circuit", key="cause_example", on_click=_example, args=(model, tok),
+          help=f"Random {tok.units} written twice, the second copy cut short: only copying can predict what comes "
+               "next. The corrupted prompt changes the earlier occurrence of the last one.")
+note.caption(f"The example is {EXAMPLE_PERIOD} random {tok.units} followed by the first {EXAMPLE_SECOND} of them "
+             f"again. Every {tok.unit} of the second copy has been seen before, so the next one can be copied from the "
+             "first copy, which is what an induction head does.")
+if clean.empty or corrupt.empty:
+    st.info(f"Type a clean prompt on the left, then press **Make a corrupted copy** (or write your own corrupted "
+            f"prompt of the same number of {tok.units} on the right).")
+    st.stop()
+a_ids, b_ids = tuple(clean.ids), tuple(corrupt.ids)
+why_not = check_pair(model, a_ids, b_ids)
+if why_not:
+    st.warning(f"These prompts cannot be patched into each other: {why_not}.", icon="⚠️")
+    m1, m2, _ = st.columns([1, 1, 2])
+    m1.button("Cut the longer one's start", key="cause_cut", on_click=_match, args=("cut",))
+    m2.button(f"Pad the shorter one's start with spaces", key="cause_pad", on_click=_match, args=("pad",))
+    st.stop()
+n = len(a_ids)
+tokens = tok.visible_tokens(list(a_ids))
+diff = [i for i in range(n) if a_ids[i] != b_ids[i]]
+if not diff:
+    st.warning("The two prompts are the same, so the two runs agree and there is nothing to restore: the measure "
+               "below would divide by zero. Press **Make a corrupted copy** to change one token.", icon="⚠️")
+    st.stop()
+shown = {i: f"'{tokens[i]}' → '{tok.visible_tokens([b_ids[i]])[0]}' at position {i + 1}" for i in diff[:6]}
+made = st.session_state.get("cause_changed")
+why = f" ({made[4]})" if made and made[0] == b_ids and len(diff) == 1 else ""
+st.caption(f"The prompts differ in {len(diff)} {tok.unit if len(diff) == 1 else tok.units}: "
+           + "; ".join(shown.values()) + ("; ..." if len(diff) > 6 else "") + why + ".")
+
+# ------------------------------------------------------------------ the answers and the metric
+st.header("What the two runs predict")
+cands = list(dict.fromkeys(_top(mkey, a_ids, CANDIDATES) + _top(mkey, b_ids, CANDIDATES)))
+answer0, wrong0 = _defaults(mkey, a_ids, b_ids)
+label = lambda t: f"'{tok.visible_tokens([t])[0]}'"  # noqa: E731
+pair = f"{hash((a_ids, b_ids)) & 0xFFFFFFFF:08x}"  # new prompts open on their own defaults
+k1, k2, k3 = st.columns([1, 1, 2])
+answer = k1.selectbox("Answer (the clean run's)", cands, index=cands.index(answer0), format_func=label,
+                      key=f"cause_answer_{pair}")
+kind = k3.radio("Measure", ("difference", "log-probability"), horizontal=True, key="cause_measure",
+                format_func={"difference": "logit difference answer − wrong",
+                             "log-probability": "log-probability of the answer"}.get)
+wrong = k2.selectbox("Wrong answer (the corrupted run's)", cands, index=cands.index(wrong0), format_func=label,
+                     key=f"cause_wrong_{pair}", disabled=kind != "difference")
+metric = Metric(int(answer), int(wrong) if kind == "difference" else None)
+m_clean, m_corrupt = _metric(mkey, a_ids, metric), _metric(mkey, b_ids, metric)
+g1, g2, _ = st.columns([1, 1, 2])
+g1.metric("M on the clean prompt", f"{m_clean:.3f}")
+g2.metric("M on the corrupted prompt", f"{m_corrupt:.3f}", delta=f"{m_corrupt - m_clean:+.3f}")
+if metric.wrong == metric.answer or abs(m_clean - m_corrupt) < 1e-9:
+    st.warning("The measure is the same on both prompts (or answer and wrong answer are the same token), so no patch "
+               "can restore anything and the share restored is undefined. Pick two different answer tokens, or "
+               "change the corrupted prompt where it matters for the last prediction.", icon="⚠️")
+    st.stop()
+if abs(m_clean - m_corrupt) < 0.5:
+    st.caption("The two runs differ by less than half a logit: the shares below divide by a small number and are "
+               "noisy. A corruption that changes the prediction more gives a clearer picture.")
+
+# ------------------------------------------------------------------ the residual stream
+def _pick_cell():
+    """Selection callback: the clicked (stage, position) of the residual grid, for this pair of prompts."""
+    points = st.session_state["cause_resid"].selection.points
+    if points and points[0].get("customdata") is not None:
+        st.session_state["cause_cell"] = (pair, *(int(v) for v in points[0]["customdata"][:2]))
+
+
+st.header("Where the difference travels: the residual stream")
+st.markdown(
+    "The row *enters L2* is the stream that block 2 reads (counting from 1); the last row leaves the last block and is read out. "
+    "At the embedding only the changed position carries the difference, so only that cell restores the answer; "
+    "by the last row only the last position matters, because that is where the prediction is read. In between, "
+    "the bright cells show where the model moved the information: a jump from the changed position to a later "
+    "one happens inside a block's attention.")
+stages = c.n_layers + 1
+est = stages * _seconds(mkey, n, n)
+go_key = f"cause_grid_go_{pair}"
+if est > GRID_AUTO_S and not st.session_state.get(go_key):
+    st.button(f"Compute the grid (about {est:.0f} s)", key=f"cause_grid_btn_{pair}",
+              on_click=st.session_state.__setitem__, args=(go_key, True))
+    st.caption(f"{stages} runs of {n} copies of the corrupted prompt, one stage at a time.")
+else:
+    bar = st.progress(0.0, text="Patching the residual stream ...") if est > 2 else None
+    rows = []
+    for s in range(stages):
+        rows.append(_residual(mkey, a_ids, b_ids, metric, s))
+        if bar is not None:
+            bar.progress((s + 1) / stages, text=f"Patching the residual stream: {s + 1} of {stages} stages")
+    if bar is not None:
+        bar.empty()
+    grid = stack_rows(rows)
+    names = [f"enters L{l + 1}" for l in range(c.n_layers)] + [f"leaves L{c.n_layers}"]
+    names[0] = "embedding (enters L1)"
+    shared_chart(patch_heatmap(grid, tokens, names, "Residual stream: share restored by one position's stream",
+                               changed=diff[0] if len(diff) == 1 else None), width="stretch", theme=None,
+                 key="cause_resid", on_select=_pick_cell, selection_mode="points")
+    cell = st.session_state.get("cause_cell")
+    if cell and cell[0] == pair and cell[1] < stages and cell[2] < n:
+        r, p = cell[1], cell[2]
+        st.info(f"{names[r]}, position {p + 1} ('{tokens[p]}'): putting this one vector back restores "
+                f"{grid[r, p]:.0%} of the clean answer.", icon="👆")
+    else:
+        st.caption("Click a cell to read its value in words; the framed column is the changed position.")
+
+    sub = _sublayers(mkey, a_ids, b_ids, metric)  # (L, 2, n)
+    sub_names = [f"L{l + 1} {part}" for l in range(c.n_layers) for part in ("attention", "MLP")]
+    shared_chart(patch_heatmap(sub.reshape(2 * c.n_layers, n), tokens, sub_names,
+                               "What each block's attention and MLP wrote at one position",
+                               changed=diff[0] if len(diff) == 1 else None),
+                 width="stretch", theme=None, key="cause_sub")
+    st.caption("An attention row that restores the answer at a position the corruption never touched moved the "
+               "difference there from another position; an MLP row can only work on what its own position holds.")
+
+# ------------------------------------------------------------------ heads
+st.header("Which heads carry it")
+what = st.radio("Put back each head's", HEAD_KINDS, horizontal=True, key="cause_what",
+                format_func={"z": "output z (everything)", "q": "queries", "k": "keys", "v": "values",
+                             "pattern": "attention pattern"}.get)
+st.markdown("Each cell: one head's activation put back from the clean run at every position, everything else "
+            "corrupted. The **output** z tells whether the head carries the difference at all; queries, keys and "
+            "values tell through which of its inputs it gets it. An induction head restores through its output; "
+            "its keys restore it when the corruption broke what the previous-token head wrote.")
+table = _heads(mkey, a_ids, b_ids, metric, what)
+best = strongest_head(_heads(mkey, a_ids, b_ids, metric, "z"))  # the page opens on the head that matters most
+head_key = "cause_head"
+if head_key not in st.session_state or not (0 <= st.session_state[head_key][0] < c.n_layers
+                                            and 0 <= st.session_state[head_key][1] < c.n_heads):
+    st.session_state[head_key] = best
+
+
+def _pick_head():
+    points = st.session_state["cause_heads"].selection.points
+    if points and points[0].get("customdata") is not None:
+        st.session_state[head_key] = tuple(int(v) for v in points[0]["customdata"][:2])
+
+
+shared_chart(head_table_figure(table, f"Heads: share restored by one head's {what}",
+                               selected=st.session_state[head_key]),
+             width="stretch", theme=None, key="cause_heads", on_select=_pick_head, selection_mode="points")
+hl, hh = st.session_state[head_key]
+st.caption(f"Click a head to see it position by position (now: {head_label(hl, hh)}, framed).")
+per = stack_rows([_positions(mkey, a_ids, b_ids, metric, hl, hh, w) for w in ("z", "q", "k", "v")])
+shared_chart(patch_heatmap(per, tokens, ["output z (query pos.)", "queries (query pos.)", "keys (key pos.)",
+                                         "values (key pos.)"],
+                           f"{head_label(hl, hh)}, one position at a time",
+                           changed=diff[0] if len(diff) == 1 else None),
+             width="stretch", theme=None, key="cause_positions")
+st.caption("Output and queries are put back at one query position, keys and values at one key position. A "
+           "single bright key cell is the position whose key the head looks up; its value cell, what it copies.")
+
+# ------------------------------------------------------------------ path patching
+st.header("Following one path: sender → receivers")
+if c.n_layers < 2:
+    st.info("Path patching needs a head in an earlier layer sending to one in a later layer; this model has one layer.")
+else:
+    scores = _scores(mkey)
+    later = [(l, h) for l in range(1, c.n_layers) for h in range(c.n_heads)]
+    receiver0 = max(later, key=lambda p: scores.induction[p])
+    earlier = [(l, h) for l in range(receiver0[0]) for h in range(c.n_heads)]
+    sender0 = max(earlier, key=lambda p: scores.previous_token[p])
+    st.markdown(
+        "Patching a whole head cannot tell *which* later head it talks to. Path patching lets only the sender's "
+        "clean output reach the receivers, and only through one of their inputs; every other head and MLP stays "
+        "frozen at the corrupted run. For the induction circuit: the previous-token head (sender) writes "
+        "\"the token before me was X\" at each position, and the induction head (receiver) builds its **keys** "
+        f"from it. Defaults: the head with the highest previous-token score ({head_label(*sender0)}, "
+        f"{scores.previous_token[sender0]:.2f}) sending to the head with the highest induction score among the later "
+        f"layers ({head_label(*receiver0)}, {scores.induction[receiver0]:.2f}).")
+    senders = [(l, h) for l in range(c.n_layers - 1) for h in range(c.n_heads)]
+    p1, p2, p3 = st.columns([1, 2, 1])
+    sender = p1.selectbox("Sender", senders, index=senders.index(sender0), key="cause_sender",
+                          format_func=lambda p: head_label(*p))
+    options = [(l, h) for l in range(sender[0] + 1, c.n_layers) for h in range(c.n_heads)]
+    rkey = f"cause_receivers_{sender[0]}"
+    st.session_state.setdefault(rkey, [receiver0] if receiver0 in options else options[:1])
+    receivers = p2.multiselect("Receivers (later layers)", options, key=rkey, format_func=lambda p: head_label(*p))
+    via = p3.radio("Through their", ("q", "k", "v"), index=1, horizontal=True, key="cause_via",
+                   format_func={"q": "queries", "k": "keys", "v": "values"}.get)
+    values = {v: _path(mkey, a_ids, b_ids, metric, sender, tuple(receivers), v) for v in ("q", "k", "v")}
+    v1, v2, v3, v4 = st.columns(4)
+    for col, v, word in ((v1, "q", "queries"), (v2, "k", "keys"), (v3, "v", "values")):
+        col.metric(f"via {word}" + ("  ◀" if v == via else ""), f"{values[v]:.0%}" if math.isfinite(values[v]) else "—")
+    whole = _heads(mkey, a_ids, b_ids, metric, "z")[sender]
+    v4.metric(f"{head_label(*sender)}'s whole output", f"{whole:.0%}")
+    if not receivers:
+        st.caption("No receivers: nothing reaches the network, so the patch restores exactly 0.")
+    else:
+        st.caption(f"The share of the clean answer restored when only {head_label(*sender)}'s clean output reaches "
+                   f"{', '.join(head_label(*r) for r in receivers)}, and only through their {via}. The last figure is "
+                   "the sender's output patched everywhere, for comparison: the path's share of it is what this one "
+                   "connection carries.")
+
+# ------------------------------------------------------------------ why the head attends here
+st.header("Why does this head attend here?")
+st.markdown(
+    "A score is a dot product of a query and a key, and both are sums: the residual stream at a position is the "
+    "token embedding plus the position embedding plus what every earlier head and MLP wrote there. So the score "
+    "splits exactly into one term per pair (query-side source, key-side source). LayerNorm's division by the "
+    "stream's size is a number per position: it is frozen at its real value, and its shift (with the bias of "
+    "$W_Q$ or $W_K$) becomes a source of its own.")
+st.latex(r"s_{ij} = \frac{1}{\sqrt{d_h}} \Big(\sum_a W_Q\,\tilde x^{(a)}_i\Big)^{\!\top}\Big(\sum_b W_K\,\tilde x^{(b)}_j\Big)"
+         r" = \sum_{a,b} \frac{(W_Q \tilde x^{(a)}_i)^\top (W_K \tilde x^{(b)}_j)}{\sqrt{d_h}}")
+s1, s2, s3, s4 = st.columns(4)
+heads_all = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
+sl = s1.selectbox("Head", heads_all, index=heads_all.index((hl, hh)), key="cause_src_head",
+                  format_func=lambda p: head_label(*p))
+i = int(s2.number_input("Query position i", 1, n, n, key="cause_src_i")) - 1
+pattern_row = _pattern(mkey, a_ids, *sl)[i]
+j_default = int(pattern_row[: i + 1].argmax())
+j = int(s3.number_input("Key position j (default: where it looks most)", 1, i + 1,
+                        min(j_default + 1, i + 1), key=f"cause_src_j_{i}_{sl[0]}_{sl[1]}")) - 1
+s4.metric("weight a[i, j]", f"{pattern_row[j]:.3f}")
+full, src_names, score = _sources(mkey, a_ids, sl[0], sl[1], i, j)
+shown_t, rows_n, cols_n = top_sources(full, src_names, k=10)
+shared_chart(sources_figure(shown_t, rows_n, cols_n,
+                            f"{head_label(*sl)}: score of query {i + 1} '{tokens[i]}' for key {j + 1} '{tokens[j]}' "
+                            f"= {score:.2f}, split by source"),
+             width="stretch", theme=None, key="cause_sources")
+reading = read_sources(shown_t, src_names, rows_n, cols_n)
+st.caption(f"The entries add up to the score {score:.3f} (their sum: {full.sum():.3f}). On the clean prompt."
+           + (" Only the ten largest sources of each side are drawn; 'all others' holds the rest." if
+              len(src_names) > 10 else ""))
+key_part = (f"Summed over the query's side, the source of the key's stream that adds most to the score is "
+            f"**{reading.key_builder}** ({reading.key_total:+.2f}); of the query's, **{reading.query_builder}** "
+            f"({reading.query_total:+.2f}). The largest single entry pairs the query's {reading.query_source} with the "
+            f"key's {reading.key_source} ({reading.value:+.2f}).")
+if reading.composition in ("K", "QK"):
+    st.success(key_part + f" The key this head finds was built by **{reading.key_builder}**, a head of an earlier "
+               "layer: **K-composition**. For an induction head that earlier head is a previous-token head: it wrote "
+               "at each position which token came before, and the induction head's query looks for the key that says "
+               "\"the token before me was the one I am\"."
+               + (" The query's side was built by an earlier head too (Q-composition)." if reading.composition == "QK"
+                  else ""))
+elif reading.composition == "Q":
+    st.success(key_part + f" An earlier head, **{reading.query_builder}**, shaped what this head asks for: "
+               "**Q-composition**.")
+else:
+    st.info(key_part + " No earlier head is the main builder of either side: this head works from what the "
+            "embeddings (and the MLPs) wrote.")
