@@ -4,6 +4,7 @@ import streamlit as st
 from core.nn.checkpoint import CheckpointError
 from core.serve.fmt import md_escape
 from core.serve.threads import page_threads, use_threads
+from ui.links import frame_link, show_frame_link_ignored
 from ui import (DEFAULT_MODEL, accept_lone_surrogates, at_step, load_model, model_label, release_compute_slot,
                 resume_deep_link, scan_models, session_owner, show_page_menu, step_picker, user_models_dir)
 
@@ -14,25 +15,34 @@ accept_lone_surrogates()  # a lone surrogate typed into a box must not close the
 
 st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
 
-PAGES = [
-    st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
-    st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
-    st.Page("pages/heads.py", title="Switch heads off", icon=":material/power_settings_new:"),
-    st.Page("pages/inside.py", title="Inside the model", icon=":material/account_tree:"),
-    st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
-    st.Page("pages/over_training.py", title="Over training", icon=":material/history:"),
-    st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
-    st.Page("pages/variants.py", title="Why each piece", icon=":material/extension:"),
-    st.Page("pages/cause_effect.py", title="Cause and effect", icon=":material/swap_horiz:"),
-    st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
-    st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
-    st.Page("pages/scaling_fit.py", title="Your scaling law", icon=":material/scatter_plot:"),
-]
+PAGES = {  # sections, so that a newcomer sees where to start and what belongs together
+    "Start here": [
+        st.Page("pages/lesson.py", title="Lesson", icon=":material/school:"),
+        st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
+    ],
+    "One prompt, inside the model": [
+        st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
+        st.Page("pages/heads.py", title="Switch heads off", icon=":material/power_settings_new:"),
+        st.Page("pages/inside.py", title="Inside the model", icon=":material/account_tree:"),
+        st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
+        st.Page("pages/cause_effect.py", title="Cause and effect", icon=":material/swap_horiz:"),
+    ],
+    "How it was learned": [
+        st.Page("pages/over_training.py", title="Over training", icon=":material/history:"),
+        st.Page("pages/training.py", title="Training", icon=":material/model_training:"),
+        st.Page("pages/variants.py", title="Why each piece", icon=":material/extension:"),
+    ],
+    "Cost and scale": [
+        st.Page("pages/parameters.py", title="Parameters and cost", icon=":material/calculate:"),
+        st.Page("pages/scaling.py", title="Scaling laws", icon=":material/trending_down:"),
+        st.Page("pages/scaling_fit.py", title="Your scaling law", icon=":material/scatter_plot:"),
+    ],
+}
 
 MAX_SHOWN_BAD = 50  # broken model folders listed by name in the sidebar
 
 show_page_menu()  # config.toml hides Streamlit's pages/ folder menu; ours is shown
-nav = st.navigation(PAGES)
+nav = st.navigation(PAGES, expanded=True)  # every page listed: none hidden behind "View more"
 resume_deep_link()  # a bookmark opened before app.py had run: back to that page, in the frame
 
 with st.sidebar:
@@ -42,8 +52,10 @@ with st.sidebar:
         names = [e.name for e in good]
         me = session_owner()  # this browser session's id: the owner recorded in the models it saves
         labels = {e.name: model_label(e, me) for e in good}  # yours or a classmate's, decided in this run
-        default = names.index(DEFAULT_MODEL) if DEFAULT_MODEL in names else 0
-        name = st.selectbox("Model", names, index=default, key="te_model_name", label_visibility="collapsed",
+        frame_link(names)  # a link's model= and step=, read once (ui.links)
+        if st.session_state.get("te_model_name") not in names:  # the default, as state: a link may set it
+            st.session_state["te_model_name"] = DEFAULT_MODEL if DEFAULT_MODEL in names else names[0]
+        name = st.selectbox("Model", names, key="te_model_name", label_visibility="collapsed",
                             format_func=labels.get,
                             help=f"Shipped models live in assets/models; models trained here are saved in "
                                  f"{user_models_dir()}, where everyone on this server sees them (a class gallery). "
@@ -80,6 +92,7 @@ with st.sidebar:
             if len(bad) > MAX_SHOWN_BAD:
                 st.caption(f"... and {len(bad) - MAX_SHOWN_BAD:,} more.")
 
+show_frame_link_ignored()  # what a link's model= or step= could not use, named once above the page
 try:
     nav.run()
 finally:  # a page that waited for a compute slot (ui.compute_slot) holds it until here, however its run ended

@@ -36,12 +36,14 @@ def corpus_text():
 
 
 def app_pages() -> list[tuple[str, str]]:
-    """(script, title) of every st.Page in app.py's PAGES list, in order, read from app.py's source."""
+    """(script, title) of every st.Page in app.py's PAGES (a list, or sections: a dict of lists), in order, read
+    from app.py's source."""
     tree = ast.parse((ROOT / "app.py").read_text())
     pages = next(node.value for node in tree.body if isinstance(node, ast.Assign)
                  and any(isinstance(t, ast.Name) and t.id == "PAGES" for t in node.targets))
+    calls = [c for section in pages.values for c in section.elts] if isinstance(pages, ast.Dict) else pages.elts
     found = []
-    for call in pages.elts:
+    for call in calls:
         assert isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "Page", ast.unparse(call)
         title = next(k.value.value for k in call.keywords if k.arg == "title")
         found.append((call.args[0].value, title))
@@ -49,21 +51,27 @@ def app_pages() -> list[tuple[str, str]]:
 
 
 def _page_opener(mp: pytest.MonkeyPatch):
-    def open_page(page: str, timeout: float = 60, models_dir=None, state: dict | None = None) -> AppTest:
+    def open_page(page: str, timeout: float = 60, models_dir=None, state: dict | None = None,
+                  query: dict | None = None) -> AppTest:
         """An AppTest of app.py showing ``page`` ("pages/attention.py"), after a run without exception.
 
         models_dir: TE_MODELS_DIR for this test (user models are saved and discovered there).
         state: session state set before the first run, when app.py still runs (AppTest runs app.py only on
         its first run while a pages/ folder exists; later runs execute the page alone), e.g. the picker's
-        {"te_model_name": "copy"}."""
+        {"te_model_name": "copy"}.
+        query: the URL's query string (a link), set before the first run and kept for the page's."""
         if models_dir is not None:
             mp.setenv("TE_MODELS_DIR", str(models_dir))
         at = AppTest.from_file(APP, default_timeout=timeout)
         for key, value in (state or {}).items():
             at.session_state[key] = value
+        for key, value in (query or {}).items():
+            at.query_params[key] = value
         at.run()
         if page not in (HOME, "app.py"):
             at.switch_page(page)
+            for key, value in (query or {}).items():  # a page switch starts from a clean query string
+                at.query_params[key] = value
             at.run()
         assert not at.exception, f"{page}: {at.exception[0].message}"
         return at

@@ -105,8 +105,17 @@ def step_picker(entry: ModelEntry) -> ModelEntry:
     options = [s for s in steps if s != last] + ["final"]
     label = lambda o: f"final (step {last:,})" if o == "final" and last is not None else (  # noqa: E731
         "final" if o == "final" else f"{o:,}")
-    choice = st.select_slider("Model at training step", options, value="final", format_func=label,
-                              key=f"te_step::{entry.name}",
+    key = f"te_step::{entry.name}"
+    pending = st.session_state.pop("te_link_step", None)  # a link's step= (ui.links.frame_link), once
+    if pending is not None:
+        if pending in options:
+            st.session_state[key] = pending
+        else:
+            st.session_state.setdefault("te_link_ignored", []).append(
+                ("step", f"{entry.name} kept no snapshot at step {pending:,}"))
+    if st.session_state.get(key) not in options:  # the default (set here, not as value=, so a link may set it)
+        st.session_state[key] = "final"
+    choice = st.select_slider("Model at training step", options, format_func=label, key=key,
                               help="Every analysis page (Attention, Switch heads off, Inside the model, Generation) "
                                    "uses the model as it was at this step of its training. Drag left to step 0, the "
                                    "untrained model, and watch what it learns. The Over training page shows every "
