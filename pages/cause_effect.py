@@ -10,6 +10,7 @@ from core.patching import (HEAD_KINDS, Metric, check_pair, corrupt_one, default_
                            patch_head_positions, patch_heads, patch_residual, patch_sublayers, path_patch,
                            read_sources, score_sources, stack_rows, strongest_head, top_predictions, top_sources)
 from core.serve.fmt import head_label
+from ui.links import apply_link, link_box
 from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
@@ -96,6 +97,11 @@ def _match(how: str):
     set_prompt_ids(CORRUPT_KEY, tok, b)
 
 
+link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "corrupt": ("prompt", tok, c.n_ctx),
+                   "layer": ("int", 1, c.n_layers), "head": ("int", 1, c.n_heads), "pos": ("int", 1, c.n_ctx)},
+                  {"prompt": CLEAN_KEY, "corrupt": CORRUPT_KEY})
+if "prompt" in link.values and "corrupt" not in link.values:  # a link with one prompt: its corrupted copy made here
+    _corrupt(model, tok)
 if CLEAN_KEY not in st.session_state:  # the page opens on the example
     _example(model, tok)
 left, right = st.columns(2)
@@ -234,6 +240,12 @@ st.markdown("Each cell: one head's activation put back from the clean run at eve
 table = _heads(mkey, a_ids, b_ids, metric, what)
 best = strongest_head(_heads(mkey, a_ids, b_ids, metric, "z"))  # the page opens on the head that matters most
 head_key = "cause_head"
+if "layer" in link.values or "head" in link.values:  # a link's head: the table's pick and the sources' head
+    was = st.session_state.get(head_key, best)
+    st.session_state[head_key] = (link.values.get("layer", was[0] + 1) - 1, link.values.get("head", was[1] + 1) - 1)
+    st.session_state["cause_src_head"] = st.session_state[head_key]
+if "pos" in link.values and link.values["pos"] <= n:
+    st.session_state["cause_src_i"] = link.values["pos"]
 if head_key not in st.session_state or not (0 <= st.session_state[head_key][0] < c.n_layers
                                             and 0 <= st.session_state[head_key][1] < c.n_heads):
     st.session_state[head_key] = best
@@ -313,9 +325,14 @@ st.latex(r"s_{ij} = \frac{1}{\sqrt{d_h}} \Big(\sum_a W_Q\,\tilde x^{(a)}_i\Big)^
          r" = \sum_{a,b} \frac{(W_Q \tilde x^{(a)}_i)^\top (W_K \tilde x^{(b)}_j)}{\sqrt{d_h}}")
 s1, s2, s3, s4 = st.columns(4)
 heads_all = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
-sl = s1.selectbox("Head", heads_all, index=heads_all.index((hl, hh)), key="cause_src_head",
+if st.session_state.get("cause_src_head") not in heads_all:  # the default as state (no index=): a link may set it
+    st.session_state["cause_src_head"] = (hl, hh)
+sl = s1.selectbox("Head", heads_all, key="cause_src_head",
                   format_func=lambda p: head_label(*p))
-i = int(s2.number_input("Query position i", 1, n, n, key="cause_src_i")) - 1
+if not 1 <= int(st.session_state.get("cause_src_i", n)) <= n:  # a shorter prompt than the last one
+    st.session_state["cause_src_i"] = n
+st.session_state.setdefault("cause_src_i", n)
+i = int(s2.number_input("Query position i", 1, n, key="cause_src_i")) - 1
 pattern_row = _pattern(mkey, a_ids, *sl)[i]
 j_default = int(pattern_row[: i + 1].argmax())
 j = int(s3.number_input("Key position j (default: where it looks most)", 1, i + 1,
@@ -348,3 +365,7 @@ elif reading.composition == "Q":
 else:
     st.info(key_part + " No earlier head is the main builder of either side: this head works from what the "
             "embeddings (and the MLPs) wrote.")
+
+st.divider()
+link_box({"model": entry.name, "prompt": clean.text, "corrupt": corrupt.text, "layer": sl[0] + 1, "head": sl[1] + 1,
+          "pos": i + 1})

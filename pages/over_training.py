@@ -8,6 +8,7 @@ from core.figures.induction_figures import formation_figure
 from core.nn.checkpoint import CheckpointError, read_heads, read_log, read_training
 from core.nn.snapshots import snapshot_losses
 from core.serve.fmt import head_label
+from ui.links import apply_link, link_box
 from ui import at_step, chart, current, ensure_frame, load_model, model_cache, model_key, prompt_input, snapshot_steps_of
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -68,6 +69,12 @@ _over = model_cache(lambda ids: over_training(models, list(ids)), 8, what=WHAT,
 _patterns = model_cache(lambda ids, layer, head, picked: head_patterns([m for m in models if m[0] in picked],
                                                                        list(ids), layer, head), 16, what=WHAT)
 
+head_key = f"over_head_{c.n_layers}x{c.n_heads}"
+link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "layer": ("int", 1, c.n_layers), "head": ("int", 1, c.n_heads)},
+                  {"prompt": PROMPT_KEY})
+if "layer" in link.values or "head" in link.values:  # one of the two from the link, the other as it was
+    was = st.session_state.get(head_key, (0, 0))
+    st.session_state[head_key] = (link.values.get("layer", was[0] + 1) - 1, link.values.get("head", was[1] + 1) - 1)
 st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
 prompt = prompt_input("Your prompt", None, "over_prompt", tok, c.n_ctx, height=110)  # PROMPT_KEY, a literal for tests
 if prompt.empty or len(prompt.ids) < 2:
@@ -116,7 +123,9 @@ if heads_rows:
 
 st.subheader("One head's attention at each snapshot")
 pairs = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
-layer, head = st.selectbox("Head", pairs, index=pairs.index(ot.best_induction_head()), key=f"over_head_{c.n_layers}x{c.n_heads}",
+if st.session_state.get(head_key) not in pairs:  # the default as state (no index=), so that a link may set it
+    st.session_state[head_key] = ot.best_induction_head()
+layer, head = st.selectbox("Head", pairs, key=head_key,
                            format_func=lambda p: head_label(*p),
                            help="Opens on the head with the highest induction score on your prompt at the last step.")
 picked = tuple(pick_steps(shown_steps, STRIP))
@@ -147,3 +156,5 @@ if losses:
     st.caption(f"Validation loss estimated when each snapshot was taken: step 0 "
                f"{losses.get(shown_steps[0], {}).get('val_loss', float('nan')):.3f}, step {last:,} "
                f"{losses.get(last, {}).get('val_loss', float('nan')):.3f} nats per {unit}.")
+
+link_box({"model": entry.name, "prompt": prompt.text, "layer": layer + 1, "head": head + 1})
