@@ -387,6 +387,62 @@ def bench_patching(quick: bool):
     bench_patching_gpt2(quick)
 
 
+LESSON_ANSWERS = {  # step -> (widget kind, key prefix, value): what a learner answers before the reveal
+    1: ("button_group", "lesson_key_guess", None), 2: ("radio", "lesson_mask_guess", "yes"),
+    3: ("radio", "lesson_off_guess", "up"), 4: ("number_input", "lesson_block_guess", 49_408),
+    5: ("slider", "lesson_share_guess", 67), 6: ("number_input", "lesson_cost_guess", 1e12),
+    7: ("radio", "lesson_temp_guess", 0), 8: ("radio", "lesson_scaling_guess", "N"),
+    9: ("radio", "lesson_forming_guess", "second"), 10: ("radio", "lesson_piece_guess", "no-residual"),
+    11: ("selectbox", "lesson_patch_guess", 0), 12: ("selectbox", "lesson_circuit_guess", 0),
+}
+
+
+def bench_lesson(quick: bool):
+    """Issue 31's target: every lesson step renders in <= 300 ms server time on the shipped model, one thread: the
+    rerun that reveals the model's answer, on a prompt typed new for each round (nothing cached), median of rounds.
+    Peer: the home page's rerun in the same run."""
+    from streamlit.testing.v1 import AppTest
+
+    def fresh():
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at.run()
+        at.switch_page("pages/lesson.py")
+        at.run()
+        return at
+
+    home = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    home.run()
+    home_t = median_time(home.run, 5)
+    at = fresh()
+    print("\nLesson steps: the reveal's rerun, a new prompt each round (server time, one thread)")
+    rounds = 2 if quick else 4
+    for step, (kind, prefix, value) in LESSON_ANSWERS.items():
+        times = []
+        for r in range(rounds):
+            at.text_area(key="lesson_prompt").input(f"KING:\nWhat news, my lords? {'abcdefgh'[r] * (r + 3)}")
+            at.session_state["lesson_step"] = step
+            at.run()
+            w = next(x for x in at.get(kind) if x.key and x.key.startswith(prefix))
+            if kind == "selectbox":
+                w.select_index(value)
+            elif kind == "button_group":
+                w.set_value(w.options and len(at.text_area(key="lesson_prompt").value) - 2)
+            else:
+                w.set_value(value)
+            at.run()
+            at.button(key="lesson_check").click()
+            t = time.perf_counter()
+            at.run()
+            times.append(time.perf_counter() - t)
+            if at.exception:
+                raise RuntimeError(f"lesson step {step}: {at.exception[0].message}")
+        t = statistics.median(times)
+        RESULTS.append({"benchmark": f"lesson step {step}", "ours": t, "unit": "s", "target_s": 0.3, "met": t <= 0.3,
+                        "ratio_to_home": t / home_t})
+        print(f"  step {step:>2}: {t * 1e3:7.1f} ms ({t / home_t:5.2f}x the home page) {'✓' if t <= 0.3 else '✗'} "
+              "(target <= 300 ms)")
+
+
 def bench_patching_gpt2(quick: bool):
     """GPT-2 small's shape (124M parameters, random weights: a pass costs what its shapes cost, whatever the values;
     no GPT-2 folder ships, and nothing downloads) at 64 tokens: one stage of the residual grid batched (64 rows in
@@ -457,8 +513,9 @@ def bench_discovery(quick: bool):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
-                                                 "variants", "patching"],
-                   choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "variants", "patching"])
+                                                 "variants", "patching", "lesson"],
+                   choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "variants", "patching",
+                            "lesson"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),
