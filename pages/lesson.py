@@ -83,8 +83,10 @@ with st.sidebar:
     st.caption(f"Score: {right} of {done} graded" + (f" ({len(progress) - done} too close to call)"
                                                         if len(progress) > done else ""))
     for k, (key, title, _) in enumerate(STEPS, start=1):
-        mark = {True: "✅", False: "❌", None: "➖"}.get(progress.get(key), "◻️") if key in progress else "◻️"
-        st.button(f"{mark} {k}. {title}", key=f"lesson_goto_{k}", on_click=_go, args=(k,), width="stretch",
+        # material icons, not emoji: a machine without an emoji font shows those as empty boxes
+        mark = {True: ":material/check_circle:", False: ":material/cancel:", None: ":material/remove_circle_outline:"
+                }.get(progress[key]) if key in progress else ":material/radio_button_unchecked:"
+        st.button(f"{k}. {title}", icon=mark, key=f"lesson_goto_{k}", on_click=_go, args=(k,), width="stretch",
                   type="primary" if k == st.session_state["lesson_step"] else "secondary")
 
 prompt = prompt_input("Your prompt (used by every step; change it any time)", None, "lesson_prompt", tok, c.n_ctx,
@@ -116,11 +118,11 @@ def verdict(grade: LS.Grade, answer_words: str):
     progress[key] = grade.correct
     if grade.correct is None:
         st.info(f"**Too close to call.** {answer_words} {grade.why}. The model gives no clear answer here, so this step "
-                "is not marked.", icon="➖")
+                "is not marked.", icon=":material/remove_circle_outline:")
     elif grade.correct:
-        st.success(f"**Right.** {answer_words} ({grade.why}).", icon="✅")
+        st.success(f"**Right.** {answer_words} ({grade.why}).", icon=":material/check_circle:")
     else:
-        st.error(f"**Not this time.** {answer_words} ({grade.why}).", icon="❌")
+        st.error(f"**Not this time.** {answer_words} ({grade.why}).", icon=":material/cancel:")
 
 
 st.progress(step / N_STEPS, text=f"Step {step} of {N_STEPS}: {title}")
@@ -314,20 +316,23 @@ elif key == "piece":
 elif key in ("patch", "circuit"):
     period = min(24, c.n_ctx // 2)
     row = model_probe(model, tok, n_seqs=1, period=period, seed=2000)[0].tolist()
-    clean = tuple(row[: period + min(16, period - 1)])
+    again = min(16, period - 1)
+    clean = tuple(row[: period + again])
     bad = corrupt_one(list(clean), c.vocab_size, choices=None if tok.kind == "char" else tok.readable_ids())
     corrupt = tuple(bad.ids)
     answer, wrong = _answers(mkey, clean, corrupt)
     metric = Metric(answer, wrong)
-    st.markdown(
-        f"A clean prompt: {period} random {tok.units}, then the first of them again. A corrupted copy: the same with "
-        f"one {tok.unit} changed, the earlier occurrence of the last {tok.unit} (position {bad.position + 1}). The "
-        "clean run can copy the next token; the corrupted one cannot. Run the corrupted prompt with one head's output "
-        "put back from the clean run, and see how much of the clean answer returns.")
+    st.markdown(f"The prompt: {period} random {tok.units}, then the first {again} of them again, so that the next "
+                f"{tok.unit} can only be found by copying from the first copy.")
     st.code(tok.decode(list(clean)), language=None, wrap_lines=True)
     table = _heads(mkey, clean, corrupt, metric)
     heads_all = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
     if key == "patch":
+        st.markdown(
+            f"A corrupted copy changes one {tok.unit}: the earlier occurrence of the last {tok.unit} (position "
+            f"{bad.position + 1}). The clean run can copy the next {tok.unit}; the corrupted one cannot. Run the "
+            "corrupted prompt with one head's output put back from the clean run, and see how much of the clean answer "
+            "returns.")
         guess = st.selectbox("Which head's output restores the most?", heads_all, index=None,
                              format_func=lambda p: head_label(*p), key="lesson_patch_guess")
         st.button("Patch every head", key="lesson_check", on_click=_reveal, disabled=guess is None)
