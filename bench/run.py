@@ -239,6 +239,7 @@ def bench_pages(quick: bool):
         def move_position(at, i):
             type_prompt(at, i)
             at.slider(key=f"inside_pos_{len(prompt)}").set_value(127 - 9 * (i + 1))
+            at.button(key="inside_pos_follow").click()  # the slider sits in a form: Follow applies it
 
         for name, setup in (("rerun pages/inside.py, 128 chars", type_prompt),
                             ("inside page, position moved, 128 chars", move_position)):

@@ -5,14 +5,15 @@ from core.analysis.attention import (
     induction_scores,
 )
 from core.figures.attention_figures import (
-    GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, ROLE_TITLES, all_heads_figure, future_mass_figure, head_overview_figure,
-    head_panels, head_roles_figure, mask_order_figure, role_explanations,
+    GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, OPEN_WINDOW, ROLE_TITLES, all_heads_figure, byte_pieces_note,
+    future_mass_figure, head_overview_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
 from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 DEFAULT_PROMPT = "KING:\nThe moon is down; what news from the camp?"
+ZOOM_FROM = 32  # a prompt longer than this gets the zoom slider
 
 st.title("Attention, head by head")
 st.markdown(
@@ -85,8 +86,10 @@ layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"la
                           on_change=lambda: _draw_layer(st.session_state["attn_layer"]))
 head = pick[1].selectbox("Head", range(c.n_heads), format_func=lambda k: f"head {k + 1}", key="attn_head")
 with pick[2]:
-    if n > 48:
-        lo, hi = st.slider("Window of positions to show (zoom)", 0, n - 1, (max(0, n - 48), n - 1), key="attn_window",
+    if n > ZOOM_FROM:
+        # opens on the whole prompt while its cells stay readable (OPEN_WINDOW positions), else on its last ones
+        lo, hi = st.slider("Window of positions to show (zoom)", 0, n - 1, (max(0, n - OPEN_WINDOW), n - 1),
+                           key="attn_window",
                            help=f"At full length the cells get tiny; zoom in on a stretch of the prompt (at most "
                                 f"{MAX_WINDOW} positions at a time).")
         if hi - lo + 1 > MAX_WINDOW:
@@ -96,6 +99,9 @@ with pick[2]:
     else:
         lo, hi = 0, n - 1
         st.caption(f"{n} {tok.units}: every position is shown.")
+note = byte_pieces_note(tok, ids[lo:hi + 1])
+if note:
+    st.caption(note)
 show_unmasked = st.toggle("Also show the softmax without the mask (what the mask prevents)", key="attn_unmasked")
 
 sl = slice(lo, hi + 1)

@@ -75,8 +75,14 @@ tr = _trace(mkey, ids)
 chars = tok.pieces  # the text of every token id (one character each for a character model)
 
 if n > 1:
-    pos = st.slider(f"Position i to follow (counting from 0): the model's guess for the {tok.unit} after it", 0, n - 1,
-                    n - 1, key=f"inside_pos_{n}")
+    # in a form, the slider moves in the browser alone (dragged, or one arrow key at a time) and the page, which
+    # recomputes nine figures for a new position, runs once, on the button: not once per step of the arrow keys
+    with st.form("inside_pos_form", border=False):
+        slot, button = st.columns([6, 1], vertical_alignment="bottom")
+        pos = slot.slider(f"Position i to follow (counting from 0): the model's guess for the {tok.unit} after it", 0,
+                          n - 1, n - 1, key=f"inside_pos_{n}",
+                          help="Drag it, or step it with the arrow keys; then press Follow (keyboard: Tab, Enter).")
+        button.form_submit_button("Follow", type="primary", width="stretch", key="inside_pos_follow")
 else:
     pos = 0
     st.caption(f"One {tok.unit}: there is one position to follow, position 0.")

@@ -61,7 +61,7 @@ def test_long_prompt_uses_the_last_n_ctx_and_says_so(attention):
     at = attention("abcdefghij " * 50)  # 550 characters
     assert any("only the last 128" in w.value for w in at.warning)
     window = at.slider(key="attn_window")
-    assert window.value == (80, 127)
+    assert window.value == (32, 127)  # the last OPEN_WINDOW = 96 positions
     at.toggle(key="attn_unmasked").set_value(True).run()  # the fourth panel and its bars on a zoomed window
     assert not at.exception
     window.set_range(0, 127).run()

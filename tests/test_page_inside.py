@@ -126,7 +126,8 @@ def test_position_head_and_key_pickers(inside, shipped):
     ids = tok.encode(text)
     at = inside(text)
     n = len(ids)
-    at.slider(key=f"inside_pos_{n}").set_value(7).run()
+    at.slider(key=f"inside_pos_{n}").set_value(7)
+    at.button(key="inside_pos_follow").click().run()  # the slider sits in a form: it applies on the button
     at.selectbox(key="inside_layer").set_value(1).run()
     at.selectbox(key="inside_head").set_value(2).run()
     at.selectbox(key=f"inside_key_{n}_7_1_2").set_value(3).run()

@@ -12,11 +12,22 @@ import plotly.graph_objects as go
 
 from core.analysis.attention import ROLE_INFO, future_mask, masked_softmax, mask_after_softmax
 from core.figures.common import axis_suffix, dict_figure
+from core.serve.fmt import visible
 
 MASKED_GREY = "#c8c8c8"  # background showing through cells that have no weight at all (masked)
 MASK_COLORS = [[0.0, "#eef3fb"], [0.5, "#eef3fb"], [0.5, "#2b2b2b"], [1.0, "#2b2b2b"]]
 MAX_TICKS = 48
 MAX_WINDOW = 128     # positions one head's panels show at most: more, and a row of cells is thinner than text
+OPEN_WINDOW = 96     # positions the panels open on: a prompt up to this long is shown whole, a longer one its last 96
+ROW_PX = 14          # a query row's height in the head's panels, room for one line of label ...
+PANELS_PX = 1120     # ... up to this height of the panels (80 rows); more rows share it, with smaller or fewer labels
+# Token axes are labelled for a chart this wide: what a stretched chart gets on a 1,366-px laptop screen with the
+# sidebar open (1,400 px: 940). A wider screen leaves the labels more room than they need, never less
+FIGURE_PX = 900
+AXIS_CHARS = 8       # a token's label is cut to this many characters on an axis (its hover shows it whole)
+TICK_FONT = 11
+CHAR_W = 0.55        # a label character's width, in font sizes (Plotly's sans serif, on average)
+LINE_H = 1.25        # a label line's height, in font sizes: labels closer than this overlap
 GRID_ALL_HEADS = 16  # up to this many heads in all, every head is drawn; more, and a table plus a few layers
 GRID_MAX_LAYERS = 3  # layers drawn head by head at once when not every head is
 
@@ -107,6 +118,70 @@ def axis_ticks(tokens: list[str], offset: int = 0, max_ticks: int = MAX_TICKS) -
     return ticks
 
 
+def _short(token: str) -> str:
+    """A token's label on an axis: cut to AXIS_CHARS characters (the hover shows it whole)."""
+    return token if len(token) <= AXIS_CHARS else token[:AXIS_CHARS - 1] + "…"
+
+
+def fitted_ticks(tokens: list[str], cell_px: float, across: bool, offset: int = 0, keep: int | None = None,
+                 fonts: tuple[int, ...] = (TICK_FONT, 10, 9)) -> tuple[dict, float]:
+    """Tick labels for a token axis whose cells are ``cell_px`` pixels apart, none overlapping its neighbour:
+    every token when they fit, else every k-th one with its position ("␣the 12"), k as small as keeps them apart
+    (the hover of every cell names its tokens whole). ``across``: an x axis, whose labels stand side by side
+    (upright when every one fits its cell, else turned a quarter, so that a label needs a line's height, not its
+    width); else a y axis, whose labels are stacked. ``keep``: a position (an index into ``tokens``) that is always
+    labelled, the neighbours its label would touch left out. The first of ``fonts`` (sizes) with which every token
+    gets a label is used; if none, the last, on every k-th.
+    Returns the axis's properties and how far its labels reach out from the axis, in pixels (for the margins)."""
+    n = len(tokens)
+    short = [_short(t) for t in tokens]
+    chars = max((len(t) for t in short), default=1)
+    for font in fonts:
+        line = LINE_H * font
+        upright = across and chars * CHAR_W * font + (1 if chars <= 2 else 4) <= cell_px
+        if upright or line <= cell_px:  # side by side upright, else turned or stacked: a line's height each
+            step = 1
+            break
+    else:
+        step = max(1, math.ceil(line / max(cell_px, 1e-9)))
+    vals = list(range(0, n, step))
+    if keep is not None and 0 <= keep < n and keep not in vals:
+        vals = sorted([v for v in vals if abs(v - keep) >= step] + [keep])
+    text = [short[i] if step == 1 else f"{short[i]} {offset + i}" for i in vals]
+    reach = max((len(t) for t in text), default=1) * CHAR_W * font
+    ticks = dict(tickmode="array", tickvals=vals, ticktext=text, tickfont=dict(size=font), showgrid=False,
+                 zeroline=False)
+    if across:
+        ticks["tickangle"] = 0 if upright else -90
+        reach = line if upright else reach
+    return ticks, reach
+
+
+def byte_pieces_note(tok, ids, examples: int = 3) -> str | None:
+    """One sentence on the pieces of characters among ``ids`` (a byte-level BPE writes a character it has no
+    token for as its UTF-8 bytes, one token each, shown ⟨f0⟩ ⟨9f⟩ ...), with up to ``examples`` runs of them and
+    the character(s) they spell; None when the prompt has none (any character tokenizer, most English text)."""
+    partial = tok.partial_ids()
+    runs, run = [], []
+    for i in list(ids) + [None]:  # a None at the end closes the last run
+        if i is not None and int(i) in partial:
+            run.append(int(i))
+        elif run:
+            runs.append(run)
+            run = []
+    if not runs:
+        return None
+    shown = []
+    for r in runs[:examples]:
+        pieces, text = " ".join(tok.visible_tokens(r)), tok.decode(r)
+        # a run cut at the start of the window (n_ctx) may not spell a whole character: then no "= ..."
+        shown.append(pieces if not text or "\ufffd" in text else f"{pieces} = {visible(text)}")
+    more = f" and {len(runs) - examples} more" if len(runs) > examples else ""
+    return (f"Labels such as {'; '.join(shown)}{more} are bytes in hexadecimal: a character the tokenizer splits "
+            "into bytes, because it has no token for it (an emoji, an accented or non-Latin letter). Its UTF-8 code "
+            "takes 2 to 4 bytes, and the model reads each byte as a token of its own.")
+
+
 def _staircase(n: int) -> str:
     """SVG path of the boundary between the visible past (j <= i) and the masked future (j > i)."""
     pts = ["M -0.5 -0.5"]
@@ -157,11 +232,19 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     hover = _hover_data(tokens, scores, weights, offset)
     lim = float(np.max(np.abs(scores))) or 1.0
 
-    rows_px = min(max(420, 14 * n), 900)  # about 14 px per query row, so row labels stay readable
+    # ROW_PX per query row up to PANELS_PX, so that every row keeps a label; more rows get smaller labels, then fewer
+    rows_px = min(max(420, ROW_PX * n), PANELS_PX)
+    y_ticks, y_reach = fitted_ticks(tokens, rows_px / n, across=False, offset=offset)
+    left = max(70, round(y_reach) + 40)  # the labels and the axis title beside them
+    plot_px = FIGURE_PX - left - 20
+    dom = _axis(layout, "x", 1)["domain"]
+    x_ticks, x_reach = fitted_ticks(tokens, plot_px * (dom[1] - dom[0]) / n, across=True, offset=offset)
+    below = round(x_reach) + 50  # under the plot's bottom edge: the key labels, the axis title, then the colour bars
+    bottom = below + 75
 
     def colorbar(col, title, **kw):
         dom = _axis(layout, "x", col)["domain"]
-        return dict(orientation="h", x=(dom[0] + dom[1]) / 2, xanchor="center", y=-95 / rows_px, yanchor="top",
+        return dict(orientation="h", x=(dom[0] + dom[1]) / 2, xanchor="center", y=-below / rows_px, yanchor="top",
                     len=(dom[1] - dom[0]) * 0.9, thickness=12, title=dict(text=title, side="top"), **kw)
 
     mask_text = np.where(future, "−∞", "")
@@ -181,19 +264,19 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
         cd[:, :, 3] = np.round(unmasked, 4).astype(str)
         data.append(dict(type="heatmap", z=_f32(unmasked), colorscale="Oranges", zmin=0, zmax=1, customdata=cd,
                          hovertemplate=HOVER, colorbar=colorbar(4, "weight if the future were visible"), **_on(4)))
-    ticks = axis_ticks(tokens, offset)
     path = _staircase(n)
     for x in _axes(layout, "x"):
-        x.update(title=dict(text="key j"), range=[-0.5, n - 0.5], **ticks)
+        x.update(title=dict(text="key j"), range=[-0.5, n - 0.5], **x_ticks)
     layout["xaxis2"]["showticklabels"] = False  # too narrow for labels; its neighbours carry them
     for y in _axes(layout, "y"):
-        y.update(range=[n - 0.5, -0.5], **ticks)  # query 0 at the top, as the matrix is written
+        y.update(range=[n - 0.5, -0.5], **y_ticks)  # query 0 at the top, as the matrix is written
     layout["yaxis"]["title"] = dict(text="query i")
     layout["shapes"] = [dict(type="path", path=path, line=dict(color="#d62728", width=1.2), **_refs(col))
                         for col in range(1, cols + 1)]
     top = 100 if show_unmasked else 70  # room for the two-line panel titles under the figure's title
-    layout.update(title=dict(text=title, y=1 - 12 / (rows_px + 240 + top - 70), yanchor="top"),
-                  height=rows_px + 240 + top - 70, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=top, b=170))
+    height = rows_px + top + bottom
+    layout.update(title=dict(text=title, y=1 - 12 / height, yanchor="top"), height=height, plot_bgcolor=MASKED_GREY,
+                  margin=dict(l=left, r=20, t=top, b=bottom))
     return dict_figure(data, layout)
 
 
@@ -205,10 +288,11 @@ def future_mass_figure(mass: np.ndarray, tokens: list[str], offset: int = 0) -> 
     labels = [f"{offset + i} '{t}'" for i, t in enumerate(tokens)]
     data = [dict(type="bar", x=np.arange(len(tokens)), y=_f32(mass), customdata=labels, marker_color="#e6550d",
                  hovertemplate="query %{customdata}<br>weight on the future: %{y:.3f}<extra></extra>")]
-    layout = dict(xaxis=dict(title=dict(text="query i"), **axis_ticks(tokens, offset)),
+    ticks, reach = fitted_ticks(tokens, (FIGURE_PX - 90) / max(len(tokens), 1), across=True, offset=offset)
+    layout = dict(xaxis=dict(title=dict(text="query i"), range=[-0.5, len(tokens) - 0.5], **ticks),
                   yaxis=dict(title=dict(text="weight on keys j > i"), range=[0, 1]),
-                  title=dict(text="Without the mask, how much each query would read from the future"), height=300,
-                  margin=dict(l=70, r=20, t=50, b=50))
+                  title=dict(text="Without the mask, how much each query would read from the future"),
+                  height=250 + round(reach), margin=dict(l=70, r=20, t=50, b=round(reach) + 50))
     return dict_figure(data, layout)
 
 
@@ -221,30 +305,46 @@ def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) ->
     right, wrong = masked_softmax(scores)[win, win], mask_after_softmax(scores)[win, win]
     sums_right, sums_wrong = masked_softmax(scores).sum(-1)[win], mask_after_softmax(scores).sum(-1)[win]
     future = future_mask(n)
-    layout = row_of_panels([0.36, 0.36, 0.28], 0.06, ["mask on the scores, then softmax",
-                                                       "softmax, then zero the future", "row sums Σ_j a_ij"])
+    # the three panels share the query rows: only the first carries their labels, which would otherwise run into
+    # the panel on their left
+    layout = row_of_panels([0.39, 0.39, 0.22], 0.04, ["mask on the scores, then softmax",
+                                                       "softmax, then zero the future", "row sums Σ_j a_ij"],
+                           shared_y=True)
+    rows_px = min(max(320, ROW_PX * n), PANELS_PX)
+    y_ticks, y_reach = fitted_ticks(tokens, rows_px / n, across=False, offset=offset)
+    left = max(70, round(y_reach) + 40)
+    dom = _axis(layout, "x", 1)["domain"]
+    x_ticks, x_reach = fitted_ticks(tokens, (FIGURE_PX - left - 20) * (dom[1] - dom[0]) / n, across=True,
+                                    offset=offset)
+    below = round(x_reach) + 50  # under the plot: the key labels, the axis title, then the colour bar and legend
+    names = np.array([f"{offset + i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+    cells = np.empty((n, n, 2), dtype=object)  # every cell's query and key, named by position and token whole
+    cells[:, :, 0], cells[:, :, 1] = names[:, None], names[None, :]
     data = []
-    ticks = axis_ticks(tokens, offset)
     for col, w in ((1, right), (2, wrong)):
         data.append(dict(type="heatmap", z=_f32(np.where(future, np.nan, w)), colorscale="Blues", zmin=0, zmax=1,
-                         showscale=col == 2,
-                         colorbar=dict(orientation="h", x=0.36, xanchor="center", y=-0.3, len=0.5, thickness=12,
+                         showscale=col == 2, customdata=cells,
+                         colorbar=dict(orientation="h", x=(dom[0] + _axis(layout, "x", 2)["domain"][1]) / 2,
+                                       xanchor="center", y=-below / rows_px, yanchor="top", len=0.5, thickness=12,
                                        title=dict(text="weight (grey = masked)", side="top")),
-                         hovertemplate="query %{y} · key %{x}<br>weight %{z:.4f}<extra></extra>", **_on(col)))
-        _axis(layout, "x", col).update(title=dict(text="key j"), range=[-0.5, n - 0.5], **ticks)
-        _axis(layout, "y", col).update(range=[n - 0.5, -0.5], **ticks)
+                         hovertemplate="query i=%{customdata[0]}<br>key j=%{customdata[1]}<br>weight %{z:.4f}"
+                                       "<extra></extra>", **_on(col)))
+        _axis(layout, "x", col).update(title=dict(text="key j"), range=[-0.5, n - 0.5], **x_ticks)
+        _axis(layout, "y", col).update(range=[n - 0.5, -0.5], **y_ticks)
     layout["yaxis"]["title"] = dict(text="query i")
     rows = np.arange(n)
     for name, sums in (("mask on the scores", sums_right), ("mask after the softmax", sums_wrong)):
         data.append(dict(type="scatter", x=sums, y=rows, mode="lines+markers", name=name, marker=dict(size=5),
-                         hovertemplate="query %{y}: row sum %{x:.4f}<extra></extra>", **_on(3)))
+                         customdata=names, hovertemplate="query %{customdata}: row sum %{x:.4f}<extra></extra>",
+                         **_on(3)))
     layout["xaxis3"].update(title=dict(text="row sum"), range=[0, 1.05], showgrid=True, gridcolor="#e5e5e5")
-    layout["yaxis3"].update(range=[n - 0.5, -0.5], **ticks)
+    layout["yaxis3"].update(range=[n - 0.5, -0.5], showgrid=False, zeroline=False)
     # the grey background marks masked cells in the heatmaps; the line chart gets a white one
     layout["shapes"] = [dict(type="rect", xref="x3 domain", yref="y3 domain", x0=0, x1=1, y0=0, y1=1,
                              fillcolor="white", line_width=0, layer="below")]
-    layout.update(height=600, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=170),
-                  legend=dict(orientation="h", x=1, xanchor="right", y=-0.16))
+    bottom = below + 75
+    layout.update(height=rows_px + 60 + bottom, plot_bgcolor=MASKED_GREY, margin=dict(l=left, r=20, t=60, b=bottom),
+                  legend=dict(orientation="h", x=1, xanchor="right", y=-(below + 20) / rows_px, yanchor="top"))
     return dict_figure(data, layout)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from core.figures.attention_figures import axis_ticks
+from core.figures.attention_figures import PANELS_PX, axis_ticks, fitted_ticks
 from core.figures.common import dict_figure
 from core.serve.fmt import head_label, visible
 from core.analysis.generation import format_t
@@ -89,10 +89,11 @@ def _heat(z, lim: float, **kw) -> dict:
     return {**dict(type="heatmap", z=z, colorscale="RdBu_r", zmid=0, zmin=-lim, zmax=lim, xgap=1, ygap=1), **kw}
 
 
-def _key_ticks(labels: list[str], max_ticks: int = 40) -> dict:
-    """Ticks for an axis of keys labelled "12 'e'": every one when they fit, else a thinned set."""
-    ticks = {**axis_ticks(labels, max_ticks=max_ticks), **NO_GRID}
-    ticks["ticktext"] = [labels[v] for v in ticks["tickvals"]]
+def _key_ticks(labels: list[str], row_px: float, chosen: int | None = None) -> dict:
+    """Ticks for an axis of keys labelled "12 'e'", one row each ``row_px`` high: every one when they fit, else
+    every k-th, and the ``chosen`` key always (its neighbours that its label would touch left out)."""
+    ticks, _ = fitted_ticks(labels, row_px, across=False, keep=chosen)
+    ticks.update(NO_GRID, ticktext=[labels[v] for v in ticks["tickvals"]])  # the labels whole: they hold positions
     return ticks
 
 
@@ -183,7 +184,7 @@ def neuron_view(q: np.ndarray, keys: np.ndarray, weights: np.ndarray, key_labels
                          f"{len(key_labels)} labels")
     if not 0 <= chosen < nk:
         raise ValueError(f"key {chosen} is not among the {nk} keys")
-    rows_px, top, bottom = min(max(14 * nk, 160), 900), 40, 50
+    rows_px, top, bottom = min(max(14 * nk, 160), PANELS_PX), 40, 50  # 14 px a key up to 80, each with its label
     q_dom, k_dom = (_from_top(d) for d in _domains([40, rows_px], 60))
     left, right = [0.0, 0.68], [0.76, 1.0]
     lim = _lim(q, keys)
@@ -204,7 +205,7 @@ def neuron_view(q: np.ndarray, keys: np.ndarray, weights: np.ndarray, key_labels
         xaxis=dict(domain=left, anchor="y", matches="x2", showticklabels=False, **NO_GRID),
         yaxis=dict(domain=q_dom, anchor="x", showticklabels=False, **NO_GRID),
         xaxis2=dict(domain=left, anchor="y2", title=dict(text=f"component (0 … {dh - 1})"), **NO_GRID),
-        yaxis2=dict(anchor="x2", **key_axis, **_key_ticks(key_labels)),
+        yaxis2=dict(anchor="x2", **key_axis, **_key_ticks(key_labels, rows_px / nk, chosen)),
         xaxis3=dict(domain=right, anchor="y3", range=[0, 1.05], title=dict(text="weight a_ij"), gridcolor="#e5e5e5"),
         yaxis3=dict(anchor="x3", showticklabels=False, **NO_GRID, **key_axis),
         shapes=[dict(type="rect", xref="x2", yref="y2", x0=-0.5, x1=dh - 0.5, y0=chosen - 0.5, y1=chosen + 0.5,
