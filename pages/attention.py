@@ -8,7 +8,10 @@ from core.figures.attention_figures import (
     GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, OPEN_WINDOW, ROLE_TITLES, all_heads_figure, byte_pieces_note,
     future_mass_figure, head_overview_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
+from core.figures.patching_figures import sources_figure
+from core.patching import read_sources, score_sources, top_sources
 from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
+from ui.links import apply_link, link_box
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -28,7 +31,12 @@ st.latex(r"s_{ij} = \frac{\langle q_i, k_j\rangle}{\sqrt{d_k}}, \qquad "
 
 entry, model, tok = require_model()
 c = model.config
-prompt = prompt_input("Your prompt", DEFAULT_PROMPT, "attn_prompt", tok, c.n_ctx)
+link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "layer": ("int", 1, c.n_layers), "head": ("int", 1, c.n_heads),
+                   "pos": ("int", 1, c.n_ctx)},
+                  {"prompt": "attn_prompt", "layer": ("attn_layer", lambda v: v - 1),
+                   "head": ("attn_head", lambda v: v - 1)})
+st.session_state.setdefault("attn_prompt", DEFAULT_PROMPT)  # as state, not value=: a link may set the box
+prompt = prompt_input("Your prompt", None, "attn_prompt", tok, c.n_ctx)
 if prompt.empty:
     st.info("Type a few characters above (letters, punctuation, newlines) to see what every head attends to.")
     st.stop()
@@ -39,6 +47,7 @@ if prompt.empty:
 # heavy work waits in the compute line (core.serve.gate) when the server is busy; work whose result is cached skips it
 WHAT = "the attention of every head"
 _head = model_cache(lambda ids, layer, head: head_attention(model, list(ids), layer, head), 16, what=WHAT)
+_sources = model_cache(lambda ids, layer, head, i, j: score_sources(model, list(ids), layer, head, i, j), 32, what=WHAT)
 _overview = model_cache(lambda ids, lo, hi: attention_overview(model, list(ids), lo, hi), 16, what=WHAT,
                         spinner="Running every layer on your prompt ...")
 # the probe of Switch heads off and the training log (core.analysis.induction)
@@ -81,6 +90,13 @@ def _open_from_overview():
     _open_clicked_head("attn_overview")
 
 
+def _pick_cell():
+    """Selection callback: a click on the weights panel opens that (query, key) in "Why does this head attend here?"."""
+    points = st.session_state["attn_panels"].selection.points
+    if points and points[0].get("customdata") is not None:
+        st.session_state["attn_cell"] = (ids, *(int(v) for v in points[0]["customdata"][:2]))
+
+
 pick = st.columns([1, 1, 2])
 layer = pick[0].selectbox("Layer", range(c.n_layers), format_func=lambda l: f"layer {l + 1}", key="attn_layer",
                           on_change=lambda: _draw_layer(st.session_state["attn_layer"]))
@@ -114,7 +130,7 @@ if lo > 0:
 shared_chart(
     head_panels(view.scores, view.pattern, tokens[sl], offset=lo, unmasked=view.unmasked if show_unmasked else None,
                 title=f"Layer {layer + 1}, head {head + 1}: rows are queries i (top to bottom), columns keys j"),
-    width="stretch", theme=None, key="attn_panels")
+    width="stretch", theme=None, key="attn_panels", on_select=_pick_cell, selection_mode="points")
 st.caption("Left: raw scores for every pair, future included (red positive, blue negative). Middle: the mask, "
            "dark where the score is replaced by −∞. Right: the weights; grey cells were masked and hold exactly 0, "
            "which is not the same as a pale, merely small weight. The red staircase marks the diagonal j = i.")
@@ -126,6 +142,34 @@ if show_unmasked:
     shared_chart(future_mass_figure(view.future_mass, tokens[sl], offset=lo), width="stretch", key="attn_future")
     st.caption(f"Averaged over the queries that have a future (all but the last), this head would put "
                f"{view.mean_future_mass:.0%} of its weight on {tok.units} it must not see yet.")
+
+st.subheader("Why does this head attend here?")
+if not c.lecture_block:
+    st.caption("This model is a variant of the lecture's block: its scores are not taken apart here.")
+else:
+    cell = st.session_state.get("attn_cell")
+    if cell and cell[0] == ids and cell[2] <= cell[1] < n:
+        qi, kj = cell[1], cell[2]
+    else:  # a link's pos= (counted from 1), else the last query; the key it weighs most
+        qi = min(link.values.get("pos", n), n) - 1 if "pos" in link.values else n - 1
+        kj = int(pattern[qi, : qi + 1].argmax())
+    full, src_names, score = _sources(mkey, ids, layer, head, qi, kj)
+    shown, rows_n, cols_n = top_sources(full, src_names, k=8)
+    reading = read_sources(shown, src_names, rows_n, cols_n)
+    st.markdown(
+        f"**Click any cell of the weights panel** to take its score apart. Now: query {qi} '{tokens[qi]}', key {kj} "
+        f"'{tokens[kj]}', weight {pattern[qi, kj]:.3f}. The score {score:.2f} is a sum of one term per pair of sources "
+        "that wrote the two positions' streams (token and position embedding, each earlier head and MLP, the "
+        f"LayerNorm's shift). The key's biggest builder is **{reading.key_builder}** ({reading.key_total:+.2f}), the "
+        f"query's **{reading.query_builder}** ({reading.query_total:+.2f})"
+        + (": an earlier head built the key, **K-composition**." if reading.composition in ("K", "QK") else "."))
+    shared_chart(sources_figure(shown, rows_n, cols_n, f"Layer {layer + 1}, head {head + 1}: score of query {qi} for "
+                                                       f"key {kj}, split by source"),
+                 width="stretch", theme=None, key="attn_sources")
+    st.page_link("pages/cause_effect.py", label="Open this in Cause and effect (patching, paths, the full table)",
+                 icon=":material/swap_horiz:", query_params={"model": entry.name, "prompt": prompt.text,
+                                                             "layer": str(layer + 1), "head": str(head + 1),
+                                                             "pos": str(qi + 1)})
 
 st.header("All heads at a glance")
 overview = _overview(mkey, ids, lo, hi)
@@ -191,3 +235,6 @@ st.caption(f"For scale: a head spreading its weight evenly over the past would s
            "short windows may have none, and then this row stays near zero.")
 for name, text in role_explanations().items():
     st.markdown(f"- **{name}**: {text}")
+
+st.divider()
+link_box({"model": entry.name, "prompt": prompt.text, "layer": layer + 1, "head": head + 1})

@@ -79,12 +79,19 @@ def test_every_cell_names_its_query_and_key_tokens_whole(bpe):
     s = random_scores(n)
     panels = AF.head_panels(s, masked_softmax(s), tokens, offset=5)
     order = AF.mask_order_figure(np.pad(s, ((5, 0), (5, 0))), tokens, offset=5)
-    for trace in [panels.data[0], panels.data[2], order.data[0], order.data[1]]:
+    for trace in [panels.data[0], order.data[0], order.data[1]]:
         cd = np.asarray(trace.customdata, dtype=object)
         assert "customdata[0]" in trace.hovertemplate and "customdata[1]" in trace.hovertemplate
         for i, j in [(n - 1, 0), (n - 1, n - 1), (20, 3)]:
             assert cd[i, j, 0] == f"{5 + i} '{tokens[i]}'"  # the row's query, its token whole
             assert cd[i, j, 1] == f"{5 + j} '{tokens[j]}'"  # the column's key
+    # the weights panel's hover sits on its click targets (one per visible cell, j <= i), with [i, j] in prompt positions
+    targets = panels.data[-1]
+    cells = [tuple(c) for c in targets.customdata]
+    for i, j in [(n - 1, 0), (n - 1, n - 1), (20, 3)]:
+        text = targets.text[cells.index((5 + i, 5 + j))]
+        assert f"query i={5 + i} '{tokens[i]}'" in text and f"key j={5 + j} '{tokens[j]}'" in text
+    assert len(cells) == n * (n + 1) // 2 and (5, 6) not in cells  # no target on a masked cell
     assert "␣extraordinarily" not in panels.layout.yaxis.ticktext  # cut on the axis
 
 

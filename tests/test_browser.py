@@ -377,10 +377,11 @@ def test_a_tiny_variant_run_from_why_each_piece(server, clean_page):
     page.screenshot(path=str(SHOTS / "why-each-piece-run.png"), full_page=True)
 
 
-def _click_cell(page, chart, col_frac, row_frac):
-    """Click a heatmap cell at fractions of the chart's plot area (not its margins), once Plotly hovers it."""
+def _click_cell(page, chart, col_frac, row_frac, panel=0):
+    """Click a heatmap cell at fractions of the plot area of the chart's ``panel`` (not its margins), once Plotly
+    hovers it."""
     chart.scroll_into_view_if_needed()
-    area = chart.locator(".nsewdrag").first.bounding_box()
+    area = chart.locator(".nsewdrag").nth(panel).bounding_box()
     x, y = area["x"] + area["width"] * col_frac, area["y"] + area["height"] * row_frac
     page.mouse.move(x, y)
     page.locator(".hoverlayer .hovertext").first.wait_for(timeout=30_000)
@@ -399,3 +400,24 @@ def test_clicking_cells_on_cause_and_effect(server, clean_page):
     page.get_by_text("now: L1 H3").first.wait_for(timeout=30_000)
     wait_idle(page)
     _no_exception(page, "cause and effect after clicks")
+
+
+def test_a_crafted_link_opens_the_same_head_on_the_same_prompt(server, clean_page):
+    """A teacher's link: the prompt box, the pickers and the figure's title follow it; a click on the weights then
+    takes that cell's score apart."""
+    page, errors = clean_page
+    page.goto(server + "/attention?model=shakespeare-char&prompt=To%20be%2C%20or%20not&layer=2&head=1")
+    wait_idle(page)
+    page.get_by_text("Layer 2, head 1: rows are queries").first.wait_for(timeout=30_000)
+    # Streamlit's frontend, loaded at a page's path, first probes <path>/_stcore/health and host-config (404) and
+    # then the root's: two console errors that are Streamlit's, not the app's
+    errors[:] = [e for e in errors if "404" not in e]
+    assert page.locator('[data-testid="stTextArea"] textarea').first.input_value() == "To be, or not"
+    shown = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').evaluate_all(
+        "els => els.map(e => (e.innerText + ' ' + Array.from(e.querySelectorAll('input')).map(i => i.value).join(' ')))")
+    assert "layer 2" in shown[0] and "head 1" in shown[1], shown[:2]
+    panels = page.locator('[data-testid="stPlotlyChart"]').first
+    _click_cell(page, panels, 0.5 / 13, 0.5 / 13, panel=2)  # the weights (third panel), 13 positions: query 0, key 0
+    page.get_by_text("Now: query 0 'T', key 0 'T'").first.wait_for(timeout=30_000)
+    wait_idle(page)
+    _no_exception(page, "attention from a link, after a click")

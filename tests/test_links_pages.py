@@ -3,6 +3,8 @@ link with bad fields opens the defaults there with one message naming them (AppT
 import pytest
 
 CASES = {  # page -> (query, {widget kind: {key: expected value}})
+    "pages/attention.py": ({"prompt": "To be, or not", "layer": "2", "head": "1"},
+                           {"text_area": {"attn_prompt": "To be, or not"}, "selectbox": {"attn_layer": 1, "attn_head": 0}}),
     "pages/cause_effect.py": ({"prompt": "abcdefabcde", "layer": "2", "head": "3", "pos": "5"},
                               {"text_area": {"cause_clean": "abcdefabcde"}, "selectbox": {"cause_src_head": (1, 2)},
                                "number_input": {"cause_src_i": 5}}),
@@ -37,3 +39,9 @@ def test_a_bad_link_names_each_ignored_field(open_page, page):
     for name in ("layer", "head", "zz"):
         assert f"**{name}**" in warning.value
     assert "<script>" not in warning.value
+
+
+def test_the_attention_links_pos_opens_that_querys_score_sources(open_page):
+    at = open_page("pages/attention.py", query={"prompt": "abcabc", "layer": "2", "head": "4", "pos": "4"})
+    text = " ".join(m.value for m in at.markdown)
+    assert "Now: query 3 'a'" in text  # pos counts from 1; the page's axes count positions from 0

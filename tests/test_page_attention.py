@@ -25,9 +25,9 @@ def charts(at):
 def test_default_prompt_shows_every_view(attention):
     at = attention()
     specs = list(charts(at).values())
-    assert len(specs) == 4  # three panels, all heads, mask order, head roles
+    assert len(specs) == 5  # three panels, why this weight (score sources), all heads, mask order, head roles
     panels = specs[0]
-    assert [t["type"] for t in panels["data"]] == ["heatmap"] * 3
+    assert [t["type"] for t in panels["data"]] == ["heatmap"] * 3 + ["scatter"]  # the weights' click targets
     assert panels["layout"]["yaxis"]["range"] == [pytest.approx(47.5), -0.5]  # 48 characters, query 0 on top
     assert not at.warning
     text = " ".join(m.value for m in at.markdown)
@@ -44,7 +44,7 @@ def test_toggle_unmasked_and_pick_another_head(attention):
     at.selectbox(key="attn_head").select(3).run()
     assert not at.exception
     specs = list(charts(at).values())
-    assert len(specs[0]["data"]) == 4  # the fourth, unmasked panel
+    assert len(specs[0]["data"]) == 5  # the fourth, unmasked panel, and the weights' click targets
     assert "layer 2, head 4" in specs[0]["layout"]["title"]["text"].lower()
     assert any("must not see yet" in c.value for c in at.caption)
 
@@ -74,10 +74,10 @@ def test_unknown_characters_are_named_and_dropped(attention):
     at = attention("Good morrow, 🙂 señor <script>alert(1)</script>")
     warnings = " ".join(w.value for w in at.warning)
     assert "'🙂'" in warnings and "'ñ'" in warnings
-    assert len(charts(at)) == 4
+    assert len(charts(at)) == 5
 
 
 def test_single_character_prompt(attention):
     at = attention("A")
-    assert len(charts(at)) == 4  # every chart renders for one character; the experiment needs two
+    assert len(charts(at)) == 5  # every chart renders for one character; the experiment needs two
     assert not at.metric

@@ -42,8 +42,9 @@ def test_overview_and_the_selected_heads_layer(open_page, models_dir):
     at.text_area(key="attn_prompt").input(PROMPT).run()
     assert not at.exception
     charts = list(specs(at).values())
-    assert len(charts) == 5  # the head's panels, the overview table, one layer's heads, mask order, head roles
-    overview, grid = charts[1], charts[2]
+    assert len(charts) == 6  # the head's panels, its score's sources, the overview table, one layer's heads, mask
+    # order, head roles
+    overview, grid = charts[2], charts[3]
     heat, cells = overview["data"]
     assert array(heat["z"]).shape == (4, 6) and array(cells["x"]).shape == (24,)
     assert isinstance(cells["customdata"], list) and cells["customdata"][7][:2] == [1, 1]  # what a click hands over
@@ -63,13 +64,13 @@ def test_overview_and_the_selected_heads_layer(open_page, models_dir):
     assert not at.exception
     assert at.multiselect(key="attn_grid_layers_4x6").value == [0, 2]
     charts = list(specs(at).values())
-    titles = [a["text"] for a in charts[2]["layout"]["annotations"]]
+    titles = [a["text"] for a in charts[3]["layout"]["annotations"]]
     assert titles[0] == "layer 1 · head 1" and titles[6] == "layer 3 · head 1" and len(titles) == 12
-    ent = array(charts[1]["data"][0]["z"])
+    ent = array(charts[2]["data"][0]["z"])
     expected = torch.stack([-(a[0] * a[0].clamp_min(1e-30).log()).sum(-1).mean(-1) for a in attn]).numpy()
     np.testing.assert_allclose(ent, expected, atol=1e-4)
     assert "layer 3, head 1" in charts[0]["layout"]["title"]["text"].lower()
     # no layer picked: a hint instead of the grid
     at.multiselect(key="attn_grid_layers_4x6").set_value([]).run()
-    assert not at.exception and len(specs(at)) == 4
+    assert not at.exception and len(specs(at)) == 5
     assert any("Pick a layer" in c.value for c in at.caption)

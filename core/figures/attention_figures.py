@@ -256,14 +256,23 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
              hovertemplate="query i=%{customdata[0]}<br>key j=%{customdata[1]}<br>"
                            "%{z:.0f} = 1 means s_ij ← −∞ (a future key)<extra></extra>",
              colorbar=colorbar(2, "dark: s_ij ← −∞ (j > i)", tickvals=[0, 1], ticktext=["kept", "−∞"]), **_on(2)),
-        dict(type="heatmap", z=_f32(weights), colorscale="Blues", zmin=0, zmax=1, customdata=hover,
-             hovertemplate=HOVER, colorbar=colorbar(3, "weight (grey = masked, exactly 0)"), **_on(3)),
+        dict(type="heatmap", z=_f32(weights), colorscale="Blues", zmin=0, zmax=1, hoverinfo="skip",
+             colorbar=colorbar(3, "weight (grey = masked, exactly 0)"), **_on(3)),
     ]
     if show_unmasked:
         cd = hover.copy()
         cd[:, :, 3] = np.round(unmasked, 4).astype(str)
         data.append(dict(type="heatmap", z=_f32(unmasked), colorscale="Oranges", zmin=0, zmax=1, customdata=cd,
                          hovertemplate=HOVER, colorbar=colorbar(4, "weight if the future were visible"), **_on(4)))
+    # the weights' cells clickable: Streamlit reports no click on a heatmap, so invisible markers on every visible
+    # cell (j <= i) carry [i, j] in prompt positions (plain lists: a numpy customdata arrives garbled) and the hover
+    past = [(i, j) for i in range(n) for j in range(i + 1)]
+    data.append(dict(type="scatter", x=[j for _, j in past], y=[i for i, _ in past], mode="markers",
+                     marker=dict(size=max(4, min(16, round(rows_px / n))), opacity=0), showlegend=False,
+                     customdata=[[offset + i, offset + j] for i, j in past],
+                     text=[f"query i={hover[i, j, 0]}<br>key j={hover[i, j, 1]}<br>score s_ij = {hover[i, j, 2]}<br>"
+                           f"weight a_ij = {hover[i, j, 3]}<br>click: why this weight?" for i, j in past],
+                     hovertemplate="%{text}<extra></extra>", **_on(3)))
     path = _staircase(n)
     for x in _axes(layout, "x"):
         x.update(title=dict(text="key j"), range=[-0.5, n - 0.5], **x_ticks)
@@ -276,7 +285,8 @@ def head_panels(scores: np.ndarray, pattern: np.ndarray, tokens: list[str], offs
     top = 100 if show_unmasked else 70  # room for the two-line panel titles under the figure's title
     height = rows_px + top + bottom
     layout.update(title=dict(text=title, y=1 - 12 / height, yanchor="top"), height=height, plot_bgcolor=MASKED_GREY,
-                  margin=dict(l=left, r=20, t=top, b=bottom))
+                  margin=dict(l=left, r=20, t=top, b=bottom), hovermode="closest", clickmode="event+select",
+                  dragmode=False)
     return dict_figure(data, layout)
 
 
