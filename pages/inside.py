@@ -8,6 +8,7 @@ from core.nn.params import mlp_latex
 from core.analysis.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
                         max_trace_tokens, stream_steps, trace, trace_bytes, variant_refusal)
 from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
+from ui.links import apply_link, link_box
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -34,7 +35,12 @@ c = model.config
 if not c.lecture_block:  # a variant from the Why each piece page: its block is not the one traced here
     st.info(f"Nothing to trace: {variant_refusal(c)} (on the Attention and Switch heads off pages).")
     st.stop()
-prompt = prompt_input("Your prompt", DEFAULT_PROMPT, "inside_prompt", tok, c.n_ctx, height=150)
+link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "pos": ("int", 1, c.n_ctx), "layer": ("int", 1, c.n_layers),
+                   "head": ("int", 1, c.n_heads)},
+                  {"prompt": "inside_prompt", "layer": ("inside_layer", lambda v: v - 1),
+                   "head": ("inside_head", lambda v: v - 1)})
+st.session_state.setdefault("inside_prompt", DEFAULT_PROMPT)  # as state, not value=: a link may set the box
+prompt = prompt_input("Your prompt", None, "inside_prompt", tok, c.n_ctx, height=150)
 if prompt.empty:
     st.info("Type a few characters above (letters, punctuation, newlines) to follow them through the model.")
     st.stop()
@@ -77,10 +83,14 @@ chars = tok.pieces  # the text of every token id (one character each for a chara
 if n > 1:
     # in a form, the slider moves in the browser alone (dragged, or one arrow key at a time) and the page, which
     # recomputes nine figures for a new position, runs once, on the button: not once per step of the arrow keys
+    pos_key = f"inside_pos_{n}"
+    if "pos" in link.values and link.values["pos"] <= n:  # a link's pos= counts from 1
+        st.session_state[pos_key] = link.values["pos"] - 1
+    st.session_state.setdefault(pos_key, n - 1)  # the default as state, not value=: a link may set it
     with st.form("inside_pos_form", border=False):
         slot, button = st.columns([6, 1], vertical_alignment="bottom")
         pos = slot.slider(f"Position i to follow (counting from 0): the model's guess for the {tok.unit} after it", 0,
-                          n - 1, n - 1, key=f"inside_pos_{n}",
+                          n - 1, key=pos_key,
                           help="Drag it, or step it with the arrow keys; then press Follow (keyboard: Tab, Enter).")
         button.form_submit_button("Follow", type="primary", width="stretch", key="inside_pos_follow")
 else:
@@ -247,3 +257,6 @@ chart(TF.output_figure(guess.logits, chars, temperature, unit=tok.unit), width="
       key="inside_output")
 st.caption(f"The {number_word(TF.OUTPUT_TOP)} {tok.units} with the largest logits out of m = {c.vocab_size}; their "
            "order does not depend on T, only how the probability is shared among them.")
+
+st.divider()
+link_box({"model": entry.name, "prompt": prompt.text, "pos": pos + 1, "layer": layer + 1, "head": head + 1})
