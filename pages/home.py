@@ -9,14 +9,15 @@ from core.figures.common import loss_curve
 from core.analysis.induction import THRESHOLD, formation_step
 from core.figures.induction_figures import formation_figure
 from core.nn.params import count_parameters, mlp_latex, parameter_table, per_block_latex
-from ui import chart, ensure_frame, require_model
+from ui import chart, ensure_frame, require_model, session_owner
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 st.title("Transformer Explorer")
 st.markdown(
-    "A small transformer, trained by this project on a corpus of plays, runs live in this app. "
-    "Every chart about the model is computed from it on the text you type: the attention of each head, "
+    "Small transformers run live in this app: the shipped ones, trained by the makers of this app on a corpus of "
+    "plays, and any you or a classmate train here on the Training page. "
+    "Every chart about a model is computed from it on the text you type: the attention of each head, "
     "the next-token distribution and how temperature bends it, its parameter count, the time its "
     "attention takes. The cost and scaling pages compute theirs from the formulas as you move the sliders. "
     "Nothing is a canned picture."
@@ -27,12 +28,35 @@ st.markdown(
     "trained on, and the app tells you when it has to drop one; a byte-level BPE model reads any text."
 )
 
+
+def trained_by(entry) -> str:
+    """Who trained the selected model, in words: the card below says how."""
+    if entry.shipped:
+        return "Shipped with the app: trained by its makers, the same model for everyone."
+    if entry.hf:
+        return "A Hugging Face GPT-2 folder from the models folder: trained wherever that folder was made."
+    who = "you" if entry.owner == session_owner() else "a classmate" if entry.owner else "someone using this app"
+    return f"Trained here, on the Training page, by {who}."
+
+
+def show_card(card: str) -> None:
+    """The card's Markdown with each code fence (its "Reproduce with" command) as code that wraps: in a Markdown
+    code block a long command runs off the card's edge. The card's own title repeats the model name shown above."""
+    card = "\n".join(line for line in card.splitlines() if not line.startswith("# "))
+    for i, part in enumerate(card.split("```")):
+        if i % 2:  # inside a fence: its first line is the fence's language tag, empty in the cards this app writes
+            st.code(part.partition("\n")[2].rstrip("\n"), language=None, wrap_lines=True)
+        elif part.strip():
+            st.markdown(part)
+
+
 entry, model, tok = require_model(", so there is nothing to inspect yet")
 
 c = model.config
 d = c.d_model
 counts = count_parameters(c)
 st.header(f"The selected model: {entry.name}")
+st.caption(trained_by(entry))
 left, right = st.columns([1, 1], gap="large")
 with left:
     st.subheader("Architecture")
@@ -60,8 +84,7 @@ with right:
         st.warning(f"The model card of **{entry.name}** is not shown: {e.problem}", icon="⚠️")
     if card:
         with st.container(border=True):
-            # the card's own title repeats the model name shown above
-            st.markdown("\n".join(line for line in card.splitlines() if not line.startswith("# ")))
+            show_card(card)
     elif card is not None:
         st.caption("This model has no card.")
 
@@ -80,7 +103,8 @@ m2.metric(f"All {c.n_layers} blocks", f"{counts['blocks']:,}")
 m3.metric("Parameters in total", f"{counts['total']:,}")
 table = [{**row, "agree": "✓" if row["agree"] else "✗"} for row in parameter_table(model)]
 st.dataframe(table, hide_index=True, width="stretch",
-             column_config={"by formula": st.column_config.NumberColumn(format="localized"),
+             column_config={"part": st.column_config.TextColumn(width=410),  # a tied output map's name in full
+                            "by formula": st.column_config.NumberColumn(format="localized"),
                             "counted in the model": st.column_config.NumberColumn(format="localized")})
 
 MAX_EXPORT_BYTES = 64 * 2**20  # zipping a larger model on every visit would hold the page up
@@ -91,15 +115,15 @@ if entry.hf:
 elif 0 < weights_size(entry.path) <= MAX_EXPORT_BYTES:
     # packed when clicked, not on every visit: two zips per model kept in a cache cost the server up to twice the
     # weights' size for each model anyone looked at
-    z1, z2, _ = st.columns([1, 1, 2])
-    z1.download_button("Download the checkpoint folder (.zip)", data=lambda: checkpoint_zip(entry.path),
-                       file_name=f"{entry.name}.zip", mime="application/zip", key="home_download", on_click="ignore")
-    z2.download_button("Download for transformers (.zip)", data=lambda: export_zip(model, tok, f"{entry.name}-gpt2"),
-                       file_name=f"{entry.name}-gpt2.zip", mime="application/zip", key="home_download_hf",
-                       on_click="ignore",
-                       help="The same model as a Hugging Face GPT-2 folder: GPT2LMHeadModel.from_pretrained(folder) "
-                            "gives the same logits and AutoTokenizer the same token ids, so you can go on in "
-                            "transformers, TransformerLens or any Hugging Face tool.")
+    row = st.container(horizontal=True)  # each button as wide as its label: in fixed columns the labels were cut
+    row.download_button("Download the checkpoint folder (.zip)", data=lambda: checkpoint_zip(entry.path),
+                        file_name=f"{entry.name}.zip", mime="application/zip", key="home_download", on_click="ignore")
+    row.download_button("Download for transformers (.zip)", data=lambda: export_zip(model, tok, f"{entry.name}-gpt2"),
+                        file_name=f"{entry.name}-gpt2.zip", mime="application/zip", key="home_download_hf",
+                        on_click="ignore",
+                        help="The same model as a Hugging Face GPT-2 folder: GPT2LMHeadModel.from_pretrained(folder) "
+                             "gives the same logits and AutoTokenizer the same token ids, so you can go on in "
+                             "transformers, TransformerLens or any Hugging Face tool.")
 
 try:
     log = read_log(entry.path)

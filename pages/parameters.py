@@ -3,7 +3,7 @@ import streamlit as st
 from core.serve import fmt
 from core.analysis import cost
 from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
-from core.nn.model import ModelConfig
+from core.nn.model import ModelConfig, config_problems
 from core.nn.params import (breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex,
                          share_latex)
 from ui import DEFAULT_MODEL, chart, current, ensure_frame, shipped_config
@@ -26,7 +26,10 @@ if selected is not None and selected.name != DEFAULT_MODEL:  # the model picked 
 FIELDS = [("par_d", "d_model", "width d"), ("par_h", "n_heads", "heads h"), ("par_L", "n_layers", "blocks L"),
           ("par_dff", "d_ff", "MLP width d_ff"), ("par_m", "vocab_size", "vocabulary m"), ("par_nctx", "n_ctx", "context n_ctx")]
 
-
+COUNT_COLUMNS = {  # wide enough for the longest part and formula in full (GPT-2's tied output map, its biases)
+    "part": st.column_config.TextColumn(width=410), "formula": st.column_config.TextColumn(width=190),
+    "by formula": st.column_config.NumberColumn(format="localized", width=125), "counted in the model":
+        st.column_config.NumberColumn("counted", format="localized", width=125, help="counted in the model")}
 TERMS = [("par_bias", "bias", "biases on every linear map (GPT-2)"),
          ("par_tied", "tie_weights", "output map tied to the token embedding (GPT-2)")]
 
@@ -44,24 +47,32 @@ if "par_preset" not in st.session_state or st.session_state.par_preset not in SH
 st.header("Counting the parameters")
 st.selectbox("Preset", list(SHAPES), key="par_preset", on_change=apply_preset,
              help="Fills in the shape below; every field can then be changed by hand.")
-cols = st.columns(len(FIELDS))
+cols = [col for _ in range(2) for col in st.columns(3)]  # two rows of three: room for a 7-digit value
 for col, (key, attr, label) in zip(cols, FIELDS):
     col.number_input(label, min_value=1, max_value=300 if attr == "n_layers" else 2_000_000, step=1, key=key)
-terms = st.columns(len(TERMS) + 1)
-for col, (key, attr, label) in zip(terms, TERMS):
+for col, (key, attr, label) in zip(st.columns(len(TERMS)), TERMS):
     col.toggle(label, key=key, help="GPT-2's terms: the lecture's model has neither. A tied output map reuses the "
                                     "embedding matrix, so it adds no parameters.")
 values = {attr: int(st.session_state[key]) for key, attr, _ in FIELDS}
 values.update({attr: bool(st.session_state[key]) for key, attr, _ in TERMS})
 # the activation changes no count; a selected model's other fields come with its preset
 values.update({k: v for k, v in SHAPES[st.session_state.par_preset].to_dict().items() if k in ("activation", "ln_eps")})
-try:
-    config = ModelConfig(**values)
-except ValueError as e:
-    st.error(f"This shape cannot be built: {e}", icon="🚫")
+problems = config_problems(values)  # the one shape check; this form's bounds leave n_heads the only field it refuses
+for col, (key, attr, label) in zip(cols, FIELDS):
+    if attr in problems:  # said under the field, and the rest of the page goes on without it
+        col.error(f"This shape cannot be built: {problems[attr]}", icon="🚫")
+if set(problems) - {"n_heads"}:
     st.stop()
+# no count depends on h (heads split the width): what needs no h goes on with one head; what needs h says so
+config = ModelConfig(**{**values, "n_heads": 1} if problems else values)
 c, d, L = config, config.d_model, config.n_layers
 counts = count_parameters(config)
+
+
+def refused(what: str) -> bool:  # True, with a note in the section's place, while the heads field is refused
+    if problems:
+        st.info(f"{what} needs a valid number of heads h: fix it above.", icon=":material/block:")
+    return bool(problems)
 
 
 @st.cache_data(show_spinner="Building the model on the meta device ...", max_entries=32)
@@ -76,10 +87,8 @@ st.markdown(
     "Attention stores W_Q, W_K and W_V for every head (each d × d/h) plus W_O (d × d); the MLP stores W1 and W2; "
     "each of the two LayerNorms learns a scale and a shift per feature"
     + ("; with biases (GPT-2) each of those four maps and both MLP maps adds a vector: 3d + d for attention, "
-       "d_ff + d for the MLP" if c.bias else "") + ". One block therefore holds"
-)
-di = fmt.latex_int(d)
-small = "13d" if c.bias else "4d"
+       "d_ff + d for the MLP" if c.bias else "") + ". One block therefore holds")
+di, small = fmt.latex_int(d), "13d" if c.bias else "4d"
 st.latex(per_block_latex(c, general=True) + (rf"\quad (= 12d^2 + {small} \text{{ when }} d_{{ff}} = 4d)" if c.d_ff == 4 * d else ""))
 if c.tie_weights:
     st.caption("The output map is tied to the token embedding: it is the same m × d matrix read backwards, so it "
@@ -106,12 +115,10 @@ st.subheader("Every matrix, counted twice")
 st.markdown(
     "The **by formula** column comes from the shape alone. The **counted** column builds a real `Transformer` with "
     "this shape on PyTorch's `meta` device, where tensors have shapes but no storage, so even 175 billion "
-    "parameters take no memory, and adds up the sizes of its tensors."
-)
-st.dataframe([{**row, "agree": "✓" if row["agree"] else "✗"} for row in table], hide_index=True, width="stretch",
-             height=35 * (len(table) + 1) + 3, column_config={
-                 "by formula": st.column_config.NumberColumn(format="localized"),
-                 "counted in the model": st.column_config.NumberColumn(format="localized")})
+    "parameters take no memory, and adds up the sizes of its tensors.")
+if not refused("Building the model"):  # a meta model is built with the very shape, h included
+    st.dataframe([{**row, "agree": "✓" if row["agree"] else "✗"} for row in table], hide_index=True, width="stretch",
+                 height=35 * (len(table) + 1) + 3, column_config=COUNT_COLUMNS)
 chart(parameter_bar(counts, L), width="stretch")
 share = counts["attention"] / counts["per_block"], counts["mlp"] / counts["per_block"]
 a1, a2, a3 = st.columns([1, 1, 3])
@@ -125,8 +132,7 @@ st.caption("With d_ff = 4d that is 4d² against 8d²: a third and two thirds, le
 st.subheader("The number of heads changes nothing")
 st.markdown(
     f"h heads of width d/h hold h · 3 · d · d/h = 3d² query, key and value weights, whatever h is. Below, one block "
-    f"of width d = {d:,} is built on the meta device for several h and counted."
-)
+    f"of width d = {d:,} is built on the meta device for several h and counted.")
 st.dataframe(sweep, hide_index=True, width="stretch",
              column_config={k: st.column_config.NumberColumn(format="localized") for k in sweep[0]})
 
@@ -136,8 +142,7 @@ st.markdown(
     "with every key, and the weighted sum mixes every value into every output: n² pairs, each an inner product "
     "of length d/h in each of h heads. The four projections and the MLP act on each token separately: n tokens, "
     "each a matrix-vector product of size about d². A recurrent layer, for comparison, walks the sequence with "
-    "two d × d products per step."
-)
+    "two d × d products per step.")
 st.latex(r"\underbrace{h \cdot n^2 \tfrac{d}{h}}_{QK^\top} + \underbrace{h \cdot n^2 \tfrac{d}{h}}_{AV} = 2n^2 d"
          r"\qquad \underbrace{4nd^2}_{W_Q, W_K, W_V, W_O} + \underbrace{2n\,d\,d_{ff}}_{\text{MLP}}"
          r"\qquad \underbrace{2nd^2}_{h_t = \tanh(W h_{t-1} + U x_t)}")
@@ -151,29 +156,29 @@ st.markdown(
     f"- Inside the attention sublayer alone, the n² terms overtake the four projections at n = 2d = {n_proj:,}.\n"
     f"- For the whole block they overtake projections plus MLP at **n = {n_block:,}**; this model's context "
     f"n_ctx = {c.n_ctx:,} lies {where} it, so {'the per-token matrices, not attention, dominate its cost' if where == 'below' else 'long prompts are dominated by attention'}.\n"
-    f"- Against a recurrent layer (Problem 21's question): attention's mixing is cheaper exactly when **n < d = {n_rec:,}**. "
-    "Attention's real advantage is elsewhere: all n positions are computed at once instead of one after another."
-)
+    f"- Is attention cheaper than a recurrent layer, which mixes the sequence with 2nd² multiplications? Its mixing is, "
+    f"exactly when **n < d = {n_rec:,}**. "
+    "Attention's real advantage is elsewhere: all n positions are computed at once instead of one after another.")
 
 st.subheader("Memory for the attention weights")
 st.markdown(
     "Training keeps every attention weight until the backward pass needs it: h matrices of n × n per layer. "
-    "The layer inputs, n × d per layer, are shown for scale: they grow with n, the weights with n²."
-)
+    "The layer inputs, n × d per layer, are shown for scale: they grow with n, the weights with n².")
 k1, k2 = st.columns(2)
 n_mem = k1.number_input("sequence length n", min_value=1, max_value=10_000_000, value=cost.LECTURE_LONG_CONTEXT,
                         step=1000, key="par_mem_n")
 dtype = k2.selectbox("number format", list(cost.DTYPES), key="par_mem_dtype")
-mem = cost.attention_memory(int(n_mem), d, c.n_heads, L, dtype)
-st.latex(rf"n^2 = ({fmt.latex_int(n_mem)})^2 = {fmt.latex_sci(mem['per_head_layer'])} \text{{ weights per head per layer}}")
-st.latex(rf"h\,n^2 L = {c.n_heads} \cdot {fmt.latex_sci(mem['per_head_layer'])} \cdot {L} = "
-         rf"{fmt.latex_sci(mem['weights'])} \text{{ weights}} \times {mem['bytes_per_value']} \text{{ bytes}}")
-x1, x2, x3 = st.columns(3)
-x1.metric("Attention weights, all layers", fmt.human_bytes(mem["weight_bytes"]))
-x2.metric("Layer inputs n·d·L, for scale", fmt.human_bytes(mem["stream_bytes"]))
-x3.metric("Ratio h·n/d", f"{mem['weights'] / mem['stream']:,.0f}×")
-st.caption("Per sequence; a batch multiplies both. Fused kernels such as FlashAttention avoid storing the weights "
-           "by recomputing them in the backward pass, trading memory for time.")
+if not refused("Counting the attention weights (h · n² · L)"):
+    mem = cost.attention_memory(int(n_mem), d, c.n_heads, L, dtype)
+    st.latex(rf"n^2 = ({fmt.latex_int(n_mem)})^2 = {fmt.latex_sci(mem['per_head_layer'])} \text{{ weights per head per layer}}")
+    st.latex(rf"h\,n^2 L = {c.n_heads} \cdot {fmt.latex_sci(mem['per_head_layer'])} \cdot {L} = "
+             rf"{fmt.latex_sci(mem['weights'])} \text{{ weights}} \times {mem['bytes_per_value']} \text{{ bytes}}")
+    x1, x2, x3 = st.columns(3)
+    x1.metric("Attention weights, all layers", fmt.human_bytes(mem["weight_bytes"]))
+    x2.metric("Layer inputs n·d·L, for scale", fmt.human_bytes(mem["stream_bytes"]))
+    x3.metric("Ratio h·n/d", f"{mem['weights'] / mem['stream']:,.0f}×")
+    st.caption("Per sequence; a batch multiplies both. Fused kernels such as FlashAttention avoid storing the weights "
+               "by recomputing them in the backward pass, trading memory for time.")
 
 st.subheader("Measured on this machine")
 entry, model, _ = current()
@@ -222,8 +227,7 @@ st.header("Training and inference in FLOPs")
 st.markdown(
     "Each parameter is used once per token in the forward pass, for a multiplication and an addition: 2 FLOPs. "
     "The backward pass costs about twice the forward pass. Training N parameters on D tokens and generating one "
-    "token therefore cost about"
-)
+    "token therefore cost about")
 st.latex(r"C_{\text{train}} \approx 6ND, \qquad C_{\text{token}} \approx 2N")
 g = cost.gpt3_example()
 st.markdown(f"**Worked example, GPT-3.** Its N is the count above for the GPT-3 preset with the output map tied to the "

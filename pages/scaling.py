@@ -11,6 +11,11 @@ from core.figures.scaling_figures import isoflop_curves, loss_map, loss_vs_D, lo
 from ui import chart, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
+FAMOUS_HEADERS = {"model": "model", "parameters": "N", "tokens": "D", "tokens / parameter": "D/N",
+                  "compute (FLOPs)": "C (FLOPs)", "optimal N": "N opt", "optimal D": "D opt",
+                  "optimal tokens / parameter": "D/N opt", "loss": "loss", "loss at the optimum": "loss opt",
+                  "lower by": "lower by"}  # the famous-models table's columns: full name -> header
+SLIDER_STEP = 0.01  # one arrow key press on a constant's slider; the box under it takes sv.SLIDERS' finer step
 
 
 def apply_preset():
@@ -20,6 +25,25 @@ def apply_preset():
 
 def to_custom():
     st.session_state["scal_preset"] = sv.CUSTOM
+
+
+# each constant has a slider (steps of 0.01, a change one sees in the charts) and a box under it for an exact value
+# (sv.SLIDERS' steps: a fit's four decimals); the two are kept equal by these callbacks, and by box_follows below
+# for a slider moved elsewhere (a preset, the fit page's button)
+def slider_moved(key: str):
+    st.session_state[f"{key}_box"] = st.session_state[key]
+    to_custom()
+
+
+def box_typed(key: str):
+    st.session_state[key] = st.session_state[f"{key}_box"]
+    to_custom()
+
+
+def box_follows():
+    for key in sv.SLIDERS:
+        if st.session_state.get(f"{key}_box") != st.session_state[key]:
+            st.session_state[f"{key}_box"] = st.session_state[key]
 
 
 if "scal_logA" not in st.session_state:  # no law on the sliders yet: a first visit, or the fit page seen first
@@ -38,14 +62,20 @@ st.latex(r"L(N, D) = \underbrace{\frac{A}{N^{\alpha}}}_{\text{capacity}} + "
 
 # ---------------------------------------------------------------- the constants
 st.subheader("The constants")
-cols = st.columns([2.2, 1, 1, 1, 1, 1])
+box_follows()
+# two rows of three, each column wide enough for a slider one can drag and a box one can type in
+cols = [c for row in range(2) for c in st.columns(3, gap="medium")]
 cols[0].selectbox("Preset", list(LAW_PRESETS) + [sv.CUSTOM], key="scal_preset", on_change=apply_preset,
                   persist_state="session",
                   help="Chinchilla: the constants printed in Hoffmann et al. (2022), App. D.2. Epoch: the same fit "
                        "redone by Besiroglu et al. (2024) on data read off the original paper's figure.")
 for col, (key, (label, lo, hi, step, fmt)) in zip(cols[1:], sv.SLIDERS.items()):
     # kept for the session: the fit page names this law, and its button moves these sliders to a fit
-    col.slider(label, lo, hi, step=step, format=fmt, key=key, on_change=to_custom, persist_state="session")
+    col.slider(label, lo, hi, step=SLIDER_STEP, format=fmt, key=key, on_change=slider_moved, args=(key,),
+               persist_state="session", help=f"Drag, or use the arrow keys: steps of {SLIDER_STEP}. Type an exact "
+                                             "value in the box below.")
+    col.number_input(f"{label}, exact", lo, hi, step=step, format=fmt, key=f"{key}_box", on_change=box_typed,
+                     args=(key,), label_visibility="collapsed")
 law = sv.shown_law(st.session_state["scal_preset"], st.session_state)
 st.latex(rf"L(N, D) = \frac{{{law.A:.4g}}}{{N^{{{law.alpha:.4g}}}}} + \frac{{{law.B:.4g}}}{{D^{{{law.beta:.4g}}}}}"
          rf" + {law.E:.4g}")
@@ -85,8 +115,15 @@ st.caption(
     + ". Besiroglu et al. (2024) found that the constants printed in the 2022 paper do not reproduce its own "
     "recommendation, and refitting the same data gives the second set.")
 famous, worst = sv.famous_rows(law)
-st.dataframe(famous, hide_index=True, width="stretch", key="scal_famous",
-             column_config={k: st.column_config.NumberColumn(format=f) for k, f in sv.FAMOUS_FORMATS.items()})
+# every column fits the page under a short header (the full name in its tooltip); the sources, long citations,
+# go in an expander under the table
+st.dataframe([{k: v for k, v in r.items() if k != "source"} for r in famous], hide_index=True, width="stretch",
+             key="scal_famous", column_config={
+                 k: (st.column_config.NumberColumn(short, format=sv.FAMOUS_FORMATS[k], help=k) if k in sv.FAMOUS_FORMATS
+                     else st.column_config.TextColumn(short, help=k if short != k else None))
+                 for k, short in FAMOUS_HEADERS.items()})
+with st.expander("Where each model's N and D come from"):
+    st.markdown("\n".join(f"- **{r['model']}**: {r['source']}" for r in famous))
 st.caption(f"By these constants the worst-proportioned model in the table is {worst['model']}: the same compute "
            f"spent optimally would have reached a loss {worst['excess_loss']:.3f} nats lower. Later models are "
            "deliberately trained far past the optimum: a smaller model is cheaper to serve.")

@@ -28,7 +28,7 @@ def test_loss_vs_N_curves_flatten_onto_labelled_dashed_plateaus():
         y = np.asarray(curve.y)
         assert np.all(np.diff(y) < 0) and y[-1] == pytest.approx(p, abs=0.02)  # flat by N = 1e14
     labels = [a.text for a in fig.layout.annotations]
-    assert any(t.startswith("L∞ + B/D^β = 2.930") for t in labels)
+    assert "2.930" in labels and "plateau L∞ + B/D^β" in labels  # the values in the right margin, under a header
     assert f"L∞ = {CHINCHILLA.E:.3f}" in labels
     assert fig.layout.xaxis.type == "log"
 

@@ -40,7 +40,7 @@ def parameter_bar(counts: dict, n_layers: int) -> go.Figure:
             hovertemplate=f"{name}: " + "%{customdata} = %{x:,} parameters<extra></extra>"))
     fig.update_layout(barmode="stack", barnorm="percent", height=300, xaxis_title="share of the parameters (%)",
                       yaxis=dict(autorange="reversed"), margin=dict(l=10, r=10, t=10, b=10),
-                      legend=dict(orientation="h", y=-0.3, x=0, yanchor="top", traceorder="normal"), uniformtext_minsize=10,
+                      legend=dict(orientation="h", y=-0.3, x=0, yanchor="top", traceorder="normal"), uniformtext_minsize=11,
                       uniformtext_mode="hide")
     return fig
 

@@ -20,10 +20,14 @@ import torch
 from core.serve.fmt import visible
 from core.analysis.generation import format_t
 from core.analysis.sampling import temperature_softmax
+from core.figures.attention_figures import FIGURE_PX, fitted_ticks
 from core.figures.common import axis_suffix, dict_figure
 from core.figures.trace_figures import _domains, _from_top, _panel_title
 
 SUBPLOT_TITLE_FONT = dict(size=16)  # the size make_subplots gives its subplot titles
+LABEL_PX = 12  # small print (the panels' second lines, bar values, a vocabulary's tick labels): 11 px at the least
+TOKEN_PX = 15  # a token as a tick label: punctuation and the ␣ and ⏎ marks are thin glyphs, unreadable smaller
+TITLE_PX = 17  # the figure title's font
 LIMIT = "#d62728"  # the dotted lines at the values a limit predicts
 CONTEXT_CHARS = 40  # characters of the prompt shown in grey above each continuation (the page says how many)
 
@@ -69,6 +73,10 @@ def _vline(x: float, axis: int = 1, **line) -> dict:
     return dict(type="line", xref=f"x{a}", yref=f"y{a} domain", x0=x, x1=x, y0=0, y1=1, line=line)
 
 
+SWEEP_TOP = 100  # px above the sweep's panels: the title (from TITLE_TOP) and the panels' titles (about 40 px)
+TITLE_TOP = 8  # px from the figure's top edge to its title's
+
+
 def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10, unit: str = "character") -> go.Figure:
     """One horizontal bar chart per temperature, side by side, over the same tokens in the same order
     (the model's top tokens at T = 1) and the same probability axis [0, 1]."""
@@ -83,18 +91,22 @@ def sweep_bars(chars, logits: torch.Tensor, temperatures, n_top: int = 10, unit:
         p = d[order]
         data.append(dict(type="bar", x=p.tolist(), y=labels, orientation="h", name=f"T = {format_t(t)}",  # n_top: short
                          showlegend=False, marker=dict(color="#1f77b4"), text=[f"{v:.2f}" for v in p],
-                         textposition="auto", hovertemplate="'%{y}' p = %{x:.4f}<extra>T = " + format_t(t) + "</extra>",
+                         textposition="auto", textfont=dict(size=LABEL_PX), constraintext="none", cliponaxis=False,
+                         hovertemplate="'%{y}' p = %{x:.4f}<extra>T = " + format_t(t) + "</extra>",
                          xaxis=f"x{axis_suffix(c)}", yaxis=f"y{axis_suffix(c)}"))
-        annotations.append(_subplot_title(f"T = {format_t(t)}<br><sup>top {len(order)} hold {p.sum():.0%}</sup>",
-                                          sum(domains[c - 1]) / 2, 1.0))
-    layout = dict(height=80 + 28 * len(order) + 60, margin=dict(l=70, r=10, t=70, b=50), annotations=annotations,
-                  title=dict(text=f"Next-{unit} distribution after the prompt, one panel per temperature"))
+        annotations.append(_subplot_title(f"T = {format_t(t)}<br><span style='font-size:{LABEL_PX}px'>top "
+                                          f"{len(order)} hold {p.sum():.0%}</span>", sum(domains[c - 1]) / 2, 1.0))
+    # the title at the top of the figure, the panels' two-line titles under it with room between
+    height = SWEEP_TOP + 28 * len(order) + 60
+    layout = dict(height=height, margin=dict(l=70, r=10, t=SWEEP_TOP, b=50), annotations=annotations,
+                  title=dict(text=f"Next-{unit} distribution after the prompt, one panel per temperature",
+                             font=dict(size=TITLE_PX), yref="container", y=1 - TITLE_TOP / height, yanchor="top"))
     for c in range(1, cols + 1):
         a = axis_suffix(c)
         layout[f"xaxis{a}"] = dict(anchor=f"y{a}", domain=domains[c - 1], range=[0, 1], tickvals=[0, 0.5, 1],
                                    title=dict(text="probability"))
         layout[f"yaxis{a}"] = (dict(anchor="x", domain=[0.0, 1.0], autorange="reversed", type="category",
-                                    title=dict(text=f"next {unit}")) if c == 1 else
+                                    tickfont=dict(size=TOKEN_PX), title=dict(text=f"next {unit}")) if c == 1 else
                                dict(anchor=f"x{a}", domain=[0.0, 1.0], matches="y", showticklabels=False))
     return dict_figure(data, layout)
 
@@ -116,13 +128,18 @@ def distribution_bars(chars, logits: torch.Tensor, temperature: float, unit: str
     data = [dict(type="bar", x=x, y=_drawn(p), name=f"p(T = {format_t(temperature)})", marker=dict(color="#1f77b4"),
                  customdata=labels, hovertemplate="'%{customdata}' p = %{y:.4f}<extra></extra>")]
     shape, label = _hline(1 / m, f"uniform 1/m = {1 / m:.4f}", "top right", color=LIMIT, dash="dot")
+    # every token labelled while the labels fit side by side (upright, or turned for longer tokens); 200 BPE tokens
+    # do not: then every k-th, with its rank (1 = most likely), and the hover names each bar's token
+    ticks, reach = fitted_ticks(labels, (FIGURE_PX - 80) / shown, across=True, offset=1, fonts=(13, LABEL_PX))
+    every = len(ticks["tickvals"]) < shown
+    title = (f"every {unit} of the vocabulary, most likely at T = 1 first" if shown == m else
+             f"the {shown} {unit}s most likely at T = 1 (of m = {m:,}), most likely first")
+    k = ticks["tickvals"][1] - ticks["tickvals"][0] if every else 1  # at most 4: 200 bars are 4 px apart or more
+    title += f"; every {k}{ {2: 'nd', 3: 'rd'}.get(k, 'th')} labelled with its rank, hover a bar for its {unit}" if every else ""
     return dict_figure(data, dict(
-        height=340, margin=dict(l=60, r=20, t=50, b=60), showlegend=False,
+        height=320 + round(reach), margin=dict(l=60, r=20, t=50, b=40 + round(reach)), showlegend=False,
         title=dict(text=f"p(T) at T = {format_t(temperature)}"), shapes=[shape], annotations=[label],
-        xaxis=dict(tickvals=x, ticktext=labels, tickangle=0, tickfont=dict(size=10),
-                   title=dict(text=f"every {unit} of the vocabulary, most likely at T = 1 first" if shown == m else
-                              f"the {shown} {unit}s most likely at T = 1 (of m = {m:,}), most likely first")),
-        yaxis=dict(range=[0, 1.02], title=dict(text="probability"))))
+        xaxis=dict(**ticks, title=dict(text=title)), yaxis=dict(range=[0, 1.02], title=dict(text="probability"))))
 
 
 def sweep_curves(data: dict, m: int, mark: float | None = None, points: dict | None = None) -> go.Figure:

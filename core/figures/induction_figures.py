@@ -9,6 +9,8 @@ from core.analysis.induction import THRESHOLD, formation_step
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")
+LABEL_PX = 12  # the threshold label's font size
+MARGIN_R = 72  # room right of the panels for the threshold label ("threshold" at 12 px is about 55 px wide)
 
 
 def head_series(rows: list[dict], key: str) -> dict[tuple[int, int], tuple[list[int], list[float]]]:
@@ -38,8 +40,12 @@ def formation_figure(rows: list[dict], threshold: float = THRESHOLD, total_steps
                                      showlegend=row == 1, line=dict(color=color, width=2, dash="dot" if layer == 0 else "solid"),
                                      hovertemplate=f"{head_label(layer, head)}<br>step %{{x:,}}<br>{key.replace('_', '-')} "
                                                    "score %{y:.3f}<extra></extra>"), row=row, col=1)
-    fig.add_hline(y=threshold, line=dict(color="gray", dash="dash", width=1), row=1, col=1,
-                  annotation_text=f"threshold {threshold:.2f}", annotation_position="top left")
+    fig.add_hline(y=threshold, line=dict(color="gray", dash="dash", width=1), row=1, col=1)
+    # the threshold's label in the right margin, at the line's end: inside the panel the formation line (often
+    # early, at the left) or a head's curve would run through it
+    fig.add_annotation(x=1, xref="x domain", xanchor="left", xshift=4, y=threshold, yref="y", yanchor="middle",
+                       text=f"threshold<br>{threshold:.2f}", showarrow=False, align="left",
+                       font=dict(color="gray", size=LABEL_PX))
     formed = formation_step(rows, threshold)
     if formed is not None:
         fig.add_vline(x=formed, line=dict(color="crimson", width=1), row="all", col=1)
@@ -50,7 +56,7 @@ def formation_figure(rows: list[dict], threshold: float = THRESHOLD, total_steps
     fig.update_xaxes(title_text="optimisation step", row=2, col=1)
     if total_steps:
         fig.update_xaxes(range=[0, total_steps])
-    fig.update_layout(title=title, height=560, margin=dict(l=60, r=20, t=60, b=50),
+    fig.update_layout(title=title, height=560, margin=dict(l=60, r=MARGIN_R, t=60, b=50),
                       legend=dict(orientation="h", y=-0.12, x=0.5, xanchor="center", yanchor="top"))
     return fig
 

@@ -18,6 +18,10 @@ D_RANGE = (1e8, 1e14)
 LAYOUT = dict(height=480, margin=dict(l=60, r=20, t=50, b=120), template="plotly_white",
               legend=dict(orientation="h", y=-0.2, x=0, yanchor="top"))
 HALO = "0px 0px 3px white"  # text shadow that keeps labels readable on any background
+LABEL_PX = 11  # the smallest label font: smaller is hard to read
+LINE_PX = 14  # a line of 11 px text: plateau values closer than this would overlap
+PLOT_PX = LAYOUT["height"] - LAYOUT["margin"]["t"] - LAYOUT["margin"]["b"]  # the plot area's height in pixels
+PLATEAU_MARGIN_R = 52  # room for "plateau" and a value such as 2.930 (11 px) right of the plot
 
 
 def _log_grid(lo, hi, n=200):
@@ -48,18 +52,25 @@ def _family(law, fixed, rng, var, other, xtitle, plateau, plateau_name):
         traces.append(go.Scatter(x=[x[0], x[-1]], y=[p, p], mode="lines", name=f"plateau, {other} = {human(v)}",
                                  line=dict(color=color, dash="dash", width=1), showlegend=False,
                                  hovertemplate=f"plateau {plateau_name} = {p:.4f}<extra></extra>"))
-        # label a plateau on the plot where it does not sit on top of another label (the legend names them all)
-        if all(abs(p - q) > 0.045 * (top - law.E) for q in labelled):
+        # each plateau's value in the right margin at the dashed line's end, where no curve can run through it
+        # (inside, the curves approach their plateaus from above and lie on their labels); a value too close to
+        # one already written is left to the legend, which names them all
+        if all(abs(p - q) * PLOT_PX / (1.05 * (top - law.E)) >= LINE_PX for q in labelled):
             labelled.append(p)
             # placed in axis-domain units: a data x at the very end of a log axis can round off it and vanish
-            notes.append(dict(x=1, xref="x domain", y=p, text=f"{plateau_name} = {p:.3f}", showarrow=False,
-                              xanchor="right", yanchor="bottom", font=dict(size=11, color=color, shadow=HALO)))
+            notes.append(dict(x=1, xref="x domain", xshift=3, y=p, text=f"{p:.3f}", showarrow=False,
+                              xanchor="left", yanchor="middle", font=dict(size=LABEL_PX, color=color)))
+    # the column's header, above the plot and flush with the figure's right edge
+    notes.append(dict(x=1, xref="x domain", xshift=PLATEAU_MARGIN_R, y=1, yref="y domain", showarrow=False,
+                      text=f"plateau {plateau_name}", xanchor="right", yanchor="bottom",
+                      font=dict(size=LABEL_PX, color="#555")))
     traces.append(go.Scatter(x=[x[0], x[-1]], y=[law.E, law.E], mode="lines", name="L∞", showlegend=False,
                              line=dict(color="black", dash="dot", width=1), hovertemplate=f"L∞ = {law.E:.4f}<extra></extra>"))
     notes.append(dict(x=0, xref="x domain", y=law.E, text=f"L∞ = {law.E:.3f}", showarrow=False, xanchor="left",
-                      yanchor="top", font=dict(size=11)))
+                      yanchor="top", font=dict(size=LABEL_PX)))
     # built in one go: adding traces and annotations one at a time costs ~20x more, and this runs on every slider move
-    return go.Figure(traces, dict(**LAYOUT, title=f"Loss against {var} at fixed {other}", annotations=notes,
+    layout = {**LAYOUT, "margin": {**LAYOUT["margin"], "r": PLATEAU_MARGIN_R}}
+    return go.Figure(traces, dict(**layout, title=f"Loss against {var} at fixed {other}", annotations=notes,
                                   xaxis=dict(type="log", title=xtitle),
                                   yaxis=dict(title="loss L (nats per token)", range=[law.E - 0.05 * (top - law.E), top])))
 
@@ -83,7 +94,7 @@ def loss_map(law: ScalingLaw, N_range=(1e7, 1e13), D_range=(1e9, 1e14), budgets=
     zmax = float(np.quantile(z, 0.95))
     traces, notes = [], []
     traces.append(go.Contour(x=lx, y=ly, z=np.minimum(z, zmax), colorscale="Viridis_r", name="loss",
-                               contours=dict(showlabels=True, labelfont=dict(size=10, color="white", shadow="0px 0px 2px black")),
+                               contours=dict(showlabels=True, labelfont=dict(size=LABEL_PX, color="white", shadow="0px 0px 2px black")),
                                line=dict(width=0.5, color="rgba(255,255,255,0.5)"),
                                colorbar=dict(title=dict(text="L", side="right"), len=0.8), ncontours=18,
                                hovertemplate="N = 10^%{x:.2f}<br>D = 10^%{y:.2f}<br>L = %{z:.4f}<extra></extra>"))
@@ -99,7 +110,7 @@ def loss_map(law: ScalingLaw, N_range=(1e7, 1e13), D_range=(1e9, 1e14), budgets=
         xa = math.log10(C / FLOPS_PER_PARAM_TOKEN) - ly[-1] + 0.15  # label where the line leaves the top
         if lx[0] < xa < lx[-1]:
             notes.append(dict(x=xa, y=ly[-1], text=f"C = {sci(C)}", showarrow=False, yanchor="top", xanchor="left",
-                              font=dict(size=10, color="black", shadow=HALO)))
+                              font=dict(size=LABEL_PX, color="black", shadow=HALO)))
     Cs = np.logspace(lo_c, hi_c, 200)
     n_opt, d_opt = law.compute_optimal(Cs)
     traces.append(go.Scatter(x=np.log10(n_opt), y=np.log10(d_opt), mode="lines", name="compute-optimal frontier",
@@ -123,7 +134,7 @@ def loss_map(law: ScalingLaw, N_range=(1e7, 1e13), D_range=(1e9, 1e14), budgets=
     traces.append(go.Scatter(
         x=np.log10([r["N"] for r in rows]), y=np.log10([r["D"] for r in rows]), mode="markers+text", name="famous models",
         text=[r["model"] for r in rows], textposition=[LABEL_POSITION.get(r["model"], "top center") for r in rows],
-        textfont=dict(color="black", size=11, shadow=HALO),
+        textfont=dict(color="black", size=LABEL_PX, shadow=HALO),
         marker=dict(symbol="diamond", size=11, color="white", line=dict(color="black", width=1)), customdata=custom,
         hovertemplate="<b>%{text}</b>: N = %{customdata[0]}, D = %{customdata[1]}<br>"
                       "tokens per parameter: %{customdata[2]:.1f}<br>"
