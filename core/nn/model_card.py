@@ -60,9 +60,9 @@ def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokeni
     lines = [
         f"# {md_escape(name)}",
         "",
-        "A character-level transformer trained by Transformer Explorer." if char_model
+        "A character-level transformer trained with Transformer Explorer's own training loop." if char_model
         else f"A transformer over {md_escape(tokenizer.describe() if tokenizer is not None else 'sub-word tokens')} "
-             "trained by Transformer Explorer.",
+             "trained with Transformer Explorer's own training loop.",
         "",
         "| property | value |",
         "|---|---|",
