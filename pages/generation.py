@@ -6,6 +6,7 @@ from core.serve import fmt
 from core.analysis import generation as G
 from core.figures import generation_figures as GF
 from core.analysis.timing import forward_seconds
+from ui.links import apply_link, link_box
 from ui import chart, compute_slot, ensure_frame, model_cache, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -31,7 +32,16 @@ entry, model, tok = require_model()
 c = model.config
 m = c.vocab_size
 
-prompt = prompt_input("Prompt", DEFAULT_PROMPT, "gen_prompt", tok, c.n_ctx, height=150)
+apply_link({"prompt": ("prompt", tok, c.n_ctx), "T": ("float", 0.0, 10_000.0), "decoding": ("choice", MODES),
+            "k": ("int", 1, m), "p": ("float", 0.0, 1.0), "seed": ("int", 0, 2**31 - 1), "new": ("int", 1, 2000)},
+           {"prompt": "gen_prompt", "T": "gen_temperature", "decoding": "gen_mode", "k": "gen_top_k", "p": "gen_top_p",
+            "seed": "gen_seed", "new": "gen_new_tokens"})
+for key, default in (("gen_prompt", DEFAULT_PROMPT), ("gen_temperature", 1.0), ("gen_mode", "sample"),
+                     ("gen_top_k", min(10, m)), ("gen_top_p", 0.9), ("gen_seed", 0), ("gen_new_tokens", 200)):
+    st.session_state.setdefault(key, default)  # defaults as state, not value=: a link may set them
+if not 1 <= st.session_state["gen_top_k"] <= m:  # a k kept from a model with a larger vocabulary
+    st.session_state["gen_top_k"] = min(10, m)
+prompt = prompt_input("Prompt", None, "gen_prompt", tok, c.n_ctx, height=150)
 ids = prompt.ids
 if prompt.empty:
     ids = tok.encode("\n", errors="drop")  # a line break, when the vocabulary has one
@@ -78,23 +88,23 @@ logits = _next_logits(model_key(entry), tuple(ids))  # (m,) scores for the next 
 # ------------------------------------------------------------------ generate
 st.header("Generate text")
 a, b, cmode = st.columns([1, 1, 2])
-n_new = int(a.number_input(f"New {units}", 1, 2000, 200, step=50, key="gen_new_tokens",
+n_new = int(a.number_input(f"New {units}", 1, 2000, step=50, key="gen_new_tokens",
                            help=f"More than n_ctx = {c.n_ctx} is fine: the window then slides over the text."))
-seed = int(b.number_input("Seed", 0, 2**31 - 1, 0, key="gen_seed",
+seed = int(b.number_input("Seed", 0, 2**31 - 1, key="gen_seed",
                           help="The same seed gives the same sampled text; greedy ignores it."))
-mode = cmode.radio("Decoding", MODES, index=1, horizontal=True, key="gen_mode",
+mode = cmode.radio("Decoding", MODES, horizontal=True, key="gen_mode",
                    help="greedy: argmax every step · sample: draw from p(T) · top-k: draw among the k most "
                         f"likely · top-p: draw among the most likely {units} whose total reaches p")
 temperature, top_k, top_p = 0.0, None, None
 if mode != "greedy":
     t_col, f_col, _ = st.columns([1, 1, 2])
-    temperature = float(t_col.number_input("Temperature T", 0.0, 10_000.0, 1.0, step=0.1, format="%g",
+    temperature = float(t_col.number_input("Temperature T", 0.0, 10_000.0, step=0.1, format="%g",
                                            key="gen_temperature"))
     if mode == "top-k":
-        top_k = int(f_col.number_input("k", 1, m, min(10, m), key="gen_top_k",
+        top_k = int(f_col.number_input("k", 1, m, key="gen_top_k",
                                        help=f"How many of the m = {m} {units} stay in the draw."))
     elif mode == "top-p":
-        top_p = float(f_col.slider("p", 0.0, 1.0, 0.9, step=0.01, key="gen_top_p",
+        top_p = float(f_col.slider("p", 0.0, 1.0, step=0.01, key="gen_top_p",
                                    help=f"The smallest set of most likely {units} whose probabilities add "
                                         "up to at least p stays in the draw; the most likely one always does."))
     for note in G.decoding_notes(temperature, m, top_k, top_p, unit=unit):
@@ -241,3 +251,7 @@ for r0 in range(0, len(temps), per_row):
 st.caption(f"Seed {seed} for every column; each shows the last {GF.CONTEXT_CHARS} characters of the prompt in grey. "
            "Change the seed above to draw again.")
 chart(GF.distinct_bars(temps, ratios, unit=unit), width="stretch", key="gen_distinct")
+
+st.divider()
+link_box({"model": entry.name, "prompt": prompt.text, "decoding": mode, "T": temperature if mode != "greedy" else None,
+          "k": top_k, "p": top_p, "seed": seed, "new": n_new})

@@ -6,6 +6,7 @@ from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.nn.model import ModelConfig, config_problems
 from core.nn.params import (breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex,
                          share_latex)
+from ui.links import apply_link, link_box
 from ui import DEFAULT_MODEL, chart, current, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -43,6 +44,13 @@ def apply_preset():
 if "par_preset" not in st.session_state or st.session_state.par_preset not in SHAPES:
     st.session_state.par_preset = next(iter(SHAPES))
     apply_preset()
+link = apply_link({"preset": ("choice", tuple(SHAPES)), "bias": ("choice", ("0", "1")), "tied": ("choice", ("0", "1")),
+                   **{attr: ("int", 1, 300 if attr == "n_layers" else 2_000_000) for _, attr, _ in FIELDS}}, {})
+if "preset" in link.values:
+    st.session_state.par_preset = link.values["preset"]
+    apply_preset()
+st.session_state.update({key: link.values[attr] for key, attr, _ in FIELDS if attr in link.values})
+st.session_state.update({k: link.values[u] == "1" for u, k in (("bias", "par_bias"), ("tied", "par_tied")) if u in link.values})
 
 st.header("Counting the parameters")
 st.selectbox("Preset", list(SHAPES), key="par_preset", on_change=apply_preset,
@@ -57,6 +65,8 @@ values = {attr: int(st.session_state[key]) for key, attr, _ in FIELDS}
 values.update({attr: bool(st.session_state[key]) for key, attr, _ in TERMS})
 # the activation changes no count; a selected model's other fields come with its preset
 values.update({k: v for k, v in SHAPES[st.session_state.par_preset].to_dict().items() if k in ("activation", "ln_eps")})
+link_box({"preset": st.session_state.par_preset, **{attr: values[attr] for _, attr, _ in FIELDS},
+          "bias": int(values["bias"]), "tied": int(values["tie_weights"])})
 problems = config_problems(values)  # the one shape check; this form's bounds leave n_heads the only field it refuses
 for col, (key, attr, label) in zip(cols, FIELDS):
     if attr in problems:  # said under the field, and the rest of the page goes on without it

@@ -9,6 +9,7 @@ from core.serve.fmt import human, latex_sci, sci
 from core.analysis.scaling import BUDGET_DEFAULTS, LAW_PRESETS
 from core.figures.scaling_figures import isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from ui import chart, ensure_frame, shipped_config
+from ui.links import apply_link, link_box
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 FAMOUS_HEADERS = {"model": "model", "parameters": "N", "tokens": "D", "tokens / parameter": "D/N",
@@ -49,6 +50,15 @@ def box_follows():
 if "scal_logA" not in st.session_state:  # no law on the sliders yet: a first visit, or the fit page seen first
     st.session_state["scal_preset"] = sv.chosen_preset(st.session_state)
     apply_preset()
+LINK_KEYS = {"logA": "scal_logA", "logB": "scal_logB", "alpha": "scal_alpha", "beta": "scal_beta", "E": "scal_E"}
+link = apply_link({"preset": ("choice", tuple(LAW_PRESETS)),
+                   **{u: ("float", *sv.SLIDERS[k][1:3]) for u, k in LINK_KEYS.items()}}, {})
+if "preset" in link.values:
+    st.session_state["scal_preset"] = link.values["preset"]
+    apply_preset()
+if set(link.values) & set(LINK_KEYS):  # constants of its own: the law on the sliders is a custom one
+    st.session_state.update({LINK_KEYS[u]: v for u, v in link.values.items() if u in LINK_KEYS})
+    to_custom()
 
 st.title("Scaling laws")
 st.markdown(
@@ -192,3 +202,7 @@ with derivation:
 st.page_link("pages/scaling_fit.py", icon=":material/scatter_plot:",
              label="These constants were fitted to other people's runs: the next page fits the same law to yours, "
                    "and to tiny models trained on this machine.")
+
+st.divider()
+link_box({"preset": st.session_state["scal_preset"]} if st.session_state["scal_preset"] in LAW_PRESETS else
+         {u: round(float(st.session_state[k]), 4) for u, k in LINK_KEYS.items()})
