@@ -27,6 +27,9 @@ st.markdown(
     "Type your own prompt wherever there is a prompt box. A character model only knows the characters it was "
     "trained on, and the app tells you when it has to drop one; a byte-level BPE model reads any text."
 )
+st.page_link("pages/lesson.py", icon=":material/school:",
+             label="New to transformers? Start with the Lesson: twelve steps in the lecture's order, each a prediction "
+                   "you make before the live model answers it.")
 
 
 def trained_by(entry) -> str:
