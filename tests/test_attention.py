@@ -87,7 +87,7 @@ def test_head_panels_figure_data(model):
     run = run_attention(model, list(range(7)))
     tokens = list("abc␣def")
     fig = head_panels(run.scores[0][1], run.pattern[0][1], tokens, unmasked=unmasked_softmax(run.scores[0][1]))
-    scores, mask, weights, cheat = fig.data
+    scores, mask, weights, cheat, targets = fig.data  # targets: the weights' click targets (scatter)
     assert np.allclose(np.array(scores.z), run.scores[0][1])  # unmasked scores, future included
     assert not np.isnan(np.array(scores.z, dtype=float)).any()
     assert np.array_equal(np.array(mask.z) == 1, future_mask(7))

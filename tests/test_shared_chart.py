@@ -57,5 +57,5 @@ def test_a_page_draws_the_same_charts_on_every_visit(open_page, monkeypatch):
         at = open_page("pages/attention.py")
         assert not at.exception
         seen.append([(c.proto.id, c.proto.spec) for c in at.get("plotly_chart")])
-    assert len(seen[0]) == 4 and seen[0] == seen[1] == seen[2]
+    assert len(seen[0]) == 5 and seen[0] == seen[1] == seen[2]
     assert len(sent) >= 12  # every chart of every visit
