@@ -6,10 +6,12 @@ from core.analysis import head_ranking as HR
 from core.figures import intervention_figures as IF
 from core.analysis.attention import head_attention, induction_chance
 from core.serve.fmt import code_text
+from core.serve.links import format_heads
 from core.analysis.induction import THRESHOLD, head_scores, induction_score, model_period, model_probe, probe_choices
 from core.analysis.interventions import (MODES, greedy_continuation, layer_head_losses, next_token_probs, repeat_ids,
                                 repeat_period, token_losses)
 from core.analysis.timing import forward_seconds
+from ui.links import apply_link, link_box
 from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
@@ -82,6 +84,8 @@ def _random_twice(model, tok):
 
 # the default text goes into the box's state, not its value: the Repeat button writes that state too, and a
 # box given both logs a warning. The key is PROMPT_KEY, written out: tests/test_bad_input.py finds boxes by key
+off_link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "off": ("heads", c.n_layers, c.n_heads),
+                       "mode": ("choice", MODES)}, {"prompt": PROMPT_KEY, "mode": "heads_mode"}).values.get("off")
 st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
 prompt = prompt_input("Your prompt", None, "heads_prompt", tok, c.n_ctx, height=150)
 b, note = st.columns([1, 4], vertical_alignment="center")
@@ -111,8 +115,11 @@ options = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
 heads_key = f"heads_off_{c.n_layers}x{c.n_heads}"  # a model of another shape gets a box of its own
 pick, how = st.columns([3, 1])
 with pick:
+    if off_link is not None:  # a link's off=: these heads (and none: off= empty)
+        st.session_state[heads_key] = off_link
+    st.session_state.setdefault(heads_key, [best])  # the default as state, not default=: a link may set it
     chosen = st.multiselect(
-        "Heads to switch off", options, default=[best], key=heads_key, format_func=lambda p: IF.head_label(*p),
+        "Heads to switch off", options, key=heads_key, format_func=lambda p: IF.head_label(*p),
         help="Layers and heads count from 1, as on the Attention page: L1 H1 is the first head of the first layer. "
              "The page opens with the head that scores highest on induction switched off.")
     a1, a2, _ = st.columns([1, 1, 3])
@@ -185,7 +192,7 @@ left.html(IF.continuation_html(prompt.text[-30:], cont_on))
 right.markdown(f"**{off}**")
 right.html(IF.continuation_html(prompt.text[-30:], cont_off, reference=cont_on))
 st.caption(f"{steps} {tok.units}, each the most likely one; the end of your prompt is grey. On the right, yellow marks "
-           "the characters that differ from the left.")
+           "the text that differs from the left.")
 
 # ------------------------------------------------------------------ ranking
 st.header("Which heads matter on this prompt")
@@ -207,7 +214,7 @@ elif not wait:
     ranking = HR.rank(_losses(mkey, ids, (), mode), per_head, period)
     st.dataframe(IF.ranking_table(ranking.effects, ranking.second, scores.induction), hide_index=True,
                  width="stretch", key="heads_rank")
-    st.markdown(HR.ranking_text(ranking, scores.induction, mode))
+    st.markdown(HR.ranking_text(ranking, scores.induction, mode, scores.previous_token))
 
 # ------------------------------------------------------------------ the induction stripe
 st.header("The induction stripe")
@@ -248,3 +255,6 @@ else:
                f"its twin in the first. On {where} this head gives that line {float(induction_score(pattern, T)):.2f} "
                f"of its weight on average. Switching it off ({mode}) moves the second copy's loss from {on:.3f} to "
                f"{off1:.3f} nats.")
+
+st.divider()
+link_box({"model": entry.name, "prompt": prompt.text, "off": format_heads(heads) or None, "mode": mode})

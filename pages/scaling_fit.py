@@ -12,7 +12,7 @@ from core.serve.fmt import human, latex_sci, number_word
 from core.analysis.scaling import CHINCHILLA_RUNS, HUBER_DELTA, LAW_PRESETS, N_STARTS, FitError, ScalingLaw
 from core.figures.scaling_figures import fit_figure
 from core.analysis.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs
-from core.training.study import (GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, estimate_seconds, open_study,
+from core.training.study import (GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, open_study,
                         usable_rows)
 from core.figures.study_figures import frontier_figure, residual_figure, study_figure
 from core.training.study_job import BusyError as StudyBusy, StudyJob, grid_choices
@@ -193,7 +193,8 @@ choices = grid_choices()
 grid_name = c2.radio("Grid", list(choices), format_func=choices.get, key="scal_study_grid", horizontal=False)
 corpus_name, corpus_text, corpus_path = ss.study_corpus(corpus_key, tiny_shakespeare)
 problem = corpus_problem(GRIDS[grid_name], corpus_text, corpus_name)
-st.caption(ss.grid_note(GRIDS[grid_name], estimate_seconds(GRIDS[grid_name], shipped_rows), os.cpu_count()))
+st.caption(ss.grid_note(GRIDS[grid_name], ss.grid_estimate(GRIDS[grid_name], corpus_text, shipped_rows),
+                        os.cpu_count()))  # each width and a refit timed here
 if problem:
     st.error(problem, icon="⚠️")
 

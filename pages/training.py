@@ -7,7 +7,7 @@ from core.training.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import latex_int, latex_sci
 from core.training.job_settings import FORM_FIELDS, FORM_HELP, memory_summary
 from core.nn.params import per_block_latex
-from core.training.speed import measured_flop_rate
+from core.training.speed import form_estimate, with_estimate
 from core.training.trainer import DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
 from core.training.training_job import SAMPLE_TEMPERATURE, SAMPLE_TOKENS, BusyError, TrainingJob, release_abandoned
 from ui import chart, ensure_frame, gated, job_controls, metric_row, offer_shakespeare_fetch, reset_save_form, \
@@ -78,7 +78,7 @@ if tok_kind == "bpe":
         bpe_vocab = st.number_input("BPE vocabulary size m", min_value=0, max_value=setup.BPE_BOX_MAX,
                                     value=DEFAULT_BPE_VOCAB, step=64, key="train_bpe_vocab", persist_state="session",
                                     help=FORM_HELP["bpe_vocab"])
-        tok_field = st.empty()
+    tok_field = st.empty()  # its error, full width under the box
 if info is not None:
     if tok_kind == "bpe" and setup.bpe_size_ok(bpe_vocab):
         with st.spinner(setup.bpe_spinner(int(bpe_vocab), info.chars), show_time=True):
@@ -96,7 +96,7 @@ if info is not None:
 # ---------------------------------------------------------------- settings
 st.header("2. Model and training settings")
 st.markdown("The defaults are the lecture's class-demo model. The parameter count and the cost update as you type.")
-cols, boxes, fields = st.columns(5) + st.columns(5), {}, {}  # fields: an empty slot under each box, for its error
+cols, boxes = st.columns(5) + st.columns(5), {}
 defaults = setup.form_defaults()
 for col, (key, (label, top, step, help)) in zip(cols, FORM_FIELDS.items()):
     with col:
@@ -107,7 +107,7 @@ for col, (key, (label, top, step, help)) in zip(cols, FORM_FIELDS.items()):
         boxes[key] = st.number_input(label, min_value=0.0 if key == "lr" else 0, max_value=top, value=defaults[key],
                                      step=step, format="%.4f" if key == "lr" else None, key=f"train_{key}",
                                      help=help, persist_state="session")
-        fields[key] = st.empty()
+form_errors = st.container()  # the settings' errors, full width under the boxes: never squeezed into one column
 prompt_text = cols[-1].text_input("Prompt for the samples", value="The", key="train_prompt", max_chars=100,
                                   persist_state="session", help=FORM_HELP["prompt"][tok_kind])
 recipe = st.radio("Recipe", list(RECIPES), index=list(RECIPES).index(DEFAULT_RECIPE), format_func=RECIPE_TITLES.get,
@@ -137,11 +137,11 @@ keep = st.toggle("Keep snapshots through training", value=True, key="train_snaps
                  help=FORM_HELP["snapshots"])
 settings = setup.settings_from_form(boxes, recipe, repeat_pct if repeat_on else None, tok_kind, bpe_vocab, keep)
 form = setup.check_form(settings, info, bpe)
-errors, cost = form.errors, form.cost
+errors, cost, pace = form.errors, form.cost, None  # pace: what the estimate below is timed at, for the run's own
 for key, message in errors.items():
     if key != "memory":  # said below the cost, with the estimate
-        slot = tok_field if key == "bpe_vocab" else (fields.get(key) or fields["d_model"])
-        slot.error(message, icon=":material/block:")
+        slot = tok_field if key == "bpe_vocab" and tok_field is not None else form_errors
+        slot.error((f"**{FORM_FIELDS[key][0]}**: " if key in FORM_FIELDS else "") + message, icon=":material/block:")
 if cost is not None:
     st.latex(r"\text{per block: } " + per_block_latex(cost.config))
     if info is None:
@@ -155,8 +155,8 @@ if cost is not None:
                  rf"= {latex_int(cost.n_params)}")
         st.latex(rf"C \approx 6\,N\,D = 6 \times {latex_int(cost.n_params)} \times {latex_int(cost.tokens)} \approx "
                  rf"{latex_sci(cost.flops)}\ \text{{FLOP}}")
-        rate, rate_source = measured_flop_rate()
-        metric_row(setup.cost_metrics(cost, rate, rate_source), 4)
+        estimate, pace, rate = form_estimate(settings, form, info.chars)  # a few of its own steps, timed here
+        metric_row(with_estimate(setup.cost_metrics(cost, rate, "the settings cannot be trained"), estimate), 4)
         if note := setup.induction_note(settings, cost, rate):
             st.caption(note)
         st.caption(f"D/N = {cost.tokens_per_param:,.1f} tokens per parameter; the run reads the training "
@@ -186,7 +186,7 @@ if start_clicked and startable:
     try:
         job = st.session_state["train_job"] = setup.start_run(
             job, text, info.name, settings, sample_prompt=prompt_text, owner=session_owner(), session=session_id(),
-            alive=session_alive)
+            alive=session_alive, pace=pace)
     except BusyError as e:
         st.error(str(e))
     else:  # a name of its own for every run, the corpus and a time stamp, never one shared default

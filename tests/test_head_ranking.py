@@ -141,7 +141,7 @@ def test_what_the_numbers_say():
     assert "**L1 H2** matters most: +1.500 nats over the whole prompt." in text
     assert f"On the second copy alone it is **L1 H1** (+2.000 nats), an induction head (score {THRESHOLD:.2f})" in text
     text = HR.ranking_text(r, np.array([[0.1, 0.9]]), "mean")
-    assert "which is no induction head (score 0.10)" in text
+    assert "neither an induction head (induction score 0.10) nor a previous-token head" in text
     alone = HR.ranking_text(HR.Ranking(effects=r.effects, second=None, base=1.0), induction, "zero")
     assert "second copy" not in alone
 

@@ -142,8 +142,8 @@ def test_every_state_status_gives_is_named_and_active_means_alive(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         job.proc = proc
-        for paused, stopping, progress in ((False, False, None), (False, False, "running"), (True, False, None),
-                                           (False, True, None)):
+        for paused, stopping, progress in ((False, False, None), (False, False, "running"), (False, False, "fitting"),
+                                           (True, False, None), (False, True, None)):
             job._paused, job._stopping = paused, stopping
             (tmp_path / "study" / "progress.json").write_text(json.dumps({"state": progress or "starting"}))
             s = job.status()

@@ -121,20 +121,94 @@ def copy_verdict(gain_on: float, gain_off: float, off: str) -> str:
             "shrinks when the head is switched off.")
 
 
-def ranking_text(ranking: Ranking, induction: np.ndarray, mode: str) -> str:
+PREVIOUS_TOKEN = 0.5  # a previous-token score at or above this counts as a previous-token head
+
+# the move no single score shows: what the ranking text says whenever it speaks of the second copy
+CIRCUIT = ("An induction head cannot work alone: it needs a previous-token head in an earlier layer, which writes "
+           "into every position the token just before it. The induction head's keys read that (K-composition), so "
+           "a query for A finds the position after the earlier A; switching off either head breaks the copy.")
+
+
+@dataclass(frozen=True)
+class HeadRole:
+    """What a head is, from its scores and what switching it off does to the second copy (``head_role``)."""
+    kind: str                   # "induction", "feeds induction", "previous-token" or "other"
+    text: str                   # the phrase the ranking text puts after the head's name
+    feeds: tuple[int, int] | None = None  # for "feeds induction": the induction head whose keys it builds
+
+
+def head_role(layer: int, head: int, previous_token: np.ndarray, induction: np.ndarray,
+              second_rise: float) -> HeadRole:
+    """The role of head (layer, head), from the scores of every head ((L, h) each) and ``second_rise``, what
+    switching it off alone adds to the second copy's mean loss (nats). The rule:
+
+    - induction score at or above THRESHOLD: an induction head;
+    - else a previous-token score at or above PREVIOUS_TOKEN, an induction head in a later layer (any
+      head of a layer after this one at or above THRESHOLD), and switching it off raises the
+      second copy's loss by more than COPY_GAIN: a previous-token head feeding that induction head (the one with
+      the highest score);
+    - else a previous-token score at or above PREVIOUS_TOKEN: a previous-token head that, by its ablation or for
+      want of a later induction head, is not seen feeding one;
+    - else: neither, by its scores."""
+    ind, prev = float(induction[layer, head]), float(previous_token[layer, head])
+    if ind >= THRESHOLD:
+        return HeadRole("induction", f"an induction head (score {ind:.2f}): the head that copies from the first copy.")
+    later = [(float(induction[l, k]), (l, k)) for l in range(layer + 1, induction.shape[0])
+             for k in range(induction.shape[1]) if float(induction[l, k]) >= THRESHOLD]
+    if prev >= PREVIOUS_TOKEN and later and second_rise > COPY_GAIN:
+        score, fed = max(later)
+        return HeadRole("feeds induction",
+                        f"a previous-token head (previous-token score {prev:.2f}, induction score {ind:.2f}) feeding "
+                        f"the induction head {head_label(*fed)} (induction score {score:.2f}) in a later layer: it "
+                        "builds the keys that head copies by, so switching it off breaks the copy too.", feeds=fed)
+    if prev >= PREVIOUS_TOKEN:
+        why = ("no later layer has an induction head for it to feed" if not later else
+               f"switching it off barely moves the second copy ({second_rise:+.3f} nats), so it is not seen feeding "
+               "the induction head")
+        return HeadRole("previous-token", f"a previous-token head (previous-token score {prev:.2f}, induction score "
+                                          f"{ind:.2f}): {why}.")
+    return HeadRole("other", f"neither an induction head (induction score {ind:.2f}) nor a previous-token head "
+                             f"(previous-token score {prev:.2f}): its scores show no part in copying, so what it does "
+                             "for the second copy is likely what it does for any text.")
+
+
+def feeders(second: list[HeadEffect], previous_token: np.ndarray, induction: np.ndarray,
+            fed: tuple[int, int]) -> list[HeadEffect]:
+    """The heads of ``second`` (the second copy's ranking) that ``head_role`` calls previous-token heads feeding
+    the induction head ``fed``, largest rise first."""
+    return sorted((e for e in second if head_role(e.layer, e.head, previous_token, induction, e.increase).feeds == fed),
+                  key=lambda e: -e.increase)
+
+
+def ranking_text(ranking: Ranking, induction: np.ndarray, mode: str,
+                 previous_token: np.ndarray | None = None) -> str:
     """The Markdown under the ranking: which head matters most, and for a prompt written twice, which matters
-    most for the second copy and whether it is an induction head (its score in ``induction``, (L, h))."""
+    most for the second copy and what it is (``head_role``, from its scores in ``induction`` and
+    ``previous_token``, (L, h) each; None: no previous-token scores, every head scored 0), and when that is the
+    induction head, the previous-token heads that feed it."""
     top, s = ranking.top, ranking.top_second
     text = (f"Each head switched off alone ({mode}), every other head on. The rise is the mean loss with the head off "
             f"minus {ranking.base:.3f} nats with all heads on. Here **{head_label(top.layer, top.head)}** "
             f"matters most: {top.increase:+.3f} nats over the whole prompt.")
     if s is None:
         return text
-    score = float(induction[s.layer, s.head])
-    return text + f" On the second copy alone it is **{head_label(s.layer, s.head)}** ({s.increase:+.3f} nats), " + (
-        f"an induction head (score {score:.2f}): the head that copies from the first copy." if score >= THRESHOLD
-        else f"which is no induction head (score {score:.2f}): it matters for reading text in general, not for "
-             "copying.")
+    prev = np.zeros_like(induction) if previous_token is None else previous_token
+    role = head_role(s.layer, s.head, prev, induction, s.increase)
+    text += f" On the second copy alone it is **{head_label(s.layer, s.head)}** ({s.increase:+.3f} nats), {role.text}"
+    if role.kind == "feeds induction":
+        own = next(e for e in ranking.second if (e.layer, e.head) == role.feeds)
+        text += (f" Switching off {head_label(*role.feeds)} itself adds {own.increase:+.3f} nats to the second copy"
+                 + (": the previous-token head costs the copy more." if s.increase > own.increase else "."))
+    if role.kind == "induction":
+        fed = feeders(ranking.second, prev, induction, (s.layer, s.head))
+        if fed:
+            text += " Its keys are built by " + ", ".join(
+                f"**{head_label(e.layer, e.head)}** (previous-token score {float(prev[e.layer, e.head]):.2f}, "
+                f"{e.increase:+.3f} nats on the second copy when off)" for e in fed) + \
+                f", {'a previous-token head' if len(fed) == 1 else 'previous-token heads'} in an earlier layer."
+    if role.kind in ("induction", "feeds induction") or bool(np.any(induction >= THRESHOLD)):
+        text += " " + CIRCUIT
+    return text
 
 
 def continuation_note(read: int, n: int, steps: int, n_ctx: int, pass_seconds: float, unit: str, units: str) -> str:

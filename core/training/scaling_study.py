@@ -202,13 +202,38 @@ def exponent_notes(meta: dict, rows: list[dict]) -> dict[str, str]:
                "the compute-optimal frontier towards bigger models."))
 
 
-def grid_note(grid, estimate: float | None, cores: int | None) -> str:
-    """What a grid trains, how long it takes, and whether its runs are enough to fit."""
+def grid_estimate(grid, text: str, shipped_rows: list[dict]):
+    """How long ``grid`` takes on ``text`` here: core.training.speed.study_estimate (each width timed on a few steps,
+    a refit of the law timed, on this server), or where nothing can be timed, the seconds the shipped study's runs
+    suggest (core.training.study.estimate_seconds, no fit), or None."""
+    from core.training.speed import study_estimate
+    from core.training.study import estimate_seconds
+    from core.training.study_job import BOOTSTRAP
+
+    try:
+        return study_estimate(grid, len(text), len(set(text)), None, BOOTSTRAP)
+    except Exception:  # noqa: BLE001 - no timing possible here: the shipped study's runs still give an idea
+        return estimate_seconds(grid, shipped_rows)
+
+
+def grid_note(grid, estimate, cores: int | None) -> str:
+    """What a grid trains, how long it takes, and whether its runs are enough to fit. ``estimate``: a
+    core.training.speed.StudyEstimate (its phases, timed on this machine), seconds (from the shipped study's
+    runs), or None."""
     budgets = ", ".join(human(grid.steps(t) * grid.tokens_per_step) for t in grid.tokens)  # D as trained: whole steps
     runs = len(grid.widths) * len(grid.tokens)
+    if estimate is None:
+        took = ""
+    elif hasattr(estimate, "seconds"):  # in phases, each named as the progress bar will name it
+        took = (f" It takes {rough_time(estimate.seconds)} here ({cores} cores, as busy as they are now): "
+                f"{rough_time(estimate.start)} starting the workers, {rough_time(estimate.runs)} training (each width timed on a few steps on this server)"
+                + (f" and {rough_time(estimate.fit)} fitting the law and its intervals (a fit and its bootstrap "
+                   "refits, timed here too)" if estimate.fit else "") + "; longer if others start training.")
+    else:
+        took = (f" It takes {rough_time(estimate)} on {cores} idle cores (from the shipped study's runs), longer "
+                "while others train.")
     return (f"Widths d = {', '.join(map(str, grid.widths))} at depth {grid.n_layers}; budgets D = {budgets} characters."
-            + ("" if estimate is None else f" It takes {rough_time(estimate)} on {cores} idle cores (from the "
-               "shipped study's runs), longer while others train.")
+            + took
             + (f" {runs} runs are too few to fit five constants: this grid only shows the trend (the fit needs "
                f"{MIN_RUNS})." if runs < MIN_RUNS else ""))
 
@@ -249,7 +274,8 @@ def start_study(grid_name: str, corpus_name: str, text: str, path: Path | None =
 
 
 # one label per core.training.study_job.STATES, for the progress bar
-STATE_LABELS = {"new": "Not started", "starting": "Starting the workers", "running": "Training", "paused": "Paused",
+STATE_LABELS = {"new": "Not started", "starting": "Starting the workers", "running": "Training",
+                "fitting": "Fitting the law and its intervals", "paused": "Paused",
                 "stopping": "Stopping", "stopped": "Stopped", "finished": "Finished", "failed": "Failed"}
 
 

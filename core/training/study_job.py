@@ -34,9 +34,10 @@ MAX_RUNNING_STUDIES = 1  # each study keeps every core busy; a second would only
 NICE = BACKGROUND_NICE   # below the server's own work: the pages stay responsive while a study trains
 BOOTSTRAP = 100          # refits for the intervals at the end (the shipped study used 200)
 # every state status() gives; pausing is immediate (SIGSTOP to the group), so there is no "pausing" between
-STATES = ("new", "starting", "running", "paused", "stopping", "stopped", "finished", "failed")
-ACTIVE = ("starting", "running", "paused", "stopping")  # the process is alive
-MOVING = ("starting", "running", "stopping")             # changes by itself: a page keeps polling (not "paused")
+# "fitting": every run is in, and the study fits the law and refits resampled runs for its intervals (a minute or two)
+STATES = ("new", "starting", "running", "fitting", "paused", "stopping", "stopped", "finished", "failed")
+ACTIVE = ("starting", "running", "fitting", "paused", "stopping")  # the process is alive
+MOVING = ("starting", "running", "fitting", "stopping")  # changes by itself: a page keeps polling (not "paused")
 
 _JOBS: "weakref.WeakSet[StudyJob]" = weakref.WeakSet()  # weak: a handle whose session ended must be collectable
 _LOCK = threading.Lock()  # the count of running studies and the start are one step, or two sessions both pass
@@ -61,7 +62,7 @@ class StudyStatus(JobState):
 
     @property
     def can_pause(self) -> bool:
-        return self.state in ("starting", "running")
+        return self.state in ("starting", "running", "fitting")
 
     @property
     def can_resume(self) -> bool:
@@ -70,7 +71,7 @@ class StudyStatus(JobState):
 
     @property
     def can_stop(self) -> bool:
-        return self.state in ("starting", "running", "paused")
+        return self.state in ("starting", "running", "fitting", "paused")
 
 
 def _signal_group(pid: int, sig: int):
@@ -244,14 +245,18 @@ class StudyJob:
         if self.proc is None:
             state, message = "stopped" if rows else "new", ""
         elif self._alive():
-            # the handle knows pause and stop itself (they were its signals); only running vs starting is read
-            # from progress.json, which the study writes once it has read its corpus and starts its runs
+            # the handle knows pause and stop itself (they were its signals); starting, running or fitting is read
+            # from progress.json, which the study writes once it has read its corpus and starts its runs ("running"),
+            # once every run is in ("trained") and while it fits the law ("fitting")
             if self._stopping:
                 state = "stopping"
             elif self._paused:
                 state = "paused"
             else:
-                state = "running" if progress.get("state") == "running" else "starting"
+                from core.analysis.scaling_runs import MIN_RUNS  # a grid of fewer runs is never fitted
+                fits = "fitting" if total >= MIN_RUNS else "running"
+                state = {"running": "running", "trained": fits, "fitting": "fitting"}.get(progress.get("state"),
+                                                                                         "starting")
             message = ""
         else:
             code = self.proc.returncode
@@ -270,9 +275,21 @@ class StudyJob:
                 tail = self.log_tail()
                 # the study's own error line (argparse's and the CLI's start with "error:"), else the log's end
                 message = tail.split("error:", 1)[-1].strip() if "error:" in tail else tail.strip()[-400:]
-        eta = progress.get("eta_s") if state == "running" else None  # a paused study's estimate would go stale
+        eta = self._time_left(state, progress, total)
         return StudyStatus(state=state, done=len(rows), total=total, rows=rows, message=message, elapsed_s=elapsed,
                            eta_s=eta, problem=problem)
+
+    def _time_left(self, state: str, progress: dict, total: int) -> float | None:
+        """Seconds left: while training, the study's own estimate of its runs (their pace so far) plus the fit's
+        (core.training.speed.fit_seconds, timed on this machine); while fitting, what the study's estimate of its
+        refits leaves; None otherwise (a paused study's estimate would go stale)."""
+        eta = progress.get("eta_s")
+        if state == "running" and eta is not None:
+            from core.training.speed import fit_seconds
+            return eta + fit_seconds(BOOTSTRAP, total, self.grid)
+        if state == "fitting" and eta is not None:
+            return max(1.0, eta - (time.time() - progress.get("time", time.time())))
+        return None
 
 
 def grid_choices() -> dict[str, str]:

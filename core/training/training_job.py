@@ -38,7 +38,7 @@ from core.nn.snapshots import read_snapshot_states
 from core.training.job_common import JobBusyError, JobState, about, exit_words
 from core.training.job_settings import JobSettings
 from core.training.quota import check_model_quota, remove_unused_retired
-from core.training.speed import observe_rate
+from core.training import speed
 from core.serve.threads import training_threads
 # re-exported: pages/training.py, tests and bench/run_memory.py import these from core.training.training_job
 from core.training.training_child import (LISTS, SAMPLE_CHARS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, TRAINING_NICE,  # noqa: F401
@@ -183,14 +183,16 @@ class TrainingJob:
     """Handle of one background training run. Create, ``start()``, then poll ``status()``."""
 
     def __init__(self, text: str, corpus_name: str, settings: JobSettings | None = None, sample_prompt: str = "The ",
-                 owner: str | None = None, session: str | None = None, alive: Callable[[str], bool] | None = None):
+                 owner: str | None = None, session: str | None = None, alive: Callable[[str], bool] | None = None,
+                 pace: "speed.Pace | None" = None):
         """``owner``: who the run counts against (MAX_RUNS_PER_OWNER). ``session``: the id of the browser session
         that holds this handle, and ``alive``: a function telling whether a session id still lives; with them, a
-        run whose session has ended gives its slot back when another run asks for one (``release_abandoned``)."""
+        run whose session has ended gives its slot back when another run asks for one (``release_abandoned``).
+        ``pace``: the one its estimate was made at (core.training.speed.estimate_run), for its time left."""
         self._text, self._corpus_name, self._sample_prompt = text, corpus_name, sample_prompt
         self._owner, self._session, self._alive = owner, session, alive
         self._settings = settings or JobSettings()
-        self._tc = self._settings.train_config()
+        self._tc, self._pace = self._settings.train_config(), pace
         self._threads = self._settings.threads or training_threads()
         # what the process has reported so far; the lists grow by the parts it sends
         self._p = dict(state="preparing", message=None, step=0, tokens_seen=0, tokens_per_s=None, elapsed=0.0,
@@ -230,11 +232,10 @@ class TrainingJob:
                 state = "stopping"
             elif state in ("preparing", "running") and not self._go:
                 state = "pausing"
-            per_step = p["elapsed"] / len(p["step_losses"]) if p["step_losses"] else None
             return JobStatus(
                 state=state, message=p["message"], step=p["step"], total_steps=steps, tokens_seen=p["tokens_seen"],
                 tokens_per_s=p["tokens_per_s"], elapsed_s=p["elapsed"],
-                eta_s=(steps - p["step"]) * per_step if per_step is not None else None,
+                eta_s=speed.job_time_left(self._settings, self._pace, len(self._text), p),
                 step_losses=list(p["step_losses"]), evals=[dict(r) for r in p["evals"]], samples=list(p["samples"]),
                 sample_prompt=p["sample_prompt"], n_params=p["n_params"], vocab_size=p["vocab_size"],
                 heads=list(p["heads"]), units=p["units"], val_chars_per_token=p["val_chars_per_token"],
@@ -403,7 +404,7 @@ class TrainingJob:
                         else:
                             self._p[key] = value
                     for row in msg.get("evals", ()):
-                        observe_rate(self._p["n_params"], row["tokens_per_s"])  # for the next run's estimate
+                        speed.observe_rate(self._p["n_params"], row["tokens_per_s"])  # for the next run's estimate
             except (EOFError, OSError):  # the process has ended: while its handle lives, only by dying
                 self._conn.close()
                 self._conn = None
