@@ -303,7 +303,7 @@ def test_clicking_a_head_in_the_grid_opens_it(server, clean_page):
     page, _ = clean_page
     _open(page, server, "Attention")
     assert page.get_by_text("Layer 1, head 1").count() > 0
-    grid = page.locator('[data-testid="stPlotlyChart"]').nth(1)  # the all-heads grid
+    grid = page.locator('[data-testid="stPlotlyChart"]').nth(2)  # the all-heads grid, after the panels and the sources
     grid.scroll_into_view_if_needed()
     box = grid.bounding_box()
     x, y = box["x"] + box["width"] * 0.60, box["y"] + box["height"] * 0.80  # layer 2, head 3 of 2 x 4
