@@ -9,7 +9,7 @@ from core.figures.attention_figures import (
     future_mass_figure, head_overview_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
 from core.figures.patching_figures import sources_figure
-from core.patching import read_sources, score_sources, top_sources
+from core.patching import score_sources, sources_view
 from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 from ui.links import apply_link, link_box
 
@@ -154,8 +154,7 @@ else:
         qi = min(link.values.get("pos", n), n) - 1 if "pos" in link.values else n - 1
         kj = int(pattern[qi, : qi + 1].argmax())
     full, src_names, score = _sources(mkey, ids, layer, head, qi, kj)
-    shown, rows_n, cols_n = top_sources(full, src_names, k=8)
-    reading = read_sources(shown, src_names, rows_n, cols_n)
+    shown, rows_n, cols_n, reading = sources_view(full, src_names, k=8)
     st.markdown(
         f"**Click any cell of the weights panel** to take its score apart. Now: query {qi} '{tokens[qi]}', key {kj} "
         f"'{tokens[kj]}', weight {pattern[qi, kj]:.3f}. The score {score:.2f} is a sum of one term per pair of sources "

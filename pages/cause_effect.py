@@ -3,12 +3,12 @@ import math
 import streamlit as st
 
 from core.analysis.attention import head_attention
-from core.analysis.induction import head_scores, model_probe, probe_choices
+from core.analysis.induction import head_scores
 from core.analysis.timing import forward_seconds
 from core.figures import patching_figures as PF
-from core.patching import (HEAD_KINDS, Metric, check_pair, corrupt_one, default_answers, match_lengths,
-                           patch_head_positions, patch_heads, patch_residual, patch_sublayers, path_patch,
-                           read_sources, score_sources, stack_rows, strongest_head, top_predictions, top_sources)
+from core.patching import (HEAD_KINDS, Metric, check_pair, corrupt_prompt, default_answers, example_pair,
+                           match_lengths, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
+                           path_patch, score_sources, sources_view, stack_rows, strongest_head, top_predictions)
 from core.serve.fmt import head_label
 from ui.links import apply_link, link_box
 from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
@@ -70,21 +70,19 @@ def _example(model, tok):
     earlier occurrence of the last token changed: the induction circuit's example."""
     draws = int(st.session_state.get("cause_draws", 0))
     st.session_state["cause_draws"] = draws + 1
-    period = min(EXAMPLE_PERIOD, c.n_ctx // 2)
-    row = model_probe(model, tok, n_seqs=1, period=period, seed=2000 + draws)[0].tolist()
-    clean = row[: period + min(EXAMPLE_SECOND, period - 1)]
+    clean, _, _, _ = example_pair(model, tok, seed=2000 + draws, period=EXAMPLE_PERIOD, again=EXAMPLE_SECOND)
     set_prompt_ids(CLEAN_KEY, tok, clean)
     _corrupt(model, tok)
 
 
 def _corrupt(model, tok):
-    """Button callback: the clean prompt with one token changed (core.patching.corrupt_one), a fresh token each press."""
+    """Button callback: the clean prompt with one token changed (core.patching.corrupt_prompt), a fresh token each press."""
     ids = prompt_ids_now(CLEAN_KEY, tok)
     if not ids:
         return
     seed = int(st.session_state.get("cause_corrupt_draws", 0))
     st.session_state["cause_corrupt_draws"] = seed + 1
-    done = corrupt_one(ids, c.vocab_size, choices=probe_choices(tok) if tok.kind != "char" else None, seed=seed)
+    done = corrupt_prompt(tok, ids, c.vocab_size, seed=seed)
     set_prompt_ids(CORRUPT_KEY, tok, done.ids)
     st.session_state["cause_changed"] = (tuple(done.ids), done.position, done.old, done.new, done.why)
 
@@ -339,12 +337,11 @@ j = int(s3.number_input("Key position j (default: where it looks most)", 1, i + 
                         min(j_default + 1, i + 1), key=f"cause_src_j_{i}_{sl[0]}_{sl[1]}")) - 1
 s4.metric("weight a[i, j]", f"{pattern_row[j]:.3f}")
 full, src_names, score = _sources(mkey, a_ids, sl[0], sl[1], i, j)
-shown_t, rows_n, cols_n = top_sources(full, src_names, k=10)
+shown_t, rows_n, cols_n, reading = sources_view(full, src_names, k=10)
 shared_chart(sources_figure(shown_t, rows_n, cols_n,
                             f"{head_label(*sl)}: score of query {i + 1} '{tokens[i]}' for key {j + 1} '{tokens[j]}' "
                             f"= {score:.2f}, split by source"),
              width="stretch", theme=None, key="cause_sources")
-reading = read_sources(shown_t, src_names, rows_n, cols_n)
 st.caption(f"The entries add up to the score {score:.3f} (their sum: {full.sum():.3f}). On the clean prompt."
            + (" Only the ten largest sources of each side are drawn; 'all others' holds the rest." if
               len(src_names) > 10 else ""))

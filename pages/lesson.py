@@ -2,14 +2,13 @@ import streamlit as st
 
 from core import lesson as LS
 from core.analysis.cost import training_flops
-from core.analysis.induction import head_scores, model_probe
+from core.analysis.induction import head_scores
 from core.analysis.scaling import CHINCHILLA
 from core.analysis.variants_view import read_study
 from core.figures.lesson_figures import bars
 from core.figures.patching_figures import head_table_figure, sources_figure
 from core.analysis.generation import draw
-from core.patching import (Metric, corrupt_one, default_answers, patch_heads, read_sources, score_sources,
-                           top_sources)
+from core.patching import Metric, default_answers, example_pair, patch_heads, score_sources, sources_view
 from core.serve.fmt import head_label
 from ui import (ROOT, at_step, ensure_frame, load_model, model_cache, model_key, prompt_input, require_model,
                 shared_chart, snapshot_steps_of)
@@ -314,12 +313,8 @@ elif key == "piece":
                            f"without {'residual connections' if grade.answer == 'no-residual' else 'the MLP'} the "
                            "loss rises most.")
 elif key in ("patch", "circuit"):
-    period = min(24, c.n_ctx // 2)
-    row = model_probe(model, tok, n_seqs=1, period=period, seed=2000)[0].tolist()
-    again = min(16, period - 1)
-    clean = tuple(row[: period + again])
-    bad = corrupt_one(list(clean), c.vocab_size, choices=None if tok.kind == "char" else tok.readable_ids())
-    corrupt = tuple(bad.ids)
+    clean, bad, period, again = example_pair(model, tok, seed=2000)  # Cause and effect's example, drawn once
+    clean, corrupt = tuple(clean), tuple(bad.ids)
     answer, wrong = _answers(mkey, clean, corrupt)
     metric = Metric(answer, wrong)
     st.markdown(f"The prompt: {period} random {tok.units}, then the first {again} of them again, so that the next "
@@ -348,8 +343,7 @@ elif key in ("patch", "circuit"):
         w = _pattern_row(mkey, clean, l, h, i)
         j = int(w.argmax())
         full, names, score = _sources(mkey, clean, l, h, i, j)
-        shown, rows, cols = top_sources(full, names, k=10)
-        reading = read_sources(shown, names, rows, cols)
+        shown, rows, cols, reading = sources_view(full, names, k=10)
         st.markdown(
             f"{head_label(l, h)} (the induction head) looks from the last position to position {j + 1} "
             f"(weight {w[j]:.2f}), the {tok.unit} after the earlier occurrence. Its score there is a sum of parts, one "

@@ -213,3 +213,20 @@ def test_the_reading_names_the_largest_entry_and_each_sides_builder():
     assert (r.query_builder, r.query_total, r.composition) == ("L1 H3", 9.0, "QK")
     table[2, 2], table[0, 2], table[2, 0] = 0.0, 0.0, 9.0   # L1 H3's query against the key's token
     assert read_sources(table, names).composition == "Q"
+
+
+def test_the_example_pair_is_the_probe_written_again_with_the_earlier_occurrence_changed():
+    from conftest import SHIPPED
+    from core.analysis.induction import model_probe
+    from core.nn.checkpoint import load_checkpoint
+    from core.patching import example_pair, sources_view
+
+    model, tok = load_checkpoint(SHIPPED)
+    clean, bad, period, again = example_pair(model, tok, seed=5)
+    row = model_probe(model, tok, n_seqs=1, period=24, seed=5)[0].tolist()
+    assert (period, again) == (24, 16) and clean == row[:24] + row[:16]
+    assert bad.position == 15 and bad.old == clean[-1] and bad.new not in clean   # the last token's first copy
+    names = ["a", "b", "c"]
+    table = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 0.5], [0.1, 0.0, 0.2]])
+    shown, rows, cols, reading = sources_view(table, names, k=2)
+    assert shown.sum() == pytest.approx(table.sum()) and reading.key_builder == "b" and rows[-1] == "all others"

@@ -336,6 +336,27 @@ def corrupt_one(ids, vocab_size: int, position: int | None = None, choices=None,
     return Corruption(out, position, ids[position], new, why or f"position {position + 1}, as asked")
 
 
+def corrupt_prompt(tokenizer, ids, vocab_size: int, seed: int = 0) -> Corruption:
+    """``corrupt_one`` with the replacement drawn from what a page can show: a BPE's readable tokens
+    (core.analysis.induction.probe_choices), any character for a character model."""
+    from core.analysis.induction import probe_choices
+
+    return corrupt_one(ids, vocab_size, choices=None if tokenizer.kind == "char" else probe_choices(tokenizer),
+                       seed=seed)
+
+
+def example_pair(model, tokenizer, seed: int = 0, period: int = 24, again: int = 16):
+    """The induction circuit's example: ``period`` random tokens (the probe's, core.analysis.induction.model_probe),
+    then the first ``again`` of them once more, and its corrupted copy (``corrupt_prompt``: the earlier occurrence of
+    the last token changed). Returns (clean ids, Corruption, period, again), sized to fit the model's context."""
+    from core.analysis.induction import model_probe
+
+    period = min(period, model.config.n_ctx // 2)
+    again = min(again, period - 1)
+    clean = model_probe(model, tokenizer, n_seqs=1, period=period, seed=seed)[0].tolist()[: period + again]
+    return clean, corrupt_prompt(tokenizer, clean, model.config.vocab_size), period, again
+
+
 def match_lengths(clean, corrupt, how: str, pad: int) -> tuple[list[int], list[int]]:
     """Two prompts of different lengths made patchable: "cut" drops the longer one's first tokens, "pad" puts
     ``pad`` tokens before the shorter one. Both keep each prompt's end, where the metric is read."""
@@ -379,6 +400,13 @@ def top_sources(table: np.ndarray, names: list[str], k: int = 10):
     out = np.array([[table[np.ix_(rg, cg)].sum() for cg in c_groups] for rg in r_groups])
     other = "all others"
     return out, [names[i] for i in rows] + [other], [names[j] for j in cols] + [other]
+
+
+def sources_view(table: np.ndarray, names: list[str], k: int = 10):
+    """What a page draws of ``score_sources``' table: (table cut to ``top_sources(k)``, its row names, its column
+    names, the ``read_sources`` reading of it)."""
+    shown, rows, cols = top_sources(table, names, k)
+    return shown, rows, cols, read_sources(shown, names, rows, cols)
 
 
 @dataclass(frozen=True)
