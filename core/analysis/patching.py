@@ -61,19 +61,21 @@ Subs = dict[tuple[str, int], Callable[[torch.Tensor], torch.Tensor]]
 
 @torch.no_grad()
 def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = False, start: int = 0,
-             x0: torch.Tensor | None = None, last_only: bool = False):
+             x0: torch.Tensor | None = None, last_only: bool = False, stop: int | None = None,
+             keep: frozenset[str] | None = None):
     """(logits (B, n, m), activations {(kind, layer): tensor} if ``record``). ``subs`` maps (kind, layer) to a
     function that receives the activation and returns what the run continues with. "resid" layer l is the stream
     entering block l (l = L: leaving the last one). ``start``, ``x0``: begin at block ``start`` with the stream
     ``x0`` (B, n, d) entering it (a patch at layer l leaves every earlier block as the corrupted run had it, so a
     patched run need not compute them again). ``last_only``: logits of the last position only, (B, 1, m), all a
-    metric reads (GPT-2's output map is its largest matrix)."""
+    metric reads (GPT-2's output map is its largest matrix). ``stop``: run blocks before ``stop`` only and return no
+    logits (None); ``keep``: record only these kinds (a GPT-2's patterns at 1,024 tokens are 600 MB)."""
     c, subs, acts = model.config, subs or {}, {}
 
     def hook(kind, layer, t):
         fn = subs.get((kind, layer))
         t = fn(t) if fn is not None else t
-        if record:
+        if record and (keep is None or kind in keep):
             acts[(kind, layer)] = t
         return t
 
@@ -82,6 +84,8 @@ def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = 
     x = model.embed(idx) if x0 is None else x0                             # (B, n, d)
     future = torch.ones(n, n, dtype=torch.bool).triu(1)
     for l, block in enumerate(model.blocks):
+        if stop is not None and l >= stop:
+            return None, acts
         if l < start:
             continue
         x = hook("resid", l, x)
@@ -259,7 +263,8 @@ def score_sources(model, ids, layer: int, head: int, i: int, j: int):
     if not (0 <= j <= i < len(ids)):
         raise ValueError(f"need 0 <= j <= i < n (got i={i}, j={j}, n={len(ids)})")
     idx = _batch(ids)
-    _, acts = _forward(model, idx, record=True)
+    # the blocks up to the head's own (its q and k), and only what the sources are made of
+    _, acts = _forward(model, idx, record=True, stop=layer + 1, keep=frozenset({"z", "mlp_out", "resid", "q", "k"}))
     d, h, dh = c.d_model, c.n_heads, c.d_head
     names = ["token embedding", "position embedding"]
     parts = [model.tok_emb.weight[idx[0]], model.pos_emb.weight[: idx.shape[1]]]  # (n, d) each
