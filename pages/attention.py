@@ -11,7 +11,9 @@ from core.figures.attention_figures import (
 from core.figures.patching_figures import sources_figure
 from core.patching import score_sources, sources_view
 from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
-from ui.links import apply_link, link_box
+from core.serve.fmt import shown_pos
+from core.serve.links import Field, LinkSpec
+from ui.links import link_box, use_link
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -31,10 +33,10 @@ st.latex(r"s_{ij} = \frac{\langle q_i, k_j\rangle}{\sqrt{d_k}}, \qquad "
 
 entry, model, tok = require_model()
 c = model.config
-link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "layer": ("int", 1, c.n_layers), "head": ("int", 1, c.n_heads),
-                   "pos": ("int", 1, c.n_ctx)},
-                  {"prompt": "attn_prompt", "layer": ("attn_layer", lambda v: v - 1),
-                   "head": ("attn_head", lambda v: v - 1)})
+LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), "attn_prompt", cut=True),
+                 "layer": Field(("index", c.n_layers), "attn_layer"), "head": Field(("index", c.n_heads), "attn_head"),
+                 "pos": Field(("index", c.n_ctx), "attn_pos")})  # the query whose score is taken apart
+use_link(LINK)
 st.session_state.setdefault("attn_prompt", DEFAULT_PROMPT)  # as state, not value=: a link may set the box
 prompt = prompt_input("Your prompt", None, "attn_prompt", tok, c.n_ctx)
 if prompt.empty:
@@ -95,6 +97,7 @@ def _pick_cell():
     points = st.session_state["attn_panels"].selection.points
     if points and points[0].get("customdata") is not None:
         st.session_state["attn_cell"] = (ids, *(int(v) for v in points[0]["customdata"][:2]))
+        st.session_state["attn_pos"] = st.session_state["attn_cell"][1]  # the query, kept for the link
 
 
 pick = st.columns([1, 1, 2])
@@ -147,28 +150,29 @@ st.subheader("Why does this head attend here?")
 if not c.lecture_block:
     st.caption("This model is a variant of the lecture's block: its scores are not taken apart here.")
 else:
-    cell = st.session_state.get("attn_cell")
+    cell, qi = st.session_state.get("attn_cell"), st.session_state.get("attn_pos")
     if cell and cell[0] == ids and cell[2] <= cell[1] < n:
         qi, kj = cell[1], cell[2]
-    else:  # a link's pos= (counted from 1), else the last query; the key it weighs most
-        qi = min(link.values.get("pos", n), n) - 1 if "pos" in link.values else n - 1
+    else:  # the query a link or an earlier click chose, while this prompt has it; else the last; the key it weighs most
+        qi = qi if qi is not None and 0 <= qi < n else n - 1
         kj = int(pattern[qi, : qi + 1].argmax())
     full, src_names, score = _sources(mkey, ids, layer, head, qi, kj)
     shown, rows_n, cols_n, reading = sources_view(full, src_names, k=8)
     st.markdown(
-        f"**Click any cell of the weights panel** to take its score apart. Now: query {qi} '{tokens[qi]}', key {kj} "
+        f"**Click any cell of the weights panel** to take its score apart. Now: query {shown_pos(qi)} '{tokens[qi]}', "
+        f"key {shown_pos(kj)} "
         f"'{tokens[kj]}', weight {pattern[qi, kj]:.3f}. The score {score:.2f} is a sum of one term per pair of sources "
         "that wrote the two positions' streams (token and position embedding, each earlier head and MLP, the "
         f"LayerNorm's shift). The key's biggest builder is **{reading.key_builder}** ({reading.key_total:+.2f}), the "
         f"query's **{reading.query_builder}** ({reading.query_total:+.2f})"
         + (": an earlier head built the key, **K-composition**." if reading.composition in ("K", "QK") else "."))
-    shared_chart(sources_figure(shown, rows_n, cols_n, f"Layer {layer + 1}, head {head + 1}: score of query {qi} for "
-                                                       f"key {kj}, split by source"),
+    shared_chart(sources_figure(shown, rows_n, cols_n, f"Layer {layer + 1}, head {head + 1}: score of query {shown_pos(qi)} "
+                                                       f"for key {shown_pos(kj)}, split by source"),
                  width="stretch", theme=None, key="attn_sources")
     st.page_link("pages/cause_effect.py", label="Open this in Cause and effect (patching, paths, the full table)",
                  icon=":material/swap_horiz:", query_params={"model": entry.name, "prompt": prompt.text,
                                                              "layer": str(layer + 1), "head": str(head + 1),
-                                                             "pos": str(qi + 1)})
+                                                             "pos": str(shown_pos(qi))})
 
 st.header("All heads at a glance")
 overview = _overview(mkey, ids, lo, hi)
@@ -236,4 +240,4 @@ for name, text in role_explanations().items():
     st.markdown(f"- **{name}**: {text}")
 
 st.divider()
-link_box({"model": entry.name, "prompt": prompt.text, "layer": layer + 1, "head": head + 1})
+link_box(LINK)

@@ -9,8 +9,9 @@ from core.figures import patching_figures as PF
 from core.patching import (HEAD_KINDS, Metric, check_pair, corrupt_prompt, default_answers, example_pair,
                            match_lengths, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
                            path_patch, score_sources, sources_view, stack_rows, strongest_head, top_predictions)
-from core.serve.fmt import head_label
-from ui.links import apply_link, link_box
+from core.serve.fmt import head_label, shown_pos
+from core.serve.links import Field, LinkSpec
+from ui.links import link_box, use_link
 from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
@@ -95,9 +96,14 @@ def _match(how: str):
     set_prompt_ids(CORRUPT_KEY, tok, b)
 
 
-link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "corrupt": ("prompt", tok, c.n_ctx),
-                   "layer": ("int", 1, c.n_layers), "head": ("int", 1, c.n_heads), "pos": ("int", 1, c.n_ctx)},
-                  {"prompt": CLEAN_KEY, "corrupt": CORRUPT_KEY})
+# the pair is cut together, to one length in tokens, when a link must be shortened; layer, head and pos are applied
+# below, once the prompts' length and the strongest head are known
+LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), CLEAN_KEY, cut=True),
+                 "corrupt": Field(("prompt", tok, c.n_ctx), CORRUPT_KEY, cut=True),
+                 "layer": Field(("index", c.n_layers)), "head": Field(("index", c.n_heads)),
+                 "pos": Field(("index", c.n_ctx))},
+                same_length=lambda a, b: len(tok.encode(a, errors="drop")) == len(tok.encode(b, errors="drop")))
+link = use_link(LINK)
 if "prompt" in link.values and "corrupt" not in link.values:  # a link with one prompt: its corrupted copy made here
     _corrupt(model, tok)
 if CLEAN_KEY not in st.session_state:  # the page opens on the example
@@ -213,7 +219,7 @@ else:
     if cell and cell[0] == pair and cell[1] < stages and cell[2] < n:
         r, p = cell[1], cell[2]
         st.info(f"{names[r]}, position {p + 1} ('{tokens[p]}'): putting this one vector back restores "
-                f"{grid[r, p]:.0%} of the clean answer.", icon="👆")
+                f"{grid[r, p]:.0%} of the clean answer.", icon=":material/touch_app:")
     else:
         st.caption("Click a cell to read its value in words; the framed column is the changed position.")
 
@@ -240,10 +246,10 @@ best = strongest_head(_heads(mkey, a_ids, b_ids, metric, "z"))  # the page opens
 head_key = "cause_head"
 if "layer" in link.values or "head" in link.values:  # a link's head: the table's pick and the sources' head
     was = st.session_state.get(head_key, best)
-    st.session_state[head_key] = (link.values.get("layer", was[0] + 1) - 1, link.values.get("head", was[1] + 1) - 1)
+    st.session_state[head_key] = (link.values.get("layer", was[0]), link.values.get("head", was[1]))
     st.session_state["cause_src_head"] = st.session_state[head_key]
-if "pos" in link.values and link.values["pos"] <= n:
-    st.session_state["cause_src_i"] = link.values["pos"]
+if "pos" in link.values and link.values["pos"] < n:
+    st.session_state["cause_src_i"] = shown_pos(link.values["pos"])  # the box counts from 1, as the screen does
 if head_key not in st.session_state or not (0 <= st.session_state[head_key][0] < c.n_layers
                                             and 0 <= st.session_state[head_key][1] < c.n_heads):
     st.session_state[head_key] = best
@@ -364,5 +370,4 @@ else:
             "embeddings (and the MLPs) wrote.")
 
 st.divider()
-link_box({"model": entry.name, "prompt": clean.text, "corrupt": corrupt.text, "layer": sl[0] + 1, "head": sl[1] + 1,
-          "pos": i + 1})
+link_box(LINK, {"layer": sl[0], "head": sl[1], "pos": i})

@@ -6,7 +6,8 @@ from core.serve import fmt
 from core.analysis import generation as G
 from core.figures import generation_figures as GF
 from core.analysis.timing import forward_seconds
-from ui.links import apply_link, link_box
+from core.serve.links import Field, LinkSpec
+from ui.links import link_box, use_link
 from ui import chart, compute_slot, ensure_frame, model_cache, model_key, prompt_input, require_model
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -32,10 +33,12 @@ entry, model, tok = require_model()
 c = model.config
 m = c.vocab_size
 
-apply_link({"prompt": ("prompt", tok, c.n_ctx), "T": ("float", 0.0, 10_000.0), "decoding": ("choice", MODES),
-            "k": ("int", 1, m), "p": ("float", 0.0, 1.0), "seed": ("int", 0, 2**31 - 1), "new": ("int", 1, 2000)},
-           {"prompt": "gen_prompt", "T": "gen_temperature", "decoding": "gen_mode", "k": "gen_top_k", "p": "gen_top_p",
-            "seed": "gen_seed", "new": "gen_new_tokens"})
+LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), "gen_prompt", cut=True),
+                 "decoding": Field(("choice", MODES), "gen_mode"), "T": Field(("float", 0.0, 10_000.0), "gen_temperature"),
+                 "k": Field(("int", 1, m), "gen_top_k"), "p": Field(("float", 0.0, 1.0), "gen_top_p"),
+                 "seed": Field(("int", 0, 2**31 - 1), "gen_seed"),
+                 "new": Field(("int", 1, 2000), "gen_new_tokens")})  # the count asked for, not what fit() allows
+use_link(LINK)
 for key, default in (("gen_prompt", DEFAULT_PROMPT), ("gen_temperature", 1.0), ("gen_mode", "sample"),
                      ("gen_top_k", min(10, m)), ("gen_top_p", 0.9), ("gen_seed", 0), ("gen_new_tokens", 200)):
     st.session_state.setdefault(key, default)  # defaults as state, not value=: a link may set them
@@ -253,5 +256,4 @@ st.caption(f"Seed {seed} for every column; each shows the last {GF.CONTEXT_CHARS
 chart(GF.distinct_bars(temps, ratios, unit=unit), width="stretch", key="gen_distinct")
 
 st.divider()
-link_box({"model": entry.name, "prompt": prompt.text, "decoding": mode, "T": temperature if mode != "greedy" else None,
-          "k": top_k, "p": top_p, "seed": seed, "new": n_new})
+link_box(LINK, {"T": temperature if mode != "greedy" else None, "k": top_k, "p": top_p})  # what this decoding uses

@@ -5,13 +5,13 @@ from core.analysis import head_ranking as HR
 
 from core.figures import intervention_figures as IF
 from core.analysis.attention import head_attention, induction_chance
-from core.serve.fmt import code_text
-from core.serve.links import format_heads
+from core.serve.fmt import code_text, shown_pos
 from core.analysis.induction import THRESHOLD, head_scores, induction_score, model_period, model_probe, probe_choices
 from core.analysis.interventions import (MODES, greedy_continuation, layer_head_losses, next_token_probs, repeat_ids,
                                 repeat_period, token_losses)
 from core.analysis.timing import forward_seconds
-from ui.links import apply_link, link_box
+from core.serve.links import Field, LinkSpec, format_heads
+from ui.links import link_box, use_link
 from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
@@ -84,8 +84,11 @@ def _random_twice(model, tok):
 
 # the default text goes into the box's state, not its value: the Repeat button writes that state too, and a
 # box given both logs a warning. The key is PROMPT_KEY, written out: tests/test_bad_input.py finds boxes by key
-off_link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "off": ("heads", c.n_layers, c.n_heads),
-                       "mode": ("choice", MODES)}, {"prompt": PROMPT_KEY, "mode": "heads_mode"}).values.get("off")
+heads_key = f"heads_off_{c.n_layers}x{c.n_heads}"  # a model of another shape gets a box of its own
+LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), PROMPT_KEY, cut=True),
+                 "off": Field(("heads", c.n_layers, c.n_heads), heads_key, to_url=format_heads),  # off=none: all on
+                 "mode": Field(("choice", MODES), "heads_mode")})
+use_link(LINK)
 st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
 prompt = prompt_input("Your prompt", None, "heads_prompt", tok, c.n_ctx, height=150)
 b, note = st.columns([1, 4], vertical_alignment="center")
@@ -112,11 +115,8 @@ best = scores.best_head()
 
 # ------------------------------------------------------------------ which heads, how
 options = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
-heads_key = f"heads_off_{c.n_layers}x{c.n_heads}"  # a model of another shape gets a box of its own
 pick, how = st.columns([3, 1])
 with pick:
-    if off_link is not None:  # a link's off=: these heads (and none: off= empty)
-        st.session_state[heads_key] = off_link
     st.session_state.setdefault(heads_key, [best])  # the default as state, not default=: a link may set it
     chosen = st.multiselect(
         "Heads to switch off", options, key=heads_key, format_func=lambda p: IF.head_label(*p),
@@ -168,12 +168,12 @@ else:
 
 # ------------------------------------------------------------------ next token
 st.header(f"The next {tok.unit}, before and after")
-pos = st.slider(f"Position i (counting from 0): the distribution for the {tok.unit} after position i", 0, n - 1,
-                n - 1, key=f"heads_pos_{n}") if n > 1 else 0
+pos = st.slider(f"Position i (counting from 1): the distribution for the {tok.unit} after position i", 1, n, n,
+                key=f"heads_pos_{n}") - 1 if n > 1 else 0  # on screen from 1, as layers and heads
 p_before, p_after = _probs(mkey, ids, (), mode, pos), _probs(mkey, ids, heads, mode, pos)
 seen = code_text("".join(tok.visible_tokens(ids[max(0, pos - 29):pos + 1])))  # the last 30 tokens read
 actual = ids[pos + 1] if pos + 1 < n else None
-st.caption(f"The model has read …`{seen}` (position {pos}); " + (
+st.caption(f"The model has read …`{seen}` (position {shown_pos(pos)}); " + (
     "this is the end of your prompt." if actual is None else
     f"the next {tok.unit} in your text is `{code_text(tok.visible_tokens([actual])[0])}`."))
 shared_chart(next_token_bars(tok.pieces, p_before, p_after, off, actual, unit=tok.unit), width="stretch",
@@ -257,4 +257,4 @@ else:
                f"{off1:.3f} nats.")
 
 st.divider()
-link_box({"model": entry.name, "prompt": prompt.text, "off": format_heads(heads) or None, "mode": mode})
+link_box(LINK)

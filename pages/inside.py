@@ -2,13 +2,14 @@ import streamlit as st
 
 from core.figures import trace_figures as TF
 from core.analysis import trace_views as TV
-from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number_word, visible
+from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number_word, shown_pos, visible
 from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS
 from core.nn.params import mlp_latex
 from core.analysis.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
                         max_trace_tokens, stream_steps, trace, trace_bytes, variant_refusal)
 from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
-from ui.links import apply_link, link_box
+from core.serve.links import Field, LinkSpec
+from ui.links import link_box, use_link
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -35,10 +36,10 @@ c = model.config
 if not c.lecture_block:  # a variant from the Why each piece page: its block is not the one traced here
     st.info(f"Nothing to trace: {variant_refusal(c)} (on the Attention and Switch heads off pages).")
     st.stop()
-link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "pos": ("int", 1, c.n_ctx), "layer": ("int", 1, c.n_layers),
-                   "head": ("int", 1, c.n_heads)},
-                  {"prompt": "inside_prompt", "layer": ("inside_layer", lambda v: v - 1),
-                   "head": ("inside_head", lambda v: v - 1)})
+LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), "inside_prompt", cut=True),
+                 "pos": Field(("index", c.n_ctx)),  # applied below, once the prompt's length is known
+                 "layer": Field(("index", c.n_layers), "inside_layer"), "head": Field(("index", c.n_heads), "inside_head")})
+link = use_link(LINK)
 st.session_state.setdefault("inside_prompt", DEFAULT_PROMPT)  # as state, not value=: a link may set the box
 prompt = prompt_input("Your prompt", None, "inside_prompt", tok, c.n_ctx, height=150)
 if prompt.empty:
@@ -84,23 +85,23 @@ if n > 1:
     # in a form, the slider moves in the browser alone (dragged, or one arrow key at a time) and the page, which
     # recomputes nine figures for a new position, runs once, on the button: not once per step of the arrow keys
     pos_key = f"inside_pos_{n}"
-    if "pos" in link.values and link.values["pos"] <= n:  # a link's pos= counts from 1
-        st.session_state[pos_key] = link.values["pos"] - 1
-    st.session_state.setdefault(pos_key, n - 1)  # the default as state, not value=: a link may set it
+    if "pos" in link.values and link.values["pos"] < n:  # a link's pos= (the slider counts from 1, as the screen)
+        st.session_state[pos_key] = shown_pos(link.values["pos"])
+    st.session_state.setdefault(pos_key, n)  # the default as state, not value=: a link may set it
     with st.form("inside_pos_form", border=False):
         slot, button = st.columns([6, 1], vertical_alignment="bottom")
-        pos = slot.slider(f"Position i to follow (counting from 0): the model's guess for the {tok.unit} after it", 0,
-                          n - 1, key=pos_key,
-                          help="Drag it, or step it with the arrow keys; then press Follow (keyboard: Tab, Enter).")
+        pos = slot.slider(f"Position i to follow (counting from 1): the model's guess for the {tok.unit} after it", 1,
+                          n, key=pos_key,
+                          help="Drag it, or step it with the arrow keys; then press Follow (keyboard: Tab, Enter).") - 1
         button.form_submit_button("Follow", type="primary", width="stretch", key="inside_pos_follow")
 else:
     pos = 0
-    st.caption(f"One {tok.unit}: there is one position to follow, position 0.")
+    st.caption(f"One {tok.unit}: there is one position to follow, position 1.")
 guess = TV.prediction(tr, pos)
 tail = code_text("".join(tok.visible_tokens(ids[max(0, pos - 39):pos + 1])))  # the last 40 tokens read
 actual = ids[pos + 1] if pos + 1 < n else None
 st.markdown(
-    f"At position **{pos}** the model has read …`{tail}` and predicts "
+    f"At position **{shown_pos(pos)}** the model has read …`{tail}` and predicts "
     f"**'{md_escape(visible(chars[guess.predicted]))}'** with probability {guess.probs[guess.predicted]:.2f}. "
     + ("That is the end of your prompt." if actual is None else
        f"In your text the next {tok.unit} is '{md_escape(visible(chars[actual]))}' "
@@ -146,8 +147,8 @@ st.caption(f"Each row is a vector of d = {c.d_model} numbers (red positive, blue
 
 st.header("2. Attention at this position")
 st.markdown(
-    f"Pick a head. Its query at position {pos} is compared with the key of every position it may see "
-    f"(0 to {pos}); each comparison is a dot product of two vectors of d_h = {c.d_head} numbers, scaled by "
+    f"Pick a head. Its query at position {shown_pos(pos)} is compared with the key of every position it may see "
+    f"(1 to {shown_pos(pos)}); each comparison is a dot product of two vectors of d_h = {c.d_head} numbers, scaled by "
     "1/√d_h, and the softmax over those scores gives the weights. Below the weights, the values of all those "
     "positions are mixed with them: that mix is the head's output here, before W_O maps it back to width d.")
 st.latex(r"s_{ij} = \frac{1}{\sqrt{d_h}} \sum_{c=1}^{d_h} q_{i,c}\, k_{j,c}, \qquad "
@@ -166,14 +167,14 @@ st.caption("Red components are positive, blue negative. A key whose pattern of s
            "large dot product, so a large score and, after the softmax, a large weight (right).")
 chart(TF.qk_terms(at.q, at.keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
       theme=None, key="inside_qk")
-score = float(at.scores[key])
-st.latex(rf"s_{{{pos},{key}}} = \frac{{{at.dot(key):.3f}}}{{\sqrt{{{c.d_head}}}}} = {score:.3f}, \qquad "
-         rf"a_{{{pos},{key}}} = \frac{{e^{{{score:.3f}}}}}{{\sum_{{l \le {pos}}} e^{{s_{{{pos},l}}}}}} "
+score, i, j = float(at.scores[key]), shown_pos(pos), shown_pos(key)  # the formula counts as the screen does
+st.latex(rf"s_{{{i},{j}}} = \frac{{{at.dot(key):.3f}}}{{\sqrt{{{c.d_head}}}}} = {score:.3f}, \qquad "
+         rf"a_{{{i},{j}}} = \frac{{e^{{{score:.3f}}}}}{{\sum_{{l \le {i}}} e^{{s_{{{i},l}}}}}} "
          rf"= {at.weights[key]:.4f}")
 chart(TF.weighted_values(at.weights, at.values, key_labels), width="stretch", theme=None, key="inside_values")
 st.caption(f"Each row is a key's value times its weight a (the keys with the largest weights, in order; the rest "
            f"summed in the last row); the bottom row is their sum z_i, the head's output at "
-           f"position {pos}. W_O then maps it to a vector of width d of length {at.out_norm:.2f}: "
+           f"position {shown_pos(pos)}. W_O then maps it to a vector of width d of length {at.out_norm:.2f}: "
            f"{head_label(layer, head)}'s share in step 1.")
 
 # ------------------------------------------------------------------ 3. the MLP
@@ -205,15 +206,15 @@ st.markdown(
 st.latex(r"\text{lens}_\ell(x_i) = \operatorname{softmax}\big(W_U \operatorname{LN}_f(x^{(\ell)}_i)\big), "
          r"\qquad \ell = 0, 1, \ldots, L")
 LENS_WINDOW = LENS_WINDOWS["char" if tok.kind == "char" else "other"]
-lo = st.slider("First position shown", 0, n - LENS_WINDOW, TV.window_start(pos, n, LENS_WINDOW),
+lo = st.slider("First position shown", 1, n - LENS_WINDOW + 1, shown_pos(TV.window_start(pos, n, LENS_WINDOW)),
                key=f"inside_lens_lo_{n}_{pos}", help=f"The table shows {LENS_WINDOW} positions at a time; it opens on "
-               "the ones ending at the chosen position.") if n > LENS_WINDOW else 0
+               "the ones ending at the chosen position.") - 1 if n > LENS_WINDOW else 0
 hi = min(n, lo + LENS_WINDOW)
 lens = _lens(mkey, ids)
 chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids, lens_stage_names(c.n_layers),
                      offset=lo, chosen=pos, unit=tok.unit), width="stretch", theme=None, key="inside_lens")
-where = f"Columns are positions {lo} to {hi - 1}, each headed by the {tok.unit} read there; the red frame is " \
-        f"position {pos}."
+where = f"Columns are positions {shown_pos(lo)} to {hi}, each headed by the {tok.unit} read there; the red frame " \
+        f"is position {shown_pos(pos)}."
 if n > 1:
     where += f" Over the whole prompt, the favourite is the {tok.unit} that really comes next " + ", ".join(
         f"{name} at {share:.0%} of positions" for name, share in zip(lens_stage_names(c.n_layers),
@@ -240,7 +241,7 @@ chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=
 st.caption(f"Grey: the embedding; blue: heads; orange: MLPs"
            + (f"; light grey: all but the {TF.ATTRIBUTION_BARS - 1} largest of the {len(att.names)} writers, summed"
               if len(att.names) > TF.ATTRIBUTION_BARS else "") + f". Layers and heads count from 1. σ is frozen at "
-           f"{1 / att.scale:.3f} (the stream's spread at position {pos}); with another σ the bars would all scale "
+           f"{1 / att.scale:.3f} (the stream's spread at position {shown_pos(pos)}); with another σ the bars would all scale "
            "together, so their ranking is what to read.")
 
 # ------------------------------------------------------------------ 6. the output
@@ -259,4 +260,4 @@ st.caption(f"The {number_word(TF.OUTPUT_TOP)} {tok.units} with the largest logit
            "order does not depend on T, only how the probability is shared among them.")
 
 st.divider()
-link_box({"model": entry.name, "prompt": prompt.text, "pos": pos + 1, "layer": layer + 1, "head": head + 1})
+link_box(LINK, {"pos": pos})

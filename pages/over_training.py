@@ -8,7 +8,8 @@ from core.figures.induction_figures import formation_figure
 from core.nn.checkpoint import CheckpointError, read_heads, read_log, read_training
 from core.nn.snapshots import snapshot_losses
 from core.serve.fmt import head_label
-from ui.links import apply_link, link_box
+from core.serve.links import Field, LinkSpec
+from ui.links import link_box, use_link
 from ui import at_step, chart, current, ensure_frame, load_model, model_cache, model_key, prompt_input, snapshot_steps_of
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -70,11 +71,12 @@ _patterns = model_cache(lambda ids, layer, head, picked: head_patterns([m for m 
                                                                        list(ids), layer, head), 16, what=WHAT)
 
 head_key = f"over_head_{c.n_layers}x{c.n_heads}"
-link = apply_link({"prompt": ("prompt", tok, c.n_ctx), "layer": ("int", 1, c.n_layers), "head": ("int", 1, c.n_heads)},
-                  {"prompt": PROMPT_KEY})
+LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), PROMPT_KEY, cut=True),
+                 "layer": Field(("index", c.n_layers)), "head": Field(("index", c.n_heads))})  # one picker: head_key
+link = use_link(LINK)
 if "layer" in link.values or "head" in link.values:  # one of the two from the link, the other as it was
     was = st.session_state.get(head_key, (0, 0))
-    st.session_state[head_key] = (link.values.get("layer", was[0] + 1) - 1, link.values.get("head", was[1] + 1) - 1)
+    st.session_state[head_key] = (link.values.get("layer", was[0]), link.values.get("head", was[1]))
 st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
 prompt = prompt_input("Your prompt", None, "over_prompt", tok, c.n_ctx, height=110)  # PROMPT_KEY, a literal for tests
 if prompt.empty or len(prompt.ids) < 2:
@@ -157,4 +159,4 @@ if losses:
                f"{losses.get(shown_steps[0], {}).get('val_loss', float('nan')):.3f}, step {last:,} "
                f"{losses.get(last, {}).get('val_loss', float('nan')):.3f} nats per {unit}.")
 
-link_box({"model": entry.name, "prompt": prompt.text, "layer": layer + 1, "head": head + 1})
+link_box(LINK, {"layer": layer, "head": head})

@@ -6,7 +6,8 @@ from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.nn.model import ModelConfig, config_problems
 from core.nn.params import (breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex,
                          share_latex)
-from ui.links import apply_link, link_box
+from core.serve.links import Field, LinkSpec
+from ui.links import link_box, use_link
 from ui import DEFAULT_MODEL, chart, current, ensure_frame, shipped_config
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -44,13 +45,15 @@ def apply_preset():
 if "par_preset" not in st.session_state or st.session_state.par_preset not in SHAPES:
     st.session_state.par_preset = next(iter(SHAPES))
     apply_preset()
-link = apply_link({"preset": ("choice", tuple(SHAPES)), "bias": ("choice", ("0", "1")), "tied": ("choice", ("0", "1")),
-                   **{attr: ("int", 1, 300 if attr == "n_layers" else 2_000_000) for _, attr, _ in FIELDS}}, {})
-if "preset" in link.values:
-    st.session_state.par_preset = link.values["preset"]
+_flag = (lambda v: v == "1", lambda b: int(bool(b)))  # a toggle in a link: 0 or 1
+LINK = LinkSpec({"preset": Field(("choice", tuple(SHAPES)), "par_preset"),
+                 **{attr: Field(("int", 1, 300 if attr == "n_layers" else 2_000_000), key) for key, attr, _ in FIELDS},
+                 "bias": Field(("choice", ("0", "1")), "par_bias", *_flag),
+                 "tied": Field(("choice", ("0", "1")), "par_tied", *_flag)})
+link = use_link(LINK)
+if "preset" in link.values:  # the preset fills in the shape, then the link's own fields change it
     apply_preset()
-st.session_state.update({key: link.values[attr] for key, attr, _ in FIELDS if attr in link.values})
-st.session_state.update({k: link.values[u] == "1" for u, k in (("bias", "par_bias"), ("tied", "par_tied")) if u in link.values})
+    st.session_state.update(LINK.updates({k: v for k, v in link.values.items() if k != "preset"}))
 
 st.header("Counting the parameters")
 st.selectbox("Preset", list(SHAPES), key="par_preset", on_change=apply_preset,
@@ -65,12 +68,11 @@ values = {attr: int(st.session_state[key]) for key, attr, _ in FIELDS}
 values.update({attr: bool(st.session_state[key]) for key, attr, _ in TERMS})
 # the activation changes no count; a selected model's other fields come with its preset
 values.update({k: v for k, v in SHAPES[st.session_state.par_preset].to_dict().items() if k in ("activation", "ln_eps")})
-link_box({"preset": st.session_state.par_preset, **{attr: values[attr] for _, attr, _ in FIELDS},
-          "bias": int(values["bias"]), "tied": int(values["tie_weights"])})
+link_box(LINK)
 problems = config_problems(values)  # the one shape check; this form's bounds leave n_heads the only field it refuses
 for col, (key, attr, label) in zip(cols, FIELDS):
     if attr in problems:  # said under the field, and the rest of the page goes on without it
-        col.error(f"This shape cannot be built: {problems[attr]}", icon="🚫")
+        col.error(f"This shape cannot be built: {problems[attr]}", icon=":material/block:")
 if set(problems) - {"n_heads"}:
     st.stop()
 # no count depends on h (heads split the width): what needs no h goes on with one head; what needs h says so

@@ -9,7 +9,8 @@ from core.serve.fmt import human, latex_sci, sci
 from core.analysis.scaling import BUDGET_DEFAULTS, LAW_PRESETS
 from core.figures.scaling_figures import isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from ui import chart, ensure_frame, shipped_config
-from ui.links import apply_link, link_box
+from core.serve.links import Field, LinkSpec
+from ui.links import link_box, use_link
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 FAMOUS_HEADERS = {"model": "model", "parameters": "N", "tokens": "D", "tokens / parameter": "D/N",
@@ -51,8 +52,9 @@ if "scal_logA" not in st.session_state:  # no law on the sliders yet: a first vi
     st.session_state["scal_preset"] = sv.chosen_preset(st.session_state)
     apply_preset()
 LINK_KEYS = {"logA": "scal_logA", "logB": "scal_logB", "alpha": "scal_alpha", "beta": "scal_beta", "E": "scal_E"}
-link = apply_link({"preset": ("choice", tuple(LAW_PRESETS)),
-                   **{u: ("float", *sv.SLIDERS[k][1:3]) for u, k in LINK_KEYS.items()}}, {})
+LINK = LinkSpec({"preset": Field(("choice", tuple(LAW_PRESETS))),  # a preset, or the five constants of a custom law
+                 **{u: Field(("float", *sv.SLIDERS[k][1:3])) for u, k in LINK_KEYS.items()}})
+link = use_link(LINK)
 if "preset" in link.values:
     st.session_state["scal_preset"] = link.values["preset"]
     apply_preset()
@@ -204,5 +206,5 @@ st.page_link("pages/scaling_fit.py", icon=":material/scatter_plot:",
                    "and to tiny models trained on this machine.")
 
 st.divider()
-link_box({"preset": st.session_state["scal_preset"]} if st.session_state["scal_preset"] in LAW_PRESETS else
+link_box(LINK, {"preset": st.session_state["scal_preset"]} if st.session_state["scal_preset"] in LAW_PRESETS else
          {u: round(float(st.session_state[k]), 4) for u, k in LINK_KEYS.items()})

@@ -166,11 +166,11 @@ def test_inside_position_applies_once_on_the_button(open_page):
     n = len(at.text_area(key="inside_prompt").value)
     slider = at.slider(key=f"inside_pos_{n}")
     assert slider.proto.form_id  # in a form: moving it (arrow keys, dragging) reruns nothing
-    assert slider.value == n - 1
-    slider.set_value(n - 4).run()  # moved, and the page reruns for another reason: it stays where it was
-    assert f"At position **{n - 1}**" in " ".join(m.value for m in at.markdown)
-    at.slider(key=f"inside_pos_{n}").set_value(n - 4)
+    assert slider.value == n and slider.min == 1 and slider.max == n  # positions count from 1, as on every page
+    slider.set_value(n - 3).run()  # moved, and the page reruns for another reason: it stays where it was
+    assert f"At position **{n}**" in " ".join(m.value for m in at.markdown)
+    at.slider(key=f"inside_pos_{n}").set_value(n - 3)
     at.button(key="inside_pos_follow").click().run()  # one rerun, on the button
     assert not at.exception
-    assert at.slider(key=f"inside_pos_{n}").value == n - 4  # the key and its meaning are the slider's as before
-    assert f"At position **{n - 4}**" in " ".join(m.value for m in at.markdown)
+    assert at.slider(key=f"inside_pos_{n}").value == n - 3
+    assert f"At position **{n - 3}**" in " ".join(m.value for m in at.markdown)

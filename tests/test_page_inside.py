@@ -126,7 +126,7 @@ def test_position_head_and_key_pickers(inside, shipped):
     ids = tok.encode(text)
     at = inside(text)
     n = len(ids)
-    at.slider(key=f"inside_pos_{n}").set_value(7)
+    at.slider(key=f"inside_pos_{n}").set_value(8)  # the eighth position, index 7: the screen counts from 1
     at.button(key="inside_pos_follow").click().run()  # the slider sits in a form: it applies on the button
     at.selectbox(key="inside_layer").set_value(1).run()
     at.selectbox(key="inside_head").set_value(2).run()
@@ -140,9 +140,9 @@ def test_position_head_and_key_pickers(inside, shipped):
     terms = array(shown["inside_qk"]["data"][0]["y"])
     assert terms.sum() / np.sqrt(model.config.d_head) == pytest.approx(float(rec.scores[0, 2, 7, 3]), abs=1e-4)
     latex = " ".join(el.value for el in at.latex)
-    assert f"s_{{7,3}}" in latex and f"{float(rec.scores[0, 2, 7, 3]):.3f}" in latex
+    assert f"s_{{8,4}}" in latex and f"{float(rec.scores[0, 2, 7, 3]):.3f}" in latex
     assert f"{float(rec.pattern[0, 2, 7, 3]):.4f}" in latex
-    assert "at position 7" in shown["inside_attribution"]["layout"]["title"]["text"]
+    assert "at position 8" in shown["inside_attribution"]["layout"]["title"]["text"]
 
 
 def test_temperature_changes_the_probabilities_only(inside, shipped):
@@ -190,7 +190,7 @@ def test_500_characters_use_the_last_n_ctx(inside, shipped):
     assert shown["inside_lens"]["data"][0]["text"][-1] == [visible(tok.chars[t]) for t in z.argmax(-1)[88:].tolist()]
     p = F.softmax(z[-1], -1).numpy()
     np.testing.assert_allclose(array(shown["inside_output"]["data"][1]["y"]), np.sort(p)[::-1][:10], atol=1e-5)
-    assert at.slider(key="inside_pos_128").value == 127
+    assert at.slider(key="inside_pos_128").value == 128
 
 
 def test_unknown_characters_are_named_and_left_out(inside, shipped):

@@ -73,7 +73,7 @@ def test_inside_follows_the_last_tokens_that_fit_and_says_so(open_page, setup):
     shown = array(output["data"][0]["y"])  # the ten largest logits, largest first
     np.testing.assert_allclose(shown, np.sort(cut)[::-1][:10], atol=1e-4)
     assert np.abs(np.sort(whole)[::-1][:10] - shown).max() > 0.05  # so the check tells the two apart
-    assert at.slider(key=f"inside_pos_{keep}").max == keep - 1
+    assert at.slider(key=f"inside_pos_{keep}").max == keep
 
 
 def test_heads_ranking_waits_for_its_button_with_the_time_said(open_page, setup, monkeypatch):

@@ -84,7 +84,8 @@ def test_neuron_view_and_terms_rebuild_the_models_score_and_weight(setup):
     np.testing.assert_allclose(bars.x, rec.pattern[0, head, pos, :pos + 1].numpy(), atol=1e-6)  # the model's weights
     assert list(bars.marker.color).count(TF.CHOSEN) == 1 and bars.marker.color[key] == TF.CHOSEN
     assert fig.layout.yaxis2.range[0] > fig.layout.yaxis2.range[1]  # key 0 at the top
-    assert fig.layout.yaxis2.ticktext[1] == "1 '␣'" and fig.layout.yaxis2.ticktext[5] == "5 '⏎'"  # visible
+    # the second and sixth keys, counted from 1 as the screen does, their characters made visible
+    assert fig.layout.yaxis2.ticktext[1] == "2 '␣'" and fig.layout.yaxis2.ticktext[5] == "6 '⏎'"
 
     terms = TF.qk_terms(q, keys[key], labels[pos], labels[key])
     bars, running = terms.data
@@ -216,5 +217,5 @@ def test_quotes_in_token_labels_show_as_quotes_and_tags_stay_text():
     """Plotly shows '&quot;' literally: a token '"' must reach a title as a quote, while '<' stays escaped."""
     q, k = np.ones(4), np.arange(4.0)
     fig = TF.qk_terms(q, k, TF.char_label(3, '"'), TF.char_label(1, "<b>"))
-    assert "query 3 '\"'" in fig.layout.title.text and "&quot;" not in fig.layout.title.text
+    assert "query 4 '\"'" in fig.layout.title.text and "&quot;" not in fig.layout.title.text
     assert "&lt;b&gt;" in fig.layout.title.text and "<b>" not in fig.layout.title.text

@@ -9,10 +9,11 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from core.serve.fmt import md_escape
-from core.serve.links import GLOBAL_KEYS, MAX_LINK_CHARS, fit_link, parse_fields
+from core.serve.links import GLOBAL_KEYS, LinkSpec, fit_link, parse_fields
 from ui.frame import _calling_page
 
 _SEEN = "te_link_seen::"  # session key + page: the query string this page last read or wrote
+FRAME_KEYS = ("model", "step")  # read by the frame (frame_link), written by every page's link box
 
 
 @dataclass
@@ -26,7 +27,7 @@ class Link:
             parts = "; ".join(f"**{md_escape(k[:40])}** ({md_escape(why)})" for k, why in self.ignored[:8])
             more = f"; and {len(self.ignored) - 8} more" if len(self.ignored) > 8 else ""
             st.warning(f"Part of this link was ignored, and the page opened with its defaults there: {parts}{more}.",
-                       icon="🔗")
+                       icon=":material/link:")
 
 
 def _signature(query: dict) -> tuple:
@@ -52,22 +53,52 @@ def read_link(spec: dict, page: str | None = None) -> Link:
     return Link(values, ignored)
 
 
+def _frame_signature(query: dict) -> tuple:
+    return _signature({k: v for k, v in query.items() if k in FRAME_KEYS})
+
+
 def publish(params: dict, page: str | None = None):
     """Write the page's current state into the URL (None values left out), so the address bar is always a link to
-    what is on screen; recorded as seen, so that the next rerun does not read it back as a new link."""
+    what is on screen; recorded as seen, by the page and by the frame, so that the next rerun reads neither the
+    page's fields nor its model= and step= back as a new link (a frame that did undid the learner's next pick in
+    the model picker)."""
     page = page or _page()
     clean = {k: str(v) for k, v in params.items() if v is not None and str(v) != ""}
-    clean, _ = fit_link(clean)
     if _signature(st.query_params.to_dict()) != _signature(clean):
         st.query_params.from_dict(clean)
     st.session_state[_SEEN + page] = _signature(clean)
+    st.session_state[_SEEN + "frame"] = _frame_signature(clean)
 
 
-def link_box(params: dict, page: str | None = None):
-    """Publish ``params`` and offer them as a link to copy (the code box has a copy button). A prompt too long for
-    a link is cut, and the box says so."""
-    clean = {k: str(v) for k, v in params.items() if v is not None and str(v) != ""}
-    fitted, cut = fit_link(clean)
+def frame_params() -> dict:
+    """The frame's part of every page's link: the picked model and, for a snapshot, its training step."""
+    entry = (st.session_state.get("te_current") or (None,))[0]
+    if entry is None:
+        return {}
+    return {"model": entry.name, "step": entry.step}
+
+
+def use_link(spec: LinkSpec, page: str | None = None) -> Link:
+    """Read a page's link (once per query string, ``read_link``), put each valid value into the session state of
+    the widget it sets (``LinkSpec.updates``) and name what was ignored. Call it before the widgets are drawn."""
+    link = read_link(spec.kinds, page or _page())
+    st.session_state.update(spec.updates(link.values))
+    link.show_ignored()
+    return link
+
+
+def link_box(spec: LinkSpec | dict, overrides: dict | None = None, page: str | None = None):
+    """Publish the page's state as its link and offer it to copy (the code box has a copy button). With a LinkSpec
+    the values come from the session state its fields name, ``overrides`` for the rest; the frame's model and
+    step are added. A prompt (or a pair of prompts, cut together) too long for a link is cut, and the box says so.
+    A plain dict of URL values still works (its prompt is cut)."""
+    frame = frame_params()
+    if isinstance(spec, LinkSpec):
+        params = spec.params(st.session_state, {**frame, **(overrides or {})})
+        fitted, cut = spec.fit(params)
+    else:
+        params = {k: str(v) for k, v in {**frame, **spec}.items() if v is not None and str(v) != ""}
+        fitted, cut = fit_link(params)
     publish(fitted, page)
     try:
         base = str(st.context.url).split("?")[0]
@@ -77,8 +108,8 @@ def link_box(params: dict, page: str | None = None):
         st.caption("A link that opens this view as it is now, for anyone on this server:")
         st.code(f"{base}?{urlencode(fitted)}", language=None, wrap_lines=True)
         if cut:
-            st.caption(f"The prompt was cut to its first {cut:,} characters to keep the link under "
-                       f"{MAX_LINK_CHARS:,} characters.")
+            st.caption(cut.words())
+    return fitted, cut
 
 
 def frame_link(names: list[str]):
@@ -100,7 +131,7 @@ def frame_link(names: list[str]):
             ignored.append(("model", "no model of that name on this server"))
     if "step" in query:
         raw = str(query["step"])
-        if raw.isdigit() and len(raw) <= 9:
+        if raw.isdigit() and len(raw) <= 12:
             st.session_state["te_link_step"] = int(raw)
         else:
             ignored.append(("step", "not a training step"))

@@ -20,7 +20,7 @@ import torch
 
 from core.figures.attention_figures import PANELS_PX, axis_ticks, fitted_ticks
 from core.figures.common import dict_figure
-from core.serve.fmt import head_label, visible
+from core.serve.fmt import head_label, pos_label, shown_pos, visible
 from core.analysis.generation import format_t
 from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS, silent_units
 from core.analysis.sampling import temperature_softmax
@@ -44,8 +44,9 @@ def _text(s: str) -> str:
 
 
 def char_label(pos: int, ch: str) -> str:
-    """12, 'e' -> "12 'e'": a position and the token there (a character, or a piece of a word), readable (␣, ⏎)."""
-    return f"{pos} '{visible(ch)}'"
+    """11, 'e' -> "12 'e'": a position as the screen counts it (from 1) and the token there (a character, or a piece of
+    a word), readable (␣, ⏎)."""
+    return pos_label(pos, ch)
 
 
 def _lim(*arrays) -> float:
@@ -157,7 +158,7 @@ def step_rows_text(step: StreamStep, n_heads: int, token: str, pos: int, unit: s
     """(row labels, title, what adds up to what) for ``vector_rows`` of ``core.analysis.trace_views.step_rows``: the
     words that go with each kind of step. ``token``: the text of the token at ``pos``, readable (core.serve.fmt.visible)."""
     if step.kind == "embed":
-        return ([f"token '{token}'", f"position {pos}", "= start of the stream"],
+        return ([f"token '{token}'", f"position {shown_pos(pos)}", "= start of the stream"],
                 f"The embedding: a vector for the {unit} plus a vector for its position",
                 "the first two rows add up to the third")
     if step.kind == "attn":
@@ -329,7 +330,7 @@ def lens_figure(top_ids: np.ndarray, top_probs: np.ndarray, chars, ids, stage_na
         for i in range(w):
             lines = "<br>".join(f"'{_text(visible(chars[top_ids[s, i, r]]))}' {top_probs[s, i, r]:.3f}"
                                 for r in range(k))
-            hover[s, i] = (f"{_text(stage_names[s])}, position {offset + i} ('{_text(read[i])}')"
+            hover[s, i] = (f"{_text(stage_names[s])}, position {shown_pos(offset + i)} ('{_text(read[i])}')"
                            f"<br>top {k}:<br>{lines}")
     hit_s, hit_i = np.nonzero([[a is not None and top_ids[s, i, 0] == a for i, a in enumerate(after)]
                                for s in range(S)])
@@ -386,7 +387,7 @@ def attribution_figure(att: Attribution, token_label: str, max_bars: int = ATTRI
                  hovertemplate="%{customdata}: %{x:+.4f}<extra></extra>")]
     lim = float(np.max(np.abs(values))) * 1.3 or 1.0
     label = _text(token_label)
-    title = (f"Who wrote the logit of '{label}' at position {att.pos}<br>"
+    title = (f"Who wrote the logit of '{label}' at position {shown_pos(att.pos)}<br>"
              + _sub(f"the bars add up to {float(att.values.sum()):.3f}; with the constant {att.constant:+.3f}, that "
                     f"is the logit {att.logit:.3f}"))
     return dict_figure(data, dict(

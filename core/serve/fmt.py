@@ -108,6 +108,17 @@ def head_label(layer: int, head: int) -> str:
     return f"L{layer + 1} H{head + 1}"
 
 
+def shown_pos(i: int) -> int:
+    """Position i of a tensor (from 0) as the screen and links count it (from 1), as layers and heads are counted:
+    the one place that converts (core.serve.links' "index" kind converts a link's value back)."""
+    return int(i) + 1
+
+
+def pos_label(i: int, token: str | None = None) -> str:
+    """(11, 'e') -> "12 'e'": a position as the screen counts it and, when given, its token made readable."""
+    return f"{shown_pos(i)}" if token is None else f"{shown_pos(i)} '{visible(token)}'"
+
+
 def heads_label(heads) -> str:
     """'L1 H3, L2 H1' for a list of heads; 'no head' for none."""
     return ", ".join(head_label(l, h) for l, h in heads) or "no head"
