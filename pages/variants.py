@@ -43,7 +43,23 @@ st.header("The variants")
 st.markdown(f"{len(study.rows)} runs of {steps:,} steps each, batch 32 of 128 characters, the Muon recipe, seed "
             "1337. *As trained* is the held-out loss with the model's own attention; *under the causal mask* is the "
             "same weights made to read only the past, as every model must when it writes text.")
-st.dataframe(VV.table_rows(study), hide_index=True, width="stretch")
+# the verdict next to the names, and widths that fit the page's column: nothing needs scrolling sideways (the long
+# texts are cut with "…" and shown whole on hover)
+_col = st.column_config
+rows = VV.table_rows(study)
+st.dataframe(rows, hide_index=True, width="stretch", height=35 * (len(rows) + 1) + 3,  # every row, no inner scroll
+             column_order=("variant", "what changed", "verdict", "loss as trained", "loss under the causal mask",
+                           "training loss", "parameters", "seconds"),
+             column_config={"variant": _col.TextColumn(width=105), "what changed": _col.TextColumn(width=215),
+                            "verdict": _col.TextColumn(width=255),
+                            "loss as trained": _col.NumberColumn("as trained", format="%.3f", width=75,
+                                                                 help="held-out loss, nats per character"),
+                            "loss under the causal mask": _col.NumberColumn("causal mask", format="%.3f", width=85,
+                                                                            help="the same weights made to read only "
+                                                                                 "the past"),
+                            "training loss": _col.NumberColumn("training", format="%.3f", width=70),
+                            "parameters": _col.NumberColumn(format="localized", width=85),
+                            "seconds": _col.NumberColumn("s", format="%d", width=50, help="seconds of training")})
 chart(VF.losses_figure(study), key="var_losses")
 
 st.subheader("Loss curves")

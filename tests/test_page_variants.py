@@ -42,6 +42,18 @@ def test_the_table_the_curves_and_every_claim_with_its_numbers(open_page, study)
     assert [t["name"] for t in curves["data"]] == ["lecture", "no-mlp"]
 
 
+def test_the_table_fits_the_page_with_its_verdict_beside_the_names(open_page):
+    import json as _json
+
+    at = open_page(PAGE)
+    proto = at.dataframe[0].proto
+    order = list(proto.column_order)
+    assert order.index("verdict") <= 2  # seen without scrolling sideways
+    config = _json.loads(proto.columns)
+    widths = [config[c]["width"] for c in order]  # every column has a width, and together they fit the main column
+    assert set(order) >= {"variant", "verdict", "loss under the causal mask"} and sum(widths) <= 960
+
+
 @pytest.mark.slow  # trains in real processes: the fast lane leaves it to CI
 def test_a_learner_starts_and_stops_a_variant_of_their_own(open_page, study, tmp_path):
     at = open_page(PAGE, models_dir=tmp_path)
