@@ -133,9 +133,10 @@ a_ids, b_ids = tuple(clean.ids), tuple(corrupt.ids)
 why_not = check_pair(model, a_ids, b_ids)
 if why_not:
     st.warning(f"These prompts cannot be patched into each other: {why_not}.", icon="⚠️")
-    m1, m2, _ = st.columns([1, 1, 2])
-    m1.button("Cut the longer one's start", key="cause_cut", on_click=_match, args=("cut",))
-    m2.button(f"Pad the shorter one's start with spaces", key="cause_pad", on_click=_match, args=("pad",))
+    m1, m2, _ = st.columns([1.2, 1.6, 1.2])  # room for each label whole: a cut-off "Pad…" says nothing
+    m1.button("Cut the longer one's start", key="cause_cut", on_click=_match, args=("cut",), width="stretch")
+    m2.button("Pad the shorter one's start with spaces", key="cause_pad", on_click=_match, args=("pad",),
+              width="stretch")
     st.stop()
 n = len(a_ids)
 tokens = tok.visible_tokens(list(a_ids))
