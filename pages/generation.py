@@ -9,6 +9,7 @@ from core.analysis.timing import forward_seconds
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
 from ui import chart, compute_slot, ensure_frame, model_cache, model_key, prompt_input, require_model
+from ui.cached import drawn_text
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -64,12 +65,6 @@ _next_logits = model_cache(lambda ids: G.next_logits(model, ids), 32)
 _window_seconds = model_cache(lambda: forward_seconds(model, 1, c.n_ctx, last_only=True), 8)
 
 
-@st.cache_resource(max_entries=256, show_spinner=False)
-def _drawn(key: tuple) -> dict:
-    """The text drawn for ``key`` on this server, shared by every session: the same model, prompt, settings and
-    seed draw the same text, so a class on one prompt costs one generation. Empty until the first run asking
-    for it has drawn it (a run cut short by a rerun leaves it empty: the next one draws)."""
-    return {}
 
 
 def fit(ids: list[int], n_new: int, rows: int = 1) -> tuple[list[int], int, str]:
@@ -125,7 +120,7 @@ if trimmed:
 key = (model_key(entry), tuple(gen_ids), n_new, seed, mode, temperature, top_k, top_p)
 memo = st.session_state.get("gen_memo")
 if not (memo and memo["key"] == key):
-    memo = _drawn(key)  # someone on this server may have drawn exactly this text already (a class on one prompt)
+    memo = drawn_text(key)  # someone on this server may have drawn exactly this text already (a class on one prompt)
 box = st.empty()
 if memo.get("key") != key:
     compute_slot("your text", lane="long")

@@ -4,11 +4,11 @@ from core.serve import fmt
 from core.analysis import cost
 from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
 from core.nn.model import ModelConfig, config_problems
-from core.nn.params import (breakdown_rows, build_on_meta, count_parameters, heads_sweep, parameter_table, per_block_latex,
-                         share_latex)
+from core.nn.params import count_parameters, per_block_latex, share_latex
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
 from ui import DEFAULT_MODEL, chart, current, ensure_frame, shipped_config
+from ui.cached import meta_tables, sublayer_timing
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -85,12 +85,6 @@ def refused(what: str) -> bool:  # True, with a note in the section's place, whi
     if problems:
         st.info(f"{what} needs a valid number of heads h: fix it above.", icon=":material/block:")
     return bool(problems)
-
-
-@st.cache_data(show_spinner="Building the model on the meta device ...", max_entries=32)
-def meta_tables(shape: tuple) -> tuple[list[dict], list[dict]]:
-    cfg = ModelConfig(**dict(shape))
-    return parameter_table(build_on_meta(cfg), rows=breakdown_rows(cfg, detailed=True)), heads_sweep(cfg)
 
 
 table, sweep = meta_tables(tuple(sorted(config.to_dict().items())))
@@ -201,16 +195,8 @@ else:
     # timed on this page run's own thread count (core.serve.threads.page_threads): a count of its own would change
     # the one torch gives every other session's next run; the count is in the key, so the cache stays honest
     threads = info["torch_threads"]
-
-    @st.cache_data(show_spinner="Timing attention and the MLP for growing n ...", max_entries=8)
-    def measure(key: tuple, threads: int, _attn, _mlp) -> cost.Timing:
-        return cost.time_sublayers(_attn, _mlp, key[1])
-
     mc = model.config
-    block = model.blocks[0]
-    if st.button("Measure again", key="par_remeasure"):
-        measure.clear()
-    t = measure((entry.name, mc.d_model, mc.n_heads, mc.d_ff), threads, block.attn, block.mlp)
+    t = sublayer_timing(entry.name, model, threads, again=st.button("Measure again", key="par_remeasure"))
     st.markdown(
         f"The first block of **{entry.name}** (d = {mc.d_model}, h = {mc.n_heads}, d_ff = {mc.d_ff}) is called on "
         f"random inputs of n = {t.ns[0]:,} to {t.ns[-1]:,} tokens; its sublayers never see positions, so n may exceed "

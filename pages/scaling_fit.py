@@ -12,27 +12,16 @@ from core.serve.fmt import human, latex_sci, number_word
 from core.analysis.scaling import CHINCHILLA_RUNS, HUBER_DELTA, LAW_PRESETS, N_STARTS, FitError, ScalingLaw
 from core.figures.scaling_figures import fit_figure
 from core.analysis.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs
-from core.training.study import (GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, open_study,
-                        usable_rows)
+from core.training.study import GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, usable_rows
 from core.figures.study_figures import frontier_figure, residual_figure, study_figure
 from core.training.study_job import BusyError as StudyBusy, StudyJob, grid_choices
 from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch
+from ui.cached import fitted_law, shipped_study
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 
-@st.cache_data(max_entries=4, show_spinner=False)
-def shipped_study(folder: str, stamp: tuple):
-    """(study.json, usable rows, [(row, why not)], fit.json, problems) of the shipped study (core.training.study.open_study)."""
-    return open_study(folder)
-
-
-@st.cache_data(max_entries=16, show_spinner="Fitting: L-BFGS from every starting point ...")
-def _fitted(csv_text: str) -> ScalingLaw:
-    return sv.fit_csv(csv_text)
-
-
-fitted = gated(_fitted, "the fit")  # thousands of L-BFGS starts wait in the compute line; a cached fit does not
+fitted = gated(fitted_law, "the fit")  # thousands of L-BFGS starts wait in the compute line; a cached fit does not
 
 
 def load_law(law: ScalingLaw):

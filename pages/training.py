@@ -10,6 +10,7 @@ from core.nn.params import per_block_latex
 from core.training.speed import form_estimate, with_estimate
 from core.training.trainer import DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
 from core.training.training_job import SAMPLE_TEMPERATURE, SAMPLE_TOKENS, BusyError, TrainingJob, release_abandoned
+from ui.cached import builtin_corpus, checked_corpus, learned_bpe
 from ui import chart, ensure_frame, gated, job_controls, metric_row, offer_shakespeare_fetch, reset_save_form, \
     save_form, session_alive, session_id, session_owner, upload_limit_mb
 
@@ -27,12 +28,6 @@ st.caption("One window of n = n_ctx tokens gives n prediction problems at once, 
            "the loss is their mean, in nats per token (per character for a character model).")
 # ---------------------------------------------------------------- corpus
 st.header("1. Corpus")
-# core.training.training_setup decides what is read, checked or learned, and its caches' keys and sizes
-builtin = st.cache_resource(show_spinner="Reading the corpus ...", max_entries=setup.BUILTIN_CACHE_ENTRIES)(
-    setup.builtin_corpus)
-checked = st.cache_resource(show_spinner="Checking the text ...", max_entries=setup.CHECKED_CACHE_ENTRIES)(
-    setup.checked_corpus)
-learned_bpe = st.cache_resource(show_spinner=False, max_entries=setup.BPE_CACHE_ENTRIES)(setup.learn_bpe)
 
 shakespeare = shakespeare_path()
 sources = setup.corpus_sources(shakespeare is not None)
@@ -60,11 +55,11 @@ elif source == "paste":
     raw = (pasted.encode("utf-8"), "the pasted text") if pasted.strip() else None
 try:
     if source in setup.BUILTIN:
-        text, info = builtin(source, setup.builtin_stamp(source))
+        text, info = builtin_corpus(source, setup.builtin_stamp(source))
     elif raw is None:
         st.info("Choose a .txt file to train on." if source == "upload" else "Paste some text to train on.")
     else:
-        text, info, problem = checked(*raw, limit_mb * 2**20)
+        text, info, problem = checked_corpus(*raw, limit_mb * 2**20)
 except ValueError as e:  # an unreadable built-in file
     st.error(f"The corpus could not be read: {e}")
 if problem:

@@ -1,0 +1,63 @@
+"""Server caches of the pages' pure work that is not tied to the picked model (ui.caching.model_cache is for that):
+the shapes counted on the meta device, the sublayer timings, the texts a class draws, the shipped scaling study and
+the fits, the corpus read, checked and learned by the Training page. A page calls these; it never makes a cache."""
+from __future__ import annotations
+
+import streamlit as st
+
+from core.analysis import cost
+from core.analysis import scaling_view as sv
+from core.nn.model import ModelConfig
+from core.nn.params import breakdown_rows, build_on_meta, heads_sweep, parameter_table
+from core.training import training_setup as setup
+from core.training.study import open_study
+
+
+@st.cache_data(show_spinner="Building the model on the meta device ...", max_entries=32)
+def meta_tables(shape: tuple) -> tuple[list[dict], list[dict]]:
+    """(every matrix counted, the heads sweep) of the shape ``tuple(sorted(config.to_dict().items()))``."""
+    cfg = ModelConfig(**dict(shape))
+    return parameter_table(build_on_meta(cfg), rows=breakdown_rows(cfg, detailed=True)), heads_sweep(cfg)
+
+
+@st.cache_data(show_spinner="Timing attention and the MLP for growing n ...", max_entries=8)
+def _timing(key: tuple, threads: int, _attn, _mlp) -> cost.Timing:
+    return cost.time_sublayers(_attn, _mlp, key[1])  # threads: in the key, so a count of its own is timed anew
+
+
+def sublayer_timing(name: str, model, threads: int, again: bool = False) -> cost.Timing:
+    """The first block's attention and MLP of ``model`` (named ``name``) timed for growing n, once per server and
+    thread count; ``again``: measured anew."""
+    if again:
+        _timing.clear()
+    c, block = model.config, model.blocks[0]
+    return _timing((name, c.d_model, c.n_heads, c.d_ff), threads, block.attn, block.mlp)
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def drawn_text(key: tuple) -> dict:
+    """The text drawn for ``key`` on this server, shared by every session: the same model, prompt, settings and
+    seed draw the same text, so a class on one prompt costs one generation. Empty until the first run asking
+    for it has drawn it (a run cut short by a rerun leaves it empty: the next one draws)."""
+    return {}
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def shipped_study(folder: str, stamp: tuple):
+    """(study.json, usable rows, [(row, why not)], fit.json, problems) of the shipped study (core.training.study.open_study);
+    ``stamp``: the files' sizes and times, so that a new study is read anew."""
+    return open_study(folder)
+
+
+@st.cache_data(max_entries=16, show_spinner="Fitting: L-BFGS from every starting point ...")
+def fitted_law(csv_text: str):
+    """The scaling law fitted to the runs of ``csv_text`` (core.analysis.scaling_view.fit_csv), once per text."""
+    return sv.fit_csv(csv_text)
+
+
+# the Training page's corpus: core.training.training_setup decides what is read, checked or learned, and the sizes
+builtin_corpus = st.cache_resource(show_spinner="Reading the corpus ...", max_entries=setup.BUILTIN_CACHE_ENTRIES)(
+    setup.builtin_corpus)
+checked_corpus = st.cache_resource(show_spinner="Checking the text ...", max_entries=setup.CHECKED_CACHE_ENTRIES)(
+    setup.checked_corpus)
+learned_bpe = st.cache_resource(show_spinner=False, max_entries=setup.BPE_CACHE_ENTRIES)(setup.learn_bpe)
