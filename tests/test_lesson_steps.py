@@ -369,3 +369,10 @@ def test_every_step_is_a_record_with_its_words():
     for s in LS.STEPS:
         assert s.title and s.page.startswith("pages/") and s.measures and s.too_close and s.on in (
             "prompt", "model", "nothing")
+
+
+def test_nan_induction_scores_name_no_head():
+    """Every score NaN (core.analysis's NaN-safe best_head finds none): no induction head, said in words."""
+    ctx = LS.Context(pointing_model(), TEN, (1, 2, 3, 4), scores_of([[0.9, 0.1]], [[float("nan"), float("nan")]]))
+    q = LS.question(LS.STEP["off"], ctx)
+    assert q.blocked and "no induction head" in q.blocked and "nan" not in q.blocked

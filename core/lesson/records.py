@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from core.analysis import patching as P
 from core.analysis.induction import THRESHOLD, HeadScores
 from core.lesson.grading import Grade
@@ -46,12 +48,16 @@ class Context:
         return P.strongest_head(self.scores.previous_token)  # NaN-safe; the scores are never negative
 
     @property
-    def induction_head(self) -> tuple[int, int]:
-        return self.scores.best_head()
+    def induction_head(self) -> tuple[int, int] | None:
+        try:
+            return self.scores.best_head()  # NaN-safe (core.analysis): None when every score is NaN
+        except ValueError:
+            return None
 
     @property
     def has_induction(self) -> bool:
-        return bool(self.scores.induction[self.induction_head] >= THRESHOLD)  # a NaN score is no induction head
+        head = self.induction_head
+        return head is not None and bool(self.scores.induction[head] >= THRESHOLD)  # NaN: no induction head
 
 
 @dataclass(frozen=True)
@@ -99,11 +105,12 @@ class Step:
 def unmet(step: Step, ctx: Context) -> str | None:
     """Why ``step`` cannot be asked of ``ctx``'s model, in words; None when it can."""
     if "induction" in step.needs and not ctx.has_induction:
-        l, h = ctx.induction_head
-        return (f"This model has no induction head: none reaches an induction score of {THRESHOLD:.2f} (its highest "
-                f"is {head_label(l, h)}'s, {ctx.scores.induction[l, h]:.2f}, on repeated random sequences). This step "
-                "is about what one does, so it has nothing to show here and is not marked. Pick the shipped "
-                "character model in the sidebar to see one.")
+        head = ctx.induction_head
+        best = "no head's score is a number" if head is None or not np.isfinite(ctx.scores.induction[head]) else (
+            f"its highest is {head_label(*head)}'s, {ctx.scores.induction[head]:.2f}")
+        return (f"This model has no induction head: none reaches an induction score of {THRESHOLD:.2f} ({best}, on "
+                "repeated random sequences). This step is about what one does, so it has nothing to show here and is "
+                "not marked. Pick the shipped character model in the sidebar to see one.")
     if "snapshots" in step.needs and len(ctx.snapshots) < 2:
         return ("This model has no snapshots saved during training, so this step has nothing to compare. Pick a "
                 "shipped model in the sidebar, or train one with snapshots kept.")

@@ -316,7 +316,8 @@ def _circuit_ask(ctx):
 
 def _circuit_measure(ctx, q):
     (l, h), d = q.data["head"], q.data
-    return M.key_sources(ctx.model, d["clean"], l, h, d["i"], d["j"])
+    # the previous-token scores: what core.analysis.circuit's reading of the split puts beside each source
+    return dict(M.key_sources(ctx.model, d["clean"], l, h, d["i"], d["j"]), previous_token=ctx.scores.previous_token)
 
 
 def _circuit_reveal(q, m, grade, guess=None):
