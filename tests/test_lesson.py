@@ -1,7 +1,6 @@
-"""The lesson's grading (core.lesson): each question kind against an answer known by construction or computed here
-independently, and the rule that a close call is not graded."""
-import copy
-
+"""The lesson's grading rules (core.lesson.grading) on numbers chosen by hand, and the measures the steps share
+(core.lesson.measures) against a computation written here. Each step's grade against an independent answer:
+tests/test_lesson_steps.py."""
 import numpy as np
 import pytest
 import torch
@@ -10,96 +9,65 @@ import torch.nn.functional as F
 from conftest import SHIPPED
 from core import lesson as LS
 from core.nn.checkpoint import load_checkpoint
-from core.nn.model import ModelConfig, Transformer
-
-
-def _pointing_model():
-    """One layer whose head 1 looks at token 7 wherever it is: its query is a constant (the bias b_Q), its key reads
-    the embedding's first coordinate, +1 for token 7 and -1 for every other token."""
-    torch.manual_seed(0)
-    m = Transformer(ModelConfig(vocab_size=10, n_ctx=16, d_model=8, n_heads=2, n_layers=1, bias=True)).eval()
-    d = 8
-    with torch.no_grad():
-        for p in m.parameters():
-            p.zero_()
-        m.blocks[0].ln1.weight.fill_(1.0)
-        m.blocks[0].ln2.weight.fill_(1.0)
-        m.ln_f.weight.fill_(1.0)
-        m.tok_emb.weight[:, 0] = -1.0
-        m.tok_emb.weight[7, 0] = 1.0
-        m.tok_emb.weight[:, 1] = torch.arange(10.0) * 0.01  # rows differ a little elsewhere, not in what head 1 reads
-        m.blocks[0].attn.qkv.bias[0] = 20.0                  # q of head 1: 20 along its first dimension
-        m.blocks[0].attn.qkv.weight[d + 0, 0] = 1.0          # k of head 1, first dimension: the embedding's first coordinate
-    return m
-
-
-def test_which_key_finds_the_token_the_head_was_built_to_look_at():
-    m = _pointing_model()
-    ids = [1, 2, 7, 3, 4, 5]
-    w = LS.key_weights(m, ids, 0, 0)
-    assert w.argmax() == 2 and w[2] > 0.9
-    assert LS.which_key(m, ids, 0, 0, guess=2) == LS.Grade(True, 2, LS.which_key(m, ids, 0, 0, 2).why)
-    assert LS.which_key(m, ids, 0, 0, guess=5).correct is False
-    twice = LS.which_key(m, [1, 7, 2, 7, 3], 0, 0, guess=1)  # two 7s: equal weights, too close to call
-    assert twice.correct is None and "too close" in twice.why
 
 
 def test_close_calls_and_choices():
     assert LS.close_call({"a": 1.0, "b": 0.96}) and not LS.close_call({"a": 1.0, "b": 0.9})
     g = LS.grade_choice({"a": 1.0, "b": 0.5}, "b")
-    assert (g.correct, g.answer) == (False, "a")
+    assert (g.correct, g.answer) == (False, "a") and LS.grade_choice({"a": 1.0, "b": 0.5}, "a").correct is True
+    assert LS.grade_choice({"a": 1.0, "b": 0.97}, "a").correct is None  # within 5%
     with pytest.raises(ValueError):
         LS.grade_choice({}, "a")
 
 
+def test_a_nan_option_is_nobodys_answer():
+    g = LS.grade_choice({"a": float("nan"), "b": 0.5, "c": 0.1}, "b")
+    assert (g.correct, g.answer) == (True, "b")
+    none = LS.grade_choice({"a": float("nan"), "b": float("nan")}, "a")
+    assert none.correct is None and none.answer is None and none.call == "no answer"
+
+
 def test_direction_is_graded_only_outside_the_noise():
     assert LS.grade_direction(0.5, 0.1, "up").correct is True
-    assert LS.grade_direction(-0.5, 0.1, "up") == LS.Grade(False, "down", LS.grade_direction(-0.5, 0.1, "up").why)
+    g = LS.grade_direction(-0.5, 0.1, "up")
+    assert (g.correct, g.answer) == (False, "down")
     assert LS.grade_direction(0.05, 0.1, "same").correct is None
+    assert LS.grade_direction(float("nan"), 0.1, "up").correct is None
     with pytest.raises(ValueError):
         LS.grade_direction(0.5, 0.1, "sideways")
 
 
-def test_switching_off_a_head_that_writes_nothing_changes_nothing():
-    m = _pointing_model()  # W_O is zero: no head writes anything
-    change, noise, rep = LS.copy_loss_change(m, [1, 2, 3, 4, 5, 6], [(0, 0)], n_ctx=16)
+def test_numbers_within_their_tolerance():
+    assert LS.grade_number(49_000, 49_408, 0.02).correct is True
+    assert LS.grade_number(45_000, 49_408, 0.02).correct is False
+    assert LS.grade_number(float("nan"), 1.0, 0.5).correct is False
+
+
+def test_switching_off_a_head_that_writes_nothing_changes_nothing(tiny_model):
+    with torch.no_grad():
+        tiny_model.blocks[0].attn.out.weight.zero_()  # head L1 H1 writes nothing (nor do its neighbours)
+    change, noise, rep = LS.copy_loss_change(tiny_model, [1, 2, 3, 4, 5, 6], [(0, 0)], n_ctx=16)
     assert rep == [1, 2, 3, 4, 5, 6] * 2 and change == 0.0 and noise == LS.MIN_NOISE
     assert LS.grade_direction(change, noise, "up").correct is None
 
 
-def test_the_shipped_induction_heads_loss_change_against_a_copy_without_it():
-    model, tok = load_checkpoint(SHIPPED)
-    ids = tok.encode("Heavy the crown; light the feather of a")
-    change, noise, rep = LS.copy_loss_change(model, ids, [(1, 3)], model.config.n_ctx)
-    other = copy.deepcopy(model)
-    dh = model.config.d_head
+@pytest.mark.parametrize("start", [0, 1, 3])
+def test_mean_logprob_scores_every_token_from_start(tiny_model, start):
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    x = torch.tensor([ids])
     with torch.no_grad():
-        other.blocks[1].attn.out.weight[:, 3 * dh:4 * dh] = 0.0  # head L2 H4's columns of W_O
-        x = torch.tensor([rep])
-        before = F.cross_entropy(model(x).logits[0, :-1], x[0, 1:], reduction="none")
-        after = F.cross_entropy(other(x).logits[0, :-1], x[0, 1:], reduction="none")
-    half = len(rep) // 2
-    assert change == pytest.approx(float((after - before)[half:].mean()), abs=1e-4)
-    assert change > noise  # the induction head copies: the loss goes up
-    assert LS.grade_direction(change, noise, "up").correct is True
+        lp = F.log_softmax(tiny_model(x).logits[0, :-1], -1)[torch.arange(7), x[0, 1:]]  # entry i: ids[i + 1]
+    first = max(start, 1)  # token 0 has nothing before it to be predicted from
+    assert LS.mean_logprob(tiny_model, ids, start) == pytest.approx(float(lp[first - 1:].mean()), abs=1e-6)
 
 
-def test_numbers_within_their_tolerance():
-    c = ModelConfig(vocab_size=65, n_ctx=128, d_model=64, n_heads=4, n_layers=2)
-    nums = LS.block_numbers(c)
-    d, d_ff = 64, c.d_ff
-    assert nums["per_block"] == 4 * d * d + 2 * d * d_ff + 4 * d
-    assert nums["mlp_share"] == pytest.approx(2 * d * d_ff / (4 * d * d + 2 * d * d_ff + 4 * d))
-    assert LS.grade_number(49_000, nums["per_block"], 0.02).correct is True
-    assert LS.grade_number(45_000, nums["per_block"], 0.02).correct is False
-    assert LS.grade_number(float("nan"), 1.0, 0.5).correct is False
-
-
-def test_the_mask_experiment_moves_earlier_rows_only_after_the_softmax():
-    model, tok = load_checkpoint(SHIPPED)
-    dep = LS.mask_experiment(model, tok.encode("To be or not"), 0, 0)
-    assert dep["mask_on_scores"] < LS.MASK_CHANGE < dep["mask_after_softmax"]
-    assert LS.grade_yes_no(dep["mask_after_softmax"], LS.MASK_CHANGE, True).correct is True
+def test_a_long_prompt_keeps_its_end_and_leaves_room_for_the_draws():
+    ids = list(range(200))
+    kept, new = LS.fitted_prompt(ids, 128)
+    assert (kept, new) == (list(range(112, 200)), 40)  # 88 + 40 = 128
+    assert LS.fitted_prompt(ids[:10], 128) == (ids[:10], 40)
+    kept, new = LS.fitted_prompt(ids, 32)  # a short context: half of it for the draws
+    assert (kept, new) == (list(range(184, 200)), 16)
 
 
 def test_which_text_is_cold():
@@ -112,3 +80,9 @@ def test_which_text_is_cold():
     assert LS.which_is_cold(pair, 1).correct is True and LS.which_is_cold(pair, 0).correct is False
     same = LS.temperature_pair(model, ids, lambda t, s: texts[0.2], seed=0)
     assert LS.which_is_cold(same, 0).correct is None
+
+
+def test_key_choices_are_the_first_and_the_last_positions():
+    assert LS.key_choices(5) == [0, 1, 2, 3, 4]
+    assert LS.key_choices(30) == [0] + list(range(15, 30)) and len(LS.key_choices(30)) == LS.CHOICES
+    assert np.isin(LS.key_choices(100, 4), [0, 97, 98, 99]).all()

@@ -1,18 +1,16 @@
-"""AppTest of the Lesson: every step renders, takes an answer and reveals the model's; progress is kept; a link opens
-a step on a prompt, and a bad link opens the defaults with one message."""
+"""AppTest of the Lesson: every step renders, takes an answer and shows the model's mark (the ones known by hand
+checked); progress is kept; a link opens a step on a prompt, and a bad link opens the defaults with one message."""
+import csv
+
 import pytest
 
+from conftest import ROOT, SHIPPED
+from core.analysis.scaling import CHINCHILLA
 from core.nn.checkpoint import load_checkpoint
-from conftest import SHIPPED
+
+VARIANTS = ROOT / "assets" / "variants" / "variants.csv"
 
 PAGE = "pages/lesson.py"
-GUESSES = {  # step -> (widget kind, key prefix, value)
-    2: ("radio", "lesson_mask_guess", "yes"), 3: ("radio", "lesson_off_guess", "up"),
-    4: ("number_input", "lesson_block_guess", 49_408), 5: ("slider", "lesson_share_guess", 67),
-    6: ("number_input", "lesson_cost_guess", 1e12), 7: ("radio", "lesson_temp_guess", 0),
-    8: ("radio", "lesson_scaling_guess", "N"), 9: ("radio", "lesson_forming_guess", "second"),
-    10: ("radio", "lesson_piece_guess", "no-residual"),
-}
 
 
 def _widget(at, kind, prefix):
@@ -20,7 +18,35 @@ def _widget(at, kind, prefix):
 
 
 def _marks(at):
-    return [x.value for x in [*at.success, *at.error, *at.info] if x.value.startswith(("**Right", "**Not", "**Too"))]
+    return [x.value for x in [*at.success, *at.error, *at.info] if x.value.startswith(("**Right", "**Not", "**Too",
+                                                                                         "**Neither", "**Nothing"))]
+
+
+def _known_answers():
+    """Step -> (widget kind, key prefix, a guess, its mark: "Right", "Not" or None for any), the marks worked out
+    here by hand for the shipped character model and the shipped study (the others: tests/test_lesson_steps.py)."""
+    c = load_checkpoint(SHIPPED)[0].config
+    d, d_ff, m, L = c.d_model, c.d_ff, c.vocab_size, c.n_layers
+    block = 4 * d * d + 2 * d * d_ff + 4 * d
+    N = L * block + m * d + c.n_ctx * d + 2 * d + d * m
+    law = CHINCHILLA
+    by_data = law.B / 20e9 ** law.beta - law.B / 40e9 ** law.beta > law.A / 1e9 ** law.alpha - law.A / 2e9 ** law.alpha
+    rows = {r["variant"]: float(r["causal_val_loss"]) for r in csv.DictReader(open(VARIANTS))}
+    worse = max(("no-residual", "no-mlp"), key=rows.get)
+    return {
+        1: ("button_group", "lesson_key_guess", None, None),
+        2: ("radio", "lesson_mask_guess", "yes", "Right"),     # the softmax's denominator holds the future score
+        3: ("radio", "lesson_off_guess", "down", "Not"),       # the induction head copies: the loss goes up
+        4: ("number_input", "lesson_block_guess", block, "Right"),
+        5: ("slider", "lesson_share_guess", 40, "Not"),        # 2d·d_ff / block = 66%
+        6: ("number_input", "lesson_cost_guess", 6 * N * 10_000_000, "Right"),
+        7: ("radio", "lesson_temp_guess", 0, None),
+        8: ("radio", "lesson_scaling_guess", "D" if by_data else "N", "Right"),
+        9: ("radio", "lesson_forming_guess", "first", "Not"),  # the second copy's loss falls (test_lesson_steps)
+        10: ("radio", "lesson_piece_guess", worse, "Right"),
+        11: ("selectbox", "lesson_patch_guess", 0, None),
+        12: ("selectbox", "lesson_circuit_guess", 0, None),
+    }
 
 
 @pytest.fixture
@@ -30,26 +56,50 @@ def lesson(open_page):
     return at
 
 
-def test_every_step_takes_an_answer_and_the_model_grades_it(lesson):
+def test_every_step_takes_an_answer_and_shows_the_models_mark(lesson):
     at = lesson
-    for step in range(1, 13):
+    for step, (kind, prefix, value, mark) in _known_answers().items():
         at.button(key=f"lesson_goto_{step}").click().run()
         assert not at.exception, (step, at.exception[0].message if at.exception else "")
         assert at.header[0].value.startswith(f"{step}.")
-        if step in GUESSES:
-            kind, prefix, value = GUESSES[step]
-            _widget(at, kind, prefix).set_value(value).run()
-        elif step == 1:
-            _widget(at, "button_group", "lesson_key_guess").set_value(len(at.text_area(key="lesson_prompt").value) - 2)
-            at.run()
+        w = _widget(at, kind, prefix)
+        if kind == "selectbox":
+            w.select_index(value)
+        elif kind == "button_group":
+            w.set_value(len(at.text_area(key="lesson_prompt").value) - 2)
         else:
-            _widget(at, "selectbox", "lesson_").select_index(0).run()
+            w.set_value(value)
+        at.run()
+        at.button(key="lesson_check").click().run()
+        (shown,) = _marks(at)
+        assert not at.exception and (mark is None or shown.startswith(f"**{mark}")), (step, shown)
+    progress = at.session_state["lesson_progress"]
+    assert len(progress) == 12 and progress["block"] is True and progress["off"] is False
+
+
+def test_every_step_of_the_bpe_model_opens_and_the_ones_it_can_answer_are_marked(open_page):
+    at = open_page(PAGE, state={"te_model_name": "shakespeare-bpe"})
+    bpe = load_checkpoint(SHIPPED.parent / "shakespeare-bpe")[1]
+    for step in range(1, 13):
+        at.button(key=f"lesson_goto_{step}").click().run()
+        assert not at.exception, (step, at.exception[0].message if at.exception else "")
+        guesses = [w for kind in ("button_group", "radio", "selectbox", "number_input", "slider") for w in at.get(kind)
+                   if w.key and w.key.startswith("lesson_") and "_guess" in w.key]
+        if step in (3, 9, 11, 12):  # these need an induction head (tests/test_page_lesson_bugs.py)
+            assert not guesses
+            continue
+        (w,) = guesses
+        if w.type == "selectbox":
+            w.select_index(0)
+        elif w.type == "button_group":
+            w.set_value(len(bpe.encode(at.text_area(key="lesson_prompt").value)) - 1)  # the last position
+        elif w.type == "number_input":
+            w.set_value(1000)
+        else:
+            w.set_value({2: "yes", 7: 0, 8: "N", 10: "no-mlp"}[step] if w.type == "radio" else 50)
+        at.run()
         at.button(key="lesson_check").click().run()
         assert not at.exception and len(_marks(at)) == 1, (step, _marks(at))
-    progress = at.session_state["lesson_progress"]
-    assert len(progress) == 12
-    # the shipped model: the block's count, 4d² + 2·d·d_ff + 4d at d = 64, d_ff = 256
-    assert progress["block"] is True and progress["off"] is True and progress["mask"] is True
 
 
 def test_the_block_step_grades_against_the_formula(lesson):
