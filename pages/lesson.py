@@ -6,7 +6,8 @@ from core.analysis.variants_view import read_study
 from core.figures.lesson_figures import step_figure
 from ui import (ROOT, at_step, ensure_frame, load_model, model_cache, model_key, prompt_input, require_model,
                 shared_chart, snapshot_steps_of)
-from ui.links import apply_link, link_box
+from core.serve.links import Field, LinkSpec
+from ui.links import link_box, use_link
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -27,12 +28,13 @@ c = model.config
 mkey = model_key(entry)
 
 # ------------------------------------------------------------------ the link: lesson= (the step, from 1) and prompt=
-apply_link({"lesson": ("int", 1, N_STEPS), "prompt": ("prompt", tok, c.n_ctx)},
-           {"lesson": "lesson_step", "prompt": "lesson_prompt"})
+LINK = LinkSpec({"lesson": Field(("int", 1, N_STEPS), "lesson_step"),  # the step as the path numbers it, from 1
+                 "prompt": Field(("prompt", tok, c.n_ctx), "lesson_prompt", cut=True)})
+use_link(LINK)
 
 
 def copy_link(step: int, text: str):
-    link_box({"lesson": step, "prompt": text, "model": entry.name})
+    link_box(LINK, {"lesson": step, "prompt": text})
 
 
 # ------------------------------------------------------------------ the path

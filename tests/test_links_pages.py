@@ -24,6 +24,8 @@ CASES = {  # page -> (query, {widget kind: {key: expected value}})
     "pages/heads.py": ({"prompt": "To be or not to be", "off": "L1H3,L2H4", "mode": "mean"},
                        {"text_area": {"heads_prompt": "To be or not to be"}, "multiselect": {"heads_off_2x4": [(0, 2), (1, 3)]},
                         "radio": {"heads_mode": "mean"}}),
+    "pages/lesson.py": ({"lesson": "5", "prompt": "To be or not to be"},
+                        {"text_area": {"lesson_prompt": "To be or not to be"}}),
     "pages/over_training.py": ({"prompt": "To be or not to be", "layer": "1", "head": "2"},
                                {"text_area": {"over_prompt": "To be or not to be"},
                                 "selectbox": {"over_head_2x4": (0, 1)}}),
