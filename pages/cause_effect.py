@@ -12,7 +12,7 @@ from core.patching import (HEAD_KINDS, Metric, check_pair, corrupt_prompt, defau
 from core.serve.fmt import head_label, shown_pos
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
-from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
+from ui import (approved, cached_figure, ensure_frame, in_steps, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -196,21 +196,10 @@ st.markdown(
     "one happens inside a block's attention.")
 stages = c.n_layers + 1
 est = stages * _seconds(mkey, n, n)
-go_key = f"cause_grid_go_{pair}"
-if est > GRID_AUTO_S and not st.session_state.get(go_key):
-    st.button(f"Compute the grid (about {est:.0f} s)", key=f"cause_grid_btn_{pair}",
-              on_click=st.session_state.__setitem__, args=(go_key, True))
-    st.caption(f"{stages} runs of {n} copies of the corrupted prompt, one stage at a time.")
-else:
-    bar = st.progress(0.0, text="Patching the residual stream ...") if est > 2 else None
-    rows = []
-    for s in range(stages):
-        rows.append(_residual(mkey, a_ids, b_ids, metric, s))
-        if bar is not None:
-            bar.progress((s + 1) / stages, text=f"Patching the residual stream: {s + 1} of {stages} stages")
-    if bar is not None:
-        bar.empty()
-    grid = stack_rows(rows)
+if approved(("cause_grid", pair), est, GRID_AUTO_S, f"Compute the grid (about {est:.0f} s)",
+            f"{stages} runs of {n} copies of the corrupted prompt, one stage at a time.", f"cause_grid_btn_{pair}"):
+    grid = stack_rows(in_steps(stages, lambda s: _residual(mkey, a_ids, b_ids, metric, s),
+                               "Patching the residual stream, stage by stage", bar=est > 2))
     names = [f"enters L{l + 1}" for l in range(c.n_layers)] + [f"leaves L{c.n_layers}"]
     names[0] = "embedding (enters L1)"
     shared_chart(patch_heatmap(grid, tokens, names, "Residual stream: share restored by one position's stream",

@@ -8,8 +8,8 @@ from core.figures import generation_figures as GF
 from core.analysis.timing import forward_seconds
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
-from ui import chart, compute_slot, ensure_frame, model_cache, model_key, prompt_input, require_model
-from ui.cached import drawn_text
+from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
+from ui.cached import shared_draw
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -117,19 +117,12 @@ SHOWN = 600  # characters of the prompt shown in grey before the new text: a lon
 trimmed = len(start_text) > SHOWN
 if trimmed:
     start_text = "…" + start_text[-SHOWN:]
-key = (model_key(entry), tuple(gen_ids), n_new, seed, mode, temperature, top_k, top_p)
-memo = st.session_state.get("gen_memo")
-if not (memo and memo["key"] == key):
-    memo = drawn_text(key)  # someone on this server may have drawn exactly this text already (a class on one prompt)
 box = st.empty()
-if memo.get("key") != key:
-    compute_slot("your text", lane="long")
-    steps, elapsed = G.draw(model, gen_ids, n_new, temperature, top_k, top_p, seed, tok.pieces, repaint=lambda so_far: (
-        box.html(GF.shaded_html(start_text, so_far, boundaries=tok.kind != "char"))))  # every few tokens, not each
-    memo.update(steps=steps, elapsed=elapsed, key=key)  # the key last: a session reading meanwhile draws it again
-steps, elapsed = memo["steps"], memo["elapsed"]
+steps, elapsed = shared_draw(
+    (model_key(entry), tuple(gen_ids), n_new, seed, mode, temperature, top_k, top_p),
+    lambda repaint: G.draw(model, gen_ids, n_new, temperature, top_k, top_p, seed, tok.pieces, repaint=repaint),
+    lambda so_far: box.html(GF.shaded_html(start_text, so_far, boundaries=tok.kind != "char")))  # every few tokens
 box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
-st.session_state["gen_memo"] = memo
 
 measures = G.text_measures(steps)
 d3, slid_at = measures["distinct_3"], measures["slid_at"]

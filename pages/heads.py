@@ -1,8 +1,9 @@
 import math
 
+import numpy as np
 import streamlit as st
-from core.analysis import head_ranking as HR
 
+from core.analysis import head_ranking as HR
 from core.figures import intervention_figures as IF
 from core.analysis.attention import head_attention, induction_chance
 from core.serve.fmt import code_text, shown_pos
@@ -12,7 +13,7 @@ from core.analysis.interventions import (MODES, greedy_continuation, layer_head_
 from core.analysis.timing import forward_seconds
 from core.serve.links import Field, LinkSpec, format_heads
 from ui.links import link_box, use_link
-from ui import (cached_figure, ensure_frame, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
+from ui import (approved, cached_figure, ensure_frame, in_steps, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
                 set_prompt_ids, shared_chart)
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -120,8 +121,9 @@ with pick:
     st.session_state.setdefault(heads_key, [best])  # the default as state, not default=: a link may set it
     chosen = st.multiselect(
         "Heads to switch off", options, key=heads_key, format_func=lambda p: IF.head_label(*p),
-        help="Layers and heads count from 1, as on the Attention page: L1 H1 is the first head of the first layer. "
-             "The page opens with the head that scores highest on induction switched off.")
+        help=f"Layers and heads count from 1, as on the Attention page: L1 H1 is the first head of the first layer "
+             f"(this model has {c.n_layers} of {c.n_heads}). The page opens with the head that scores highest on "
+             "induction switched off.")
     a1, a2, _ = st.columns([1, 1, 3])
     a1.button("Switch all off", key="heads_all", on_click=st.session_state.update, args=({heads_key: options},))
     a2.button("Switch all on", key="heads_none", on_click=st.session_state.update, args=({heads_key: []},))
@@ -131,8 +133,6 @@ mode = how.radio("Switched off means", MODES, key="heads_mode", horizontal=True,
                       "your prompt, the same at every position.")
 heads = tuple(sorted(chosen))
 off = f"{IF.heads_label(heads)} off" if len(heads) < len(options) else "every head off"
-st.caption(f"Layers and heads count from 1 (L1 H1 is the first head of the first layer). This model has "
-           f"{c.n_layers} layer(s) of {c.n_heads} heads.")
 if not heads:
     st.info("All heads on: before = after. Pick heads above to switch them off; the ranking further down shows "
             "which heads matter most on this prompt.")
@@ -196,21 +196,13 @@ st.caption(f"{steps} {tok.units}, each the most likely one; the end of your prom
 
 # ------------------------------------------------------------------ ranking
 st.header("Which heads matter on this prompt")
-ranked = st.session_state.setdefault("heads_ranked", set())  # (model, ids, mode) this session has ranked
-wait = False
-if n >= 2 and (mkey, ids, mode) not in ranked:
-    expected = HR.rank_seconds(c, n, _seconds(mkey, *HR.rank_timing(c, n)))
-    if expected > RANK_AUTO_S:  # said beforehand, and only on request
-        st.markdown(HR.rank_cost_note(c, n, expected, tok.units))
-        wait = not st.button("Rank every head", key="heads_rank_go")
+expected = HR.rank_seconds(c, n, _seconds(mkey, *HR.rank_timing(c, n))) if n >= 2 else 0.0
 if n < 2:
     st.info(f"Ranking the heads needs losses, so at least two {tok.units}.")
-elif not wait:
-    bar = st.progress(0.0, text="Switching off every head in turn ...")
-    per_head = HR.per_head_losses(lambda layer: _layer_losses(mkey, ids, mode, layer), c.n_layers, lambda done: (
-        bar.progress(done / c.n_layers, text=f"Switching off every head in turn: layer {done} of {c.n_layers} done")))
-    bar.empty()
-    ranked.add((mkey, ids, mode))
+elif approved((mkey, ids, mode), expected, RANK_AUTO_S, "Rank every head", HR.rank_cost_note(c, n, expected, tok.units),
+                  "heads_rank_go"):
+    per_head = np.stack(in_steps(c.n_layers, lambda layer: _layer_losses(mkey, ids, mode, layer),  # L x (h, n-1)
+                                 "Switching off every head in turn, layer by layer"))
     ranking = HR.rank(_losses(mkey, ids, (), mode), per_head, period)
     st.dataframe(IF.ranking_table(ranking.effects, ranking.second, scores.induction), hide_index=True,
                  width="stretch", key="heads_rank")

@@ -6,8 +6,9 @@ from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number
 from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS
 from core.nn.params import mlp_latex
 from core.analysis.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
-                        max_trace_tokens, stream_steps, trace, trace_bytes, variant_refusal)
+                        max_trace_tokens, stream_steps, trace_bytes, variant_refusal)
 from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
+from ui.cached import traced
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
 
@@ -48,23 +49,10 @@ if prompt.empty:
 
 
 # A trace keeps every intermediate of the pass: for GPT-2 small about 1.1 MB per token plus each head's n x n scores
-# and weights. It is cut to the last tokens that fit TRACE_BUDGET, and big traces get a cache of their own, short,
-# so that editing a long prompt never piles up copies: st.cache_resource, which hands out the one object it holds
-# (the page only reads a trace) where st.cache_data would pickle it and unpickle a fresh copy on every rerun.
+# and weights, so it is cut to the last tokens that fit TRACE_BUDGET (ui.cached.traced: cached for the server)
 TRACE_BUDGET = 384 * 2**20
-SMALL_TRACE = 16 * 2**20
 mkey = model_key(entry)  # names the weights for the caches below
-# Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs), in the
-# compute line when the server is busy (core.serve.gate); a result already cached skips it
-_trace_small = model_cache(lambda ids: trace(model, list(ids)), 32, what="the forward pass")
-_trace_big = model_cache(lambda ids: trace(model, list(ids)), 2, what="the forward pass", resource=True,
-                         spinner="Running the model and keeping every step ...")
-
-
-def _trace(model_key: str, ids: tuple[int, ...]):
-    return (_trace_small if trace_bytes(c, len(ids)) <= SMALL_TRACE else _trace_big)(model_key, ids)
-
-
+_trace = traced(model)
 _lens = model_cache(lambda ids: lens_top(model, _trace(mkey, ids), k=LENS_TOP), 32, what="the logit lens",
                     spinner="Reading out every stage at every position (the logit lens) ...")
 ids = tuple(prompt.ids)

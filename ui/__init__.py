@@ -20,7 +20,7 @@ from core.serve.threads import page_threads, use_threads
 from ui.caching import model_cache
 from ui.charts import _containers, _Encoded, _FIGURE_CACHES, _FIGURE_CACHES_LOCK, cached_figure, chart, encoded, \
     metric_row, shared_chart
-from ui.compute import _computed, _GATED, _GATED_LOCK, _max_entries, compute_gate, compute_slot, gated, \
+from ui.compute import _computed, _GATED, _GATED_LOCK, _max_entries, approved, compute_gate, compute_slot, gated, in_steps, \
     release_compute_slot, session_alive, session_id, work_finished
 from ui.frame import _calling_page, _DEEP_LINK, ensure_frame, PAGES_DIR, resume_deep_link, ROOT, show_page_menu
 from ui.jobs import job_controls, offer_shakespeare_fetch, reset_save_form, save_form, session_owner, \

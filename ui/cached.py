@@ -11,6 +11,9 @@ from core.nn.model import ModelConfig
 from core.nn.params import breakdown_rows, build_on_meta, heads_sweep, parameter_table
 from core.training import training_setup as setup
 from core.training.study import open_study
+from core.analysis.trace import trace, trace_bytes
+from ui.caching import model_cache
+from ui.compute import compute_slot
 
 
 @st.cache_data(show_spinner="Building the model on the meta device ...", max_entries=32)
@@ -40,6 +43,35 @@ def drawn_text(key: tuple) -> dict:
     seed draw the same text, so a class on one prompt costs one generation. Empty until the first run asking
     for it has drawn it (a run cut short by a rerun leaves it empty: the next one draws)."""
     return {}
+
+
+SMALL_TRACE = 16 * 2**20  # bytes: a trace up to this size shares a cache of 32; bigger ones a cache of 2
+
+
+def traced(model):
+    """``call(model_key, ids) -> core.analysis.trace.trace(model, ids)``, cached for the server, in the compute line
+    when it is busy. Big traces get a cache of their own, short, so that editing a long prompt never piles up
+    copies: st.cache_resource, which hands out the one object it holds (pages only read a trace), where
+    st.cache_data would pickle it and unpickle a fresh copy on every rerun."""
+    small = model_cache(lambda ids: trace(model, list(ids)), 32, what="the forward pass")
+    big = model_cache(lambda ids: trace(model, list(ids)), 2, what="the forward pass", resource=True,
+                      spinner="Running the model and keeping every step ...")
+    return lambda key, ids: (small if trace_bytes(model.config, len(ids)) <= SMALL_TRACE else big)(key, ids)
+
+
+def shared_draw(key: tuple, draw, repaint):
+    """(steps, seconds) of the text ``key`` names (model, prompt, settings, seed), drawn once for the server:
+    kept for this session, else taken from whoever drew it, else drawn now by ``draw(repaint)`` in the compute
+    line's long lane, ``repaint(so_far)`` showing it grow."""
+    memo = st.session_state.get("gen_memo")
+    if not (memo and memo["key"] == key):
+        memo = drawn_text(key)  # someone on this server may have drawn exactly this text already (a class on one prompt)
+    if memo.get("key") != key:
+        compute_slot("your text", lane="long")
+        steps, elapsed = draw(repaint)
+        memo.update(steps=steps, elapsed=elapsed, key=key)  # the key last: a session reading meanwhile draws it again
+    st.session_state["gen_memo"] = memo
+    return memo["steps"], memo["elapsed"]
 
 
 @st.cache_data(max_entries=4, show_spinner=False)

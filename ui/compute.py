@@ -145,3 +145,32 @@ def session_alive(session: str) -> bool:
         return True
     info = getattr(getattr(runtime.get_instance(), "_session_mgr", None), "get_session_info", None)
     return info is None or info(session) is not None
+
+
+def approved(key, expected_s: float, auto_s: float, label: str, note: str = "", button_key: str | None = None) -> bool:
+    """Whether costly work may run now: at once when it is expected to take at most ``auto_s`` seconds or this
+    session asked for ``key`` before (its result is cached, or the learner already waited once); else ``note`` and a
+    button ``label``, and False until the learner presses it. The cost is said before anything runs."""
+    asked = st.session_state.setdefault("te_approved", set())
+    if expected_s <= auto_s or key in asked:
+        return True
+    if note:
+        st.markdown(note)
+    if st.button(label, key=button_key or f"te_approve::{hash(key) & 0xFFFFFFFF:08x}"):
+        asked.add(key)
+        return True
+    return False
+
+
+def in_steps(n: int, step, text: str, bar: bool = True) -> list:
+    """[step(0), ..., step(n - 1)], with a progress bar ("text: k of n") moving between them when ``bar``; the bar
+    is gone once all are done."""
+    shown = st.progress(0.0, text=f"{text} ...") if bar else None
+    out = []
+    for k in range(n):
+        out.append(step(k))
+        if shown is not None:
+            shown.progress((k + 1) / n, text=f"{text}: {k + 1} of {n} done")
+    if shown is not None:
+        shown.empty()
+    return out
