@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from core.analysis.induction import copy_slices  # which losses belong to which copy: one definition, core.analysis.induction's
+from core.analysis.picks import nan_last
 
 MODES = ("zero", "mean")
 Head = tuple[int, int]
@@ -222,13 +223,13 @@ def head_means_from(model, stream: torch.Tensor, layer: int) -> torch.Tensor:
 
 def rank_from_losses(base: np.ndarray, per_head: np.ndarray, positions: slice | None = None) -> list[HeadEffect]:
     """``head_losses``'s numbers as a ranking: every head by how much switching it off alone raises the mean loss
-    (largest first), the mean taken over ``positions`` of the losses (default all)."""
+    (largest first, a NaN rise last), the mean taken over ``positions`` of the losses (default all)."""
     sel = positions or slice(None)
     ref = float(base[sel].mean())
     L, h = per_head.shape[:2]
     effects = [HeadEffect(l, k, float(per_head[l, k, sel].mean()), float(per_head[l, k, sel].mean()) - ref)
                for l in range(L) for k in range(h)]
-    return sorted(effects, key=lambda e: -e.increase)
+    return sorted(effects, key=lambda e: nan_last(-e.increase))  # a NaN in a plain sort leaves the order undefined
 
 
 def rank_heads(model, ids: list[int], mode: str = "zero", positions: slice | None = None) -> list[HeadEffect]:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.analysis.picks import nan_argmax
 from core.serve.fmt import head_label
 
 STAGE_KINDS = ("resid", "attn_out", "mlp_out")   # (B, n, d) activations
@@ -450,9 +451,8 @@ def stack_rows(rows) -> np.ndarray:
 
 
 def strongest_head(table: np.ndarray) -> tuple[int, int]:
-    """(layer, head) of the largest restored share in size, NaN skipped; (L-1, 0) when every entry is NaN."""
+    """(layer, head) of the largest restored share in size, NaN skipped (``core.analysis.picks.nan_argmax``);
+    (L-1, 0) when every entry is NaN (the two runs agree: a page still needs a head to open on)."""
     a = np.abs(np.asarray(table, dtype=float))
-    if not np.isfinite(a).any():
-        return a.shape[0] - 1, 0
-    l, h = np.unravel_index(np.nanargmax(a), a.shape)
-    return int(l), int(h)
+    at = nan_argmax(a)
+    return (a.shape[0] - 1, 0) if at is None else (at[0], at[1])
