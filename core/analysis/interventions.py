@@ -91,6 +91,20 @@ def token_losses(model, ids: list[int], heads=(), mode: str = "zero") -> np.ndar
 
 
 @torch.no_grad()
+def mean_logprob(model, ids, start: int) -> float:
+    """The model's mean log-probability (at temperature 1) of the tokens ``ids[start:]``: how typical a text is.
+    Token 0 is predicted from nothing (there is no start-of-text token), so ``start=0`` scores every token the model
+    predicts, the same as ``start=1``. ValueError when no token is left to score."""
+    ids = list(ids)
+    if not 0 <= start < len(ids):
+        raise ValueError(f"start={start}: no token of the {len(ids)} to score (need 0 <= start < {len(ids)})")
+    losses = token_losses(model, ids)  # entry i: the loss of ids[i + 1]
+    # ids[t] is scored by entry t - 1; t runs from max(start, 1). (losses[start - 1:] at start=0 was losses[-1:],
+    # the last token alone)
+    return float(-losses[max(start, 1) - 1:].mean())
+
+
+@torch.no_grad()
 def next_token_probs(model, ids: list[int], heads=(), mode: str = "zero", positions=None) -> np.ndarray:
     """(n, m) next-token distributions at every position with ``heads`` switched off; with ``positions`` (a list of
     positions) only their rows, (len(positions), m): the whole table is n m floats, 400 MB in float64 for GPT-2
