@@ -347,10 +347,16 @@ key_part = (f"Summed over the query's side, the source of the key's stream that 
             f"**{reading.key_builder}** ({reading.key_total:+.2f}); of the query's, **{reading.query_builder}** "
             f"({reading.query_total:+.2f}). The largest single entry pairs the query's {reading.query_source} with the "
             f"key's {reading.key_source} ({reading.value:+.2f}).")
-circuit = read_circuit(reading, score, _scores(mkey).previous_token, _paths(mkey, a_ids, b_ids, metric, sl))
+paths_s = 2 * sl[0] * c.n_heads * _seconds(mkey, n, n) / n  # two passes per earlier head (core.patching.paths_into)
+paths_go = paths_s <= GRID_AUTO_S or st.session_state.get(f"cause_paths_go_{pair}")
+circuit = read_circuit(reading, score, _scores(mkey).previous_token,
+                       _paths(mkey, a_ids, b_ids, metric, sl) if paths_go else None)
 (st.success if circuit.circuit else st.info)(key_part + " " + circuit.text + (
     f" On the query's side the largest source is an earlier head, **{reading.query_builder}**."
     if reading.composition in ("Q", "QK") else ""))
+if not paths_go:
+    st.button(f"Follow every earlier head's path into {head_label(*sl)}'s keys (about {paths_s:.0f} s)",
+              key=f"cause_paths_btn_{pair}", on_click=st.session_state.__setitem__, args=(f"cause_paths_go_{pair}", True))
 
 st.divider()
 link_box({"model": entry.name, "prompt": clean.text, "corrupt": corrupt.text, "layer": sl[0] + 1, "head": sl[1] + 1,

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hand_forward import edge_path, hand_forward, logit_diff, replace_head
+from core.analysis import patching as P
 from core.nn.model import ModelConfig, Transformer
 from core.patching import (HEAD_KINDS, Metric, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
                            path_patch, path_patch_senders, paths_into)
@@ -67,7 +68,7 @@ def test_path_patch_is_the_edge_intervention(model, runs, via):
     assert abs(want) > 5e-4 and abs(one) > 5e-4    # the patch moves the measure (not a check that 0 equals 0)
 
 
-def test_every_sender_at_once_is_each_senders_edge_intervention(model, runs):
+def test_every_sender_at_once_is_each_senders_edge_intervention(model, runs, monkeypatch):
     """path_patch_senders' rows and paths_into's entries: each sender's own edge intervention into one receiver."""
     _, share, metric = runs
     h = model.config.n_heads
@@ -78,6 +79,9 @@ def test_every_sender_at_once_is_each_senders_edge_intervention(model, runs):
     np.testing.assert_allclose(got, want, atol=TOL)
     into = paths_into(model, CLEAN, CORRUPT, receiver, metric)
     assert list(into) == senders and np.allclose(list(into.values()), want, atol=TOL)
+    monkeypatch.setattr(P, "PATH_TOKENS", 3 * len(CLEAN))   # batches of three senders: 3 + 1 of the four
+    np.testing.assert_allclose(path_patch_senders(model, CLEAN, CORRUPT, senders, [receiver], "k", metric), want,
+                               atol=TOL)
     assert paths_into(model, CLEAN, CORRUPT, (0, 1), metric) == {}    # the first layer: no earlier head
 
 

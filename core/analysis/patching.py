@@ -22,6 +22,7 @@ from core.serve.fmt import head_label
 
 STAGE_KINDS = ("resid", "attn_out", "mlp_out")   # (B, n, d) activations
 HEAD_KINDS = ("z", "q", "k", "v", "pattern")     # per-head: (B, h, n, d_h), the pattern (B, h, n, n)
+PATH_TOKENS = 4096  # path patching runs at most this many rows x tokens at once (a GPT-2's senders in chunks)
 
 
 @dataclass(frozen=True)
@@ -225,17 +226,26 @@ def path_patch(model, clean_ids, corrupt_ids, sender: tuple[int, int], receivers
 
 def path_patch_senders(model, clean_ids, corrupt_ids, senders: list[tuple[int, int]],
                        receivers: list[tuple[int, int]], via: str = "k", metric: Metric | None = None) -> np.ndarray:
-    """(S,): ``path_patch`` of each of ``senders`` into the same receivers, one row each of one batch (a page asks
-    which earlier head's path into a head's keys restores most: every earlier head at once)."""
+    """(S,): ``path_patch`` of each of ``senders`` into the same receivers, one row each, in batches of at most
+    PATH_TOKENS rows x tokens (a page asks which earlier head's path into a head's keys restores most: every earlier
+    head at once)."""
     if via not in ("q", "k", "v"):
         raise ValueError(f"via must be q, k or v, got {via!r}")
     senders = [(int(l), int(h)) for l, h in senders]
     if any(lr <= ls for ls, _ in senders for lr, _ in receivers):
         raise ValueError("every receiver must sit in a later layer than the sender")
     corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    if not receivers or not senders:
+        return _normalise(torch.full((len(senders),), m_corrupt, dtype=torch.float64), m_clean, m_corrupt)
+    rows = max(1, PATH_TOKENS // corrupt_idx.shape[1])  # senders per batch
+    values = [_paths(model, corrupt_idx, acts, acts_x, senders[i:i + rows], receivers, via, metric)
+              for i in range(0, len(senders), rows)]
+    return _normalise(torch.cat(values), m_clean, m_corrupt)
+
+
+def _paths(model, corrupt_idx, acts, acts_x, senders, receivers, via, metric) -> torch.Tensor:
+    """``path_patch_senders``' metric values (not normalised) for one batch of senders."""
     S = len(senders)
-    if not receivers or not S:
-        return _normalise(torch.full((S,), m_corrupt, dtype=torch.float64), m_clean, m_corrupt)
     # 1. row r: the stream with sender r clean and every other head and MLP frozen at the corrupted run (below the
     # sender's layer the stream is the corrupted run's, so freezing from block 0 changes nothing there)
     subs: Subs = {}
@@ -248,8 +258,9 @@ def path_patch_senders(model, clean_ids, corrupt_ids, senders: list[tuple[int, i
             return t
         subs[("z", l)] = z_fn
         subs[("mlp_out", l)] = lambda t, l=l: acts_x[("mlp_out", l)].expand(S, -1, -1)
-    rows = corrupt_idx.expand(S, -1)
-    _, acts_s = _forward(model, rows, subs, record=True, keep=frozenset({via}), last_only=True)
+    # run only up to the last receiver's block: nothing after it is read
+    _, acts_s = _forward(model, corrupt_idx.expand(S, -1), subs, record=True, keep=frozenset({via}),
+                         stop=max(l for l, _ in receivers) + 1)
     # 2. the corrupted run again, row r's receivers' inputs taken from row r of that stream, all else recomputed
     final: Subs = {}
     for lr in sorted({l for l, _ in receivers}):
@@ -260,7 +271,7 @@ def path_patch_senders(model, clean_ids, corrupt_ids, senders: list[tuple[int, i
             t[:, heads] = acts_s[(via, lr)][:, heads]
             return t
         final[(via, lr)] = in_fn
-    return _normalise(_patched(model, corrupt_idx, S, final, metric), m_clean, m_corrupt)
+    return _patched(model, corrupt_idx, S, final, metric)
 
 
 def paths_into(model, clean_ids, corrupt_ids, receiver: tuple[int, int], metric: Metric,
