@@ -1,14 +1,14 @@
-import math
 
 import streamlit as st
 
 from core.analysis.attention import head_attention
+from core.analysis.circuit import default_key, path_defaults, read_circuit, share_text
 from core.analysis.induction import head_scores
 from core.analysis.timing import forward_seconds
 from core.figures import patching_figures as PF
 from core.patching import (HEAD_KINDS, Metric, check_pair, corrupt_prompt, default_answers, example_pair,
                            match_lengths, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
-                           path_patch, score_sources, sources_view, stack_rows, strongest_head, top_predictions)
+                           path_patch, paths_into, score_sources, sources_view, stack_rows, strongest_head, top_predictions)
 from core.serve.fmt import head_label, shown_pos
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
@@ -53,6 +53,7 @@ _heads = model_cache(lambda a, b, m, what: patch_heads(model, list(a), list(b), 
 _positions = model_cache(lambda a, b, m, l, h, what: patch_head_positions(model, list(a), list(b), m, l, h, what), 64,
                          what=WHAT)
 _path = model_cache(lambda a, b, m, s, r, via: path_patch(model, list(a), list(b), s, list(r), via, m), 64, what=WHAT)
+_paths = model_cache(lambda a, b, m, r: paths_into(model, list(a), list(b), r, m), 32, what=WHAT)
 _sources = model_cache(lambda a, l, h, i, j: score_sources(model, list(a), l, h, i, j), 32, what=WHAT)
 _pattern = model_cache(lambda a, l, h: head_attention(model, list(a), l, h)[1], 16, what=WHAT)
 _scores = model_cache(lambda: head_scores(model, tokenizer=tok), 8, what=WHAT,
@@ -209,7 +210,7 @@ if approved(("cause_grid", pair), est, GRID_AUTO_S, f"Compute the grid (about {e
     if cell and cell[0] == pair and cell[1] < stages and cell[2] < n:
         r, p = cell[1], cell[2]
         st.info(f"{names[r]}, position {p + 1} ('{tokens[p]}'): putting this one vector back restores "
-                f"{grid[r, p]:.0%} of the clean answer.", icon=":material/touch_app:")
+                f"{share_text(grid[r, p])} of the clean answer.", icon=":material/touch_app:")
     else:
         st.caption("Click a cell to read its value in words; the framed column is the changed position.")
 
@@ -271,10 +272,7 @@ if c.n_layers < 2:
     st.info("Path patching needs a head in an earlier layer sending to one in a later layer; this model has one layer.")
 else:
     scores = _scores(mkey)
-    later = [(l, h) for l in range(1, c.n_layers) for h in range(c.n_heads)]
-    receiver0 = max(later, key=lambda p: scores.induction[p])
-    earlier = [(l, h) for l in range(receiver0[0]) for h in range(c.n_heads)]
-    sender0 = max(earlier, key=lambda p: scores.previous_token[p])
+    sender0, receiver0 = path_defaults(scores.previous_token, scores.induction)  # NaN skipped
     st.markdown(
         "Patching a whole head cannot tell *which* later head it talks to. Path patching lets only the sender's "
         "clean output reach the receivers, and only through one of their inputs; every other head and MLP stays "
@@ -296,9 +294,9 @@ else:
     values = {v: _path(mkey, a_ids, b_ids, metric, sender, tuple(receivers), v) for v in ("q", "k", "v")}
     v1, v2, v3, v4 = st.columns(4)
     for col, v, word in ((v1, "q", "queries"), (v2, "k", "keys"), (v3, "v", "values")):
-        col.metric(f"via {word}" + ("  ◀" if v == via else ""), f"{values[v]:.0%}" if math.isfinite(values[v]) else "—")
+        col.metric(f"via {word}" + ("  ◀" if v == via else ""), share_text(values[v]))
     whole = _heads(mkey, a_ids, b_ids, metric, "z")[sender]
-    v4.metric(f"{head_label(*sender)}'s whole output", f"{whole:.0%}")
+    v4.metric(f"{head_label(*sender)}'s whole output", share_text(whole))
     if not receivers:
         st.caption("No receivers: nothing reaches the network, so the patch restores exactly 0.")
     else:
@@ -328,9 +326,9 @@ if not 1 <= int(st.session_state.get("cause_src_i", n)) <= n:  # a shorter promp
 st.session_state.setdefault("cause_src_i", n)
 i = int(s2.number_input("Query position i", 1, n, key="cause_src_i")) - 1
 pattern_row = _pattern(mkey, a_ids, *sl)[i]
-j_default = int(pattern_row[: i + 1].argmax())
+j_default = default_key(pattern_row, i)  # the box is keyed by the prompt pair too: a new prompt opens on its default
 j = int(s3.number_input("Key position j (default: where it looks most)", 1, i + 1,
-                        min(j_default + 1, i + 1), key=f"cause_src_j_{i}_{sl[0]}_{sl[1]}")) - 1
+                        j_default + 1, key=f"cause_src_j_{pair}_{i}_{sl[0]}_{sl[1]}")) - 1
 s4.metric("weight a[i, j]", f"{pattern_row[j]:.3f}")
 full, src_names, score = _sources(mkey, a_ids, sl[0], sl[1], i, j)
 shown_t, rows_n, cols_n, reading = sources_view(full, src_names, k=10)
@@ -345,19 +343,16 @@ key_part = (f"Summed over the query's side, the source of the key's stream that 
             f"**{reading.key_builder}** ({reading.key_total:+.2f}); of the query's, **{reading.query_builder}** "
             f"({reading.query_total:+.2f}). The largest single entry pairs the query's {reading.query_source} with the "
             f"key's {reading.key_source} ({reading.value:+.2f}).")
-if reading.composition in ("K", "QK"):
-    st.success(key_part + f" The key this head finds was built by **{reading.key_builder}**, a head of an earlier "
-               "layer: **K-composition**. For an induction head that earlier head is a previous-token head: it wrote "
-               "at each position which token came before, and the induction head's query looks for the key that says "
-               "\"the token before me was the one I am\"."
-               + (" The query's side was built by an earlier head too (Q-composition)." if reading.composition == "QK"
-                  else ""))
-elif reading.composition == "Q":
-    st.success(key_part + f" An earlier head, **{reading.query_builder}**, shaped what this head asks for: "
-               "**Q-composition**.")
-else:
-    st.info(key_part + " No earlier head is the main builder of either side: this head works from what the "
-            "embeddings (and the MLPs) wrote.")
+paths_s = 2 * sl[0] * c.n_heads * _seconds(mkey, n, n) / n  # two passes per earlier head (core.patching.paths_into)
+paths_go = paths_s <= GRID_AUTO_S or st.session_state.get(f"cause_paths_go_{pair}")
+circuit = read_circuit(reading, score, _scores(mkey).previous_token,
+                       _paths(mkey, a_ids, b_ids, metric, sl) if paths_go else None)
+(st.success if circuit.circuit else st.info)(key_part + " " + circuit.text + (
+    f" On the query's side the largest source is an earlier head, **{reading.query_builder}**."
+    if reading.composition in ("Q", "QK") else ""))
+if not paths_go:
+    st.button(f"Follow every earlier head's path into {head_label(*sl)}'s keys (about {paths_s:.0f} s)",
+              key=f"cause_paths_btn_{pair}", on_click=st.session_state.__setitem__, args=(f"cause_paths_go_{pair}", True))
 
 st.divider()
 link_box(LINK, {"layer": sl[0], "head": sl[1], "pos": i})

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from core.nn.model import AttentionRecord, ModelConfig, ModelOutput, Transformer
@@ -36,9 +37,60 @@ def test_core_never_imports_streamlit():
     assert not pulled, f"these core modules import streamlit (directly or through another module): {pulled}"
 
 
-def test_model_output_names_are_the_documented_ones():
-    assert [f.name for f in dataclasses.fields(ModelOutput)] == ["logits", "loss", "attn", "present"]
-    assert [f.name for f in dataclasses.fields(AttentionRecord)] == ["scores", "pattern"]
+def test_each_output_field_holds_what_its_readers_take_it_for():
+    """Not a list of names typed again: every field of ModelOutput and AttentionRecord is read by its name here and
+    checked against a computation written out in this test (a field renamed, or one added without a check, fails)."""
+    import math
+
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=11, n_ctx=16, d_model=24, n_heads=3, n_layers=2)
+    model = Transformer(cfg).eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 7))
+    B, n, d, dh = 2, 7, cfg.d_model, cfg.d_head
+    with torch.no_grad():
+        out = model(idx, targets=idx, return_attn=True, use_cache=True)
+        x = model.tok_emb.weight[idx] + model.pos_emb.weight[:n]         # the stream entering block 0
+        u = F.layer_norm(x, (d,), model.blocks[0].ln1.weight, model.blocks[0].ln1.bias)
+        q, k, _ = (u @ model.blocks[0].attn.qkv.weight.T).split(d, dim=2)
+        q, k = (t.view(B, n, cfg.n_heads, dh).transpose(1, 2) for t in (q, k))  # (B, h, n, d_h)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
+        filled = out.present.length                     # before the step below, which updates it in place
+        nxt = torch.randint(0, cfg.vocab_size, (2, 1))
+        stepped = model(nxt, past=out.present, use_cache=True).logits[:, -1]   # one step on the returned cache
+        whole = model(torch.cat([idx, nxt], 1)).logits[:, -1]
+
+    def loss():
+        assert out.loss == pytest.approx(float(F.cross_entropy(out.logits.reshape(B * n, -1), idx.reshape(-1))))
+
+    def logits():
+        torch.testing.assert_close(out.logits, model(idx).logits)
+        assert out.logits.shape == (B, n, cfg.vocab_size)
+
+    def attn():
+        assert len(out.attn) == cfg.n_layers and all(isinstance(r, AttentionRecord) for r in out.attn)
+
+    def present():
+        assert filled == n
+        torch.testing.assert_close(stepped, whole, atol=1e-5, rtol=1e-5)
+
+    def rec_scores():
+        torch.testing.assert_close(out.attn[0].scores, scores, atol=1e-5, rtol=1e-5)
+
+    def rec_pattern():
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)
+        torch.testing.assert_close(out.attn[0].pattern, scores.masked_fill(future, float("-inf")).softmax(-1),
+                                   atol=1e-6, rtol=1e-5)
+    checks = {"logits": logits, "loss": loss, "attn": attn, "present": present}
+    rec_checks = {"scores": rec_scores, "pattern": rec_pattern}
+    assert {f.name for f in dataclasses.fields(ModelOutput)} == set(checks)        # each field has a check below
+    assert {f.name for f in dataclasses.fields(AttentionRecord)} == set(rec_checks)
+    for name in checks:
+        assert getattr(out, name) is not None, name     # the call above asked for every field
+        checks[name]()
+    for check in rec_checks.values():
+        check()
 
 
 def test_a_forward_pass_fills_them_with_the_documented_shapes():

@@ -339,3 +339,23 @@ def test_repeat_ids_for_the_smallest_contexts_and_at_the_boundary():
     assert repeat_ids([1, 2, 3], 3) == ([3, 3], True)
     assert repeat_ids([1, 2, 3], 6) == ([1, 2, 3, 1, 2, 3], False)  # exactly half the context: not cut
     assert repeat_ids([1, 2, 3, 4], 6) == ([2, 3, 4, 2, 3, 4], True)
+
+
+def test_mean_logprob_scores_every_token_from_start_by_hand(model):
+    """Against the hand-written forward: the log-softmax of the logits at position t - 1 at token t, averaged over
+    t = max(start, 1) .. n-1 (token 0 is predicted from nothing). start=0 used to score the last token alone."""
+    from core.analysis.interventions import mean_logprob
+
+    ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    with torch.no_grad():
+        logp = torch.log_softmax(manual_forward(model, torch.tensor([ids]), lambda l, y: y)[0].double(), -1)  # (n, m)
+
+    def by_hand(start):
+        got = [float(logp[t - 1, ids[t]]) for t in range(max(start, 1), len(ids))]
+        return sum(got) / len(got)
+    for start in (0, 1, 4, len(ids) - 1):
+        assert mean_logprob(model, ids, start) == pytest.approx(by_hand(start), abs=1e-5), start
+    assert mean_logprob(model, ids, 0) != pytest.approx(by_hand(len(ids) - 1), abs=1e-3)  # not the last token alone
+    for bad in (len(ids), -1):
+        with pytest.raises(ValueError, match="no token"):
+            mean_logprob(model, ids, bad)

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from conftest import SHIPPED
+from core.analysis.induction import model_probe
 from core.nn.checkpoint import load_checkpoint
+from hand_forward import edge_path
 
 PAGE = "pages/cause_effect.py"
 CLEAN, CORRUPT = "cause_clean", "cause_corrupt"
@@ -57,8 +59,30 @@ def test_the_example_opens_and_its_measure_is_the_models_logit_difference(page, 
     assert answer == int(last.argmax())                      # the default answer: the clean run's top prediction
     assert _metric(at, "M on the clean prompt") == pytest.approx(float(last[answer] - last[wrong]), abs=2e-3)
     assert _metric(at, "M on the corrupted prompt") == pytest.approx(float(last_x[answer] - last_x[wrong]), abs=2e-3)
-    # the shipped model's induction circuit: the previous-token head's path into the induction head's keys
-    assert "K-composition" in _texts(at) or "Q-composition" in _texts(at)
+    # the shipped model's induction circuit, found here by hand: the earlier head whose clean write, added to the
+    # sources head's key input alone (tests/hand_forward.edge_path), restores most; its previous-token score from
+    # the model's own attention on the probe
+    src = at.selectbox(key="cause_src_head").value
+    m_c, m_x = float(last[answer] - last[wrong]), float(last_x[answer] - last_x[wrong])
+    a_ids, b_ids = tok.encode(clean), tok.encode(corrupt)
+
+    def path(sender, via):
+        logits = edge_path(model, a_ids, b_ids, sender, [src], via)
+        return (float(logits[-1, answer] - logits[-1, wrong]) - m_x) / (m_c - m_x)
+    senders = [(l, h) for l in range(src[0]) for h in range(model.config.n_heads)]
+    via_k = {s: path(s, "k") for s in senders}
+    found = max(senders, key=via_k.get)
+    with torch.no_grad():
+        pats = model(model_probe(model, tok), return_attn=True).attn[found[0]].pattern[:, found[1]]  # (S, n, n)
+    prev = float(torch.diagonal(pats, -1, -2, -1).mean())
+    assert src == (1, 3) and found == (0, 2) and prev > 0.5            # L2 H4's keys, built by L1 H3
+    assert via_k[found] > 0.3 and via_k[found] > 3 * abs(path(found, "q"))   # through the keys, not the queries
+    text = next(x.value for x in at.success if "Path patching finds" in x.value)
+    assert f"Path patching finds **L1 H3** (previous-token score {prev:.2f})" in text
+    assert f"restores {100 * via_k[found]:.0f}% of the clean answer" in text
+    assert "K-composition" in text and "Q-composition" not in _texts(at)
+    # the key side's largest source, L1 H1, does not look one token back, and the page no longer says it does
+    assert "**L1 H1** adds most" in text and "(not a previous-token head)" in text
 
 
 def test_the_corrupted_copy_changes_one_token(page):
@@ -109,3 +133,21 @@ def test_unknown_characters_are_dropped_with_a_word(page):
 def test_the_bpe_model_runs_the_page(page):
     at = page(state={"te_model_name": "shakespeare-bpe"})
     assert not at.exception and "Why does this head attend here?" in [h.value for h in at.header]
+
+
+def test_the_key_box_opens_on_where_the_head_looks_on_each_new_prompt(page, shipped):
+    """The box "Key position j (default: where it looks most)" kept the last prompt's j on a new prompt."""
+    model, tok = shipped
+    at = page()
+    box = lambda: next(x for x in at.number_input if x.key and x.key.startswith("cause_src_j_"))  # noqa: E731
+    box().set_value(5).run()
+    assert box().value == 5
+    clean = "the king is dead, long live the king. the king is"
+    at.text_area(key=CLEAN).input(clean).run()
+    at.button(key="cause_make").click().run()
+    l, h = at.selectbox(key="cause_src_head").value
+    i = int(at.number_input(key="cause_src_i").value) - 1
+    with torch.no_grad():
+        row = model(torch.tensor([tok.encode(clean)]), return_attn=True).attn[l].pattern[0, h, i]
+    want = int(row[: i + 1].argmax()) + 1
+    assert want != 5 and box().value == want and not at.exception

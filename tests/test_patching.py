@@ -137,22 +137,8 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
 
 
 # ---------------------------------------------------------------- the page's helpers
-from core.patching import (corrupt_one, default_answers, match_lengths, patch_head_positions, read_sources,  # noqa: E402
-                           top_predictions, top_sources)
-
-
-def test_one_heads_positions_are_its_row_of_the_per_position_table(model):
-    metric = Metric(answer=4, wrong=9)
-    full = patch_heads(model, CLEAN, CORRUPT, metric, what="k", per_position=True)
-    for layer, head in [(0, 1), (model.config.n_layers - 1, 0)]:
-        assert np.allclose(patch_head_positions(model, CLEAN, CORRUPT, metric, layer, head, "k"), full[layer, head],
-                           atol=1e-9)
-
-
-def test_residual_stages_are_the_grids_rows(model):
-    metric = Metric(answer=4, wrong=9)
-    grid = patch_residual(model, CLEAN, CORRUPT, metric)
-    assert np.allclose(patch_residual(model, CLEAN, CORRUPT, metric, stages=[2, 0]), grid[[2, 0]])
+from core.patching import (corrupt_one, default_answers, match_lengths, read_sources, top_predictions,  # noqa: E402
+                           top_sources)
 
 
 def test_the_corrupted_copy_changes_the_earlier_occurrence_of_the_last_token():

@@ -131,13 +131,27 @@ def test_famous_rows_as_the_table_shows_them():
 
 
 def test_the_lectures_budget_by_hand():
-    b = sv.spend(CHINCHILLA, 10e6, 2.0, sv.PEAK_TFLOPS, 0.4)
-    assert sv.PEAK_TFLOPS == 989
-    assert b.gpu_hours == 5e6 and b.C == pytest.approx(5e6 * 3600 * 989e12 * 0.4)  # 7.12e24
+    """The budget the page opens on (the form's defaults), worked out here: GPU-hours x 3600 s x peak x utilisation,
+    and the optimum where the loss along 6ND = C stops falling (finite differences of the law written out)."""
+    from core.analysis.scaling import BUDGET_DEFAULTS as d
+
+    assert sv.PEAK_TFLOPS * 1e12 == d["peak_flops"]   # the TFLOP/s the page states are the ones it computes with
+    b = sv.spend(CHINCHILLA, d["dollars"], d["dollars_per_gpu_hour"], sv.PEAK_TFLOPS, d["utilisation"])
+    hours = d["dollars"] / d["dollars_per_gpu_hour"]
+    assert b.gpu_hours == pytest.approx(hours) and b.C == pytest.approx(hours * 3600 * d["peak_flops"] * d["utilisation"])
     assert b.ND == pytest.approx(b.C / 6) and b.N * b.D == pytest.approx(b.ND)
+    law = CHINCHILLA
+
+    def along(log_n):  # the loss along the budget line, written out: A/N^alpha + B/D^beta + E with D = C / 6N
+        N = math.exp(log_n)
+        return law.A / N ** law.alpha + law.B / (b.C / (6 * N)) ** law.beta + law.E
+    x, h = math.log(b.N), 1e-3
+    slope, curve = (along(x + h) - along(x - h)) / (2 * h), (along(x + h) - 2 * along(x) + along(x - h)) / h ** 2
+    assert abs(slope) < 1e-6 * curve and curve > 0       # a minimum: flat, and rising either way
+    assert along(x - 0.1) > along(x) < along(x + 0.1)
     bn, _ = brute_optimum(CHINCHILLA, b.C)
     assert b.N == pytest.approx(bn, rel=1e-3) and b.tokens_per_param == pytest.approx(b.D / b.N)
-    assert b.loss == pytest.approx(406.4 / b.N ** 0.34 + 410.7 / b.D ** 0.28 + 1.69)
+    assert b.loss == pytest.approx(along(x), rel=1e-12)
 
 
 def test_a_tenfold_budget_multiplies_the_optimum_by_the_tenfold_factors():

@@ -15,6 +15,7 @@ from core.analysis import interventions
 from core.serve.fmt import head_label, nats_than
 from core.analysis.induction import THRESHOLD, copy_slices
 from core.analysis.interventions import HeadEffect, rank_from_losses
+from core.analysis.picks import best_of
 
 RANK_TIMED_TOKENS = 64  # the timing pass reads at most this many tokens: a long prompt is timed short, scaled up
 COPY_GAIN = 0.1  # nats: a second copy cheaper than the first by less than this says the model barely copies
@@ -77,7 +78,7 @@ class Ranking:
     @property
     def top_second(self) -> HeadEffect | None:
         """The head that matters most for the second copy (None without one)."""
-        return max(self.second, key=lambda e: e.increase) if self.second else None
+        return best_of(self.second, lambda e: e.increase) if self.second else None  # None too when every one is NaN
 
 
 def rank(base: np.ndarray, per_head: np.ndarray, period: int | None = None) -> Ranking:

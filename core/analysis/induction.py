@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from core.analysis.picks import best_of, nan_argmax
 
 PROBE_SEQS = 8      # sequences in the probe
 PROBE_PERIOD = 50   # distinct random tokens per copy
@@ -91,8 +94,20 @@ class HeadScores:
         return self.first_copy_loss - self.second_copy_loss
 
     def best_head(self) -> tuple[int, int]:
-        layer, head = np.unravel_index(np.argmax(self.induction), self.induction.shape)
-        return int(layer), int(head)
+        """(layer, head) with the highest induction score, NaN skipped (``core.analysis.picks.nan_argmax``);
+        ValueError when every score is NaN (a model whose attention is not a number: no head to name)."""
+        return _best(self.induction, "induction")
+
+    def previous_token_head(self) -> tuple[int, int]:
+        """(layer, head) with the highest previous-token score, NaN skipped; ValueError when every one is NaN."""
+        return _best(self.previous_token, "previous-token")
+
+
+def _best(table: np.ndarray, what: str) -> tuple[int, int]:
+    at = nan_argmax(table)
+    if at is None:
+        raise ValueError(f"every head's {what} score is NaN (the model's attention is not a number): no best head")
+    return at[0], at[1]
 
 
 def induction_score(pattern: np.ndarray | torch.Tensor, period: int) -> np.ndarray:
@@ -200,15 +215,18 @@ def formation_step(rows: list[dict], threshold: float = THRESHOLD) -> int | None
 
 
 def induction_summary(rows: list[dict], threshold: float = THRESHOLD) -> dict:
-    """What a model card states about its heads: the step the head formed, and the final best head."""
+    """What a model card states about its heads: the step the head formed, and the final best head (NaN scores
+    skipped; when every score of a kind is NaN its head and score are None)."""
     last = max(r["step"] for r in rows)
     final = [r for r in rows if r["step"] == last]
-    best = max(final, key=lambda r: r["induction"])
-    prev = max(final, key=lambda r: r["previous_token"])
+    best = best_of(final, lambda r: r.get("induction", math.nan))
+    prev = best_of(final, lambda r: r.get("previous_token", math.nan))
+    head = lambda r: None if r is None else [r["layer"], r["head"]]  # noqa: E731
     return {"threshold": threshold, "formed_at_step": formation_step(rows, threshold), "measured_at_step": last,
-            "best_head": [best["layer"], best["head"]], "best_induction": best["induction"],
-            "best_previous_token_head": [prev["layer"], prev["head"]], "best_previous_token": prev["previous_token"],
-            "first_copy_loss": best.get("first_copy_loss"), "second_copy_loss": best.get("second_copy_loss")}
+            "best_head": head(best), "best_induction": None if best is None else best["induction"],
+            "best_previous_token_head": head(prev),
+            "best_previous_token": None if prev is None else prev["previous_token"],
+            "first_copy_loss": final[0].get("first_copy_loss"), "second_copy_loss": final[0].get("second_copy_loss")}
 
 
 # ----------------------------------------------------------------------------- data with repeats

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from core.analysis.induction import copy_slices  # which losses belong to which copy: one definition, core.analysis.induction's
+from core.analysis.picks import nan_last
 
 MODES = ("zero", "mean")
 Head = tuple[int, int]
@@ -87,6 +88,20 @@ def token_losses(model, ids: list[int], heads=(), mode: str = "zero") -> np.ndar
     idx = torch.tensor([ids], dtype=torch.long)
     logits = ablate_heads(model, idx, heads, mode).logits[0, :-1]  # (n-1, m)
     return F.cross_entropy(logits, idx[0, 1:], reduction="none").double().numpy()
+
+
+@torch.no_grad()
+def mean_logprob(model, ids, start: int) -> float:
+    """The model's mean log-probability (at temperature 1) of the tokens ``ids[start:]``: how typical a text is.
+    Token 0 is predicted from nothing (there is no start-of-text token), so ``start=0`` scores every token the model
+    predicts, the same as ``start=1``. ValueError when no token is left to score."""
+    ids = list(ids)
+    if not 0 <= start < len(ids):
+        raise ValueError(f"start={start}: no token of the {len(ids)} to score (need 0 <= start < {len(ids)})")
+    losses = token_losses(model, ids)  # entry i: the loss of ids[i + 1]
+    # ids[t] is scored by entry t - 1; t runs from max(start, 1). (losses[start - 1:] at start=0 was losses[-1:],
+    # the last token alone)
+    return float(-losses[max(start, 1) - 1:].mean())
 
 
 @torch.no_grad()
@@ -222,13 +237,13 @@ def head_means_from(model, stream: torch.Tensor, layer: int) -> torch.Tensor:
 
 def rank_from_losses(base: np.ndarray, per_head: np.ndarray, positions: slice | None = None) -> list[HeadEffect]:
     """``head_losses``'s numbers as a ranking: every head by how much switching it off alone raises the mean loss
-    (largest first), the mean taken over ``positions`` of the losses (default all)."""
+    (largest first, a NaN rise last), the mean taken over ``positions`` of the losses (default all)."""
     sel = positions or slice(None)
     ref = float(base[sel].mean())
     L, h = per_head.shape[:2]
     effects = [HeadEffect(l, k, float(per_head[l, k, sel].mean()), float(per_head[l, k, sel].mean()) - ref)
                for l in range(L) for k in range(h)]
-    return sorted(effects, key=lambda e: -e.increase)
+    return sorted(effects, key=lambda e: nan_last(-e.increase))  # a NaN in a plain sort leaves the order undefined
 
 
 def rank_heads(model, ids: list[int], mode: str = "zero", positions: slice | None = None) -> list[HeadEffect]:

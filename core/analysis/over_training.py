@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from core.analysis.induction import copy_slices, induction_score
 from core.analysis.interventions import repeat_period
+from core.analysis.picks import nan_argmax
 from core.analysis.trace import direct_logit_attribution, lens_accuracy, lens_top, trace
 
 
@@ -43,11 +44,8 @@ class OverTraining:
     def best_induction_head(self) -> tuple[int, int]:
         """(layer, head) with the highest induction score on the prompt at the last snapshot; (0, 0) when no token
         repeats (every score NaN)."""
-        last = self.induction[-1]  # (L, h)
-        if np.isnan(last).all():
-            return 0, 0
-        layer, head = np.unravel_index(np.nanargmax(last), last.shape)
-        return int(layer), int(head)
+        at = nan_argmax(self.induction[-1])  # over (L, h), NaN skipped
+        return (0, 0) if at is None else (at[0], at[1])
 
 
 def copy_keys(ids) -> np.ndarray:

@@ -16,10 +16,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.analysis.circuit import Reading, read_sources, sources_view, top_sources  # noqa: F401 (core.patching's names)
+from core.analysis.picks import nan_argmax
 from core.serve.fmt import head_label
 
 STAGE_KINDS = ("resid", "attn_out", "mlp_out")   # (B, n, d) activations
 HEAD_KINDS = ("z", "q", "k", "v", "pattern")     # per-head: (B, h, n, d_h), the pattern (B, h, n, n)
+PATH_TOKENS = 4096  # path patching runs at most this many rows x tokens at once (a GPT-2's senders in chunks)
 
 
 @dataclass(frozen=True)
@@ -218,26 +221,47 @@ def path_patch(model, clean_ids, corrupt_ids, sender: tuple[int, int], receivers
                via: str = "k", metric: Metric | None = None) -> float:
     """The sender head's clean output reaching only the receivers' ``via`` input (q, k or v), everything else frozen
     at the corrupted run; normalised like the others (0 = corrupted, 1 = clean). No receivers: 0 exactly."""
+    return float(path_patch_senders(model, clean_ids, corrupt_ids, [sender], receivers, via, metric)[0])
+
+
+def path_patch_senders(model, clean_ids, corrupt_ids, senders: list[tuple[int, int]],
+                       receivers: list[tuple[int, int]], via: str = "k", metric: Metric | None = None) -> np.ndarray:
+    """(S,): ``path_patch`` of each of ``senders`` into the same receivers, one row each, in batches of at most
+    PATH_TOKENS rows x tokens (a page asks which earlier head's path into a head's keys restores most: every earlier
+    head at once)."""
     if via not in ("q", "k", "v"):
         raise ValueError(f"via must be q, k or v, got {via!r}")
-    ls, hs = sender
-    if any(lr <= ls for lr, _ in receivers):
+    senders = [(int(l), int(h)) for l, h in senders]
+    if any(lr <= ls for ls, _ in senders for lr, _ in receivers):
         raise ValueError("every receiver must sit in a later layer than the sender")
     corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
-    if not receivers:
-        return float(_normalise(torch.tensor([m_corrupt]), m_clean, m_corrupt)[0])
-    # 1. the stream with the sender clean and every other head and MLP frozen at the corrupted run
+    if not receivers or not senders:
+        return _normalise(torch.full((len(senders),), m_corrupt, dtype=torch.float64), m_clean, m_corrupt)
+    rows = max(1, PATH_TOKENS // corrupt_idx.shape[1])  # senders per batch
+    values = [_paths(model, corrupt_idx, acts, acts_x, senders[i:i + rows], receivers, via, metric)
+              for i in range(0, len(senders), rows)]
+    return _normalise(torch.cat(values), m_clean, m_corrupt)
+
+
+def _paths(model, corrupt_idx, acts, acts_x, senders, receivers, via, metric) -> torch.Tensor:
+    """``path_patch_senders``' metric values (not normalised) for one batch of senders."""
+    S = len(senders)
+    # 1. row r: the stream with sender r clean and every other head and MLP frozen at the corrupted run (below the
+    # sender's layer the stream is the corrupted run's, so freezing from block 0 changes nothing there)
     subs: Subs = {}
-    for l in range(ls, model.config.n_layers):
+    for l in range(model.config.n_layers):
         def z_fn(t, l=l):
-            t = acts_x[("z", l)].clone()
-            if l == ls:
-                t[:, hs] = acts[("z", ls)][:, hs]
+            t = acts_x[("z", l)].expand(S, -1, -1, -1).clone()            # (S, h, n, d_h)
+            for r, (ls, hs) in enumerate(senders):
+                if l == ls:
+                    t[r, hs] = acts[("z", ls)][0, hs]
             return t
         subs[("z", l)] = z_fn
-        subs[("mlp_out", l)] = lambda t, l=l: acts_x[("mlp_out", l)]
-    _, acts_s = _forward(model, corrupt_idx, subs, record=True)
-    # 2. the corrupted run again, the receivers' inputs taken from that stream, everything else recomputed
+        subs[("mlp_out", l)] = lambda t, l=l: acts_x[("mlp_out", l)].expand(S, -1, -1)
+    # run only up to the last receiver's block: nothing after it is read
+    _, acts_s = _forward(model, corrupt_idx.expand(S, -1), subs, record=True, keep=frozenset({via}),
+                         stop=max(l for l, _ in receivers) + 1)
+    # 2. the corrupted run again, row r's receivers' inputs taken from row r of that stream, all else recomputed
     final: Subs = {}
     for lr in sorted({l for l, _ in receivers}):
         heads = [h for l, h in receivers if l == lr]
@@ -247,8 +271,18 @@ def path_patch(model, clean_ids, corrupt_ids, sender: tuple[int, int], receivers
             t[:, heads] = acts_s[(via, lr)][:, heads]
             return t
         final[(via, lr)] = in_fn
-    value = _patched(model, corrupt_idx, 1, final, metric)
-    return float(_normalise(value, m_clean, m_corrupt)[0])
+    return _patched(model, corrupt_idx, S, final, metric)
+
+
+def paths_into(model, clean_ids, corrupt_ids, receiver: tuple[int, int], metric: Metric,
+               via: str = "k") -> dict[tuple[int, int], float]:
+    """{sender: its path into ``receiver``'s ``via`` input alone} for every head of the layers before the receiver's
+    ({} for a head of the first layer): which earlier head builds what the receiver reads (``path_patch``)."""
+    senders = [(l, h) for l in range(receiver[0]) for h in range(model.config.n_heads)]
+    if not senders:
+        return {}
+    values = path_patch_senders(model, clean_ids, corrupt_ids, senders, [tuple(receiver)], via, metric)
+    return {s: float(v) for s, v in zip(senders, values)}
 
 
 @torch.no_grad()
@@ -389,70 +423,14 @@ def default_answers(model, clean, corrupt) -> tuple[int, int]:
     return answer, (second if first == answer else first)
 
 
-def top_sources(table: np.ndarray, names: list[str], k: int = 10):
-    """``score_sources``' table cut to the ``k`` query-side and ``k`` key-side sources with the largest entries,
-    the rest summed into "all others" (so the entries still add up to the score): (table, row names, column
-    names). A GPT-2 layer has over a hundred sources, too many to draw."""
-    S = len(names)
-    if S <= k:
-        return table, list(names), list(names)
-
-    def pick(weight):  # indices of the k largest, in the table's order
-        return sorted(np.argsort(-weight)[:k].tolist())
-    rows, cols = pick(np.abs(table).max(1)), pick(np.abs(table).max(0))
-    rest_r, rest_c = [i for i in range(S) if i not in rows], [j for j in range(S) if j not in cols]
-    r_groups, c_groups = [[i] for i in rows] + [rest_r], [[j] for j in cols] + [rest_c]
-    out = np.array([[table[np.ix_(rg, cg)].sum() for cg in c_groups] for rg in r_groups])
-    other = "all others"
-    return out, [names[i] for i in rows] + [other], [names[j] for j in cols] + [other]
-
-
-def sources_view(table: np.ndarray, names: list[str], k: int = 10):
-    """What a page draws of ``score_sources``' table: (table cut to ``top_sources(k)``, its row names, its column
-    names, the ``read_sources`` reading of it)."""
-    shown, rows, cols = top_sources(table, names, k)
-    return shown, rows, cols, read_sources(shown, names, rows, cols)
-
-
-@dataclass(frozen=True)
-class Reading:
-    query_source: str   # the row of the largest entry (who wrote what the query asks)
-    key_source: str     # its column (who wrote what the key offers)
-    value: float        # that entry
-    share: float        # its part of the sum of the entries' sizes
-    key_builder: str    # the column with the largest sum: the source of the key's stream that adds most to the score
-    key_total: float    # that column's sum (its whole part of the score, whatever the query side)
-    query_builder: str  # the same for the query's stream (the row with the largest sum)
-    query_total: float
-    composition: str | None  # "K" when the key's builder is an earlier head, "Q" the query's, "QK" both, else None
-
-
-def _is_head(name: str) -> bool:
-    return name.startswith("L") and " H" in name  # head_label's "L1 H3"
-
-
-def read_sources(table: np.ndarray, names: list[str], row_names=None, col_names=None) -> Reading:
-    """A score-sources table read out: its largest entry, and the source of each side that adds most to the score
-    (a column's or a row's sum). Composition: an earlier head is the key's builder (K), the query's (Q), or both."""
-    rows, cols = row_names or names, col_names or names
-    r, c = np.unravel_index(np.argmax(np.abs(table)), table.shape)
-    col_sums, row_sums = table.sum(0), table.sum(1)
-    kb, qb = int(np.argmax(col_sums)), int(np.argmax(row_sums))
-    comp = "".join(side for side, name in (("Q", rows[qb]), ("K", cols[kb])) if _is_head(name)) or None
-    total = float(np.abs(table).sum())
-    return Reading(rows[r], cols[c], float(table[r, c]), float(abs(table[r, c]) / total) if total else 0.0,
-                   cols[kb], float(col_sums[kb]), rows[qb], float(row_sums[qb]), comp)
-
-
 def stack_rows(rows) -> np.ndarray:
     """Rows of one grid computed one at a time (a stage, a kind of activation) as one (rows, n) array."""
     return np.stack([np.asarray(r, dtype=float) for r in rows])
 
 
 def strongest_head(table: np.ndarray) -> tuple[int, int]:
-    """(layer, head) of the largest restored share in size, NaN skipped; (L-1, 0) when every entry is NaN."""
+    """(layer, head) of the largest restored share in size, NaN skipped (``core.analysis.picks.nan_argmax``);
+    (L-1, 0) when every entry is NaN (the two runs agree: a page still needs a head to open on)."""
     a = np.abs(np.asarray(table, dtype=float))
-    if not np.isfinite(a).any():
-        return a.shape[0] - 1, 0
-    l, h = np.unravel_index(np.nanargmax(a), a.shape)
-    return int(l), int(h)
+    at = nan_argmax(a)
+    return (a.shape[0] - 1, 0) if at is None else (at[0], at[1])

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.analysis.picks import nan_argmax
 from core.training.variants import BY_ID, CURVE_FIELDS, VARIANT_FIELDS
 
 NUMBERS = ("d_model", "n_heads", "n_layers", "params", "steps", "seconds", "train_loss", "val_loss", "causal_val_loss")
@@ -110,7 +111,7 @@ def future_stare(model, ids: list[int]) -> tuple[tuple[int, int], float, np.ndar
     best, weight = (0, 0), -1.0
     for layer, rec in enumerate(out.attn):
         diag = torch.diagonal(rec.pattern[0], offset=1, dim1=-2, dim2=-1).mean(-1)  # (h,) over queries 0..n-2
-        h = int(diag.argmax())
+        h = (nan_argmax(diag) or (0,))[0]  # NaN skipped (torch's argmax picks a NaN)
         if float(diag[h]) > weight:
             best, weight = (layer, h), float(diag[h])
     return best, weight, out.attn[best[0]].pattern[0, best[1]].numpy()

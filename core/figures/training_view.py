@@ -8,6 +8,7 @@ import math
 from core.training.corpus import TRAIN_FRACTION
 from core.figures.common import loss_curve
 from core.serve.fmt import clock, head_label
+from core.analysis.picks import best_of
 from core.analysis.induction import PROBE_SEQS, THRESHOLD, formation_step
 from core.figures.induction_figures import formation_figure
 from core.training.trainer import RECIPE_TITLES
@@ -53,7 +54,8 @@ def best_head(heads: list[dict]) -> tuple[int, dict]:
     """(the last step measured, the row of the head with the highest induction score at that step) from a
     run's head measurements (one row per step, layer and head); the first such head wins a tie."""
     last = max(r["step"] for r in heads)  # the rows of every measurement so far, oldest first
-    return last, max((r for r in heads if r["step"] == last), key=lambda r: r["induction"])
+    final = [r for r in heads if r["step"] == last]
+    return last, best_of(final, lambda r: r["induction"]) or final[0]  # NaN skipped; all NaN: the first, shown as nan
 
 
 def val_bits(s) -> float | None:
