@@ -8,6 +8,7 @@ from core.nn.hf import export_zip
 from core.figures.common import loss_curve
 from core.analysis.induction import THRESHOLD, formation_step
 from core.figures.induction_figures import formation_figure
+from core.figures.training_view import best_head
 from core.nn.params import count_parameters, mlp_latex, parameter_table, per_block_latex
 from ui import chart, ensure_frame, require_model, session_owner
 
@@ -164,8 +165,7 @@ if heads:
     )
     chart(formation_figure(heads, title=f"Heads of {entry.name} while it trained", units=tok.units),
           width="stretch")
-    last = max(r["step"] for r in heads)
-    best = max((r for r in heads if r["step"] == last), key=lambda r: r["induction"])
+    last, best = best_head(heads)  # NaN-safe (core.analysis.picks)
     st.caption(
         (f"An induction head formed at step {formed:,}: the first measurement where a head's score reached "
          f"{THRESHOLD:.2f}. " if formed is not None else

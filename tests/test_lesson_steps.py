@@ -357,6 +357,22 @@ def test_step_12_the_source_that_built_the_key_by_hand(char):
     assert (right.correct, right.answer, wrong.correct) == (True, ranked[0], False)
 
 
+def test_step_12_says_which_head_the_path_runs_through_by_its_own_scores(char):
+    """The key's largest source need not be the previous-token head: on the shipped model it is L1 H1 (previous-token
+    score 0.1), while the path into the induction head's keys runs through L1 H3 (0.76). The reveal must say what
+    the numbers show, not call the largest source a previous-token head."""
+    model, tok, scores = char
+    step, q, m = ask("circuit", LS.Context(model, tok, (1, 2, 3, 4), scores))
+    text = LS.answer(step, q, m, q.choices[0])[1].words
+    top = max(m["key_totals"], key=m["key_totals"].get)
+    prev = {f"L{l + 1} H{h + 1}": scores.previous_token[l, h] for l in range(2) for h in range(4)}
+    strongest_prev = max(prev, key=prev.get)  # the model's previous-token head, by its own score
+    assert f"**{top}**" in text and f"{prev[top]:.2f}" in text  # the source, with its own score beside it
+    if prev[top] < 0.5:
+        assert "not a previous-token head" in text
+    assert f"finds **{strongest_prev}**" in text and "K-composition" in text
+
+
 def test_step_12_asks_nothing_of_a_variants_block():
     c = ModelConfig(vocab_size=10, n_ctx=16, d_model=8, n_heads=2, n_layers=2, mlp=False)
     ctx = LS.Context(Transformer(c), TEN, (1, 2, 3, 4), scores_of([[0, 0], [0, 0]], [[0, 0], [0, 0.9]]))

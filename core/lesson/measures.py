@@ -10,7 +10,7 @@ import torch
 from core.analysis import patching as P
 from core.analysis.attention import changed_last, dependence_on_last, head_attention
 from core.analysis.generation import fit_in_window
-from core.analysis.interventions import repeat_ids, token_losses
+from core.analysis.interventions import mean_logprob, repeat_ids, token_losses  # noqa: F401  (mean_logprob: core.lesson re-exports it)
 from core.lesson.grading import Grade, MIN_NOISE, NOISE_SE, grade_choice
 from core.nn.params import count_parameters
 
@@ -71,13 +71,6 @@ def parameter_count(model) -> int:
 
 
 @torch.no_grad()
-def mean_logprob(model, ids, start: int) -> float:
-    """The model's mean log-probability (at temperature 1) of the tokens ``ids[start:]``: how typical a text is.
-    Token 0 has nothing before it to be predicted from: ``start`` 0 scores from token 1."""
-    losses = token_losses(model, list(ids))  # entry i: the loss of ids[i + 1]
-    return float(-losses[max(start, 1) - 1:].mean())
-
-
 def fitted_prompt(ids, n_ctx: int, n_new: int = DRAWS) -> tuple[list[int], int]:
     """(the end of ``ids`` that leaves room for the draws, how many to draw): prompt and draws fit the context
     (core.analysis.generation.fit_in_window), so a long prompt is read from its end."""

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from core.analysis import patching as P
+from core.analysis.circuit import read_circuit
 from core.analysis.cost import training_flops
 from core.analysis.generation import draw
 from core.analysis.induction import head_scores
@@ -299,7 +300,7 @@ def _patch_reveal(q, m, grade, guess=None):
 
 
 def _circuit_ask(ctx):
-    clean, _, period, again = P.example_pair(ctx.model, ctx.tokenizer, seed=2000)
+    clean, bad, period, again = P.example_pair(ctx.model, ctx.tokenizer, seed=2000)
     l, h = ctx.induction_head
     w = M.key_weights(ctx.model, clean, l, h)
     i, j = len(clean) - 1, int(np.nanargmax(w))
@@ -311,19 +312,23 @@ def _circuit_ask(ctx):
         shows=(("", ctx.tokenizer.decode(list(clean))),),
         ask="Which source wrote the part of the key that adds most to this score?", widget="select",
         choices=tuple(names), labels=tuple(names), button="Take the score apart",
-        link={"layer": l + 1, "head": h + 1}, data={"clean": tuple(clean), "head": (l, h), "i": i, "j": j})
+        link={"layer": l + 1, "head": h + 1}, data={"clean": tuple(clean), "corrupt": tuple(bad.ids), "head": (l, h), "i": i, "j": j})
 
 
 def _circuit_measure(ctx, q):
     (l, h), d = q.data["head"], q.data
-    # the previous-token scores: what core.analysis.circuit's reading of the split puts beside each source
-    return dict(M.key_sources(ctx.model, d["clean"], l, h, d["i"], d["j"]), previous_token=ctx.scores.previous_token)
+    # the previous-token scores and every earlier head's path into the keys: what core.analysis.circuit's reading of
+    # the split puts beside the key's largest source, and the head path patching finds
+    clean, bad = list(d["clean"]), list(d["corrupt"])
+    paths = P.paths_into(ctx.model, clean, bad, (l, h), P.Metric(*P.default_answers(ctx.model, clean, bad)))
+    return dict(M.key_sources(ctx.model, clean, l, h, d["i"], d["j"]), previous_token=ctx.scores.previous_token,
+                paths=paths)
 
 
 def _circuit_reveal(q, m, grade, guess=None):
-    shown, rows, cols, _ = P.sources_view(m["table"], m["names"], k=10)
-    return Reveal(f"**{grade.answer}** wrote the part of the key that adds most: {m['key_totals'][grade.answer]:+.2f} "
-                  f"of the score {m['score']:.2f}.",
+    shown, rows, cols, reading = P.sources_view(m["table"], m["names"], k=10)
+    circuit = read_circuit(reading, m["score"], m["previous_token"], m.get("paths"))
+    return Reveal(circuit.text,  # it names the key's largest source (the answer), its previous-token score, the path
                   figure=("sources", dict(table=shown, rows=rows, cols=cols,
                                           title=f"{head_label(*q.data['head'])}: score {m['score']:.2f}, split by source")))
 
