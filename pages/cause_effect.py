@@ -1,19 +1,13 @@
-
 import streamlit as st
 
-from core.analysis.attention import head_attention
-from core.analysis.circuit import default_key, path_defaults, read_circuit, share_text
-from core.analysis.induction import head_scores
-from core.analysis.timing import forward_seconds
+from core.analysis.circuit import share_text
 from core.figures import patching_figures as PF
-from core.patching import (HEAD_KINDS, Metric, check_pair, corrupt_prompt, default_answers, example_pair,
-                           match_lengths, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
-                           path_patch, paths_into, score_sources, sources_view, stack_rows, strongest_head, top_predictions)
+from core.patching import HEAD_KINDS, Metric, check_pair, stack_rows, strongest_head
 from core.serve.fmt import head_label, shown_pos
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
-from ui import (approved, cached_figure, ensure_frame, in_steps, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
-                set_prompt_ids, shared_chart)
+from ui import approved, cached_figure, ensure_frame, in_steps, model_key, prompt_input, require_model, shared_chart
+from ui.patching import make_corrupted, make_example, make_one_length, path_section, patching_runs, sources_section
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -43,58 +37,12 @@ if not c.lecture_block:
             "is written for the full block: pick a full model in the sidebar.")
     st.stop()
 
-WHAT = "the patching runs"
-_residual = model_cache(lambda a, b, m, stage: patch_residual(model, list(a), list(b), m, stages=[stage])[0], 64,
-                        what=WHAT)
-_sublayers = model_cache(lambda a, b, m: patch_sublayers(model, list(a), list(b), m), 16, what=WHAT,
-                         spinner="Patching every block's attention and MLP ...")
-_heads = model_cache(lambda a, b, m, what: patch_heads(model, list(a), list(b), m, what=what), 32, what=WHAT,
-                     spinner="Patching every head ...")
-_positions = model_cache(lambda a, b, m, l, h, what: patch_head_positions(model, list(a), list(b), m, l, h, what), 64,
-                         what=WHAT)
-_path = model_cache(lambda a, b, m, s, r, via: path_patch(model, list(a), list(b), s, list(r), via, m), 64, what=WHAT)
-_paths = model_cache(lambda a, b, m, r: paths_into(model, list(a), list(b), r, m), 32, what=WHAT)
-_sources = model_cache(lambda a, l, h, i, j: score_sources(model, list(a), l, h, i, j), 32, what=WHAT)
-_pattern = model_cache(lambda a, l, h: head_attention(model, list(a), l, h)[1], 16, what=WHAT)
-_scores = model_cache(lambda: head_scores(model, tokenizer=tok), 8, what=WHAT,
-                      spinner="Measuring induction on repeated random sequences ...")
-_top = model_cache(lambda a, k: top_predictions(model, list(a), k), 64)
-_defaults = model_cache(lambda a, b: default_answers(model, list(a), list(b)), 64)
-_metric = model_cache(lambda a, m: m(model, list(a)), 128)
-_seconds = model_cache(lambda rows, length: forward_seconds(model, rows, length), 64)
+R = patching_runs(model, tok)  # every run below, cached for the server: R.heads(mkey, clean, corrupt, metric, "z")
 patch_heatmap, head_table_figure, sources_figure = map(cached_figure, (PF.patch_heatmap, PF.head_table_figure,
                                                                        PF.sources_figure))
-
-
-# ------------------------------------------------------------------ the two prompts
-def _example(model, tok):
-    """Button callback: random tokens written twice, the second copy cut short, and the corrupted copy with the
-    earlier occurrence of the last token changed: the induction circuit's example."""
-    draws = int(st.session_state.get("cause_draws", 0))
-    st.session_state["cause_draws"] = draws + 1
-    clean, _, _, _ = example_pair(model, tok, seed=2000 + draws, period=EXAMPLE_PERIOD, again=EXAMPLE_SECOND)
-    set_prompt_ids(CLEAN_KEY, tok, clean)
-    _corrupt(model, tok)
-
-
-def _corrupt(model, tok):
-    """Button callback: the clean prompt with one token changed (core.patching.corrupt_prompt), a fresh token each press."""
-    ids = prompt_ids_now(CLEAN_KEY, tok)
-    if not ids:
-        return
-    seed = int(st.session_state.get("cause_corrupt_draws", 0))
-    st.session_state["cause_corrupt_draws"] = seed + 1
-    done = corrupt_prompt(tok, ids, c.vocab_size, seed=seed)
-    set_prompt_ids(CORRUPT_KEY, tok, done.ids)
-    st.session_state["cause_changed"] = (tuple(done.ids), done.position, done.old, done.new, done.why)
-
-
-def _match(how: str):
-    """Button callback: both prompts cut or padded to one length, each keeping its end."""
-    pad = (tok.encode(" ", errors="drop") or [0])[0]
-    a, b = match_lengths(prompt_ids_now(CLEAN_KEY, tok), prompt_ids_now(CORRUPT_KEY, tok), how, pad)
-    set_prompt_ids(CLEAN_KEY, tok, a)
-    set_prompt_ids(CORRUPT_KEY, tok, b)
+PAIR = (CLEAN_KEY, CORRUPT_KEY)
+_corrupt = (make_corrupted, (model, tok, *PAIR))  # the buttons' callbacks, with what they read
+_example = (make_example, (model, tok, *PAIR, EXAMPLE_PERIOD, EXAMPLE_SECOND))
 
 
 # the pair is cut together, to one length in tokens, when a link must be shortened; layer, head and pos are applied
@@ -106,9 +54,9 @@ LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), CLEAN_KEY, cut=True),
                 same_length=lambda a, b: len(tok.encode(a, errors="drop")) == len(tok.encode(b, errors="drop")))
 link = use_link(LINK)
 if "prompt" in link.values and "corrupt" not in link.values:  # a link with one prompt: its corrupted copy made here
-    _corrupt(model, tok)
+    _corrupt[0](*_corrupt[1])
 if CLEAN_KEY not in st.session_state:  # the page opens on the example
-    _example(model, tok)
+    _example[0](*_example[1])
 left, right = st.columns(2)
 with left:
     clean = prompt_input("Clean prompt", None, "cause_clean", tok, c.n_ctx, height=110)
@@ -116,11 +64,11 @@ with right:
     corrupt = prompt_input("Corrupted prompt (the same length, something changed)", None, "cause_corrupt", tok, c.n_ctx,
                            height=110)
 b1, b2, note = st.columns([1, 1.5, 2.5], vertical_alignment="center")
-b1.button("Make a corrupted copy", key="cause_make", on_click=_corrupt, args=(model, tok), disabled=clean.empty,
+b1.button("Make a corrupted copy", key="cause_make", on_click=_corrupt[0], args=_corrupt[1], disabled=clean.empty,
           help=f"Copies the clean prompt into the corrupted box with one {tok.unit} changed: the earlier occurrence of "
                f"the last {tok.unit} if there is one (where an induction head looks), else the last {tok.unit}. "
                f"Press again for another replacement {tok.unit}.")
-b2.button("Example: the induction circuit", key="cause_example", on_click=_example, args=(model, tok),
+b2.button("Example: the induction circuit", key="cause_example", on_click=_example[0], args=_example[1],
           help=f"Random {tok.units} written twice, the second copy cut short: only copying can predict what comes "
                "next. The corrupted prompt changes the earlier occurrence of the last one.")
 note.caption(f"The example is {EXAMPLE_PERIOD} random {tok.units} followed by the first {EXAMPLE_SECOND} of them "
@@ -135,8 +83,8 @@ why_not = check_pair(model, a_ids, b_ids)
 if why_not:
     st.warning(f"These prompts cannot be patched into each other: {why_not}.", icon="⚠️")
     m1, m2, _ = st.columns([1.2, 1.6, 1.2])  # room for each label whole: a cut-off "Pad…" says nothing
-    m1.button("Cut the longer one's start", key="cause_cut", on_click=_match, args=("cut",), width="stretch")
-    m2.button("Pad the shorter one's start with spaces", key="cause_pad", on_click=_match, args=("pad",),
+    m1.button("Cut the longer one's start", key="cause_cut", on_click=make_one_length, args=(tok, *PAIR, "cut"), width="stretch")
+    m2.button("Pad the shorter one's start with spaces", key="cause_pad", on_click=make_one_length, args=(tok, *PAIR, "pad"),
               width="stretch")
     st.stop()
 n = len(a_ids)
@@ -154,8 +102,8 @@ st.caption(f"The prompts differ in {len(diff)} {tok.unit if len(diff) == 1 else 
 
 # ------------------------------------------------------------------ the answers and the metric
 st.header("What the two runs predict")
-cands = list(dict.fromkeys(_top(mkey, a_ids, CANDIDATES) + _top(mkey, b_ids, CANDIDATES)))
-answer0, wrong0 = _defaults(mkey, a_ids, b_ids)
+cands = list(dict.fromkeys(R.top(mkey, a_ids, CANDIDATES) + R.top(mkey, b_ids, CANDIDATES)))
+answer0, wrong0 = R.defaults(mkey, a_ids, b_ids)
 label = lambda t: f"'{tok.visible_tokens([t])[0]}'"  # noqa: E731
 pair = f"{hash((a_ids, b_ids)) & 0xFFFFFFFF:08x}"  # new prompts open on their own defaults
 k1, k2, k3 = st.columns([1, 1, 2])
@@ -167,7 +115,7 @@ kind = k3.radio("Measure", ("difference", "log-probability"), horizontal=True, k
 wrong = k2.selectbox("Wrong answer (the corrupted run's)", cands, index=cands.index(wrong0), format_func=label,
                      key=f"cause_wrong_{pair}", disabled=kind != "difference")
 metric = Metric(int(answer), int(wrong) if kind == "difference" else None)
-m_clean, m_corrupt = _metric(mkey, a_ids, metric), _metric(mkey, b_ids, metric)
+m_clean, m_corrupt = R.metric(mkey, a_ids, metric), R.metric(mkey, b_ids, metric)
 g1, g2, _ = st.columns([1, 1, 2])
 g1.metric("M on the clean prompt", f"{m_clean:.3f}")
 g2.metric("M on the corrupted prompt", f"{m_corrupt:.3f}", delta=f"{m_corrupt - m_clean:+.3f}")
@@ -196,10 +144,10 @@ st.markdown(
     "the bright cells show where the model moved the information: a jump from the changed position to a later "
     "one happens inside a block's attention.")
 stages = c.n_layers + 1
-est = stages * _seconds(mkey, n, n)
+est = stages * R.seconds(mkey, n, n)
 if approved(("cause_grid", pair), est, GRID_AUTO_S, f"Compute the grid (about {est:.0f} s)",
             f"{stages} runs of {n} copies of the corrupted prompt, one stage at a time.", f"cause_grid_btn_{pair}"):
-    grid = stack_rows(in_steps(stages, lambda s: _residual(mkey, a_ids, b_ids, metric, s),
+    grid = stack_rows(in_steps(stages, lambda s: R.residual(mkey, a_ids, b_ids, metric, s),
                                "Patching the residual stream, stage by stage", bar=est > 2))
     names = [f"enters L{l + 1}" for l in range(c.n_layers)] + [f"leaves L{c.n_layers}"]
     names[0] = "embedding (enters L1)"
@@ -214,7 +162,7 @@ if approved(("cause_grid", pair), est, GRID_AUTO_S, f"Compute the grid (about {e
     else:
         st.caption("Click a cell to read its value in words; the framed column is the changed position.")
 
-    sub = _sublayers(mkey, a_ids, b_ids, metric)  # (L, 2, n)
+    sub = R.sublayers(mkey, a_ids, b_ids, metric)  # (L, 2, n)
     sub_names = [f"L{l + 1} {part}" for l in range(c.n_layers) for part in ("attention", "MLP")]
     shared_chart(patch_heatmap(sub.reshape(2 * c.n_layers, n), tokens, sub_names,
                                "What each block's attention and MLP wrote at one position",
@@ -232,8 +180,8 @@ st.markdown("Each cell: one head's activation put back from the clean run at eve
             "corrupted. The **output** z tells whether the head carries the difference at all; queries, keys and "
             "values tell through which of its inputs it gets it. An induction head restores through its output; "
             "its keys restore it when the corruption broke what the previous-token head wrote.")
-table = _heads(mkey, a_ids, b_ids, metric, what)
-best = strongest_head(_heads(mkey, a_ids, b_ids, metric, "z"))  # the page opens on the head that matters most
+table = R.heads(mkey, a_ids, b_ids, metric, what)
+best = strongest_head(R.heads(mkey, a_ids, b_ids, metric, "z"))  # the page opens on the head that matters most
 head_key = "cause_head"
 if "layer" in link.values or "head" in link.values:  # a link's head: the table's pick and the sources' head
     was = st.session_state.get(head_key, best)
@@ -257,7 +205,7 @@ shared_chart(head_table_figure(table, f"Heads: share restored by one head's {wha
              width="stretch", theme=None, key="cause_heads", on_select=_pick_head, selection_mode="points")
 hl, hh = st.session_state[head_key]
 st.caption(f"Click a head to see it position by position (now: {head_label(hl, hh)}, framed).")
-per = stack_rows([_positions(mkey, a_ids, b_ids, metric, hl, hh, w) for w in ("z", "q", "k", "v")])
+per = stack_rows([R.positions(mkey, a_ids, b_ids, metric, hl, hh, w) for w in ("z", "q", "k", "v")])
 shared_chart(patch_heatmap(per, tokens, ["output z (query pos.)", "queries (query pos.)", "keys (key pos.)",
                                          "values (key pos.)"],
                            f"{head_label(hl, hh)}, one position at a time",
@@ -271,39 +219,7 @@ st.header("Following one path: sender → receivers")
 if c.n_layers < 2:
     st.info("Path patching needs a head in an earlier layer sending to one in a later layer; this model has one layer.")
 else:
-    scores = _scores(mkey)
-    sender0, receiver0 = path_defaults(scores.previous_token, scores.induction)  # NaN skipped
-    st.markdown(
-        "Patching a whole head cannot tell *which* later head it talks to. Path patching lets only the sender's "
-        "clean output reach the receivers, and only through one of their inputs; every other head and MLP stays "
-        "frozen at the corrupted run. For the induction circuit: the previous-token head (sender) writes "
-        "\"the token before me was X\" at each position, and the induction head (receiver) builds its **keys** "
-        f"from it. Defaults: the head with the highest previous-token score ({head_label(*sender0)}, "
-        f"{scores.previous_token[sender0]:.2f}) sending to the head with the highest induction score among the later "
-        f"layers ({head_label(*receiver0)}, {scores.induction[receiver0]:.2f}).")
-    senders = [(l, h) for l in range(c.n_layers - 1) for h in range(c.n_heads)]
-    p1, p2, p3 = st.columns([1, 2, 1])
-    sender = p1.selectbox("Sender", senders, index=senders.index(sender0), key="cause_sender",
-                          format_func=lambda p: head_label(*p))
-    options = [(l, h) for l in range(sender[0] + 1, c.n_layers) for h in range(c.n_heads)]
-    rkey = f"cause_receivers_{sender[0]}"
-    st.session_state.setdefault(rkey, [receiver0] if receiver0 in options else options[:1])
-    receivers = p2.multiselect("Receivers (later layers)", options, key=rkey, format_func=lambda p: head_label(*p))
-    via = p3.radio("Through their", ("q", "k", "v"), index=1, horizontal=True, key="cause_via",
-                   format_func={"q": "queries", "k": "keys", "v": "values"}.get)
-    values = {v: _path(mkey, a_ids, b_ids, metric, sender, tuple(receivers), v) for v in ("q", "k", "v")}
-    v1, v2, v3, v4 = st.columns(4)
-    for col, v, word in ((v1, "q", "queries"), (v2, "k", "keys"), (v3, "v", "values")):
-        col.metric(f"via {word}" + ("  ◀" if v == via else ""), share_text(values[v]))
-    whole = _heads(mkey, a_ids, b_ids, metric, "z")[sender]
-    v4.metric(f"{head_label(*sender)}'s whole output", share_text(whole))
-    if not receivers:
-        st.caption("No receivers: nothing reaches the network, so the patch restores exactly 0.")
-    else:
-        st.caption(f"The share of the clean answer restored when only {head_label(*sender)}'s clean output reaches "
-                   f"{', '.join(head_label(*r) for r in receivers)}, and only through their {via}. The last figure is "
-                   "the sender's output patched everywhere, for comparison: the path's share of it is what this one "
-                   "connection carries.")
+    path_section(R, mkey, c, a_ids, b_ids, metric)
 
 # ------------------------------------------------------------------ why the head attends here
 st.header("Why does this head attend here?")
@@ -315,44 +231,7 @@ st.markdown(
     "$W_Q$ or $W_K$) becomes a source of its own.")
 st.latex(r"s_{ij} = \frac{1}{\sqrt{d_h}} \Big(\sum_a W_Q\,\tilde x^{(a)}_i\Big)^{\!\top}\Big(\sum_b W_K\,\tilde x^{(b)}_j\Big)"
          r" = \sum_{a,b} \frac{(W_Q \tilde x^{(a)}_i)^\top (W_K \tilde x^{(b)}_j)}{\sqrt{d_h}}")
-s1, s2, s3, s4 = st.columns(4)
-heads_all = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
-if st.session_state.get("cause_src_head") not in heads_all:  # the default as state (no index=): a link may set it
-    st.session_state["cause_src_head"] = (hl, hh)
-sl = s1.selectbox("Head", heads_all, key="cause_src_head",
-                  format_func=lambda p: head_label(*p))
-if not 1 <= int(st.session_state.get("cause_src_i", n)) <= n:  # a shorter prompt than the last one
-    st.session_state["cause_src_i"] = n
-st.session_state.setdefault("cause_src_i", n)
-i = int(s2.number_input("Query position i", 1, n, key="cause_src_i")) - 1
-pattern_row = _pattern(mkey, a_ids, *sl)[i]
-j_default = default_key(pattern_row, i)  # the box is keyed by the prompt pair too: a new prompt opens on its default
-j = int(s3.number_input("Key position j (default: where it looks most)", 1, i + 1,
-                        j_default + 1, key=f"cause_src_j_{pair}_{i}_{sl[0]}_{sl[1]}")) - 1
-s4.metric("weight a[i, j]", f"{pattern_row[j]:.3f}")
-full, src_names, score = _sources(mkey, a_ids, sl[0], sl[1], i, j)
-shown_t, rows_n, cols_n, reading = sources_view(full, src_names, k=10)
-shared_chart(sources_figure(shown_t, rows_n, cols_n,
-                            f"{head_label(*sl)}: score of query {i + 1} '{tokens[i]}' for key {j + 1} '{tokens[j]}' "
-                            f"= {score:.2f}, split by source"),
-             width="stretch", theme=None, key="cause_sources")
-st.caption(f"The entries add up to the score {score:.3f} (their sum: {full.sum():.3f}). On the clean prompt."
-           + (" Only the ten largest sources of each side are drawn; 'all others' holds the rest." if
-              len(src_names) > 10 else ""))
-key_part = (f"Summed over the query's side, the source of the key's stream that adds most to the score is "
-            f"**{reading.key_builder}** ({reading.key_total:+.2f}); of the query's, **{reading.query_builder}** "
-            f"({reading.query_total:+.2f}). The largest single entry pairs the query's {reading.query_source} with the "
-            f"key's {reading.key_source} ({reading.value:+.2f}).")
-paths_s = 2 * sl[0] * c.n_heads * _seconds(mkey, n, n) / n  # two passes per earlier head (core.patching.paths_into)
-paths_go = paths_s <= GRID_AUTO_S or st.session_state.get(f"cause_paths_go_{pair}")
-circuit = read_circuit(reading, score, _scores(mkey).previous_token,
-                       _paths(mkey, a_ids, b_ids, metric, sl) if paths_go else None)
-(st.success if circuit.circuit else st.info)(key_part + " " + circuit.text + (
-    f" On the query's side the largest source is an earlier head, **{reading.query_builder}**."
-    if reading.composition in ("Q", "QK") else ""))
-if not paths_go:
-    st.button(f"Follow every earlier head's path into {head_label(*sl)}'s keys (about {paths_s:.0f} s)",
-              key=f"cause_paths_btn_{pair}", on_click=st.session_state.__setitem__, args=(f"cause_paths_go_{pair}", True))
+sl, i = sources_section(R, mkey, c, a_ids, b_ids, metric, tokens, (hl, hh), pair, GRID_AUTO_S)
 
 st.divider()
 link_box(LINK, {"layer": sl[0], "head": sl[1], "pos": i})

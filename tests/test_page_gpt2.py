@@ -76,7 +76,7 @@ def test_the_inside_page_speaks_of_the_models_own_nonlinearity(open_page, models
     assert metric.label == "Hidden units 0 or below"
     tok = at.session_state["te_current"][2]
     ids = tok.encode(at.text_area(key="inside_prompt").value)
-    pos = int(next(s for s in at.slider if s.key.startswith("inside_pos")).value)
+    pos = int(next(s for s in at.slider if s.key.startswith("inside_pos")).value) - 1  # the slider counts from 1
     hf = GPT2LMHeadModel.from_pretrained(models_dir / NAME).eval()
     with torch.no_grad():
         stream = hf.transformer(torch.tensor([ids]), output_hidden_states=True).hidden_states[0]  # block 1's input
