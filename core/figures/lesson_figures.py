@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from core.figures.attention_figures import axis_ticks
+from core.figures.ticks import axis_ticks
 
 ANSWER = "#c0392b"   # the model's answer, once revealed
 GUESS = "#3b5bdb"    # the learner's guess

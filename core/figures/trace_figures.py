@@ -18,7 +18,8 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from core.figures.attention_figures import PANELS_PX, axis_ticks, fitted_ticks
+from core.figures.attention_panels import PANELS_PX
+from core.figures.ticks import axis_ticks, fitted_ticks
 from core.figures.common import dict_figure
 from core.serve.fmt import head_label, visible
 from core.analysis.generation import format_t
