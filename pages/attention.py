@@ -4,6 +4,7 @@ from core.analysis.attention import (
     attention_overview, changed_last, dependence_on_last, head_attention, head_window, induction_chance,
     induction_scores,
 )
+from core.analysis.induction import model_period
 from core.figures.attention_figures import (
     GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, OPEN_WINDOW, ROLE_TITLES, all_heads_figure, byte_pieces_note,
     future_mass_figure, head_overview_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
@@ -232,7 +233,7 @@ st.markdown("Four measurements of every head in the live model. The first three 
             f"the induction score on random {tok.unit} sequences repeated twice, where the only way to predict "
             "the second copy is to find the earlier occurrence and copy what came next.")
 shared_chart(head_roles_figure(roles), width="stretch", key="attn_roles")
-chance = induction_chance(c.n_ctx, vocab_size=c.vocab_size)
+chance = induction_chance(c.n_ctx, model_period(model, tok))  # the period of the probe _induction measures on
 st.caption(f"For scale: a head spreading its weight evenly over the past would score about {chance:.3f} on "
            "induction. A score far above that marks an induction head; a small model trained briefly on "
            "short windows may have none, and then this row stays near zero.")

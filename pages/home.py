@@ -8,7 +8,7 @@ from core.nn.hf import export_zip
 from core.figures.common import loss_curve
 from core.analysis.induction import THRESHOLD, formation_step
 from core.figures.induction_figures import formation_figure
-from core.figures.training_view import best_head
+from core.views.training_view import best_head
 from core.nn.params import count_parameters, mlp_latex, parameter_table, per_block_latex
 from ui import chart, ensure_frame, require_model, session_owner
 

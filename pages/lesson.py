@@ -2,7 +2,7 @@ import streamlit as st
 
 from core import lesson as LS
 from core.analysis.induction import head_scores
-from core.analysis.variants_view import read_study
+from core.views.variants_view import read_study
 from core.figures.lesson_figures import step_figure
 from ui import (ROOT, at_step, ensure_frame, load_model, model_cache, model_key, prompt_input, require_model,
                 shared_chart, snapshot_steps_of)

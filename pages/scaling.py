@@ -3,7 +3,7 @@ models judged by it. Fitting the law to runs is the next page (pages/scaling_fit
 from the session. Every number is computed in core (scaling, scaling_view); this page holds widgets, prose, figures."""
 import streamlit as st
 
-from core.analysis import scaling_view as sv
+from core.views import scaling_view as sv
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN as P  # the 6 of C = 6ND, in every formula and sentence below
 from core.serve.fmt import human, latex_sci, sci
 from core.analysis.scaling import BUDGET_DEFAULTS, LAW_PRESETS

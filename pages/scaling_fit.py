@@ -4,9 +4,9 @@ study of tiny models trained on this machine, and a grid you run yourself. Every
 import os
 
 import streamlit as st
-from core.training import scaling_study as ss
+from core.views import scaling_study as ss
 
-from core.analysis import scaling_view as sv
+from core.views import scaling_view as sv
 from core.training.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import human, latex_sci, number_word
 from core.analysis.scaling import CHINCHILLA_RUNS, HUBER_DELTA, LAW_PRESETS, N_STARTS, FitError, ScalingLaw

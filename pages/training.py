@@ -1,7 +1,7 @@
 import streamlit as st
 
 from core.training import training_setup as setup
-from core.figures import training_view as view
+from core.views import training_view as view
 from core.nn.checkpoint import default_model_name
 from core.training.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import latex_int, latex_sci

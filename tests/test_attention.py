@@ -10,7 +10,8 @@ from core.analysis.attention import (
     induction_scores, mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy,
     run_attention, unmasked_softmax,
 )
-from core.figures.attention_figures import all_heads_figure, future_mass_figure, head_panels, head_roles_figure, mask_order_figure
+from core.figures.attention_grid import all_heads_figure, head_roles_figure
+from core.figures.attention_panels import future_mass_figure, head_panels, mask_order_figure
 from core.nn.model import ModelConfig, Transformer
 
 
@@ -125,7 +126,7 @@ def test_long_window_ticks_are_thinned(model):
     run = run_attention(model, [i % 13 for i in range(32)])
     fig = head_panels(run.scores[0][0], run.pattern[0][0], ["x"] * 32)
     assert len(fig.layout.xaxis.tickvals) == 32
-    from core.figures.attention_figures import axis_ticks
+    from core.figures.ticks import axis_ticks
     t = axis_ticks(["y"] * 128)
     assert len(t["tickvals"]) <= 48 and t["ticktext"][1].startswith("y ")
 
@@ -147,7 +148,7 @@ def test_head_window_cuts_whole_row_softmaxes(model):
 
 
 def test_axis_ticks_turn_only_for_labels_longer_than_two_characters():
-    from core.figures.attention_figures import axis_ticks
+    from core.figures.ticks import axis_ticks
     assert axis_ticks(["a", "⏎", "␣"])["tickangle"] == 0  # characters stay upright, as the lecture draws them
     ticks = axis_ticks(["␣king", "␣the", "y"])
     assert "tickangle" not in ticks and ticks["ticktext"] == ["␣king", "␣the", "y"]

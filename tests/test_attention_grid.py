@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from core.analysis.attention import future_mask
-from core.figures.attention_figures import GRID_MAX_COLS, all_heads_figure, head_overview_figure
+from core.figures.attention_grid import GRID_MAX_COLS, all_heads_figure, head_overview_figure
 
 L, H, T = 12, 12, 48
 
@@ -105,7 +105,7 @@ def test_panel_layouts_stay_inside_the_figure_for_any_count(n):
     """Domains add up by floating point: the last panel must not end past 1, which Plotly refuses."""
     import plotly.graph_objects as go
 
-    from core.figures.attention_figures import grid_of_panels, row_of_panels
+    from core.figures.common import grid_of_panels, row_of_panels
     for layout in (row_of_panels([1.0] * n, 0.05, [str(i) for i in range(n)]),
                    row_of_panels([0.3, 0.1] * n, 0.02, [str(i) for i in range(2 * n)], shared_y=True),
                    grid_of_panels(n, 7, 0.02, 0.03, [str(i) for i in range(7 * n)])):

@@ -10,6 +10,7 @@ import pytest
 
 from core.analysis.attention import masked_softmax
 from core.figures import attention_figures as AF
+from core.figures.ticks import AXIS_CHARS, FIGURE_PX
 from core.figures.trace_figures import neuron_view
 from core.nn.checkpoint import load_checkpoint
 
@@ -38,7 +39,7 @@ def random_scores(n, seed=0):
 def plot_px(layout) -> tuple[float, float]:
     """The plot area's width (for a chart as wide as the builder assumes) and height, in pixels."""
     m = layout["margin"]
-    return AF.FIGURE_PX - m["l"] - m["r"], layout["height"] - m["t"] - m["b"]
+    return FIGURE_PX - m["l"] - m["r"], layout["height"] - m["t"] - m["b"]
 
 
 def assert_apart(axis: dict, cell_px: float, across: bool):
@@ -68,7 +69,7 @@ def test_head_panel_labels_never_overlap(bpe, n):
         assert_apart(fig[name], width * (dom[1] - dom[0]) / n, across=True)
     assert_apart(fig["yaxis"], height / n, across=False)
     # a label longer than its room is cut on the axis, whole in the hover
-    assert max(len(t) for t in fig["xaxis"]["ticktext"]) <= AF.AXIS_CHARS + 4
+    assert max(len(t) for t in fig["xaxis"]["ticktext"]) <= AXIS_CHARS + 4
 
 
 def test_every_cell_names_its_query_and_key_tokens_whole(bpe):

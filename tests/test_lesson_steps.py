@@ -15,7 +15,7 @@ from core import lesson as LS
 from core.analysis.generation import draw
 from core.analysis.induction import THRESHOLD, HeadScores, head_scores, model_probe
 from core.analysis.scaling import CHINCHILLA
-from core.analysis.variants_view import Study
+from core.views.variants_view import Study
 from core.nn.checkpoint import CheckpointError, load_checkpoint
 from core.nn.model import ModelConfig, Transformer
 from core.nn.tokenizer import CharTokenizer

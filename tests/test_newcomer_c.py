@@ -327,7 +327,7 @@ def test_a_study_that_fits_says_so_and_counts_the_fit_in_its_time_left(tmp_path,
     import sys
     import time
 
-    from core.training import scaling_study as ss
+    from core.views import scaling_study as ss
     from core.training import speed
     from core.training.study_job import STATES, StudyJob
 
@@ -376,7 +376,7 @@ def test_the_study_writes_its_fitting_phase_with_the_refits_time(tmp_path, monke
 def test_the_grid_note_names_the_phases_of_an_estimate():
     from types import SimpleNamespace
 
-    from core.training import scaling_study as ss
+    from core.views import scaling_study as ss
     from core.training.speed import StudyEstimate
 
     grid = SimpleNamespace(widths=(16, 32, 48, 64), n_layers=2, tokens=(100_000, 300_000, 900_000),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from core.training import study_job
 
-from core.analysis import scaling_view as sv
+from core.views import scaling_view as sv
 from core.analysis.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
 from core.analysis.scaling_runs import MAX_BYTES, synthetic_runs
 from tests.test_page_scaling import charts, text_of  # the same readers of the page's charts and text

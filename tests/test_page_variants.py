@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from core.analysis.variants_view import read_study
+from core.views.variants_view import read_study
 from tests.polling import wait_until
 
 STUDY = Path(__file__).resolve().parent.parent / "assets" / "variants"

@@ -83,7 +83,7 @@ def test_the_ranking_puts_nan_last_and_the_second_copys_head_skips_it():
 
 
 def test_the_head_that_stares_at_the_future_skips_nan():
-    from core.analysis.variants_view import future_stare
+    from core.views.variants_view import future_stare
 
     def record(diag):  # a (1, h, 3, 3) pattern whose superdiagonal weights are ``diag`` per head
         p = torch.zeros(1, len(diag), 3, 3)
@@ -98,7 +98,7 @@ def test_the_head_that_stares_at_the_future_skips_nan():
 
 
 def test_the_training_pages_best_head_skips_nan():
-    from core.figures.training_view import best_head
+    from core.views.training_view import best_head
 
     rows = [dict(step=9, layer=0, head=0, induction=0.9), dict(step=10, layer=0, head=0, induction=NAN),
             dict(step=10, layer=0, head=1, induction=0.3), dict(step=10, layer=1, head=0, induction=0.5)]

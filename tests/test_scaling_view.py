@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from core.training import scaling_study as ss
+from core.views import scaling_study as ss
 
-from core.analysis import scaling_view as sv
+from core.views import scaling_view as sv
 from core.serve.fmt import g3, number_word, rough_time
 from core.nn.model import ModelConfig, Transformer
 from core.analysis.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, N_STARTS, FitError, ScalingLaw, start_grid

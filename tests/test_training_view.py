@@ -1,11 +1,11 @@
-"""What the training page's live view reads off a run's status (core.figures.training_view), on statuses built here
+"""What the training page's live view reads off a run's status (core.views.training_view), on statuses built here
 so that every number is known."""
 import math
 import types
 
 import pytest
 
-from core.figures import training_view as view
+from core.views import training_view as view
 from core.analysis.induction import THRESHOLD
 from core.training.job_settings import JobSettings
 

@@ -1,5 +1,5 @@
 """The variant study (core.training.variants) and what the Why each piece page reads from it
-(core.analysis.variants_view), on runs of a few steps and on studies written by hand."""
+(core.views.variants_view), on runs of a few steps and on studies written by hand."""
 import csv
 import math
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.analysis import variants_view as VV
+from core.views import variants_view as VV
 from core.nn.checkpoint import load_checkpoint
 from core.nn.model import ModelConfig, Transformer
 from core.training.train_data import encode_corpus, windowed_loss

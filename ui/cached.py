@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.analysis import cost
-from core.analysis import scaling_view as sv
+from core.views import scaling_view as sv
 from core.nn.model import ModelConfig
 from core.nn.params import breakdown_rows, build_on_meta, heads_sweep, parameter_table
 from core.training import training_setup as setup
@@ -83,7 +83,7 @@ def shipped_study(folder: str, stamp: tuple):
 
 @st.cache_data(max_entries=16, show_spinner="Fitting: L-BFGS from every starting point ...")
 def fitted_law(csv_text: str):
-    """The scaling law fitted to the runs of ``csv_text`` (core.analysis.scaling_view.fit_csv), once per text."""
+    """The scaling law fitted to the runs of ``csv_text`` (core.views.scaling_view.fit_csv), once per text."""
     return sv.fit_csv(csv_text)
 
 

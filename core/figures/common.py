@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import plotly.graph_objects as go
 
 
@@ -56,6 +57,83 @@ def dict_figure(data: list[dict], layout: dict) -> go.Figure:
     by ``_canonical``, and tests/test_figure_dicts.py checks that every figure the pages draw this way encodes to
     the same JSON as its validated twin (which also catches a misspelt property)."""
     return go.Figure(data=_canonical(data), layout=_canonical(layout), _validate=False)
+
+
+# ----------------------------------------------------------------------------- panels side by side, as plain dicts
+
+MASKED_GREY = "#c8c8c8"  # background showing through cells that have no weight at all (masked)
+
+
+def row_of_panels(widths: list[float], spacing: float, titles: list[str], shared_y: bool = False) -> dict:
+    """Layout of panels side by side, as make_subplots(rows=1, cols=len(widths), column_widths=widths,
+    horizontal_spacing=spacing, subplot_titles=titles, shared_yaxes=shared_y) lays them out, as plain dicts:
+    axes "xaxis", "xaxis2", ... anchored to their y axes, and the titles as annotations above the panels.
+    Figures built from plain dicts (``dict_figure``) cost a fraction of make_subplots and update_*
+    calls, which validate property by property (a page redraws them on every prompt a student types)."""
+    free = 1 - spacing * (len(widths) - 1)
+    layout, start, notes = {}, 0.0, []
+    for i, w in enumerate(widths, start=1):
+        end = min(1.0, start + free * w / sum(widths))  # rounding must not push the last past 1 (Plotly refuses)
+        sfx = axis_suffix(i)
+        layout[f"xaxis{sfx}"] = dict(domain=[start, end], anchor=f"y{sfx}")
+        layout[f"yaxis{sfx}"] = dict(domain=[0.0, 1.0], anchor=f"x{sfx}")
+        if shared_y and i > 1:
+            layout[f"yaxis{sfx}"].update(matches="y", showticklabels=False)
+        notes.append(dict(text=titles[i - 1], x=(start + end) / 2, y=1.0, xref="paper", yref="paper",
+                          xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=16)))
+        start = end + spacing
+    layout["annotations"] = notes
+    return layout
+
+
+def grid_of_panels(rows: int, cols: int, h_spacing: float, v_spacing: float, titles: list[str]) -> dict:
+    """Layout of a rows x cols grid of panels, as make_subplots(rows, cols, horizontal_spacing=h_spacing,
+    vertical_spacing=v_spacing, subplot_titles=titles) lays it out, as plain dicts (see ``row_of_panels``):
+    panel i (from 1, row by row from the top) has axes "xaxis{i}" and "yaxis{i}"; empty titles are left out."""
+    w = (1 - h_spacing * (cols - 1)) / cols
+    ht = (1 - v_spacing * (rows - 1)) / rows
+    layout, notes = {}, []
+    for r in range(rows):
+        top = 1 - r * (ht + v_spacing)
+        for c in range(cols):
+            i = r * cols + c + 1
+            sfx = axis_suffix(i)
+            x0 = c * (w + h_spacing)
+            layout[f"xaxis{sfx}"] = dict(domain=[x0, min(1.0, x0 + w)], anchor=f"y{sfx}")
+            layout[f"yaxis{sfx}"] = dict(domain=[max(0.0, top - ht), top], anchor=f"x{sfx}")
+            if titles[i - 1]:
+                notes.append(dict(text=titles[i - 1], x=x0 + w / 2, y=top, xref="paper", yref="paper",
+                                  xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=16)))
+    layout["annotations"] = notes
+    return layout
+
+
+def panel_axes(layout: dict, kind: str) -> list[dict]:
+    """The panel layout's x (kind "x") or y axes, first panel first."""
+    return [v for k, v in layout.items() if k.startswith(f"{kind}axis")]
+
+
+def panel_axis(layout: dict, kind: str, col: int) -> dict:
+    """Panel ``col``'s (from 1) x (kind "x") or y axis in a panel layout."""
+    return layout[f"{kind}axis{axis_suffix(col)}"]
+
+
+def on_panel(col: int) -> dict:
+    """A trace's axes in panel ``col`` (from 1)."""
+    sfx = axis_suffix(col)
+    return dict(xaxis=f"x{sfx}", yaxis=f"y{sfx}")
+
+
+def panel_refs(col: int) -> dict:
+    """A shape's coordinates in panel ``col``'s data."""
+    sfx = axis_suffix(col)
+    return dict(xref=f"x{sfx}", yref=f"y{sfx}")
+
+
+def f32(a) -> np.ndarray:
+    """A heatmap's values as float32: Plotly sends numpy arrays as binary typed arrays, and float32 halves the
+    bytes every rerun ships to the browser (7 significant digits, far below what a colour can show)."""
+    return np.asarray(a, dtype=np.float32)
 
 
 def _bucket_means(values: list[float], max_points: int) -> tuple[list[float], list[float]]:

@@ -20,7 +20,7 @@ import torch
 from core.serve.fmt import visible
 from core.analysis.generation import format_t
 from core.analysis.sampling import temperature_softmax
-from core.figures.attention_figures import FIGURE_PX, fitted_ticks
+from core.figures.ticks import FIGURE_PX, fitted_ticks
 from core.figures.common import axis_suffix, dict_figure
 from core.figures.trace_figures import _domains, _from_top, _panel_title
 

@@ -13,7 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from core.analysis.attention import future_mask, pool_pattern
-from core.figures.attention_figures import MASKED_GREY, axis_ticks
+from core.figures.common import MASKED_GREY
+from core.figures.ticks import axis_ticks
 from core.serve.fmt import head_label, heads_label, visible  # noqa: F401 (re-exported for the page)
 
 WORSE = (214, 39, 40)    # red: the loss rose when the heads were switched off

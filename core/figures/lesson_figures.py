@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from core.figures.attention_figures import axis_ticks
 from core.figures.patching_figures import head_table_figure, sources_figure
+from core.figures.ticks import axis_ticks
 
 ANSWER = "#c0392b"   # the model's answer, once revealed
 GUESS = "#3b5bdb"    # the learner's guess

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.analysis.over_training import OverTraining
-from core.figures.attention_figures import axis_ticks
+from core.figures.ticks import axis_ticks
 from core.figures.common import loss_curve
 from core.serve.fmt import head_label
 

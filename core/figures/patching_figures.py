@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from core.figures.attention_figures import axis_ticks
+from core.figures.ticks import axis_ticks
 from core.serve.fmt import head_label
 
 # red: putting this activation back restores the clean answer; blue: it pushes further away from it

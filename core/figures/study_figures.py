@@ -12,7 +12,7 @@ from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.serve.fmt import human
 from core.analysis.scaling import ScalingLaw
 from core.figures.scaling_figures import HALO, LAYOUT, _log_grid
-from core.training.scaling_study import UNFITTED  # the title's end before a fit
+from core.views.scaling_study import UNFITTED  # the title's end before a fit
 from core.training.study import rows_to_arrays
 
 # the published frontiers in muted colours and dashes, so that this study's own (OURS, solid orange) stands out

@@ -32,7 +32,7 @@ class Context:
     scores: HeadScores
     snapshots: tuple = ()                           # training steps with a saved snapshot
     load_step: Callable[[int], tuple] | None = None  # step -> (model, tokenizer); raises CheckpointError
-    study: Callable[[], Any] | None = None           # -> core.analysis.variants_view.Study
+    study: Callable[[], Any] | None = None           # -> core.views.variants_view.Study
     seed: int = 0                                    # step 7's draw
 
     @property

@@ -32,6 +32,7 @@ from core.analysis.induction import HEADS_CSV
 from core.nn.hf import (PICKLE_SUFFIXES, config_from_hf, expected_shapes as hf_expected_shapes, file_prefix,
                      is_hf_config, relevant as hf_relevant, state_from_hf)
 from core.nn.model import ModelConfig, Transformer
+from core.nn.meta import meta_transformer
 from core.nn.tokenizer import (MERGES_FILE, TOKENIZER_FILE, VOCAB_FILE, Tokenizer, hf_tokenizer, hf_tokenizer_files,
                             tokenizer_from_dict)
 
@@ -235,8 +236,8 @@ def _block_shapes(config: ModelConfig) -> tuple[dict[str, tuple], dict[str, tupl
     the meta device (no memory, about 20 ms through torch's dispatch): every block has the same tensors, so a
     config's expected names cost the same for 2 layers or 96."""
     one = dataclasses.replace(config, n_layers=1)
-    with torch.device("meta"):  # shapes only: parameters on the meta device have no storage
-        shapes = {k: tuple(v.shape) for k, v in Transformer(one).state_dict().items()}
+    # shapes only: parameters on the meta device have no storage (and no initialiser runs: core.nn.meta)
+    shapes = {k: tuple(v.shape) for k, v in meta_transformer(one).state_dict().items()}
     outside = {k: v for k, v in shapes.items() if not k.startswith("blocks.")}
     block = {k[len("blocks.0."):]: v for k, v in shapes.items() if k.startswith("blocks.0.")}
     return outside, block
@@ -338,8 +339,7 @@ def load_checkpoint(path, step: int | None = None) -> tuple[Transformer, Tokeniz
     if config.tie_weights:  # stored once (see _expected); load_state_dict wants both names
         state[TIED_NAME] = state["tok_emb.weight"]
     # built on the meta device and given the file's tensors: no random initialisation, no second copy
-    with torch.device("meta"):
-        model = Transformer(config)
+    model = meta_transformer(config)
     model.load_state_dict({k: v.float().contiguous() for k, v in state.items()}, assign=True)
     if config.tie_weights:  # assign=True gave each module its own Parameter: tie them again
         model.head.weight = model.tok_emb.weight

@@ -1,9 +1,8 @@
 """Parameter counting by formula, term by term, as the lecture does it."""
 from __future__ import annotations
 
-import torch
-
 from core.serve.fmt import latex_int
+from core.nn.meta import meta_transformer
 from core.nn.model import ModelConfig, Transformer, head_counts
 
 
@@ -113,8 +112,7 @@ def breakdown_rows(config: ModelConfig, detailed: bool = False) -> list[tuple[st
 def build_on_meta(config: ModelConfig) -> Transformer:
     """A real ``Transformer(config)`` whose tensors live on PyTorch's meta device: shapes without storage,
     so even GPT-3's 175 billion parameters cost no memory and can be counted tensor by tensor."""
-    with torch.device("meta"):  # every tensor the constructor makes inside is a meta tensor
-        return Transformer(config)
+    return meta_transformer(config)  # every tensor the constructor makes is a meta tensor, and none is initialised
 
 
 def count_module_parameters(module) -> int:

@@ -3,7 +3,7 @@ core.training.study): which law a study shows (fit.json's, or one fitted on the 
 trains, which corpora one can train on, starting one, and the sentences that report a study's numbers, as
 core.training.study's card does for its README.
 
-The page passes in ``fit``, its cached csv -> ScalingLaw function (core.analysis.scaling_view.fit_csv behind st.cache_data
+The page passes in ``fit``, its cached csv -> ScalingLaw function (core.views.scaling_view.fit_csv behind st.cache_data
 and the compute line): the rules here decide *when* to fit, the page how a fit is cached and queued."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from core.serve.fmt import g3, human, rough_time, sci
 from core.serve.folder_files import lstamp
 from core.analysis.scaling import CHINCHILLA_RUNS, LAW_PRESETS, FitError, ScalingLaw
 from core.analysis.scaling_runs import MIN_RUNS, Runs, RunsError
-from core.analysis.scaling_view import split
+from core.views.scaling_view import split
 from core.training.study import StudyError, comparison_rows, dropped_note, read_fit, rows_to_arrays
 from core.training.study_job import StudyJob
 

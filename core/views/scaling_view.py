@@ -2,7 +2,7 @@
 ranges and clipping and the law the session has chosen (pages/scaling.py sets it, pages/scaling_fit.py reads it), the
 compute-optimal split and its tokens per parameter, the famous-models table, the lecture's budget problem, and the
 example runs and fit of "Fit the law to your own runs". The study part of the fit page (tiny models trained here) has
-its rules in core.training.scaling_study."""
+its rules in core.views.scaling_study."""
 from __future__ import annotations
 
 import math
