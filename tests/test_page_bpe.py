@@ -142,7 +142,7 @@ def test_inside_page_reads_tokens(open_page, bpe):
     n = len(ids)
     keys = at.selectbox(key=f"inside_key_{n}_{n - 1}_0_0")
     tokens = tok.token_strings(ids)
-    assert [o.split(" (heaviest")[0] for o in keys.options] == [f"{j} '{visible(t)}'" for j, t in enumerate(tokens)]
+    assert [o.split(" (heaviest")[0] for o in keys.options] == [f"{j + 1} '{visible(t)}'" for j, t in enumerate(tokens)]  # from 1
     lens = next(c for c in specs(at) if c["layout"].get("xaxis2", {}).get("title", {}).get("text", "").endswith(
         "read at each position"))
     assert lens["layout"]["xaxis2"]["title"]["text"] == "the token read at each position"

@@ -128,7 +128,7 @@ def test_lens_window_ends_at_the_chosen_position_where_it_can():
 def test_step_words_and_clicks():
     steps = stream_steps(trace(make(), IDS), 2)
     labels, title, adds_up = TF.step_rows_text(steps[0], 3, "x", 2, "token")
-    assert labels == ["token 'x'", "position 2", "= start of the stream"] and "for the token" in title
+    assert labels == ["token 'x'", "position 3", "= start of the stream"] and "for the token" in title  # index 2, the third
     labels, title, adds_up = TF.step_rows_text(steps[3], 3, "x", 2)  # block 2's attention
     assert labels == ["stream before", "+ L2 H1 adds", "+ L2 H2 adds", "+ L2 H3 adds", "= attention adds (sum)",
                       "stream after"]
