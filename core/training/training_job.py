@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from core.nn.checkpoint import load_checkpoint, read_heads, read_log, read_training, save_checkpoint, user_model_folder
-from core.nn.snapshots import read_snapshot_states
+from core.nn.snapshots import snapshot_files
 from core.training.job_common import JobBusyError, JobState, about, exit_words
 from core.training.job_settings import JobSettings
 from core.training.quota import check_model_quota, remove_unused_retired
@@ -306,7 +306,7 @@ class TrainingJob:
             try:
                 model, tok = load_checkpoint(src)
                 return save_checkpoint(folder, model, tok, read_training(src), read_log(src), overwrite=overwrite,
-                                       owner=owner, heads=read_heads(src) or [], snapshots=read_snapshot_states(src))
+                                       owner=owner, heads=read_heads(src) or [], snapshots=snapshot_files(src))
             except Exception as e:  # noqa: BLE001 - one message for a failed write, whichever process writes
                 raise save_failure(e) from e
 
