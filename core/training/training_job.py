@@ -37,7 +37,7 @@ from core.nn.checkpoint import load_checkpoint, read_heads, read_log, read_train
 from core.nn.snapshots import snapshot_files
 from core.training.job_common import JobBusyError, JobState, about, exit_words
 from core.training.job_settings import JobSettings
-from core.training.quota import check_model_quota, remove_unused_retired
+from core.training.quota import remove_unused_retired, reserve_model_slot
 from core.training import speed
 from core.serve.threads import training_threads
 # re-exported: pages/training.py, tests and bench/run_memory.py import these from core.training.training_job
@@ -294,8 +294,8 @@ class TrainingJob:
             raise ValueError("pause or stop the run (or let it finish) before saving it")
         folder = user_model_folder(models_dir, name, protected, overwrite, owner=owner)
         remove_unused_retired(_retired_in_use())
-        check_model_quota(models_dir, folder, owner)
-        with self._save_lock:
+        # the quota checked and this model's place reserved in one step: two saves at once cannot both take the last
+        with reserve_model_slot(models_dir, folder, owner), self._save_lock:
             if self._p["retired"] is None:
                 path = self._save_in_process(folder, overwrite, owner, timeout)
                 if path is not None:
