@@ -75,6 +75,8 @@ def model_shape(v: Variant) -> dict:
 
 def train_variant(spec: VariantSpec) -> dict:
     """Train one variant from its seed on one thread: its variants.csv row, with its curve under "curve"."""
+    import torch
+
     from core.analysis.sampling import generate
     from core.nn.model import Transformer
     from core.nn.params import count_parameters
@@ -82,6 +84,10 @@ def train_variant(spec: VariantSpec) -> dict:
     from core.training.trainer import TrainConfig, Trainer, training_record, windowed_loss
 
     use_threads(1)  # one thread per worker, as in a scaling study: the same kernels, so the same numbers
+    # subnormal floats (below 1.2e-38) flushed to zero: the deep stacks without residual or LayerNorm carry such tiny
+    # activations and gradients, and x86 arithmetic on them is many times slower (bench/denormals.py: deep-L6-bare
+    # about twice as fast per step). Runs shipped before this line (all but deep-L6-bare) trained without it.
+    torch.set_flush_denormal(True)
     v = BY_ID[spec.variant]
     t0 = time.perf_counter()
     tc = TrainConfig.recipe(spec.recipe, steps=spec.steps, seed=spec.seed, heads_interval=0, snapshots=0,
