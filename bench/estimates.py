@@ -54,6 +54,7 @@ def time_run(name: str, corpus_name: str, text: str, fields: dict) -> dict:
     rate, _ = speed.measured_flop_rate()  # the page's figure before: 6ND over this rate
     old = job_cost(s, vocab, len(text)).seconds(rate)
     estimate, pace = speed.estimate_run(s, vocab, len(text))
+    low_high = speed.estimate_range(estimate.seconds)  # at the load now, as the page says it before Start
     job = TrainingJob(text, corpus_name, s, pace=pace)
     t0 = time.perf_counter()
     job.start()
@@ -76,6 +77,9 @@ def time_run(name: str, corpus_name: str, text: str, fields: dict) -> dict:
         row["left_at_10pct_s"] = round(left_at_tenth, 1)
         row["really_left_s"] = round(real - at_tenth, 1)
         row["left_ratio"] = round(left_at_tenth / (real - at_tenth), 3)
+    low, high = low_high  # the range the page says before Start
+    row["range_s"] = (round(low, 1), round(high, 1))
+    row["in_range"] = low <= real <= high
     row["parts"] = {k: round(v, 1) for k, v in estimate.parts.items()}
     return row
 
@@ -135,6 +139,8 @@ def report(rows: list[dict], args) -> str:
     for r in rows:
         extra = (f"; time left at 10 %: {r['left_at_10pct_s']} s shown, {r['really_left_s']} s really "
                  f"({r['left_ratio']:.2f})" if "left_ratio" in r else "")
+        if "range_s" in r:
+            extra += f"; range said {r['range_s'][0]}-{r['range_s'][1]} s ({'real inside' if r['in_range'] else 'real outside'})"
         phases = f"; phases first seen at (s): {r['phases_seen_at_s']}" if "phases_seen_at_s" in r else ""
         lines.append(f"- {r['case']}, {r['corpus']}: {r['parts']}, load {r['load']}{extra}{phases}")
     return "\n".join(lines) + "\n"

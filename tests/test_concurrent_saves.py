@@ -176,3 +176,111 @@ def test_a_save_waits_while_another_process_holds_the_folder(tmp_path):
     finally:
         release.set()
         holder.join(30)
+
+
+# ---------------------------------------------------------------- the saved-model quota, checked and reserved at once
+
+def _fake_model(base: Path, name: str, owner):
+    (base / name).mkdir(parents=True)
+    (base / name / CONFIG_FILE).write_text(json.dumps({"owner": owner}))
+
+
+def test_two_saves_at_once_cannot_both_take_the_last_place(tmp_path, monkeypatch):
+    import threading
+
+    from core.training.quota import QuotaError, reservations, reserve_model_slot
+
+    monkeypatch.setenv("TE_MAX_MODELS", "2")
+    monkeypatch.setenv("TE_MAX_MODELS_PER_USER", "5")
+    _fake_model(tmp_path, "old", "you")  # one place left
+    entered, other_tried, problems = threading.Event(), threading.Event(), []
+
+    def first_save():
+        try:
+            with reserve_model_slot(tmp_path, tmp_path / "a", "me"):
+                entered.set()
+                other_tried.wait(30)  # still writing while the other save asks
+                _fake_model(tmp_path, "a", "me")
+        except Exception as e:  # noqa: BLE001 - reported below
+            problems.append(e)
+            entered.set()
+
+    saver = threading.Thread(target=first_save)
+    saver.start()
+    assert entered.wait(30)
+    try:
+        with pytest.raises(QuotaError, match=r"the server holds 2 saved models, as many as it keeps \(2\)"):
+            with reserve_model_slot(tmp_path, tmp_path / "b", "you"):
+                pass
+    finally:
+        other_tried.set()
+        saver.join(30)
+    assert not problems, problems
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "old"]  # the reservation is gone with its save
+    with pytest.raises(QuotaError):  # and the folder counts from then on
+        with reserve_model_slot(tmp_path, tmp_path / "c", None):
+            pass
+    with reserve_model_slot(tmp_path, tmp_path / "a", "me"):  # a replacement adds no model
+        assert reservations(tmp_path) == []
+
+
+def test_a_reservation_counts_for_its_owner_and_a_forgotten_one_is_dropped(tmp_path, monkeypatch):
+    from core.training.quota import RESERVATION_PREFIX, QuotaError, reservations, reserve_model_slot
+
+    monkeypatch.setenv("TE_MAX_MODELS_PER_USER", "1")
+    with reserve_model_slot(tmp_path, tmp_path / "a", "me"):
+        with pytest.raises(QuotaError, match="you have 1 saved model,"):
+            with reserve_model_slot(tmp_path, tmp_path / "b", "me"):
+                pass
+        with reserve_model_slot(tmp_path, tmp_path / "c", "you"):  # another person's place is not mine
+            assert len(reservations(tmp_path)) == 2
+    ended = mp.get_context("spawn").Process(target=int)
+    ended.start()
+    ended.join()
+    forgotten = tmp_path / f"{RESERVATION_PREFIX}{ended.pid}-x.json"  # its process has ended without removing it
+    forgotten.write_text(json.dumps({"name": "z", "owner": "me", "pid": ended.pid, "time": 1e12}))
+    (tmp_path / f"{RESERVATION_PREFIX}half.json").write_text("{")
+    assert reservations(tmp_path) == [] and not forgotten.exists()
+    with reserve_model_slot(tmp_path, tmp_path / "d", "me"):
+        pass
+
+
+def _quota_saver(base: str, writer: int, barrier, results) -> None:
+    from core.training.quota import QuotaError, reserve_model_slot
+
+    torch.set_num_threads(1)
+    out = []
+    for k in range(ROUNDS):
+        model, tok = _model(_seed(writer, k))
+        folder = Path(base) / f"round-{k}"
+        folder.mkdir(exist_ok=True)
+        barrier.wait(timeout=120)
+        try:
+            with reserve_model_slot(folder, folder / f"m{writer}", None):
+                save_checkpoint(folder / f"m{writer}", model, tok)
+            out.append("saved")
+        except QuotaError:
+            out.append("quota")
+        except Exception as e:  # noqa: BLE001 - a failure of concurrent saving
+            out.append(f"error {type(e).__name__}: {e}")
+    results.put((writer, out))
+
+
+@pytest.mark.slow  # two processes importing torch
+def test_two_processes_saving_at_once_keep_the_quota(tmp_path, monkeypatch):
+    monkeypatch.setenv("TE_MAX_MODELS", "1")  # inherited by the spawned savers: one model per round's folder
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    savers = [ctx.Process(target=_quota_saver, args=(str(tmp_path), w, barrier, results)) for w in (0, 1)]
+    for p in savers:
+        p.start()
+    try:
+        got = dict(results.get(timeout=300) for _ in savers)
+    finally:
+        for p in savers:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    for k in range(ROUNDS):
+        assert sorted(got[w][k] for w in (0, 1)) == ["quota", "saved"], (k, got[0][k], got[1][k])
+        assert len([p for p in (tmp_path / f"round-{k}").iterdir()]) == 1  # one model, no reservation left

@@ -279,3 +279,35 @@ def test_the_size_shown_is_the_byte_count_in_megabytes(size):
     s = fetch.Source(name="x", url="https://example.org/x.txt", sha256="0" * 64, size=size)
     number, unit = s.size_label.split()
     assert unit == "MB" and abs(float(number) * 1e6 - size) <= 0.05e6  # one decimal: within 50 kB of the bytes
+
+
+def test_a_name_lookup_that_hangs_is_cut_off_at_the_deadline(tmp_path, monkeypatch):
+    # the system's resolver cannot be interrupted: one that never answers must not hold the fetch past its deadline
+    release, entered, done = threading.Event(), threading.Event(), threading.Event()
+    real = socket.getaddrinfo
+
+    def hanging(host, *args, **kwargs):
+        if host != "hangs.invalid":
+            return real(host, *args, **kwargs)
+        entered.set()
+        release.wait(60)  # released below, once the fetch has given up (a minute at most, should that fail)
+        done.set()
+        raise socket.gaierror(socket.EAI_AGAIN, "released by the test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    try:
+        with pytest.raises(FetchError, match=r"hangs.invalid did not answer within 0.5 s"):
+            fetch_corpus("http://hangs.invalid/corpus.txt", tmp_path / "c.txt", SHA, timeout=0.5)
+        assert entered.is_set() and not done.is_set()  # it gave up while the lookup was still hanging
+    finally:
+        release.set()
+    assert leftovers(tmp_path) == []
+
+
+def test_a_name_that_does_not_resolve_is_said_so(tmp_path, monkeypatch):
+    def unknown(host, *args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unknown)
+    with pytest.raises(FetchError, match=r"cannot reach nowhere.invalid \(.*not known"):
+        fetch_corpus("http://nowhere.invalid/corpus.txt", tmp_path / "c.txt", SHA, timeout=5)

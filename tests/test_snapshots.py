@@ -2,7 +2,9 @@
 a missing, corrupt or escaping snapshot does."""
 import io
 import json
+import math
 import os
+import shutil
 import zipfile
 
 import pytest
@@ -10,7 +12,8 @@ import torch
 
 from core.nn.checkpoint import CheckpointError, checkpoint_steps, load_checkpoint, save_checkpoint
 from core.nn.model_store import checkpoint_zip
-from core.nn.snapshots import read_snapshot_states, snapshot_losses, snapshot_name, snapshot_steps
+from core.nn.snapshots import MAX_SNAPSHOTS, snapshot_files, snapshot_losses, snapshot_name, snapshot_steps
+from core.training.trainer import TrainConfig
 from tests.snapshot_models import STEPS, train_with_snapshots
 
 
@@ -21,18 +24,41 @@ def trained(tmp_path_factory):
     return folder, tr, captured
 
 
-def test_steps_are_zero_then_log_spaced_up_to_the_last():
-    # log-spaced from 1 to 1000 in 4 points: 10^0, 10^1, 10^2, 10^3
-    assert snapshot_steps(1000, 4) == [0, 1, 10, 100, 1000]
-    # 3 points from 1 to 12,000: 1, sqrt(12000) = 109.54..., 12000
-    assert snapshot_steps(12000, 3) == [0, 1, 110, 12000]
-    # more points than steps: each step once, none past the end
-    assert snapshot_steps(5, 20) == [0, 1, 2, 3, 4, 5]
+def _log_gaps(steps):
+    return [math.log(b / a) for a, b in zip(steps, steps[1:])]
+
+
+@pytest.mark.parametrize("total,count", [(12000, 20), (1000, 4), (100_000, 50), (2000, 199), (10**9, 20)])
+def test_steps_are_zero_then_log_spaced_up_to_the_last(total, count):
+    steps = snapshot_steps(total, count)
+    assert steps[0] == 0 and steps[-1] == total
+    assert all(a < b for a, b in zip(steps, steps[1:]))  # strictly increasing: each step once
+    assert len(steps) <= count + 1
+    # roughly log-spaced, checked without the formula: past the first steps (where rounding to whole steps
+    # bunches them), consecutive steps grow by about the same factor, and that factor covers the run in `count`
+    far = [s for s in steps if s >= 50]
+    factor = (total ** (1 / (count - 1)))  # 1 to total in count - 1 equal steps of log(step)
+    for gap in _log_gaps(far):
+        assert gap == pytest.approx(math.log(factor), rel=0.25, abs=0.02)
+    # half of the count falls after the run's geometric middle, sqrt(total) (evenly spaced steps would put nearly
+    # all there); the other half before it, fewer where rounding makes the first steps coincide
+    assert abs(sum(1 for s in steps if s >= math.sqrt(total)) - count / 2) <= 1.5
+
+
+def test_the_count_of_steps_kept():
     assert snapshot_steps(100, 0) == [] and snapshot_steps(0, 5) == [0]
-    twenty = snapshot_steps(12000, 20)
-    assert twenty[0] == 0 and twenty[-1] == 12000 and len(twenty) == 21
-    # each the nearest step to 12000^(i/19), the same growth factor (1.64) from one to the next
-    assert twenty[1:] == sorted({round(12000 ** (i / 19)) for i in range(20)})
+    assert snapshot_steps(5, 20) == [0, 1, 2, 3, 4, 5]  # more asked than steps: each step once, none past the end
+    assert len(snapshot_steps(10**6, 20)) == 21  # no collisions at this length: all twenty after step 0
+    assert snapshot_steps(100, 1) == [0, 100]  # one after the start: the trained model, not also step 1
+    assert snapshot_steps(100, 2) == [0, 1, 100]
+    many = snapshot_steps(100_000, 300)  # more than a folder lists: the end of training is still there
+    assert many[-1] == 100_000 and len(many) <= MAX_SNAPSHOTS
+
+
+def test_a_run_cannot_ask_for_more_snapshots_than_a_folder_lists():
+    with pytest.raises(ValueError, match="snapshots must be at most"):
+        TrainConfig(snapshots=300)
+    TrainConfig(snapshots=MAX_SNAPSHOTS - 1)
 
 
 def test_names_are_zero_padded():
@@ -95,7 +121,7 @@ def test_a_corrupt_snapshot_is_named_and_the_others_still_load(tmp_path, trained
     with pytest.raises(CheckpointError, match="no snapshot at step 9"):
         load_checkpoint(folder, step=9)
     load_checkpoint(folder, step=19)
-    assert sorted(read_snapshot_states(folder)) == [0, 1, 2, 19, 40]  # a copy leaves out the unreadable one
+    assert sorted(snapshot_files(folder)) == [0, 1, 2, 19, 40]  # a copy leaves out the unreadable one
 
 
 def test_a_snapshot_with_nan_or_the_wrong_shape_is_refused(tmp_path, trained):
@@ -130,3 +156,58 @@ def test_snapshots_can_be_switched_off(tmp_path):
     tr, captured = train_with_snapshots(tmp_path / "off", steps=5, snapshots=0)
     assert captured == {} and tr.snapshots == {} and not (tmp_path / "off" / "checkpoints").exists()
     assert "snapshots" not in json.loads((tmp_path / "off" / "config.json").read_text())["training"]
+
+
+def _copies(folder, src, names):
+    (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copy(src, folder / "checkpoints" / name)
+
+
+def test_a_folder_of_more_than_the_listing_keeps_its_last_step(tmp_path, trained):
+    src_folder, tr, _ = trained
+    folder = tmp_path / "m"
+    save_checkpoint(folder, tr.model, tr.tokenizer)
+    # 300 snapshots, as a run of --snapshots 300 once wrote (any valid file will do for each)
+    _copies(folder, src_folder / "checkpoints" / snapshot_name(0), [snapshot_name(s) for s in range(0, 3000, 10)])
+    steps = checkpoint_steps(folder)
+    assert len(steps) == MAX_SNAPSHOTS and steps[0] == 0 and steps[-1] == 2990  # the last is listed
+    load_checkpoint(folder, step=2990)  # and loads
+
+
+def test_each_step_is_listed_once_under_its_own_name(tmp_path, trained):
+    src_folder, tr, _ = trained
+    folder = tmp_path / "m"
+    save_checkpoint(folder, tr.model, tr.tokenizer)
+    one = src_folder / "checkpoints" / snapshot_name(0)
+    # two names for step 12 and for step 120 (six and seven digits), and a step past 10^9 (ten digits)
+    _copies(folder, one, ["step-000012.safetensors", "step-0000012.safetensors", "step-000120.safetensors",
+                          "step-0000120.safetensors", "step-1000000000.safetensors", "step-12.safetensors"])
+    assert checkpoint_steps(folder) == [12, 120, 10**9]
+    assert snapshot_name(10**9) == "step-1000000000.safetensors"
+    load_checkpoint(folder, step=10**9)
+    # a step known only by a name that is not its own is not listed (it would not load)
+    (folder / "checkpoints" / "step-000012.safetensors").unlink()
+    assert checkpoint_steps(folder) == [120, 10**9]
+
+
+def test_a_copy_of_the_snapshots_copies_the_files_and_decodes_none(tmp_path, trained, monkeypatch):
+    import core.nn.checkpoint as C
+    import safetensors.torch as ST
+
+    src, tr, _ = trained
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("a copy decodes no tensor")
+
+    monkeypatch.setattr(C, "load_file", no_decoding)
+    monkeypatch.setattr(ST, "load_file", no_decoding)
+    monkeypatch.setattr(ST, "load", no_decoding)
+    save_checkpoint(tmp_path / "copy", tr.model, tr.tokenizer, snapshots=snapshot_files(src))
+    monkeypatch.undo()
+    names = sorted(os.listdir(src / "checkpoints"))
+    assert sorted(os.listdir(tmp_path / "copy" / "checkpoints")) == names
+    for n in names:  # byte for byte
+        assert (tmp_path / "copy" / "checkpoints" / n).read_bytes() == (src / "checkpoints" / n).read_bytes()
+    assert checkpoint_steps(tmp_path / "copy") == checkpoint_steps(src)
+    load_checkpoint(tmp_path / "copy", step=checkpoint_steps(src)[-1])

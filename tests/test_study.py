@@ -341,3 +341,24 @@ def test_a_study_opened_for_the_page_sets_aside_bad_runs_and_a_fit_of_other_runs
     assert [r["run_id"] for r, _ in bad] == ["d48-D600064"]
     assert fit is None and problems == [f"{tmp_path / 'fit.json'} was fitted to 24 runs, not to the 23 usable ones "
                                         "in runs.csv"]
+
+
+def test_a_fit_that_fails_is_recorded_with_the_study(tmp_path, text, monkeypatch):
+    import core.analysis.scaling_runs as scaling_runs
+    from core.analysis.scaling import FitError
+    from core.training import study
+    from core.training.study_files import read_meta
+
+    run_study(MICRO, text, "pydoc", tmp_path, InlineEngine())
+    (tmp_path / study.FIT_JSON).write_text('{"law": "of an earlier session, with fewer runs"}')
+    monkeypatch.setattr(scaling_runs, "MIN_RUNS", 2)  # the four runs are enough to try
+
+    def no_law(rows, resamples, on_fit=None):
+        raise FitError("these runs show no law of this form")
+
+    monkeypatch.setattr(study, "fit_study", no_law)
+    assert study.finish_study(tmp_path, resamples=5) is None
+    # on disk, where the study's other records are: study.json and the card (the error was only in memory)
+    assert read_meta(tmp_path)["fit_error"] == "these runs show no law of this form"
+    assert "No law was fitted: these runs show no law of this form" in (tmp_path / study.CARD).read_text()
+    assert not (tmp_path / study.FIT_JSON).exists()  # the earlier fit does not stand for these runs

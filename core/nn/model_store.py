@@ -179,6 +179,9 @@ def _swap_lock(parent: Path):
                 os.close(fd)  # closing the only descriptor releases the flock
 
 
+models_folder_lock = _swap_lock  # the same lock, for core.training.quota's check-and-reserve of a save's place
+
+
 def _remove_quietly(path: Path) -> None:
     """Remove a folder (or a link, never what it points to); failing is harmless to the caller."""
     try:

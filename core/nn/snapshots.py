@@ -14,17 +14,20 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from core.serve.folder_files import is_inside
+from core.serve.folder_files import is_inside, open_inside
 
 SNAPSHOT_DIR = "checkpoints"
 DEFAULT_SNAPSHOTS = 20  # log-spaced steps after step 0: the issue's "about 16-24 more up to the last"
-_NAME = re.compile(r"step-(\d{6,9})\.safetensors")
-MAX_SNAPSHOTS = 200  # a folder listing more is refused past this many (a hostile folder cannot make a page list 10^6)
+# six digits or more (a step past a million has seven): up to 15, far past any run, so that int() stays cheap
+_NAME = re.compile(r"step-(\d{6,15})\.safetensors")
+MAX_SNAPSHOTS = 200  # a folder listing more is cut to this many (a hostile folder cannot make a page list 10^6)
+MAX_KEPT = MAX_SNAPSHOTS - 1  # the most a run may ask for after step 0: all of them, the last included, are listed
 
 
 def snapshot_name(step: int) -> str:
@@ -32,16 +35,31 @@ def snapshot_name(step: int) -> str:
     return f"step-{step:06d}.safetensors"
 
 
+def name_step(name: str) -> int | None:
+    """The step whose snapshot is called ``name``, or None: only the name ``snapshot_name`` gives a step counts
+    (step-0000120 is not step 120's name), so that two files never list one step twice and the step listed is the
+    file that loads."""
+    m = _NAME.fullmatch(name)
+    if m is None:
+        return None
+    step = int(m.group(1))
+    return step if snapshot_name(step) == name else None
+
+
 def snapshot_steps(total: int, count: int = DEFAULT_SNAPSHOTS) -> list[int]:
     """The steps a run of ``total`` steps keeps: 0, then ``count`` steps spaced evenly in log(step) from 1 to
-    ``total`` (rounded; fewer where they round to the same step), the last always included. [] when count is 0."""
+    ``total`` (rounded; fewer where they round to the same step), the last always included; one step alone is the
+    last. [] when count is 0. At most ``MAX_KEPT`` after step 0, so that a folder's listing holds them all."""
     if count <= 0 or total < 0:
         return []
     if total == 0:
         return [0]
+    count = min(count, MAX_KEPT)
+    if count == 1:
+        return [0, total]  # one snapshot after the start: the trained model
     # log-spaced: a model changes most in its first hundred steps; evenly spaced steps would spend all but one
     # snapshot on the slow end of the run
-    logs = [math.log(total) * i / max(count - 1, 1) for i in range(count)]
+    logs = [math.log(total) * i / (count - 1) for i in range(count)]
     steps = {0, total, *(min(total, round(math.exp(v))) for v in logs)}
     return sorted(steps)
 
@@ -54,8 +72,9 @@ def snapshot_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             if not (tied and k == "head.weight")}
 
 
-def write_snapshots(folder: Path, snapshots: dict[int, dict[str, torch.Tensor]]) -> list[Path]:
-    """Write every snapshot under ``folder/checkpoints/``; the paths written (the caller fsyncs and renames)."""
+def write_snapshots(folder: Path, snapshots: dict[int, dict[str, torch.Tensor] | Path]) -> list[Path]:
+    """Write every snapshot under ``folder/checkpoints/``; the paths written (the caller fsyncs and renames). A
+    snapshot is its tensors, or a snapshot file of another folder (``snapshot_files``), copied byte for byte."""
     if not snapshots:
         return []
     sub = Path(folder) / SNAPSHOT_DIR
@@ -63,8 +82,17 @@ def write_snapshots(folder: Path, snapshots: dict[int, dict[str, torch.Tensor]])
     paths = []
     for step, state in sorted(snapshots.items()):
         path = sub / snapshot_name(step)
-        save_file({k: v.contiguous() for k, v in state.items()}, str(path), metadata={"format": "pt",
-                                                                                    "step": str(step)})
+        if isinstance(state, (str, Path)):
+            src = Path(state)
+            try:
+                with open_inside(src.parent, src.name) as fin, open(path, "wb") as fout:  # never through a link
+                    shutil.copyfileobj(fin, fout, 1 << 20)
+            except OSError:  # gone or refused meanwhile: that step is left out, as an unreadable one always was
+                path.unlink(missing_ok=True)
+                continue
+        else:
+            save_file({k: v.contiguous() for k, v in state.items()}, str(path), metadata={"format": "pt",
+                                                                                        "step": str(step)})
         paths.append(path)
     return paths
 
@@ -88,21 +116,26 @@ def checkpoint_steps(folder) -> list[int]:
         names = os.listdir(sub)
     except OSError:  # gone or unreadable meanwhile: no snapshots to offer
         return []
-    steps = sorted(int(m.group(1)) for m in map(_NAME.fullmatch, names) if m)
-    return steps[:MAX_SNAPSHOTS]
+    steps = sorted({s for s in map(name_step, names) if s is not None})  # a set: each step once
+    if len(steps) > MAX_SNAPSHOTS:  # the first ones and the last: the end of training is never the part cut
+        steps = steps[:MAX_SNAPSHOTS - 1] + steps[-1:]
+    return steps
 
 
-def read_snapshot_states(folder) -> dict[int, dict[str, torch.Tensor]]:
-    """Every readable snapshot of ``folder`` as stored (step -> tensors), to copy them into another folder (a save
-    from a handed-over run); one that cannot be read is left out."""
-    from core.nn.checkpoint import CheckpointError, snapshot_tensors
+def snapshot_files(folder) -> dict[int, Path]:
+    """step -> the snapshot file of ``folder``, for every listed step: to copy them into another folder (a save from
+    a handed-over run: ``write_snapshots`` copies the files, no tensor is decoded). Only the header of each is
+    read: one that is not a safetensors file at all is left out (its tensors are checked when it is loaded)."""
+    from core.nn.safetensors_header import read_header
 
+    sub = snapshot_folder(folder)
     out = {}
-    for step in checkpoint_steps(folder):
+    for step in checkpoint_steps(folder) if sub is not None else []:
         try:
-            out[step] = snapshot_tensors(folder, step)
-        except CheckpointError:
+            read_header(sub, snapshot_name(step))  # a few KB: names, shapes, offsets inside the file
+        except (OSError, ValueError):
             continue
+        out[step] = sub / snapshot_name(step)
     return out
 
 

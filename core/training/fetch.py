@@ -4,9 +4,9 @@ training page's button does), and a failed or interrupted download leaves nothin
 
 Hostile servers: a redirect is followed only if it keeps the scheme, host and port of the address asked for
 (so an https download stays https, on its host; never to another port, host or scheme such as ftp), at most
-MAX_REDIRECTS times; the timeout is a deadline on the whole exchange (connect, headers, body), enforced by a
-watchdog that shuts the socket when it passes, so a server that sends its headers a byte at a time cannot
-stretch it. A process killed mid-download cannot remove its ``.part`` file: the next fetch into the same
+MAX_REDIRECTS times; the timeout is a deadline on the whole exchange (name lookup, connect, headers, body),
+enforced by a watchdog that shuts the socket when it passes, so a server that sends its headers a byte at a time
+cannot stretch it, and a lookup that hangs is left behind when it passes. A process killed mid-download cannot remove its ``.part`` file: the next fetch into the same
 folder removes the ones of the same file that nobody has written to for STALE_PART_S seconds (a live download
 writes within its timeout, a minute from the training page, so only a dead one's file is that old)."""
 from __future__ import annotations
@@ -59,8 +59,8 @@ class FetchError(Exception):
 def fetch_corpus(url: str, dest, sha256: str, timeout: float = 30.0, max_bytes: int = 4 * 2**20) -> Path:
     """Download ``url`` to ``dest`` and return ``dest``; FetchError on any failure, with ``dest`` untouched.
 
-    ``timeout`` is a deadline on the whole exchange, redirects, connects, headers and body (only the system's
-    name lookup is not bounded by it); ``max_bytes`` bounds its size
+    ``timeout`` is a deadline on the whole exchange: name lookups, redirects, connects, headers and body;
+    ``max_bytes`` bounds its size
     (checked against Content-Length before the first byte and while streaming)."""
     dest = Path(dest)
     host = urlsplit(url).hostname or url
@@ -122,12 +122,54 @@ class _Deadline:
     def passed(self) -> bool:
         return self.fired or time.monotonic() >= self.at
 
-    def connect(self, address, timeout=None, source_address=None):
-        """socket.create_connection, waiting no longer than the time left, its socket watched from then on."""
+    def left(self) -> float:
         left = self.at - time.monotonic()
-        if left <= 0:
+        if left <= 0 or self.fired:
             raise TimeoutError("the deadline has passed")
-        sock = socket.create_connection(address, min(timeout or left, left), source_address)
+        return left
+
+    def resolve(self, host: str, port: int) -> list:
+        """socket.getaddrinfo for a connection to ``host``, waiting no longer than the time left: the system's
+        lookup cannot be interrupted, so it runs in a thread of its own, left behind (a daemon) if it outlasts the
+        deadline."""
+        found: dict = {}
+
+        def lookup():
+            try:
+                found["infos"] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+            except OSError as e:  # socket.gaierror included: the name does not resolve
+                found["error"] = e
+
+        worker = threading.Thread(target=lookup, name="te-fetch-resolve", daemon=True)
+        worker.start()
+        worker.join(self.left())
+        if worker.is_alive():
+            raise TimeoutError(f"the name {host} was not resolved before the deadline")
+        if "error" in found:
+            raise found["error"]
+        return found["infos"]
+
+    def connect(self, address, timeout=None, source_address=None):
+        """socket.create_connection, its name lookup and connects waiting no longer than the time left, its
+        socket watched from then on."""
+        host, port = address[0], address[1]
+        errors: list[OSError] = []
+        sock = None
+        for family, kind, proto, _, addr in self.resolve(host, port):  # as create_connection tries each address
+            left = self.left()
+            candidate = socket.socket(family, kind, proto)
+            try:
+                candidate.settimeout(min(timeout or left, left))
+                if source_address:
+                    candidate.bind(source_address)
+                candidate.connect(addr)
+                sock = candidate
+                break
+            except OSError as e:
+                candidate.close()
+                errors.append(e)
+        if sock is None:
+            raise errors[0] if errors else OSError(f"getaddrinfo gave no address for {host}")
         with self._lock:
             self._socks.append(sock.dup())
             if self.fired:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, asdict
 import torch
 
 from core.nn.model import Transformer
+from core.nn.snapshots import MAX_KEPT
 
 OPTIMIZERS = ("muon", "adamw")
 SCHEDULES = ("wsd", "cosine")
@@ -126,6 +127,8 @@ def train_problems(values: dict) -> dict[str, str]:
     for name in ("repeat_first_steps", "heads_interval", "snapshots"):  # 0 is meaningful: no curriculum, probe, snapshot
         if name in values and (not _whole(values[name]) or values[name] < 0):
             problems[name] = f"{name} must be a whole number of at least 0 (got {values[name]!r})"
+    if "snapshots" not in problems and values.get("snapshots", 0) > MAX_KEPT:  # a folder lists at most MAX_KEPT + 1
+        problems["snapshots"] = f"snapshots must be at most {MAX_KEPT} (got {values['snapshots']!r})"
     # compared only once both spans are whole numbers, or the comparison itself could raise
     if ("repeat_min_span" not in problems and "repeat_max_span" not in problems
             and values.get("repeat_min_span", 1) > values.get("repeat_max_span", 1)):

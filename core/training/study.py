@@ -116,6 +116,8 @@ def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
                      f"{s.get('load_start')} at the start, {s.get('load_end')} at the end"
                      + (f". {s['note']}" if s.get("note") else ""))
     lines += ["", f"Wall time {wall / 60:.1f} min in all; the runs' CPU time adds up to {cpu / 60:.1f} min.", ""]
+    if fit is None and meta.get("fit_error"):
+        lines += ["## The fit", "", f"No law was fitted: {meta['fit_error']}", ""]
     if fit is not None:  # no fit (too few usable runs, or no law of this form): the card describes the runs alone
         law, b = fit["law"], fit["bootstrap"]
         ci = b["intervals"]
@@ -155,16 +157,26 @@ def finish_study(folder, resamples: int = 200) -> dict | None:
     folder = Path(folder)
     meta = json.loads((folder / STUDY_JSON).read_text())
     rows = read_rows(folder / RUNS_CSV)
-    fit = None
+    fit, error = None, None
     if len(usable_rows(rows)[0]) >= MIN_RUNS:  # fewer runs cannot pin down the law's five constants: no fit
         _fitting(folder, None)  # the page says so, rather than "starting" while the refits run for a minute
         try:
             fit = fit_study(rows, resamples=resamples, on_fit=lambda seconds: _fitting(folder, seconds))
         except FitError as e:
-            fit = None
-            meta["fit_error"] = str(e)
+            error = str(e)
     if fit is not None:
         write_atomic(folder / FIT_JSON, json.dumps(fit, indent=1) + "\n")
+    elif error is not None:
+        # no law for these runs: an earlier session's fit.json (of fewer runs) would contradict them
+        (folder / FIT_JSON).unlink(missing_ok=True)
+    if error is not None or "fit_error" in meta:
+        # why there is no fit, kept with the study's other records (study.json) and said on its card; a later
+        # session whose fit succeeds removes it
+        if error is None:
+            del meta["fit_error"]
+        else:
+            meta["fit_error"] = error
+        write_atomic(folder / STUDY_JSON, json.dumps(meta, indent=1) + "\n")
     write_card(folder, meta, rows, fit)
     return fit
 
@@ -248,6 +260,8 @@ def main(argv=None) -> int:
         sys.stderr.write("\n")  # end the progress bar's line
         print(f"{len(rows)} runs in {Path(args.out) / RUNS_CSV}")
         fit = finish_study(args.out, resamples=args.bootstrap)
+        if fit is None and (error := read_meta(args.out).get("fit_error")):
+            print(f"no fit: {error}")
         if fit is not None:
             law, ci = fit["law"], fit["bootstrap"]["intervals"]
             print("fit: " + ", ".join(f"{k} = {law[k]:.4g} [{ci[k][0]:.4g}, {ci[k][1]:.4g}]"

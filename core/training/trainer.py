@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from core.nn.checkpoint import load_checkpoint, save_checkpoint
+from core.nn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from core.training.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_description, split_train_val
 from core.analysis.induction import HeadRecorder, formation_step, induction_summary
 from core.nn.model import LECTURE, ModelConfig, Transformer
@@ -283,6 +283,20 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--overwrite", action="store_true")
     args = p.parse_args(argv)
+    if Path(args.out).exists() and not args.overwrite:  # before minutes of training, not after them
+        p.error(f"--out {args.out} already exists; give another folder, or --overwrite to replace it")
+    try:
+        return _train(p, args, argv)
+    except (ValueError, OSError, CheckpointError) as e:  # bad input (the corpus, a setting, the folder): in words
+        sys.stderr.write(f"\nerror: {e}\n")
+        return 2  # as argparse's own errors (and core.study's)
+    except KeyboardInterrupt:
+        sys.stderr.write("\nstopped: nothing was saved\n")
+        return 130  # what a shell reports for Ctrl-C (128 + SIGINT)
+
+
+def _train(p: argparse.ArgumentParser, args: argparse.Namespace, argv) -> int:
+    """The run ``main`` parsed: train, measure and save; 0 once saved (a process's exit status)."""
     if args.tokenizer == "char" and args.vocab_size is not None:
         p.error("--vocab-size applies to --tokenizer bpe; a character model's vocabulary is the corpus's characters")
     bpe_vocab = (args.vocab_size or DEFAULT_BPE_VOCAB) if args.tokenizer == "bpe" else None  # None: characters
@@ -296,6 +310,7 @@ def main(argv=None):
         p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
     text = read_text_file(corpus)
     # only the flags given override the recipe (their default None means "the recipe's"); --optimizer names it
+    defaults = TrainConfig()
     given = {k: getattr(args, k) for k in asdict(defaults) if k != "optimizer" and getattr(args, k, None) is not None}
     tc = TrainConfig.recipe(args.optimizer, **{"steps": defaults.steps, **given})
     mc = dict(n_ctx=args.n_ctx, d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_ff)
@@ -363,8 +378,8 @@ def main(argv=None):
     path = save_checkpoint(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite,
                            heads=heads, snapshots=trainer.snapshots)
     print(f"saved {path}")
-    return trainer  # the trained run itself, for a caller in Python (tests, notebooks)
+    return 0  # an exit status: python -m core.train raises SystemExit with it (a Trainer there read as failure)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

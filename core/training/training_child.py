@@ -108,7 +108,11 @@ class _Run:
     def serve(self):
         """Train and obey until the run is retired (it has finished, or the parent asks): returns then."""
         tr = self.trainer
+        t0 = time.perf_counter()
         self.checkpoint()  # step 0: the untrained model's loss and its gibberish
+        # on the run's clock: the time left is recalibrated from this clock against the estimate of the same work,
+        # and that estimate counts step 0's evaluation and sample (left off, the first steps read as too fast)
+        self.elapsed += time.perf_counter() - t0
         self.report(sample_prompt=tr.tokenizer.decode(self.prompt_ids), vocab_size=tr.tokenizer.vocab_size,
                     n_params=count_parameters(tr.config)["total"], units=tr.tokenizer.units,
                     val_chars_per_token=tr.val_chars / max(1, len(tr.val_data)))

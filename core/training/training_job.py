@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Callable
 
 from core.nn.checkpoint import load_checkpoint, read_heads, read_log, read_training, save_checkpoint, user_model_folder
-from core.nn.snapshots import read_snapshot_states
+from core.nn.snapshots import snapshot_files
 from core.training.job_common import JobBusyError, JobState, about, exit_words
 from core.training.job_settings import JobSettings
-from core.training.quota import check_model_quota, remove_unused_retired
+from core.training.quota import remove_unused_retired, reserve_model_slot
 from core.training import speed
 from core.serve.threads import training_threads
 # re-exported: pages/training.py, tests and bench/run_memory.py import these from core.training.training_job
@@ -294,8 +294,8 @@ class TrainingJob:
             raise ValueError("pause or stop the run (or let it finish) before saving it")
         folder = user_model_folder(models_dir, name, protected, overwrite, owner=owner)
         remove_unused_retired(_retired_in_use())
-        check_model_quota(models_dir, folder, owner)
-        with self._save_lock:
+        # the quota checked and this model's place reserved in one step: two saves at once cannot both take the last
+        with reserve_model_slot(models_dir, folder, owner), self._save_lock:
             if self._p["retired"] is None:
                 path = self._save_in_process(folder, overwrite, owner, timeout)
                 if path is not None:
@@ -306,7 +306,7 @@ class TrainingJob:
             try:
                 model, tok = load_checkpoint(src)
                 return save_checkpoint(folder, model, tok, read_training(src), read_log(src), overwrite=overwrite,
-                                       owner=owner, heads=read_heads(src) or [], snapshots=read_snapshot_states(src))
+                                       owner=owner, heads=read_heads(src) or [], snapshots=snapshot_files(src))
             except Exception as e:  # noqa: BLE001 - one message for a failed write, whichever process writes
                 raise save_failure(e) from e
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import io
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,7 @@ KEEP_WEIGHTS = ("lecture", "no-mask", "mask-after-softmax", "no-positions")  # t
 SAMPLE_PROMPT = "KING:\n"
 DEEP = dict(d_model=32, n_heads=4)  # the deep stacks: narrow, so that twelve blocks train in minutes
 BARE = dict(residual=False, norm="none")
+MAX_STEPS = 100_000  # per run: the shipped 2,000-step study took about 1.8 CPU-hours, so this is already days of CPU
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class VariantSpec:
     recipe: str = "muon"
     keep_weights: str = ""  # a folder to save the trained model in ("" for none)
     text: str = field(default="", repr=False, compare=False)
+    corpus: str = "tinyshakespeare.txt"  # the corpus file's name, for the kept models' cards
 
 
 def model_shape(v: Variant) -> dict:
@@ -72,6 +75,8 @@ def model_shape(v: Variant) -> dict:
 
 def train_variant(spec: VariantSpec) -> dict:
     """Train one variant from its seed on one thread: its variants.csv row, with its curve under "curve"."""
+    import torch
+
     from core.analysis.sampling import generate
     from core.nn.model import Transformer
     from core.nn.params import count_parameters
@@ -79,6 +84,10 @@ def train_variant(spec: VariantSpec) -> dict:
     from core.training.trainer import TrainConfig, Trainer, training_record, windowed_loss
 
     use_threads(1)  # one thread per worker, as in a scaling study: the same kernels, so the same numbers
+    # subnormal floats (below 1.2e-38) flushed to zero: the deep stacks without residual or LayerNorm carry such tiny
+    # activations and gradients, and x86 arithmetic on them is many times slower (bench/denormals.py: deep-L6-bare
+    # about twice as fast per step). Runs shipped before this line (all but deep-L6-bare) trained without it.
+    torch.set_flush_denormal(True)
     v = BY_ID[spec.variant]
     t0 = time.perf_counter()
     tc = TrainConfig.recipe(spec.recipe, steps=spec.steps, seed=spec.seed, heads_interval=0, snapshots=0,
@@ -104,7 +113,7 @@ def train_variant(spec: VariantSpec) -> dict:
         from core.nn.checkpoint import save_checkpoint
 
         save_checkpoint(spec.keep_weights, model, tr.tokenizer,
-                        training_record(tr, "tinyshakespeare.txt", len(spec.text), seconds,
+                        training_record(tr, spec.corpus, len(spec.text), seconds,
                                         source=f"core.variants: {v.title}"),
                         tr.log, overwrite=True)
     return {"variant": v.id, "title": v.title, "removed": ", ".join(f"{k}={val!r}" for k, val in v.switches.items()),
@@ -118,31 +127,46 @@ def train_variant(spec: VariantSpec) -> dict:
 
 def write_results(out: Path, rows: list[dict]) -> None:
     """variants.csv and curves.csv from the rows, in VARIANTS order (whatever order the runs finished in)."""
+    from core.training.study_files import write_atomic
+
     order = {v.id: i for i, v in enumerate(VARIANTS)}
     rows = sorted(rows, key=lambda r: order.get(r["variant"], len(order)))
-    with open(out / "variants.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, VARIANT_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    with open(out / "curves.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, CURVE_FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerows(r["curve"])
+    table, curves = io.StringIO(), io.StringIO()
+    w = csv.DictWriter(table, VARIANT_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    w = csv.DictWriter(curves, CURVE_FIELDS)
+    w.writeheader()
+    for r in rows:
+        w.writerows(r["curve"])
+    # rewritten after every run: each file is replaced whole (temporary file, os.replace), so the page, or a study
+    # killed mid-write, never sees half a table
+    write_atomic(out / "variants.csv", table.getvalue())
+    write_atomic(out / "curves.csv", curves.getvalue())
+
+
+def _bad_input(message: str) -> int:
+    sys.stderr.write(f"error: {message}\n")
+    return 2  # as argparse's own errors (and core.study's)
 
 
 def main(argv=None) -> int:
     from core.training.corpus import read_text_file, shakespeare_path
+    from core.training.train_data import min_corpus_chars
     from core.training.study_engines import ENGINES, make_engine
+    from core.training.study_grid import StudyError
 
     p = argparse.ArgumentParser(prog="python -m core.variants", description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=2000, help=f"steps of every run (1 to {MAX_STEPS:,}; default 2000)")
     p.add_argument("--out", required=True)
     p.add_argument("--only", default="", help="comma-separated variant ids (default: all): " + ", ".join(BY_ID))
     p.add_argument("--engine", choices=ENGINES, default="local")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--corpus", default=None)
     args = p.parse_args(argv)
+    if not 1 <= args.steps <= MAX_STEPS:
+        p.error(f"--steps must be a whole number from 1 to {MAX_STEPS:,} (each of the {len(VARIANTS)} variants "
+                f"trains that long; the shipped study used 2,000), got {args.steps:,}")
     chosen = [s for s in args.only.split(",") if s] or list(BY_ID)
     unknown = [s for s in chosen if s not in BY_ID]
     if unknown:
@@ -150,21 +174,35 @@ def main(argv=None) -> int:
     corpus = args.corpus or shakespeare_path()
     if corpus is None:
         p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
-    text = read_text_file(corpus)
+    try:
+        text = read_text_file(corpus)
+    except ValueError as e:
+        return _bad_input(f"--corpus: {e}")
+    need = min_corpus_chars(max(model_shape(BY_ID[v])["n_ctx"] for v in chosen))
+    if len(text) < need:  # here, not as a traceback from every worker
+        return _bad_input(f"--corpus {corpus} is too short: {len(text):,} characters, and a variant's 128-character "
+                          f"window needs at least {need:,} for the training and held-out parts")
     out = Path(args.out)
-    (out / "models").mkdir(parents=True, exist_ok=True)
-    specs = [VariantSpec(v, args.steps, keep_weights=str(out / "models" / v) if v in KEEP_WEIGHTS else "", text=text)
+    try:
+        (out / "models").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return _bad_input(f"--out {out}: {e.strerror or e}")
+    specs = [VariantSpec(v, args.steps, keep_weights=str(out / "models" / v) if v in KEEP_WEIGHTS else "", text=text,
+                         corpus=Path(corpus).name)  # the kept models' cards name the corpus they were trained on
              for v in chosen]
     # the deep ones first: the longest runs, so the pool does not end on one of them alone
     specs.sort(key=lambda s: -BY_ID[s.variant].switches.get("n_layers", 2))
-    engine = make_engine(args.engine, args.workers, task=train_variant)
-    engine.check()
     rows, t0 = [], time.perf_counter()
-    for row in engine.run(specs, lambda: False):
-        rows.append(row)
-        print(f"{row['variant']:<22} val {row['val_loss']:.4f}  causal {row['causal_val_loss']:.4f}  "
-              f"train {row['train_loss']:.4f}  {row['seconds']:.0f} s", flush=True)
-        write_results(out, rows)  # after every run: an interrupted study keeps what finished
+    try:
+        engine = make_engine(args.engine, args.workers, task=train_variant)
+        engine.check()
+        for row in engine.run(specs, lambda: False):
+            rows.append(row)
+            print(f"{row['variant']:<22} val {row['val_loss']:.4f}  causal {row['causal_val_loss']:.4f}  "
+                  f"train {row['train_loss']:.4f}  {row['seconds']:.0f} s", flush=True)
+            write_results(out, rows)  # after every run: an interrupted study keeps what finished
+    except StudyError as e:  # Ray missing or unreachable, a worker killed: in words
+        return _bad_input(f"{e} ({len(rows)} variants written to {out})")
     print(f"{len(rows)} variants in {time.perf_counter() - t0:.0f} s; corpus sha256 "
           f"{hashlib.sha256(text.encode()).hexdigest()[:12]}; wrote {out}/variants.csv")
     return 0
