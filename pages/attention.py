@@ -108,14 +108,14 @@ head = pick[1].selectbox("Head", range(c.n_heads), format_func=lambda k: f"head 
 with pick[2]:
     if n > ZOOM_FROM:
         # opens on the whole prompt while its cells stay readable (OPEN_WINDOW positions), else on its last ones
-        lo, hi = st.slider("Window of positions to show (zoom)", 0, n - 1, (max(0, n - OPEN_WINDOW), n - 1),
-                           key="attn_window",
-                           help=f"At full length the cells get tiny; zoom in on a stretch of the prompt (at most "
-                                f"{MAX_WINDOW} positions at a time).")
+        lo, hi = (p - 1 for p in st.slider(  # the slider counts from 1, as the screen does
+            "Window of positions to show (zoom)", 1, n, (max(1, n - OPEN_WINDOW + 1), n), key="attn_window",
+            help=f"At full length the cells get tiny; zoom in on a stretch of the prompt (at most {MAX_WINDOW} "
+                 "positions at a time)."))
         if hi - lo + 1 > MAX_WINDOW:
             hi = lo + MAX_WINDOW - 1
             st.caption(f"At most {MAX_WINDOW} positions at a time, or a row of cells would be thinner than a line of "
-                       f"text: showing {lo} to {hi}. Move the left end to see further.")
+                       f"text: showing {shown_pos(lo)} to {shown_pos(hi)}. Move the left end to see further.")
     else:
         lo, hi = 0, n - 1
         st.caption(f"{n} {tok.units}: every position is shown.")
@@ -129,7 +129,8 @@ scores, pattern = _head(mkey, ids, layer, head)  # this head's (n, n) matrices o
 view = head_window(scores, pattern, lo, hi)
 if lo > 0:
     # keys before the window also receive weight; the window is renormalised only in the viewer's mind
-    st.caption(f"Showing positions {lo} to {hi}. Keys before position {lo} are outside the window, so the "
+    st.caption(f"Showing positions {shown_pos(lo)} to {shown_pos(hi)}. Keys before position {shown_pos(lo)} are "
+               "outside the window, so the "
                "rows shown here may sum to less than 1.")
 shared_chart(
     head_panels(view.scores, view.pattern, tokens[sl], offset=lo, unmasked=view.unmasked if show_unmasked else None,
@@ -178,7 +179,7 @@ else:
 st.header("All heads at a glance")
 overview = _overview(mkey, ids, lo, hi)
 roles = {**overview.roles, "induction": _induction(mkey)}
-pooled = (f" Each head's square covers positions {lo} to {hi}, shrunk for the thumbnail: a cell is a block of "
+pooled = (f" Each head's square covers positions {shown_pos(lo)} to {shown_pos(hi)}, shrunk for the thumbnail: a cell is a block of "
           f"{overview.block} × {overview.block} positions, the weight its queries put on its keys on average."
           if overview.block > 1 else "")
 if not big:

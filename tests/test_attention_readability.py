@@ -84,14 +84,17 @@ def test_every_cell_names_its_query_and_key_tokens_whole(bpe):
         cd = np.asarray(trace.customdata, dtype=object)
         assert "customdata[0]" in trace.hovertemplate and "customdata[1]" in trace.hovertemplate
         for i, j in [(n - 1, 0), (n - 1, n - 1), (20, 3)]:
-            assert cd[i, j, 0] == f"{5 + i} '{tokens[i]}'"  # the row's query, its token whole
-            assert cd[i, j, 1] == f"{5 + j} '{tokens[j]}'"  # the column's key
+            # the row's query and the column's key, counted from 1 as the screen does, their tokens whole
+            assert cd[i, j, 0] == f"{5 + i + 1} '{tokens[i]}'"
+            assert cd[i, j, 1] == f"{5 + j + 1} '{tokens[j]}'"
+    hover = np.asarray(panels.data[0].customdata, dtype=object)  # the scores as the hover prints them: rounded text
+    assert hover[n - 1, 0, 2] == f"{np.float32(s[n - 1, 0]):.3f}" and isinstance(hover[n - 1, 0, 2], str)
     # the weights panel's hover sits on its click targets (one per visible cell, j <= i), with [i, j] in prompt positions
     targets = panels.data[-1]
     cells = [tuple(c) for c in targets.customdata]
     for i, j in [(n - 1, 0), (n - 1, n - 1), (20, 3)]:
         text = targets.text[cells.index((5 + i, 5 + j))]
-        assert f"query i={5 + i} '{tokens[i]}'" in text and f"key j={5 + j} '{tokens[j]}'" in text
+        assert f"query i={5 + i + 1} '{tokens[i]}'" in text and f"key j={5 + j + 1} '{tokens[j]}'" in text
     assert len(cells) == n * (n + 1) // 2 and (5, 6) not in cells  # no target on a masked cell
     assert "␣extraordinarily" not in panels.layout.yaxis.ticktext  # cut on the axis
 
@@ -123,7 +126,7 @@ def test_a_prompt_up_to_open_window_opens_whole(open_page):
     at = open_page("pages/attention.py")
     at.text_area(key="attn_prompt").input(PROMPT_83).run()
     assert not at.exception
-    assert at.slider(key="attn_window").value == (0, 82)  # the start of the prompt is on screen
+    assert at.slider(key="attn_window").value == (1, 83)  # the start of the prompt is on screen (from 1)
     panels = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert panels["layout"]["yaxis"]["range"] == [pytest.approx(82.5), -0.5]
     assert panels["layout"]["yaxis"]["ticktext"][0] == "K"  # every row labelled, the first one 'K'

@@ -109,8 +109,9 @@ def test_a_long_stripe_is_pooled_into_blocks_at_their_positions():
     fig = stripe_figure(pattern, ["x"] * n, T, max_cells=100)  # blocks of 3 positions: 100 x 100 cells
     heat = fig.data[0]
     z = np.asarray(heat.z, dtype=float)
-    assert z.shape == (100, 100) and heat.customdata is None
+    assert z.shape == (100, 100)
     assert list(heat.x[:2]) == [1.0, 4.0] and heat.y[-1] == 298.0  # block centres, in positions
+    assert np.asarray(heat.customdata)[-1, 0].tolist() == [299.0, 2.0]  # the hover counts them from 1
     # the stripe keeps its strength: block row I of the second copy puts all its weight on the key block(s) of
     # the keys i - T + 1 of its three queries
     I = 70  # queries 210..212 look at keys 61..63, blocks 20 and 21

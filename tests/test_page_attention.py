@@ -61,10 +61,10 @@ def test_long_prompt_uses_the_last_n_ctx_and_says_so(attention):
     at = attention("abcdefghij " * 50)  # 550 characters
     assert any("only the last 128" in w.value for w in at.warning)
     window = at.slider(key="attn_window")
-    assert window.value == (32, 127)  # the last OPEN_WINDOW = 96 positions
+    assert window.value == (33, 128)  # the last OPEN_WINDOW = 96 positions, counted from 1
     at.toggle(key="attn_unmasked").set_value(True).run()  # the fourth panel and its bars on a zoomed window
     assert not at.exception
-    window.set_range(0, 127).run()
+    window.set_range(1, 128).run()
     assert not at.exception
     panels = list(charts(at).values())[0]
     assert panels["layout"]["yaxis"]["range"] == [pytest.approx(127.5), -0.5]

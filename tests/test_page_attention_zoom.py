@@ -31,7 +31,7 @@ def test_zoomed_unmasked_panel_uses_whole_rows(open_page):
     assert len(PROMPT) == 118
     at = open_page("pages/attention.py")
     at.text_area(key="attn_prompt").input(PROMPT).run()
-    at.slider(key="attn_window").set_range(LO, HI).run()
+    at.slider(key="attn_window").set_range(LO + 1, HI + 1).run()  # the slider counts from 1
     at.toggle(key="attn_unmasked").set_value(True).run()
     at.selectbox(key="attn_layer").select(1).run()
     at.selectbox(key="attn_head").select(2).run()

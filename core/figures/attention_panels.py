@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from core.analysis.attention import future_mask, masked_softmax, mask_after_softmax
 from core.figures.common import MASKED_GREY, dict_figure, f32, on_panel, panel_axes, panel_axis, panel_refs, row_of_panels
 from core.figures.ticks import FIGURE_PX, fitted_ticks
+from core.serve.fmt import shown_pos
 
 MASK_COLORS = [[0.0, "#eef3fb"], [0.5, "#eef3fb"], [0.5, "#2b2b2b"], [1.0, "#2b2b2b"]]
 MAX_WINDOW = 128     # positions one head's panels show at most: more, and a row of cells is thinner than text
@@ -31,12 +32,14 @@ def _staircase(n: int) -> str:
 
 def _hover_data(tokens, scores, weights, offset):
     n = len(tokens)
-    q = np.array([f"{offset + i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+    q = np.array([f"{shown_pos(offset + i)} '{t}'" for i, t in enumerate(tokens)], dtype=object)  # from 1
     cd = np.empty((n, n, 4), dtype=object)
     cd[:, :, 0] = q[:, None]
     cd[:, :, 1] = q[None, :]
-    cd[:, :, 2] = np.round(scores, 3)
-    cd[:, :, 3] = np.where(np.isnan(weights), "masked (exactly 0)", np.round(np.nan_to_num(weights), 4).astype(str))
+    # text, not numbers: a float32 rounded and sent as a float reads 6.636000156402588 in the hover
+    cd[:, :, 2] = np.vectorize(lambda v: f"{v:.3f}", otypes=[object])(scores)
+    cd[:, :, 3] = np.where(np.isnan(weights), "masked (exactly 0)",
+                           np.vectorize(lambda v: f"{v:.4f}", otypes=[object])(np.nan_to_num(weights)))
     return cd
 
 
@@ -133,7 +136,7 @@ def future_mass_figure(mass: np.ndarray, tokens: list[str], offset: int = 0) -> 
     the query's whole row (``core.analysis.attention.future_mass``), so zooming changes nothing."""
     if len(mass) != len(tokens):
         raise ValueError(f"{len(mass)} values for {len(tokens)} tokens")
-    labels = [f"{offset + i} '{t}'" for i, t in enumerate(tokens)]
+    labels = [f"{shown_pos(offset + i)} '{t}'" for i, t in enumerate(tokens)]
     data = [dict(type="bar", x=np.arange(len(tokens)), y=f32(mass), customdata=labels, marker_color="#e6550d",
                  hovertemplate="query %{customdata}<br>weight on the future: %{y:.3f}<extra></extra>")]
     ticks, reach = fitted_ticks(tokens, (FIGURE_PX - 90) / max(len(tokens), 1), across=True, offset=offset)
@@ -165,7 +168,7 @@ def mask_order_figure(scores: np.ndarray, tokens: list[str], offset: int = 0) ->
     x_ticks, x_reach = fitted_ticks(tokens, (FIGURE_PX - left - 20) * (dom[1] - dom[0]) / n, across=True,
                                     offset=offset)
     below = round(x_reach) + 50  # under the plot: the key labels, the axis title, then the colour bar and legend
-    names = np.array([f"{offset + i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+    names = np.array([f"{shown_pos(offset + i)} '{t}'" for i, t in enumerate(tokens)], dtype=object)
     cells = np.empty((n, n, 2), dtype=object)  # every cell's query and key, named by position and token whole
     cells[:, :, 0], cells[:, :, 1] = names[:, None], names[None, :]
     data = []

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from core.analysis.attention import future_mask, pool_pattern
 from core.figures.common import MASKED_GREY
 from core.figures.ticks import axis_ticks
-from core.serve.fmt import head_label, heads_label, visible  # noqa: F401 (re-exported for the page)
+from core.serve.fmt import head_label, heads_label, shown_pos, visible  # noqa: F401 (re-exported for the page)
 
 WORSE = (214, 39, 40)    # red: the loss rose when the heads were switched off
 BETTER = (31, 119, 180)  # blue: the loss fell
@@ -192,7 +192,7 @@ def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: st
         raise ValueError(f"expected an ({n}, {n}) pattern for {n} tokens, got {pattern.shape}")
     if n <= max_cells:
         z = np.where(future_mask(n), np.nan, pattern)
-        q = np.array([f"{i} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+        q = np.array([f"{shown_pos(i)} '{t}'" for i, t in enumerate(tokens)], dtype=object)  # from 1, as on screen
         heat = go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="weight", thickness=12),
                           customdata=np.stack(np.broadcast_arrays(q[:, None], q[None, :]), axis=-1),
                           hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}"
@@ -202,7 +202,9 @@ def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: st
         centres = np.arange(z.shape[-1]) * b + (b - 1) / 2
         heat = go.Heatmap(z=z.astype(np.float32), x=centres, y=centres, colorscale="Blues", zmin=0, zmax=1,
                           colorbar=dict(title=f"weight<br>({b}×{b} blocks)", thickness=12),
-                          hovertemplate=f"queries around %{{y:.0f}}, keys around %{{x:.0f}}<br>blocks of {b} "
+                          customdata=np.stack(np.broadcast_arrays(centres[:, None] + 1, centres[None, :] + 1), -1),
+                          # the hover counts positions from 1, as the screen does (the axes keep the tensor's)
+                          hovertemplate=f"queries around %{{customdata[0]:.0f}}, keys around %{{customdata[1]:.0f}}<br>blocks of {b} "
                                         "positions: weight %{z:.3f}<extra></extra>")
     fig = go.Figure(heat)
     rows = np.arange(period, n)

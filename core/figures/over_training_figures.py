@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 from core.analysis.over_training import OverTraining
 from core.figures.ticks import axis_ticks
 from core.figures.common import loss_curve
-from core.serve.fmt import head_label
+from core.serve.fmt import head_label, shown_pos
 
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf"]
@@ -58,8 +58,9 @@ def token_loss_heatmap(ot: OverTraining, tokens: list[str]) -> go.Figure:
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(len(shown))), y=step_labels(ot.steps), colorscale="Viridis", reversescale=True,
         zmin=0, zmax=max(1.0, float(np.nanpercentile(z, 98))), colorbar=dict(title="nats"),
-        customdata=np.broadcast_to(np.array(shown, dtype=object), z.shape),
-        hovertemplate="step %{y}<br>predicting %{customdata} (position %{x})<br>loss %{z:.2f} nats<extra></extra>"))
+        customdata=np.broadcast_to(np.array([f"'{t}' (position {shown_pos(i + 1)})" for i, t in enumerate(shown)],
+                                            dtype=object), z.shape),
+        hovertemplate="step %{y}<br>predicting %{customdata}<br>loss %{z:.2f} nats<extra></extra>"))
     fig.update_xaxes(title_text="the token predicted (position in your prompt)", **axis_ticks(shown, offset=1))
     fig.update_yaxes(title_text="training step", type="category", autorange="reversed")
     fig.update_layout(title="Which tokens become easy first: loss per token at every snapshot",

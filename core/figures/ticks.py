@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from core.serve.fmt import shown_pos
+
 MAX_TICKS = 48
 # Token axes are labelled for a chart this wide: what a stretched chart gets on a 1,366-px laptop screen with the
 # sidebar open (1,400 px: 940). A wider screen leaves the labels more room than they need, never less
@@ -20,7 +22,7 @@ def axis_ticks(tokens: list[str], offset: int = 0, max_ticks: int = MAX_TICKS) -
     n = len(tokens)
     step = max(1, math.ceil(n / max_ticks))
     vals = list(range(0, n, step))
-    text = [tokens[i] if step == 1 else f"{tokens[i]} {offset + i}" for i in vals]
+    text = [tokens[i] if step == 1 else f"{tokens[i]} {shown_pos(offset + i)}" for i in vals]  # from 1, as on screen
     ticks = dict(tickmode="array", tickvals=vals, ticktext=text, tickfont=dict(size=13 if n <= 40 else 10),
                  showgrid=False, zeroline=False)
     if max((len(t) for t in text), default=0) <= 2:
@@ -57,7 +59,7 @@ def fitted_ticks(tokens: list[str], cell_px: float, across: bool, offset: int = 
     vals = list(range(0, n, step))
     if keep is not None and 0 <= keep < n and keep not in vals:
         vals = sorted([v for v in vals if abs(v - keep) >= step] + [keep])
-    text = [short[i] if step == 1 else f"{short[i]} {offset + i}" for i in vals]
+    text = [short[i] if step == 1 else f"{short[i]} {shown_pos(offset + i)}" for i in vals]
     reach = max((len(t) for t in text), default=1) * CHAR_W * font
     ticks = dict(tickmode="array", tickvals=vals, ticktext=text, tickfont=dict(size=font), showgrid=False,
                  zeroline=False)
