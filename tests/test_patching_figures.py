@@ -36,3 +36,12 @@ def test_the_sources_table_shows_its_entries():
     table = np.array([[1.0, -2.0], [0.5, 0.0]])
     fig = sources_figure(table, ["q1", "q2"], ["k1", "k2"], "t")
     assert fig.data[0].zmax == 2.0 and list(fig.data[0].x) == ["k1", "k2"] and list(fig.data[0].y) == ["q1", "q2"]
+
+
+def test_cells_that_round_to_zero_never_read_minus_zero():
+    from core.figures.patching_figures import cell_text, head_table_figure
+
+    values = np.array([[-0.001, 0.004, -0.3], [np.nan, 1.0, -0.0049]])
+    assert cell_text(values) == [["0.00", "0.00", "-0.30"], ["", "1.00", "0.00"]]
+    fig = head_table_figure(values, "t")
+    assert fig.data[0].texttemplate == "%{text}" and "-0.00" not in str(fig.data[0].text)

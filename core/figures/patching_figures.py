@@ -45,7 +45,8 @@ def patch_heatmap(values: np.ndarray, tokens: list[str], row_labels: list[str], 
                       colorbar=dict(title="restored", thickness=12, tickvals=[-1, 0, 1],
                                     ticktext=["−1", "0 corrupted", "1 clean"]),
                       hoverinfo="skip", y=list(row_labels), xgap=1, ygap=1)
-    heat.update(texttemplate="%{z:.2f}" if n <= CELL_TEXT_MAX else None, textfont=dict(size=11))
+    if n <= CELL_TEXT_MAX:
+        heat.update(text=cell_text(values), texttemplate="%{text}", textfont=dict(size=11))
     hover = [[f"{row_labels[r]}<br>position {pos[p]}<br>restored {values[r, p]:.3f}" for p in range(n)]
              for r in range(rows)]
     fig = go.Figure([heat, _click_targets(values, list(range(n)), list(row_labels), hover)])
@@ -69,7 +70,8 @@ def head_table_figure(values: np.ndarray, title: str, selected: tuple[int, int] 
     heat = go.Heatmap(z=values, zmin=-lim, zmax=lim, colorscale=RESTORE_SCALE, x=xs, y=ys, xgap=2, ygap=2,
                       colorbar=dict(title="restored", thickness=12, tickvals=[-1, 0, 1],
                                     ticktext=["−1", "0 corrupted", "1 clean"]), hoverinfo="skip")
-    heat.update(texttemplate="%{z:.2f}" if h <= CELL_TEXT_MAX else None, textfont=dict(size=13))
+    if h <= CELL_TEXT_MAX:
+        heat.update(text=cell_text(values), texttemplate="%{text}", textfont=dict(size=13))
     hover = [[f"{head_label(l, r)}<br>restored {values[l, r]:.3f}<br>click to open it below" for r in range(h)]
              for l in range(L)]
     fig = go.Figure([heat, _click_targets(values, xs, ys, hover)])
@@ -83,13 +85,20 @@ def head_table_figure(values: np.ndarray, title: str, selected: tuple[int, int] 
     return fig
 
 
+def cell_text(values: np.ndarray) -> list[list[str]]:
+    """Two decimals per cell, as text: a value that rounds to zero reads "0.00", never "-0.00" (Plotly's own format
+    keeps the sign of -0.001), and a NaN cell is left blank."""
+    return [["" if not np.isfinite(v) else f"{v:.2f}".replace("-0.00", "0.00") for v in row]
+            for row in np.asarray(values, dtype=float)]
+
+
 def sources_figure(table: np.ndarray, rows: list[str], cols: list[str], title: str) -> go.Figure:
     """The score-sources table: query-side sources down, key-side across, each entry its part of the score
     (red adds to the score, blue takes away), the values written in the cells."""
     lim = max(float(np.abs(table).max()), 1e-9)
     heat = go.Heatmap(z=table, x=cols, y=rows, zmin=-lim, zmax=lim, colorscale=RESTORE_SCALE, xgap=1, ygap=1,
                       colorbar=dict(title="part of<br>the score", thickness=12),
-                      texttemplate="%{z:.2f}", textfont=dict(size=11),
+                      text=cell_text(table), texttemplate="%{text}", textfont=dict(size=11),
                       hovertemplate="query side: %{y}<br>key side: %{x}<br>%{z:.4f}<extra></extra>")
     fig = go.Figure(heat)
     fig.update_yaxes(autorange="reversed", type="category", automargin=True,
