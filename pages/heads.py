@@ -40,10 +40,8 @@ entry, model, tok = require_model()
 c = model.config
 mkey = model_key(entry)  # names the weights for the caches below
 
-
-# ------------------------------------------------------------------ cached computations
-# Each is called with mkey first (ui.model_cache: cached for the server by the model's key and the inputs, never
-# by the model); "the interventions" wait in the compute line when the server is busy (core.serve.gate), unless cached.
+# ------------------------------------------------------------------ cached computations (ui.model_cache: for the
+# server, by mkey and the inputs); "the interventions" wait in the compute line when the server is busy, unless cached
 WHAT = "the interventions"
 # the probe of the Attention page and the training log: for a BPE, its whole tokens (core.analysis.induction.probe_choices)
 _scores = model_cache(lambda: head_scores(model, tokenizer=tok), 8, what=WHAT,

@@ -60,9 +60,8 @@ keep = max_trace_tokens(c, TRACE_BUDGET)
 if len(ids) > keep:
     st.info(f"Your prompt has {len(ids):,} {tok.units}. This page keeps every intermediate of the forward pass, about "
             f"{human_bytes(trace_bytes(c, keep) / keep)} per {tok.unit} for this model at this length, so it follows "
-            f"the **last {keep} {tok.units}** only: here the model reads those {keep} alone (positions below count "
-            f"from their first), and its numbers can differ from a run on your whole prompt. The Attention "
-            "and Switch heads off pages read all of it.")
+            f"the **last {keep} {tok.units}** only: the model reads those {keep} alone (positions below count from their "
+            "first), so its numbers can differ from a run on your whole prompt. Attention and Switch heads off read it all.")
     ids = ids[-keep:]
 n = len(ids)
 tokens = tok.token_strings(ids)  # the text of each position's token (one character for a character model)
