@@ -5,9 +5,9 @@ import pytest
 CASES = {  # page -> (query, {widget kind: {key: expected value}})
     "pages/attention.py": ({"prompt": "To be, or not", "layer": "2", "head": "1", "pos": "4"},
                            {"text_area": {"attn_prompt": "To be, or not"}, "selectbox": {"attn_layer": 1, "attn_head": 0}}),
-    "pages/cause_effect.py": ({"prompt": "abcdefabcde", "layer": "2", "head": "3", "pos": "5"},
-                              {"text_area": {"cause_clean": "abcdefabcde"}, "selectbox": {"cause_src_head": (1, 2)},
-                               "number_input": {"cause_src_i": 5}}),
+    "pages/cause_effect.py": ({"prompt": "abcdefabcde", "corrupt": "abcdefXbcde", "layer": "2", "head": "3", "pos": "5"},
+                              {"text_area": {"cause_clean": "abcdefabcde", "cause_corrupt": "abcdefXbcde"},
+                               "selectbox": {"cause_src_head": (1, 2)}, "number_input": {"cause_src_i": 5}}),
     "pages/inside.py": ({"prompt": "To be, or not", "pos": "4", "layer": "2", "head": "3"},
                         {"text_area": {"inside_prompt": "To be, or not"}, "slider": {"inside_pos_13": 4},
                          "selectbox": {"inside_layer": 1, "inside_head": 2}}),
@@ -15,8 +15,12 @@ CASES = {  # page -> (query, {widget kind: {key: expected value}})
                             {"text_area": {"gen_prompt": "Once more"}, "radio": {"gen_mode": "top-k"},
                              "number_input": {"gen_temperature": 0.5, "gen_top_k": 7, "gen_seed": 3,
                                               "gen_new_tokens": 20}}),
-    "pages/scaling.py": ({"logA": "2.5", "alpha": "0.3"},
-                         {"slider": {"scal_logA": 2.5, "scal_alpha": 0.3}, "number_input": {"scal_alpha_box": 0.3}}),
+    "pages/scaling.py": ({"logA": "2.5", "logB": "3.0", "alpha": "0.3", "beta": "0.25", "E": "1.5"},
+                         {"slider": {"scal_logA": 2.5, "scal_logB": 3.0, "scal_alpha": 0.3, "scal_beta": 0.25,
+                                     "scal_E": 1.5}, "number_input": {"scal_alpha_box": 0.3}}),
+    "pages/generation.py#top-p": ({"prompt": "Once more", "decoding": "top-p", "T": "1.5", "p": "0.5", "seed": "9"},
+                                  {"radio": {"gen_mode": "top-p"}, "slider": {"gen_top_p": 0.5},
+                                   "number_input": {"gen_temperature": 1.5, "gen_seed": 9}}),
     "pages/parameters.py": ({"d_model": "128", "n_heads": "8", "n_layers": "3", "d_ff": "512", "vocab_size": "100",
                              "n_ctx": "256", "bias": "1", "tied": "1"},
                             {"number_input": {"par_d": 128, "par_h": 8, "par_L": 3, "par_dff": 512, "par_m": 100,
@@ -39,7 +43,7 @@ def _value(at, kind, key):
 @pytest.mark.parametrize("page", list(CASES))
 def test_a_link_sets_the_controls_and_the_url_follows_them(open_page, page):
     query, expected = CASES[page]
-    at = open_page(page, query=query)
+    at = open_page(page.split("#")[0], query=query)
     assert not at.exception and not [w for w in at.warning if "link was ignored" in w.value]
     for kind, values in expected.items():
         for key, value in values.items():
@@ -51,7 +55,7 @@ def test_a_link_sets_the_controls_and_the_url_follows_them(open_page, page):
 
 @pytest.mark.parametrize("page", list(CASES))
 def test_a_bad_link_names_each_ignored_field(open_page, page):
-    at = open_page(page, query={"layer": "7", "head": "<script>x</script>", "pos": "-3", "zz": "1"})
+    at = open_page(page.split("#")[0], query={"layer": "7", "head": "<script>x</script>", "pos": "-3", "zz": "1"})
     assert not at.exception
     (warning,) = [w for w in at.warning if "link was ignored" in w.value]
     for name in ("layer", "head", "zz"):
