@@ -418,6 +418,24 @@ def test_a_crafted_link_opens_the_same_head_on_the_same_prompt(server, clean_pag
     assert "layer 2" in shown[0] and "head 1" in shown[1], shown[:2]
     panels = page.locator('[data-testid="stPlotlyChart"]').first
     _click_cell(page, panels, 0.5 / 13, 0.5 / 13, panel=2)  # the weights (third panel), 13 positions: query 0, key 0
-    page.get_by_text("Now: query 0 'T', key 0 'T'").first.wait_for(timeout=30_000)
+    page.get_by_text("Now: query 1 'T', key 1 'T'").first.wait_for(timeout=30_000)  # positions count from 1
     wait_idle(page)
     _no_exception(page, "attention from a link, after a click")
+
+
+def test_one_pick_in_the_sidebar_switches_the_model_on_a_page_that_writes_its_link(server, clean_page):
+    """The Attention page writes model= into the URL on every run; the frame must not read that write back as a new
+    link, which undid the learner's first pick (it took two picks to switch, and two to switch back)."""
+    page, errors = clean_page
+    page.goto(server + "/attention")
+    wait_idle(page)
+    errors[:] = [e for e in errors if "404" not in e]  # Streamlit's own probes at a page's path (see above)
+    picker = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first
+    for name, vocab in (("shakespeare-bpe", "m=1024"), ("shakespeare-char", "m=65")):
+        picker.click()
+        page.get_by_role("option", name=re.compile(name)).first.click()
+        wait_idle(page)
+        page.locator('[data-testid="stSidebar"]').get_by_text(vocab).first.wait_for(timeout=30_000)
+        wait_idle(page)
+        assert name in picker.inner_text() and f"model={name}" in page.url, (name, page.url)
+        _no_exception(page, f"attention after picking {name}")

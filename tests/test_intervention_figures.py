@@ -91,9 +91,10 @@ def test_stripe_marks_the_key_after_the_earlier_occurrence():
     z = np.asarray(fig.data[0].z, dtype=float)
     assert np.isnan(z[0, 1]) and z[1, 0] == pytest.approx(0.5)  # the future is masked, not a pale 0
     line = fig.data[1]
-    # query i = 4 (the second 'a') looks at key 1 ('b', the character after the first 'a'), and so on
-    assert list(line.y) == [4, 5, 6, 7] and list(line.x) == [1, 2, 3, 4]
-    assert list(fig.layout.yaxis.range) == [n - 0.5, -0.5]  # query 0 on top
+    # counted from 1 as on screen: query 5 (the second 'a') looks at key 2 ('b', the character after the first 'a')
+    assert list(line.y) == [5, 6, 7, 8] and list(line.x) == [2, 3, 4, 5]
+    assert list(fig.data[0].x) == list(range(1, n + 1))  # the cells sit at the same positions
+    assert list(fig.layout.yaxis.range) == [n + 0.5, 0.5]  # query 1 on top
     with pytest.raises(ValueError):
         stripe_figure(pattern[:-1, :-1], list("abcdabcd"), T)
 
@@ -109,9 +110,8 @@ def test_a_long_stripe_is_pooled_into_blocks_at_their_positions():
     fig = stripe_figure(pattern, ["x"] * n, T, max_cells=100)  # blocks of 3 positions: 100 x 100 cells
     heat = fig.data[0]
     z = np.asarray(heat.z, dtype=float)
-    assert z.shape == (100, 100)
-    assert list(heat.x[:2]) == [1.0, 4.0] and heat.y[-1] == 298.0  # block centres, in positions
-    assert np.asarray(heat.customdata)[-1, 0].tolist() == [299.0, 2.0]  # the hover counts them from 1
+    assert z.shape == (100, 100) and heat.customdata is None
+    assert list(heat.x[:2]) == [2.0, 5.0] and heat.y[-1] == 299.0  # block centres, in positions counted from 1
     # the stripe keeps its strength: block row I of the second copy puts all its weight on the key block(s) of
     # the keys i - T + 1 of its three queries
     I = 70  # queries 210..212 look at keys 61..63, blocks 20 and 21
@@ -119,5 +119,5 @@ def test_a_long_stripe_is_pooled_into_blocks_at_their_positions():
     assert z[I, 20] == pytest.approx(2 / 3) and z[I, 21] == pytest.approx(1 / 3)
     assert np.isnan(z[0, 1]) and z[0, 0] == pytest.approx(1.0)
     line = fig.data[1]
-    assert line.x[0] == 1 and line.y[0] == T  # the line stays in positions
-    assert list(fig.layout.yaxis.range) == [n - 0.5, -0.5]
+    assert line.x[0] == 2 and line.y[0] == T + 1  # the line stays in positions (from 1)
+    assert list(fig.layout.yaxis.range) == [n + 0.5, 0.5]

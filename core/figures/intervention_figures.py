@@ -190,32 +190,39 @@ def stripe_figure(pattern: np.ndarray, tokens: list[str], period: int, title: st
     n = len(tokens)
     if pattern.shape != (n, n):
         raise ValueError(f"expected an ({n}, {n}) pattern for {n} tokens, got {pattern.shape}")
+    # the figure's coordinates are positions as the screen counts them, from 1 (shown_pos): the hover, the line and
+    # the ticks all read them so
     if n <= max_cells:
         z = np.where(future_mask(n), np.nan, pattern)
-        q = np.array([f"{shown_pos(i)} '{t}'" for i, t in enumerate(tokens)], dtype=object)  # from 1, as on screen
-        heat = go.Heatmap(z=z, colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="weight", thickness=12),
+        q = np.array([f"{shown_pos(i)} '{t}'" for i, t in enumerate(tokens)], dtype=object)
+        at = np.arange(n) + 1
+        heat = go.Heatmap(z=z, x=at, y=at, colorscale="Blues", zmin=0, zmax=1,
+                          colorbar=dict(title="weight", thickness=12),
                           customdata=np.stack(np.broadcast_arrays(q[:, None], q[None, :]), axis=-1),
                           hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}<br>weight %{z:.3f}"
                                         "<extra></extra>")
     else:  # per-cell hover text for n^2 cells would be tens of MB: pooled blocks, labelled by their positions
         z, b = pool_pattern(pattern, max_cells)
-        centres = np.arange(z.shape[-1]) * b + (b - 1) / 2
+        centres = np.arange(z.shape[-1]) * b + (b - 1) / 2 + 1
         heat = go.Heatmap(z=z.astype(np.float32), x=centres, y=centres, colorscale="Blues", zmin=0, zmax=1,
                           colorbar=dict(title=f"weight<br>({b}×{b} blocks)", thickness=12),
-                          customdata=np.stack(np.broadcast_arrays(centres[:, None] + 1, centres[None, :] + 1), -1),
-                          # the hover counts positions from 1, as the screen does (the axes keep the tensor's)
-                          hovertemplate=f"queries around %{{customdata[0]:.0f}}, keys around %{{customdata[1]:.0f}}<br>blocks of {b} "
+                          hovertemplate=f"queries around %{{y:.0f}}, keys around %{{x:.0f}}<br>blocks of {b} "
                                         "positions: weight %{z:.3f}<extra></extra>")
     fig = go.Figure(heat)
     rows = np.arange(period, n)
     # dotted and thin, so that a real stripe under it stays visible
-    fig.add_trace(go.Scatter(x=rows - period + 1, y=rows, mode="lines", name=f"induction keys: j = i − {period} + 1",
+    fig.add_trace(go.Scatter(x=rows - period + 2, y=rows + 1, mode="lines",
+                             name=f"induction keys: j = i − {period} + 1",
                              line=dict(color="#d62728", width=1.5, dash="dot"), opacity=0.7, hoverinfo="skip"))
-    fig.update_xaxes(**axis_ticks(tokens, max_ticks=STRIPE_X_TICKS), range=[-0.5, n - 0.5],
+
+    def shifted(ticks: dict) -> dict:  # tick positions from 1, as the coordinates
+        return {**ticks, "tickvals": [v + 1 for v in ticks["tickvals"]]}
+
+    fig.update_xaxes(**shifted(axis_ticks(tokens, max_ticks=STRIPE_X_TICKS)), range=[0.5, n + 0.5],
                      title_text=f"key j (the {unit}s looked at)")
     # a long sequence of sub-word tokens: fewer query labels, and room for them left of the axis title
     y_ticks = axis_ticks(tokens) if n <= max_cells else axis_ticks(tokens, max_ticks=STRIPE_X_TICKS)
-    fig.update_yaxes(**y_ticks, range=[n - 0.5, -0.5], title_text=f"query i (the {unit} predicting the next)",
+    fig.update_yaxes(**shifted(y_ticks), range=[n + 0.5, 0.5], title_text=f"query i (the {unit} predicting the next)",
                      automargin=True)
     fig.update_layout(title=title, height=620, width=None, plot_bgcolor=MASKED_GREY, margin=dict(l=70, r=20, t=60, b=60),
                       legend=dict(orientation="h", y=1.0, x=1.0, xanchor="right", yanchor="bottom"))
