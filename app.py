@@ -13,7 +13,7 @@ from ui import (DEFAULT_MODEL, accept_lone_surrogates, at_step, load_model, mode
 use_threads(page_threads())
 accept_lone_surrogates()  # a lone surrogate typed into a box must not close the socket (see ui/prompts.py)
 
-st.set_page_config(page_title="Transformer Explorer", page_icon=":material/search:", layout="wide")
+st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
 
 PAGES = {  # sections, so that a newcomer sees where to start and what belongs together
     "Start here": [

@@ -437,5 +437,6 @@ def test_one_pick_in_the_sidebar_switches_the_model_on_a_page_that_writes_its_li
         wait_idle(page)
         page.locator('[data-testid="stSidebar"]').get_by_text(vocab).first.wait_for(timeout=30_000)
         wait_idle(page)
-        assert name in picker.inner_text() and f"model={name}" in page.url, (name, page.url)
+        shown = picker.evaluate("e => e.innerText + ' ' + Array.from(e.querySelectorAll('input')).map(i => i.value).join(' ')")
+        assert name in shown and f"model={name}" in page.url, (name, shown, page.url)
         _no_exception(page, f"attention after picking {name}")
