@@ -75,6 +75,7 @@ def test_job_trains_in_the_background_and_loss_falls():
     assert s.tokens_per_s > 0 and s.elapsed_s > 0 and s.can_save and not s.can_resume
 
 
+@pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_pause_resume_stop():
     """The run trains in a process of its own, at a lower priority; this process gains no thread."""
     threads = threading.active_count()
@@ -102,6 +103,7 @@ def test_pause_resume_stop():
     assert threading.active_count() == threads
 
 
+@pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_stop_then_resume_continues_from_the_same_step(tmp_path):
     job = TrainingJob(TEXT, "test", tiny(steps=40))
     job.start()
@@ -206,6 +208,7 @@ def test_a_finished_run_hands_over_its_weights_and_its_process_ends(tmp_path):
     assert job.save(tmp_path, "again") != path  # saved as often as wanted
 
 
+@pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_beyond_max_processes_the_oldest_stopped_run_is_retired_and_can_still_be_saved(tmp_path, monkeypatch):
     monkeypatch.setattr(tj, "MAX_PROCESSES", 1)
     a = TrainingJob(TEXT, "a", tiny(steps=100_000, seed=1))
@@ -228,6 +231,7 @@ def test_beyond_max_processes_the_oldest_stopped_run_is_retired_and_can_still_be
     assert b.join(120) and b.status().state == "finished"
 
 
+@pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_two_jobs_at_once_do_not_interfere():
     a, b = TrainingJob(TEXT, "a", tiny(steps=30, seed=1)), TrainingJob(OTHER, "b", tiny(steps=30, seed=2))
     a.start()
@@ -250,6 +254,7 @@ def test_too_many_runs_are_refused(monkeypatch):
         a.stop(wait=None)
 
 
+@pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_an_abandoned_job_stops_by_itself():
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
     proc = start_process(job)
