@@ -20,6 +20,18 @@ APP = str(ROOT / "app.py")
 HOME = "pages/home.py"  # app.py's default page: the first run already shows it
 
 
+@pytest.fixture(autouse=True)
+def _main_module_kept():
+    """Streamlit's script runner makes the script it runs the process's ``__main__`` and leaves it there. After an
+    AppTest, a process started with "spawn" in the same test worker would re-run that script as its main (an
+    AppTest.from_function script then fails at once on its undefined arguments): each test ends with the main
+    module it started with."""
+    main = sys.modules.get("__main__")
+    yield
+    if main is not None and sys.modules.get("__main__") is not main:
+        sys.modules["__main__"] = main
+
+
 @pytest.fixture
 def tiny_model():
     torch.manual_seed(0)
