@@ -141,18 +141,3 @@ def show_frame_link_ignored():
     ignored = st.session_state.pop("te_link_ignored", None)
     if ignored:
         Link(ignored=ignored).show_ignored()
-
-
-def apply_link(spec: dict, targets: dict) -> Link:
-    """``read_link(spec)`` and put each valid value into the session state the page's widget reads:
-    ``targets`` maps a URL key to (state key, convert) or to a state key (the value as it is). Call it before the
-    widgets are drawn; the page shows ``show_ignored()`` where it likes (this does it right away)."""
-    link = read_link(spec, _page())
-    for url_key, value in link.values.items():
-        target = targets.get(url_key)
-        if target is None:
-            continue
-        state_key, convert = target if isinstance(target, tuple) else (target, None)
-        st.session_state[state_key] = convert(value) if convert else value
-    link.show_ignored()
-    return link
