@@ -157,6 +157,7 @@ def _train_and_stop(at):
     assert not at.exception
 
 
+@pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_two_sessions_saving_the_same_name_never_overwrite_each_other(tmp_path, open_page):
     """Two students, one server: each session has an owner id; the second cannot replace the first's model,
     even with "replace" ticked, and each session's default name is its own."""
@@ -375,6 +376,7 @@ def n_val_by_hand(vocab):
     return _bpe_by_hand(pydoc_text(), vocab)[2]
 
 
+@pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_a_bpe_run_is_trained_saved_with_its_tokenizer_and_scored_in_bits_per_character(page, tmp_path):
     import math
     from core.nn.checkpoint import load_checkpoint, read_card, read_config

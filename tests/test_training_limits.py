@@ -150,6 +150,7 @@ def test_a_full_disk_while_saving_a_finished_run_says_so_and_writes_nothing(tmp_
     load_checkpoint(job.save(tmp_path, "full"))  # room again: the run was kept
 
 
+@pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_a_save_racing_its_process_retirement_saves_from_the_handed_over_weights(tmp_path):
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
     proc = start_process(job)
