@@ -14,7 +14,7 @@ from core.patching import score_sources, sources_view
 from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 from core.serve.fmt import shown_pos
 from core.serve.links import Field, LinkSpec
-from ui.links import link_box, use_link
+from ui.links import frame_params, link_box, use_link
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -172,9 +172,9 @@ else:
                                                        f"for key {shown_pos(kj)}, split by source"),
                  width="stretch", theme=None, key="attn_sources")
     st.page_link("pages/cause_effect.py", label="Open this in Cause and effect (patching, paths, the full table)",
-                 icon=":material/swap_horiz:", query_params={"model": entry.name, "prompt": prompt.text,
-                                                             "layer": str(layer + 1), "head": str(head + 1),
-                                                             "pos": str(shown_pos(qi))})
+                 icon=":material/swap_horiz:", query_params={**{k: str(v) for k, v in frame_params().items() if v is not None},  # model, step
+                                                             "prompt": prompt.text, "layer": str(layer + 1),
+                                                             "head": str(head + 1), "pos": str(shown_pos(qi))})
 
 st.header("All heads at a glance")
 overview = _overview(mkey, ids, lo, hi)

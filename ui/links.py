@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from core.serve.fmt import md_escape
-from core.serve.links import GLOBAL_KEYS, LinkSpec, fit_link, parse_fields
+from core.serve.links import GLOBAL_KEYS, LinkSpec, parse_fields
 from ui.frame import _calling_page
 
 _SEEN = "te_link_seen::"  # session key + page: the query string this page last read or wrote
@@ -87,18 +87,11 @@ def use_link(spec: LinkSpec, page: str | None = None) -> Link:
     return link
 
 
-def link_box(spec: LinkSpec | dict, overrides: dict | None = None, page: str | None = None):
-    """Publish the page's state as its link and offer it to copy (the code box has a copy button). With a LinkSpec
-    the values come from the session state its fields name, ``overrides`` for the rest; the frame's model and
-    step are added. A prompt (or a pair of prompts, cut together) too long for a link is cut, and the box says so.
-    A plain dict of URL values still works (its prompt is cut)."""
-    frame = frame_params()
-    if isinstance(spec, LinkSpec):
-        params = spec.params(st.session_state, {**frame, **(overrides or {})})
-        fitted, cut = spec.fit(params)
-    else:
-        params = {k: str(v) for k, v in {**frame, **spec}.items() if v is not None and str(v) != ""}
-        fitted, cut = fit_link(params)
+def link_box(spec: LinkSpec, overrides: dict | None = None, page: str | None = None):
+    """Publish the page's state as its link and offer it to copy (the code box has a copy button): the values of the
+    session state ``spec``'s fields name, ``overrides`` for the rest, and the frame's model and step. A prompt (or a
+    pair of prompts, cut together) too long for a link is cut, and the box says so."""
+    fitted, cut = spec.fit(spec.params(st.session_state, {**frame_params(), **(overrides or {})}))
     publish(fitted, page)
     try:
         base = str(st.context.url).split("?")[0]
