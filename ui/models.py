@@ -150,7 +150,8 @@ def final_step(entry: ModelEntry) -> int | None:
 def step_picker(entry: ModelEntry) -> ModelEntry:
     """The sidebar's "Model at training step": a slider over the snapshots ``entry`` kept, the final model by
     default. Returns the entry at the chosen step (step None for the final weights)."""
-    steps, last = snapshot_steps_of(entry), final_step(entry)
+    listing, last = snapshot_listing_of(entry), final_step(entry)
+    steps = list(listing.steps)
     if not steps:
         return at_step(entry, None)
     # the last snapshot is the final step, stored in float16: the final weights stand for it
@@ -172,8 +173,10 @@ def step_picker(entry: ModelEntry) -> ModelEntry:
     choice = st.select_slider("Model at training step", options, format_func=label, key=key,
                               help="Every analysis page (Attention, Switch heads off, Inside the model, Generation) "
                                    "uses the model as it was at this step of its training. Drag left to step 0, the "
-                                   "untrained model, and watch what it learns. The Over training page shows every "
-                                   "step at once.")
+                                   "untrained model, and watch what it learns. The Over training page shows the "
+                                   "snapshots side by side.")
+    if (words := listing_words(listing)) is not None:
+        st.caption(words)
     return at_step(entry, None if choice == "final" else choice)
 
 
@@ -189,7 +192,7 @@ def link_step(step: int, steps: list[int], last: int | None, name: str) -> tuple
         return None, f"{name} trained for {last:,} steps: step {step:,} is past the end of its training"
     nearest = min(steps, key=lambda s: (abs(s - step), s))
     option = "final" if nearest == last else nearest
-    shown = f"the final model (step {nearest:,})" if option == "final" else f"the nearest one, step {nearest:,}"
+    shown = f"the final model (step {nearest:,})" if option == "final" else f"the nearest snapshot (step {nearest:,})"
     return option, (f"The link asked for step {step:,}, but {name} kept no snapshot at that step: "
                     f"{shown} is open instead.")
 
