@@ -94,8 +94,9 @@ _patterns = model_cache(lambda ids, layer, head, picked: head_patterns([(s, snap
 
 ot = _over(fkey, ids)
 if ot.skipped:
+    more = f"; and {len(ot.skipped) - 5:,} more" if len(ot.skipped) > 5 else ""  # a folder of empty files: 24
     st.warning("Some snapshots could not be loaded and are left out: " +
-               "; ".join(f"step {s:,} ({why})" for s, why in ot.skipped), icon="⚠️")
+               "; ".join(f"step {s:,} ({why})" for s, why in ot.skipped[:5]) + more, icon="⚠️")
 if len(ot.steps) < 2:
     st.info("Fewer than two snapshots could be loaded: there is no change over training to show.")
     st.stop()
