@@ -5,6 +5,7 @@ import streamlit as st
 from core.serve import fmt
 from core.analysis import generation as G
 from core.figures import generation_figures as GF
+from core.analysis.sampling import effective_temperature, temperature_note
 from core.analysis.timing import forward_seconds
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
@@ -58,13 +59,10 @@ start_text = tok.decode(ids)
 unit, units = tok.unit, tok.units  # "character(s)" for a character model, "token(s)" otherwise
 SLIDE_S = 30  # text that would outgrow n_ctx may spend this long re-reading the window, else less prompt is read
 
-
 # called with the model's key first (ui.model_cache: cached for the server by that key and the inputs)
 _next_logits = model_cache(lambda ids: G.next_logits(model, ids), 32)
 # a slid step of core.analysis.sampling.stream, on this server
 _window_seconds = model_cache(lambda: forward_seconds(model, 1, c.n_ctx, last_only=True), 8)
-
-
 
 
 def fit(ids: list[int], n_new: int, rows: int = 1) -> tuple[list[int], int, str]:
@@ -105,7 +103,9 @@ if mode != "greedy":
         top_p = float(f_col.slider("p", 0.0, 1.0, step=0.01, key="gen_top_p",
                                    help=f"The smallest set of most likely {units} whose probabilities add "
                                         "up to at least p stays in the draw; the most likely one always does."))
-    for note in G.decoding_notes(temperature, m, top_k, top_p, unit=unit):
+    used = effective_temperature(temperature)  # T as the softmax can take it: 1e-300 is 0 (core.analysis.sampling)
+    notes = [temperature_note(temperature)] if used != temperature else []  # said once, in words
+    for note in notes + G.decoding_notes(used, m, top_k, top_p, unit=unit):
         st.info(note)
 
 st.html(GF.legend_html(unit))
@@ -163,6 +163,8 @@ temps_text = st.text_input("Temperatures (comma-separated)", "0, 0.25, 0.5, 1, 2
 temps, messages = G.parse_temperatures(temps_text)
 for msg in messages:
     st.warning(fmt.md_escape(msg), icon="⚠️")  # the messages quote what the user typed
+for t in (t for t in temps if effective_temperature(t) != t):
+    st.info(temperature_note(t))
 if not temps:
     temps = list(G.DEFAULT_TEMPERATURES)
     st.info("No usable temperature in the list, so the default list is shown.")
@@ -235,7 +237,7 @@ for r0 in range(0, len(temps), per_row):
     cols = st.columns(per_row)
     for col, t, r, d in zip(cols, temps[r0:r0 + per_row], runs[r0:r0 + per_row], ratios[r0:r0 + per_row]):
         with col.container(border=True):
-            st.markdown(f"**T = {G.format_t(t)}**" + (" (greedy)" if t == 0 else ""))
+            st.markdown(f"**T = {G.format_t(t)}**" + (" (greedy)" if effective_temperature(t) == 0 else ""))
             st.metric("distinct 3-grams", "–" if d is None else f"{d:.2f}")
             st.html(GF.shaded_html(tok.decode(cont_ids)[-GF.CONTEXT_CHARS:], r, font_px=13,
                                    boundaries=tok.kind != "char"))

@@ -11,6 +11,9 @@ import streamlit as st
 from core.serve.fmt import md_escape
 from core.serve.links import GLOBAL_KEYS, LinkSpec, parse_fields
 from ui.frame import _calling_page
+from ui.long_links import read_long_links, say_cut
+
+read_long_links()  # once per process, at the first import (app.py's): a link over the server's limits is cut, not lost
 
 _SEEN = "te_link_seen::"  # session key + page: the query string this page last read or wrote
 FRAME_KEYS = ("model", "step")  # read by the frame (frame_link), written by every page's link box
@@ -24,8 +27,12 @@ class Link:
     def show_ignored(self):
         """One message naming every field of the link that was ignored; nothing when all were used."""
         if self.ignored:
-            parts = "; ".join(f"**{md_escape(k[:40])}** ({md_escape(why)})" for k, why in self.ignored[:8])
-            more = f"; and {len(self.ignored) - 8} more" if len(self.ignored) > 8 else ""
+            named, counted = self.ignored, 0
+            if named[-1][0] == "…":  # parse_fields' count of the keys it did not name: "950 more fields ..."
+                named, counted = named[:-1], int(named[-1][1].split()[0].replace(",", ""))
+            parts = "; ".join(f"**{md_escape(k[:40])}** ({md_escape(why)})" for k, why in named[:8])
+            rest = max(0, len(named) - 8) + counted
+            more = f"; and {rest:,} more" if rest else ""
             st.warning(f"Part of this link was ignored, and the page opened with its defaults there: {parts}{more}.",
                        icon=":material/link:")
 
@@ -83,6 +90,7 @@ def use_link(spec: LinkSpec, page: str | None = None) -> Link:
     the widget it sets (``LinkSpec.updates``) and name what was ignored. Call it before the widgets are drawn."""
     link = read_link(spec.kinds, page or _page())
     st.session_state.update(spec.updates(link.values))
+    say_cut()
     link.show_ignored()
     return link
 
@@ -94,8 +102,8 @@ def link_box(spec: LinkSpec, overrides: dict | None = None, page: str | None = N
     fitted, cut = spec.fit(spec.params(st.session_state, {**frame_params(), **(overrides or {})}))
     publish(fitted, page)
     try:
-        base = str(st.context.url).split("?")[0]
-    except Exception:  # noqa: BLE001 - no browser (a test run): a link relative to the page
+        base = (st.context.url or "").split("?")[0]  # None without a browser (a test run): a link relative to the page
+    except Exception:  # noqa: BLE001 - no script run context
         base = ""
     with st.popover("Copy link", icon=":material/link:"):
         st.caption("A link that opens this view as it is now, for anyone on this server:")
@@ -111,7 +119,7 @@ def frame_link(names: list[str]):
     (ui.models.step_picker), which knows the model's snapshots. What cannot be used is kept for
     ``show_frame_link_ignored``."""
     query = st.query_params.to_dict()
-    sig = _signature({k: v for k, v in query.items() if k in ("model", "step")})
+    sig = _signature({k: v for k, v in query.items() if k in FRAME_KEYS})
     if st.session_state.get(_SEEN + "frame") == sig:
         return
     st.session_state[_SEEN + "frame"] = sig
@@ -131,6 +139,8 @@ def frame_link(names: list[str]):
 
 
 def show_frame_link_ignored():
+    say_cut()  # a link the server had to cut (read_long_links), said above the page
     ignored = st.session_state.pop("te_link_ignored", None)
     if ignored:
         Link(ignored=ignored).show_ignored()
+

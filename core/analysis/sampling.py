@@ -17,11 +17,46 @@ import numpy as np
 import torch
 
 
+# The temperatures the softmax can divide float32 logits by (the decoder's logits are float32). Below the smallest
+# normal float32, 1.2e-38, T loses digits, and below 1.4e-45 it rounds to 0, where (z - max z) / T is 0/0 = NaN at
+# the max: a T from a box or a link (a Python float, down to 1e-308) never reaches the division that small. Nothing
+# is lost by stopping there: already at T = 1.2e-38 every gap to the max wider than about 1e-36 (two float32 logits
+# that differ at all, unless both are within 1e-36 of 0) is divided to below -88, whose exp is exactly 0, so p(T) is
+# the T = 0 limit itself. So a T under MIN_TEMPERATURE is T = 0, greedy. Above the largest float32, 3.4e38, T would
+# round to inf, and a logit of -inf (a filtered token) would give -inf / inf = NaN: such a T is T = inf.
+MIN_TEMPERATURE = float(torch.finfo(torch.float32).tiny)  # 1.1754944e-38
+MAX_TEMPERATURE = float(torch.finfo(torch.float32).max)   # 3.4028235e38
+
+
 def _check_temperature(temperature) -> float:
+    """``temperature`` as the softmax uses it: a float >= 0, 0 below MIN_TEMPERATURE and inf above MAX_TEMPERATURE
+    (see above); ValueError for NaN or a negative value."""
     t = float(temperature)
     if math.isnan(t) or t < 0:
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if t < MIN_TEMPERATURE:
+        return 0.0
+    if t > MAX_TEMPERATURE:
+        return math.inf
     return t
+
+
+def effective_temperature(temperature) -> float:
+    """The temperature the decoding actually uses for ``temperature`` (>= 0): 0 below MIN_TEMPERATURE (greedy),
+    inf above MAX_TEMPERATURE, else itself. A page says so in words when the two differ."""
+    return _check_temperature(temperature)
+
+
+def temperature_note(temperature) -> str:
+    """In words, what a temperature outside the softmax's range is used as (``effective_temperature``)."""
+    t = float(temperature)
+    if effective_temperature(t) == 0:
+        return (f"T = {t:.3g} is below {MIN_TEMPERATURE:.2g}, the smallest temperature the model's logits (float32 "
+                "numbers) can be divided by: a smaller T rounds to 0, and the division gives no number at all. So "
+                "T = 0 is used instead, which is what p(T) already is at that temperature: all the probability on "
+                "the largest logit, greedy decoding.")
+    return (f"T = {t:.3g} is above {MAX_TEMPERATURE:.2g}, the largest float32 number: T = ∞ is used instead, "
+            "which is what p(T) already is there: uniform over every token.")
 
 
 def temperature_softmax(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -219,9 +254,9 @@ class Decoder:
             self.gens = list(generator) if isinstance(generator, (list, tuple)) else [generator] * len(self.temps)
             if not len(self.temps) == len(self.gens) == idx.shape[0]:
                 raise ValueError("give one temperature (and one generator) per row of idx")
-        else:
-            _check_temperature(temperature)
-        self.temperature, self.generator, self.top_k, self.top_p = temperature, generator, top_k, top_p
+        # the temperature as used (a T below MIN_TEMPERATURE is 0: drawn greedily, as _draw does at T = 0)
+        self.temperature = self.temps if self.per_row else _check_temperature(temperature)
+        self.generator, self.top_k, self.top_p = generator, top_k, top_p
         self.n_ctx = model.config.n_ctx
         self.k_alt = min(max(0, int(n_alternatives)), model.config.vocab_size)  # 0: no alternatives (fastest)
         self.use_cache = use_cache

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 from urllib.parse import urlencode
 
-GLOBAL_KEYS = frozenset({"model", "step", "embed", "embed_options"})  # read by the frame (app.py) or Streamlit itself
+LINK_CUT_KEY = "te_link_cut"  # added by the server to a link it had to cut (cut_query): "<fields>-<characters>"
+# read by the frame (app.py) or Streamlit itself
+GLOBAL_KEYS = frozenset({"model", "step", "embed", "embed_options", LINK_CUT_KEY})
 MAX_LINK_CHARS = 2000   # a link's query string at most (chat clients and browsers cut longer ones)
 MAX_VALUE_CHARS = 4000  # a value longer than this is not read at all
-MAX_KEYS = 50           # keys past this many are not looked at
+MAX_KEYS = 50           # keys that are not a page's own named at most (the rest counted); its own are read anywhere
 MAX_INT_DIGITS = 18     # whole numbers up to 10^18 (a seed of 2^63 - 1 has 19 digits; the kind's bounds decide)
 # a head as the screen writes it ("L1 H3") or as a link does ("L1H3"), in any case
 _HEAD = re.compile(r"^L\s*(\d{1,4})\s*H\s*(\d{1,4})$")
@@ -87,17 +89,18 @@ def _parse(value: str, kind: tuple):
 
 def parse_fields(query: dict, spec: dict, extra_known=frozenset()) -> tuple[dict, list[tuple[str, str]]]:
     """({key: value} of the valid fields of ``spec`` found in ``query``, [(key, why ignored)]). ``extra_known``:
-    keys read elsewhere (the frame's model and step), neither parsed nor named."""
-    values, ignored = {}, []
-    for i, (key, raw) in enumerate(query.items()):
-        if i >= MAX_KEYS:
-            ignored.append(("…", f"{len(query) - MAX_KEYS} more fields not read"))
-            break
+    keys read elsewhere (the frame's model and step), neither parsed nor named. The page's own keys are read wherever
+    they stand (a link of many other keys still opens its settings); the others are named, the first MAX_KEYS of
+    them, and counted. The work is one look-up a key and one parse a key of ``spec``: a query's keys are unique."""
+    values, ignored, unknown = {}, [], 0
+    for key, raw in query.items():
         key, raw = str(key), "" if raw is None else str(raw)
         if key in extra_known:
             continue
         if key not in spec:
-            ignored.append((key, "not a setting of this page"))
+            unknown += 1
+            if unknown <= MAX_KEYS:
+                ignored.append((key, "not a setting of this page"))
             continue
         if len(raw) > MAX_VALUE_CHARS:
             ignored.append((key, f"longer than {MAX_VALUE_CHARS:,} characters"))
@@ -106,7 +109,29 @@ def parse_fields(query: dict, spec: dict, extra_known=frozenset()) -> tuple[dict
             values[key] = _parse(raw, spec[key])
         except ValueError as e:
             ignored.append((key, str(e)))
+    if unknown > MAX_KEYS:
+        ignored.append(("…", f"{unknown - MAX_KEYS:,} more fields that are not settings of this page"))
     return values, ignored
+
+
+def cut_query(query: str, max_fields: int, max_chars: int) -> str:
+    """A query string over a server's limits (more than ``max_fields`` fields, counted as Streamlit counts them, or
+    more than ``max_chars`` characters) cut to its first whole fields that fit both, with one field more,
+    LINK_CUT_KEY=<fields>-<characters> of the whole link, so that the page can say what was left out. Reads the
+    string once (a count and a slice)."""
+    marker = f"{LINK_CUT_KEY}={query.count('&') + 1}-{len(query)}"
+    room = max_chars - len(marker) - 1
+    head = query[:room + 1]  # one character more: a cut that falls on an "&" keeps the field before it whole
+    if len(query) > room:
+        head = head[:head.rfind("&")] if "&" in head else ""
+    fields = [f for f in head.split("&", max_fields - 1)[:max_fields - 1] if f]  # the last part held the rest
+    return "&".join([*fields, marker])
+
+
+def read_cut(value: str) -> tuple[int, int] | None:
+    """(fields, characters) of the whole link from LINK_CUT_KEY's value; None when it is not the server's."""
+    m = re.fullmatch(r"(\d{1,12})-(\d{1,15})", str(value))
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 @dataclass(frozen=True)
