@@ -195,3 +195,80 @@ def test_real_processes_under_a_memory_cap_answer_in_one_line(extra, words, tmp_
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and len(lines) == 1 and words in lines[0], done.stderr[-2000:]
     assert not (tmp_path / "m").exists()
+
+
+# ---------------------------------------------------------------- core.study's grid files and options
+
+BAD_GRIDS = {
+    "nested 100,000 deep": "[" * 100_000 + "]" * 100_000,          # over the size a grid file may have
+    "nested 30,000 deep": '{"widths": ' + "[" * 30_000 + "]" * 30_000 + "}",  # small enough, too deep to decode
+    "not JSON": "{widths: [16]}", "a list": "[16, 32]", "a string": '"tiny"', "a number": "3",
+    "widths of text": '{"widths": ["a"], "tokens": [1000]}', "widths of fractions": '{"widths": [16.5], "tokens": [1000]}',
+    "widths of booleans": '{"widths": [true], "tokens": [1000]}', "widths an object": '{"widths": {"a": 1}, "tokens": [1]}',
+    "no tokens": '{"widths": [16]}', "empty widths": '{"widths": [], "tokens": [1000]}',
+    "a NaN budget": '{"widths": [16], "tokens": [NaN]}', "a negative width": '{"widths": [-16], "tokens": [1000]}',
+    "n_layers as text": '{"widths": [16], "tokens": [1000], "n_layers": "two"}',
+    "an unknown field": '{"widths": [16], "tokens": [1000], "depth": 2}',
+    "an unknown recipe": '{"widths": [16], "tokens": [1000], "recipe": "sgd"}',
+    "a name that is a list": '{"widths": [16], "tokens": [1000], "name": ["x"]}',
+    "a huge width": '{"widths": [1000000], "tokens": [1000]}',
+    "a huge budget": '{"widths": [16], "tokens": [1' + "0" * 30 + "]}",
+    "a huge window": '{"widths": [16], "tokens": [1000], "n_ctx": 1000000000}',
+    "too many runs": '{"widths": ' + str(list(range(16, 16 + 11))) + ', "tokens": ' + str(list(range(1000, 1010))) + "}",
+}
+
+
+@pytest.fixture
+def no_study(monkeypatch):
+    from core.training import study
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a study started for a grid that must be refused")
+
+    monkeypatch.setattr(study, "run_study", refuse)
+    monkeypatch.setattr(study, "make_engine", refuse)
+
+
+def study_refused(argv, capsys) -> str:
+    from core.training.study import main
+
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err[-1500:])
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", list(BAD_GRIDS))
+def test_a_bad_grid_file_is_one_line_and_status_2(case, tmp_path, text_file, capsys, no_study):
+    grid = tmp_path / "mine.json"
+    grid.write_text(BAD_GRIDS[case])
+    line = study_refused(["--corpus", text_file, "--grid", grid, "--out", tmp_path / "s"], capsys)
+    assert "--grid" in line, line
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_grid_file_that_is_not_a_regular_file_is_refused(tmp_path, text_file, capsys, no_study):
+    fifo = tmp_path / "grid.json"
+    os.mkfifo(fifo)
+    assert "not a text file" in study_refused(["--corpus", text_file, "--grid", fifo, "--out", tmp_path / "s"], capsys)
+
+
+def test_a_good_grid_file_is_still_read(tmp_path):
+    from core.training.study_grid import grid_from_file
+
+    path = tmp_path / "one.json"
+    path.write_text('{"widths": [8, 16], "tokens": [256], "n_ctx": 16, "batch_size": 4, "recipe": "adamw"}')
+    grid = grid_from_file(path)
+    assert (grid.name, grid.widths, grid.tokens, grid.n_ctx, grid.recipe) == ("one", (8, 16), (256,), 16, "adamw")
+
+
+@pytest.mark.parametrize("extra", [["--workers", "0"], ["--workers", "1000000"], ["--bootstrap", "-1"],
+                                   ["--bootstrap", str(BIG)], ["--nice", "-5"], ["--nice", "100"],
+                                   ["--workers", "many"]])
+def test_a_bad_study_option_is_one_line_and_status_2(extra, tmp_path, text_file, capsys, no_study):
+    study_refused(["--corpus", text_file, "--out", tmp_path / "s", *extra], capsys)
+    assert not (tmp_path / "s").exists()

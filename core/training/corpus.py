@@ -50,7 +50,7 @@ def read_text_file(path, max_bytes: int | None = None) -> str:
 
         max_bytes, why = corpus_cap()
     else:
-        why = "the limit given"
+        why = None
     try:
         # O_NONBLOCK: opening a FIFO with no writer would wait forever; fstat then judges the file actually opened
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -66,7 +66,7 @@ def read_text_file(path, max_bytes: int | None = None) -> str:
         except OSError as e:
             raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     if len(raw) > max_bytes:
-        raise ValueError(f"{path} is larger than {binary_bytes(max_bytes)}, {why}")
+        raise ValueError(f"{path} is larger than {binary_bytes(max_bytes)}" + (f", {why}" if why else ""))
     return decode_text(raw, str(path))
 
 
