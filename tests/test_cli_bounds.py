@@ -272,3 +272,16 @@ def test_a_good_grid_file_is_still_read(tmp_path):
 def test_a_bad_study_option_is_one_line_and_status_2(extra, tmp_path, text_file, capsys, no_study):
     study_refused(["--corpus", text_file, "--out", tmp_path / "s", *extra], capsys)
     assert not (tmp_path / "s").exists()
+
+
+def test_a_built_in_corpus_that_cannot_be_read_is_named_by_its_file_alone(tmp_path, monkeypatch):
+    # the Training and Why each piece pages show this message: the file's name, not the server's folders
+    from core.training import training_setup
+
+    bad = tmp_path / "server-only" / "tinyshakespeare.txt"
+    bad.parent.mkdir()
+    bad.write_bytes(b"\xff\xfe\xfa not UTF-8")
+    monkeypatch.setattr(corpus_module, "shakespeare_path", lambda: bad)
+    with pytest.raises(ValueError, match="^tinyshakespeare.txt is not UTF-8") as e:
+        training_setup.builtin_corpus("shakespeare")
+    assert "server-only" not in str(e.value)
