@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     p = parser()
-    args = p.parse_args(argv)
+    args = p.parse_args(argv)  # a value of the wrong type ends here, in argparse's one line
     started = []  # set once training has begun: an error then starts a fresh line after the progress bar
     try:
         problem = model_out_problem(args.out, args.overwrite)  # before minutes of training, not after them
@@ -138,6 +138,8 @@ def check(s: JobSettings, tc: TrainConfig, vocab: int, chars: int | None) -> Non
         hint = " (TE_RUN_MEMORY sets that limit; 0 lifts it)" if "memory" in errors else ""
         raise Refused("; ".join(dict.fromkeys(errors.values())) + hint)
     budget = memory_budget()
+    # the page's estimate leaves the snapshots out (it keeps 21 at most); --snapshots may ask for 199, each a
+    # float16 copy of every weight held until the save
     keep = SNAPSHOT_BYTES * count_parameters(s.model_config(vocab))["total"] * (tc.snapshots + 1 if tc.snapshots else 0)
     need = run_memory(s, vocab, chars or 0).total + keep
     if budget is not None and need > budget:
@@ -155,14 +157,15 @@ def check_options(args: argparse.Namespace) -> tuple[TrainConfig, JobSettings]:
     if args.tokenizer == "bpe" and args.vocab_size is not None and not MIN_BPE_VOCAB <= args.vocab_size <= MAX_BPE_VOCAB:
         raise Usage(f"--vocab-size must be at least {MIN_BPE_VOCAB} (a byte-level BPE starts from the {MIN_BPE_VOCAB} "
                     f"bytes) and at most {MAX_BPE_VOCAB:,}, got {args.vocab_size:,}")
-    cores = os.cpu_count() or 1
+    cores = os.cpu_count() or 1  # torch starts a thread per count asked: 100,000 ran out of memory
     if args.threads is not None and not 1 <= args.threads <= cores:
         raise Refused(f"--threads must be from 1 to {cores}, this machine's cores (got {args.threads})")
-    tc = train_config(args)
+    tc = train_config(args)  # train_problems' checks: TrainConfig raises with the words the form shows
     if tc.eval_batches > MAX_EVAL_BATCHES:
         raise Refused(f"--eval-batches must be at most {MAX_EVAL_BATCHES} (each evaluation reads that many batches "
                       f"of each part; the shipped models used 16), got {tc.eval_batches:,}")
     s = settings(args, tc)
+    # the fewest tokens the tokenizer can have: a run refused now is refused whatever the corpus holds
     check(s, tc, s.bpe_vocab if s.tokenizer == "bpe" else MIN_VOCAB["char"], None)
     return tc, s
 
