@@ -9,13 +9,13 @@ from core.training.corpus import shakespeare_path
 from core.training.job_settings import JobSettings
 from core.training.training_job import BusyError, release_abandoned
 from core.training.variants import BY_ID, VARIANTS
-from ui import (ROOT, chart, ensure_frame, job_controls, load_folder, reset_save_form, save_form, session_alive,
+from ui import (chart, ensure_frame, job_controls, load_folder, reset_save_form, save_form, session_alive,
                 session_id, session_owner)
 from core.training import training_setup as setup
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
-STUDY = ROOT / "assets" / "variants"
+STUDY = VV.STUDY_DIR  # assets/variants
 PROMPT = "KING:\nThe moon is down; what news from the camp?\n"  # our own line: the claims measured live on it
 SHOWN = ["lecture", "no-mlp", "no-residual", "no-layernorm", "no-mask"]
 

@@ -68,3 +68,30 @@ def test_a_learner_starts_and_stops_a_variant_of_their_own(open_page, study, tmp
     at.run()
     assert not at.exception
     assert any("Save it to open it" in c.value for c in at.caption)
+
+
+def test_a_bad_study_file_is_named_inside_the_study_folder_never_by_its_server_path(open_page, tmp_path, monkeypatch):
+    """Issue 40: Why each piece's warnings showed absolute server paths (an OSError's own message names the whole
+    path). A study folder with a file that cannot be read, one that is not text and a kept model that is broken:
+    each warning names the file inside the study folder and nothing of where the server keeps it."""
+    import shutil
+
+    from core.views import variants_view as VV
+
+    folder = tmp_path / "hidden-server-place" / "variants"
+    folder.mkdir(parents=True)
+    if (STUDY / "variants.csv").is_file():
+        shutil.copy(STUDY / "variants.csv", folder / "variants.csv")
+    (folder / "curves.csv").mkdir()  # a folder where a file should be: open() raises IsADirectoryError with the path
+    (folder / "models" / "lecture").mkdir(parents=True)
+    (folder / "models" / "lecture" / "config.json").write_text("{not json")
+    monkeypatch.setattr(VV, "STUDY_DIR", folder)
+    at = open_page(PAGE)
+    shown = [w.value for w in at.warning] + [i.value for i in at.info]
+    assert any("curves.csv" in w for w in shown), shown
+    assert all(str(tmp_path) not in w and "hidden-server-place" not in w for w in shown), shown
+    # a study that is not there at all: the same, for the file that is missing
+    monkeypatch.setattr(VV, "STUDY_DIR", tmp_path / "hidden-server-place" / "nothing")
+    at = open_page(PAGE)
+    shown = [w.value for w in at.warning] + [i.value for i in at.info]
+    assert any("variants.csv" in w for w in shown) and all("hidden-server-place" not in w for w in shown), shown

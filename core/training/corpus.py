@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.serve.fmt import binary_bytes
 from core.serve.paths import REPO_ROOT, corpora_dir
 
 CORPUS_ENV = "TE_CORPUS"
@@ -38,13 +40,33 @@ def shakespeare_path() -> Path | None:
     return next((path for path in shakespeare_candidates() if path.is_file()), None)
 
 
-def read_text_file(path) -> str:
-    """Read a UTF-8 corpus; raises ValueError with a clear reason for anything else."""
+def read_text_file(path, max_bytes: int | None = None) -> str:
+    """Read a UTF-8 corpus of at most ``max_bytes`` bytes (None: ``core.training.job_settings.corpus_cap()``, the
+    largest text a run's memory budget holds); raises ValueError with a clear reason for anything else: a file
+    too large, or one that is not a regular file (a device such as /dev/zero never ends, a FIFO blocks)."""
     path = Path(path)
+    if max_bytes is None:
+        from core.training.job_settings import corpus_cap  # the memory estimate's home, which imports this module
+
+        max_bytes, why = corpus_cap()
+    else:
+        why = None
     try:
-        raw = path.read_bytes()
+        # O_NONBLOCK: opening a FIFO with no writer would wait forever; fstat then judges the file actually opened
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ValueError(f"{path} is {'a folder' if stat.S_ISDIR(mode) else 'a device, pipe or socket'}, not a text file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            raw = f.read(max_bytes + 1)  # one byte over: enough to know it is too large, never the whole of it
+        except OSError as e:
+            raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    if len(raw) > max_bytes:
+        raise ValueError(f"{path} is larger than {binary_bytes(max_bytes)}" + (f", {why}" if why else ""))
     return decode_text(raw, str(path))
 
 

@@ -129,8 +129,8 @@ def validate_settings(s: JobSettings, corpus_chars: int, vocab_size: int,
                            "part. Use a smaller n_ctx or a longer text.")
     elif "n_ctx" not in errors and split_tokens is None and corpus_chars < min_corpus_chars(s.n_ctx):
         held_out = 1 - TRAIN_FRACTION
-        errors["n_ctx"] = (f"the corpus has {corpus_chars:,} characters; n_ctx = {s.n_ctx} needs at least "
-                           f"{min_corpus_chars(s.n_ctx):,} ({held_out:.0%} is held out; each part needs n_ctx + 1). "
+        errors["n_ctx"] = (f"the corpus is too short: {corpus_chars:,} characters; n_ctx = {s.n_ctx} needs at "
+                           f"least {min_corpus_chars(s.n_ctx):,} ({held_out:.0%} is held out; each part needs n_ctx + 1). "
                            "Use a smaller n_ctx or a longer text.")
     if "batch_size" not in errors and "n_ctx" not in errors and s.batch_size * s.n_ctx > MAX_TOKENS_PER_STEP:
         errors["batch_size"] = (f"batch x n_ctx = {s.batch_size * s.n_ctx:,} tokens per step; at most "
@@ -354,3 +354,18 @@ def memory_problem(s: JobSettings, vocab_size: int, corpus_chars: int) -> str | 
               "data": f"the corpus and its tokens take {binary_bytes(est.data)}: a shorter text needs less"}[biggest]
     return (f"This run needs about {binary_bytes(est.total)} of memory; the server allows {binary_bytes(budget)} per "
             f"run. Most of it: {advice}.")
+
+
+def corpus_cap() -> tuple[int, str]:
+    """(bytes, why in words): the largest corpus file a run reads, the text whose data alone (DATA_BYTES_PER_CHAR a
+    character) would fill the memory a run may take beside its process: TE_RUN_MEMORY, or, where that sets no
+    limit, the machine's memory. A file is read up to this cap and no further (a device like /dev/zero never
+    ends). ValueError, saying so, when TE_RUN_MEMORY is not a size."""
+    budget = memory_budget()
+    where = f"the memory one run may take (TE_RUN_MEMORY, {binary_bytes(budget)})" if budget else None
+    if budget is None:
+        budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        where = f"this machine's memory ({binary_bytes(budget)})"
+    cap = max(0, budget - PROCESS_BYTES) // DATA_BYTES_PER_CHAR
+    return cap, (f"the most a run can hold in {where}: a training process keeps about {DATA_BYTES_PER_CHAR} bytes "
+                 "a character")

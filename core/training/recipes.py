@@ -139,6 +139,14 @@ def train_problems(values: dict) -> dict[str, str]:
         v = values.get(name, 0.5)  # an absent fraction stands in as a valid one
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1):
             problems[name] = f"{name} must be a number from 0 to 1 (got {v!r})"
+    # the optimiser's own numbers: torch refuses some only once the run is built, and takes a NaN or a huge decay
+    # without a word (every weight NaN, or wiped, after a step)
+    bounds = {"weight_decay": (0, 1, "from 0 to 1"), "beta2": (0, 1 - 1e-12, "from 0 to below 1"),
+              "grad_clip": (0, math.inf, "of at least 0 (0: no clipping)")}
+    for name, (low, high, words) in bounds.items():
+        v = values.get(name, low)
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and low <= v <= high):
+            problems[name] = f"{name} must be a number {words} (got {v!r})"
     if values.get("optimizer", OPTIMIZERS[0]) not in OPTIMIZERS:
         problems["optimizer"] = f"optimizer must be one of {', '.join(OPTIMIZERS)} (got {values['optimizer']!r})"
     if values.get("schedule", SCHEDULES[0]) not in SCHEDULES:

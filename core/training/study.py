@@ -16,7 +16,6 @@ Command line: ``python -m core.study --corpus FILE --grid tiny|small|full --engi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -27,6 +26,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
+from core.training.cli_args import OneLineParser
 from core.training.corpus import read_text_file
 # the names of the split-out modules, re-exported: pages, tests, bench and core.training.study_job import them from here
 from core.training.study_engines import (ENGINES, PR_SET_PDEATHSIG, LocalEngine, RayEngine, ShouldStop,  # noqa: F401
@@ -45,6 +45,7 @@ PARENT_ENV = "TE_STUDY_PARENT"  # set by core.training.study_job: the study stop
 
 # ---------------------------------------------------------------- the fit of a finished study
 
+MAX_BOOTSTRAP = 2000  # refits: about half a second to a second each, so up to half an hour
 REFIT_SHARE = 0.7  # a bootstrap refit (300 starts) against the full fit (4,500): measured 0.5-1.2 s against 1.0-1.2 s
 
 
@@ -208,7 +209,7 @@ def _bar(p: Progress):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m core.study",
+    p = OneLineParser(prog="python -m core.study",
                                 description="Train a grid of small models (sizes x token budgets) and fit L(N, D).")
     p.add_argument("--corpus", required=True, help="UTF-8 text file (Tiny Shakespeare for the shipped study)")
     p.add_argument("--grid", default="tiny", help=f"{' | '.join(GRIDS)} | a .json file with widths and tokens "
@@ -217,12 +218,22 @@ def main(argv=None) -> int:
                                                      "tasks on RAY_ADDRESS's cluster or on a local Ray instance")
     p.add_argument("--out", required=True, help="study folder: runs.csv, study.json, fit.json, README.md; a folder "
                                                 "holding part of the same study is continued")
-    p.add_argument("--workers", type=int, default=None, help="processes (local) or CPUs (a local Ray instance); "
-                                                             "default: every core")
-    p.add_argument("--bootstrap", type=int, default=200, help="bootstrap refits for the intervals (default 200)")
-    p.add_argument("--nice", type=int, default=0, help="lower this study's CPU priority (what the app does)")
+    most = max(64, os.cpu_count() or 1)  # a process each: more than the cores only share them, 10^6 would fork-bomb
+    p.add_argument("--workers", type=int, default=None, help=f"processes (local) or CPUs (a local Ray instance), 1 to "
+                                                             f"{most}; default: every core")
+    p.add_argument("--bootstrap", type=int, default=200, help=f"bootstrap refits for the intervals, 0 to "
+                                                              f"{MAX_BOOTSTRAP:,} (default 200)")
+    p.add_argument("--nice", type=int, default=0, help="lower this study's CPU priority by 0 to 19 (what the app "
+                                                       "does)")
     p.add_argument("--note", default="", help="a sentence for the card (the machine was shared, say)")
     args = p.parse_args(argv)
+    # each checked before any work: a refit takes about a second, and a process may only lower its priority
+    if args.workers is not None and not 1 <= args.workers <= most:
+        p.error(f"--workers must be from 1 to {most} (got {args.workers:,})")
+    if not 0 <= args.bootstrap <= MAX_BOOTSTRAP:
+        p.error(f"--bootstrap must be from 0 to {MAX_BOOTSTRAP:,} refits (got {args.bootstrap:,})")
+    if not 0 <= args.nice <= 19:
+        p.error(f"--nice must be from 0 to 19 (got {args.nice})")
     argv_used = argv if argv is not None else sys.argv[1:]
     command = "python -m core.study " + shlex.join(str(a) for a in argv_used)  # for the card: how to run it again
 

@@ -98,19 +98,88 @@ GRIDS: dict[str, Grid] = {
 }
 
 
+MAX_GRID_FILE_BYTES = 64 * 2**10  # a grid is a few lines of JSON; a bigger file is not one
+MAX_GRID_RUNS = 100               # the shipped study is 24 runs; each run is minutes of CPU
+GRID_INTS = {"n_layers": 1, "n_ctx": 1, "batch_size": 1, "head_width": 1, "seed": 0}  # field -> its least value
+
+
 def grid_from_file(path) -> Grid:
-    """A grid of one's own: a JSON object with Grid's fields (name, widths and tokens at least)."""
+    """A grid of one's own: a JSON object with Grid's fields (name, widths and tokens at least), every one checked
+    (StudyError, in one line, for anything else), and every run held to the Training page's limits for a live
+    run: its shape, parameters, tokens a step, steps and memory (core.training.job_settings)."""
+    from core.training.corpus import read_text_file
+
+    where = f"--grid {path}"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        # JSON gives lists; the frozen (hashable) Grid holds tuples of whole numbers
-        data["widths"], data["tokens"] = tuple(int(v) for v in data["widths"]), tuple(int(v) for v in data["tokens"])
-        grid = Grid(**{"name": Path(path).stem, **data})  # the file's name unless it names itself
-    except (OSError, ValueError, TypeError, KeyError) as e:  # TypeError: a field Grid does not have
-        raise StudyError(f"--grid {path}: not a grid file ({type(e).__name__}: {e}); give tiny, small, full or a "
-                         "JSON file with widths and tokens") from None
-    if not grid.widths or not grid.tokens or min(grid.widths + grid.tokens) < 1:
-        raise StudyError(f"--grid {path}: widths and tokens must be lists of positive whole numbers")
+        raw = read_text_file(path, MAX_GRID_FILE_BYTES)  # a regular file, and a small one
+    except ValueError as e:  # the message names the file
+        raise StudyError(f"--grid: {e}") from None
+    try:
+        data = json.loads(raw)
+    except RecursionError:  # json's decoder recurses once per level: [[[[... 100,000 deep
+        raise StudyError(f"{where}: nested too deep to be a grid; give tiny, small, full or a JSON object with "
+                         "widths and tokens") from None
+    except ValueError as e:
+        raise StudyError(f"{where}: not JSON ({e})") from None
+    problem = _grid_problem(data)
+    if problem:
+        raise StudyError(f"{where}: {problem}")
+    # JSON gives lists; the frozen (hashable) Grid holds tuples
+    grid = Grid(**{"name": Path(path).stem, **data, "widths": tuple(data["widths"]), "tokens": tuple(data["tokens"])})
+    problem = _runs_problem(grid)
+    if problem:
+        raise StudyError(f"{where}: {problem}")
     return grid
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _grid_problem(data) -> str | None:
+    """Why ``data`` (a grid file's JSON) is no grid; None when its fields have the right types and ranges."""
+    from core.training.recipes import RECIPES
+
+    if not isinstance(data, dict):
+        return f"a grid is a JSON object with widths and tokens, not a {type(data).__name__}"
+    fields = {f.name for f in Grid.__dataclass_fields__.values()}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        return f"unknown field(s) {', '.join(map(repr, unknown))}; a grid has {', '.join(sorted(fields))}"
+    for key in ("widths", "tokens"):
+        values = data.get(key)
+        if not isinstance(values, list) or not values or not all(_whole(v) and v >= 1 for v in values):
+            return f"{key} must be a non-empty list of positive whole numbers (got {str(values)[:80]})"
+    if len(data["widths"]) * len(data["tokens"]) > MAX_GRID_RUNS:
+        return (f"{len(data['widths'])} widths x {len(data['tokens'])} budgets is "
+                f"{len(data['widths']) * len(data['tokens']):,} runs; a study has at most {MAX_GRID_RUNS}")
+    for key, least in GRID_INTS.items():
+        if key in data and not (_whole(data[key]) and least <= data[key] < 2**63):
+            return f"{key} must be a whole number of at least {least} (got {str(data[key])[:40]})"
+    if "recipe" in data and data["recipe"] not in RECIPES:
+        return f"recipe must be one of {', '.join(RECIPES)} (got {str(data['recipe'])[:40]})"
+    if "name" in data and not (isinstance(data["name"], str) and 0 < len(data["name"]) <= 60
+                               and data["name"].isprintable()):
+        return "name must be a line of text of at most 60 characters"
+    return None
+
+
+def _runs_problem(grid: Grid) -> str | None:
+    """Why a run of ``grid`` may not train (the largest width, the largest budget): the Training page's limits."""
+    from core.training.job_settings import JobSettings, MAX_STEPS, validate_settings
+
+    steps = max(grid.steps(t) for t in grid.tokens)
+    if steps > MAX_STEPS:
+        return (f"its largest budget is {steps:,} steps of {grid.tokens_per_step:,} tokens; a run has at most "
+                f"{MAX_STEPS:,}")
+    for d in sorted(grid.widths, reverse=True):
+        s = JobSettings(d_model=d, n_heads=grid.heads(d), n_layers=grid.n_layers, n_ctx=grid.n_ctx,
+                        batch_size=grid.batch_size, steps=steps, seed=grid.seed, recipe=grid.recipe)
+        # no corpus yet: its length is judged by corpus_problem once read ("long enough" here); m of 1 at least
+        errors = validate_settings(s, 0, 1, (2**62, 2**62))
+        if errors:
+            return f"the run at d = {d}: " + "; ".join(dict.fromkeys(errors.values()))
+    return None
 
 
 def resolve_grid(name: str) -> Grid:

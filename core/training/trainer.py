@@ -5,28 +5,22 @@ metrics, ``Trainer.evaluate()`` estimates train and validation loss; callers dec
 The settings, recipes and schedule are ``core.training.recipes``; the tokenizer, batches and scoring ``core.training.train_data``;
 both are re-exported here, so ``from core.training.trainer import ...`` finds every name it always found.
 
-    python -m core.train --out assets/models/NAME [--tokenizer bpe --vocab-size 1024] [--steps N] ...
+The command line, ``python -m core.train``, is core.training.train_cli (``main`` below hands over to it).
 """
 from __future__ import annotations
 
-import argparse
-import shlex
 import sys
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
-from pathlib import Path
 
 import torch
 
-from core.nn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from core.training.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path, split_description, split_train_val
-from core.analysis.induction import HeadRecorder, formation_step, induction_summary
-from core.nn.model import LECTURE, ModelConfig, Transformer
-from core.nn.params import count_parameters, per_block_formula
+from core.training.corpus import TRAIN_FRACTION, split_description, split_train_val
+from core.analysis.induction import HeadRecorder
+from core.nn.model import ModelConfig, Transformer
 from core.nn.snapshots import snapshot_state, snapshot_steps
-from core.serve.threads import use_threads
 from core.nn.tokenizer import CharTokenizer, Tokenizer
 # re-exported: pages, bench, tests and core.training.job_settings import these from core.training.trainer
 from core.training.recipes import (DEFAULT_RECIPE, OPTIMIZERS, RECIPE_TITLES, RECIPES, SCHEDULES, TrainConfig,  # noqa: F401
@@ -231,154 +225,12 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
     return record
 
 
-def _progress(step, total, loss, val, tps, elapsed, extra=""):
-    # on stderr, redrawn in place (\r): stdout keeps only the lines worth keeping in a log
-    eta = (total - step) * elapsed / max(step, 1)  # at the mean pace so far
-    width = 28
-    filled = int(width * step / total)
-    bar = "#" * filled + "-" * (width - filled)
-    val_s = f" val {val:.3f}" if val is not None else ""
-    sys.stderr.write(
-        f"\r[{bar}] {step}/{total} loss {loss:.3f}{val_s}{extra} | {tps / 1000:.1f}K tok/s | "
-        f"{elapsed:.0f}s elapsed, ETA {eta:.0f}s "
-    )
-    sys.stderr.flush()
+def main(argv=None) -> int:
+    """``python -m core.train``: the command line lives in core.training.train_cli (it checks every argument
+    before any work); this name stays, as core.train and the tests call it."""
+    from core.training.train_cli import main as cli_main
 
-
-def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m core.train",
-                                description="Train a transformer over characters or byte-level BPE tokens.")
-    p.add_argument("--corpus", help="UTF-8 text file (default: Tiny Shakespeare via $TE_CORPUS or ../shared/data)")
-    p.add_argument("--out", required=True, help="checkpoint folder to write")
-    for name in ("d_model", "n_heads", "n_layers", "n_ctx"):  # the lecture's shape by default
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(LECTURE, name))
-    p.add_argument("--d-ff", type=int, default=None, help="MLP width (default: 4 d)")
-    p.add_argument("--tokenizer", choices=TOKENIZERS, default="char",
-                   help="'char': one token per distinct character (the lecture's model); 'bpe': a byte-level BPE "
-                        "learned from the training 90%% only, saved as tokenizer.json beside the weights")
-    p.add_argument("--vocab-size", type=int, default=None, metavar="N",
-                   help=f"the BPE's vocabulary size, at least 256 (default {DEFAULT_BPE_VOCAB}); n_ctx then counts tokens")
-    p.add_argument("--optimizer", choices=list(RECIPES), default=DEFAULT_RECIPE,
-                   help="the recipe: 'muon' (Muon on the blocks' matrices, AdamW elsewhere, warmup-constant-cooldown) "
-                        "or 'adamw' (the usual AdamW with warmup and cosine decay); the flags below override it")
-    p.add_argument("--schedule", choices=list(SCHEDULES), default=None)
-    defaults = TrainConfig()
-    for name in ("batch_size", "steps", "warmup", "eval_interval", "eval_batches", "seed", "repeat_first_steps",
-                 "repeat_min_span", "repeat_max_span", "heads_interval", "snapshots"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
-                       help=f"default: the recipe's ({getattr(defaults, name)} for adamw)")
-    for name in ("lr", "muon_lr", "muon_momentum", "warmup_frac", "cooldown_frac", "min_lr_ratio", "weight_decay",
-                 "grad_clip", "beta2"):
-        p.add_argument("--" + name.replace("_", "-"), type=float, default=None)
-    p.add_argument("--repeat-fraction", type=float, default=None,
-                   help="share of training rows holding a span of random characters written twice at a random "
-                        "distance (default 0: plain text); with --repeat-first-steps N every row holds one for the "
-                        "first N steps. The data on which an induction head forms")
-    p.add_argument("--repeat-random-share", type=float, default=None,
-                   help="share of the repeated spans made of random characters (default 1); the rest repeat the "
-                        "row's own text, so the head also copies natural text written twice")
-    p.add_argument("--compare-to", default=None, metavar="CHECKPOINT",
-                   help="a model trained without repeats: its validation loss is measured the same way and the card "
-                        "states the difference (what the repeat mixture costs on plain text)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--overwrite", action="store_true")
-    args = p.parse_args(argv)
-    if Path(args.out).exists() and not args.overwrite:  # before minutes of training, not after them
-        p.error(f"--out {args.out} already exists; give another folder, or --overwrite to replace it")
-    try:
-        return _train(p, args, argv)
-    except (ValueError, OSError, CheckpointError) as e:  # bad input (the corpus, a setting, the folder): in words
-        sys.stderr.write(f"\nerror: {e}\n")
-        return 2  # as argparse's own errors (and core.study's)
-    except KeyboardInterrupt:
-        sys.stderr.write("\nstopped: nothing was saved\n")
-        return 130  # what a shell reports for Ctrl-C (128 + SIGINT)
-
-
-def _train(p: argparse.ArgumentParser, args: argparse.Namespace, argv) -> int:
-    """The run ``main`` parsed: train, measure and save; 0 once saved (a process's exit status)."""
-    if args.tokenizer == "char" and args.vocab_size is not None:
-        p.error("--vocab-size applies to --tokenizer bpe; a character model's vocabulary is the corpus's characters")
-    bpe_vocab = (args.vocab_size or DEFAULT_BPE_VOCAB) if args.tokenizer == "bpe" else None  # None: characters
-    if bpe_vocab is not None and bpe_vocab < 256:
-        p.error(f"--vocab-size must be at least 256 (a byte-level BPE starts from the 256 bytes), got {bpe_vocab}")
-
-    # before any work; a process of its own may set the count (core.serve.threads: never so in the server)
-    use_threads(args.threads)
-    corpus = args.corpus or shakespeare_path()
-    if corpus is None:
-        p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
-    text = read_text_file(corpus)
-    # only the flags given override the recipe (their default None means "the recipe's"); --optimizer names it
-    defaults = TrainConfig()
-    given = {k: getattr(args, k) for k in asdict(defaults) if k != "optimizer" and getattr(args, k, None) is not None}
-    tc = TrainConfig.recipe(args.optimizer, **{"steps": defaults.steps, **given})
-    mc = dict(n_ctx=args.n_ctx, d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_ff)
-    trainer = Trainer(text, mc, tc, bpe_vocab_size=bpe_vocab)
-    counts = count_parameters(trainer.config)
-    c = trainer.config
-    tok = trainer.tokenizer
-    print(f"tokenizer: {tok.describe()}" + (f", learned from the training {TRAIN_FRACTION:.0%}"
-                                             if tok.kind == "bpe" else ""))
-    if bpe_vocab is not None and tok.vocab_size < bpe_vocab:
-        print(f"  (the text ran out of pairs seen twice: {tok.vocab_size:,} tokens, not {bpe_vocab:,})")
-    print(f"model: d={c.d_model} h={c.n_heads} L={c.n_layers} d_ff={c.d_ff} n_ctx={c.n_ctx} {tok.units} m={c.vocab_size}")
-    print(f"parameters per block: {counts['per_block']:,}  ({per_block_formula(c)})")
-    print(f"parameters in total:  {counts['total']:,}")
-    print(f"corpus: {corpus} ({len(text):,} chars; {len(trainer.train_data):,} train / {len(trainer.val_data):,} val "
-          f"{tok.units}" + (f", {trainer.train_chars / len(trainer.train_data):.2f} characters per token in the "
-                            f"training part" if tok.kind != "char" else "") + ")")
-
-    start = time.perf_counter()
-    val, tps_window, window_tokens, window_time = None, 0.0, 0, 0.0
-    trainer.log_eval()
-    while not trainer.done:
-        m = trainer.step()
-        # tokens per second over the steps since the last evaluation: a single step's figure jitters
-        window_tokens += tc.batch_size * c.n_ctx
-        window_time += tc.batch_size * c.n_ctx / m["tokens_per_s"]
-        if trainer.step_num % tc.eval_interval == 0 or trainer.done:
-            tps_window = window_tokens / max(window_time, 1e-9)
-            val = trainer.log_eval(tps_window)["val_loss"]
-            window_tokens, window_time = 0, 0.0
-        if trainer.step_num % 10 == 0 or trainer.done:
-            rows = trainer.heads.rows if trainer.heads else []
-            # the last measurement, one row per head: the best head's score
-            ind = f" induction {max(r['induction'] for r in rows[-c.n_layers * c.n_heads:]):.2f}" if rows else ""
-            _progress(trainer.step_num, tc.steps, m["loss"], val, m["tokens_per_s"], time.perf_counter() - start, ind)
-    sys.stderr.write("\n")
-    wall = time.perf_counter() - start
-    print(f"measuring the validation loss over every full window of the held-out {1 - TRAIN_FRACTION:.0%} ...")
-    argv_used = argv if argv is not None else sys.argv[1:]  # the card records the command, to rerun it
-    command = "python -m core.train " + shlex.join(str(a) for a in argv_used)
-    training = training_record(trainer, Path(corpus).name, len(text), wall, command)
-    if tok.kind == "char":
-        print(f"validation loss {training['val_loss']:.4f} nats/char (full {c.n_ctx}-char windows) = "
-              f"{training['val_bits_per_char']:.4f} bits/char")
-    else:
-        print(f"validation loss {training['val_loss']:.4f} nats/token (full {c.n_ctx}-token windows) = "
-              f"{training['val_bits_per_char']:.4f} bits/char ({training['val_chars_per_token']:.3f} characters per "
-              f"token)")
-    if args.compare_to:
-        base, base_tok = load_checkpoint(args.compare_to)
-        # losses per token of two tokenizers measure different things; the same one can be compared on our data
-        if (base_tok.to_dict(), base_tok.files()) != (tok.to_dict(), tok.files()):
-            p.error(f"{args.compare_to} has another tokenizer; its loss per token is not comparable")
-        base_val = round(windowed_loss(base, trainer.val_data), 4)
-        training["compared_to"] = {"model": Path(args.compare_to).name, "val_loss": base_val,
-                                   "difference": round(training["val_loss"] - base_val, 4)}
-        print(f"{Path(args.compare_to).name}: validation loss {base_val:.4f}; difference "
-              f"{training['val_loss'] - base_val:+.4f}")
-    heads = trainer.heads.rows if trainer.heads else None  # None: a run that never probed has no heads.csv
-    if heads:
-        formed = formation_step(heads)
-        training["induction"] = induction_summary(heads)
-        print("induction head: " + ("none reached the threshold" if formed is None else f"formed at step {formed:,}"))
-    # atomically: a run interrupted while saving leaves the old folder as it was, never half a new one
-    path = save_checkpoint(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite,
-                           heads=heads, snapshots=trainer.snapshots)
-    print(f"saved {path}")
-    return 0  # an exit status: python -m core.train raises SystemExit with it (a Trainer there read as failure)
+    return cli_main(argv)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,10 @@ def builtin_corpus(kind: str, stamp: str = "") -> tuple[str, CorpusInfo]:
         path = corpus.shakespeare_path()
         if path is None:  # found when the page was drawn, gone since
             raise ValueError(f"{SHAKESPEARE_TITLE} is no longer where it was found")
-        text = corpus.read_text_file(path)
+        try:
+            text = corpus.read_text_file(path)
+        except ValueError as e:  # said on a page: the file's name, not where the server keeps it
+            raise ValueError(str(e).replace(str(path), path.name)) from None
         return text, describe_corpus(text, path.name)
     text = corpus.pydoc_text()
     return text, describe_corpus(text, PYDOC_NAME)

@@ -5,14 +5,17 @@ data, seed, steps and recipe, and what each costs on held-out text. The "Why eac
 
 Writes into --out: variants.csv (one row per variant), curves.csv (each run's evaluations), and models/<id>/ for
 the variants a page opens (the cheating model's attention, the leaking mask, the bag of tokens). Runs go through
-the scaling study's engines (core.training.study_engines): a local process pool, or Ray.
+the scaling study's engines (core.training.study_engines): a local process pool, or Ray. A study already in --out is
+merged into (the variants run replace their rows, the others stay), provided its runs have the same steps and corpus;
+anything else is refused before any run unless --overwrite replaces the whole study.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import io
+import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -145,24 +148,76 @@ def write_results(out: Path, rows: list[dict]) -> None:
     write_atomic(out / "curves.csv", curves.getvalue())
 
 
+MAX_STUDY_CSV_BYTES = 2 * 2**20  # the shipped files are a few KB (core.views.variants_view reads no more either)
+
+
+def _read_rows(path: Path, fields: tuple[str, ...]) -> list[dict]:
+    """The rows of one of the study's CSV files; ValueError, in words, for a file that is not one."""
+    try:
+        if path.stat().st_size > MAX_STUDY_CSV_BYTES:
+            raise ValueError(f"{path.name} is larger than {MAX_STUDY_CSV_BYTES // 2**20} MiB")
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"{path.name} cannot be read ({type(e).__name__})") from None
+    if not set(fields) <= set(reader.fieldnames or ()):
+        raise ValueError(f"{path.name} is not a variant study's (its columns are {reader.fieldnames})")
+    return rows
+
+
+def rows_to_keep(out: Path, steps: int, corpus: str, chars: int, chosen: list[str]) -> list[dict]:
+    """The rows (each with its "curve") of the study already in ``out`` that this session keeps: every variant not
+    in ``chosen``, which the new runs replace. [] for a folder with no study. ValueError, saying why, for a study
+    these runs cannot join: one that cannot be read, runs of another length (the table compares variants trained
+    alike), or kept models trained on another corpus."""
+    table = out / "variants.csv"
+    if not table.exists():
+        return []
+    rows = _read_rows(table, VARIANT_FIELDS)
+    lengths = {r.get("steps") for r in rows}
+    if lengths - {str(steps)}:
+        other = ", ".join(sorted(str(v) for v in lengths - {str(steps)}))
+        raise ValueError(f"--out {out} holds a study of {other} steps a run; --steps {steps} would put runs of "
+                         "different lengths in one table: give its --steps to add or replace variants in it")
+    for folder in sorted((out / "models").glob("*/config.json")):
+        try:
+            training = json.loads(folder.read_text(encoding="utf-8")).get("training", {})
+        except (OSError, ValueError, AttributeError):
+            continue  # a kept model that cannot be read says nothing about the corpus; the page names it
+        if (training.get("corpus"), training.get("corpus_chars")) not in ((corpus, chars), (None, None)):
+            raise ValueError(f"--out {out} holds runs on {training.get('corpus')} ({training.get('corpus_chars')} "
+                             f"characters), not on {corpus} ({chars:,})")
+    curves: dict[str, list[dict]] = {}
+    if (out / "curves.csv").exists():
+        for point in _read_rows(out / "curves.csv", CURVE_FIELDS):
+            curves.setdefault(point["variant"], []).append({k: point[k] for k in CURVE_FIELDS})
+    return [{**r, "curve": curves.get(r["variant"], [])} for r in rows if r["variant"] not in chosen]
+
+
 def _bad_input(message: str) -> int:
     sys.stderr.write(f"error: {message}\n")
     return 2  # as argparse's own errors (and core.study's)
 
 
 def main(argv=None) -> int:
+    from core.training.cli_args import OneLineParser
     from core.training.corpus import read_text_file, shakespeare_path
     from core.training.train_data import min_corpus_chars
     from core.training.study_engines import ENGINES, make_engine
     from core.training.study_grid import StudyError
 
-    p = argparse.ArgumentParser(prog="python -m core.variants", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m core.variants", description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=2000, help=f"steps of every run (1 to {MAX_STEPS:,}; default 2000)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="the study's folder. A study already there is merged into: the "
+                   "variants run now replace their rows, the others stay (its runs must have the same --steps and "
+                   "corpus); --overwrite replaces the whole study instead")
     p.add_argument("--only", default="", help="comma-separated variant ids (default: all): " + ", ".join(BY_ID))
     p.add_argument("--engine", choices=ENGINES, default="local")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--corpus", default=None)
+    p.add_argument("--overwrite", action="store_true", help="start the study in --out afresh: only the variants "
+                   "run now are in its table, and the kept models of the others are removed")
     args = p.parse_args(argv)
     if not 1 <= args.steps <= MAX_STEPS:
         p.error(f"--steps must be a whole number from 1 to {MAX_STEPS:,} (each of the {len(VARIANTS)} variants "
@@ -183,8 +238,16 @@ def main(argv=None) -> int:
         return _bad_input(f"--corpus {corpus} is too short: {len(text):,} characters, and a variant's 128-character "
                           f"window needs at least {need:,} for the training and held-out parts")
     out = Path(args.out)
+    try:  # before any run: a study already there is merged into, or refused, never lost to a run of one variant
+        kept = [] if args.overwrite else rows_to_keep(out, args.steps, Path(corpus).name, len(text), chosen)
+    except ValueError as e:
+        return _bad_input(f"{e}; or --overwrite to replace the whole study")
     try:
         (out / "models").mkdir(parents=True, exist_ok=True)
+        if args.overwrite:  # the kept models of the variants not run now would outlive their rows
+            for vid in set(KEEP_WEIGHTS) - set(chosen):
+                if (out / "models" / vid / "config.json").is_file():
+                    shutil.rmtree(out / "models" / vid)
     except OSError as e:
         return _bad_input(f"--out {out}: {e.strerror or e}")
     specs = [VariantSpec(v, args.steps, keep_weights=str(out / "models" / v) if v in KEEP_WEIGHTS else "", text=text,
@@ -200,10 +263,11 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"{row['variant']:<22} val {row['val_loss']:.4f}  causal {row['causal_val_loss']:.4f}  "
                   f"train {row['train_loss']:.4f}  {row['seconds']:.0f} s", flush=True)
-            write_results(out, rows)  # after every run: an interrupted study keeps what finished
+            write_results(out, kept + rows)  # after every run: an interrupted study keeps what finished
     except StudyError as e:  # Ray missing or unreachable, a worker killed: in words
         return _bad_input(f"{e} ({len(rows)} variants written to {out})")
-    print(f"{len(rows)} variants in {time.perf_counter() - t0:.0f} s; corpus sha256 "
+    print(f"{len(rows)} variants in {time.perf_counter() - t0:.0f} s" + (f", {len(kept)} kept from the study already "
+          "there" if kept else "") + "; corpus sha256 "
           f"{hashlib.sha256(text.encode()).hexdigest()[:12]}; wrote {out}/variants.csv")
     return 0
 

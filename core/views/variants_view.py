@@ -11,8 +11,11 @@ import numpy as np
 import torch
 
 from core.analysis.picks import nan_argmax
+from core.serve.paths import REPO_ROOT
 from core.training.variants import BY_ID, CURVE_FIELDS, VARIANT_FIELDS
 
+# the shipped study the page reads, looked up at each page run (a test points it at a folder of its own)
+STUDY_DIR = REPO_ROOT / "assets" / "variants"
 NUMBERS = ("d_model", "n_heads", "n_layers", "params", "steps", "seconds", "train_loss", "val_loss", "causal_val_loss")
 MAX_CSV_BYTES = 2 * 2**20  # the shipped files are a few KB; a bigger one is refused rather than read
 
@@ -37,7 +40,13 @@ def _read_csv(path: Path, problems: list[str]) -> list[dict]:
             return []
         with open(path, newline="", encoding="utf-8") as f:
             return list(csv.DictReader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
+    except FileNotFoundError:
+        problems.append(f"{path.name} is missing")
+        return []
+    except OSError as e:  # its own message names the whole path, which is the server's and no reader's business
+        problems.append(f"{path.name} could not be read ({e.strerror or type(e).__name__})")
+        return []
+    except (UnicodeDecodeError, csv.Error) as e:  # neither names a path: the byte or the line at fault
         problems.append(f"{path.name} could not be read ({type(e).__name__}: {e})")
         return []
 
