@@ -55,10 +55,10 @@ def test_a_patched_stage_equals_a_forward_with_it_substituted(model):
     metric = Metric(answer=4, wrong=9)
     clean, corrupt = torch.tensor([CLEAN]), torch.tensor([CORRUPT])
     with torch.no_grad():
-        x_clean, _ = model.blocks_from(model.embed(clean), 0, 1)
-        x, _ = model.blocks_from(model.embed(corrupt), 0, 1)
+        x_clean = model.blocks_from(model.embed(clean), 0, 1)
+        x = model.blocks_from(model.embed(corrupt), 0, 1)
         x[0, 5] = x_clean[0, 5]
-        x, _ = model.blocks_from(x, 1)
+        x = model.blocks_from(x, 1)
         patched = float(metric.of_logits(model.readout(x))[0])
         m_clean, m_corrupt = (float(metric.of_logits(model(i).logits)[0]) for i in (clean, corrupt))
     want = (patched - m_corrupt) / (m_clean - m_corrupt)
@@ -121,7 +121,7 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
     # (token embedding, token embedding) by hand: both sides through the frozen LayerNorm and W_Q, W_K
     c, block = model.config, model.blocks[layer]
     with torch.no_grad():
-        stream, _ = model.blocks_from(model.embed(torch.tensor([CLEAN])), 0, layer)
+        stream = model.blocks_from(model.embed(torch.tensor([CLEAN])), 0, layer)
         d, dh = c.d_model, c.d_head
         w = block.attn.qkv.weight.double()
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.nn.hooks import HookRun
+
 from core.analysis.induction import PROBE_SEQS, head_scores, induction_score, model_probe, probe_period  # noqa: F401
 from core.nn.model import future_mask as model_future_mask
 from core.analysis.sampling import entropy, temperature_softmax
@@ -57,8 +59,9 @@ def layer_attention(model, ids: list[int]):
     only one layer's matrices exist at a time (h n^2 floats instead of L h n^2)."""
     x = model.embed(_idx(model, ids))
     for layer in range(model.config.n_layers):
-        x, (rec,) = model.blocks_from(x, layer, layer + 1, return_attn=True)
-        yield layer, rec.scores[0].numpy(), rec.pattern[0].numpy()
+        run = _attention_run(layer)
+        x = model.blocks_from(x, layer, layer + 1, hooks=run)
+        yield layer, *_scores_pattern(run, layer)
 
 
 @torch.no_grad()
@@ -67,9 +70,22 @@ def head_attention(model, ids: list[int], layer: int, head: int) -> tuple[np.nda
     c = model.config
     if not (0 <= layer < c.n_layers and 0 <= head < c.n_heads):
         raise ValueError(f"the model has no head ({layer}, {head})")
-    x, _ = model.blocks_from(model.embed(_idx(model, ids)), 0, layer)
-    _, (rec,) = model.blocks_from(x, layer, layer + 1, return_attn=True)
-    return rec.scores[0, head].clone().numpy(), rec.pattern[0, head].clone().numpy()  # clone: not a view of all heads
+    x = model.blocks_from(model.embed(_idx(model, ids)), 0, layer)
+    run = _attention_run(layer)
+    model.blocks_from(x, layer, layer + 1, hooks=run)
+    scores, pattern = _scores_pattern(run, layer)
+    return scores[head].copy(), pattern[head].copy()  # a copy: not a view of every head
+
+
+def _attention_run(layer: int) -> HookRun:
+    """Hooks that keep one block's scores (before the mask) and pattern."""
+    return HookRun(names=[f"blocks.{layer}.attn.hook_attn_scores", f"blocks.{layer}.attn.hook_pattern"], record=True)
+
+
+def _scores_pattern(run: HookRun, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """(h, n, n) scores and pattern of batch row 0 that ``run`` kept."""
+    at = f"blocks.{layer}.attn."
+    return run.store[at + "hook_attn_scores"][0].numpy(), run.store[at + "hook_pattern"][0].numpy()
 
 
 def future_mask(n: int) -> np.ndarray:

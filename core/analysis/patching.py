@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.nn.hooks import HookRun
 from core.analysis.circuit import Reading, read_sources, sources_view, top_sources  # noqa: F401 (core.patching's names)
 from core.analysis.picks import nan_argmax
 from core.serve.fmt import head_label
@@ -49,8 +50,6 @@ def _batch(ids) -> torch.Tensor:
 
 def check_pair(model, clean, corrupt) -> str | None:
     """Why two prompts cannot be patched into each other, in words; None when they can."""
-    if not model.config.lecture_block:
-        return "patching is written for the lecture's block; this model is a variant of it"
     if len(clean) != len(corrupt):
         return (f"the prompts have {len(clean)} and {len(corrupt)} tokens: patching puts position i of one into "
                 "position i of the other, so both must have the same length (pad the shorter one or cut the longer)")
@@ -62,46 +61,64 @@ def check_pair(model, clean, corrupt) -> str | None:
 Subs = dict[tuple[str, int], Callable[[torch.Tensor], torch.Tensor]]
 
 
+# (kind, layer) -> the model's hook point (core.nn.hooks). "resid" layer l is the stream entering block l; layer L,
+# the stream leaving the last block. q, k, v and z are handed to a substitution heads first, (B, h, n, d_h), as the
+# patching grids index them; the hooks hold them as TransformerLens does, (B, n, h, d_h).
+_HOOKS = {"resid": "hook_resid_pre", "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v", "z": "attn.hook_z",
+          "pattern": "attn.hook_pattern", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out"}
+_HEADS_FIRST = frozenset("qkvz")
+
+
+def _hook_name(config, kind: str, layer: int) -> str | None:
+    """The hook point of (kind, layer), None where the block has none (no MLP: no mlp_out)."""
+    L = config.n_layers
+    if kind == "resid":
+        return f"blocks.{L - 1}.hook_resid_post" if layer == L else f"blocks.{layer}.hook_resid_pre"
+    if kind == "mlp_out" and not config.mlp:
+        return None
+    return f"blocks.{layer}.{_HOOKS[kind]}"
+
+
 @torch.no_grad()
 def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = False, start: int = 0,
              x0: torch.Tensor | None = None, last_only: bool = False, stop: int | None = None,
              keep: frozenset[str] | None = None):
-    """(logits (B, n, m), activations {(kind, layer): tensor} if ``record``). ``subs`` maps (kind, layer) to a
-    function that receives the activation and returns what the run continues with. "resid" layer l is the stream
-    entering block l (l = L: leaving the last one). ``start``, ``x0``: begin at block ``start`` with the stream
-    ``x0`` (B, n, d) entering it (a patch at layer l leaves every earlier block as the corrupted run had it, so a
-    patched run need not compute them again). ``last_only``: logits of the last position only, (B, 1, m), all a
-    metric reads (GPT-2's output map is its largest matrix). ``stop``: run blocks before ``stop`` only and return no
-    logits (None); ``keep``: record only these kinds (a GPT-2's patterns at 1,024 tokens are 600 MB)."""
+    """(logits (B, n, m), activations {(kind, layer): tensor} if ``record``): the model's own forward, with a hook at
+    every activation a patch can replace. ``subs`` maps (kind, layer) to a function that receives the activation and
+    returns what the run continues with. ``start``, ``x0``: begin at block ``start`` with the stream ``x0`` (B, n, d)
+    entering it (a patch at layer l leaves every earlier block as the corrupted run had it, so a patched run need not
+    compute them again). ``last_only``: logits of the last position only, (B, 1, m), all a metric reads (GPT-2's
+    output map is its largest matrix). ``stop``: run blocks before ``stop`` only and return no logits (None);
+    ``keep``: record only these kinds (a GPT-2's patterns at 1,024 tokens are 600 MB)."""
     c, subs, acts = model.config, subs or {}, {}
-
-    def hook(kind, layer, t):
-        fn = subs.get((kind, layer))
-        t = fn(t) if fn is not None else t
-        if record and (keep is None or kind in keep):
-            acts[(kind, layer)] = t
-        return t
-
-    B, n = idx.shape
-    d, h, dh = c.d_model, c.n_heads, c.d_head
-    x = model.embed(idx) if x0 is None else x0                             # (B, n, d)
-    future = torch.ones(n, n, dtype=torch.bool).triu(1)
-    for l, block in enumerate(model.blocks):
-        if stop is not None and l >= stop:
-            return None, acts
-        if l < start:
+    wanted = set(subs)
+    if record:
+        kinds = STAGE_KINDS + HEAD_KINDS if keep is None else tuple(keep)
+        wanted |= {(kind, l) for kind in kinds for l in range(c.n_layers + (kind == "resid"))}
+    hooks = []
+    for kind, layer in wanted:
+        name = _hook_name(c, kind, layer)
+        if name is None:
             continue
-        x = hook("resid", l, x)
-        q, k, v = block.attn.qkv(block.ln1(x)).split(d, dim=2)
-        # (B, n, d) -> (B, n, h, d_h) -> (B, h, n, d_h), as in the model's own attention
-        q, k, v = (hook(kind, l, t.view(B, n, h, dh).transpose(1, 2)) for kind, t in zip("qkv", (q, k, v)))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(dh)                   # (B, h, n, n)
-        pattern = hook("pattern", l, F.softmax(scores.masked_fill(future, float("-inf")), dim=-1))
-        z = hook("z", l, pattern @ v)                                      # (B, h, n, d_h)
-        a = hook("attn_out", l, block.attn.out(z.transpose(1, 2).reshape(B, n, d)))
-        x = x + a
-        x = x + hook("mlp_out", l, block.mlp(block.ln2(x)))
-    x = hook("resid", c.n_layers, x)
+        fn, kept = subs.get((kind, layer)), record and (keep is None or kind in keep)
+        swap = kind in _HEADS_FIRST
+
+        def hook(t, _name, kind=kind, layer=layer, fn=fn, kept=kept, swap=swap):
+            u = t.transpose(1, 2) if swap else t  # (B, n, h, d_h) -> (B, h, n, d_h)
+            if fn is not None:
+                u = fn(u)
+            if kept:
+                acts[(kind, layer)] = u
+            return None if fn is None else (u.transpose(1, 2) if swap else u)
+        hooks.append((name, hook))
+    run = HookRun(hooks)
+    x = model.embed(idx, hooks=run) if x0 is None else x0                  # (B, n, d)
+    start = start if x0 is not None else 0
+    x = model.blocks_from(x, start, stop, hooks=run)
+    if start >= c.n_layers:  # no block ran, so the stream leaving the last one is x0 itself: its hook runs here
+        x = run(_hook_name(c, "resid", c.n_layers), x)
+    if stop is not None:
+        return None, acts
     return model.readout(x[:, -1:] if last_only else x), acts
 
 
@@ -285,52 +302,77 @@ def paths_into(model, clean_ids, corrupt_ids, receiver: tuple[int, int], metric:
     return {s: float(v) for s, v in zip(senders, values)}
 
 
+def sources_refusal(config) -> str | None:
+    """Why a model's attention scores cannot be split over the writers of the stream, in words; None when they can:
+    the split needs the stream to be the plain sum of what the embedding and each sublayer wrote (post-norm puts a
+    LayerNorm after every sum, and a block without its residual keeps only its last sublayer's output)."""
+    if config.norm == "post":
+        return ("this model puts its LayerNorm after each residual sum (post-norm), so the stream a head reads is "
+                "not a sum of what earlier parts wrote and cannot be split over them")
+    if not config.residual:
+        return ("this model has no residual connection: each block's stream is its last sublayer's output alone, "
+                "not a sum of what earlier parts wrote, so it cannot be split over them")
+    return None
+
+
 @torch.no_grad()
 def score_sources(model, ids, layer: int, head: int, i: int, j: int):
     """(table (S, S), source names, score): head (layer, head)'s score s_ij = q_i . k_j / sqrt(d_h) split over the
     writers of the query's stream (rows) and of the key's stream (columns): token and position embedding, every
     earlier head and MLP, and "LN shift" (LayerNorm's beta and the bias of W_Q or W_K). LayerNorm's 1/sigma is
-    frozen at its value at i and at j; the entries add up to the score."""
+    frozen at its value at i and at j; the entries add up to the score. A block without LayerNorm splits the same
+    way with sigma 1; one whose stream is not a sum of writers (``sources_refusal``) raises ValueError."""
     c = model.config
-    if not c.lecture_block:
-        raise ValueError("score_sources is written for the lecture's block")
+    why = sources_refusal(c)
+    if why:
+        raise ValueError(why)
+    if not (0 <= layer < c.n_layers and 0 <= head < c.n_heads):
+        raise ValueError(f"the model has no head L{layer + 1} H{head + 1}: layers 1..{c.n_layers}, heads 1..{c.n_heads}")
     if not (0 <= j <= i < len(ids)):
         raise ValueError(f"need 0 <= j <= i < n (got i={i}, j={j}, n={len(ids)})")
+    if len(ids) > c.n_ctx:
+        raise ValueError(f"the prompt has {len(ids)} tokens, more than the model's context of {c.n_ctx}")
     idx = _batch(ids)
     # the blocks up to the head's own (its q and k), and only what the sources are made of
     _, acts = _forward(model, idx, record=True, stop=layer + 1, keep=frozenset({"z", "mlp_out", "resid", "q", "k"}))
-    d, h, dh = c.d_model, c.n_heads, c.d_head
-    names = ["token embedding", "position embedding"]
-    parts = [model.tok_emb.weight[idx[0]], model.pos_emb.weight[: idx.shape[1]]]  # (n, d) each
+    d, h, dh, n = c.d_model, c.n_heads, c.d_head, idx.shape[1]
+    names, parts = ["token embedding"], [model.tok_emb.weight[idx[0]]]  # (n, d) each
+    if model.pos_emb is not None:
+        names.append("position embedding")
+        parts.append(model.pos_emb.weight[:n])
     for l in range(layer):
-        block = model.blocks[l]
-        w_o = block.attn.out.weight.view(d, h, dh)  # (d, h, d_h): head r reads its d_h columns
+        attn = model.blocks[l].attn
+        w_o = attn.w_o_heads()                       # (d, h, d_h): head r reads its d_h columns
         z = acts[("z", l)][0]                        # (h, n, d_h)
         for r in range(h):
             names.append(head_label(l, r))
             parts.append(torch.einsum("nk,dk->nd", z[r], w_o[:, r]))
-        if block.attn.out.bias is not None:
+        if attn.out is not None and attn.out.bias is not None:
             names.append(f"L{l + 1} attention bias")
-            parts.append(block.attn.out.bias.expand(idx.shape[1], d))
-        names.append(f"L{l + 1} MLP")
-        parts.append(acts[("mlp_out", l)][0])
+            parts.append(attn.out.bias.expand(n, d))
+        if c.mlp:
+            names.append(f"L{l + 1} MLP")
+            parts.append(acts[("mlp_out", l)][0])
     ln = model.blocks[layer].ln1
+    normed = isinstance(ln, torch.nn.LayerNorm)  # norm="none": the head reads the stream as it is
     stream = acts[("resid", layer)][0].double()     # (n, d)
     w_qkv = model.blocks[layer].attn.qkv.weight.double()
     b_qkv = model.blocks[layer].attn.qkv.bias
 
     def side(pos, which):  # (S + 1, d_h): each source's share of q_pos (which=0) or k_pos (which=1)
-        sigma = torch.sqrt(stream[pos].var(unbiased=False) + ln.eps)
         rows = slice(which * d + head * dh, which * d + (head + 1) * dh)
         w = w_qkv[rows]                                                   # (d_h, d)
+        bias = b_qkv[rows].double() if b_qkv is not None else torch.zeros(dh, dtype=torch.float64)
+        if not normed:
+            return torch.stack([w @ p[pos].double() for p in parts] + [bias])
+        sigma = torch.sqrt(stream[pos].var(unbiased=False) + ln.eps)
         gamma = ln.weight.double()
         shares = [w @ (gamma * (p[pos].double() - p[pos].double().mean()) / sigma) for p in parts]
-        shift = w @ ln.bias.double() + (b_qkv[rows].double() if b_qkv is not None else 0.0)
-        return torch.stack(shares + [shift])
+        return torch.stack(shares + [w @ ln.bias.double() + bias])
     q, k = side(i, 0), side(j, 1)
     table = (q @ k.T / math.sqrt(dh)).numpy()                          # (S + 1, S + 1)
     score = float(acts[("q", layer)][0, head, i].double() @ acts[("k", layer)][0, head, j].double() / math.sqrt(dh))
-    return table, names + ["LN shift"], score
+    return table, names + ["LN shift" if normed else "bias"], score
 
 
 # ---------------------------------------------------------------- a pair of prompts for a learner
