@@ -10,8 +10,8 @@ from core.analysis.attention import head_attention
 from core.analysis.circuit import default_key, path_defaults, read_circuit, share_text
 from core.analysis.induction import head_scores
 from core.analysis.timing import forward_seconds
-from core.patching import (corrupt_prompt, default_answers, example_pair, match_lengths, patch_head_positions,
-                           patch_heads, patch_residual, patch_sublayers, path_patch, paths_into, score_sources,
+from core.analysis.patching import (corrupt_prompt, default_answers, example_pair, match_lengths, patch_head_positions,
+                           patch_heads, patch_residual, patch_sublayers, path_patch, paths_into, score_sources, sources_refusal,
                            sources_view, top_predictions)
 from core.figures.patching_figures import sources_figure
 from core.serve.fmt import head_label, pos_label
@@ -141,6 +141,10 @@ def sources_section(R, mkey: str, c, a_ids: tuple, b_ids: tuple, metric, tokens:
     j = int(s3.number_input("Key position j (default: where it looks most)", 1, i + 1,
                             j_default + 1, key=f"cause_src_j_{pair}_{i}_{sl[0]}_{sl[1]}")) - 1
     s4.metric("weight a[i, j]", f"{pattern_row[j]:.3f}")
+    why_not = sources_refusal(c)
+    if why_not:  # a post-norm or residual-free variant: its stream is no sum to split
+        st.info(f"The score is not split here: {why_not}.")
+        return sl, i
     full, src_names, score = R.sources(mkey, a_ids, sl[0], sl[1], i, j)
     shown_t, rows_n, cols_n, reading = sources_view(full, src_names, k=10)
     shared_chart(_sources_figure(shown_t, rows_n, cols_n, f"{head_label(*sl)}: score of query {pos_label(i, tokens[i])} "

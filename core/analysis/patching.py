@@ -176,11 +176,13 @@ def patch_residual(model, clean_ids, corrupt_ids, metric: Metric, stages=None) -
 
 
 def patch_sublayers(model, clean_ids, corrupt_ids, metric: Metric) -> np.ndarray:
-    """(L, 2, n): what each block's attention (0) and MLP (1) wrote at one position, put back from the clean run."""
+    """(L, 2, n): what each block's attention (0) and MLP (1) wrote at one position, put back from the clean run;
+    (L, 1, n), the attention alone, for a block without an MLP."""
     corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
     n = corrupt_idx.shape[1]
+    kinds = ("attn_out", "mlp_out") if model.config.mlp else ("attn_out",)
     out = [[_patched(model, corrupt_idx, n, {(kind, l): _at_positions(acts[(kind, l)], 1)}, metric, acts_x, start=l)
-            for kind in ("attn_out", "mlp_out")] for l in range(model.config.n_layers)]
+            for kind in kinds] for l in range(model.config.n_layers)]
     return _normalise(torch.stack([torch.stack(r) for r in out]), m_clean, m_corrupt)
 
 

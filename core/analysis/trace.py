@@ -161,13 +161,15 @@ class StreamStep:
 
 
 def stream_steps(tr: Trace, pos: int, b: int = 0) -> list[StreamStep]:
-    """The stream at position ``pos`` of batch row ``b``: the embedding, then each block's attention and MLP."""
+    """The stream at position ``pos`` of batch row ``b``: the embedding, then each block's attention and MLP (a block
+    without an MLP has no MLP step)."""
     steps = [StreamStep("embedding", None, "embed", _np(tr.embed[b, pos]), _np(tr.embed[b, pos]))]
     for layer in range(tr.n_layers):
         steps.append(StreamStep(f"L{layer + 1} attention", layer, "attn", _np(tr.attn_out[layer][b, pos]),
                                 _np(tr.resid_mid[layer][b, pos])))
-        steps.append(StreamStep(f"L{layer + 1} MLP", layer, "mlp", _np(tr.mlp_out[layer][b, pos]),
-                                _np(tr.resid[layer + 1][b, pos])))
+        if tr.mlp_hidden[layer] is not None:
+            steps.append(StreamStep(f"L{layer + 1} MLP", layer, "mlp", _np(tr.mlp_out[layer][b, pos]),
+                                    _np(tr.resid[layer + 1][b, pos])))
     return steps
 
 
