@@ -101,8 +101,9 @@ def test_path_patching(model):
         path_patch(model, CLEAN, CORRUPT, (1, 0), [(0, 0)], "k", metric)
 
 
-def test_identical_prompts_leave_the_metric_undefined(model):
-    assert np.isnan(patch_residual(model, CLEAN, CLEAN, Metric(4, 9))).all()
+def test_identical_prompts_are_refused_in_words(model):
+    with pytest.raises(ValueError, match="the two prompts are the same"):
+        patch_residual(model, CLEAN, CLEAN, Metric(4, 9))
 
 
 def test_prompts_of_different_lengths_are_refused_in_words(model):

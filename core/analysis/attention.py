@@ -14,7 +14,7 @@ import torch
 from core.nn.hooks import HookRun
 
 from core.analysis.induction import PROBE_SEQS, head_scores, induction_score, model_probe, probe_period  # noqa: F401
-from core.nn.model import future_mask as model_future_mask
+from core.nn.model import attention_weights, future_mask as model_future_mask
 from core.analysis.sampling import entropy, temperature_softmax
 
 
@@ -98,21 +98,24 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return temperature_softmax(torch.from_numpy(np.asarray(x, dtype=np.float64)), 1.0).numpy()
 
 
+def _weights(scores: np.ndarray, mask: str) -> np.ndarray:
+    """The model's own attention_weights on numpy scores, in float64."""
+    return attention_weights(torch.from_numpy(np.asarray(scores, dtype=np.float64)), mask).numpy()
+
+
 def masked_softmax(scores: np.ndarray) -> np.ndarray:
     """The right order: future scores set to -inf, then the softmax. Rows sum to 1 over the past."""
-    n = scores.shape[-1]
-    return softmax(np.where(future_mask(n), -np.inf, scores))
+    return _weights(scores, "scores")
 
 
 def unmasked_softmax(scores: np.ndarray) -> np.ndarray:
     """Softmax with no mask: the weight each query would put on the future if it were allowed to."""
-    return softmax(scores)
+    return _weights(scores, "none")
 
 
 def mask_after_softmax(scores: np.ndarray) -> np.ndarray:
     """The wrong order: softmax over all keys, then future weights zeroed and NOT renormalised."""
-    n = scores.shape[-1]
-    return np.where(future_mask(n), 0.0, softmax(scores))
+    return _weights(scores, "after_softmax")
 
 
 def future_mass(weights: np.ndarray) -> np.ndarray:

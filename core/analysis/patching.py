@@ -9,6 +9,9 @@ stage (or layer) with every position patched at once, one row each.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -55,7 +58,17 @@ def check_pair(model, clean, corrupt) -> str | None:
                 "position i of the other, so both must have the same length (pad the shorter one or cut the longer)")
     if len(clean) < 1:
         return "the prompts are empty"
+    if len(clean) > model.config.n_ctx:
+        return f"the prompts have {len(clean)} tokens, more than the model's context of {model.config.n_ctx}"
     return None
+
+
+def _check_heads(config, heads):
+    """ValueError naming a head the model does not have (layers and heads count from 1 in the message)."""
+    for l, h in heads:
+        if not (0 <= l < config.n_layers and 0 <= h < config.n_heads):
+            raise ValueError(f"the model has no head L{l + 1} H{h + 1}: layers 1..{config.n_layers}, heads "
+                             f"1..{config.n_heads}")
 
 
 Subs = dict[tuple[str, int], Callable[[torch.Tensor], torch.Tensor]]
@@ -131,11 +144,43 @@ def _normalise(values: torch.Tensor, clean: float, corrupt: float) -> np.ndarray
     return ((values - corrupt) / gap).numpy()
 
 
-def _runs(model, clean, corrupt, metric: Metric):
-    clean_idx, corrupt_idx = _batch(clean), _batch(corrupt)
-    logits_c, acts = _forward(model, clean_idx, record=True, last_only=True)
-    logits_x, acts_x = _forward(model, corrupt_idx, record=True, last_only=True)
-    return corrupt_idx, acts, acts_x, float(metric.of_logits(logits_c)[0]), float(metric.of_logits(logits_x)[0])
+# The clean and corrupted runs of the last few prompt pairs, per model: a page draws several grids of one pair
+# (residual stage by stage, sublayers, heads, positions, paths), and each would otherwise run both prompts again
+# (L + 11 times for a new pair). A run is kept with the kinds its grid records (a GPT-2's patterns at 1,024 tokens are
+# 600 MB) and dropped when the model's weights change in place (tensor version counters) or the model is freed.
+RUNS_KEPT = 6
+_RUNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_RUNS_LOCK = threading.Lock()
+
+
+def _runs(model, clean, corrupt, metric: Metric, kinds: tuple[str, ...] | None = None):
+    """(corrupted ids (1, n), clean activations, corrupted activations, metric on clean, metric on corrupted). ``kinds``:
+    the activations recorded (always the stream, which a patched run starts from); None, every kind."""
+    why = check_pair(model, clean, corrupt)
+    if why:
+        raise ValueError(why)
+    if [int(t) for t in clean] == [int(t) for t in corrupt]:
+        raise ValueError("the two prompts are the same: both runs agree, so there is nothing to restore")
+    kinds = None if kinds is None else tuple(sorted(set(kinds) | {"resid"}))
+    key = (tuple(int(t) for t in clean), tuple(int(t) for t in corrupt), kinds,
+           sum(p._version for p in model.parameters()))
+    with _RUNS_LOCK:
+        kept = _RUNS.setdefault(model, OrderedDict())
+        hit = kept.get(key)
+        if hit is not None:
+            kept.move_to_end(key)
+    if hit is None:
+        keep = None if kinds is None else frozenset(kinds)
+        logits_c, acts = _forward(model, _batch(clean), record=True, last_only=True, keep=keep)
+        logits_x, acts_x = _forward(model, _batch(corrupt), record=True, last_only=True, keep=keep)
+        hit = (acts, acts_x, logits_c, logits_x)
+        with _RUNS_LOCK:
+            kept[key] = hit
+            while len(kept) > RUNS_KEPT:
+                kept.popitem(last=False)
+    acts, acts_x, logits_c, logits_x = hit
+    return (_batch(corrupt), acts, acts_x, float(metric.of_logits(logits_c)[0]),
+            float(metric.of_logits(logits_x)[0]))
 
 
 def _patched(model, corrupt_idx, rows: int, subs: Subs, metric: Metric, acts_x=None, start: int = 0) -> torch.Tensor:
@@ -167,7 +212,7 @@ def patch_residual(model, clean_ids, corrupt_ids, metric: Metric, stages=None) -
     """(L+1, n): the corrupted run with the stream entering block l (row L: leaving the last) at one position put
     back from the clean run; 0 = corrupted, 1 = clean. ``stages`` (default all): only these rows, in this order
     (a page computes a large model's grid a stage at a time, with a progress bar between)."""
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, ("resid",))
     n = corrupt_idx.shape[1]
     stages = range(model.config.n_layers + 1) if stages is None else stages
     rows = [_patched(model, corrupt_idx, n, {("resid", l): _at_positions(acts[("resid", l)], 1)}, metric,
@@ -178,7 +223,7 @@ def patch_residual(model, clean_ids, corrupt_ids, metric: Metric, stages=None) -
 def patch_sublayers(model, clean_ids, corrupt_ids, metric: Metric) -> np.ndarray:
     """(L, 2, n): what each block's attention (0) and MLP (1) wrote at one position, put back from the clean run;
     (L, 1, n), the attention alone, for a block without an MLP."""
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, ("attn_out", "mlp_out"))
     n = corrupt_idx.shape[1]
     kinds = ("attn_out", "mlp_out") if model.config.mlp else ("attn_out",)
     out = [[_patched(model, corrupt_idx, n, {(kind, l): _at_positions(acts[(kind, l)], 1)}, metric, acts_x, start=l)
@@ -192,7 +237,7 @@ def patch_heads(model, clean_ids, corrupt_ids, metric: Metric, what: str = "z",
     ``per_position``, (L, h, n) at one position at a time (the query position, or the key position for k and v)."""
     if what not in HEAD_KINDS:
         raise ValueError(f"what must be one of {', '.join(HEAD_KINDS)}, got {what!r}")
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, (what,))
     c, n = model.config, corrupt_idx.shape[1]
     out = []
     for l in range(c.n_layers):
@@ -224,7 +269,8 @@ def patch_head_positions(model, clean_ids, corrupt_ids, metric: Metric, layer: i
     running every other head (n rows instead of L h n, which a GPT-2 page cannot afford)."""
     if what not in HEAD_KINDS:
         raise ValueError(f"what must be one of {', '.join(HEAD_KINDS)}, got {what!r}")
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    _check_heads(model.config, [(layer, head)])
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, (what,))
     clean, n = acts[(what, layer)], corrupt_idx.shape[1]
 
     def fn(t):  # row p: the head at position p
@@ -251,11 +297,15 @@ def path_patch_senders(model, clean_ids, corrupt_ids, senders: list[tuple[int, i
     if via not in ("q", "k", "v"):
         raise ValueError(f"via must be q, k or v, got {via!r}")
     senders = [(int(l), int(h)) for l, h in senders]
+    receivers = [(int(l), int(h)) for l, h in receivers]
+    _check_heads(model.config, senders + receivers)
     if any(lr <= ls for ls, _ in senders for lr, _ in receivers):
         raise ValueError("every receiver must sit in a later layer than the sender")
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
-    if not receivers or not senders:
-        return _normalise(torch.full((len(senders),), m_corrupt, dtype=torch.float64), m_clean, m_corrupt)
+    if metric is None:  # the default the pages use: the clean run's answer against the corrupted run's
+        metric = Metric(*default_answers(model, clean_ids, corrupt_ids))
+    if not receivers or not senders:  # nothing reaches anything: the corrupted run itself, 0 by definition
+        return np.zeros(len(senders))
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, ("z", "mlp_out"))
     rows = max(1, PATH_TOKENS // corrupt_idx.shape[1])  # senders per batch
     values = [_paths(model, corrupt_idx, acts, acts_x, senders[i:i + rows], receivers, via, metric)
               for i in range(0, len(senders), rows)]

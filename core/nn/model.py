@@ -191,6 +191,21 @@ def future_mask(n: int, n_k: int | None = None, device=None) -> torch.Tensor:
     return torch.ones(n, n_k, dtype=torch.bool, device=device).triu(n_k - n + 1)
 
 
+def attention_weights(scores: torch.Tensor, mask: str = "scores") -> torch.Tensor:
+    """(..., n, n_k) scores -> the weights, the one place in core/ that turns attention scores into weights (the
+    Attention page's what-if panels ask it for the other orders of mask and softmax). The n queries are the last n
+    of the n_k positions. mask: "scores", the future's scores set to -inf before the softmax (rows sum to 1 over the
+    past); "after_softmax", the softmax over every key and the future's weights then set to 0; "none", no mask."""
+    if mask == "none":
+        return F.softmax(scores, dim=-1)  # every query reads every key, the future included
+    future = future_mask(scores.shape[-2], scores.shape[-1], device=scores.device)  # query i sees keys j <= i only
+    if mask == "after_softmax":
+        # the order the lecture asks about: the softmax has already spread weight over the future keys, so zeroing
+        # them leaves rows summing to less than 1, and every row's weights depend on later tokens
+        return F.softmax(scores, dim=-1).masked_fill(future, 0.0)
+    return F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+
+
 class MultiHeadAttention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -225,19 +240,10 @@ class MultiHeadAttention(nn.Module):
             q, n = q[:, :, -1:], 1  # (B, h, n, d/h) -> (B, h, 1, d/h): the last query sees every key
         n_k = k.shape[2]
         if written or self.mask == "after_softmax":  # the weights written out (the variant has no fused kernel)
-            # the one place in core/ that turns attention scores into weights
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, n, d/h) x (B, h, d/h, n_k) -> (B, h, n, n_k)
             if hooks is not None:  # before the mask, as the Attention page shows them (TransformerLens: after it)
                 scores = hooks(pre + "hook_attn_scores", scores)
-            future = future_mask(n, n_k, device=x.device)  # query i may see keys j <= i only
-            if self.mask == "scores":
-                pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-            elif self.mask == "after_softmax":
-                # the order the lecture asks about: the softmax has already spread weight over the future keys, so
-                # zeroing them leaves rows summing to less than 1, and every row's weights depend on later tokens
-                pattern = F.softmax(scores, dim=-1).masked_fill(future, 0.0)
-            else:
-                pattern = F.softmax(scores, dim=-1)  # no mask: every query reads every key, the future included
+            pattern = attention_weights(scores, self.mask)
             if hooks is not None:
                 pattern = hooks(pre + "hook_pattern", pattern)
             y = pattern @ v  # (B, h, n, n_k) x (B, h, n_k, d/h) -> (B, h, n, d/h)
