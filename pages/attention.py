@@ -10,7 +10,7 @@ from core.figures.attention_figures import (
     future_mass_figure, head_overview_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
 from core.figures.patching_figures import sources_figure
-from core.patching import score_sources, sources_view
+from core.analysis.patching import score_sources, sources_view
 from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 from core.serve.fmt import shown_pos
 from core.serve.links import Field, LinkSpec

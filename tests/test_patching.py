@@ -1,4 +1,4 @@
-"""Activation and path patching and the score's sources (core.patching), by identities that must hold exactly and
+"""Activation and path patching and the score's sources (core.analysis.patching), by identities that must hold exactly and
 against forwards written out here."""
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from core.nn.model import ModelConfig, Transformer
-from core.patching import (Metric, _forward, check_pair, patch_heads, patch_residual, patch_sublayers, path_patch,
+from core.analysis.patching import (Metric, _forward, check_pair, patch_heads, patch_residual, patch_sublayers, path_patch,
                            score_sources)
 
 SHAPES = {
@@ -138,7 +138,7 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
 
 
 # ---------------------------------------------------------------- the page's helpers
-from core.patching import (corrupt_one, default_answers, match_lengths, read_sources, top_predictions,  # noqa: E402
+from core.analysis.patching import (corrupt_one, default_answers, match_lengths, read_sources, top_predictions,  # noqa: E402
                            top_sources)
 
 
@@ -206,7 +206,7 @@ def test_the_example_pair_is_the_probe_written_again_with_the_earlier_occurrence
     from conftest import SHIPPED
     from core.analysis.induction import model_probe
     from core.nn.checkpoint import load_checkpoint
-    from core.patching import example_pair, sources_view
+    from core.analysis.patching import example_pair, sources_view
 
     model, tok = load_checkpoint(SHIPPED)
     clean, bad, period, again = example_pair(model, tok, seed=5)
