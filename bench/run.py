@@ -511,12 +511,20 @@ def bench_discovery(quick: bool):
                    higher_is_better=False, note=f"(folders read at most: {ck.MAX_MODEL_FOLDERS})")
 
 
+def bench_hooks(quick: bool):
+    """The one forward with hook points against the commit before it, in the same run (bench/hooks.py)."""
+    from bench import hooks
+
+    print("\nHook points (issue 41): each measurement in this tree and in the one before core/nn/hooks.py")
+    RESULTS.extend(hooks.main(["--quick"] if quick else []))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "variants", "patching",
-                            "lesson"])
+                            "lesson", "hooks"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),
