@@ -321,6 +321,16 @@ def bench_snapshots(quick: bool):
     print(f"  memory: {len(steps)} snapshots cached in float32 = {len(steps) * params * 4 / 2**20:.1f} MiB")
 
 
+def bench_over_training(quick: bool):
+    """Issue 40's row: the Over training page on the shipped model (21 snapshots) and on a 9.5 M-parameter model with
+    21 snapshots, each in a process of its own (bench.over_training): the first run's time and its peak memory over
+    the process before the page's work (the idle server, as far as the page is concerned). Targets <= 2 s, <= 600 MB;
+    ``python -m bench.over_training --hostile`` adds 200 snapshots and 100,000 empty snapshot files."""
+    from bench.over_training import main as over_rows
+
+    RESULTS.extend(over_rows([]))
+
+
 def bench_variants(quick: bool):
     """Seconds per 1,000 training steps of each variant of the Why each piece study (core.training.variants), one
     thread, batch 32 of 128 characters, against the lecture's model measured in the same alternating rounds."""
@@ -522,9 +532,9 @@ def bench_hooks(quick: bool):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
-                                                 "variants", "patching", "lesson"],
-                   choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "variants", "patching",
-                            "lesson", "hooks"])
+                                                 "over_training", "variants", "patching", "lesson"],
+                   choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
+                            "variants", "patching", "lesson", "hooks"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

@@ -9,8 +9,10 @@ from core.nn.checkpoint import CheckpointError, read_heads, read_log, read_train
 from core.nn.snapshots import snapshot_losses
 from core.serve.fmt import head_label
 from core.serve.links import Field, LinkSpec
+from core.views.over_training_view import plan_view, view_budget
 from ui.links import link_box, use_link
-from ui import at_step, chart, current, ensure_frame, load_model, model_cache, model_key, prompt_input, snapshot_steps_of
+from ui import at_step, chart, current, ensure_frame, model_cache, model_key, prompt_input
+from ui.models import listing_words, snapshot_listing_of, snapshot_loader, steps_held
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -32,43 +34,23 @@ st.latex(r"\ell_i(s) = -\log p_{\theta_s}\!\left(x_{i+1} \mid x_{\le i}\right), 
 st.caption("θ_s are the weights at snapshot step s; A is a head's attention pattern; on a text of T tokens written "
            "twice, the induction score is the weight each second-copy token puts on the token after its first copy.")
 
-entry, _, tok = current()
+entry, model, tok = current()
 if entry is None or tok is None:
     st.info("No model is loaded. Pick one in the sidebar (or see there why none could be loaded).")
     st.stop()
 entry = at_step(entry, None)  # this page shows every step itself, whatever the sidebar's step slider says
-steps = snapshot_steps_of(entry)
-if not steps:
+listing = snapshot_listing_of(entry)
+if not listing.steps:
     st.info(f"**{entry.name}** kept no snapshots of its training, so there is nothing to scrub through. The shipped "
             "models keep theirs; a model you train on the Training page keeps its own unless you switch that off. "
             "GPT-2 folders and models saved before snapshots existed have only their final weights.")
     st.stop()
-
-models, skipped = [], []
-for s in steps:
-    try:
-        models.append((s, load_model(at_step(entry, s))[0]))
-    except CheckpointError as e:  # one bad file: named, and the other snapshots still draw
-        skipped.append(f"step {s:,} ({e.shown})")
-if skipped:
-    st.warning("Some snapshots could not be loaded and are left out: " + "; ".join(skipped), icon="⚠️")
-if len(models) < 2:
-    st.info("Fewer than two snapshots could be loaded: there is no change over training to show.")
-    st.stop()
-c = models[-1][1].config
+c = model.config  # every snapshot has this shape (a snapshot of another shape is refused)
 if not c.lecture_block:  # the views below trace each snapshot, and the trace is the lecture's block
     st.info(f"Nothing to show here: {variant_refusal(c)}.")
     st.stop()
-shown_steps = [s for s, _ in models]
-fkey = model_key(entry) + ":" + ",".join(map(str, shown_steps))  # names the set of weights for the caches below
-
-
-# ------------------------------------------------------------------ cached computations
-WHAT = "the views over training"
-_over = model_cache(lambda ids: over_training(models, list(ids)), 8, what=WHAT,
-                    spinner="Running your prompt through every snapshot ...")
-_patterns = model_cache(lambda ids, layer, head, picked: head_patterns([m for m in models if m[0] in picked],
-                                                                       list(ids), layer, head), 16, what=WHAT)
+if (words := listing_words(listing)) is not None:
+    st.warning(words, icon="⚠️")
 
 head_key = f"over_head_{c.n_layers}x{c.n_heads}"
 LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), PROMPT_KEY, cut=True),
@@ -84,17 +66,51 @@ if prompt.empty or len(prompt.ids) < 2:
     st.stop()
 ids = tuple(prompt.ids)
 tokens = tok.visible_tokens(prompt.ids)
+
+# ------------------------------------------------------------------ which snapshots, within the server's memory
+try:
+    budget = view_budget()
+except ValueError as e:
+    st.error(f"This page cannot run: {e}.", icon="⚠️")
+    st.stop()
+plan = plan_view(c, list(listing.steps), len(ids), steps_held(entry, model), budget)
+for note in plan.notes:
+    st.info(note, icon=":material/filter_alt:")
+if plan.refused:
+    st.warning(plan.refused, icon="⚠️")
+    st.stop()
+# names the weights of every snapshot read (the folder's stamp changes when one is added, removed or rewritten)
+fkey = f"{model_key(entry)}:{listing.stamp}:" + ",".join(map(str, plan.steps))
+
+
+# ------------------------------------------------------------------ cached computations
+# loaded only inside the cached work (so inside the compute slot: ui.model_cache), one snapshot at a time
+WHAT = "the views over training"
+_over = model_cache(lambda ids: over_training([(s, snapshot_loader(entry, s)) for s in plan.steps], list(ids),
+                                              strip=pick_steps(plan.steps, STRIP)), 8,
+                    what=WHAT, spinner="Running your prompt through every snapshot ...")
+_patterns = model_cache(lambda ids, layer, head, picked: head_patterns([(s, snapshot_loader(entry, s)) for s in picked],
+                                                                       list(ids), layer, head), 16, what=WHAT)
+
 ot = _over(fkey, ids)
+if ot.skipped:
+    more = f"; and {len(ot.skipped) - 5:,} more" if len(ot.skipped) > 5 else ""  # a folder of empty files: 24
+    st.warning("Some snapshots could not be loaded and are left out: " +
+               "; ".join(f"step {s:,} ({why})" for s, why in ot.skipped[:5]) + more, icon="⚠️")
+if len(ot.steps) < 2:
+    st.info("Fewer than two snapshots could be loaded: there is no change over training to show.")
+    st.stop()
+shown_steps = ot.steps
 training = read_training(entry.path)
 unit = training.get("loss_unit", tok.unit)
 heads_rows = read_heads(entry.path) or []
 formed = formation_step(heads_rows) if heads_rows else None
 losses = snapshot_losses(training)
 
-st.caption(f"{len(models)} snapshots of **{entry.name}**, steps {shown_steps[0]:,} to {shown_steps[-1]:,}"
+st.caption(f"{len(shown_steps)} snapshots of **{entry.name}**, steps {shown_steps[0]:,} to {shown_steps[-1]:,}"
            + (f"; its induction head formed at step {formed:,} on the training probe" if formed is not None else
-              "; no head reached the induction threshold on the training probe") + ". This page always shows every "
-           "snapshot; the sidebar's step slider sets the step the other pages use.")
+              "; no head reached the induction threshold on the training probe") + ". This page always shows the "
+           "snapshots whatever the sidebar's step slider says; the slider sets the step the other pages use.")
 
 # ------------------------------------------------------------------ the loss
 st.header("The loss, on the run and on your prompt")
@@ -110,7 +126,7 @@ if (copies := ot.copy_losses()) is not None:
     first, second = copies
     st.markdown(f"Your prompt is {ot.period} {tok.units} written twice. Mean loss on the first copy / on the second: "
                 + " · ".join(f"step {s:,}: {a:.2f} / {b:.2f}" for s, a, b in
-                             zip(shown_steps, first, second) if s in pick_steps(shown_steps, 6)) + ".")
+                                          zip(shown_steps, first, second) if s in pick_steps(shown_steps, 6)) + ".")
 
 # ------------------------------------------------------------------ heads
 st.header("Heads forming")
@@ -131,10 +147,16 @@ layer, head = st.selectbox("Head", pairs, key=head_key,
                            format_func=lambda p: head_label(*p),
                            help="Opens on the head with the highest induction score on your prompt at the last step.")
 picked = tuple(pick_steps(shown_steps, STRIP))
-pats = _patterns(fkey, ids, layer, head, picked)
-chart(OF.pattern_strip(pats, list(picked), tokens, f"{head_label(layer, head)}: queries down, keys across"),
-      key="over_strip")
-st.caption(f"{len(picked)} of the {len(models)} snapshots, spread over the run. On a text written twice, an induction "
+try:  # the head it opens on was kept by the run above; another one reads its snapshots again
+    pats = (ot.strip_patterns if (layer, head) == ot.strip_head and list(picked) == ot.strip_steps else
+            _patterns(fkey, ids, layer, head, picked))
+except CheckpointError as e:  # a snapshot changed on disk since the views above were computed
+    st.warning(f"The attention strip could not be drawn: {e.shown}.", icon="⚠️")
+    pats = None
+if pats is not None:
+    chart(OF.pattern_strip(pats, list(picked), tokens, f"{head_label(layer, head)}: queries down, keys across"),
+          key="over_strip")
+st.caption(f"{len(picked)} of the {len(shown_steps)} snapshots, spread over the run. On a text written twice, an induction "
            "head draws a stripe parallel to the diagonal in the lower half: each token of the second copy looking at "
            "the token after its first copy.")
 

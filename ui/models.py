@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import streamlit as st
 
 from core.nn.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config, read_training
-from core.nn.snapshots import checkpoint_steps, snapshot_losses
+from core.nn.snapshots import MAX_NAMES, Listing, snapshot_folder, snapshot_listing, snapshot_losses, snapshot_name
 from core.serve.folder_files import lstamp
 from core.serve.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
 from ui.frame import ROOT, ensure_frame
@@ -38,14 +39,44 @@ def _load(path: str, stamp: int):
 
 
 # a model's snapshots through training (core.nn.snapshots): dragging the step slider must not reread files, and the
-# Over training page uses every one at once. 24 holds a shipped model's 21 (its 115k-238k parameters in float32:
-# 10-20 MB in all); a larger model trained here costs more, and the cache then evicts the oldest step
+# Over training page uses up to 24 at once. 24 holds a shipped model's 21 (its 115k-238k parameters in float32:
+# 10-20 MB in all). A larger model's snapshots (past SMALL_STEP_BYTES each) go to a cache of their own that keeps
+# BIG_STEPS_KEPT: 24 of a 9.5 M-parameter model would be 0.9 GB, and the Over training page reads them one at a time
+SMALL_STEP_BYTES = 16 * 2**20  # float32 weights of a snapshot the step cache keeps 24 of (its file: half of it)
+BIG_STEPS_KEPT = 2
+
+
 @st.cache_resource(show_spinner="Loading the model at that step ...", max_entries=24)
 def _load_step(path: str, stamp: int, step: int):
     try:
         return load_checkpoint(path, step=step), None
     except CheckpointError as e:
         return None, e
+
+
+@st.cache_resource(show_spinner=False, max_entries=BIG_STEPS_KEPT)
+def _load_big_step(path: str, stamp: int, step: int):
+    try:
+        return load_checkpoint(path, step=step), None
+    except CheckpointError as e:
+        return None, e
+
+
+def _big_step(entry: ModelEntry) -> bool:
+    """Whether the snapshot ``entry`` names is past SMALL_STEP_BYTES in float32 (twice its float16 file); a file
+    that cannot be seen is small (its load says what is wrong)."""
+    sub = snapshot_folder(entry.path)
+    try:
+        return sub is not None and 2 * os.lstat(sub / snapshot_name(entry.step)).st_size > SMALL_STEP_BYTES
+    except (OSError, ValueError):
+        return False
+
+
+def steps_held(entry: ModelEntry, model) -> int:
+    """How many snapshot models of ``entry`` (whose final weights are ``model``) the step caches keep at once,
+    one being read included: what the Over training page's memory estimate counts."""
+    params = sum(p.numel() for p in model.parameters())
+    return 24 if 4 * params <= SMALL_STEP_BYTES else BIG_STEPS_KEPT + 1
 
 
 def shipped_names() -> list[str]:
@@ -64,7 +95,8 @@ def load_model(entry: ModelEntry):
     if entry.step is None:
         loaded, error = _load(str(entry.path), _stamp(entry.path))
     else:
-        loaded, error = _load_step(str(entry.path), _stamp(entry.path), entry.step)
+        load = _load_big_step if _big_step(entry) else _load_step
+        loaded, error = load(str(entry.path), _stamp(entry.path), entry.step)
     if error is not None:
         raise error
     return loaded
@@ -86,7 +118,27 @@ def at_step(entry: ModelEntry, step: int | None) -> ModelEntry:
 
 def snapshot_steps_of(entry: ModelEntry) -> list[int]:
     """The steps ``entry`` kept snapshots of ([] for none: older saves, GPT-2 folders)."""
-    return [] if entry.hf else checkpoint_steps(entry.path)
+    return list(snapshot_listing_of(entry).steps)
+
+
+def snapshot_listing_of(entry: ModelEntry) -> Listing:
+    """``entry``'s snapshot steps and whether its folder held too many names to list them all (core.nn.snapshots:
+    a bounded listing, kept while the folder does not change)."""
+    return Listing() if entry.hf else snapshot_listing(entry.path)
+
+
+def snapshot_loader(entry: ModelEntry, step: int):
+    """A loader of ``entry``'s model at ``step`` (no argument; raises CheckpointError), for work that reads its
+    snapshots one at a time (core.analysis.over_training): through the step caches, nothing loaded before it runs."""
+    return lambda: load_model(at_step(entry, step))[0]
+
+
+def listing_words(listing: Listing) -> str | None:
+    """One sentence when the snapshot folder held more names than are read; None otherwise."""
+    if not listing.truncated:
+        return None
+    return (f"Its snapshot folder holds more than {MAX_NAMES:,} files: only the first {MAX_NAMES:,} names read are "
+            "listed, so some snapshots may be missing from the steps offered.")
 
 
 def final_step(entry: ModelEntry) -> int | None:
@@ -98,7 +150,8 @@ def final_step(entry: ModelEntry) -> int | None:
 def step_picker(entry: ModelEntry) -> ModelEntry:
     """The sidebar's "Model at training step": a slider over the snapshots ``entry`` kept, the final model by
     default. Returns the entry at the chosen step (step None for the final weights)."""
-    steps, last = snapshot_steps_of(entry), final_step(entry)
+    listing, last = snapshot_listing_of(entry), final_step(entry)
+    steps = list(listing.steps)
     if not steps:
         return at_step(entry, None)
     # the last snapshot is the final step, stored in float16: the final weights stand for it
@@ -108,19 +161,40 @@ def step_picker(entry: ModelEntry) -> ModelEntry:
     key = f"te_step::{entry.name}"
     pending = st.session_state.pop("te_link_step", None)  # a link's step= (ui.links.frame_link), once
     if pending is not None:
-        if pending in options:
-            st.session_state[key] = pending
+        choice, words = link_step(pending, steps, last, entry.name)
+        if choice is None:
+            st.session_state.setdefault("te_link_ignored", []).append(("step", words))
         else:
-            st.session_state.setdefault("te_link_ignored", []).append(
-                ("step", f"{entry.name} kept no snapshot at step {pending:,}"))
+            st.session_state[key] = choice
+            if words:
+                st.info(words, icon=":material/history:")
     if st.session_state.get(key) not in options:  # the default (set here, not as value=, so a link may set it)
         st.session_state[key] = "final"
     choice = st.select_slider("Model at training step", options, format_func=label, key=key,
                               help="Every analysis page (Attention, Switch heads off, Inside the model, Generation) "
                                    "uses the model as it was at this step of its training. Drag left to step 0, the "
-                                   "untrained model, and watch what it learns. The Over training page shows every "
-                                   "step at once.")
+                                   "untrained model, and watch what it learns. The Over training page shows the "
+                                   "snapshots side by side.")
+    if (words := listing_words(listing)) is not None:
+        st.caption(words)
     return at_step(entry, None if choice == "final" else choice)
+
+
+def link_step(step: int, steps: list[int], last: int | None, name: str) -> tuple:
+    """(the step picker's option for a link's ``step=``, words or None): the final step is "final" (the final weights
+    stand for its snapshot); a kept step is itself; a step between snapshots opens the nearest one (the earlier on a
+    tie) and says which; a step past the end of training is refused in words: (None, why)."""
+    if step == last:
+        return "final", None
+    if step in steps:
+        return step, None
+    if last is not None and step > last:
+        return None, f"{name} trained for {last:,} steps: step {step:,} is past the end of its training"
+    nearest = min(steps, key=lambda s: (abs(s - step), s))
+    option = "final" if nearest == last else nearest
+    shown = f"the final model (step {nearest:,})" if option == "final" else f"the nearest snapshot (step {nearest:,})"
+    return option, (f"The link asked for step {step:,}, but {name} kept no snapshot at that step: "
+                    f"{shown} is open instead.")
 
 
 def step_words(entry: ModelEntry) -> str | None:
