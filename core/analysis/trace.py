@@ -113,14 +113,6 @@ def additive(config) -> bool:
     return config.residual and config.norm != "post"
 
 
-def variant_refusal(config) -> str:
-    """Why a model with pieces taken away (core.nn.model's switches) has no trace, in one sentence."""
-    removed = ", ".join(f"{k}={v!r}" for k, v in config.removed().items())
-    return (f"this model is a variant of the lecture's block ({removed}): the step-by-step views (the stream, the "
-            "logit lens, who wrote the prediction) are written for the lecture's block; its attention and its "
-            "heads switched off work as for any model")
-
-
 def trace_bytes(config, n: int, batch: int = 1) -> int:
     """Bytes of the float32 tensors a Trace of ``batch`` sequences of n tokens holds, from the shapes above: per
     position, the stream-wide vectors and each block's q, k, v, z, per-head outputs, MLP hidden units and the

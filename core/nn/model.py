@@ -394,8 +394,9 @@ class Transformer(nn.Module):
     # blocks before l once and start the rest from the stream they leave (core.analysis.interventions.head_losses)
 
     def embed(self, idx, offset: int = 0, hooks=None) -> torch.Tensor:
-        """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d)."""
-        tok = self.tok_emb(idx)  # (B, n, d)
+        """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d). The ids are
+        moved to the device of the weights here, once for every analysis (CPU here, a GPU where the model is on one)."""
+        tok = self.tok_emb(idx.to(self.tok_emb.weight.device))  # (B, n, d)
         if hooks is not None:
             tok = hooks("hook_embed", tok)
         if self.pos_emb is None:
@@ -449,7 +450,7 @@ class Transformer(nn.Module):
         hooks = self._hook_run(hooks, head_fn, return_attn)
         cache = past
         if cache is None and use_cache:
-            cache = KVCache(self.config, B, dtype=self.tok_emb.weight.dtype, device=idx.device)
+            cache = KVCache(self.config, B, dtype=self.tok_emb.weight.dtype, device=self.tok_emb.weight.device)
         # with last_only, the last block skips what no later block reads: the queries, W_O and MLP of every position
         # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not with hooks (a
         # hook sees every position).
@@ -460,7 +461,7 @@ class Transformer(nn.Module):
         logits = self.readout(x[:, -1:] if last_only else x, hooks)  # (B, n, m), or (B, 1, m)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n))  # (B*n, m) vs (B*n,)
+            loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n).to(logits.device))  # (B*n, m) vs (B*n,)
         records = None
         if return_attn:
             records = [AttentionRecord(scores=hooks.store[f"blocks.{l}.attn.hook_attn_scores"],
