@@ -108,3 +108,11 @@ def test_the_lesson_opens_every_step_on_a_variant(open_page, tmp_path, tok, name
         assert not at.exception, f"step {step}: {at.exception[0].message}"
     # (a random model has no induction head, so step 12 is blocked for that first; test_lesson_steps checks that a
     # post-norm block is refused in words on it)
+
+
+@pytest.mark.parametrize("name", ["no-mlp", "post-norm"])
+def test_the_attention_pages_score_split_on_a_variant(open_page, tmp_path, tok, name):
+    _saved(tmp_path, tok, name, VARIANTS[name])
+    at = open_page("pages/attention.py", models_dir=tmp_path, state={"te_model_name": name})
+    text = _text(at)
+    assert ("not taken apart here" in text) == (name == "post-norm")
