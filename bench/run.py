@@ -367,7 +367,7 @@ def bench_patching(quick: bool):
     """Issue 30's targets on the shipped character model at 64 tokens, one thread: the residual grid and the head
     table, batched (one forward per stage, every position at once), against the same cells patched one at a time."""
     from core.nn.checkpoint import load_checkpoint
-    from core.patching import Metric, _forward, patch_heads, patch_residual
+    from core.analysis.patching import Metric, _forward, patch_heads, patch_residual
 
     model, tok = load_checkpoint(ROOT / "assets" / "models" / "shakespeare-char")
     clean = tok.encode(("The old man walked slowly to the river and sat down. " * 2)[:64])
@@ -459,7 +459,7 @@ def bench_patching_gpt2(quick: bool):
     no GPT-2 folder ships, and nothing downloads) at 64 tokens: one stage of the residual grid batched (64 rows in
     one forward) against single-patch forwards, each extrapolated to the grid's 13 stages x 64 positions."""
     from core.nn.model import ModelConfig, Transformer
-    from core.patching import Metric, patch_residual
+    from core.analysis.patching import Metric, patch_residual
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, n_layers=12, bias=True,
@@ -521,12 +521,20 @@ def bench_discovery(quick: bool):
                    higher_is_better=False, note=f"(folders read at most: {ck.MAX_MODEL_FOLDERS})")
 
 
+def bench_hooks(quick: bool):
+    """The one forward with hook points against the commit before it, in the same run (bench/hooks.py)."""
+    from bench import hooks
+
+    print("\nHook points (issue 41): each measurement in this tree and in the one before core/nn/hooks.py")
+    RESULTS.extend(hooks.main(["--quick"] if quick else []))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
-                            "variants", "patching", "lesson"])
+                            "variants", "patching", "lesson", "hooks"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

@@ -10,7 +10,7 @@ from core.figures.attention_figures import (
     future_mass_figure, head_overview_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )
 from core.figures.patching_figures import sources_figure
-from core.patching import score_sources, sources_view
+from core.analysis.patching import score_sources, sources_refusal, sources_view
 from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 from core.serve.fmt import shown_pos
 from core.serve.links import Field, LinkSpec
@@ -149,8 +149,8 @@ if show_unmasked:
                f"{view.mean_future_mass:.0%} of its weight on {tok.units} it must not see yet.")
 
 st.subheader("Why does this head attend here?")
-if not c.lecture_block:
-    st.caption("This model is a variant of the lecture's block: its scores are not taken apart here.")
+if sources_refusal(c):  # a post-norm or residual-free variant: its stream is no sum of writers to split
+    st.caption(f"Its scores are not taken apart here: {sources_refusal(c)}.")
 else:
     cell, qi = st.session_state.get("attn_cell"), st.session_state.get("attn_pos")
     if cell and cell[0] == ids and cell[2] <= cell[1] < n:

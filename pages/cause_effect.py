@@ -2,7 +2,7 @@ import streamlit as st
 
 from core.analysis.circuit import share_text
 from core.figures import patching_figures as PF
-from core.patching import HEAD_KINDS, Metric, check_pair, stack_rows, strongest_head
+from core.analysis.patching import HEAD_KINDS, Metric, check_pair, stack_rows, strongest_head
 from core.serve.fmt import head_label, shown_pos
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
@@ -32,11 +32,6 @@ st.caption("M is the logit difference between the two answer tokens at the last 
 entry, model, tok = require_model()
 c = model.config
 mkey = model_key(entry)
-if not c.lecture_block:
-    st.info("This model is a variant of the lecture's block (a piece taken out on the Why each piece page). Patching "
-            "is written for the full block: pick a full model in the sidebar.")
-    st.stop()
-
 R = patching_runs(model, tok)  # every run below, cached for the server: R.heads(mkey, clean, corrupt, metric, "z")
 patch_heatmap, head_table_figure, sources_figure = map(cached_figure, (PF.patch_heatmap, PF.head_table_figure,
                                                                        PF.sources_figure))
@@ -163,8 +158,8 @@ if approved(("cause_grid", pair), est, GRID_AUTO_S, f"Compute the grid (about {e
         st.caption("Click a cell to read its value in words; the framed column is the changed position.")
 
     sub = R.sublayers(mkey, a_ids, b_ids, metric)  # (L, 2, n)
-    sub_names = [f"L{l + 1} {part}" for l in range(c.n_layers) for part in ("attention", "MLP")]
-    shared_chart(patch_heatmap(sub.reshape(2 * c.n_layers, n), tokens, sub_names,
+    sub_names = [f"L{l + 1} {part}" for l in range(c.n_layers) for part in ("attention", "MLP")[:sub.shape[1]]]
+    shared_chart(patch_heatmap(sub.reshape(-1, n), tokens, sub_names,  # (L, 2 or 1 without an MLP, n) -> (rows, n)
                                "What each block's attention and MLP wrote at one position",
                                changed=diff[0] if len(diff) == 1 else None),
                  width="stretch", theme=None, key="cause_sub")

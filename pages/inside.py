@@ -6,7 +6,7 @@ from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number
 from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS
 from core.nn.params import mlp_latex
 from core.analysis.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
-                        max_trace_tokens, stream_steps, trace_bytes, variant_refusal)
+                        max_trace_tokens, stream_steps, trace_bytes)
 from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
 from ui.cached import traced
 from core.serve.links import Field, LinkSpec
@@ -34,9 +34,11 @@ st.latex(r"x^{(0)}_i = E[t_i] + P[i], \qquad "
 
 entry, model, tok = require_model()
 c = model.config
-if not c.lecture_block:  # a variant from the Why each piece page: its block is not the one traced here
-    st.info(f"Nothing to trace: {variant_refusal(c)} (on the Attention and Switch heads off pages).")
-    st.stop()
+notes = TV.block_notes(c)  # what a variant's block (from the Why each piece page) does differently, per section
+if not c.lecture_block:
+    st.info("This model's block is a variant of the lecture's, and every number below is the one its own forward "
+            "computes. Its update:")
+    st.latex(notes.update)
 LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), "inside_prompt", cut=True),
                  "pos": Field(("index", c.n_ctx)),  # applied below, once the prompt's length is known
                  "layer": Field(("index", c.n_layers), "inside_layer"), "head": Field(("index", c.n_heads), "inside_head")})
@@ -46,7 +48,6 @@ prompt = prompt_input("Your prompt", None, "inside_prompt", tok, c.n_ctx, height
 if prompt.empty:
     st.info("Type a few characters above (letters, punctuation, newlines) to follow them through the model.")
     st.stop()
-
 
 # A trace keeps every intermediate of the pass: for GPT-2 small about 1.1 MB per token plus each head's n x n scores
 # and weights, so it is cut to the last tokens that fit TRACE_BUDGET (ui.cached.traced: cached for the server)
@@ -128,7 +129,7 @@ labels, title, adds_up = TF.step_rows_text(step, c.n_heads, visible(chars[ids[po
 chart(TF.vector_rows(TV.step_rows(model, tr, steps, step_i, ids, pos), labels, title), width="stretch", theme=None,
       key="inside_step_rows")
 st.caption(f"Each row is a vector of d = {c.d_model} numbers (red positive, blue negative, one colour scale for "
-           f"all rows; hover for the values). Column by column, {adds_up}.")
+           f"all rows; hover for the values). Column by column, {adds_up}." + (f" {notes.stream}" if notes.stream else ""))
 
 # ------------------------------------------------------------------ 2. attention at this position
 
@@ -151,7 +152,8 @@ key = pick[2].selectbox("Key j to take apart", range(pos + 1), index=at.heaviest
 chart(TF.neuron_view(at.q, at.keys, at.weights, key_labels, key, TF.char_label(pos, tokens[pos])), width="stretch",
       theme=None, key="inside_neuron")
 st.caption("Red components are positive, blue negative. A key whose pattern of signs matches the query's gets a "
-           "large dot product, so a large score and, after the softmax, a large weight (right).")
+           "large dot product, so a large score and, after the softmax, a large weight (right)."
+           + (f" {notes.attention}" if notes.attention else ""))
 chart(TF.qk_terms(at.q, at.keys[key], TF.char_label(pos, tokens[pos]), key_labels[key]), width="stretch",
       theme=None, key="inside_qk")
 score, i, j = float(at.scores[key]), shown_pos(pos), shown_pos(key)  # the formula counts as the screen does
@@ -174,13 +176,16 @@ st.markdown(
        "squashes negative ones to small values at or below zero")
     + ", and maps the result back to width d. Usually most units are silent for a given input: each unit answers "
     "to its own kind of situation, and only a few situations hold at once.")
-st.latex(mlp_latex(c, hidden=True))
-mlp_layer = st.selectbox("Block", range(c.n_layers), format_func=lambda l: f"block {l + 1}", key="inside_mlp_layer")
-mlp = TV.mlp_at(tr, mlp_layer, pos, c.activation)
-a, b = st.columns(2)
-a.metric(f"Hidden units {SILENT_WORDS[c.activation]}", f"{mlp.silent} of {c.d_ff} ({mlp.silent / c.d_ff:.0%})")
-b.metric("Length of what the MLP adds", f"{mlp.out_norm:.2f}")
-chart(TF.mlp_figure(mlp.hidden, mlp.out, c.activation), width="stretch", theme=None, key="inside_mlp")
+if not c.mlp:
+    st.info(notes.mlp)
+else:
+    st.latex(mlp_latex(c, hidden=True))
+    mlp_layer = st.selectbox("Block", range(c.n_layers), format_func=lambda l: f"block {l + 1}", key="inside_mlp_layer")
+    mlp = TV.mlp_at(tr, mlp_layer, pos, c.activation)
+    a, b = st.columns(2)
+    a.metric(f"Hidden units {SILENT_WORDS[c.activation]}", f"{mlp.silent} of {c.d_ff} ({mlp.silent / c.d_ff:.0%})")
+    b.metric("Length of what the MLP adds", f"{mlp.out_norm:.2f}")
+    chart(TF.mlp_figure(mlp.hidden, mlp.out, c.activation), width="stretch", theme=None, key="inside_mlp")
 
 # ------------------------------------------------------------------ 4. the logit lens
 
@@ -200,13 +205,8 @@ hi = min(n, lo + LENS_WINDOW)
 lens = _lens(mkey, ids)
 chart(TF.lens_figure(lens.top_ids[:, lo:hi], lens.top_probs[:, lo:hi], chars, ids, lens_stage_names(c.n_layers),
                      offset=lo, chosen=pos, unit=tok.unit), width="stretch", theme=None, key="inside_lens")
-where = f"Columns are positions {shown_pos(lo)} to {hi}, each headed by the {tok.unit} read there; the red frame " \
-        f"is position {shown_pos(pos)}."
-if n > 1:
-    where += f" Over the whole prompt, the favourite is the {tok.unit} that really comes next " + ", ".join(
-        f"{name} at {share:.0%} of positions" for name, share in zip(lens_stage_names(c.n_layers),
-                                                                      lens_accuracy(lens, ids))) + "."
-st.caption(where)
+st.caption(TV.lens_caption(lo, hi, pos, tok.unit, lens_stage_names(c.n_layers), lens_accuracy(lens, ids) if n > 1
+                           else None) + (f" {notes.lens}" if notes.lens else ""))
 
 # ------------------------------------------------------------------ 5. who wrote the prediction
 
@@ -229,7 +229,7 @@ st.caption(f"Grey: the embedding; blue: heads; orange: MLPs"
            + (f"; light grey: all but the {TF.ATTRIBUTION_BARS - 1} largest of the {len(att.names)} writers, summed"
               if len(att.names) > TF.ATTRIBUTION_BARS else "") + f". Layers and heads count from 1. σ is frozen at "
            f"{1 / att.scale:.3f} (the stream's spread at position {shown_pos(pos)}); with another σ the bars would all scale "
-           "together, so their ranking is what to read.")
+           "together, so their ranking is what to read." + ("" if att.exact else TV.gap_words(att)))
 
 # ------------------------------------------------------------------ 6. the output
 

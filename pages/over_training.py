@@ -2,7 +2,7 @@ import streamlit as st
 
 from core.analysis.induction import formation_step
 from core.analysis.over_training import head_patterns, over_training, pick_steps
-from core.analysis.trace import lens_stage_names, variant_refusal
+from core.analysis.trace import additive, lens_stage_names
 from core.figures import over_training_figures as OF
 from core.figures.induction_figures import formation_figure
 from core.nn.checkpoint import CheckpointError, read_heads, read_log, read_training
@@ -46,9 +46,8 @@ if not listing.steps:
             "GPT-2 folders and models saved before snapshots existed have only their final weights.")
     st.stop()
 c = model.config  # every snapshot has this shape (a snapshot of another shape is refused)
-if not c.lecture_block:  # the views below trace each snapshot, and the trace is the lecture's block
-    st.info(f"Nothing to show here: {variant_refusal(c)}.")
-    st.stop()
+if not c.lecture_block:  # a variant from the Why each piece page: every view below is its own forward's numbers
+    st.info("This model's block is a variant of the lecture's: every number below is the one its own forward computes.")
 if (words := listing_words(listing)) is not None:
     st.warning(words, icon="⚠️")
 
@@ -175,6 +174,9 @@ st.markdown(f"The final model's favourite after your prompt is **{target}**. Its
             "over, and when.")
 st.latex(r"z_t = \sum_{\text{writer } w} \frac{W_U[t]\cdot \gamma \odot (c_w - \bar c_w)}{\sigma} + W_U[t]\cdot\beta")
 chart(OF.attribution_over_steps(ot, target), key="over_attr")
+if not additive(c):
+    st.caption("This block is not a plain sum of its writers (post-norm LayerNorms, or no residual), so these shares "
+               "are an approximation: they do not add up to the logit (the Inside page says by how much).")
 if losses:
     last = shown_steps[-1]
     st.caption(f"Validation loss estimated when each snapshot was taken: step 0 "

@@ -5,6 +5,8 @@ import threading
 import numpy as np
 import pytest
 import torch
+
+from core.nn.hooks import HookRun
 from torch.utils.flop_counter import FlopCounterMode
 
 from core.serve import fmt
@@ -143,7 +145,7 @@ def test_layer_costs_match_pytorchs_flop_counter_on_the_real_sublayers(n, d, h, 
     x = torch.randn(1, n, d)
     c = cost.layer_costs(n, d, d_ff, h)
     with FlopCounterMode(display=False) as fc:
-        MultiHeadAttention(cfg)(x, return_attn=True)  # the path that writes out Q K^T and A V as matmuls
+        MultiHeadAttention(cfg)(x, hooks=HookRun(names=["blocks.0.attn.hook_pattern"], record=True))  # Q K^T and A V as matmuls
     assert fc.get_total_flops() == 2 * (c["scores"] + c["weighted_sum"] + c["projections"])  # FLOPs = 2 x mults
     with FlopCounterMode(display=False) as fc:
         MLP(cfg)(x)

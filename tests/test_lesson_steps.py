@@ -373,10 +373,15 @@ def test_step_12_says_which_head_the_path_runs_through_by_its_own_scores(char):
     assert f"finds **{strongest_prev}**" in text and "K-composition" in text
 
 
-def test_step_12_asks_nothing_of_a_variants_block():
+def test_step_12_asks_a_no_mlp_block_and_nothing_of_a_post_norm_one():
+    """The score split needs a stream that is a sum of writers: an attention-only model has one (its split is asked
+    and adds up), a post-norm model does not (the step says why)."""
+    scores = scores_of([[0, 0], [0, 0]], [[0, 0], [0, 0.9]])
     c = ModelConfig(vocab_size=10, n_ctx=16, d_model=8, n_heads=2, n_layers=2, mlp=False)
-    ctx = LS.Context(Transformer(c), TEN, (1, 2, 3, 4), scores_of([[0, 0], [0, 0]], [[0, 0], [0, 0.9]]))
-    assert "lecture's block" in LS.question(LS.STEP["circuit"], ctx).blocked
+    assert LS.question(LS.STEP["circuit"], LS.Context(Transformer(c), TEN, (1, 2, 3, 4), scores)).blocked is None
+    post = ModelConfig(vocab_size=10, n_ctx=16, d_model=8, n_heads=2, n_layers=2, norm="post")
+    blocked = LS.question(LS.STEP["circuit"], LS.Context(Transformer(post), TEN, (1, 2, 3, 4), scores)).blocked
+    assert "post-norm" in blocked
 
 
 def test_every_step_is_a_record_with_its_words():

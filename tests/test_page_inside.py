@@ -112,7 +112,7 @@ def test_opening_an_attention_step_shows_each_heads_share_of_the_modules_output(
     ids = tok.encode(text)
     with torch.no_grad():  # block 1's attention module on the embedding, run here
         x = model.tok_emb.weight[ids] + model.pos_emb.weight[:len(ids)]
-        added, _ = model.blocks[0].attn(model.blocks[0].ln1(x[None]))
+        added = model.blocks[0].attn(model.blocks[0].ln1(x[None]))
     np.testing.assert_allclose(rows[5], added[0, -1].numpy(), atol=1e-5)
     np.testing.assert_allclose(rows[1:5].sum(0), rows[5], atol=1e-5)  # the heads add up to it
     np.testing.assert_allclose(rows[0] + rows[5], rows[6], atol=1e-5)

@@ -1,4 +1,4 @@
-"""Activation and path patching and the score's sources (core.patching), by identities that must hold exactly and
+"""Activation and path patching and the score's sources (core.analysis.patching), by identities that must hold exactly and
 against forwards written out here."""
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from core.nn.model import ModelConfig, Transformer
-from core.patching import (Metric, _forward, check_pair, patch_heads, patch_residual, patch_sublayers, path_patch,
+from core.analysis.patching import (Metric, _forward, check_pair, patch_heads, patch_residual, patch_sublayers, path_patch,
                            score_sources)
 
 SHAPES = {
@@ -55,10 +55,10 @@ def test_a_patched_stage_equals_a_forward_with_it_substituted(model):
     metric = Metric(answer=4, wrong=9)
     clean, corrupt = torch.tensor([CLEAN]), torch.tensor([CORRUPT])
     with torch.no_grad():
-        x_clean, _ = model.blocks_from(model.embed(clean), 0, 1)
-        x, _ = model.blocks_from(model.embed(corrupt), 0, 1)
+        x_clean = model.blocks_from(model.embed(clean), 0, 1)
+        x = model.blocks_from(model.embed(corrupt), 0, 1)
         x[0, 5] = x_clean[0, 5]
-        x, _ = model.blocks_from(x, 1)
+        x = model.blocks_from(x, 1)
         patched = float(metric.of_logits(model.readout(x))[0])
         m_clean, m_corrupt = (float(metric.of_logits(model(i).logits)[0]) for i in (clean, corrupt))
     want = (patched - m_corrupt) / (m_clean - m_corrupt)
@@ -101,8 +101,9 @@ def test_path_patching(model):
         path_patch(model, CLEAN, CORRUPT, (1, 0), [(0, 0)], "k", metric)
 
 
-def test_identical_prompts_leave_the_metric_undefined(model):
-    assert np.isnan(patch_residual(model, CLEAN, CLEAN, Metric(4, 9))).all()
+def test_identical_prompts_are_refused_in_words(model):
+    with pytest.raises(ValueError, match="the two prompts are the same"):
+        patch_residual(model, CLEAN, CLEAN, Metric(4, 9))
 
 
 def test_prompts_of_different_lengths_are_refused_in_words(model):
@@ -121,7 +122,7 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
     # (token embedding, token embedding) by hand: both sides through the frozen LayerNorm and W_Q, W_K
     c, block = model.config, model.blocks[layer]
     with torch.no_grad():
-        stream, _ = model.blocks_from(model.embed(torch.tensor([CLEAN])), 0, layer)
+        stream = model.blocks_from(model.embed(torch.tensor([CLEAN])), 0, layer)
         d, dh = c.d_model, c.d_head
         w = block.attn.qkv.weight.double()
 
@@ -137,7 +138,7 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
 
 
 # ---------------------------------------------------------------- the page's helpers
-from core.patching import (corrupt_one, default_answers, match_lengths, read_sources, top_predictions,  # noqa: E402
+from core.analysis.patching import (corrupt_one, default_answers, match_lengths, read_sources, top_predictions,  # noqa: E402
                            top_sources)
 
 
@@ -205,7 +206,7 @@ def test_the_example_pair_is_the_probe_written_again_with_the_earlier_occurrence
     from conftest import SHIPPED
     from core.analysis.induction import model_probe
     from core.nn.checkpoint import load_checkpoint
-    from core.patching import example_pair, sources_view
+    from core.analysis.patching import example_pair, sources_view
 
     model, tok = load_checkpoint(SHIPPED)
     clean, bad, period, again = example_pair(model, tok, seed=5)

@@ -9,7 +9,7 @@ import torch
 from hand_forward import edge_path, hand_forward, logit_diff, replace_head
 from core.analysis import patching as P
 from core.nn.model import ModelConfig, Transformer
-from core.patching import (HEAD_KINDS, Metric, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
+from core.analysis.patching import (HEAD_KINDS, Metric, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
                            path_patch, path_patch_senders, paths_into)
 
 SHAPES = {  # (shape, seed): seeds whose random model the corruption moves visibly

@@ -6,6 +6,8 @@ import math
 import numpy as np
 import pytest
 import torch
+
+from core.nn.hooks import HookRun
 import torch.nn.functional as F
 
 from core.nn.model import ModelConfig, Transformer
@@ -109,13 +111,13 @@ def test_each_head_is_what_the_attention_adds_with_the_other_heads_off(case):
     with torch.no_grad():
         for l, block in enumerate(model.blocks):
             x = block.ln1(tr.resid[l])
-            whole, _ = block.attn(x)
+            whole = block.attn(x)
             close(tr.attn_out[l], whole)
             close(tr.head_out[l].sum(1) + tr.attn_bias[l], tr.attn_out[l])
             for h in range(c.n_heads):
-                only = torch.zeros(c.n_heads, 1, 1)
+                only = torch.zeros(c.n_heads, 1)  # hook_z is (B, n, h, d_h): every head but h zeroed
                 only[h] = 1.0
-                alone, _ = block.attn(x, head_fn=lambda layer, y: y * only)
+                alone = block.attn(x, hooks=HookRun([("blocks.0.attn.hook_z", lambda z, name: z * only)]))
                 close(tr.head_out[l][:, h] + tr.attn_bias[l], alone)  # W_O's bias is added with every head off too
 
 
@@ -151,7 +153,7 @@ def test_stream_is_the_embedding_plus_every_sublayer(case):
         close(model.head(model.ln_f(total)), model(idx).logits)
         x = embed  # block by block, through the model's own Block.forward
         for l, block in enumerate(model.blocks):
-            x, _ = block(x)
+            x = block(x)
             close(tr.resid[l + 1], x)
 
 

@@ -45,7 +45,7 @@ def test_stream_column_shows_the_norms_of_the_models_stream_top_down(setup):
         x = model.tok_emb.weight[ids] + model.pos_emb.weight[:len(ids)]
         norms_added, norms_after = [x[pos].norm()], [x[pos].norm()]
         for block in model.blocks:
-            a, _ = block.attn(block.ln1(x[None]))
+            a = block.attn(block.ln1(x[None]))
             x = x + a[0]
             norms_added.append(a[0, pos].norm()), norms_after.append(x[pos].norm())
             m = block.mlp(block.ln2(x))

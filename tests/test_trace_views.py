@@ -39,7 +39,7 @@ def by_hand(model, ids):
         block = model.blocks[0]
         q, k, v = block.attn.qkv(block.ln1(x)).split(c.d_model, dim=-1)
         q, k, v = (t.view(len(ids), c.n_heads, c.d_head).transpose(0, 1) for t in (q, k, v))  # (h, n, d_h)
-        added, _ = block.attn(block.ln1(x)[None])
+        added = block.attn(block.ln1(x)[None])
         mid = x + added[0]
         hidden = block.mlp.act(block.mlp.w1(block.ln2(mid)))
         return dict(x=x, q=q, k=k, v=v, attn=added[0], mid=mid, hidden=hidden, mlp=block.mlp.w2(hidden))

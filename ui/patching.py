@@ -10,8 +10,8 @@ from core.analysis.attention import head_attention
 from core.analysis.circuit import default_key, path_defaults, read_circuit, share_text
 from core.analysis.induction import head_scores
 from core.analysis.timing import forward_seconds
-from core.patching import (corrupt_prompt, default_answers, example_pair, match_lengths, patch_head_positions,
-                           patch_heads, patch_residual, patch_sublayers, path_patch, paths_into, score_sources,
+from core.analysis.patching import (corrupt_prompt, default_answers, example_pair, match_lengths, patch_head_positions,
+                           patch_heads, patch_residual, patch_sublayers, path_patch, paths_into, score_sources, sources_refusal,
                            sources_view, top_predictions)
 from core.figures.patching_figures import sources_figure
 from core.serve.fmt import head_label, pos_label
@@ -51,7 +51,7 @@ def patching_runs(model, tok) -> SimpleNamespace:
 
 
 def make_corrupted(model, tok, clean_key: str, corrupt_key: str):
-    """Button callback: the clean prompt with one token changed (core.patching.corrupt_prompt), a fresh token each
+    """Button callback: the clean prompt with one token changed (core.analysis.patching.corrupt_prompt), a fresh token each
     press; what changed is kept as ``cause_changed`` for the page's sentence."""
     ids = prompt_ids_now(clean_key, tok)
     if not ids:
@@ -122,7 +122,7 @@ def path_section(R, mkey: str, c, a_ids: tuple, b_ids: tuple, metric):
 
 def sources_section(R, mkey: str, c, a_ids: tuple, b_ids: tuple, metric, tokens: list[str], head0: tuple[int, int],
                     pair: str, auto_s: float) -> tuple[tuple[int, int], int]:
-    """One attention score of the clean prompt split by the sources of its query and key (core.patching.score_sources):
+    """One attention score of the clean prompt split by the sources of its query and key (core.analysis.patching.score_sources):
     the head (``head0`` by default), query i and key j picked (j: where the head looks most, per prompt pair), the
     table, and what it shows in words (core.analysis.circuit.read_circuit, with every earlier head's path into the
     keys when that takes at most ``auto_s`` seconds, else on a button). Returns (head, i) for the page's link."""
@@ -141,6 +141,10 @@ def sources_section(R, mkey: str, c, a_ids: tuple, b_ids: tuple, metric, tokens:
     j = int(s3.number_input("Key position j (default: where it looks most)", 1, i + 1,
                             j_default + 1, key=f"cause_src_j_{pair}_{i}_{sl[0]}_{sl[1]}")) - 1
     s4.metric("weight a[i, j]", f"{pattern_row[j]:.3f}")
+    why_not = sources_refusal(c)
+    if why_not:  # a post-norm or residual-free variant: its stream is no sum to split
+        st.info(f"The score is not split here: {why_not}.")
+        return sl, i
     full, src_names, score = R.sources(mkey, a_ids, sl[0], sl[1], i, j)
     shown_t, rows_n, cols_n, reading = sources_view(full, src_names, k=10)
     shared_chart(_sources_figure(shown_t, rows_n, cols_n, f"{head_label(*sl)}: score of query {pos_label(i, tokens[i])} "
@@ -153,7 +157,7 @@ def sources_section(R, mkey: str, c, a_ids: tuple, b_ids: tuple, metric, tokens:
                 f"**{reading.key_builder}** ({reading.key_total:+.2f}); of the query's, **{reading.query_builder}** "
                 f"({reading.query_total:+.2f}). The largest single entry pairs the query's {reading.query_source} with "
                 f"the key's {reading.key_source} ({reading.value:+.2f}).")
-    paths_s = 2 * sl[0] * c.n_heads * R.seconds(mkey, n, n) / n  # two passes per earlier head (core.patching.paths_into)
+    paths_s = 2 * sl[0] * c.n_heads * R.seconds(mkey, n, n) / n  # two passes per earlier head (core.analysis.patching.paths_into)
     paths_go = paths_s <= auto_s or st.session_state.get(f"cause_paths_go_{pair}")
     circuit = read_circuit(reading, score, R.scores(mkey).previous_token,
                            R.paths(mkey, a_ids, b_ids, metric, sl) if paths_go else None)

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.nn.hooks import HookRun
+
 from core.analysis.induction import PROBE_SEQS, head_scores, induction_score, model_probe, probe_period  # noqa: F401
-from core.nn.model import future_mask as model_future_mask
+from core.nn.model import attention_weights, future_mask as model_future_mask
 from core.analysis.sampling import entropy, temperature_softmax
 
 
@@ -57,8 +59,9 @@ def layer_attention(model, ids: list[int]):
     only one layer's matrices exist at a time (h n^2 floats instead of L h n^2)."""
     x = model.embed(_idx(model, ids))
     for layer in range(model.config.n_layers):
-        x, (rec,) = model.blocks_from(x, layer, layer + 1, return_attn=True)
-        yield layer, rec.scores[0].numpy(), rec.pattern[0].numpy()
+        run = _attention_run(layer)
+        x = model.blocks_from(x, layer, layer + 1, hooks=run)
+        yield layer, *_scores_pattern(run, layer)
 
 
 @torch.no_grad()
@@ -67,9 +70,22 @@ def head_attention(model, ids: list[int], layer: int, head: int) -> tuple[np.nda
     c = model.config
     if not (0 <= layer < c.n_layers and 0 <= head < c.n_heads):
         raise ValueError(f"the model has no head ({layer}, {head})")
-    x, _ = model.blocks_from(model.embed(_idx(model, ids)), 0, layer)
-    _, (rec,) = model.blocks_from(x, layer, layer + 1, return_attn=True)
-    return rec.scores[0, head].clone().numpy(), rec.pattern[0, head].clone().numpy()  # clone: not a view of all heads
+    x = model.blocks_from(model.embed(_idx(model, ids)), 0, layer)
+    run = _attention_run(layer)
+    model.blocks_from(x, layer, layer + 1, hooks=run)
+    scores, pattern = _scores_pattern(run, layer)
+    return scores[head].copy(), pattern[head].copy()  # a copy: not a view of every head
+
+
+def _attention_run(layer: int) -> HookRun:
+    """Hooks that keep one block's scores (before the mask) and pattern."""
+    return HookRun(names=[f"blocks.{layer}.attn.hook_attn_scores", f"blocks.{layer}.attn.hook_pattern"], record=True)
+
+
+def _scores_pattern(run: HookRun, layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """(h, n, n) scores and pattern of batch row 0 that ``run`` kept."""
+    at = f"blocks.{layer}.attn."
+    return run.store[at + "hook_attn_scores"][0].numpy(), run.store[at + "hook_pattern"][0].numpy()
 
 
 def future_mask(n: int) -> np.ndarray:
@@ -82,21 +98,24 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return temperature_softmax(torch.from_numpy(np.asarray(x, dtype=np.float64)), 1.0).numpy()
 
 
+def _weights(scores: np.ndarray, mask: str) -> np.ndarray:
+    """The model's own attention_weights on numpy scores, in float64."""
+    return attention_weights(torch.from_numpy(np.asarray(scores, dtype=np.float64)), mask).numpy()
+
+
 def masked_softmax(scores: np.ndarray) -> np.ndarray:
     """The right order: future scores set to -inf, then the softmax. Rows sum to 1 over the past."""
-    n = scores.shape[-1]
-    return softmax(np.where(future_mask(n), -np.inf, scores))
+    return _weights(scores, "scores")
 
 
 def unmasked_softmax(scores: np.ndarray) -> np.ndarray:
     """Softmax with no mask: the weight each query would put on the future if it were allowed to."""
-    return softmax(scores)
+    return _weights(scores, "none")
 
 
 def mask_after_softmax(scores: np.ndarray) -> np.ndarray:
     """The wrong order: softmax over all keys, then future weights zeroed and NOT renormalised."""
-    n = scores.shape[-1]
-    return np.where(future_mask(n), 0.0, softmax(scores))
+    return _weights(scores, "after_softmax")
 
 
 def future_mass(weights: np.ndarray) -> np.ndarray:

@@ -39,9 +39,10 @@ def top_sources(table: np.ndarray, names: list[str], k: int = 10):
 
 def sources_view(table: np.ndarray, names: list[str], k: int = 10):
     """What a page draws of ``score_sources``' table: (table cut to ``top_sources(k)``, its row names, its column
-    names, the ``read_sources`` reading of it)."""
+    names, the ``read_sources`` reading of the whole table). The reading is of the whole table, never of the cut one:
+    there the rest is summed into "all others", which is no source and must not be named the key's builder."""
     shown, rows, cols = top_sources(table, names, k)
-    return shown, rows, cols, read_sources(shown, names, rows, cols)
+    return shown, rows, cols, read_sources(table, names)
 
 
 @dataclass(frozen=True)

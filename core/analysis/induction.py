@@ -6,8 +6,6 @@ sequence of distinct random tokens written twice; in the second copy only that m
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +15,12 @@ import torch
 import torch.nn.functional as F
 
 from core.analysis.picks import best_of, nan_argmax
+# the heads.csv format belongs to the checkpoint (core.nn); its names stay importable from here
+from core.nn.heads_csv import HEADS_COLUMNS, HEADS_CSV, parse_heads_csv, read_heads_csv, write_heads_csv  # noqa: F401
 
 PROBE_SEQS = 8      # sequences in the probe
 PROBE_PERIOD = 50   # distinct random tokens per copy
 THRESHOLD = 0.30    # an induction score at or above this counts as an induction head
-HEADS_CSV = "heads.csv"
-HEADS_COLUMNS = ("step", "layer", "head", "previous_token", "induction", "first_copy_loss", "second_copy_loss",
-                 "in_context_gain")
 
 
 def repeat_probe(vocab_size: int, n_seqs: int = PROBE_SEQS, period: int = PROBE_PERIOD, seed: int = 0,
@@ -178,34 +175,6 @@ class HeadRecorder:
         scores = head_scores(model, self.probe)
         self.rows.extend(score_rows(step, scores))
         return scores
-
-
-def write_heads_csv(path: str | Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(HEADS_COLUMNS))
-        w.writeheader()
-        w.writerows(rows)
-
-
-def read_heads_csv(path: str | Path) -> list[dict]:
-    """Rows of a heads.csv as dicts of numbers; raises ValueError when a column is missing or a cell is not a number."""
-    with open(path, newline="", encoding="utf-8") as f:
-        return parse_heads_csv(f)
-
-
-def parse_heads_csv(lines) -> list[dict]:
-    """``read_heads_csv`` of text already read (a string, or any iterable of lines)."""
-    reader = csv.DictReader(io.StringIO(lines, newline="") if isinstance(lines, str) else lines)
-    missing = {"step", "layer", "head", "previous_token", "induction"} - set(reader.fieldnames or [])
-    if missing:
-        raise ValueError(f"heads.csv lacks the column(s) {', '.join(sorted(missing))}")
-    rows = []
-    for r in reader:
-        try:
-            rows.append({k: (int(v) if k in ("step", "layer", "head") else float(v)) for k, v in r.items() if v != ""})
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"heads.csv line {reader.line_num}: {e}") from None
-    return rows
 
 
 def formation_step(rows: list[dict], threshold: float = THRESHOLD) -> int | None:

@@ -14,6 +14,8 @@ import torch.nn.functional as F
 
 from core.analysis.induction import copy_slices  # which losses belong to which copy: one definition, core.analysis.induction's
 from core.analysis.picks import nan_last
+from core.nn.hooks import HookRun
+from core.nn.model import head_hooks
 
 MODES = ("zero", "mean")
 Head = tuple[int, int]
@@ -182,8 +184,13 @@ def _layer_off(model, stream: torch.Tensor, layer: int, mode: str, means, target
         y[rows, rows] = 0.0 if mode == "zero" else means[:, None, :]  # (h, n, d/h) <- (h, 1, d/h)
         return y
 
-    out, _ = model.blocks_from(stream.expand(h, -1, -1), layer, head_fn=off)
+    out = model.blocks_from(stream.expand(h, -1, -1), layer, hooks=_head_run(model, off))
     return _chunked_losses(model, out, targets)
+
+
+def _head_run(model, head_fn) -> HookRun:
+    """A run of some blocks with ``head_fn`` on every head's output before W_O (through the hook attn.hook_z)."""
+    return HookRun(head_hooks(model.config.n_layers, head_fn))
 
 
 def _check(ids, mode):
@@ -212,7 +219,7 @@ def head_losses(model, ids: list[int], mode: str = "zero") -> tuple[np.ndarray, 
     x, streams = model.embed(idx), []
     for layer in range(L):
         streams.append(x)  # (1, n, d) entering block ``layer``
-        x, _ = model.blocks_from(x, layer, layer + 1, head_fn=keep)
+        x = model.blocks_from(x, layer, layer + 1, hooks=_head_run(model, keep))
     base = _chunked_losses(model, x, idx[0, 1:])[0]
     per_head = np.stack([_layer_off(model, streams[l], l, mode, means[l], idx[0, 1:]) for l in range(L)])
     return base, per_head
@@ -223,7 +230,7 @@ def layer_head_losses(model, ids: list[int], layer: int, mode: str = "zero") -> 
     """(h, n-1): ``head_losses``'s rows for one layer alone (the blocks before it run with every head on), for a page
     that ranks layer by layer and shows its progress."""
     idx = _check(ids, mode)
-    stream, _ = model.blocks_from(model.embed(idx), 0, layer)
+    stream = model.blocks_from(model.embed(idx), 0, layer)
     means = head_means_from(model, stream, layer) if mode == "mean" else None
     return _layer_off(model, stream, layer, mode, means, idx[0, 1:])
 
@@ -231,7 +238,8 @@ def layer_head_losses(model, ids: list[int], layer: int, mode: str = "zero") -> 
 def head_means_from(model, stream: torch.Tensor, layer: int) -> torch.Tensor:
     """(h, d/h) the heads of ``layer``'s mean outputs over the batch and positions of the stream entering it."""
     kept = []
-    model.blocks_from(stream, layer, layer + 1, head_fn=lambda l, y: kept.append(y.mean(dim=(0, 2))) or y)
+    model.blocks_from(stream, layer, layer + 1,
+                      hooks=_head_run(model, lambda l, y: kept.append(y.mean(dim=(0, 2))) or y))
     return kept[0]
 
 

@@ -9,6 +9,9 @@ stage (or layer) with every position patched at once, one row each.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,6 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from core.nn.hooks import HookRun
 from core.analysis.circuit import Reading, read_sources, sources_view, top_sources  # noqa: F401 (core.patching's names)
 from core.analysis.picks import nan_argmax
 from core.serve.fmt import head_label
@@ -49,59 +53,85 @@ def _batch(ids) -> torch.Tensor:
 
 def check_pair(model, clean, corrupt) -> str | None:
     """Why two prompts cannot be patched into each other, in words; None when they can."""
-    if not model.config.lecture_block:
-        return "patching is written for the lecture's block; this model is a variant of it"
     if len(clean) != len(corrupt):
         return (f"the prompts have {len(clean)} and {len(corrupt)} tokens: patching puts position i of one into "
                 "position i of the other, so both must have the same length (pad the shorter one or cut the longer)")
     if len(clean) < 1:
         return "the prompts are empty"
+    if len(clean) > model.config.n_ctx:
+        return f"the prompts have {len(clean)} tokens, more than the model's context of {model.config.n_ctx}"
     return None
 
 
+def _check_heads(config, heads):
+    """ValueError naming a head the model does not have (layers and heads count from 1 in the message)."""
+    for l, h in heads:
+        if not (0 <= l < config.n_layers and 0 <= h < config.n_heads):
+            raise ValueError(f"the model has no head L{l + 1} H{h + 1}: layers 1..{config.n_layers}, heads "
+                             f"1..{config.n_heads}")
+
+
 Subs = dict[tuple[str, int], Callable[[torch.Tensor], torch.Tensor]]
+
+
+# (kind, layer) -> the model's hook point (core.nn.hooks). "resid" layer l is the stream entering block l; layer L,
+# the stream leaving the last block. q, k, v and z are handed to a substitution heads first, (B, h, n, d_h), as the
+# patching grids index them; the hooks hold them as TransformerLens does, (B, n, h, d_h).
+_HOOKS = {"resid": "hook_resid_pre", "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v", "z": "attn.hook_z",
+          "pattern": "attn.hook_pattern", "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out"}
+_HEADS_FIRST = frozenset("qkvz")
+
+
+def _hook_name(config, kind: str, layer: int) -> str | None:
+    """The hook point of (kind, layer), None where the block has none (no MLP: no mlp_out)."""
+    L = config.n_layers
+    if kind == "resid":
+        return f"blocks.{L - 1}.hook_resid_post" if layer == L else f"blocks.{layer}.hook_resid_pre"
+    if kind == "mlp_out" and not config.mlp:
+        return None
+    return f"blocks.{layer}.{_HOOKS[kind]}"
 
 
 @torch.no_grad()
 def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = False, start: int = 0,
              x0: torch.Tensor | None = None, last_only: bool = False, stop: int | None = None,
              keep: frozenset[str] | None = None):
-    """(logits (B, n, m), activations {(kind, layer): tensor} if ``record``). ``subs`` maps (kind, layer) to a
-    function that receives the activation and returns what the run continues with. "resid" layer l is the stream
-    entering block l (l = L: leaving the last one). ``start``, ``x0``: begin at block ``start`` with the stream
-    ``x0`` (B, n, d) entering it (a patch at layer l leaves every earlier block as the corrupted run had it, so a
-    patched run need not compute them again). ``last_only``: logits of the last position only, (B, 1, m), all a
-    metric reads (GPT-2's output map is its largest matrix). ``stop``: run blocks before ``stop`` only and return no
-    logits (None); ``keep``: record only these kinds (a GPT-2's patterns at 1,024 tokens are 600 MB)."""
+    """(logits (B, n, m), activations {(kind, layer): tensor} if ``record``): the model's own forward, with a hook at
+    every activation a patch can replace. ``subs`` maps (kind, layer) to a function that receives the activation and
+    returns what the run continues with. ``start``, ``x0``: begin at block ``start`` with the stream ``x0`` (B, n, d)
+    entering it (a patch at layer l leaves every earlier block as the corrupted run had it, so a patched run need not
+    compute them again). ``last_only``: logits of the last position only, (B, 1, m), all a metric reads (GPT-2's
+    output map is its largest matrix). ``stop``: run blocks before ``stop`` only and return no logits (None);
+    ``keep``: record only these kinds (a GPT-2's patterns at 1,024 tokens are 600 MB)."""
     c, subs, acts = model.config, subs or {}, {}
-
-    def hook(kind, layer, t):
-        fn = subs.get((kind, layer))
-        t = fn(t) if fn is not None else t
-        if record and (keep is None or kind in keep):
-            acts[(kind, layer)] = t
-        return t
-
-    B, n = idx.shape
-    d, h, dh = c.d_model, c.n_heads, c.d_head
-    x = model.embed(idx) if x0 is None else x0                             # (B, n, d)
-    future = torch.ones(n, n, dtype=torch.bool).triu(1)
-    for l, block in enumerate(model.blocks):
-        if stop is not None and l >= stop:
-            return None, acts
-        if l < start:
+    wanted = set(subs)
+    if record:
+        kinds = STAGE_KINDS + HEAD_KINDS if keep is None else tuple(keep)
+        wanted |= {(kind, l) for kind in kinds for l in range(c.n_layers + (kind == "resid"))}
+    hooks = []
+    for kind, layer in wanted:
+        name = _hook_name(c, kind, layer)
+        if name is None:
             continue
-        x = hook("resid", l, x)
-        q, k, v = block.attn.qkv(block.ln1(x)).split(d, dim=2)
-        # (B, n, d) -> (B, n, h, d_h) -> (B, h, n, d_h), as in the model's own attention
-        q, k, v = (hook(kind, l, t.view(B, n, h, dh).transpose(1, 2)) for kind, t in zip("qkv", (q, k, v)))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(dh)                   # (B, h, n, n)
-        pattern = hook("pattern", l, F.softmax(scores.masked_fill(future, float("-inf")), dim=-1))
-        z = hook("z", l, pattern @ v)                                      # (B, h, n, d_h)
-        a = hook("attn_out", l, block.attn.out(z.transpose(1, 2).reshape(B, n, d)))
-        x = x + a
-        x = x + hook("mlp_out", l, block.mlp(block.ln2(x)))
-    x = hook("resid", c.n_layers, x)
+        fn, kept = subs.get((kind, layer)), record and (keep is None or kind in keep)
+        swap = kind in _HEADS_FIRST
+
+        def hook(t, _name, kind=kind, layer=layer, fn=fn, kept=kept, swap=swap):
+            u = t.transpose(1, 2) if swap else t  # (B, n, h, d_h) -> (B, h, n, d_h)
+            if fn is not None:
+                u = fn(u)
+            if kept:
+                acts[(kind, layer)] = u
+            return None if fn is None else (u.transpose(1, 2) if swap else u)
+        hooks.append((name, hook))
+    run = HookRun(hooks)
+    x = model.embed(idx, hooks=run) if x0 is None else x0                  # (B, n, d)
+    start = start if x0 is not None else 0
+    x = model.blocks_from(x, start, stop, hooks=run)
+    if start >= c.n_layers:  # no block ran, so the stream leaving the last one is x0 itself: its hook runs here
+        x = run(_hook_name(c, "resid", c.n_layers), x)
+    if stop is not None:
+        return None, acts
     return model.readout(x[:, -1:] if last_only else x), acts
 
 
@@ -114,11 +144,43 @@ def _normalise(values: torch.Tensor, clean: float, corrupt: float) -> np.ndarray
     return ((values - corrupt) / gap).numpy()
 
 
-def _runs(model, clean, corrupt, metric: Metric):
-    clean_idx, corrupt_idx = _batch(clean), _batch(corrupt)
-    logits_c, acts = _forward(model, clean_idx, record=True, last_only=True)
-    logits_x, acts_x = _forward(model, corrupt_idx, record=True, last_only=True)
-    return corrupt_idx, acts, acts_x, float(metric.of_logits(logits_c)[0]), float(metric.of_logits(logits_x)[0])
+# The clean and corrupted runs of the last few prompt pairs, per model: a page draws several grids of one pair
+# (residual stage by stage, sublayers, heads, positions, paths), and each would otherwise run both prompts again
+# (L + 11 times for a new pair). A run is kept with the kinds its grid records (a GPT-2's patterns at 1,024 tokens are
+# 600 MB) and dropped when the model's weights change in place (tensor version counters) or the model is freed.
+RUNS_KEPT = 6
+_RUNS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_RUNS_LOCK = threading.Lock()
+
+
+def _runs(model, clean, corrupt, metric: Metric, kinds: tuple[str, ...] | None = None):
+    """(corrupted ids (1, n), clean activations, corrupted activations, metric on clean, metric on corrupted). ``kinds``:
+    the activations recorded (always the stream, which a patched run starts from); None, every kind."""
+    why = check_pair(model, clean, corrupt)
+    if why:
+        raise ValueError(why)
+    if [int(t) for t in clean] == [int(t) for t in corrupt]:
+        raise ValueError("the two prompts are the same: both runs agree, so there is nothing to restore")
+    kinds = None if kinds is None else tuple(sorted(set(kinds) | {"resid"}))
+    key = (tuple(int(t) for t in clean), tuple(int(t) for t in corrupt), kinds,
+           sum(p._version for p in model.parameters()))
+    with _RUNS_LOCK:
+        kept = _RUNS.setdefault(model, OrderedDict())
+        hit = kept.get(key)
+        if hit is not None:
+            kept.move_to_end(key)
+    if hit is None:
+        keep = None if kinds is None else frozenset(kinds)
+        logits_c, acts = _forward(model, _batch(clean), record=True, last_only=True, keep=keep)
+        logits_x, acts_x = _forward(model, _batch(corrupt), record=True, last_only=True, keep=keep)
+        hit = (acts, acts_x, logits_c, logits_x)
+        with _RUNS_LOCK:
+            kept[key] = hit
+            while len(kept) > RUNS_KEPT:
+                kept.popitem(last=False)
+    acts, acts_x, logits_c, logits_x = hit
+    return (_batch(corrupt), acts, acts_x, float(metric.of_logits(logits_c)[0]),
+            float(metric.of_logits(logits_x)[0]))
 
 
 def _patched(model, corrupt_idx, rows: int, subs: Subs, metric: Metric, acts_x=None, start: int = 0) -> torch.Tensor:
@@ -150,7 +212,7 @@ def patch_residual(model, clean_ids, corrupt_ids, metric: Metric, stages=None) -
     """(L+1, n): the corrupted run with the stream entering block l (row L: leaving the last) at one position put
     back from the clean run; 0 = corrupted, 1 = clean. ``stages`` (default all): only these rows, in this order
     (a page computes a large model's grid a stage at a time, with a progress bar between)."""
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, ("resid",))
     n = corrupt_idx.shape[1]
     stages = range(model.config.n_layers + 1) if stages is None else stages
     rows = [_patched(model, corrupt_idx, n, {("resid", l): _at_positions(acts[("resid", l)], 1)}, metric,
@@ -159,11 +221,13 @@ def patch_residual(model, clean_ids, corrupt_ids, metric: Metric, stages=None) -
 
 
 def patch_sublayers(model, clean_ids, corrupt_ids, metric: Metric) -> np.ndarray:
-    """(L, 2, n): what each block's attention (0) and MLP (1) wrote at one position, put back from the clean run."""
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    """(L, 2, n): what each block's attention (0) and MLP (1) wrote at one position, put back from the clean run;
+    (L, 1, n), the attention alone, for a block without an MLP."""
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, ("attn_out", "mlp_out"))
     n = corrupt_idx.shape[1]
+    kinds = ("attn_out", "mlp_out") if model.config.mlp else ("attn_out",)
     out = [[_patched(model, corrupt_idx, n, {(kind, l): _at_positions(acts[(kind, l)], 1)}, metric, acts_x, start=l)
-            for kind in ("attn_out", "mlp_out")] for l in range(model.config.n_layers)]
+            for kind in kinds] for l in range(model.config.n_layers)]
     return _normalise(torch.stack([torch.stack(r) for r in out]), m_clean, m_corrupt)
 
 
@@ -173,7 +237,7 @@ def patch_heads(model, clean_ids, corrupt_ids, metric: Metric, what: str = "z",
     ``per_position``, (L, h, n) at one position at a time (the query position, or the key position for k and v)."""
     if what not in HEAD_KINDS:
         raise ValueError(f"what must be one of {', '.join(HEAD_KINDS)}, got {what!r}")
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, (what,))
     c, n = model.config, corrupt_idx.shape[1]
     out = []
     for l in range(c.n_layers):
@@ -205,7 +269,8 @@ def patch_head_positions(model, clean_ids, corrupt_ids, metric: Metric, layer: i
     running every other head (n rows instead of L h n, which a GPT-2 page cannot afford)."""
     if what not in HEAD_KINDS:
         raise ValueError(f"what must be one of {', '.join(HEAD_KINDS)}, got {what!r}")
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
+    _check_heads(model.config, [(layer, head)])
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, (what,))
     clean, n = acts[(what, layer)], corrupt_idx.shape[1]
 
     def fn(t):  # row p: the head at position p
@@ -232,11 +297,15 @@ def path_patch_senders(model, clean_ids, corrupt_ids, senders: list[tuple[int, i
     if via not in ("q", "k", "v"):
         raise ValueError(f"via must be q, k or v, got {via!r}")
     senders = [(int(l), int(h)) for l, h in senders]
+    receivers = [(int(l), int(h)) for l, h in receivers]
+    _check_heads(model.config, senders + receivers)
     if any(lr <= ls for ls, _ in senders for lr, _ in receivers):
         raise ValueError("every receiver must sit in a later layer than the sender")
-    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric)
-    if not receivers or not senders:
-        return _normalise(torch.full((len(senders),), m_corrupt, dtype=torch.float64), m_clean, m_corrupt)
+    if metric is None:  # the default the pages use: the clean run's answer against the corrupted run's
+        metric = Metric(*default_answers(model, clean_ids, corrupt_ids))
+    if not receivers or not senders:  # nothing reaches anything: the corrupted run itself, 0 by definition
+        return np.zeros(len(senders))
+    corrupt_idx, acts, acts_x, m_clean, m_corrupt = _runs(model, clean_ids, corrupt_ids, metric, ("z", "mlp_out"))
     rows = max(1, PATH_TOKENS // corrupt_idx.shape[1])  # senders per batch
     values = [_paths(model, corrupt_idx, acts, acts_x, senders[i:i + rows], receivers, via, metric)
               for i in range(0, len(senders), rows)]
@@ -285,152 +354,79 @@ def paths_into(model, clean_ids, corrupt_ids, receiver: tuple[int, int], metric:
     return {s: float(v) for s, v in zip(senders, values)}
 
 
+def sources_refusal(config) -> str | None:
+    """Why a model's attention scores cannot be split over the writers of the stream, in words; None when they can:
+    the split needs the stream to be the plain sum of what the embedding and each sublayer wrote (post-norm puts a
+    LayerNorm after every sum, and a block without its residual keeps only its last sublayer's output)."""
+    if config.norm == "post":
+        return ("this model puts its LayerNorm after each residual sum (post-norm), so the stream a head reads is "
+                "not a sum of what earlier parts wrote and cannot be split over them")
+    if not config.residual:
+        return ("this model has no residual connection: each block's stream is its last sublayer's output alone, "
+                "not a sum of what earlier parts wrote, so it cannot be split over them")
+    return None
+
+
 @torch.no_grad()
 def score_sources(model, ids, layer: int, head: int, i: int, j: int):
     """(table (S, S), source names, score): head (layer, head)'s score s_ij = q_i . k_j / sqrt(d_h) split over the
     writers of the query's stream (rows) and of the key's stream (columns): token and position embedding, every
     earlier head and MLP, and "LN shift" (LayerNorm's beta and the bias of W_Q or W_K). LayerNorm's 1/sigma is
-    frozen at its value at i and at j; the entries add up to the score."""
+    frozen at its value at i and at j; the entries add up to the score. A block without LayerNorm splits the same
+    way with sigma 1; one whose stream is not a sum of writers (``sources_refusal``) raises ValueError."""
     c = model.config
-    if not c.lecture_block:
-        raise ValueError("score_sources is written for the lecture's block")
+    why = sources_refusal(c)
+    if why:
+        raise ValueError(why)
+    if not (0 <= layer < c.n_layers and 0 <= head < c.n_heads):
+        raise ValueError(f"the model has no head L{layer + 1} H{head + 1}: layers 1..{c.n_layers}, heads 1..{c.n_heads}")
     if not (0 <= j <= i < len(ids)):
         raise ValueError(f"need 0 <= j <= i < n (got i={i}, j={j}, n={len(ids)})")
+    if len(ids) > c.n_ctx:
+        raise ValueError(f"the prompt has {len(ids)} tokens, more than the model's context of {c.n_ctx}")
     idx = _batch(ids)
     # the blocks up to the head's own (its q and k), and only what the sources are made of
     _, acts = _forward(model, idx, record=True, stop=layer + 1, keep=frozenset({"z", "mlp_out", "resid", "q", "k"}))
-    d, h, dh = c.d_model, c.n_heads, c.d_head
-    names = ["token embedding", "position embedding"]
-    parts = [model.tok_emb.weight[idx[0]], model.pos_emb.weight[: idx.shape[1]]]  # (n, d) each
+    d, h, dh, n = c.d_model, c.n_heads, c.d_head, idx.shape[1]
+    names, parts = ["token embedding"], [model.tok_emb.weight[idx[0]]]  # (n, d) each
+    if model.pos_emb is not None:
+        names.append("position embedding")
+        parts.append(model.pos_emb.weight[:n])
     for l in range(layer):
-        block = model.blocks[l]
-        w_o = block.attn.out.weight.view(d, h, dh)  # (d, h, d_h): head r reads its d_h columns
+        attn = model.blocks[l].attn
+        w_o = attn.w_o_heads()                       # (d, h, d_h): head r reads its d_h columns
         z = acts[("z", l)][0]                        # (h, n, d_h)
         for r in range(h):
             names.append(head_label(l, r))
             parts.append(torch.einsum("nk,dk->nd", z[r], w_o[:, r]))
-        if block.attn.out.bias is not None:
+        if attn.out is not None and attn.out.bias is not None:
             names.append(f"L{l + 1} attention bias")
-            parts.append(block.attn.out.bias.expand(idx.shape[1], d))
-        names.append(f"L{l + 1} MLP")
-        parts.append(acts[("mlp_out", l)][0])
+            parts.append(attn.out.bias.expand(n, d))
+        if c.mlp:
+            names.append(f"L{l + 1} MLP")
+            parts.append(acts[("mlp_out", l)][0])
     ln = model.blocks[layer].ln1
+    normed = isinstance(ln, torch.nn.LayerNorm)  # norm="none": the head reads the stream as it is
     stream = acts[("resid", layer)][0].double()     # (n, d)
     w_qkv = model.blocks[layer].attn.qkv.weight.double()
     b_qkv = model.blocks[layer].attn.qkv.bias
 
     def side(pos, which):  # (S + 1, d_h): each source's share of q_pos (which=0) or k_pos (which=1)
-        sigma = torch.sqrt(stream[pos].var(unbiased=False) + ln.eps)
         rows = slice(which * d + head * dh, which * d + (head + 1) * dh)
         w = w_qkv[rows]                                                   # (d_h, d)
+        bias = b_qkv[rows].double() if b_qkv is not None else torch.zeros(dh, dtype=torch.float64)
+        if not normed:
+            return torch.stack([w @ p[pos].double() for p in parts] + [bias])
+        sigma = torch.sqrt(stream[pos].var(unbiased=False) + ln.eps)
         gamma = ln.weight.double()
         shares = [w @ (gamma * (p[pos].double() - p[pos].double().mean()) / sigma) for p in parts]
-        shift = w @ ln.bias.double() + (b_qkv[rows].double() if b_qkv is not None else 0.0)
-        return torch.stack(shares + [shift])
+        return torch.stack(shares + [w @ ln.bias.double() + bias])
     q, k = side(i, 0), side(j, 1)
     table = (q @ k.T / math.sqrt(dh)).numpy()                          # (S + 1, S + 1)
     score = float(acts[("q", layer)][0, head, i].double() @ acts[("k", layer)][0, head, j].double() / math.sqrt(dh))
-    return table, names + ["LN shift"], score
+    return table, names + ["LN shift" if normed else "bias"], score
 
 
-# ---------------------------------------------------------------- a pair of prompts for a learner
-@dataclass(frozen=True)
-class Corruption:
-    ids: list[int]   # the corrupted prompt
-    position: int    # the position changed
-    old: int         # the clean token there
-    new: int         # what replaced it
-    why: str         # which position was picked, in words
-
-
-def corrupt_one(ids, vocab_size: int, position: int | None = None, choices=None, seed: int = 0) -> Corruption:
-    """``ids`` with one token changed, so that a learner need not write the corrupted prompt. Default position: the
-    latest earlier occurrence of the last token, the place an induction head finds the token to copy (what follows
-    it): changing it breaks the previous-token information the induction head's keys are built from. Without one,
-    the last token. The replacement is a token absent from the prompt (no new accidental match), drawn from
-    ``choices`` (default every id; a BPE page passes its readable tokens) in an order fixed by ``seed``."""
-    ids = [int(t) for t in ids]
-    if not ids:
-        raise ValueError("the prompt is empty")
-    n = len(ids)
-    why = None
-    if position is None:
-        earlier = [j for j in range(n - 2, -1, -1) if ids[j] == ids[-1]]
-        if earlier:
-            position = earlier[0]
-            why = "the earlier occurrence of the last token, where an induction head finds what to copy"
-        else:
-            position, why = n - 1, "the last token: it does not occur earlier in the prompt"
-    if not 0 <= position < n:
-        raise ValueError(f"position {position} is outside the prompt's {n} tokens")
-    pool = list(range(vocab_size)) if choices is None else [int(t) for t in choices]
-    used = set(ids)
-    free = [t for t in pool if t not in used] or [t for t in pool if t != ids[position]]
-    if not free:
-        raise ValueError("the vocabulary has no other token to put there")
-    g = torch.Generator().manual_seed(seed)
-    new = free[int(torch.randint(len(free), (1,), generator=g))]
-    out = list(ids)
-    out[position] = new
-    return Corruption(out, position, ids[position], new, why or f"position {position + 1}, as asked")
-
-
-def corrupt_prompt(tokenizer, ids, vocab_size: int, seed: int = 0) -> Corruption:
-    """``corrupt_one`` with the replacement drawn from what a page can show: a BPE's readable tokens
-    (core.analysis.induction.probe_choices), any character for a character model."""
-    from core.analysis.induction import probe_choices
-
-    return corrupt_one(ids, vocab_size, choices=None if tokenizer.kind == "char" else probe_choices(tokenizer),
-                       seed=seed)
-
-
-def example_pair(model, tokenizer, seed: int = 0, period: int = 24, again: int = 16):
-    """The induction circuit's example: ``period`` random tokens (the probe's, core.analysis.induction.model_probe),
-    then the first ``again`` of them once more, and its corrupted copy (``corrupt_prompt``: the earlier occurrence of
-    the last token changed). Returns (clean ids, Corruption, period, again), sized to fit the model's context."""
-    from core.analysis.induction import model_probe
-
-    period = min(period, model.config.n_ctx // 2)
-    again = min(again, period - 1)
-    clean = model_probe(model, tokenizer, n_seqs=1, period=period, seed=seed)[0].tolist()[: period + again]
-    return clean, corrupt_prompt(tokenizer, clean, model.config.vocab_size), period, again
-
-
-def match_lengths(clean, corrupt, how: str, pad: int) -> tuple[list[int], list[int]]:
-    """Two prompts of different lengths made patchable: "cut" drops the longer one's first tokens, "pad" puts
-    ``pad`` tokens before the shorter one. Both keep each prompt's end, where the metric is read."""
-    clean, corrupt = [int(t) for t in clean], [int(t) for t in corrupt]
-    n = min(len(clean), len(corrupt)) if how == "cut" else max(len(clean), len(corrupt))
-    if how == "cut":
-        return clean[len(clean) - n:], corrupt[len(corrupt) - n:]
-    if how == "pad":
-        return [pad] * (n - len(clean)) + clean, [pad] * (n - len(corrupt)) + corrupt
-    raise ValueError(f"how must be 'cut' or 'pad', got {how!r}")
-
-
-@torch.no_grad()
-def top_predictions(model, ids, k: int = 2) -> list[int]:
-    """The ``k`` likeliest next tokens after ``ids``, likeliest first."""
-    logits, _ = _forward(model, _batch(ids))
-    return [int(t) for t in logits[0, -1].topk(k).indices]
-
-
-def default_answers(model, clean, corrupt) -> tuple[int, int]:
-    """(answer, wrong) for the logit-difference metric: the clean run's top prediction, and the corrupted run's
-    (its second when both runs agree, so the two are never the same token)."""
-    answer = top_predictions(model, clean, 1)[0]
-    first, second = top_predictions(model, corrupt, 2)
-    return answer, (second if first == answer else first)
-
-
-def stack_rows(rows) -> np.ndarray:
-    """Rows of one grid computed one at a time (a stage, a kind of activation) as one (rows, n) array."""
-    return np.stack([np.asarray(r, dtype=float) for r in rows])
-
-
-def strongest_head(table: np.ndarray) -> tuple[int, int]:
-    """(layer, head) of the largest restored share in size, NaN skipped (``core.analysis.picks.nan_argmax``);
-    (L-1, 0) when every entry is NaN (the two runs agree: a page still needs a head to open on)."""
-    a = np.abs(np.asarray(table, dtype=float))
-    at = nan_argmax(a)
-    return (a.shape[0] - 1, 0) if at is None else (at[0], at[1])
+# the pair of prompts a page patches, and its defaults: their own module, these names kept
+from core.analysis.prompt_pairs import (Corruption, corrupt_one, corrupt_prompt, default_answers,  # noqa: E402,F401
+                                        example_pair, match_lengths, stack_rows, strongest_head, top_predictions)

@@ -14,15 +14,12 @@ Layers and heads count from 0 here; pages show them from 1 (core.serve.fmt.head_
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from core.serve.fmt import head_label
-from core.nn.model import future_mask
 
 
 @dataclass
@@ -64,8 +61,11 @@ PER_LAYER = ("attn_out", "head_out", "attn_bias", "q", "k", "v", "scores", "patt
 
 @torch.no_grad()
 def trace(model, idx) -> Trace:
-    """Run ``model`` on ``idx`` ((B, n) token ids, or a flat list for B = 1) and keep every intermediate.
-    The model is only read, never changed. Raises ValueError for an empty input or one longer than n_ctx."""
+    """Run ``model`` on ``idx`` ((B, n) token ids, or a flat list for B = 1) and keep every intermediate, read from
+    the model's own forward through its hook points (``run_with_cache``). The model is only read, never changed.
+    Works on every variant of the block: a field the block lacks is what the stream equation needs in its place
+    (no MLP: ``mlp_out`` zeros and ``mlp_hidden`` None; no final LayerNorm: ``ln_scale`` ones). Raises ValueError for
+    an empty input or one longer than n_ctx."""
     idx = torch.as_tensor(idx, dtype=torch.long)
     if idx.dim() == 1:
         idx = idx[None]  # (n,) -> (1, n)
@@ -75,52 +75,42 @@ def trace(model, idx) -> Trace:
         raise ValueError("the input is empty: a forward pass needs at least one token")
     if n > c.n_ctx:
         raise ValueError(f"sequence of {n} tokens is longer than the model's context n_ctx={c.n_ctx}")
-    if not c.lecture_block:  # the steps below are the lecture's block, written out; a variant's differ
-        raise ValueError(variant_refusal(c))
-    d, h, dh = c.d_model, c.n_heads, c.d_head
-    device = model.pos_emb.weight.device
-    idx = idx.to(device)
+    device = model.tok_emb.weight.device
+    logits, cache = model.run_with_cache(idx.to(device))
+    L = c.n_layers
 
-    x = model.tok_emb(idx) + model.pos_emb.weight[:n]  # (B, n, d) + (n, d) -> (B, n, d)
-    embed = x
-    keep = {name: [] for name in PER_LAYER}  # one list per field, one entry per block
-    resid = [x]
-    future = future_mask(n, device=device)
-    for block in model.blocks:
-        attn = block.attn
-        q, k, v = attn.qkv(block.ln1(x)).split(d, dim=2)
-        # (B, n, d) -> (B, n, h, d_h) -> (B, h, n, d_h), as in MultiHeadAttention
-        q, k, v = (t.view(B, n, h, dh).transpose(1, 2) for t in (q, k, v))
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(dh)  # (B, h, n, d_h) x (B, h, d_h, n) -> (B, h, n, n)
-        pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-        z = pattern @ v  # (B, h, n, n) x (B, h, n, d_h) -> (B, h, n, d_h)
-        attn_out = attn.out(z.transpose(1, 2).reshape(B, n, d))  # the model's own W_O on the concatenated heads
-        # head k's share reads only its d_h columns of W_O (weight is (d_out, d_in), d_in = h * d_h side by side)
-        w_o = attn.out.weight.view(d, h, dh)  # (d, h, d_h)
-        head_out = torch.einsum("bhnk,dhk->bhnd", z, w_o)  # (B, h, n, d_h) x (d, h, d_h) -> (B, h, n, d)
-        # W_O's bias (GPT-2 has one) belongs to no head: its own term, so that sum(head_out) + attn_bias == attn_out
-        attn_bias = attn.out.bias if attn.out.bias is not None else torch.zeros(d, device=device)  # (d,)
-        x = x + attn_out
-        resid_mid = x
-        mlp_hidden = block.mlp.act(block.mlp.w1(block.ln2(x)))  # (B, n, d_ff): the model's own nonlinearity
-        mlp_out = block.mlp.w2(mlp_hidden)               # (B, n, d)
-        x = x + mlp_out
-        resid.append(x)
-        for name, value in zip(PER_LAYER, (attn_out, head_out, attn_bias, q, k, v, scores, pattern, z, resid_mid,
-                                           mlp_hidden, mlp_out)):
-            keep[name].append(value)
-    resid = torch.stack(resid)  # (L+1, B, n, d)
-    ln = model.ln_f
-    ln_scale = torch.rsqrt(x.var(dim=-1, unbiased=False) + ln.eps)  # (B, n): LayerNorm divides by sqrt(var + eps)
-    return Trace(embed=embed, resid=resid, resid_final=x, ln_scale=ln_scale, logits=model.readout(x), **keep)
+    def heads_first(t):  # TransformerLens's (B, n, h, x) -> the trace's (B, h, n, x)
+        return t.transpose(1, 2)
+
+    keep = {name: [] for name in PER_LAYER}
+    for l in range(L):
+        at = f"blocks.{l}."
+        a = model.blocks[l].attn
+        bias = a.out.bias if a.out is not None and a.out.bias is not None else torch.zeros(c.d_model, device=device)
+        post = cache[at + "hook_resid_post"]
+        values = dict(
+            attn_out=cache[at + "hook_attn_out"], head_out=heads_first(cache[at + "attn.hook_result"]), attn_bias=bias,
+            q=heads_first(cache[at + "attn.hook_q"]), k=heads_first(cache[at + "attn.hook_k"]),
+            v=heads_first(cache[at + "attn.hook_v"]), scores=cache[at + "attn.hook_attn_scores"],
+            pattern=cache[at + "attn.hook_pattern"], z=heads_first(cache[at + "attn.hook_z"]),
+            # no MLP: the stream after attention is the block's output, and the MLP adds nothing
+            resid_mid=cache[at + "hook_resid_mid"] if c.mlp else post,
+            mlp_hidden=cache[at + "mlp.hook_post"] if c.mlp else None,
+            mlp_out=cache[at + "hook_mlp_out"] if c.mlp else torch.zeros_like(post))
+        for name in PER_LAYER:
+            keep[name].append(values[name])
+    resid = torch.stack([cache["blocks.0.hook_resid_pre"]] + [cache[f"blocks.{l}.hook_resid_post"] for l in range(L)])
+    x = resid[-1]  # (B, n, d)
+    # 1/sigma of the final LayerNorm at each position: (B, n, 1) -> (B, n); a block without one reads the stream as is
+    ln_scale = 1 / cache["ln_final.hook_scale"][..., 0] if c.norm == "pre" else torch.ones(B, n, device=device)
+    return Trace(embed=resid[0], resid=resid, resid_final=x, ln_scale=ln_scale, logits=logits, **keep)
 
 
-def variant_refusal(config) -> str:
-    """Why a model with pieces taken away (core.nn.model's switches) has no trace, in one sentence."""
-    removed = ", ".join(f"{k}={v!r}" for k, v in config.removed().items())
-    return (f"this model is a variant of the lecture's block ({removed}): the step-by-step views (the stream, the "
-            "logit lens, who wrote the prediction) are written for the lecture's block; its attention and its "
-            "heads switched off work as for any model")
+def additive(config) -> bool:
+    """Whether the stream is the plain sum of what the embedding and every sublayer wrote (resid_final = embed +
+    sum attn_out + sum mlp_out): the residual connection kept and no LayerNorm inside the stream (post-norm puts one
+    after every sum). Where it is not, splitting a logit over the writers is an approximation (``Attribution.gap``)."""
+    return config.residual and config.norm != "post"
 
 
 def trace_bytes(config, n: int, batch: int = 1) -> int:
@@ -129,7 +119,8 @@ def trace_bytes(config, n: int, batch: int = 1) -> int:
     logits; per pair of positions, each head's scores and pattern (2 L h n^2, which dominates long inputs)."""
     d, h, L, m = config.d_model, config.n_heads, config.n_layers, config.vocab_size
     per_position = (
-        d * (L + 3)                  # embed, resid (the stream after the embedding and after each block), resid_final
+        d * (L + 1)                  # resid: the stream after the embedding and after each block (embed and
+                                     # resid_final are views of it)
         + L * d * 3                  # attn_out, resid_mid, mlp_out
         + L * h * d                  # head_out: each head's share, width d
         + L * d * 4                  # q, k, v, z: h heads of d/h each
@@ -162,13 +153,15 @@ class StreamStep:
 
 
 def stream_steps(tr: Trace, pos: int, b: int = 0) -> list[StreamStep]:
-    """The stream at position ``pos`` of batch row ``b``: the embedding, then each block's attention and MLP."""
+    """The stream at position ``pos`` of batch row ``b``: the embedding, then each block's attention and MLP (a block
+    without an MLP has no MLP step)."""
     steps = [StreamStep("embedding", None, "embed", _np(tr.embed[b, pos]), _np(tr.embed[b, pos]))]
     for layer in range(tr.n_layers):
         steps.append(StreamStep(f"L{layer + 1} attention", layer, "attn", _np(tr.attn_out[layer][b, pos]),
                                 _np(tr.resid_mid[layer][b, pos])))
-        steps.append(StreamStep(f"L{layer + 1} MLP", layer, "mlp", _np(tr.mlp_out[layer][b, pos]),
-                                _np(tr.resid[layer + 1][b, pos])))
+        if tr.mlp_hidden[layer] is not None:
+            steps.append(StreamStep(f"L{layer + 1} MLP", layer, "mlp", _np(tr.mlp_out[layer][b, pos]),
+                                    _np(tr.resid[layer + 1][b, pos])))
     return steps
 
 
@@ -188,7 +181,14 @@ class Attribution:
     values: np.ndarray    # (1 + L*(h+1),) each writer's share of the logit, in the order of ``names``
     constant: float       # the part no writer controls: the LayerNorm's shift beta read by the output map
     logit: float          # the model's logit for ``token`` at ``pos``
-    scale: float          # the frozen 1/sigma of the final LayerNorm at ``pos``
+    scale: float          # the frozen 1/sigma of the final LayerNorm at ``pos`` (1 without one)
+    exact: bool = True    # False where the block is not a plain sum of writers (post-norm, no residual): see gap
+
+    @property
+    def gap(self) -> float:
+        """The logit minus what the parts add up to: 0 up to rounding where ``exact``, the approximation's size
+        where not (post-norm's LayerNorms and a block without its residual mix the writers non-linearly)."""
+        return self.logit - (float(self.values.sum()) + self.constant)
 
 
 @torch.no_grad()
@@ -208,25 +208,28 @@ def direct_logit_attribution(model, tr: Trace, token: int, pos: int, b: int = 0)
     ln = model.ln_f
     scale = tr.ln_scale[b, pos].double()
     w = model.head.weight[token].double()  # (d,) the output map's row for this token
-    read = (w * ln.weight.double()) * scale  # (d,) what one unit of centred stream is worth in this logit
+    normed = c.norm == "pre"  # the readout's final LayerNorm; post-norm and "none" read the stream as it is
+    read = (w * ln.weight.double()) * scale if normed else w  # (d,) what one unit of (centred) stream is worth
 
     def share(part: torch.Tensor) -> float:  # part: (d,)
         part = part.double()
-        return float((part - part.mean()) @ read)
+        return float(((part - part.mean()) if normed else part) @ read)
 
     names, values = ["embedding"], [share(tr.embed[b, pos])]
     for layer in range(tr.n_layers):
         for head in range(tr.n_heads):
             names.append(head_label(layer, head))
             values.append(share(tr.head_out[layer][b, head, pos]))
-        if model.blocks[layer].attn.out.bias is not None:  # W_O's bias writes too, the same at every position
+        out = model.blocks[layer].attn.out
+        if out is not None and out.bias is not None:  # W_O's bias writes too, the same at every position
             names.append(f"L{layer + 1} attention bias")
             values.append(share(tr.attn_bias[layer]))
-        names.append(f"L{layer + 1} MLP")
-        values.append(share(tr.mlp_out[layer][b, pos]))
-    constant = float(w @ ln.bias.double()) if ln.bias is not None else 0.0
+        if c.mlp:
+            names.append(f"L{layer + 1} MLP")
+            values.append(share(tr.mlp_out[layer][b, pos]))
+    constant = float(w @ ln.bias.double()) if normed and ln.bias is not None else 0.0
     return Attribution(token=token, pos=pos, names=names, values=np.array(values), constant=constant,
-                       logit=float(tr.logits[b, pos, token]), scale=float(scale))
+                       logit=float(tr.logits[b, pos, token]), scale=float(scale), exact=additive(c))
 
 
 # ----------------------------------------------------------------------------- the logit lens

@@ -116,9 +116,9 @@ def unmet(step: Step, ctx: Context) -> str | None:
                 "shipped model in the sidebar, or train one with snapshots kept.")
     if "study" in step.needs and (ctx.study is None or not ctx.study().has("lecture", "no-residual", "no-mlp")):
         return "The shipped variant study (assets/variants) is missing or lacks these runs: this step needs it."
-    if "lecture block" in step.needs and not ctx.config.lecture_block:
-        return ("This model's block is a variant with a piece taken out; the score split is written for the "
-                "lecture's block, so this step has nothing to show here.")
+    why = P.sources_refusal(ctx.config) if "lecture block" in step.needs else None
+    if why:  # the score split needs a stream that is a sum of writers
+        return f"This step splits an attention score over the writers of the stream, and {why}."
     return None
 
 

@@ -28,11 +28,12 @@ from safetensors.torch import load_file
 
 from core.serve.folder_files import OutsideFolder, inside, read_text_inside, size_inside
 from core.nn.safetensors_header import read_header
-from core.analysis.induction import HEADS_CSV
+from core.nn.heads_csv import HEADS_CSV
 from core.nn.hf import (PICKLE_SUFFIXES, config_from_hf, expected_shapes as hf_expected_shapes, file_prefix,
                      is_hf_config, relevant as hf_relevant, state_from_hf)
 from core.nn.model import ModelConfig, Transformer
 from core.nn.meta import meta_transformer
+from core.nn.snapshots import SNAPSHOT_DIR, checkpoint_steps, snapshot_folder, snapshot_name
 from core.nn.tokenizer import (MERGES_FILE, TOKENIZER_FILE, VOCAB_FILE, Tokenizer, hf_tokenizer, hf_tokenizer_files,
                             tokenizer_from_dict)
 
@@ -261,8 +262,6 @@ def _weights_file(folder: Path, step: int | None) -> tuple[Path, str]:
     that step under checkpoints/ (core.nn.snapshots). CheckpointError when the model kept no such snapshot."""
     if step is None:
         return folder, WEIGHTS_FILE
-    from core.nn.snapshots import SNAPSHOT_DIR, checkpoint_steps, snapshot_folder, snapshot_name  # a cycle at the top
-
     sub = snapshot_folder(folder)
     if sub is None:
         raise CheckpointError(folder / SNAPSHOT_DIR, "this model kept no snapshots of its training")
@@ -381,7 +380,7 @@ _MOVED = {
     "core.nn.model_store": ("OWNER_RE", "STALE_TMP_S", "MAX_NAME_CHARS", "check_owner", "checkpoint_owner",
                          "checkpoint_zip", "default_model_name", "name_key", "recover_interrupted_saves",
                          "same_name", "sanitise_model_name", "save_checkpoint", "user_model_folder"),
-    "core.nn.snapshots": ("SNAPSHOT_DIR", "checkpoint_steps", "snapshot_steps", "snapshot_losses"),
+    "core.nn.snapshots": ("snapshot_steps", "snapshot_losses"),
     "core.nn.model_discovery": ("MAX_MODEL_FOLDERS", "RECOVER_EVERY_S", "ModelEntry", "discover_models",
                              "_check_entry"),  # _check_entry: bench/run.py times one folder's check
 }

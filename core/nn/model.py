@@ -1,147 +1,23 @@
 """The lecture's transformer, small enough to read in one sitting.
 
-Order as in nanoGPT: config, attention, MLP, block, model. Attention is written out so that the
-scores (before the causal mask) and the pattern (after the masked softmax) come back from
-``forward`` itself; a fused kernel is used only when nobody asked to see them.
+Order as in nanoGPT: config, attention, MLP, block, model. This is the one forward pass: every analysis reads or
+changes an activation through its hook points (core.nn.hooks, TransformerLens's names: ``run_with_cache``,
+``run_with_hooks``), never through a copy of a sublayer. Attention is written out when someone asks for the scores
+(before the causal mask) or the pattern (after the masked softmax); otherwise a fused kernel runs.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """A model's shape. The defaults are the lecture's class-demo model (see MODEL_PRESETS below); m and n_ctx
-    are those of our character-level corpus. Frozen: a config is shared by caches and never changes."""
-    vocab_size: int = 65   # m, the number of distinct tokens (characters here)
-    n_ctx: int = 128       # longest sequence the position table covers
-    d_model: int = 64      # d, width of the residual stream
-    n_heads: int = 4       # h; each head works in d/h dimensions
-    n_layers: int = 2      # L, number of transformer blocks
-    d_ff: int | None = None  # hidden width of the MLP; None means the conventional 4d
-    # What GPT-2 adds to the lecture's model; the defaults are the lecture's (and every checkpoint saved before them)
-    bias: bool = False         # a bias on every linear map inside the blocks (W_QKV, W_O, W1, W2)
-    activation: str = "relu"   # the MLP's nonlinearity: "relu", "gelu" (exact) or "gelu_tanh" (GPT-2's approximation)
-    tie_weights: bool = False  # the output map reuses the token embedding matrix (GPT-2) instead of its own
-    ln_eps: float = 1e-5       # LayerNorm's epsilon (PyTorch's default, and GPT-2's)
-    # Switches that take one piece of the lecture's block away, to measure what it is for (the "Why each piece"
-    # page, core.training.variants). The defaults are the lecture's model, and every checkpoint saved before them.
-    mlp: bool = True           # False: attention-only blocks, x <- x + MultiHead(LN(x)) (no MLP, no second LN)
-    residual: bool = True      # False: x <- MultiHead(LN(x)), then x <- MLP(LN(x)): nothing carried past a sublayer
-    norm: str = "pre"          # "pre": LN before each sublayer; "post": x <- LN(x + sublayer(x)), the 2017 paper's
-                               # order (no final LN); "none": no LayerNorm anywhere
-    w_o: bool = True           # False: the heads' concatenation is added to the stream as it is (no mixing map)
-    positions: bool = True     # False: no position table; attention alone cannot tell where a token is
-    mask: str = "scores"       # "scores": future scores set to -inf before the softmax; "after_softmax": softmax over
-                               # every key, then future weights set to 0, rows not renormalised; "none": no mask
-
-    def __post_init__(self):
-        problems = config_problems(asdict(self))
-        if problems:
-            raise ValueError("; ".join(problems.values()))
-        if self.d_ff is None:
-            object.__setattr__(self, "d_ff", 4 * self.d_model)
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_heads
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def removed(self) -> dict[str, object]:
-        """The switches set away from the lecture's block: {} for the lecture's model (and GPT-2)."""
-        return {k: getattr(self, k) for k, v in SWITCH_DEFAULTS.items() if getattr(self, k) != v}
-
-    @property
-    def lecture_block(self) -> bool:
-        """True when every block is the lecture's (what the trace, the lens and the attribution are written for)."""
-        return not self.removed()
-
-
-SHAPE_FIELDS = ("vocab_size", "n_ctx", "d_model", "n_heads", "n_layers", "d_ff")
-NORMS = ("pre", "post", "none")
-MASKS = ("scores", "after_softmax", "none")
-SWITCH_DEFAULTS = dict(mlp=True, residual=True, norm="pre", w_o=True, positions=True, mask="scores")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
-# How pages name and write each nonlinearity (one home: the home page's formula, the Inside page's prose and metric)
-ACTIVATION_NAMES = {"relu": "ReLU", "gelu": "GELU", "gelu_tanh": "GELU (tanh approximation)"}
-ACTIVATION_LATEX = {"relu": r"\operatorname{ReLU}", "gelu": r"\operatorname{GELU}",
-                    "gelu_tanh": r"\operatorname{GELU}_{\tanh}"}
-# A unit is silent when its input was 0 or below. ReLU then gives exactly 0; GELU gives a small number <= 0
-# (x * Phi(x) is at least -0.17 and never exactly 0 for x < 0), so counting exact zeros would find none.
-SILENT_WORDS = {"relu": "exactly 0", "gelu": "0 or below", "gelu_tanh": "0 or below"}
-
-
-def silent_units(hidden, activation: str) -> int:
-    """How many of the MLP's hidden values (after ``activation``) come from an input of 0 or below: exactly 0 for
-    ReLU, 0 or below for GELU (whose output has the sign of its input)."""
-    hidden = torch.as_tensor(hidden)
-    return int((hidden == 0).sum()) if activation == "relu" else int((hidden <= 0).sum())
-
-
-def config_problems(values: dict) -> dict[str, str]:
-    """Field name -> what is wrong with it, for a would-be ModelConfig; empty when it can be built. The one
-    validation of a model's shape: ModelConfig raises with these messages, the training form shows them
-    beside its fields."""
-    problems: dict[str, str] = {}
-    for name in SHAPE_FIELDS:
-        value = values.get(name)
-        if name == "d_ff" and value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            problems[name] = f"{name} must be a whole number, got {value!r}"
-        elif value < 1:
-            problems[name] = f"{name} must be at least 1, got {value}"
-    if "d_model" not in problems and "n_heads" not in problems and values["d_model"] % values["n_heads"]:
-        d, h = values["d_model"], values["n_heads"]
-        problems["n_heads"] = (f"d_model={d} is not divisible by n_heads={h}: each head needs a whole width d/h "
-                               f"(try n_heads in {head_counts(d)})")
-    for name in ("bias", "tie_weights", "mlp", "residual", "w_o", "positions"):
-        if not isinstance(values.get(name, False), bool):
-            problems[name] = f"{name} must be true or false, got {values[name]!r}"
-    if values.get("activation", "relu") not in ACTIVATIONS:
-        problems["activation"] = f"activation must be one of {', '.join(ACTIVATIONS)}, got {values['activation']!r}"
-    if values.get("norm", "pre") not in NORMS:
-        problems["norm"] = f"norm must be one of {', '.join(NORMS)}, got {values['norm']!r}"
-    if values.get("mask", "scores") not in MASKS:
-        problems["mask"] = f"mask must be one of {', '.join(MASKS)}, got {values['mask']!r}"
-    if values.get("norm") == "post" and values.get("residual") is False:
-        # post-norm is defined by where LN sits around the residual sum: with no sum there is no "post"
-        problems["norm"] = ("norm='post' places LayerNorm after the residual sum x + sublayer(x); without the residual "
-                            "there is no sum: use norm='pre' (or 'none') with residual=False")
-    eps = values.get("ln_eps", 1e-5)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-        problems["ln_eps"] = f"ln_eps must be a number between 0 and 1, got {eps!r}"
-    return problems
-
-
-def head_counts(n: int, limit: int | None = 64) -> list[int]:
-    """The numbers of heads (up to ``limit``; None: all) that divide a width n into whole head widths."""
-    top = n if limit is None else min(n, limit)
-    return [k for k in range(1, top + 1) if n % k == 0]
-
-
-# The one table of named shapes: the lecture's model and published ones. The training form, the command
-# line, the cost page and the benchmarks take their shapes from here. GPT-2 and GPT-3 share the
-# 50,257-token BPE vocabulary. These are shapes: GPT-2's biases, GELU and tied output map are the config
-# fields bias, activation and tie_weights, which a GPT-2 folder sets when it is loaded (core.nn.hf).
-_GPT2 = dict(vocab_size=50257, n_ctx=1024)
-MODEL_PRESETS: dict[str, ModelConfig] = {
-    "lecture": ModelConfig(),
-    "GPT-2 small": ModelConfig(**_GPT2, d_model=768, n_heads=12, n_layers=12),
-    "GPT-2 medium": ModelConfig(**_GPT2, d_model=1024, n_heads=16, n_layers=24),
-    "GPT-2 large": ModelConfig(**_GPT2, d_model=1280, n_heads=20, n_layers=36),
-    "GPT-2 XL": ModelConfig(**_GPT2, d_model=1600, n_heads=25, n_layers=48),
-    "GPT-3 175B": ModelConfig(vocab_size=50257, n_ctx=2048, d_model=12288, n_heads=96, n_layers=96),
-}
-PRESETS = MODEL_PRESETS  # the older name, kept for code that imports it
-LECTURE = MODEL_PRESETS["lecture"]
+from core.nn.config import (ACTIVATION_LATEX, ACTIVATION_NAMES, ACTIVATIONS, LECTURE, MASKS, MODEL_PRESETS,  # noqa: F401
+                            NORMS, PRESETS, SHAPE_FIELDS, SILENT_WORDS, SWITCH_DEFAULTS, ModelConfig, config_problems,
+                            head_counts, silent_units)
+from core.nn.hooks import ActivationCache, HookRun, hook_names
 
 
 @dataclass
@@ -188,6 +64,21 @@ def future_mask(n: int, n_k: int | None = None, device=None) -> torch.Tensor:
     return torch.ones(n, n_k, dtype=torch.bool, device=device).triu(n_k - n + 1)
 
 
+def attention_weights(scores: torch.Tensor, mask: str = "scores") -> torch.Tensor:
+    """(..., n, n_k) scores -> the weights, the one place in core/ that turns attention scores into weights (the
+    Attention page's what-if panels ask it for the other orders of mask and softmax). The n queries are the last n
+    of the n_k positions. mask: "scores", the future's scores set to -inf before the softmax (rows sum to 1 over the
+    past); "after_softmax", the softmax over every key and the future's weights then set to 0; "none", no mask."""
+    if mask == "none":
+        return F.softmax(scores, dim=-1)  # every query reads every key, the future included
+    future = future_mask(scores.shape[-2], scores.shape[-1], device=scores.device)  # query i sees keys j <= i only
+    if mask == "after_softmax":
+        # the order the lecture asks about: the softmax has already spread weight over the future keys, so zeroing
+        # them leaves rows summing to less than 1, and every row's weights depend on later tokens
+        return F.softmax(scores, dim=-1).masked_fill(future, 0.0)
+    return F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+
+
 class MultiHeadAttention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -200,34 +91,37 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(d, d, bias=config.bias) if config.w_o else None
         self.mask = config.mask
 
-    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None, last_query=False):
-        """last_query: the output of the last position only, (B, 1, d); the keys and values of every position
-        are still computed (and cached). For the last block when only the next token's logits are read."""
+    def forward(self, x, cache=None, layer=0, last_query=False, hooks=None):
+        """x: (B, n, d), the stream as the attention reads it (after ln1 in a pre-norm block). Returns (B, n, d).
+        last_query: the output of the last position only, (B, 1, d); the keys and values of every position are still
+        computed (and cached). For the last block when only the next token's logits are read. hooks: the run's
+        HookRun (core.nn.hooks); its names here are "blocks.{layer}.attn.hook_*"."""
         B, n, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
-        # (B, n, d) -> (B, n, h, d/h) -> (B, h, n, d/h)
-        q = q.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
-        k = k.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
-        v = v.view(B, n, self.n_heads, self.d_head).transpose(1, 2)
+        # (B, n, d) -> (B, n, h, d/h): TransformerLens's shape for q, k, v, where the hooks see them
+        q = q.view(B, n, self.n_heads, self.d_head)
+        k = k.view(B, n, self.n_heads, self.d_head)
+        v = v.view(B, n, self.n_heads, self.d_head)
+        pre = f"blocks.{layer}.attn." if hooks is not None else ""
+        if hooks is not None:
+            q, k, v = hooks(pre + "hook_q", q), hooks(pre + "hook_k", k), hooks(pre + "hook_v", v)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, n, h, d/h) -> (B, h, n, d/h)
         if cache is not None:  # incremental decoding: the cached keys and values come first
             k, v = cache.append(layer, k, v)  # (B, h, n_past + n, d/h) each
-        if last_query and not return_attn:
+        written = hooks is not None and hooks.wants_any(pre, ("hook_attn_scores", "hook_pattern"))
+        if last_query and not written:
             q, n = q[:, :, -1:], 1  # (B, h, n, d/h) -> (B, h, 1, d/h): the last query sees every key
         n_k = k.shape[2]
-        record = None
-        if return_attn or self.mask == "after_softmax":  # the weights written out (the variant has no fused kernel)
+        if written or self.mask == "after_softmax":  # the weights written out (the variant has no fused kernel)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, n, d/h) x (B, h, d/h, n_k) -> (B, h, n, n_k)
-            future = future_mask(n, n_k, device=x.device)  # query i may see keys j <= i only
-            if self.mask == "scores":
-                pattern = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-            elif self.mask == "after_softmax":
-                # the order the lecture asks about: the softmax has already spread weight over the future keys, so
-                # zeroing them leaves rows summing to less than 1, and every row's weights depend on later tokens
-                pattern = F.softmax(scores, dim=-1).masked_fill(future, 0.0)
-            else:
-                pattern = F.softmax(scores, dim=-1)  # no mask: every query reads every key, the future included
+            if hooks is not None:  # before the mask, as the Attention page shows them (TransformerLens: after it)
+                scores = hooks(pre + "hook_attn_scores", scores)
+            pattern = attention_weights(scores, self.mask)
+            if hooks is not None:
+                pattern = hooks(pre + "hook_pattern", pattern)
             y = pattern @ v  # (B, h, n, n_k) x (B, h, n_k, d/h) -> (B, h, n, d/h)
-            record = AttentionRecord(scores=scores, pattern=pattern) if return_attn else None
+            if last_query:
+                y, n = y[:, :, -1:], 1  # the scores were asked for in full; only the last query goes on
         elif n == 1 or self.mask == "none":
             # a single new query sees every cached key: no mask needed
             y = F.scaled_dot_product_attention(q, k, v)
@@ -236,10 +130,23 @@ class MultiHeadAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future_mask(n, n_k, device=x.device))
-        if head_fn is not None:  # an intervention sees (and may replace) every head's output before W_O
-            y = head_fn(layer, y)  # (B, h, n, d/h) -> (B, h, n, d/h)
-        y = y.transpose(1, 2).contiguous().view(B, n, d)  # concatenate heads: (B, h, n, d/h) -> (B, n, d)
-        return (self.out(y) if self.out is not None else y), record
+        z = y.transpose(1, 2)  # (B, h, n, d/h) -> (B, n, h, d/h), TransformerLens's hook_z
+        if hooks is not None:
+            z = hooks(pre + "hook_z", z)
+            if hooks.wants(pre + "hook_result"):  # each head's write after W_O, (B, n, h, d): only when asked
+                result = hooks(pre + "hook_result", torch.einsum("bnhk,dhk->bnhd", z, self.w_o_heads()))
+                out = result.sum(dim=2)  # (B, n, h, d) -> (B, n, d)
+                return out + self.out.bias if self.out is not None and self.out.bias is not None else out
+        y = z.reshape(B, n, d)  # concatenate heads: (B, n, h, d/h) -> (B, n, d)
+        return self.out(y) if self.out is not None else y
+
+    def w_o_heads(self) -> torch.Tensor:
+        """W_O split by head, (d, h, d/h): head k writes z_k through columns k*d/h..(k+1)*d/h of W_O (weight is
+        (d_out, d_in), d_in = h * d/h side by side). Without W_O, the identity: each head writes its own coordinates."""
+        d = self.n_heads * self.d_head
+        w = self.out.weight if self.out is not None else torch.eye(d, device=self.qkv.weight.device,
+                                                                     dtype=self.qkv.weight.dtype)
+        return w.view(d, self.n_heads, self.d_head)  # (d, d) -> (d, h, d/h)
 
 
 class MLP(nn.Module):
@@ -257,8 +164,23 @@ class MLP(nn.Module):
         # GELU needs its input for the backward pass, so it cannot work in place
         return F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
 
-    def forward(self, x):
-        return self.w2(self.act(self.w1(x)))  # W2^T f(W1^T u) at every position
+    def forward(self, x, hooks=None, layer=0):
+        if hooks is None:
+            return self.w2(self.act(self.w1(x)))  # W2^T f(W1^T u) at every position
+        pre = hooks(f"blocks.{layer}.mlp.hook_pre", self.w1(x))  # (B, n, d_ff) before the nonlinearity
+        # not in place: the recorded hook_pre must keep its values
+        post = self.act(pre.clone()) if self.activation == "relu" else self.act(pre)
+        return self.w2(hooks(f"blocks.{layer}.mlp.hook_post", post))
+
+
+def layer_norm(ln, x, hooks=None, name: str = ""):
+    """``ln(x)``; with hooks, written out so that its scale sigma = sqrt(var + eps), (B, n, 1), is the hook ``name``
+    (TransformerLens's ``hook_scale``): a hook may read it or freeze it at another run's value. Identity stays identity."""
+    if hooks is None or not isinstance(ln, nn.LayerNorm) or not hooks.wants(name):
+        return ln(x)
+    centred = x - x.mean(dim=-1, keepdim=True)
+    scale = hooks(name, (centred.pow(2).mean(dim=-1, keepdim=True) + ln.eps).sqrt())  # (B, n, 1)
+    return centred / scale * ln.weight + ln.bias
 
 
 class Block(nn.Module):
@@ -271,24 +193,47 @@ class Block(nn.Module):
         self.mlp = MLP(config) if config.mlp else None
         self.residual, self.post = config.residual, config.norm == "post"
 
-    def forward(self, x, return_attn=False, cache=None, layer=0, head_fn=None, last_only=False):
-        """last_only: return the stream at the last position only, (B, 1, d). Its attention still reads every
-        position's keys and values, but the queries, W_O and the MLP of the other positions are skipped."""
+    def forward(self, x, cache=None, layer=0, last_only=False, hooks=None):
+        """x: (B, n, d) the stream entering the block. last_only: return the stream at the last position only,
+        (B, 1, d). Its attention still reads every position's keys and values, but the queries, W_O and the MLP of
+        the other positions are skipped. hooks: the run's HookRun, names "blocks.{layer}.hook_*"."""
+        pre = f"blocks.{layer}." if hooks is not None else ""
+        if hooks is not None:
+            x = hooks(pre + "hook_resid_pre", x)
         # pre-norm residual updates: the stream x is read from and added to, never overwritten
-        a, record = self.attn(x if self.post else self.ln1(x), return_attn=return_attn, cache=cache, layer=layer,
-                              head_fn=head_fn, last_query=last_only)
-        if last_only and not return_attn:
+        u = x if self.post else layer_norm(self.ln1, x, hooks, pre + "ln1.hook_scale")
+        a = self.attn(u, cache=cache, layer=layer, last_query=last_only, hooks=hooks)
+        if last_only:
             x = x[:, -1:]  # (B, n, d) -> (B, 1, d)
-        x = self._add(x, a, self.ln1)
+        if hooks is not None:
+            a = hooks(pre + "hook_attn_out", a)
+        x = self._add(x, a, self.ln1, hooks, pre + "ln1.hook_scale")
         if self.mlp is not None:
-            x = self._add(x, self.mlp(x if self.post else self.ln2(x)), self.ln2)
-        return x, record
+            if hooks is not None:
+                x = hooks(pre + "hook_resid_mid", x)
+            u = x if self.post else layer_norm(self.ln2, x, hooks, pre + "ln2.hook_scale")
+            m = self.mlp(u, hooks, layer)
+            if hooks is not None:
+                m = hooks(pre + "hook_mlp_out", m)
+            x = self._add(x, m, self.ln2, hooks, pre + "ln2.hook_scale")
+        if hooks is not None:
+            x = hooks(pre + "hook_resid_post", x)
+        return x
 
-    def _add(self, x, update, ln):
+    def _add(self, x, update, ln, hooks=None, name=""):
         """The stream after a sublayer wrote ``update``: x + update (pre-norm), LN(x + update) (post-norm), or the
         update alone without the residual connection."""
         x = x + update if self.residual else update
-        return ln(x) if self.post else x
+        return layer_norm(ln, x, hooks, name) if self.post else x
+
+
+def head_hooks(n_layers: int, head_fn) -> list[tuple[str, object]]:
+    """``head_fn(layer, y) -> y`` (y: (B, h, n, d/h), every head's output before W_O) as hooks on each layer's
+    ``attn.hook_z`` ((B, n, h, d/h): head and position swapped there and back); [] for None."""
+    if head_fn is None:
+        return []
+    return [(f"blocks.{l}.attn.hook_z", lambda z, name, l=l: head_fn(l, z.transpose(1, 2)).transpose(1, 2))
+            for l in range(n_layers)]
 
 
 class Transformer(nn.Module):
@@ -321,39 +266,49 @@ class Transformer(nn.Module):
     # forward in three steps, each callable alone: interventions that change only block l onwards run the
     # blocks before l once and start the rest from the stream they leave (core.analysis.interventions.head_losses)
 
-    def embed(self, idx, offset: int = 0) -> torch.Tensor:
-        """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d)."""
+    def embed(self, idx, offset: int = 0, hooks=None) -> torch.Tensor:
+        """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d). The ids are
+        moved to the device of the weights here, once for every analysis (CPU here, a GPU where the model is on one)."""
+        tok = self.tok_emb(idx.to(self.tok_emb.weight.device))  # (B, n, d)
+        if hooks is not None:
+            tok = hooks("hook_embed", tok)
         if self.pos_emb is None:
-            return self.tok_emb(idx)  # (B, n, d): the same vector for a token wherever it stands
+            return tok  # the same vector for a token wherever it stands
         # a slice of the position table, not a lookup: same values, one op fewer per decoding step
-        return self.tok_emb(idx) + self.pos_emb.weight[offset:offset + idx.shape[1]]  # (B, n, d) + (n, d)
+        pos = self.pos_emb.weight[offset:offset + idx.shape[1]]  # (n, d)
+        if hooks is not None and hooks.wants("hook_pos_embed"):
+            pos = hooks("hook_pos_embed", pos.expand(idx.shape[0], -1, -1))  # (n, d) -> (B, n, d), as TransformerLens
+        return tok + pos  # (B, n, d) + (n, d) or (B, n, d)
 
-    def blocks_from(self, x, start: int = 0, stop: int | None = None, return_attn=False, cache=None, head_fn=None,
-                    last_only=False):
-        """Blocks start..stop-1 (stop: default all) on the stream x (B, n, d) entering block ``start``.
-        Returns (the stream leaving block stop-1, their attention records: one per block run, or Nones).
-        last_only: the last block run computes the last position only (its stream comes back as (B, 1, d))."""
-        records = []
+    def blocks_from(self, x, start: int = 0, stop: int | None = None, cache=None, last_only=False, hooks=None):
+        """Blocks start..stop-1 (stop: default all) on the stream x (B, n, d) entering block ``start``; returns the
+        stream leaving block stop-1. last_only: the last block run computes the last position only (its stream comes
+        back as (B, 1, d)). hooks: a HookRun (core.nn.hooks) whose hook points of these blocks run."""
         stop = len(self.blocks) if stop is None else stop
         for i in range(start, stop):
-            x, record = self.blocks[i](x, return_attn=return_attn, cache=cache, layer=i, head_fn=head_fn,
-                                       last_only=last_only and i == stop - 1)
-            records.append(record)
-        return x, records
+            x = self.blocks[i](x, cache=cache, layer=i, last_only=last_only and i == stop - 1, hooks=hooks)
+        return x
 
-    def readout(self, x) -> torch.Tensor:
+    def readout(self, x, hooks=None) -> torch.Tensor:
         """Final LayerNorm and output map: the stream leaving the last block (..., d) -> logits (..., m)."""
-        return self.head(self.ln_f(x))
+        return self.head(layer_norm(self.ln_f, x, hooks, "ln_final.hook_scale"))
 
-    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None, last_only=False):
+    def hook_names(self) -> list[str]:
+        """Every hook point of this model's forward, TransformerLens's names, in the order the forward meets them."""
+        return hook_names(self.config)
+
+    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None, last_only=False,
+                hooks=None):
         """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
 
         last_only: logits of the last position only, (B, 1, m): all that generation reads. The output map is the
         largest matrix of a GPT-2-sized model, and (B, n, m) logits of a long prompt are gigabytes (nanoGPT's
         inference-time shortcut). Not with targets, whose loss needs every position.
-        return_attn: also return per layer the scores before the mask and the pattern after it.
-        head_fn: optional ``f(layer, y) -> y`` applied to each layer's per-head outputs y (B, h, n, d/h) before
-        W_O mixes them, for interventions such as switching heads off (core.analysis.interventions).
+        return_attn: also return per layer the scores before the mask and the pattern after it (read from the hooks
+        ``attn.hook_attn_scores`` and ``attn.hook_pattern``).
+        hooks: a HookRun (core.nn.hooks), or a list of (name, fn) pairs as ``run_with_hooks`` takes.
+        head_fn: ``f(layer, y) -> y`` on each layer's per-head outputs y (B, h, n, d/h) before W_O mixes them; the
+        older form of a hook on ``attn.hook_z`` (y is hook_z with head and position swapped), kept for its callers.
         use_cache / past: incremental decoding. use_cache=True returns ``out.present``, a KVCache; pass it
         back as ``past`` with the next token(s), whose positions continue after it. It is updated in place.
         """
@@ -363,26 +318,61 @@ class Transformer(nn.Module):
             raise ValueError(
                 f"sequence of {offset + n} tokens is longer than the model's context n_ctx={self.config.n_ctx}"
             )
-        cache = past
-        if cache is None and use_cache:
-            cache = KVCache(self.config, B, dtype=self.tok_emb.weight.dtype, device=idx.device)
-        # with last_only, the last block skips what no later block reads: the queries, W_O and MLP of every position
-        # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not with an
-        # intervention (head_fn sees every position) nor with the attention returned (the full pattern is wanted).
-        skip = last_only and head_fn is None and not return_attn
-        x, records = self.blocks_from(self.embed(idx, offset), 0, return_attn=return_attn, cache=cache, head_fn=head_fn,
-                                      last_only=skip)
-        if cache is not None:
-            cache.length += n
         if last_only and targets is not None:
             raise ValueError("last_only gives no loss: the loss needs the logits of every position")
-        logits = self.readout(x[:, -1:] if last_only else x)  # (B, n, m), or (B, 1, m)
+        hooks = self._hook_run(hooks, head_fn, return_attn)
+        cache = past
+        if cache is None and use_cache:
+            cache = KVCache(self.config, B, dtype=self.tok_emb.weight.dtype, device=self.tok_emb.weight.device)
+        # with last_only, the last block skips what no later block reads: the queries, W_O and MLP of every position
+        # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not with hooks (a
+        # hook sees every position).
+        x = self.blocks_from(self.embed(idx, offset, hooks), 0, cache=cache, last_only=last_only and hooks is None,
+                             hooks=hooks)
+        if cache is not None:
+            cache.length += n
+        logits = self.readout(x[:, -1:] if last_only else x, hooks)  # (B, n, m), or (B, 1, m)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n))  # (B*n, m) vs (B*n,)
-        return ModelOutput(
-            logits=logits,
-            loss=loss,
-            attn=records if return_attn else None,
-            present=cache if use_cache else None,
-        )
+            loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n).to(logits.device))  # (B*n, m) vs (B*n,)
+        records = None
+        if return_attn:
+            records = [AttentionRecord(scores=hooks.store[f"blocks.{l}.attn.hook_attn_scores"],
+                                       pattern=hooks.store[f"blocks.{l}.attn.hook_pattern"])
+                       for l in range(self.config.n_layers)]
+        return ModelOutput(logits=logits, loss=loss, attn=records, present=cache if use_cache else None)
+
+    def _hook_run(self, hooks, head_fn, return_attn) -> HookRun | None:
+        """One HookRun for a call, from ``hooks`` and the older ways in (head_fn, return_attn); None for none."""
+        if hooks is not None and not isinstance(hooks, HookRun):
+            hooks = HookRun(hooks)
+            hooks.check_names(self.hook_names())
+        if head_fn is None and not return_attn:
+            return hooks
+        hooks = hooks or HookRun()
+        for name, fn in head_hooks(self.config.n_layers, head_fn):
+            hooks.fns.setdefault(name, []).append(fn)
+        if return_attn:
+            kept = {f"blocks.{l}.attn.hook_{w}" for l in range(self.config.n_layers) for w in ("attn_scores", "pattern")}
+            old = hooks.keep
+            hooks.keep = lambda name: name in kept or old(name)
+        hooks._wants.clear()
+        return hooks
+
+    def run_with_cache(self, idx, names=None, hooks=(), **kwargs):
+        """(logits (B, n, m), ActivationCache): the forward with the activations named in ``names`` kept (a list of
+        hook names, a predicate on a name, or None for all of them; a GPT-2's patterns at 1,024 tokens are 600 MB, so
+        ask for what you read). ``hooks``: (name, fn) pairs that run too (the cache holds what they return)."""
+        run = HookRun(hooks, names=names, record=True)
+        run.check_names(self.hook_names())
+        if isinstance(names, (list, tuple, set, frozenset)):
+            unknown = sorted(set(names) - set(self.hook_names()))
+            if unknown:
+                raise ValueError(f"this model has no hook {unknown[0]!r} (model.hook_names() lists its hooks)")
+        out = self(torch.as_tensor(idx), hooks=run, **kwargs)
+        return out.logits, ActivationCache(run.store, self.hook_names())
+
+    def run_with_hooks(self, idx, hooks=(), **kwargs) -> torch.Tensor:
+        """The logits of a forward in which each (name, fn) of ``hooks`` runs at its hook point: ``fn(tensor, name)``
+        returns the tensor the run continues with, or None to leave it (a hook can read, replace or add)."""
+        return self(torch.as_tensor(idx), hooks=list(hooks), **kwargs).logits

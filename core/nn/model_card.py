@@ -15,7 +15,7 @@ from pathlib import Path
 from core.nn.checkpoint import CARD_FILE, HEADS_FILE, LOG_FILE, CheckpointError, _os_problem, _read_config
 from core.serve.fmt import head_label, md_escape
 from core.serve.folder_files import read_text_inside
-from core.analysis.induction import parse_heads_csv
+from core.nn.heads_csv import parse_heads_csv
 from core.nn.model import ModelConfig
 from core.nn.tokenizer import Tokenizer
 
@@ -229,7 +229,7 @@ def read_log(path) -> list[dict]:
 
 
 def read_heads(path) -> list[dict] | None:
-    """Rows of a checkpoint's heads.csv (core.analysis.induction.parse_heads_csv); None when the model has none."""
+    """Rows of a checkpoint's heads.csv (core.nn.heads_csv.parse_heads_csv); None when the model has none."""
     text = _read_inside(path, HEADS_FILE, MAX_LOG_BYTES, "head scores")
     if text is None:
         return None

@@ -35,7 +35,7 @@ except ImportError:  # Windows: saves are serialised within the process only
 from core.nn.checkpoint import (CARD_FILE, CONFIG_FILE, FORMAT_VERSION, HEADS_FILE, LOG_FILE, TIED_NAME, WEIGHTS_FILE,
                              CheckpointError, _read_config)
 from core.serve.folder_files import open_inside
-from core.analysis.induction import write_heads_csv
+from core.nn.heads_csv import write_heads_csv
 from core.nn.model import Transformer
 from core.nn.model_card import format_log, model_card
 from core.nn.snapshots import SNAPSHOT_DIR, snapshot_folder, write_snapshots

@@ -1,7 +1,0 @@
-"""``core.model`` is ``core.nn.model``: the module moved, and this name stays importable (the same module
-object, so ``monkeypatch`` on either name patches both)."""
-import sys
-
-from core.nn import model as _moved
-
-sys.modules[__name__] = _moved
