@@ -10,6 +10,7 @@ import pytest
 from core.training import variants as V
 from core.views.variants_view import read_study
 from tests.snapshot_models import made_up_text
+from tests.test_command_lines import InlineEngine  # the study's runs in this process, one after another
 
 
 def fake_row(spec) -> dict:
@@ -18,20 +19,6 @@ def fake_row(spec) -> dict:
             "d_model": 64, "n_heads": 4, "n_layers": 2, "params": 999, "steps": spec.steps, "seconds": 0.5,
             "train_loss": 9.0, "val_loss": 9.0, "causal_val_loss": 9.0, "sample": "new",
             "curve": [{"variant": spec.variant, "step": s, "train_loss": 9.0, "val_loss": 9.0} for s in (0, spec.steps)]}
-
-
-class Inline:
-    name = "inline"
-
-    def __init__(self, task):
-        self.task = task
-
-    def check(self):
-        pass
-
-    def run(self, specs, should_stop):
-        for s in specs:
-            yield self.task(s)
 
 
 @pytest.fixture
@@ -45,7 +32,7 @@ def runs(monkeypatch):
         return fake_row(spec)
 
     monkeypatch.setattr(V, "train_variant", task)
-    monkeypatch.setattr(study_engines, "make_engine", lambda name, workers=None, task=None: Inline(task))
+    monkeypatch.setattr(study_engines, "make_engine", lambda name, workers=None, task=None: InlineEngine(task))
     return done
 
 
