@@ -76,7 +76,7 @@ def trace(model, idx) -> Trace:
     if n > c.n_ctx:
         raise ValueError(f"sequence of {n} tokens is longer than the model's context n_ctx={c.n_ctx}")
     device = model.tok_emb.weight.device
-    logits, cache = model.run_with_cache(idx.to(device))
+    logits, cache = model.run_with_cache(idx.to(device), names=_traced)
     L = c.n_layers
 
     def heads_first(t):  # TransformerLens's (B, n, h, x) -> the trace's (B, h, n, x)
@@ -104,6 +104,15 @@ def trace(model, idx) -> Trace:
     # 1/sigma of the final LayerNorm at each position: (B, n, 1) -> (B, n); a block without one reads the stream as is
     ln_scale = 1 / cache["ln_final.hook_scale"][..., 0] if c.norm == "pre" else torch.ones(B, n, device=device)
     return Trace(embed=resid[0], resid=resid, resid_final=x, ln_scale=ln_scale, logits=logits, **keep)
+
+
+# the hooks a Trace reads: not the blocks' own LayerNorm scales (asking for one writes that LayerNorm out instead of
+# its fused kernel), nor the MLP's input before its nonlinearity, nor the two embedding halves
+_UNREAD = ("ln1.hook_scale", "ln2.hook_scale", "mlp.hook_pre", "hook_embed", "hook_pos_embed")
+
+
+def _traced(name: str) -> bool:
+    return not name.endswith(_UNREAD)
 
 
 def additive(config) -> bool:
