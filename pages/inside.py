@@ -169,16 +169,16 @@ st.caption(f"Each row is a key's value times its weight a (the keys with the lar
 # ------------------------------------------------------------------ 3. the MLP
 
 st.header("3. The MLP at this position")
-st.markdown(
-    f"The MLP works on each position alone. It maps the normalised stream to d_ff = {c.d_ff} hidden units, "
-    + ("clips every negative one to exactly zero (the ReLU)" if c.activation == "relu" else
-       f"passes each through a {ACTIVATION_NAMES[c.activation]}, which keeps positive values almost as they are and "
-       "squashes negative ones to small values at or below zero")
-    + ", and maps the result back to width d. Usually most units are silent for a given input: each unit answers "
-    "to its own kind of situation, and only a few situations hold at once.")
 if not c.mlp:
     st.info(notes.mlp)
 else:
+    st.markdown(
+        f"The MLP works on each position alone. It maps the normalised stream to d_ff = {c.d_ff} hidden units, "
+        + ("clips every negative one to exactly zero (the ReLU)" if c.activation == "relu" else
+           f"passes each through a {ACTIVATION_NAMES[c.activation]}, which keeps positive values almost as they are and "
+           "squashes negative ones to small values at or below zero")
+        + ", and maps the result back to width d. Usually most units are silent for a given input: each unit answers "
+        "to its own kind of situation, and only a few situations hold at once.")
     st.latex(mlp_latex(c, hidden=True))
     mlp_layer = st.selectbox("Block", range(c.n_layers), format_func=lambda l: f"block {l + 1}", key="inside_mlp_layer")
     mlp = TV.mlp_at(tr, mlp_layer, pos, c.activation)
