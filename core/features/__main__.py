@@ -1,0 +1,71 @@
+"""python -m core.features --model FOLDER --site NAME [--features N] [--k K] [--steps S] [--kind topk|relu]
+
+Trains a sparse autoencoder on one site of a saved model, over the held-out 10% of its corpus, and saves it beside
+the model in sae/<site>/ (or --out). Prints the health numbers. Exit status 2 for a bad argument or model."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from core.training.cli_args import OneLineParser
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m core.features", description=__doc__.split("\n\n")[1])
+    p.add_argument("--model", required=True, help="a saved model folder (config.json and model.safetensors)")
+    p.add_argument("--site", required=True, help="a hook name such as blocks.0.hook_resid_post")
+    p.add_argument("--features", type=int, default=None, help="latents (default: 8 x the site's width)")
+    p.add_argument("--k", type=int, default=None, help="latents kept per token by TopK (default 12)")
+    p.add_argument("--kind", choices=("topk", "relu"), default="topk")
+    p.add_argument("--l1", type=float, default=None, help="the ReLU kind's L1 penalty")
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps (default 2,000)")
+    p.add_argument("--batch", type=int, default=None, help="activations per step (default 2,048)")
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    p.add_argument("--out", default=None, help="folder to save into (default MODEL/sae/SITE)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    import torch
+
+    from core.features.sae import sae_folder, save_sae
+    from core.features.sites import check_site, site_width
+    from core.features.train import SAESettings, train_sae
+    from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        model, tokenizer = load_checkpoint(args.model)
+        _, _, training = read_config(args.model)
+        check_site(model.config, args.site)
+        given = {"d_sae": args.features, "k": args.k, "kind": args.kind, "l1": args.l1, "steps": args.steps,
+                 "batch_size": args.batch, "lr": args.lr, "seed": args.seed}
+        settings = SAESettings(**{k: v for k, v in given.items() if v is not None})
+        settings.config(args.site, site_width(model.config, args.site))  # a bad --features or --k, before the work
+    except (CheckpointError, OSError, ValueError) as e:
+        print(f"python -m core.features: error: {e}", file=sys.stderr)
+        return 2
+    last = [0.0]
+
+    def progress(step, steps, loss):
+        if time.monotonic() - last[0] > 5 or step == steps:
+            last[0] = time.monotonic()
+            print(f"step {step:,}/{steps:,}  reconstruction loss {loss:.4f}", flush=True)
+
+    result = train_sae(model, tokenizer, args.site, training, settings, progress=progress)
+    out = Path(args.out) if args.out else sae_folder(args.model, args.site)
+    save_sae(result.sae, out, result.metrics)
+    print(json.dumps({k: result.metrics[k] for k in ("l0", "explained_variance", "dead_fraction", "ce_loss_score",
+                                                      "mse")}, indent=2))
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The sparse autoencoder: an activation x (d_in) written as a sparse, non-negative mix of d_sae learned directions.
+
+    encode(x) = act((x - b_dec) @ W_enc + b_enc)        f: (..., d_sae), most entries 0
+    decode(f) = f @ W_dec + b_dec                       x_hat: (..., d_in)
+
+``act`` is TopK (the k largest pre-activations kept, a ReLU on them, every other latent 0: Gao et al. 2024, the
+default) or a ReLU trained with an L1 penalty (Anthropic 2023). Each row of W_dec is a feature's direction, of unit
+norm, so a feature's activation is its size in the stream. Tensor names and shapes are SAELens's, so its users read
+ours without a dictionary.
+
+On disk (beside a model, ``sae/<site>/``): ``sae.safetensors`` (the four tensors), ``config.json`` (site, d_in,
+d_sae, kind, k) and ``metrics.json`` (the health numbers). Loading reads only safetensors and JSON, inside the
+folder, bounded and checked (names, shapes, finite values) before anything trusts them."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from core.features.sites import parse_site
+from core.nn.safetensors_header import read_header
+from core.serve.folder_files import OutsideFolder, inside, read_text_inside
+
+SAE_DIR = "sae"
+WEIGHTS, CONFIG, METRICS = "sae.safetensors", "config.json", "metrics.json"
+KINDS = ("topk", "relu")
+MAX_D_IN = 8192
+MAX_D_SAE = 131_072
+MAX_SAE_BYTES = 256 * 2**20
+MAX_JSON_BYTES = 64 * 1024
+
+
+class SAEFileError(Exception):
+    """An SAE folder that cannot be used, with the file and the reason in words."""
+
+    def __init__(self, path, problem: str):
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
+@dataclass(frozen=True)
+class SAEConfig:
+    site: str
+    d_in: int
+    d_sae: int
+    kind: str = "topk"
+    k: int = 8
+    l1: float = 0.0  # the L1 penalty a ReLU SAE was trained with (0 for TopK)
+
+    def __post_init__(self):
+        parse_site(self.site)
+        for name, value, top in (("d_in", self.d_in, MAX_D_IN), ("d_sae", self.d_sae, MAX_D_SAE)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise ValueError(f"{name} must be a whole number from 1 to {top:,}, got {value!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= self.d_sae:
+            raise ValueError(f"k must be a whole number from 1 to d_sae={self.d_sae}, got {self.k!r}")
+        if not isinstance(self.l1, (int, float)) or not math.isfinite(self.l1) or self.l1 < 0:
+            raise ValueError(f"l1 must be a finite number ≥ 0, got {self.l1!r}")
+
+    def to_dict(self) -> dict:
+        return {"site": self.site, "d_in": self.d_in, "d_sae": self.d_sae, "kind": self.kind, "k": self.k,
+                "l1": self.l1}
+
+
+class SAE(torch.nn.Module):
+    def __init__(self, config: SAEConfig, generator: torch.Generator | None = None):
+        super().__init__()
+        self.config = config
+        d_in, d_sae = config.d_in, config.d_sae
+        w_dec = torch.randn(d_sae, d_in, generator=generator)
+        w_dec /= w_dec.norm(dim=1, keepdim=True)  # unit-norm feature directions
+        self.W_dec = torch.nn.Parameter(w_dec)                  # (d_sae, d_in)
+        self.W_enc = torch.nn.Parameter(w_dec.t().clone())      # (d_in, d_sae): the decoder's transpose to start
+        self.b_enc = torch.nn.Parameter(torch.zeros(d_sae))     # (d_sae,)
+        self.b_dec = torch.nn.Parameter(torch.zeros(d_in))      # (d_in,): set to the activations' mean before training
+
+    @property
+    def site(self) -> str:
+        return self.config.site
+
+    def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., d_in) -> (..., d_sae): every latent's pre-activation."""
+        return (x - self.b_dec) @ self.W_enc + self.b_enc
+
+    def activate(self, pre: torch.Tensor) -> torch.Tensor:
+        if self.config.kind == "relu":
+            return torch.relu(pre)
+        top = pre.topk(self.config.k, dim=-1)  # the k largest per vector
+        # scattered into zeros: every latent outside the top k is exactly 0; a ReLU on the kept ones
+        return torch.zeros_like(pre).scatter_(-1, top.indices, torch.relu(top.values))
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activate(self.pre_acts(x))
+
+    def decode(self, f: torch.Tensor) -> torch.Tensor:
+        return f @ self.W_dec + self.b_dec
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decode(self.encode(x))
+
+    @torch.no_grad()
+    def normalize_decoder(self):
+        """Rows of W_dec back to unit norm (after an optimiser step), so a feature's activation measures its size."""
+        self.W_dec /= self.W_dec.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name).detach().contiguous() for name in ("W_enc", "b_enc", "W_dec", "b_dec")}
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return expected_shapes(self.config)
+
+
+def expected_shapes(config: SAEConfig) -> dict[str, tuple[int, ...]]:
+    return {"W_enc": (config.d_in, config.d_sae), "b_enc": (config.d_sae,), "W_dec": (config.d_sae, config.d_in),
+            "b_dec": (config.d_in,)}
+
+
+def sae_folder(model_folder, site: str) -> Path:
+    """Where the SAE of ``site`` lives beside a model: ``<model>/sae/<site>/``."""
+    parse_site(site)  # a site name is a plain folder name: no '/' or '..' can pass
+    return Path(model_folder) / SAE_DIR / site
+
+
+def saved_sites(model_folder) -> list[str]:
+    """The sites that have an SAE folder beside a model (each still checked when it is loaded)."""
+    root = Path(model_folder) / SAE_DIR
+    if not root.is_dir() or root.is_symlink():
+        return []
+    out = []
+    for child in sorted(root.iterdir()):
+        try:
+            parse_site(child.name)
+        except ValueError:
+            continue
+        if child.is_dir() and (child / WEIGHTS).exists():
+            out.append(child.name)
+    return out
+
+
+def save_sae(sae: SAE, folder, metrics: dict | None = None) -> Path:
+    """Write ``sae`` into ``folder`` (made if missing); each file written to a temporary name and renamed, so a
+    reader never sees half a file."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def atomic(name: str, write):
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+        os.close(fd)
+        try:
+            write(tmp)
+            os.replace(tmp, folder / name)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    atomic(WEIGHTS, lambda p: save_file(sae.tensors(), p))
+    atomic(CONFIG, lambda p: Path(p).write_text(json.dumps(sae.config.to_dict(), indent=2) + "\n"))
+    if metrics is not None:
+        atomic(METRICS, lambda p: Path(p).write_text(json.dumps(metrics, indent=2) + "\n"))
+    return folder
+
+
+def _json(folder: Path, name: str) -> dict:
+    try:
+        data = json.loads(read_text_inside(folder, name, MAX_JSON_BYTES))
+    except FileNotFoundError:
+        raise SAEFileError(folder / name, "missing") from None
+    except (OSError, ValueError) as e:
+        raise SAEFileError(folder / name, str(e) if isinstance(e, OutsideFolder) else f"not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise SAEFileError(folder / name, "not a JSON object")
+    return data
+
+
+def read_sae_config(folder) -> SAEConfig:
+    folder = Path(folder)
+    data = _json(folder, CONFIG)
+    try:
+        return SAEConfig(site=data.get("site"), d_in=data.get("d_in"), d_sae=data.get("d_sae"),
+                         kind=data.get("kind", "topk"), k=data.get("k", 1), l1=data.get("l1", 0.0))
+    except (TypeError, ValueError) as e:
+        raise SAEFileError(folder / CONFIG, str(e)) from None
+
+
+def read_metrics(folder) -> dict:
+    """metrics.json's numbers ({} when there is none or it is unreadable: the numbers can be measured again)."""
+    try:
+        data = _json(Path(folder), METRICS)
+    except SAEFileError:
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, (int, float, str, bool))}
+
+
+def load_sae(folder, site: str | None = None, d_in: int | None = None) -> SAE:
+    """The SAE saved in ``folder``, checked: config.json valid, the weights file safetensors (never a pickle), inside
+    the folder (no link out), with exactly the four tensors of the stated shapes, float32 and finite; ``site`` and
+    ``d_in``, when given, must match (an SAE of another site or width would splice garbage). SAEFileError otherwise."""
+    folder = Path(folder)
+    config = read_sae_config(folder)
+    if site is not None and config.site != site:
+        raise SAEFileError(folder / CONFIG, f"it is an SAE of {config.site}, not of {site}")
+    if d_in is not None and config.d_in != d_in:
+        raise SAEFileError(folder / CONFIG, f"its d_in is {config.d_in}, but the site's vectors have {d_in} numbers")
+    path = folder / WEIGHTS
+    try:
+        real = inside(folder, WEIGHTS)
+        if real.stat().st_size > MAX_SAE_BYTES:
+            raise SAEFileError(path, f"larger than the {MAX_SAE_BYTES // 2**20} MiB an SAE may be")
+        header = read_header(folder, WEIGHTS)
+    except FileNotFoundError:
+        raise SAEFileError(path, "missing") from None
+    except (OSError, ValueError) as e:
+        raise SAEFileError(path, f"not a safetensors file this app reads ({e})") from None
+    want = expected_shapes(config)
+    if set(header) - {"__metadata__"} != set(want):
+        raise SAEFileError(path, f"holds {sorted(set(header) - {'__metadata__'})}, not {sorted(want)}")
+    for name, shape in want.items():
+        got, dtype = header[name]
+        if tuple(got) != shape or dtype != "F32":
+            raise SAEFileError(path, f"{name} is {dtype} {tuple(got)}, not F32 {shape}")
+    try:
+        tensors = load_file(str(real))
+    except Exception as e:  # the library's own error type varies by version; any failure is a refusal
+        raise SAEFileError(path, f"not readable ({e})") from None
+    for name, t in tensors.items():
+        if not torch.isfinite(t).all():
+            raise SAEFileError(path, f"{name} holds NaN or infinite values")
+    sae = SAE(config)
+    with torch.no_grad():
+        for name, t in tensors.items():
+            getattr(sae, name).copy_(t)
+    sae.requires_grad_(False)
+    return sae.eval()

@@ -1,0 +1,248 @@
+"""Training an SAE on one site of a model, and its health numbers, named as SAELens names them.
+
+    l0                  mean number of latents active per token
+    explained_variance  1 - E||x - x_hat||^2 / E||x - E x||^2
+    mse                 mean squared error per number, E (x - x_hat)^2
+    dead_fraction       share of latents that never fire on the evaluation tokens
+    ce_loss_score       (CE with the site zeroed - CE with the SAE spliced in) / (CE zeroed - CE clean):
+                        1 when the reconstruction serves the model as well as the real activation, 0 when as badly as
+                        nothing at all
+
+The held-out windows are split: every fifth window is kept for the evaluation, the rest trains the SAE, so the
+numbers are measured on tokens the SAE never saw. Dead latents are fought with the auxiliary loss of Gao et al.
+(2024, "AuxK"): the latents that have not fired for a while are asked to explain what the live ones leave over."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from core.features.activations import HeldOut, MAX_BYTES, MAX_VECTORS, collect, model_held_out, site_batches
+from core.features.sae import SAE, SAEConfig
+from core.features.sites import check_site, site_width
+
+EXPANSION = 8           # d_sae = 8 x d_in by default
+DEFAULT_K = 12          # latents kept per token by TopK
+EVAL_EVERY = 5          # every fifth held-out window evaluates, the other four train
+EVAL_TOKENS = 32_768    # the most tokens an evaluation runs the model on (three runs: clean, zeroed, spliced)
+AUX_COEF = 1 / 32       # Gao et al.'s weight of the AuxK loss
+DEAD_AFTER = 25_000     # a latent that has not fired on this many training vectors counts as dead for AuxK
+
+
+@dataclass(frozen=True)
+class SAESettings:
+    d_sae: int | None = None      # None: EXPANSION x d_in
+    k: int = DEFAULT_K
+    kind: str = "topk"
+    l1: float = 3e-3              # the ReLU kind's penalty (on the activations times their decoder norms)
+    steps: int = 2_000
+    batch_size: int = 2_048
+    lr: float = 2e-3
+    seed: int = 0
+    max_vectors: int = MAX_VECTORS
+    max_bytes: int = MAX_BYTES
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "max_vectors", "max_bytes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a whole number ≥ 1, got {v!r}")
+        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
+            raise ValueError(f"lr must be between 0 and 1, got {self.lr!r}")
+
+    def config(self, site: str, d_in: int) -> SAEConfig:
+        d_sae = self.d_sae or EXPANSION * d_in
+        return SAEConfig(site=site, d_in=d_in, d_sae=d_sae, kind=self.kind, k=min(self.k, d_sae),
+                         l1=self.l1 if self.kind == "relu" else 0.0)
+
+    @property
+    def vectors_seen(self) -> int:
+        return self.steps * self.batch_size
+
+
+class TrainedSAE(NamedTuple):
+    sae: SAE
+    metrics: dict
+    curve: list  # (step, normalised reconstruction loss) every few steps
+
+
+def split_held_out(held: HeldOut) -> tuple[HeldOut, HeldOut]:
+    """(training part, evaluation part): every EVAL_EVERY-th window evaluates (interleaved: both parts come from the
+    whole held-out text, not one from its start and one from its end)."""
+    idx = torch.arange(len(held.windows))
+    ev = idx % EVAL_EVERY == EVAL_EVERY - 1
+    if not ev.any():  # one window only: it must do both
+        ev = idx == idx[-1]
+        return held, HeldOut(held.windows[ev], held.targets[ev], held.corpus)
+    return (HeldOut(held.windows[~ev], held.targets[~ev], held.corpus),
+            HeldOut(held.windows[ev], held.targets[ev], held.corpus))
+
+
+def splice_hooks(sae: SAE) -> list[tuple[str, Callable]]:
+    """Hooks that replace the site's activation by the SAE's reconstruction of it."""
+    return [(sae.site, lambda x, name: sae(x))]
+
+
+def zero_hooks(site: str) -> list[tuple[str, Callable]]:
+    return [(site, lambda x, name: torch.zeros_like(x))]
+
+
+@torch.no_grad()
+def mean_ce(model, held: HeldOut, hooks=(), batch: int = 32) -> float:
+    """Mean next-token cross-entropy (nats) over ``held``'s windows, with ``hooks`` running in the forward."""
+    total, count = 0.0, 0
+    for i in range(0, len(held.windows), batch):
+        x, y = held.windows[i:i + batch], held.targets[i:i + batch]
+        logits = model(x, hooks=list(hooks) or None).logits  # (B, n, m)
+        total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum").item()
+        count += y.numel()
+    return total / count
+
+
+def ce_loss_score(clean: float, spliced: float, zeroed: float) -> float:
+    """(zeroed - spliced) / (zeroed - clean); nan when zeroing the site costs nothing (no scale to measure on)."""
+    gap = zeroed - clean
+    return (zeroed - spliced) / gap if abs(gap) > 1e-9 else float("nan")
+
+
+@torch.no_grad()
+def reconstruction_stats(sae: SAE, acts: torch.Tensor, chunk: int = 8192) -> dict:
+    """l0, mse, explained_variance and dead_fraction of ``sae`` on activations (N, d_in), with the fire count of each
+    latent."""
+    n, d = acts.shape
+    mean = acts.mean(0)
+    err = var = l0 = 0.0
+    fires = torch.zeros(sae.config.d_sae, dtype=torch.long)
+    for i in range(0, n, chunk):
+        x = acts[i:i + chunk]
+        f = sae.encode(x)
+        active = f > 0
+        fires += active.sum(0)
+        l0 += active.sum().item()
+        err += (sae.decode(f) - x).pow(2).sum().item()
+        var += (x - mean).pow(2).sum().item()
+    return {"l0": l0 / n, "mse": err / (n * d), "explained_variance": 1 - err / var if var > 0 else float("nan"),
+            "dead_fraction": (fires == 0).float().mean().item(), "fires": fires}
+
+
+def eval_part(held: HeldOut, n_ctx: int) -> HeldOut:
+    keep = max(1, EVAL_TOKENS // n_ctx)
+    return HeldOut(held.windows[:keep], held.targets[:keep], held.corpus)
+
+
+@torch.no_grad()
+def evaluate(model, sae: SAE, held: HeldOut, max_bytes: int = MAX_BYTES) -> dict:
+    """The health numbers of ``sae`` on the evaluation windows ``held`` (capped at EVAL_TOKENS tokens)."""
+    check_site(model.config, sae.site)
+    held = eval_part(held, model.config.n_ctx)
+    acts = collect(model, held.windows, sae.site, max_bytes=max_bytes)
+    stats = reconstruction_stats(sae, acts)
+    stats.pop("fires")
+    clean = mean_ce(model, held)
+    spliced = mean_ce(model, held, splice_hooks(sae))
+    zeroed = mean_ce(model, held, zero_hooks(sae.site))
+    return {**stats, "ce_loss_score": ce_loss_score(clean, spliced, zeroed), "ce_clean": clean,
+            "ce_spliced": spliced, "ce_zero_ablated": zeroed, "eval_tokens": held.n_tokens, "corpus": held.corpus}
+
+
+def memory_estimate(config, site: str, held_tokens: int, settings: SAESettings = SAESettings()) -> int:
+    """Bytes a training run holds at its peak: the collected activations, the SAE with Adam's two moments, and one
+    batch's (batch, d_sae) activations a few times over for the backward pass."""
+    width = site_width(config, site)
+    n = min(settings.max_vectors, settings.max_bytes // (4 * width), held_tokens)
+    d_sae = settings.d_sae or EXPANSION * width
+    params = 2 * width * d_sae + d_sae + width
+    return 4 * (n * width + 4 * params + 6 * settings.batch_size * d_sae)
+
+
+def _init_from(sae: SAE, acts: torch.Tensor):
+    with torch.no_grad():
+        sae.b_dec.copy_(acts.mean(0))  # inputs centred: the decoder's bias starts at the mean activation
+
+
+def train_on(sae: SAE, acts: torch.Tensor, settings: SAESettings, progress=None, should_stop=None) -> list:
+    """Train ``sae`` on activations (N, d_in) in place; returns the curve [(step, normalised loss)].
+    ``progress(step, steps, loss)`` is called every few steps; ``should_stop()`` True ends the run early."""
+    g = torch.Generator().manual_seed(settings.seed)
+    _init_from(sae, acts)
+    n = len(acts)
+    var = (acts - acts.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)  # E||x - E x||^2: the loss's unit
+    opt = torch.optim.Adam(sae.parameters(), lr=settings.lr, betas=(0.9, 0.999))
+    steps, bs = settings.steps, min(settings.batch_size, n)
+    decay_from = int(0.8 * steps)  # constant, then linear to 0 over the last 20% (as SAELens's default decays)
+    since_fired = torch.zeros(sae.config.d_sae)
+    aux_k = max(1, sae.config.d_in // 2)
+    order, at = torch.randperm(n, generator=g), 0
+    curve = []
+    for step in range(steps):
+        if should_stop is not None and should_stop():
+            break
+        if at + bs > n:
+            order, at = torch.randperm(n, generator=g), 0
+        x = acts[order[at:at + bs]]  # (bs, d_in)
+        at += bs
+        for group in opt.param_groups:
+            group["lr"] = settings.lr * (1.0 if step < decay_from else (steps - step) / (steps - decay_from))
+        pre = sae.pre_acts(x)
+        f = sae.activate(pre)
+        x_hat = sae.decode(f)
+        rec = (x_hat - x).pow(2).sum(-1).mean() / var
+        loss = rec
+        fired = (f > 0).any(0)
+        since_fired = torch.where(fired, torch.zeros_like(since_fired), since_fired + bs)
+        dead = since_fired >= DEAD_AFTER
+        if sae.config.kind == "relu":
+            loss = loss + sae.config.l1 * (f * sae.W_dec.norm(dim=1)).sum(-1).mean() / var.sqrt()
+        elif dead.any():
+            # AuxK: the top dead latents reconstruct the residual error the live ones leave (Gao et al. 2024, A.2)
+            e = (x - x_hat).detach()
+            masked = pre.masked_fill(~dead, float("-inf"))
+            top = masked.topk(min(aux_k, int(dead.sum())), dim=-1)
+            f_aux = torch.zeros_like(pre).scatter_(-1, top.indices, torch.relu(top.values))
+            e_hat = f_aux @ sae.W_dec
+            aux = (e_hat - e).pow(2).sum(-1).mean() / (e - e.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
+            loss = loss + AUX_COEF * torch.nan_to_num(aux, nan=0.0)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sae.normalize_decoder()
+        if step % 25 == 0 or step == steps - 1:
+            curve.append((step, rec.item()))
+            if progress is not None:
+                progress(step + 1, steps, rec.item())
+    sae.eval()
+    return curve
+
+
+def train_sae(model, tokenizer, site: str, training: dict | None = None, settings: SAESettings | None = None,
+              held: HeldOut | None = None, progress=None, should_stop=None) -> TrainedSAE:
+    """An SAE trained on ``site`` of ``model`` over the held-out part of its corpus (``training``: its config.json's
+    training record, which names the corpus; or pass ``held``), with its health numbers measured on the held-out
+    windows it did not train on."""
+    settings = settings or SAESettings()
+    check_site(model.config, site)
+    t0 = time.perf_counter()
+    held = held or model_held_out(model, tokenizer, training)
+    train_part, eval_held = split_held_out(held)
+    acts = collect(model, train_part.windows, site, settings.max_vectors, settings.max_bytes)
+    collect_s = time.perf_counter() - t0
+    torch.manual_seed(settings.seed)
+    sae = SAE(settings.config(site, acts.shape[1]), generator=torch.Generator().manual_seed(settings.seed))
+    model_was = model.training
+    model.eval()
+    t1 = time.perf_counter()
+    curve = train_on(sae, acts, settings, progress, should_stop)
+    train_s = time.perf_counter() - t1
+    sae.requires_grad_(False)
+    metrics = evaluate(model, sae, eval_held, settings.max_bytes)
+    model.train(model_was)
+    metrics.update({"site": site, "d_sae": sae.config.d_sae, "k": sae.config.k, "kind": sae.config.kind,
+                    "train_vectors": len(acts), "steps": curve[-1][0] + 1 if curve else 0,
+                    "batch_size": settings.batch_size, "lr": settings.lr, "seed": settings.seed,
+                    "collect_s": round(collect_s, 2), "train_s": round(train_s, 2),
+                    "threads": torch.get_num_threads()})
+    return TrainedSAE(sae, metrics, curve)
