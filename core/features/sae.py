@@ -156,6 +156,7 @@ def save_sae(sae: SAE, folder, metrics: dict | None = None) -> Path:
         os.close(fd)
         try:
             write(tmp)
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600: another user serving the folder must read it
             os.replace(tmp, folder / name)
         finally:
             if os.path.exists(tmp):
