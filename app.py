@@ -24,6 +24,7 @@ PAGES = {  # sections, so that a newcomer sees where to start and what belongs t
         st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),
         st.Page("pages/heads.py", title="Switch heads off", icon=":material/power_settings_new:"),
         st.Page("pages/inside.py", title="Inside the model", icon=":material/account_tree:"),
+        st.Page("pages/features.py", title="Features", icon=":material/lightbulb:"),
         st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
         st.Page("pages/cause_effect.py", title="Cause and effect", icon=":material/swap_horiz:"),
     ],
