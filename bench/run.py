@@ -529,12 +529,20 @@ def bench_hooks(quick: bool):
     RESULTS.extend(hooks.main(["--quick"] if quick else []))
 
 
+def bench_feature_views(quick: bool):
+    """The Features page's card and prompt view against their 300 ms budget (bench/feature_views.py)."""
+    from bench import feature_views
+
+    print("\nFeature views (issue 42): a unit's card and the prompt view, after the index is built")
+    feature_views.main(["--quick"] if quick else [], record=record)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
-                            "variants", "patching", "lesson", "hooks"])
+                            "variants", "patching", "lesson", "hooks", "feature_views"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

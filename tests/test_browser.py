@@ -440,3 +440,22 @@ def test_one_pick_in_the_sidebar_switches_the_model_on_a_page_that_writes_its_li
         shown = picker.evaluate("e => e.innerText + ' ' + Array.from(e.querySelectorAll('input')).map(i => i.value).join(' ')")
         assert name in shown and f"model={name}" in page.url, (name, shown, page.url)
         _no_exception(page, f"attention after picking {name}")
+
+
+def test_a_feature_opens_from_the_prompt_view(server, browser):
+    """Features page: a click on a feature firing at a prompt position opens that feature's card."""
+    if not (ROOT / "assets/models/shakespeare-char/sae/blocks.0.hook_resid_post/sae.safetensors").exists():
+        pytest.skip("the shipped SAE is not in this checkout")
+    page = browser.new_page(viewport={"width": 1400, "height": 2400})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(server)
+    wait_idle(page)
+    page.locator('[data-testid="stSidebarNavLink"]', has_text="Features").first.click()
+    wait_idle(page, timeout=180_000)  # the first visit indexes every feature over the held-out text
+    button = page.get_by_role("button", name=re.compile(r"^#\d+ · ")).nth(2)  # the third feature at the position
+    unit = re.match(r"#(\d+)", button.inner_text().strip()).group(1)
+    button.click()
+    wait_idle(page, timeout=120_000)
+    page.get_by_role("heading", name=f"SAE feature {unit}").wait_for(timeout=30_000)
+    check_clean(page, errors, "features_opened")

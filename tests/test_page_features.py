@@ -1,0 +1,90 @@
+"""AppTest of the Features page: the shipped character model with its shipped SAE (the numbers shown checked against
+the SAE run here), the BPE model without an SAE (neurons still shown), and a broken SAE folder (refused by name)."""
+import shutil
+
+import pytest
+import torch
+
+from conftest import SHIPPED
+from core.features.sae import load_sae
+from core.nn.checkpoint import load_checkpoint
+
+PAGE = "pages/features.py"
+SITE = "blocks.0.hook_resid_post"
+BPE = SHIPPED.parent / "shakespeare-bpe"
+
+
+def _ok(at):
+    assert not at.exception, at.exception[0].message
+
+
+@pytest.fixture(scope="module")
+def shipped_page(open_page_once):
+    if not (SHIPPED / "sae" / SITE / "sae.safetensors").exists():
+        pytest.skip("the shipped SAE is not in this checkout")
+    return open_page_once(PAGE, timeout=300)
+
+
+def test_shipped_sae_health_numbers_and_prompt_buttons(shipped_page):
+    at = shipped_page
+    assert at.selectbox(key="feat_sae").value == f"saved: {SITE}"
+    labels = {m.label: m.value for m in at.metric}
+    assert {"L0", "explained variance", "dead latents", "CE loss score", "MSE"} <= set(labels)
+    assert labels["L0"] == "12.0"
+    # the buttons at the last position are the features the SAE itself puts first there
+    model, tok = load_checkpoint(SHIPPED)
+    sae = load_sae(SHIPPED / "sae" / SITE)
+    ids = tok.encode(at.text_area(key="feat_prompt").value)
+    _, cache = model.run_with_cache(torch.tensor([ids]), names=[SITE])
+    f = sae.encode(cache[SITE])[0, -1]
+    want = [int(u) for u in torch.argsort(f, descending=True)[:5] if f[u] > 0]
+    shown = [b.label for b in at.button if b.key and b.key.startswith("feat_fire_")]
+    assert [int(s.split()[0][1:]) for s in shown] == want
+
+
+def test_a_click_opens_that_features_card(shipped_page):
+    at = shipped_page
+    button = next(b for b in at.button if b.key == "feat_fire_2")
+    unit = int(button.label.split()[0][1:])
+    button.click().run()
+    _ok(at)
+    assert at.number_input(key="feat_unit").value == unit
+    assert any(h.value == f"SAE feature {unit}" for h in at.subheader)
+    assert any("Switched off" in m.value for m in at.markdown)
+
+
+@pytest.mark.slow
+def test_neuron_card_and_comparison(shipped_page):
+    at = shipped_page
+    at.radio(key="feat_kind").set_value("MLP neuron").run()
+    at.number_input(key="feat_layer").set_value(2).run()
+    at.number_input(key="feat_neuron").set_value(7).run()
+    _ok(at)
+    assert any(h.value == "MLP neuron 7 of block 2" for h in at.subheader)
+    at.button(key="feat_compare").click().run()
+    _ok(at)
+    table = at.dataframe[-1].value
+    assert list(table["units"]) == ["SAE features", "neurons, block 1", "neurons, block 2"]
+    assert ((table["mean purity"] > 0) & (table["mean purity"] <= 1)).all()
+
+
+@pytest.mark.slow
+def test_bpe_model_without_an_sae_still_shows_neurons(open_page):
+    at = open_page(PAGE, timeout=300, state={"te_model_name": "shakespeare-bpe"})
+    assert any("has no SAE yet" in i.value for i in at.info)
+    assert at.radio(key="feat_kind").options == ["MLP neuron"]
+    assert any(h.value.startswith("MLP neuron 0 of block") for h in at.subheader)
+
+
+@pytest.mark.slow
+def test_a_broken_sae_folder_is_refused_by_name(open_page, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("checkpoints", "sae"))
+    bad = folder / "sae" / SITE
+    bad.mkdir(parents=True)
+    (bad / "config.json").write_text('{"site": "blocks.0.hook_resid_post", "d_in": 64, "d_sae": 8, "k": 2}')
+    (bad / "sae.safetensors").write_bytes(b"not a safetensors file")
+    at = open_page(PAGE, timeout=300, models_dir=tmp_path, state={"te_model_name": "copy"})
+    shown = [w.value.replace("\\", "") for w in at.warning]  # markdown escapes taken out
+    assert any(f"sae/{SITE}" in w and "not a safetensors file" in w for w in shown), shown
+    assert any("has no SAE yet" in i.value for i in at.info)  # the page goes on with the neurons
