@@ -200,3 +200,16 @@ def train_small_final(folder):
     model, tok = load_checkpoint(folder)
     trained = train_sae(model, tok, SITE, read_config(folder)[2], QUICK)
     return trained.sae, trained.metrics
+
+
+def test_forming_figure_marks_the_formation_step():
+    from core.figures.forming_figures import forming_figure, forming_rows
+    cos = np.array([[0.2, 0.1], [0.75, 0.3], [0.9, 0.5]])  # feature 7 crosses 0.7 at step 100, feature 9 never
+    r = Forming(site=SITE, steps=[10, 100, 1000], features=[7, 9], frequency=[0.5, 0.1], cosine=cos,
+                match=np.zeros((3, 2), dtype=int), seed_cosine=np.array([[0.9, 0.5], [0.8, 0.6]]), chance=0.37)
+    fig = forming_figure(r)
+    assert fig.layout.xaxis.type == "log"
+    stars = [t for t in fig.data if t.marker.symbol == "star"]
+    assert len(stars) == 1 and list(stars[0].x) == [100] and list(stars[0].y) == [0.75]
+    assert {s.y0 for s in fig.layout.shapes} == {0.7, 0.37}  # the threshold line and chance
+    assert [row["formed at step"] for row in forming_rows(r)] == [100, None]

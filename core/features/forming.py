@@ -105,9 +105,11 @@ def chance_cosine(d_in: int, d_sae: int, n: int = 256, seed: int = 0) -> float:
     return float((a @ b.T).max(dim=1).values.mean())
 
 
-def small_settings(final_sae: SAE, steps: int = FORMING_STEPS) -> SAESettings:
+def small_settings(final_sae: SAE, steps: int | None = None) -> SAESettings:
+    """The settings of a snapshot's SAE: the final one's shape, ``steps`` (default FORMING_STEPS) steps."""
     c = final_sae.config
-    return SAESettings(d_sae=c.d_sae, k=c.k, kind=c.kind, l1=c.l1 or 3e-3, steps=steps, batch_size=FORMING_BATCH,
+    return SAESettings(d_sae=c.d_sae, k=c.k, kind=c.kind, l1=c.l1 or 3e-3, steps=steps or FORMING_STEPS,
+                       batch_size=FORMING_BATCH,
                        max_vectors=FORMING_VECTORS)
 
 
@@ -136,7 +138,7 @@ def forming_memory(config, final_sae: SAE, held_tokens: int, settings: SAESettin
 
 
 def run_forming(folder, final_sae: SAE, steps: list[int] | None = None, features: list[int] | None = None,
-                n_top: int = TOP_FEATURES, sae_steps: int = FORMING_STEPS, seed: int = 1,
+                n_top: int = TOP_FEATURES, sae_steps: int | None = None, seed: int = 1,
                 progress: Progress | None = None) -> Forming:
     """The study on the model saved in ``folder`` (with snapshots) and its final SAE ``final_sae``. ``steps``: the
     snapshot steps (default ``pick_steps``); ``features``: the final SAE's features to follow (default its
@@ -150,6 +152,7 @@ def run_forming(folder, final_sae: SAE, steps: list[int] | None = None, features
     train_part, _ = split_held_out(model_held_out(model, tok, training))
     windows = train_part.windows
     settings = small_settings(final_sae, sae_steps)
+    sae_steps = settings.steps
     freq_all = firing_frequency(final_sae, collect(model, windows, site, settings.max_vectors))  # (d_sae,)
     if features is None:
         features = freq_all.argsort(descending=True)[:n_top].tolist()
@@ -185,13 +188,14 @@ def run_forming(folder, final_sae: SAE, steps: list[int] | None = None, features
 
 
 def forming_job(folder, final_sae: SAE, config, steps: list[int] | None = None, n_top: int = TOP_FEATURES,
-                sae_steps: int = FORMING_STEPS, owner: str | None = None, held_tokens: int | None = None,
+                sae_steps: int | None = None, owner: str | None = None, held_tokens: int | None = None,
                 threads: int | None = None) -> BackgroundJob:
     """The study as a background job (core.features.job): ``result`` is its Forming."""
     steps = steps if steps is not None else pick_steps(checkpoint_steps(folder))
     if len(steps) < 1:
         raise ValueError("this model kept no training snapshots, so there is nothing to follow its features through")
     settings = small_settings(final_sae, sae_steps)
+    sae_steps = settings.steps
     memory = forming_memory(config, final_sae, held_tokens or settings.max_vectors, settings)
 
     def work(progress: Progress):
