@@ -537,12 +537,20 @@ def bench_feature_views(quick: bool):
     feature_views.main(["--quick"] if quick else [], record=record)
 
 
+def bench_features(quick: bool):
+    """Issue 42's row: the shipped-size SAE trained on 1 M activations (bench/features.py), <= 60 s; --quick runs
+    64 of the 512 steps and scales the time up."""
+    from bench import features
+
+    features.main(steps=64 if quick else features.STEPS)  # its rows go into RESULTS through record
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
-                            "variants", "patching", "lesson", "hooks", "feature_views"])
+                            "variants", "patching", "lesson", "hooks", "feature_views", "features"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

@@ -5,11 +5,12 @@ the model in sae/<site>/ (or --out). Prints the health numbers. Exit status 2 fo
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from core.training.cli_args import OneLineParser
+from core.training.cli_args import OneLineParser, writable_place
 
 
 def parser() -> OneLineParser:
@@ -29,18 +30,28 @@ def parser() -> OneLineParser:
     return p
 
 
+def out_problem(out: Path) -> str | None:
+    """Why the SAE could not be saved in ``out`` (None: it can), asked before the training, not after it."""
+    if os.path.lexists(out) and not out.is_dir():
+        return f"{out} is there and is not a folder"
+    return None if out.is_dir() and os.access(out, os.W_OK | os.X_OK) else writable_place(out)
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     import torch
 
+    from core.features.activations import model_held_out
     from core.features.sae import sae_folder, save_sae
     from core.features.sites import check_site, site_width
     from core.features.train import SAESettings, train_sae
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     try:
+        if args.threads is not None:
+            if args.threads < 1:
+                raise ValueError(f"--threads must be 1 or more, got {args.threads}")
+            torch.set_num_threads(args.threads)
         model, tokenizer = load_checkpoint(args.model)
         _, _, training = read_config(args.model)
         check_site(model.config, args.site)
@@ -48,6 +59,11 @@ def main(argv=None) -> int:
                  "batch_size": args.batch, "lr": args.lr, "seed": args.seed}
         settings = SAESettings(**{k: v for k, v in given.items() if v is not None})
         settings.config(args.site, site_width(model.config, args.site))  # a bad --features or --k, before the work
+        out = Path(args.out) if args.out else sae_folder(args.model, args.site)
+        problem = out_problem(out)
+        if problem:
+            raise ValueError(problem)
+        held = model_held_out(model, tokenizer, training)  # a text too short for one window, before the work
     except (CheckpointError, OSError, ValueError) as e:
         print(f"python -m core.features: error: {e}", file=sys.stderr)
         return 2
@@ -58,9 +74,12 @@ def main(argv=None) -> int:
             last[0] = time.monotonic()
             print(f"step {step:,}/{steps:,}  reconstruction loss {loss:.4f}", flush=True)
 
-    result = train_sae(model, tokenizer, args.site, training, settings, progress=progress)
-    out = Path(args.out) if args.out else sae_folder(args.model, args.site)
-    save_sae(result.sae, out, result.metrics)
+    result = train_sae(model, tokenizer, args.site, training, settings, held=held, progress=progress)
+    try:
+        save_sae(result.sae, out, result.metrics)
+    except OSError as e:  # the place changed during the run
+        print(f"python -m core.features: error: the SAE could not be saved in {out}: {e}", file=sys.stderr)
+        return 2
     print(json.dumps({k: result.metrics[k] for k in ("l0", "explained_variance", "dead_fraction", "ce_loss_score",
                                                       "mse")}, indent=2))
     print(f"saved {out}")

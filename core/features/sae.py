@@ -140,7 +140,8 @@ def saved_sites(model_folder) -> list[str]:
             parse_site(child.name)
         except ValueError:
             continue
-        if child.is_dir() and (child / WEIGHTS).exists():
+        # a linked folder is not listed: its files would lie outside the model's folder
+        if child.is_dir() and not child.is_symlink() and (child / WEIGHTS).exists():
             out.append(child.name)
     return out
 
@@ -184,9 +185,14 @@ def _json(folder: Path, name: str) -> dict:
 def read_sae_config(folder) -> SAEConfig:
     folder = Path(folder)
     data = _json(folder, CONFIG)
+    # every key the format names must be there: a missing k read as a default would splice an SAE with another k
+    # than it was trained with (l1 alone may be absent: 0, a TopK SAE's)
+    missing = [key for key in ("site", "d_in", "d_sae", "kind", "k") if key not in data]
+    if missing:
+        raise SAEFileError(folder / CONFIG, f"it lacks {', '.join(missing)}")
     try:
-        return SAEConfig(site=data.get("site"), d_in=data.get("d_in"), d_sae=data.get("d_sae"),
-                         kind=data.get("kind", "topk"), k=data.get("k", 1), l1=data.get("l1", 0.0))
+        return SAEConfig(site=data["site"], d_in=data["d_in"], d_sae=data["d_sae"], kind=data["kind"], k=data["k"],
+                         l1=data.get("l1", 0.0))
     except (TypeError, ValueError) as e:
         raise SAEFileError(folder / CONFIG, str(e)) from None
 

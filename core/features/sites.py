@@ -9,7 +9,7 @@ from core.nn.hooks import block_hook_names
 
 # the per-block hooks an SAE may read, in the forward's order (the names after "blocks.{l}.")
 SITE_HOOKS = ("hook_resid_pre", "hook_resid_mid", "hook_mlp_out", "mlp.hook_post", "hook_resid_post")
-_SITE = re.compile(r"^blocks\.(\d{1,3})\.(hook_resid_pre|hook_resid_mid|hook_mlp_out|mlp\.hook_post|hook_resid_post)$")
+_SITE = re.compile(r"^blocks\.(\d{1,3})\.(hook_resid_pre|hook_resid_mid|hook_mlp_out|mlp\.hook_post|hook_resid_post)")
 
 
 def sites(config) -> list[str]:
@@ -21,7 +21,9 @@ def sites(config) -> list[str]:
 
 def parse_site(site) -> tuple[int, str]:
     """(layer, hook after "blocks.{l}.") of a site name; ValueError naming what is wrong otherwise."""
-    m = _SITE.match(site) if isinstance(site, str) else None
+    # fullmatch, not match with '$': '$' also matches before a final newline, and 'blocks.0.hook_resid_post\n'
+    # would pass as a site (and name a folder)
+    m = _SITE.fullmatch(site) if isinstance(site, str) else None
     if not m:
         raise ValueError(f"{str(site)[:80]!r} is not a site: use blocks.L.HOOK with HOOK one of {', '.join(SITE_HOOKS)}")
     return int(m.group(1)), m.group(2)

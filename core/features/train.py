@@ -55,7 +55,7 @@ class SAESettings:
             raise ValueError(f"lr must be between 0 and 1, got {self.lr!r}")
 
     def config(self, site: str, d_in: int) -> SAEConfig:
-        d_sae = self.d_sae or EXPANSION * d_in
+        d_sae = EXPANSION * d_in if self.d_sae is None else self.d_sae  # not `or`: a d_sae of 0 is refused, not replaced
         return SAEConfig(site=site, d_in=d_in, d_sae=d_sae, kind=self.kind, k=min(self.k, d_sae),
                          l1=self.l1 if self.kind == "relu" else 0.0)
 
