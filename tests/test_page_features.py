@@ -82,7 +82,7 @@ def test_a_broken_sae_folder_is_refused_by_name(open_page, tmp_path):
     shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("checkpoints", "sae"))
     bad = folder / "sae" / SITE
     bad.mkdir(parents=True)
-    (bad / "config.json").write_text('{"site": "blocks.0.hook_resid_post", "d_in": 64, "d_sae": 8, "k": 2}')
+    (bad / "config.json").write_text('{"site": "blocks.0.hook_resid_post", "d_in": 64, "d_sae": 8, "kind": "topk", "k": 2}')
     (bad / "sae.safetensors").write_bytes(b"not a safetensors file")
     at = open_page(PAGE, timeout=300, models_dir=tmp_path, state={"te_model_name": "copy"})
     shown = [w.value.replace("\\", "") for w in at.warning]  # markdown escapes taken out
