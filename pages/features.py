@@ -131,7 +131,7 @@ if choice:
     st.subheader("When the features formed")
     st.markdown("The model was saved at steps along its training. A small SAE trained at each of them is matched "
                 "to this one, feature by feature, by the cosine of their decoder directions: a feature has *formed* "
-                "once some latent of the earlier SAE points within cos 0.7 of it.")
+                "once some latent of the earlier SAE has a cosine of at least 0.7 with it.")
     st.latex(r"\text{match}_i(s) = \max_j \cos\big(d_i,\; d^{(s)}_j\big)")
     forming_panel(entry, model, choice)
 
