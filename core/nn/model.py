@@ -286,7 +286,10 @@ class Transformer(nn.Module):
         back as (B, 1, d)). hooks: a HookRun (core.nn.hooks) whose hook points of these blocks run."""
         stop = len(self.blocks) if stop is None else stop
         for i in range(start, stop):
-            x = self.blocks[i](x, cache=cache, layer=i, last_only=last_only and i == stop - 1, hooks=hooks)
+            # a block no hook reads or changes runs its plain path (fused MLP, no hook calls): the same numbers, and
+            # a steered generation step costs what a plain one does outside the steered block
+            run = hooks if hooks is None or self._hooks_touch(hooks, i) else None
+            x = self.blocks[i](x, cache=cache, layer=i, last_only=last_only and i == stop - 1, hooks=run)
         return x
 
     def readout(self, x, hooks=None) -> torch.Tensor:
