@@ -50,12 +50,14 @@ def typical_sizes(entry, model, tok, sae) -> FeatureScales:
     return scales
 
 
-def default_feature(scales: FeatureScales) -> int:
-    """A feature whose meaning shows at a glance: the one whose top activations sit most on one token (then the one
-    that fires most often)."""
+def default_feature(scales: FeatureScales, pieces) -> int:
+    """A feature whose effect shows at a glance: the one whose top activations sit most on one token, a letter or
+    digit before a space or a line break (steered text then fills with it), then the one that fires most often."""
     def score(i: int):
         top = scales.top_tokens(i, 1)
-        return (top[0][1] if top else 0, int(scales.fired[i]))
+        if not top:
+            return (0, False, int(scales.fired[i]))
+        return (top[0][1], pieces[top[0][0]].strip().isalnum(), int(scales.fired[i]))
     return max(range(len(scales.fired)), key=score)
 
 
@@ -79,7 +81,7 @@ def _no_sae(refused: list[str]):
         st.page_link(FEATURES_PAGE, label="Open the Features page", icon=":material/hub:")
 
 
-def _pickers(choices, scales_of):
+def _pickers(choices, scales_of, pieces):
     """(choice, scales, feature, alpha) from the three widgets; a feature out of this SAE's range (a link, or
     another SAE's number) goes back to the default one, said in words."""
     labels = [c.label for c in choices]
@@ -92,8 +94,8 @@ def _pickers(choices, scales_of):
     if not isinstance(asked, int) or not 0 <= asked < d_sae:
         if asked is not None:
             st.info(f"Feature {asked} is not one of this autoencoder's 0 to {d_sae - 1}: showing the default one.")
-        st.session_state["gen_steer_feature"] = default_feature(scales)
-    st.session_state.setdefault("gen_steer_alpha", 4.0)
+        st.session_state["gen_steer_feature"] = default_feature(scales, pieces)
+    st.session_state.setdefault("gen_steer_alpha", 2.0)
     feature = int(b.number_input("Feature", 0, d_sae - 1, key="gen_steer_feature",
                                  help=f"One of the {d_sae} latents, numbered from 0 as the Features page numbers them."))
     alpha = float(c.slider("α, in units of the feature's typical size", -ALPHA_MAX, ALPHA_MAX, step=0.5,
@@ -110,8 +112,10 @@ def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: t
         "An SAE feature is a direction **d**ᵢ in one activation of the model (a row of the decoder, of length 1), and "
         "when the feature fires it writes fᵢ **d**ᵢ there. Steering writes it in by force: at every position, for "
         "the prompt and every new token, the activation gets α times the feature's typical size added, and the model "
-        "reads on from there. If the feature means something (a space, a speaker's colon), the text should lean that "
-        "way; a large α pushes the stream where training never took it, and the text falls apart.")
+        "reads on from there. A feature early in the model often stands for the token just read (\"this is an a\"): "
+        "steering it makes every position look as if that token had just been read, so the text fills with what "
+        "usually follows it, not with the token itself. A large α pushes the stream where training never took it, "
+        "and the text falls apart.")
     st.latex(r"\mathbf{x}_t \;\leftarrow\; \mathbf{x}_t + \alpha\, s_i\, \mathbf{d}_i \qquad \text{at every position } t")
     st.caption("sᵢ is the feature's typical size: its mean activation over the held-out vectors where it fires. "
                "So α = 1 adds as much as the feature itself adds when it is on; α = 0 adds nothing, and the text is "
@@ -121,7 +125,7 @@ def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: t
         st.warning(f"Not usable: {fmt.md_escape(line)}", icon="⚠️")
     if not choices:
         return _no_sae(refused)
-    choice, scales, feature, alpha = _pickers(choices, lambda sae: typical_sizes(entry, model, tok, sae))
+    choice, scales, feature, alpha = _pickers(choices, lambda sae: typical_sizes(entry, model, tok, sae), tok.pieces)
     s_i = scales.scale(feature)
     _describe(tok, choice, scales, feature, s_i)
     hooks = feature_hooks(choice.sae, feature, alpha, s_i)
@@ -131,12 +135,12 @@ def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: t
     boundaries = tok.kind != "char"
     left, right = st.columns(2)
     left.markdown("**Plain** (α = 0)")
-    left.html(GF.shaded_html(start_text[-GF.CONTEXT_CHARS:], plain, font_px=13, boundaries=boundaries))
+    left.html(_wrapped(GF.shaded_html(start_text[-GF.CONTEXT_CHARS:], plain, font_px=13, boundaries=boundaries)))
     right.markdown(f"**Steered**: feature {feature}, α = {alpha:g} (adds {alpha * s_i:.3g} along **d**{feature})")
     box = right.empty()
 
     def show(so_far):
-        box.html(GF.shaded_html(start_text[-GF.CONTEXT_CHARS:], so_far, font_px=13, boundaries=boundaries))
+        box.html(_wrapped(GF.shaded_html(start_text[-GF.CONTEXT_CHARS:], so_far, font_px=13, boundaries=boundaries)))
 
     steered, elapsed = shared_draw(key, lambda repaint: G.draw(model, gen_ids, n_new, temperature, top_k, top_p, seed,
                                                               tok.pieces, repaint=repaint, hooks=hooks),
@@ -148,15 +152,20 @@ def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: t
                               f"They part at new {tok.unit} {same + 1}.") + f" Steered text: {elapsed * 1000:.0f} ms.")
 
 
+def _wrapped(body: str) -> str:
+    """A shaded text that breaks anywhere: a steered text can lose every space and would run out of its column."""
+    return f'<div style="word-break: break-all; overflow-wrap: anywhere;">{body}</div>'
+
+
 def _describe(tok, choice, scales, feature: int, s_i: float):
     top = scales.top_tokens(feature)
-    where = ", ".join(f"'{fmt.md_escape(tok.visible_tokens([t])[0])}' ({n})" for t, n in top)
+    where = ", ".join(f"{n} sit on '{fmt.md_escape(tok.visible_tokens([t])[0])}'" for t, n in top)
     fired = int(scales.fired[feature])
     text = (f"The autoencoder reads {site_words(choice.site)} (`{choice.site}`). Feature {feature} fired on "
             f"{fired:,} of {scales.n_vectors:,} held-out vectors")
     if fired:
-        text += (f", with typical size sᵢ = {s_i:.3g}; the {tok.units} under its 20 largest activations: {where} "
-                 "(how many of the 20).")
+        n_top = int((scales.top_ids[feature] >= 0).sum())
+        text += f", with typical size sᵢ = {s_i:.3g}. Of its {n_top} largest activations, {where}."
     else:
         text += (f": it never fired there, so α counts in the median typical size of the features that did, "
                  f"{s_i:.3g}.")
