@@ -545,12 +545,20 @@ def bench_features(quick: bool):
     features.main(steps=64 if quick else features.STEPS)  # its rows go into RESULTS through record
 
 
+def bench_steering(quick: bool):
+    """A steered generation against the plain one of the same length, interleaved (bench/steering.py)."""
+    from bench import steering
+
+    print("\nSteering (issue 42): the Generation page's text plain and steered with an SAE feature")
+    steering.main(quick)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
-                            "variants", "patching", "lesson", "hooks", "feature_views", "features"])
+                            "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

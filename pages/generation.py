@@ -9,7 +9,7 @@ from core.analysis.sampling import effective_temperature, temperature_note
 from core.analysis.timing import forward_seconds
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
-from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
+from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model, steering
 from ui.cached import shared_draw
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -38,8 +38,8 @@ m = c.vocab_size
 LINK = LinkSpec({"prompt": Field(("prompt", tok, c.n_ctx), "gen_prompt", cut=True),
                  "decoding": Field(("choice", MODES), "gen_mode"), "T": Field(("float", 0.0, 10_000.0), "gen_temperature"),
                  "k": Field(("int", 1, m), "gen_top_k"), "p": Field(("float", 0.0, 1.0), "gen_top_p"),
-                 "seed": Field(("int", 0, 2**31 - 1), "gen_seed"),
-                 "new": Field(("int", 1, 2000), "gen_new_tokens")})  # the count asked for, not what fit() allows
+                 "seed": Field(("int", 0, 2**31 - 1), "gen_seed"), "new": Field(("int", 1, 2000), "gen_new_tokens"),
+                 **steering.link_fields()})  # new: the count asked for, not what fit() allows; feature, alpha: steering
 use_link(LINK)
 for key, default in (("gen_prompt", DEFAULT_PROMPT), ("gen_temperature", 1.0), ("gen_mode", "sample"),
                      ("gen_top_k", min(10, m)), ("gen_top_p", 0.9), ("gen_seed", 0), ("gen_new_tokens", 200)):
@@ -118,9 +118,9 @@ trimmed = len(start_text) > SHOWN
 if trimmed:
     start_text = "…" + start_text[-SHOWN:]
 box = st.empty()
+draw_key = (model_key(entry), tuple(gen_ids), n_new, seed, mode, temperature, top_k, top_p)
 steps, elapsed = shared_draw(
-    (model_key(entry), tuple(gen_ids), n_new, seed, mode, temperature, top_k, top_p),
-    lambda repaint: G.draw(model, gen_ids, n_new, temperature, top_k, top_p, seed, tok.pieces, repaint=repaint),
+    draw_key, lambda repaint: G.draw(model, gen_ids, n_new, temperature, top_k, top_p, seed, tok.pieces, repaint=repaint),
     lambda so_far: box.html(GF.shaded_html(start_text, so_far, boundaries=tok.kind != "char")))  # every few tokens
 box.html(GF.shaded_html(start_text, steps, boundaries=tok.kind != "char"))
 
@@ -150,6 +150,7 @@ if any(s["id"] in partial for s in steps):
 st.caption(caption)
 with st.expander("Plain text"):
     st.code(tok.decode(list(gen_ids) + [s["id"] for s in steps]), language=None, wrap_lines=True)
+steering.section(entry, model, tok, draw_key, gen_ids, n_new, (temperature, top_k, top_p, seed), start_text, steps)
 
 # ------------------------------------------------------------------ sweep
 st.header("The temperature sweep")

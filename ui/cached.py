@@ -59,18 +59,18 @@ def traced(model):
     return lambda key, ids: (small if trace_bytes(model.config, len(ids)) <= SMALL_TRACE else big)(key, ids)
 
 
-def shared_draw(key: tuple, draw, repaint):
+def shared_draw(key: tuple, draw, repaint, slot: str = "gen_memo"):
     """(steps, seconds) of the text ``key`` names (model, prompt, settings, seed), drawn once for the server:
-    kept for this session, else taken from whoever drew it, else drawn now by ``draw(repaint)`` in the compute
-    line's long lane, ``repaint(so_far)`` showing it grow."""
-    memo = st.session_state.get("gen_memo")
+    kept for this session (in session state ``slot``: one per text a page shows), else taken from whoever drew it,
+    else drawn now by ``draw(repaint)`` in the compute line's long lane, ``repaint(so_far)`` showing it grow."""
+    memo = st.session_state.get(slot)
     if not (memo and memo["key"] == key):
         memo = drawn_text(key)  # someone on this server may have drawn exactly this text already (a class on one prompt)
     if memo.get("key") != key:
         compute_slot("your text", lane="long")
         steps, elapsed = draw(repaint)
         memo.update(steps=steps, elapsed=elapsed, key=key)  # the key last: a session reading meanwhile draws it again
-    st.session_state["gen_memo"] = memo
+    st.session_state[slot] = memo
     return memo["steps"], memo["elapsed"]
 
 

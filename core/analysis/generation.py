@@ -139,34 +139,37 @@ def step_record(step, chars, row: int = 0) -> dict:
     return step_records(step, chars)[row]
 
 
-def continuations(model, ids, temperatures, n: int, seed: int, chars) -> list[list[dict]]:
+def continuations(model, ids, temperatures, n: int, seed: int, chars, hooks=None) -> list[list[dict]]:
     """One continuation of ``ids`` per temperature, each equal to a one-sequence run at that T with a generator
     seeded with ``seed``. All temperatures share one batched forward pass per step, which is several times faster
     than running them one after another, and one generator: rows that hold the same generator share its draws
-    (``core.analysis.sampling.stream``)."""
+    (``core.analysis.sampling.stream``). ``hooks``: run in every forward (steering, core.analysis.steering)."""
     temps = [float(t) for t in temperatures]
     if not temps:
         return []
     idx = torch.tensor([list(ids)] * len(temps), dtype=torch.long)  # (T, n): the prompt once per temperature
     gen = torch.Generator().manual_seed(int(seed))  # shared by the rows: one draw per step serves them all
     runs = [[] for _ in temps]
-    for s in sampling.stream(model, idx, n, temps, generator=[gen] * len(temps)):  # looked up now: see draw
+    for s in sampling.stream(model, idx, n, temps, generator=[gen] * len(temps), hooks=hooks):  # looked up now: see draw
         for run, record in zip(runs, step_records(s, chars)):
             run.append(record)
     return runs
 
 
 def draw(model, ids, n_new: int, temperature: float, top_k: int | None = None, top_p: float | None = None,
-         seed: int = 0, chars=(), repaint: Callable[[list[dict]], None] | None = None) -> tuple[list[dict], float]:
+         seed: int = 0, chars=(), repaint: Callable[[list[dict]], None] | None = None,
+         hooks=None) -> tuple[list[dict], float]:
     """The Generation page's text: ``n_new`` tokens after ``ids``, drawn with a generator seeded with ``seed``, as
     ``step_record`` dicts, and the seconds it took. ``repaint(steps)``, when given, is called whenever
-    ``repaint_due`` says the text drawn so far should be shown again (its time counts in the seconds)."""
+    ``repaint_due`` says the text drawn so far should be shown again (its time counts in the seconds). ``hooks``:
+    (name, fn) pairs run in every forward of the loop (steering: ``core.analysis.steering.steer_hooks``); None or
+    empty is the plain forward, exactly as without them."""
     steps, shown, shown_at = [], 0, time.perf_counter()
     gen = torch.Generator().manual_seed(int(seed))
     t0 = time.perf_counter()
     # sampling.stream is looked up at each call, not bound at import: a test replaces it to prove a text is not
     # drawn again
-    for s in sampling.stream(model, [list(ids)], n_new, temperature, top_k, top_p, generator=gen):
+    for s in sampling.stream(model, [list(ids)], n_new, temperature, top_k, top_p, generator=gen, hooks=hooks):
         steps.append(step_record(s, chars))
         if repaint is not None and repaint_due(len(steps) - shown, time.perf_counter() - shown_at):
             repaint(steps)

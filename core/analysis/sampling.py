@@ -16,6 +16,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from core.nn.hooks import HookRun
+
 
 # The temperatures the softmax can divide float32 logits by (the decoder's logits are float32). Below the smallest
 # normal float32, 1.2e-38, T loses digits, and below 1.4e-45 it rounds to 0, where (z - max z) / T is 0/0 = NaN at
@@ -239,7 +241,8 @@ class Decoder:
     (``bench.batching --page`` measures what that would buy)."""
 
     def __init__(self, model, idx, max_new_tokens: int, temperature, top_k: int | None = None,
-                 top_p: float | None = None, generator=None, n_alternatives: int = 5, use_cache: bool = True):
+                 top_p: float | None = None, generator=None, n_alternatives: int = 5, use_cache: bool = True,
+                 hooks=None):
         idx = torch.as_tensor(idx, dtype=torch.long)
         if idx.dim() == 1:
             idx = idx[None]  # (n,) -> (1, n)
@@ -260,6 +263,7 @@ class Decoder:
         self.n_ctx = model.config.n_ctx
         self.k_alt = min(max(0, int(n_alternatives)), model.config.vocab_size)  # 0: no alternatives (fastest)
         self.use_cache = use_cache
+        self.hooks = _hook_run(model, hooks)
         self.seq = idx.to(next(model.parameters()).device)
         self.past, self.pending = None, self.seq  # pending: tokens the model has not read yet
         self.made = 0
@@ -294,12 +298,17 @@ class Decoder:
         return self.seq[:, -self.n_ctx:]
 
     def read(self, model) -> torch.Tensor:
-        """Run the model for the next step; (B, m) logits at the last position. Under inference mode."""
+        """Run the model for the next step; (B, m) logits at the last position. Under inference mode. With the
+        decoder's hooks (steering: core.analysis.steering) in every forward; without them (None) the plain forward.
+        A cached step feeds the new token only, so its hooks change that token's activations; the cached keys and
+        values came from activations the hooks had changed when those tokens were read. A slid step re-reads the
+        whole window, hooks and all (the model then skips its last-block shortcut: a hook sees every position)."""
+        hooked = {} if self.hooks is None else {"hooks": self.hooks}  # none: the call as before hooks existed
         if self._cached():
-            out = model(self.pending, past=self.past, use_cache=True, last_only=True)
+            out = model(self.pending, past=self.past, use_cache=True, last_only=True, **hooked)
         else:  # (re)build: read the whole window from position 0
             window = self.window()
-            out = model(window, use_cache=self.use_cache and window.shape[1] < self.n_ctx, last_only=True)
+            out = model(window, use_cache=self.use_cache and window.shape[1] < self.n_ctx, last_only=True, **hooked)
         self.past = out.present
         return out.logits[:, -1, :]
 
@@ -328,9 +337,22 @@ class Decoder:
         return step
 
 
+def _hook_run(model, hooks):
+    """None for no hooks (the plain forward), else one HookRun for every step of a generation, its names checked
+    once: it keeps nothing, so a step leaves nothing in it for the next."""
+    if hooks is None or isinstance(hooks, HookRun):
+        return hooks
+    hooks = list(hooks)
+    if not hooks:
+        return None
+    run = HookRun(hooks)
+    run.check_names(model.hook_names())
+    return run
+
+
 def stream(model, idx, max_new_tokens: int, temperature, top_k: int | None = None,
            top_p: float | None = None, generator=None, n_alternatives: int = 5,
-           use_cache: bool = True) -> Iterator[Step]:
+           use_cache: bool = True, hooks=None) -> Iterator[Step]:
     """Yield one Step per new token. ``idx`` is (B, n) token ids with n >= 1 (or a list of ids).
 
     ``temperature`` and ``generator`` may also be lists, one per row: the rows then share every forward
@@ -338,8 +360,10 @@ def stream(model, idx, max_new_tokens: int, temperature, top_k: int | None = Non
     temperature[r] and a generator in the state of generator[r] gives. Rows may hold the same generator object
     (or one generator given for all rows): they then share its draws, one per step, as if each had its own
     copy. use_cache=False recomputes the whole window every step (the
-    textbook loop), for comparison."""
-    decoder = Decoder(model, idx, max_new_tokens, temperature, top_k, top_p, generator, n_alternatives, use_cache)
+    textbook loop), for comparison. ``hooks``: (name, fn) pairs run in every forward of the loop (steering); None or
+    empty: the plain forward."""
+    decoder = Decoder(model, idx, max_new_tokens, temperature, top_k, top_p, generator, n_alternatives, use_cache,
+                      hooks)
     return _run(model, decoder)
 
 
@@ -349,7 +373,8 @@ def _run(model, decoder: Decoder) -> Iterator[Step]:
             yield decoder.advance(decoder.read(model))
 
 
-def generate(model, idx, max_new_tokens, temperature, top_k=None, top_p=None, generator=None, use_cache=True):
+def generate(model, idx, max_new_tokens, temperature, top_k=None, top_p=None, generator=None, use_cache=True,
+             hooks=None):
     """(B, n) token ids -> (B, n + max_new_tokens): greedy at T = 0, sampled otherwise (seeded by
     ``generator``), with the key/value cache (use_cache=False: the plain loop), sliding the window past n_ctx."""
     idx = torch.as_tensor(idx, dtype=torch.long)
@@ -357,6 +382,6 @@ def generate(model, idx, max_new_tokens, temperature, top_k=None, top_p=None, ge
     seq = idx[None] if squeeze else idx
     # each new token moved to the CPU, beside seq, whatever device the model runs on
     new = [s.token[:, None].cpu() for s in stream(model, seq, max_new_tokens, temperature, top_k, top_p, generator,
-                                                  n_alternatives=0, use_cache=use_cache)]
+                                                  n_alternatives=0, use_cache=use_cache, hooks=hooks)]
     out = torch.cat([seq.cpu(), *new], dim=1)
     return out[0] if squeeze else out

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from core.nn.config import (ACTIVATION_LATEX, ACTIVATION_NAMES, ACTIVATIONS, LECTURE, MASKS, MODEL_PRESETS,  # noqa: F401
                             NORMS, PRESETS, SHAPE_FIELDS, SILENT_WORDS, SWITCH_DEFAULTS, ModelConfig, config_problems,
                             head_counts, silent_units)
-from core.nn.hooks import ActivationCache, HookRun, hook_names
+from core.nn.hooks import ActivationCache, HookRun, block_hook_names, hook_names
 
 
 @dataclass
@@ -286,7 +286,10 @@ class Transformer(nn.Module):
         back as (B, 1, d)). hooks: a HookRun (core.nn.hooks) whose hook points of these blocks run."""
         stop = len(self.blocks) if stop is None else stop
         for i in range(start, stop):
-            x = self.blocks[i](x, cache=cache, layer=i, last_only=last_only and i == stop - 1, hooks=hooks)
+            # a block no hook reads or changes runs its plain path (fused MLP, no hook calls): the same numbers, and
+            # a steered generation step costs what a plain one does outside the steered block
+            run = hooks if hooks is None or self._hooks_touch(hooks, i) else None
+            x = self.blocks[i](x, cache=cache, layer=i, last_only=last_only and i == stop - 1, hooks=run)
         return x
 
     def readout(self, x, hooks=None) -> torch.Tensor:
@@ -325,10 +328,10 @@ class Transformer(nn.Module):
         if cache is None and use_cache:
             cache = KVCache(self.config, B, dtype=self.tok_emb.weight.dtype, device=self.tok_emb.weight.device)
         # with last_only, the last block skips what no later block reads: the queries, W_O and MLP of every position
-        # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not with hooks (a
-        # hook sees every position).
-        x = self.blocks_from(self.embed(idx, offset, hooks), 0, cache=cache, last_only=last_only and hooks is None,
-                             hooks=hooks)
+        # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not when a hook reads
+        # or changes that block (a hook sees every position); hooks on earlier blocks keep it (steering, for one).
+        shortcut = last_only and (hooks is None or not self._hooks_touch(hooks, self.config.n_layers - 1))
+        x = self.blocks_from(self.embed(idx, offset, hooks), 0, cache=cache, last_only=shortcut, hooks=hooks)
         if cache is not None:
             cache.length += n
         logits = self.readout(x[:, -1:] if last_only else x, hooks)  # (B, n, m), or (B, 1, m)
@@ -341,6 +344,10 @@ class Transformer(nn.Module):
                                        pattern=hooks.store[f"blocks.{l}.attn.hook_pattern"])
                        for l in range(self.config.n_layers)]
         return ModelOutput(logits=logits, loss=loss, attn=records, present=cache if use_cache else None)
+
+    def _hooks_touch(self, hooks: HookRun, layer: int) -> bool:
+        """Whether ``hooks`` reads or changes any hook point of block ``layer``."""
+        return hooks.wants_any(f"blocks.{layer}.", block_hook_names(self.config))
 
     def _hook_run(self, hooks, head_fn, return_attn) -> HookRun | None:
         """One HookRun for a call, from ``hooks`` and the older ways in (head_fn, return_attn); None for none."""
