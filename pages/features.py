@@ -45,6 +45,10 @@ if choices:
     cfg = choice.sae.config
     st.markdown(f"It reads **{site_words(choice.site)}** (`{choice.site}`): {cfg.d_sae:,} latents for vectors of "
                 f"{cfg.d_in} numbers, " + (f"TopK with k = {cfg.k}." if cfg.kind == "topk" else "ReLU with an L1 penalty."))
+    if choice.source == "saved" and entry.step is not None:
+        st.warning(f"This SAE was trained on the finished model; you are looking at step {entry.step:,}. Its "
+                   "numbers below describe the finished model, and its features may not exist yet at this step "
+                   "(section 3's forming panel shows when each appeared).", icon=":material/history:")
     metric_row([(label, value, words) for label, value, words in FV.health_rows(choice.metrics)], 5)
     st.markdown("\n".join(f"- **{label}**: {words}" for label, _, words in FV.health_rows(choice.metrics)))
 else:
@@ -96,7 +100,7 @@ with st.expander("Every position at once"):
 # ------------------------------------------------------------------ 3. a unit's card
 
 st.header("3. One unit's card")
-kinds = list(FC.KINDS) if choice else [FC.KINDS[1]]
+kinds = ([FC.KINDS[0]] if choice else []) + ([FC.KINDS[1]] if c.mlp else [])  # no MLP, no neurons
 if st.session_state.get(FC.OPEN_KIND) not in kinds:
     st.session_state[FC.OPEN_KIND] = kinds[0]
 kind = st.radio("Open", kinds, key=FC.OPEN_KIND, horizontal=True)

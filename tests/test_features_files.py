@@ -160,3 +160,22 @@ def test_sae_folder_and_saved_sites(tmp_path, saved):
 def test_read_sae_config(saved):
     folder, sae = saved
     assert read_sae_config(folder) == sae.config
+
+
+def test_json_nested_too_deep_is_refused_in_words(saved):
+    """60 KB of '[' is under the size cap but beyond Python's parser: refused by name, never a RecursionError."""
+    folder, _ = saved
+    (folder / METRICS).write_text("[" * 60_000)
+    assert read_metrics(folder) == {}
+    (folder / CONFIG).write_text("[" * 60_000)
+    with pytest.raises(SAEFileError, match="nested too deep") as e:
+        load_sae(folder)
+    assert e.value.path == folder / CONFIG
+
+
+def test_an_sae_too_large_to_load_again_is_refused_before_training():
+    from core.features.train import SAESettings
+
+    with pytest.raises(ValueError, match="more than the 256 MiB an SAE file may be"):
+        SAESettings(d_sae=131_072).config("blocks.0.mlp.hook_post", 256)
+    SAESettings(d_sae=65_536).config("blocks.0.mlp.hook_post", 256)  # 128 MiB: fine

@@ -88,3 +88,56 @@ def test_a_broken_sae_folder_is_refused_by_name(open_page, tmp_path):
     shown = [w.value.replace("\\", "") for w in at.warning]  # markdown escapes taken out
     assert any(f"sae/{SITE}" in w and "not a safetensors file" in w for w in shown), shown
     assert any("has no SAE yet" in i.value for i in at.info)  # the page goes on with the neurons
+
+
+@pytest.mark.slow
+def test_an_sae_trained_on_the_page_joins_the_picker_and_its_numbers_show(open_page):
+    """The whole loop on the real page: a small run started from the training panel, to its end, then picked."""
+    from core.features import job as job_mod
+
+    at = open_page(PAGE, timeout=300)
+    at.number_input(key="te_sae_latents").set_value(64)
+    at.number_input(key="te_sae_k").set_value(4)
+    at.number_input(key="te_sae_steps").set_value(50).run()
+    at.button(key="te_sae_start").click().run(timeout=300)
+    _ok(at)
+    job = at.session_state["te_sae_job"]["job"]
+    try:
+        assert job.join(240) and job.status().state == "finished", job.status().message
+        at.run(timeout=300)
+        at.run(timeout=300)
+        _ok(at)
+        options = at.selectbox(key="feat_sae").options
+        assert f"yours: {SITE}" in options, options
+        at.selectbox(key="feat_sae").set_value(f"yours: {SITE}").run(timeout=300)
+        _ok(at)
+        assert any("64 latents" in m.value for m in at.markdown), [m.value for m in at.markdown][:8]
+        # the L0 metric is the run's own (k = 4 caps it), not the shipped SAE's 12.0
+        l0 = float({m.label: m.value for m in at.metric}["L0"])
+        assert 0 < l0 <= 4
+    finally:
+        for j in list(job_mod._JOBS):
+            j.stop(wait=30)
+
+
+@pytest.mark.slow
+def test_a_model_without_an_mlp_offers_features_only(open_page, tmp_path):
+    """An attention-only model with an SAE: no neuron views at all (they would have no MLP to read)."""
+    from core.features.sae import sae_folder, save_sae
+    from core.features.train import SAESettings, train_sae
+    from core.nn.model import ModelConfig, Transformer
+    from core.nn.model_store import save_checkpoint
+    from core.nn.tokenizer import CharTokenizer
+    from core.training.corpus import pydoc_text
+
+    tok = CharTokenizer.from_text(pydoc_text())
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_ctx=64, d_model=32, n_heads=2, n_layers=1,
+                                    mlp=False)).eval()
+    folder = save_checkpoint(tmp_path / "attn-only", model, tok, {"steps": 1})
+    t = train_sae(model, tok, SITE, None, SAESettings(d_sae=64, k=4, steps=20, batch_size=256, max_vectors=8192))
+    save_sae(t.sae, sae_folder(folder, SITE), t.metrics)
+    at = open_page(PAGE, timeout=300, models_dir=tmp_path, state={"te_model_name": "attn-only"})
+    _ok(at)
+    assert at.radio(key="feat_kind").options == ["SAE feature"]
+    assert not [s for s in at.selectbox if s.key == "feat_prompt_block"]

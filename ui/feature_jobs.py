@@ -152,6 +152,10 @@ def _offer_save(entry) -> None:
     if entry.shipped or getattr(entry, "hf", False) or entry.owner != session_owner():
         st.caption("It is kept for this session. Only a model you saved yourself can keep an SAE beside it.")
         return
+    if entry.step is not None:  # sae/<site> beside a model describes its final weights
+        st.caption(f"It is kept for this session: it read the model at step {entry.step:,}, and an SAE saved beside "
+                   "the model must describe its final weights.")
+        return
     trained = rec["job"].result
     folder = sae_folder(entry.path, trained.sae.site)
     if st.button(f"Save it beside your model (sae/{trained.sae.site})", key="te_sae_save",

@@ -11,7 +11,7 @@ from core.features.sae import SAE, SAEFileError, load_sae, read_metrics, sae_fol
 from core.features.sites import site_width
 from core.serve.folder_files import lstamp
 
-SESSION_KEY = "te_saes"  # {model path: {label: SAEChoice}} of SAEs trained in this session
+SESSION_KEY = "te_saes"  # {model path@step: {label: SAEChoice}} of SAEs trained in this session
 MAX_SESSION_SAES = 4     # per model: each new one past this drops the oldest
 
 
@@ -60,14 +60,19 @@ def saved_saes(entry, model) -> tuple[list[SAEChoice], list[str]]:
     return out, refused
 
 
+def _session_key(entry) -> str:
+    # an SAE trained on a training snapshot read that snapshot's activations: it belongs to that step only
+    return str(entry.path) + ("" if getattr(entry, "step", None) is None else f"@{entry.step}")
+
+
 def session_saes(entry) -> list[SAEChoice]:
-    return list(st.session_state.get(SESSION_KEY, {}).get(str(entry.path), {}).values())
+    return list(st.session_state.get(SESSION_KEY, {}).get(_session_key(entry), {}).values())
 
 
 def add_session_sae(entry, sae: SAE, metrics: dict) -> SAEChoice:
     """Keep an SAE trained in this session for the model of ``entry``; returns its choice (label numbered so two
     of one site stay apart)."""
-    mine = st.session_state.setdefault(SESSION_KEY, {}).setdefault(str(entry.path), {})
+    mine = st.session_state.setdefault(SESSION_KEY, {}).setdefault(_session_key(entry), {})
     n = 1 + sum(1 for c in mine.values() if c.site == sae.site)
     label = f"yours: {sae.site}" + (f" #{n}" if n > 1 else "")
     while label in mine:

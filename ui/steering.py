@@ -51,13 +51,15 @@ def typical_sizes(entry, model, tok, sae) -> FeatureScales:
 
 
 def default_feature(scales: FeatureScales, pieces) -> int:
-    """A feature whose effect shows at a glance: the one whose top activations sit most on one token, a letter or
-    digit before a space or a line break (steered text then fills with it), then the one that fires most often."""
+    """A feature whose effect shows at a glance: the one whose top activations sit most on one token, a line break
+    first (a "new line starts here" feature: steered with it, a character model writes the capitals of a speaker's
+    name, as after every blank line of a play), then a letter or digit, then the one that fires most often."""
     def score(i: int):
         top = scales.top_tokens(i, 1)
         if not top:
-            return (0, False, int(scales.fired[i]))
-        return (top[0][1], pieces[top[0][0]].strip().isalnum(), int(scales.fired[i]))
+            return (0, False, False, int(scales.fired[i]))
+        piece = pieces[top[0][0]]
+        return (top[0][1], piece == "\n", piece.strip().isalnum(), int(scales.fired[i]))
     return max(range(len(scales.fired)), key=score)
 
 
@@ -95,7 +97,7 @@ def _pickers(choices, scales_of, pieces):
         if asked is not None:
             st.info(f"Feature {asked} is not one of this autoencoder's 0 to {d_sae - 1}: showing the default one.")
         st.session_state["gen_steer_feature"] = default_feature(scales, pieces)
-    st.session_state.setdefault("gen_steer_alpha", 2.0)
+    st.session_state.setdefault("gen_steer_alpha", 1.0)
     feature = int(b.number_input("Feature", 0, d_sae - 1, key="gen_steer_feature",
                                  help=f"One of the {d_sae} latents, numbered from 0 as the Features page numbers them."))
     alpha = float(c.slider("α, in units of the feature's typical size", -ALPHA_MAX, ALPHA_MAX, step=0.5,
@@ -112,9 +114,9 @@ def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: t
         "An SAE feature is a direction **d**ᵢ in one activation of the model (a row of the decoder, of length 1), and "
         "when the feature fires it writes fᵢ **d**ᵢ there. Steering writes it in by force: at every position, for "
         "the prompt and every new token, the activation gets α times the feature's typical size added, and the model "
-        "reads on from there. A feature early in the model often stands for the token just read (\"this is an a\"): "
-        "steering it makes every position look as if that token had just been read, so the text fills with what "
-        "usually follows it, not with the token itself. A large α pushes the stream where training never took it, "
+        "reads on from there. A feature early in the model often stands for the token just read (a line break after a "
+        "blank line, say): steering it makes every position look as if that token had just been read, so the text "
+        "fills with what usually follows it (capitals of a speaker's name), not with the token itself. A large α pushes the stream where training never took it, "
         "and the text falls apart.")
     st.latex(r"\mathbf{x}_t \;\leftarrow\; \mathbf{x}_t + \alpha\, s_i\, \mathbf{d}_i \qquad \text{at every position } t")
     st.caption("sᵢ is the feature's typical size: its mean activation over the held-out vectors where it fires. "

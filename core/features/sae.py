@@ -175,6 +175,8 @@ def _json(folder: Path, name: str) -> dict:
         data = json.loads(read_text_inside(folder, name, MAX_JSON_BYTES))
     except FileNotFoundError:
         raise SAEFileError(folder / name, "missing") from None
+    except RecursionError:  # "[[[[..." within the size cap: Python's parser gives up, as it should
+        raise SAEFileError(folder / name, "JSON nested too deep") from None
     except (OSError, ValueError) as e:
         raise SAEFileError(folder / name, str(e) if isinstance(e, OutsideFolder) else f"not readable JSON ({e})") from None
     if not isinstance(data, dict):

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from core.features.activations import HeldOut, MAX_BYTES, MAX_VECTORS, collect, model_held_out, site_batches
-from core.features.sae import SAE, SAEConfig
+from core.features.sae import MAX_SAE_BYTES, SAE, SAEConfig
 from core.features.sites import check_site, site_width
 
 EXPANSION = 8           # d_sae = 8 x d_in by default
@@ -56,6 +56,10 @@ class SAESettings:
 
     def config(self, site: str, d_in: int) -> SAEConfig:
         d_sae = EXPANSION * d_in if self.d_sae is None else self.d_sae  # not `or`: a d_sae of 0 is refused, not replaced
+        size = 4 * (2 * d_in * d_sae + d_sae + d_in)  # float32 bytes of the four tensors
+        if size > MAX_SAE_BYTES:  # it could be trained but never loaded again
+            raise ValueError(f"{d_sae:,} latents on {d_in} numbers make {size / 2**20:,.0f} MiB, more than the "
+                             f"{MAX_SAE_BYTES // 2**20} MiB an SAE file may be; take fewer latents")
         return SAEConfig(site=site, d_in=d_in, d_sae=d_sae, kind=self.kind, k=min(self.k, d_sae),
                          l1=self.l1 if self.kind == "relu" else 0.0)
 
@@ -230,7 +234,6 @@ def train_sae(model, tokenizer, site: str, training: dict | None = None, setting
     train_part, eval_held = split_held_out(held)
     acts = collect(model, train_part.windows, site, settings.max_vectors, settings.max_bytes)
     collect_s = time.perf_counter() - t0
-    torch.manual_seed(settings.seed)
     sae = SAE(settings.config(site, acts.shape[1]), generator=torch.Generator().manual_seed(settings.seed))
     model_was = model.training
     model.eval()

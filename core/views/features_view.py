@@ -19,7 +19,7 @@ HEALTH = (
     ("ce_loss_score", "CE loss score", "{:.3f}",
      "The model's loss with the SAE's reconstruction spliced in, scaled so that 1 is the clean model and 0 is the "
      "site zeroed: how much of what the model needs the SAE kept."),
-    ("mse", "MSE", "{:.4f}", "Mean squared error of the reconstruction per vector: small against the activations' "
+    ("mse", "MSE", "{:.4f}", "Mean squared error of the reconstruction per number: small against the activations' "
                              "own size (see explained variance)."),
 )
 
