@@ -232,8 +232,9 @@ def test_typed_html_stays_text_and_odd_characters_are_named(server, clean_page):
 def test_moving_a_slider_updates_the_page(server, clean_page):
     page, _ = clean_page
     _open(page, server, "Generation")
-    # the page's own slider, not the sidebar's training step
-    slider = page.locator('[data-testid="stMain"] [data-testid="stSlider"] input[type="range"]').first
+    # the temperature sweep's own slider: not the sidebar's training step, nor the steering section's alpha
+    slider = page.locator('[data-testid="stMain"] [data-testid="stSlider"]', has_text="T (log scale)") \
+        .locator('input[type="range"]').first
     before = slider.get_attribute("aria-valuetext")
     entropy = page.locator('[data-testid="stMetric"]', has_text="Entropy H(p(T))")
     entropy_before = entropy.inner_text()

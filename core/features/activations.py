@@ -16,7 +16,7 @@ from core.training.corpus import PYDOC_NAME, SHAKESPEARE_FILE, TRAIN_FRACTION, p
 
 MAX_VECTORS = 2_000_000        # the most activation vectors one collection keeps
 MAX_BYTES = 256 * 2**20        # and the most bytes (a GPT-2's 768-wide vectors reach it at 87,381)
-MAX_CORPUS_BYTES = 64 * 2**20  # a corpus file larger than this is not read
+READ_CAP_BYTES = 64 * 2**20  # a corpus file larger than this is not read
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def corpus_text(training: dict | None) -> tuple[str, str]:
         path = shakespeare_path()
         if path is not None:
             try:
-                return SHAKESPEARE_FILE, read_text_file(path, MAX_CORPUS_BYTES)
+                return SHAKESPEARE_FILE, read_text_file(path, READ_CAP_BYTES)
             except ValueError:
                 pass  # unreadable: fall back, and the name says which text was used
     return PYDOC_NAME, pydoc_text()
