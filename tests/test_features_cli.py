@@ -28,6 +28,7 @@ def model_folder(tmp_path_factory):
     return save_checkpoint(tmp_path_factory.mktemp("models") / "tiny", model, tok, {"steps": 1})
 
 
+@pytest.mark.slow  # a real subprocess: torch imported afresh, about 6 s
 def test_the_command_line_trains_and_saves(model_folder, tmp_path):
     out = tmp_path / "sae_out"
     r = subprocess.run([sys.executable, "-m", "core.features", "--model", str(model_folder), "--site",
