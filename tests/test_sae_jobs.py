@@ -213,3 +213,36 @@ def test_forming_figure_marks_the_formation_step():
     assert len(stars) == 1 and list(stars[0].x) == [100] and list(stars[0].y) == [0.75]
     assert {s.y0 for s in fig.layout.shapes} == {0.7, 0.37}  # the threshold line and chance
     assert [row["formed at step"] for row in forming_rows(r)] == [100, None]
+
+
+def test_a_job_whose_session_ended_gives_its_slot_to_the_next_one():
+    """A closed tab's job is stopped when another job asks for a slot; a live session's is kept; in doubt, kept."""
+    import threading
+
+    from core.features import job as J
+
+    gate = threading.Event()
+
+    def endless(progress):
+        while not progress.stopped():
+            gate.wait(0.01)
+        progress.check()
+
+    alive = {"a": True, "b": True}
+    jobs = [J.BackgroundJob(endless, f"job {s}", 10, 1, owner=s).watch(s, lambda s: alive[s]).start()
+            for s in ("a", "b")]
+    try:
+        assert J.running_jobs() == J.MAX_JOBS == 2
+        with pytest.raises(J.SAEBusyError):
+            J.BackgroundJob(endless, "job c", 10, 1, owner="c").start()
+        alive["a"] = False  # a's tab closed
+        c = J.BackgroundJob(endless, "job c", 10, 1, owner="c").watch("c", lambda s: 1 / 0).start()
+        assert jobs[0].join(10) and jobs[0].status().state == "stopped"
+        assert jobs[1].status().active  # b's session lives: kept
+        alive["b"] = False
+        assert J.release_abandoned() == 1 and jobs[1].join(10)
+        assert J.release_abandoned() == 0 and c.status().active  # c's liveness raises: kept
+        c.stop(wait=10)
+    finally:
+        for j in list(J._JOBS):
+            j.stop(wait=10)

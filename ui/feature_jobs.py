@@ -16,6 +16,7 @@ from core.figures.forming_figures import forming_figure, forming_rows
 from core.nn.snapshots import checkpoint_steps
 from core.training.job_common import about
 from ui.charts import chart
+from ui.compute import session_alive, session_id
 from ui.jobs import session_owner
 from ui.saes import add_session_sae
 
@@ -43,7 +44,7 @@ def _record():
 
 def _start(make, kind: str, entry, label: str = ""):
     try:
-        job = make().start()
+        job = make().watch(session_id(), session_alive).start()
     except (SAEBusyError, ValueError) as e:
         st.error(str(e), icon="⚠️")
         return

@@ -91,7 +91,27 @@ def running_jobs() -> int:
         return len(_JOBS)
 
 
+def release_abandoned(exclude=None) -> int:
+    """Stop every job whose browser session has ended (its ``alive(session)`` is False): only that session could
+    have used its result. A job that recorded no session is left alone, and so is one whose liveness cannot be told
+    (``alive`` raises). Stopped jobs leave the count at once, before their thread has quite ended. Returns how many."""
+    released = 0
+    for job in list(_JOBS):
+        if job is exclude or job.session is None or job.alive is None or job._stop.is_set():
+            continue
+        try:
+            gone = not job.alive(job.session)
+        except Exception:  # noqa: BLE001 - in doubt, a job is kept
+            gone = False
+        if gone:
+            job.stop()
+            _give_slot(job)  # its thread gives it back again when it ends: removing twice is harmless
+            released += 1
+    return released
+
+
 def _take_slot(job: "BackgroundJob"):
+    release_abandoned(exclude=job)  # a closed tab's job must not hold the server's slots until its steps run out
     with _LOCK:
         mine = [j for j in _JOBS if job.owner is not None and j.owner == job.owner]
         if len(mine) >= MAX_JOBS_PER_OWNER:
@@ -156,7 +176,10 @@ class Progress:
 class BackgroundJob:
     """A thread running ``work(progress) -> result``; ``start()``, poll ``status()``, ``stop()``, then
     ``result`` once finished. ``memory``: bytes it will hold at its peak, checked against the server's budget
-    at ``start``; ``owner``: who it counts against."""
+    at ``start``; ``owner``: who it counts against. ``watch(session, alive)`` lets a later job's start stop this one
+    once its browser session has ended (``release_abandoned``)."""
+    session: str | None = None
+    alive: Callable[[str], bool] | None = None
 
     def __init__(self, work: Callable[[Progress], object], what: str, steps: int, memory: int,
                  owner: str | None = None, threads: int | None = None):
@@ -169,6 +192,10 @@ class BackgroundJob:
                        t1=None, paced_from=None)
         self._result = None
         self._thread: threading.Thread | None = None
+
+    def watch(self, session: str | None, alive: Callable[[str], bool] | None) -> "BackgroundJob":
+        self.session, self.alive = session, alive
+        return self
 
     def start(self) -> "BackgroundJob":
         """Start it; ValueError when its memory is over the server's budget, SAEBusyError when no slot is free."""
