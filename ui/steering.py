@@ -1,10 +1,10 @@
 """The Generation page's section "Steer with a feature": pick an SAE, a feature and alpha, and read the plain and the
 steered text side by side (same prompt, seed and decoding). Each SAE's typical feature sizes (alpha's unit) are
-measured once per session. The hooks and the measure are core's (core.analysis.steering, core.features.steering)."""
+measured once per model and SAE for the server. The hooks and the measure are core's (core.analysis.steering,
+core.features.steering)."""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import streamlit as st
 
@@ -14,40 +14,26 @@ from core.features.sae import MAX_D_SAE
 from core.features.sites import site_words
 from core.features.steering import FeatureScales, feature_hooks, feature_scales
 from core.figures import generation_figures as GF
-from core.nn.checkpoint import CheckpointError, read_config
 from core.serve import fmt
 from core.serve.links import Field
 from ui.cached import shared_draw
+from ui.caching import model_cache
+from ui.features import fingerprint, training_record
+from ui.models import model_key
 from ui.saes import available_saes
 
 ALPHA_MAX = 10.0
 FEATURES_PAGE = "pages/features.py"
 
-SESSION_KEY = "te_steer_scales"  # {id(sae): (sae, FeatureScales)}: the SAE held, so its id is never reused meanwhile
-MAX_KEPT = 4
-
-
-def _training(entry) -> dict | None:
-    """The model's training record (which corpus it read), None when its folder has none we can read."""
-    try:
-        return read_config(entry.path)[2]
-    except (CheckpointError, OSError, ValueError):
-        return None
-
 
 def typical_sizes(entry, model, tok, sae) -> FeatureScales:
-    """``feature_scales`` of ``sae`` on the model's held-out text, measured once per session (about a second)."""
-    kept = st.session_state.setdefault(SESSION_KEY, {})
-    hit = kept.get(id(sae))
-    if hit is not None and hit[0] is sae:
-        return hit[1]
-    with st.spinner("Measuring each feature's typical size on held-out text ..."):
-        held = model_held_out(model, tok, _training(entry), max_tokens=64 * model.config.n_ctx)
-        scales = feature_scales(model, sae, held.windows)
-    kept[id(sae)] = (sae, scales)
-    while len(kept) > MAX_KEPT:
-        kept.pop(next(iter(kept)))
-    return scales
+    """``feature_scales`` of ``sae`` on the model's held-out text, measured once per model and SAE for the server
+    (about a second), in the compute line."""
+    training = training_record(entry)
+    measure = model_cache(lambda fp: feature_scales(model, sae, model_held_out(
+        model, tok, training, max_tokens=64 * model.config.n_ctx).windows), 8, resource=True,
+        what="each feature's typical size", spinner="Measuring each feature's typical size on held-out text ...")
+    return measure(model_key(entry), fingerprint(sae))  # the SAE's weights name it: two of one label stay apart
 
 
 def default_feature(scales: FeatureScales, pieces) -> int:
@@ -79,8 +65,7 @@ def _no_sae(refused: list[str]):
     st.info("This model has no sparse autoencoder yet: none is saved beside it, and none was trained on it in this "
             "session. Train one on the Features page (about a minute on a laptop), then come back here to steer "
             "with its features.")
-    if (Path(__file__).resolve().parent.parent / FEATURES_PAGE).is_file():
-        st.page_link(FEATURES_PAGE, label="Open the Features page", icon=":material/hub:")
+    st.page_link(FEATURES_PAGE, label="Open the Features page", icon=":material/hub:")
 
 
 def _pickers(choices, scales_of, pieces):
