@@ -31,7 +31,7 @@ from core.serve.fmt import binary_bytes
 from core.serve.threads import training_threads, use_threads
 from core.training.corpus import TRAIN_FRACTION
 from core.training.job_common import BACKGROUND_NICE, JobBusyError, JobState, about
-from core.training.job_settings import memory_budget
+from core.training.job_settings import allowance_words, memory_budget
 
 MAX_JOBS = 2             # SAE jobs per server at once: each takes half the cores (training_threads)
 MAX_JOBS_PER_OWNER = 1   # per browser session: training an SAE or following features forming, one at a time
@@ -279,11 +279,9 @@ def memory_problem(need: int, what: str = "this job") -> str | None:
 
 def memory_words(need: int) -> str:
     try:
-        budget = memory_budget()
+        return f"It needs about {binary_bytes(need)} of memory; the server {allowance_words()}."
     except ValueError as e:
         return f"It needs about {binary_bytes(need)} of memory; {e}."
-    allows = "sets no limit" if budget is None else f"allows {binary_bytes(budget)} per run"
-    return f"It needs about {binary_bytes(need)} of memory; the server {allows}."
 
 
 def held_tokens_bound(held_chars: int) -> int:

@@ -324,17 +324,22 @@ def memory_budget(value: str | None = None) -> int | None:
     return budget or None
 
 
+def allowance_words() -> str:
+    """What the server allows one run, in words ("allows 1.0 GiB per run", "sets no limit per run"); ValueError for
+    a TE_RUN_MEMORY that does not parse."""
+    budget = memory_budget()
+    return "sets no limit per run" if budget is None else f"allows {binary_bytes(budget)} per run"
+
+
 def memory_summary(s: JobSettings, vocab_size: int, corpus_chars: int) -> str:
     """One sentence for the form: what the run needs and what the server allows."""
     est = run_memory(s, vocab_size, corpus_chars)
     need = (f"This run needs about {binary_bytes(est.total)} of memory ({binary_bytes(est.process)} for the process and "
             f"torch, {binary_bytes(est.activations)} for a step's activations, which grow with batch × n_ctx × L)")
     try:
-        budget = memory_budget()
+        return f"{need}; the server {allowance_words()}."
     except ValueError as e:
         return f"{need}; {e}."
-    allows = "sets no limit per run" if budget is None else f"allows {binary_bytes(budget)} per run"
-    return f"{need}; the server {allows}."
 
 
 def memory_problem(s: JobSettings, vocab_size: int, corpus_chars: int) -> str | None:
