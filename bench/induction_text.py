@@ -25,32 +25,21 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.analysis.induction import THRESHOLD, head_scores, model_probe  # noqa: E402
-from core.analysis.interventions import copy_losses  # noqa: E402
-from core.analysis.text_probe import text_copy_losses, text_probe, token_span  # noqa: E402
+from core.analysis.induction import THRESHOLD  # noqa: E402
+from core.analysis.text_probe import text_probe, token_span  # noqa: E402
 from core.nn.checkpoint import checkpoint_steps, load_checkpoint, read_training  # noqa: E402
 from core.nn.snapshots import snapshot_losses  # noqa: E402
 from core.serve.threads import use_threads  # noqa: E402
 from core.training.corpus import read_text_file, shakespeare_path, split_train_val  # noqa: E402
-from core.training.train_data import encode_corpus, held_out_score  # noqa: E402
+from core.training.bpe_induction import copy_measures  # noqa: E402
+from core.training.train_data import encode_corpus  # noqa: E402
 
 RATIO_TARGET, STRIPE_TARGET, VAL_TARGET = 0.5, THRESHOLD, 1.57
 
 
 def measure(model, tok, probe, val_ids=None) -> dict:
     """The three numbers for one set of weights (val_ids: score the held-out part too, else leave it out)."""
-    first, second = text_copy_losses(model, probe)
-    s = head_scores(model, tokenizer=tok)
-    best = s.best_head()
-    _, off = text_copy_losses(model, probe, heads=[best])
-    rfirst, rsecond = copy_losses(model, model_probe(model, tok))
-    row = dict(text_first=first, text_second=second, text_ratio=second / first, text_second_off=off,
-               best_head=f"L{best[0] + 1} H{best[1] + 1}", stripe=float(s.induction.max()),
-               random_ratio=rsecond / rfirst)
-    if val_ids is not None:
-        v = held_out_score(model, tok, val_ids)
-        row.update(val_loss=v["loss"], bits_per_char=v["bits_per_char"], unit=tok.unit)
-    return row
+    return copy_measures(model, tok, probe, val_ids)
 
 
 def crossed(rows: list[dict], key: str, ok) -> int | None:

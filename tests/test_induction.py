@@ -359,3 +359,37 @@ def test_add_repeats_chooses_rows_and_randomises_spans_independently():
     randomised = (out >= 64).any(dim=1)  # random tokens are ids 64..999 with high probability
     assert 0.45 < chosen.float().mean().item() < 0.55
     assert 0.4 < randomised[chosen].float().mean().item() < 0.6  # about half the chosen rows, not all of them
+
+
+def test_add_repeats_draws_random_tokens_from_the_pool_only():
+    # a pool of three ids far from the rows' own 0..63: every changed first-copy token must be one of them
+    w = torch.arange(64).repeat(300, 1)
+    pool = torch.tensor([500, 700, 900])
+    out = add_repeats(w, 1.0, torch.Generator().manual_seed(4), vocab_size=1000, random_share=1.0, pool=pool)
+    new = set(out[out != w].tolist())
+    assert new and new <= {500, 700, 900} | set(range(64))  # the second copy may also rewrite own-text ids
+    assert {500, 700, 900} <= new  # each pool id is drawn (3 ids, thousands of draws)
+    assert not (out >= 64).logical_and(~torch.isin(out, pool)).any()
+
+
+def test_frequent_tokens_counts_by_hand():
+    from core.training.train_data import frequent_tokens
+
+    data = torch.tensor([5, 3, 3, 9, 9, 9, 5, 5, 1, 9])  # 9 four times, 5 three, 3 twice, 1 once
+    assert frequent_tokens(data, 3).tolist() == [9, 5, 3]
+    assert frequent_tokens(torch.tensor([2, 4, 4, 2, 7]), 2).tolist() == [2, 4]  # a tie: the lower id first
+
+
+def test_the_trainer_uses_the_pool_for_its_steps_only():
+    from core.training.trainer import TrainConfig, Trainer
+    from tests.snapshot_models import made_up_text
+
+    tc = TrainConfig(steps=20, batch_size=4, eval_interval=20, eval_batches=1, heads_interval=0, snapshots=0,
+                     repeat_first_steps=20, repeat_fraction=1.0, repeat_pool=5, repeat_pool_steps=10)
+    tr = Trainer(made_up_text(20_000), dict(n_ctx=32, d_model=16, n_heads=2, n_layers=1, d_ff=32), tc)
+    counts = torch.bincount(tr.train_data, minlength=tr.config.vocab_size)
+    top5 = set(counts.argsort(descending=True)[:5].tolist())
+    assert set(tr.repeat_pool(0).tolist()) == top5 and set(tr.repeat_pool(9).tolist()) == top5
+    assert tr.repeat_pool(10) is None  # after repeat_pool_steps: every id
+    tc0 = TrainConfig(steps=20, batch_size=4, heads_interval=0, snapshots=0, repeat_pool=0)
+    assert Trainer(made_up_text(20_000), dict(n_ctx=32, d_model=16, n_heads=2, n_layers=1, d_ff=32), tc0).repeat_pool(0) is None

@@ -201,12 +201,14 @@ def induction_summary(rows: list[dict], threshold: float = THRESHOLD) -> dict:
 # ----------------------------------------------------------------------------- data with repeats
 
 def add_repeats(windows: torch.Tensor, fraction: float, generator: torch.Generator, vocab_size: int,
-                min_span: int = 8, max_span: int = 40, random_share: float = 1.0) -> torch.Tensor:
+                min_span: int = 8, max_span: int = 40, random_share: float = 1.0,
+                pool: torch.Tensor | None = None) -> torch.Tensor:
     """A copy of ``windows`` (B, n) in which about ``fraction`` of the rows hold a repeated span: a span of
     ``min_span``..``max_span`` tokens at a random place is written again at a random later place, so that
     only "find the earlier copy of my token, then read what followed it" predicts the second copy. With
     probability ``random_share`` the span is first overwritten with random tokens (nothing but the copy
-    predicts them); otherwise it is the row's own text. Distances vary row to row: no fixed offset pays."""
+    predicts them); otherwise it is the row's own text. Distances vary row to row: no fixed offset pays.
+    ``pool``: the ids random tokens are drawn from, uniformly (default: every id below ``vocab_size``)."""
     out = windows.clone()
     B, n = out.shape
     if fraction <= 0 or n < 2 * min_span:
@@ -220,6 +222,9 @@ def add_repeats(windows: torch.Tensor, fraction: float, generator: torch.Generat
         a = int(torch.randint(0, n - 2 * span + 1, (1,), generator=generator))           # first copy at a
         b = int(torch.randint(a + span, n - span + 1, (1,), generator=generator))       # second at b >= a + span
         if u[1] < random_share:
-            out[r, a:a + span] = torch.randint(vocab_size, (span,), generator=generator)
+            if pool is None:
+                out[r, a:a + span] = torch.randint(vocab_size, (span,), generator=generator)
+            else:
+                out[r, a:a + span] = pool[torch.randint(len(pool), (span,), generator=generator)]
         out[r, b:b + span] = out[r, a:a + span]
     return out

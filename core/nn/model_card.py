@@ -127,12 +127,16 @@ def _repeats(tc: dict, units: str = "characters") -> str:
                      else f"{_fmt(100 * tc['repeat_fraction'], '.0f')}% of rows")
     span = f"{_fmt(tc.get('repeat_min_span'), 'd')}-{_fmt(tc.get('repeat_max_span'), 'd')}"
     share = tc.get("repeat_random_share", 1.0)
+    pool, until, note = tc.get("repeat_pool"), tc.get("repeat_pool_steps"), ""
+    if isinstance(pool, int) and pool > 0:  # core.training.trainer.repeat_pool: random tokens from a few ids first
+        then = f" for the first {_fmt(until, ',')} steps, then from all" if isinstance(until, int) and until > 0 else ""
+        note = f"; random {units} drawn from the {_fmt(pool, ',')} most frequent{then}"
     if not isinstance(share, (int, float)) or share >= 1:
-        return (", ".join(parts) + f" hold a span of {span} random {units} written again at a random later place "
-                "(see heads.csv)")
+        return (", ".join(parts) + f" hold a span of {span} random {units} written again at a random later place"
+                f"{note} (see heads.csv)")
     # the natural-text mixture: some spans are random, the rest the row's own text written again
     return (", ".join(parts) + f" hold a span of {span} {units} written again at a random later place: random "
-            f"{units} in {_fmt(100 * share, '.0f')}% of them, the row's own text in the rest (see heads.csv)")
+            f"{units} in {_fmt(100 * share, '.0f')}% of them, the row's own text in the rest{note} (see heads.csv)")
 
 
 def _snapshots(t: dict) -> str | None:

@@ -50,6 +50,11 @@ class TrainConfig:
     # the share of repeated spans made of random tokens; the rest repeat the row's own text, so the head also
     # learns to copy text it could partly predict anyway (natural text written twice)
     repeat_random_share: float = 1.0
+    # the random tokens' pool: 0 draws them from the whole vocabulary; N from the training part's N most frequent
+    # tokens, for the first repeat_pool_steps steps (0: the whole run). Why: the head's plateau grows with the number
+    # of distinct tokens its spans are drawn from (bench/results/bpe-induction.md: 256 bytes formed, 1,024 never)
+    repeat_pool: int = 0
+    repeat_pool_steps: int = 0
     heads_interval: int = 100       # every so many steps each head is measured on the induction probe (0: never)
     snapshots: int = 20             # weights kept at this many log-spaced steps after step 0 (core.nn.snapshots; 0: none)
 
@@ -124,7 +129,7 @@ def train_problems(values: dict) -> dict[str, str]:
     for name in ("lr", "muon_lr"):
         if name in values and not _rate(values[name]):
             problems[name] = f"{name} must be a number above 0 and at most 1 (got {values[name]!r})"
-    for name in ("repeat_first_steps", "heads_interval", "snapshots"):  # 0 is meaningful: no curriculum, probe, snapshot
+    for name in ("repeat_first_steps", "heads_interval", "snapshots", "repeat_pool", "repeat_pool_steps"):  # 0 is meaningful: no curriculum, probe, snapshot
         if name in values and (not _whole(values[name]) or values[name] < 0):
             problems[name] = f"{name} must be a whole number of at least 0 (got {values[name]!r})"
     if "snapshots" not in problems and values.get("snapshots", 0) > MAX_KEPT:  # a folder lists at most MAX_KEPT + 1

@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--schedule", choices=list(SCHEDULES), default=None)
     defaults = TrainConfig()
     for name in ("batch_size", "steps", "warmup", "eval_interval", "eval_batches", "seed", "repeat_first_steps",
-                 "repeat_min_span", "repeat_max_span", "heads_interval", "snapshots"):
+                 "repeat_min_span", "repeat_max_span", "heads_interval", "snapshots", "repeat_pool", "repeat_pool_steps"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None,
                        help=f"default: the recipe's ({getattr(defaults, name)} for adamw)")
     for name in ("lr", "muon_lr", "muon_momentum", "warmup_frac", "cooldown_frac", "min_lr_ratio", "weight_decay",

@@ -121,9 +121,16 @@ def repeat_share(step: int, tc) -> float:
     return 1.0 if step < tc.repeat_first_steps else tc.repeat_fraction
 
 
+def frequent_tokens(data: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``n`` ids that occur most often in ``data`` (ties: the lower id first), most frequent first."""
+    counts = torch.bincount(data)
+    order = sorted(range(len(counts)), key=lambda t: (-int(counts[t]), t))
+    return torch.tensor(order[:n], dtype=torch.long)
+
+
 def mixed_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator, share: float,
                 vocab_size: int, min_span: int, max_span: int,
-                random_share: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                random_share: float = 1.0, pool: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``get_batch`` with ``share`` of its rows holding a span written twice (the repeat mixture,
     core.analysis.induction.add_repeats): of random tokens with probability ``random_share``, else of the row's own
     text. (B, n_ctx) inputs and targets."""
@@ -133,7 +140,7 @@ def mixed_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torc
     # random tokens: only a head that looks back and copies can predict their second copy, so they teach the head;
     # the row's own text: a copy of what a language model half-predicts anyway, so the head learns to trust the
     # earlier copy over its own guess on ordinary text too (bench/induction_text.py measures that)
-    w = add_repeats(w, share, generator, vocab_size, min_span, max_span, random_share)  # (B, n_ctx + 1)
+    w = add_repeats(w, share, generator, vocab_size, min_span, max_span, random_share, pool)  # (B, n_ctx + 1)
     return w[:, :-1], w[:, 1:]  # (B, n_ctx) inputs and the (B, n_ctx) next tokens
 
 

@@ -26,7 +26,8 @@ from core.nn.tokenizer import CharTokenizer, Tokenizer
 from core.training.recipes import (DEFAULT_RECIPE, OPTIMIZERS, RECIPE_TITLES, RECIPES, SCHEDULES, TrainConfig,  # noqa: F401
                           describe_recipe, lr_at, lr_scale, make_optimizers, param_groups, train_problems)
 from core.training.train_data import (BPE_CHUNK, DEFAULT_BPE_VOCAB, MAX_PRETOKEN, TOKENIZERS, bpe_pieces,  # noqa: F401
-                             encode_corpus, get_batch, get_windows, held_out_score, make_tokenizer, min_corpus_chars,
+                             encode_corpus, frequent_tokens, get_batch, get_windows, held_out_score, make_tokenizer,
+                             min_corpus_chars,
                              mixed_batch, repeat_share, windowed_loss, windowed_total)
 
 
@@ -160,7 +161,17 @@ class Trainer:
         # a method, not a call inlined in step(): bench/induction.py overrides it to try other mixtures
         return mixed_batch(self.train_data, self.config.n_ctx, self.tc.batch_size, self.batch_gen,
                            self.repeat_share(), self.config.vocab_size, self.tc.repeat_min_span,
-                           self.tc.repeat_max_span, self.tc.repeat_random_share)
+                           self.tc.repeat_max_span, self.tc.repeat_random_share, self.repeat_pool())
+
+    def repeat_pool(self, step: int | None = None) -> torch.Tensor | None:
+        """The ids the repeat mixture's random tokens are drawn from at ``step`` (default: the next one): the
+        training part's repeat_pool most frequent tokens while the pool is on, else None (every id)."""
+        step = self.step_num if step is None else step
+        if not self.tc.repeat_pool or (self.tc.repeat_pool_steps and step >= self.tc.repeat_pool_steps):
+            return None
+        if getattr(self, "_pool", None) is None:  # counted once: the training part does not change
+            self._pool = frequent_tokens(self.train_data, self.tc.repeat_pool)
+        return self._pool
 
     @torch.no_grad()
     def evaluate(self) -> dict:
