@@ -53,9 +53,21 @@ def test_the_score_counts_the_answer_just_revealed(open_page):
     assert at.error and _score(at).startswith("Score: 1 of 2 graded")
 
 
+@pytest.fixture(scope="module")
+def headless_bpe_dir(tmp_path_factory):
+    """A sub-word model with no induction head: the shipped BPE's tokenizer on untrained weights of its shape (the
+    shipped BPE model has had one since issue 43)."""
+    folder = tmp_path_factory.mktemp("headless")
+    model, tok = load_checkpoint(SHIPPED.parent / "shakespeare-bpe")
+    torch.manual_seed(0)
+    save_checkpoint(folder / "bpe-untrained", Transformer(model.config).eval(), tok)
+    return folder
+
+
 @pytest.mark.parametrize("step", [3, 9, 11, 12])
-def test_the_bpe_models_steps_that_need_an_induction_head_say_it_has_none_and_do_not_grade(open_page, step):
-    at = open_page(PAGE, state={"te_model_name": "shakespeare-bpe"})
+def test_the_bpe_models_steps_that_need_an_induction_head_say_it_has_none_and_do_not_grade(open_page, step,
+                                                                                          headless_bpe_dir):
+    at = open_page(PAGE, models_dir=headless_bpe_dir, state={"te_model_name": "bpe-untrained"})
     _goto(at, step)
     guess = [w for kind in ("radio", "selectbox") for w in at.get(kind) if w.key and w.key.startswith("lesson_")
              and "_guess" in w.key]

@@ -110,7 +110,7 @@ def unmet(step: Step, ctx: Context) -> str | None:
             f"its highest is {head_label(*head)}'s, {ctx.scores.induction[head]:.2f}")
         return (f"This model has no induction head: none reaches an induction score of {THRESHOLD:.2f} ({best}, on "
                 "repeated random sequences). This step is about what one does, so it has nothing to show here and is "
-                "not marked. Pick the shipped character model in the sidebar to see one.")
+                "not marked. Pick a shipped model in the sidebar (both have one) to see it.")
     if "snapshots" in step.needs and len(ctx.snapshots) < 2:
         return ("This model has no snapshots saved during training, so this step has nothing to compare. Pick a "
                 "shipped model in the sidebar, or train one with snapshots kept.")

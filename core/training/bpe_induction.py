@@ -26,6 +26,10 @@ BASE_SHAPE = dict(n_ctx=128, d_model=64, n_heads=4, n_layers=2, d_ff=256)
 BASE_VOCAB = 1024
 BASE_TRAIN = dict(repeat_first_steps=2000, repeat_fraction=0.5, repeat_random_share=0.5, repeat_min_span=20,
                   repeat_max_span=50)
+# the shipped model's recipe since issue 43 (assets/models/shakespeare-bpe): the base with what the study found, the
+# token pool for as long as every row holds a span, and half the peak rates (they overfit less over 7,000 steps)
+SHIPPED_CHANGES = dict(steps=7000, lr=3e-3, muon_lr=0.01, repeat_first_steps=3000, repeat_pool=64,
+                       repeat_pool_steps=3000)
 FIELDS = ("run", "factor", "title", "vocab", "d_model", "n_heads", "d_head", "mlp", "params", "steps", "seconds",
           "best_stripe", "best_stripe_step", "formed_at", "final_stripe", "best_head", "text_first", "text_second",
           "text_ratio", "text_second_off", "random_ratio", "val_loss", "bits_per_char", "chars_per_token")
