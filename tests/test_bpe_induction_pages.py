@@ -173,6 +173,12 @@ def test_lesson_step_12_names_the_induction_head_and_finds_its_sender(lesson, bp
     head = head_in(" ".join(x.value for x in at.markdown), "(this model's induction head")
     assert_induction_head(model, probe, head)
     assert head == best_head
+    # random sub-word tokens run together into an unreadable string: the prompt is shown token by token
+    _, tok = bpe
+    from core.analysis.prompt_pairs import example_pair
+    clean = list(example_pair(model, tok, seed=2000)[0])
+    (shown,) = [c.value for c in at.code if " · " in c.value]
+    assert shown.split(" · ") == tok.visible_tokens(clean)
     _guess(at, "lesson_circuit_guess").select_index(0).run()
     at.button(key="lesson_check").click().run()
     assert "Path patching finds" in words(at)

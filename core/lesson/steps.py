@@ -269,6 +269,15 @@ def _pair_text(ctx, period, again) -> str:
             "can only be found by copying from the first copy.")
 
 
+def _pair_shows(ctx, ids) -> tuple:
+    """The example prompt as the step shows it: its text for a character model; token by token (separated by a
+    middle dot, spaces as ␣) for a sub-word model, whose random tokens run together into an unreadable string."""
+    tok = ctx.tokenizer
+    if tok.unit == "character":
+        return (("", tok.decode(list(ids))),)
+    return ((f"The prompt, {len(ids)} {tok.units} (separated by ·)", " · ".join(tok.visible_tokens(list(ids)))),)
+
+
 def _patch_ask(ctx):
     clean, bad, period, again = P.example_pair(ctx.model, ctx.tokenizer, seed=2000)  # Cause and effect's example
     u = ctx.tokenizer.unit
@@ -278,7 +287,7 @@ def _patch_ask(ctx):
         f"(position {bad.position + 1}). The clean run can copy the next {u}; the corrupted one cannot. Run the "
         "corrupted prompt with one head's output put back from the clean run, and see how much of the clean answer "
         "returns.",
-        shows=(("", ctx.tokenizer.decode(list(clean))),), ask="Which head's output restores the most?",
+        shows=_pair_shows(ctx, clean), ask="Which head's output restores the most?",
         widget="select", choices=tuple(heads), labels=tuple(head_label(*p) for p in heads), button="Patch every head",
         data={"clean": tuple(clean), "corrupt": tuple(bad.ids)})
 
@@ -309,7 +318,7 @@ def _circuit_ask(ctx):
         _pair_text(ctx, period, again) + f" {head_label(l, h)} (this model's induction head, induction score "
         f"{ctx.scores.induction[l, h]:.2f}) looks from the last position to position {j + 1} (weight {w[j]:.2f}). "
         "Its score there is a sum of parts, one per pair of sources that wrote the query's and the key's streams.",
-        shows=(("", ctx.tokenizer.decode(list(clean))),),
+        shows=_pair_shows(ctx, clean),
         ask="Which source wrote the part of the key that adds most to this score?", widget="select",
         choices=tuple(names), labels=tuple(names), button="Take the score apart",
         link={"layer": l + 1, "head": h + 1}, data={"clean": tuple(clean), "corrupt": tuple(bad.ids), "head": (l, h), "i": i, "j": j})
