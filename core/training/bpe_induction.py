@@ -67,6 +67,8 @@ RUNS = [
            train=dict(repeat_pool=64)),
     Factor("pool-64-first", "token pool", "random tokens from the 64 most frequent for the first 2,000 steps, then all",
            train=dict(repeat_pool=64, repeat_pool_steps=2000)),
+    Factor("pool-256-first", "token pool", "random tokens from the 256 most frequent for the first 2,000 steps, then all",
+           train=dict(repeat_pool=256, repeat_pool_steps=2000)),
     Factor("lr-half", "learning rate", "half the peak rates (AdamW 0.003, Muon 0.01)", train=dict(lr=3e-3, muon_lr=0.01)),
     Factor("cosine", "learning rate", "cosine decay instead of warmup-stable-decay", train=dict(schedule="cosine")),
     Factor("adamw", "learning rate", "AdamW on every matrix (no Muon), its cosine recipe", train=dict(recipe="adamw")),
