@@ -1,0 +1,547 @@
+"""A class in the room (issue 44): the votes of a peer-instruction round, kept where every replica sees them.
+
+One interface, ``ClassStore``, two backends that pass the same contract tests (tests/test_classroom_store.py):
+``SqliteStore(path)`` (embedded, WAL mode, one file beside the models folder: correct across the replicas of one
+machine) and ``RedisStore(url)`` (replicas on several machines; ``TE_CLASS_STORE=redis://host:6379/0``).
+``store_from_env()`` picks one.
+
+A class: ``create_class() -> (code, secret)``. The code is what students type (8 symbols of 32: 40 random bits, never
+sequential); the secret alone runs the class, and only its SHA-256 is stored. A round: ``open_round`` (phase 1, vote
+1), ``set_phase(..., 2)`` (discuss, vote again), ``reveal`` (the model's answer; voting ends). ``vote`` takes one of the
+round's choices in the round's open phase; a second vote of the same voter in one phase replaces the first. A vote is
+committed before ``vote`` returns, so a page that says "recorded" after it never loses one. A class expires
+``ttl_s`` (12 h) after its last round opened (or after it was created, with none yet).
+
+Every refusal is a ``ClassError`` (a ValueError) whose message can be shown as it is; a wrong secret is a
+``PermissionError``. Nothing identifies a student but the ``voter`` string the caller passes (a random session id, or
+a nickname the student chose).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+STORE_ENV = "TE_CLASS_STORE"
+CODE_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"  # 32 symbols, no 0/O or 1/I: read off a projector
+CODE_LEN = 8                                          # 32**8 = 2**40 codes
+MIN_CHOICES, MAX_CHOICES = 2, 6
+MAX_TEXT = 2000                                       # a question's characters; a choice's: MAX_CHOICE
+MAX_CHOICE = 200
+MAX_VOTER = 64
+
+
+class ClassError(ValueError):
+    """A refusal in words (unknown or expired class, a limit, a choice that is not the round's, a closed phase)."""
+
+
+@dataclass(frozen=True)
+class ClassLimits:
+    classes: int = 200            # open classes per server (store)
+    students: int = 500           # distinct voters per class
+    rounds: int = 100             # rounds per class
+    votes_per_second: float = 4   # per voter and class: a burst above it is refused
+    ttl_s: float = 12 * 3600      # a class expires this long after its last round opened
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LEN))
+
+
+def normalize_code(code) -> str:
+    """What a student typed, as a code: upper case, spaces and dashes dropped; a ClassError if it cannot be one."""
+    c = "".join(str(code or "").split()).replace("-", "").upper()
+    if len(c) != CODE_LEN or any(ch not in CODE_ALPHABET for ch in c):
+        raise ClassError(f"a class code is {CODE_LEN} letters and digits, such as {'K7M2' + 'QX9P'}; "
+                         f"{str(code)[:20]!r} is not one")
+    return c
+
+
+def check_round(question, choices) -> tuple[str, tuple[str, ...]]:
+    """A round's question and its 2-6 distinct, non-empty choices, or a ClassError that says what is wrong."""
+    q = str(question or "").strip()
+    if not q:
+        raise ClassError("a round needs a question")
+    if len(q) > MAX_TEXT:
+        raise ClassError(f"the question is {len(q):,} characters; at most {MAX_TEXT:,}")
+    cs = tuple(str(c).strip() for c in (choices or ()))
+    if not MIN_CHOICES <= len(cs) <= MAX_CHOICES:
+        raise ClassError(f"a round has {MIN_CHOICES} to {MAX_CHOICES} choices (got {len(cs)})")
+    if any(not c for c in cs) or len(set(cs)) != len(cs):
+        raise ClassError("each choice must be written and differ from the others")
+    if any(len(c) > MAX_CHOICE for c in cs):
+        raise ClassError(f"a choice is at most {MAX_CHOICE} characters")
+    return q, cs
+
+
+def _check_voter(voter) -> str:
+    v = str(voter or "")
+    if not v or len(v) > MAX_VOTER:
+        raise ClassError(f"a voter is named by 1 to {MAX_VOTER} characters")
+    return v
+
+
+def _check_phase(phase) -> int:
+    if phase not in (1, 2) or isinstance(phase, bool):
+        raise ClassError(f"a vote is in phase 1 or 2 (got {phase!r})")
+    return int(phase)
+
+
+class ClassStore:
+    """The interface (names are contracts: issue 44). Backends implement the underscored primitives' semantics."""
+
+    limits: ClassLimits
+
+    def create_class(self) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def open_round(self, code, secret, question, choices) -> int:
+        raise NotImplementedError
+
+    def set_phase(self, code, secret, round_id, phase) -> None:
+        """Open vote 2 ("discuss and vote again"): vote 1 is closed from then on."""
+        raise NotImplementedError
+
+    def vote(self, code, round_id, voter, choice, phase) -> None:
+        raise NotImplementedError
+
+    def tally(self, code, secret, round_id, phase) -> dict[str, int]:
+        raise NotImplementedError
+
+    def reveal(self, code, secret, round_id, answer) -> None:
+        raise NotImplementedError
+
+    def close(self, code, secret) -> None:
+        raise NotImplementedError
+
+    def round_info(self, code, round_id=None) -> dict:
+        """What any participant may see of a round (the latest when ``round_id`` is None): question, choices, phase,
+        the number of votes in each phase (counts only), and the answer once revealed."""
+        raise NotImplementedError
+
+    def shift(self, code, secret, round_id) -> dict[tuple[str, str], int]:
+        """Voters who voted in both phases: {(vote 1, vote 2): count}."""
+        raise NotImplementedError
+
+    def rounds(self, code, secret) -> list[dict]:
+        """Every round of the class, for the teacher's CSV: question, choices, counts per choice in each vote, answer."""
+        raise NotImplementedError
+
+
+def _counts(choices, votes) -> dict[str, int]:
+    out = {c: 0 for c in choices}
+    for c in votes:
+        if c in out:
+            out[c] += 1
+    return out
+
+
+class SqliteStore(ClassStore):
+    """The embedded store: one SQLite file in WAL mode, one connection per call (safe across threads and processes;
+    ``BEGIN IMMEDIATE`` serialises the writers, so a limit is checked and a vote written as one step)."""
+
+    def __init__(self, path, limits: ClassLimits = ClassLimits(), clock: Callable[[], float] = time.time):
+        self.path, self.limits, self.clock = Path(path), limits, clock
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript("""
+                CREATE TABLE IF NOT EXISTS classes (code TEXT PRIMARY KEY, secret TEXT NOT NULL, created REAL NOT NULL,
+                    active REAL NOT NULL, closed INTEGER NOT NULL DEFAULT 0);
+                CREATE TABLE IF NOT EXISTS rounds (code TEXT NOT NULL, id INTEGER NOT NULL, question TEXT NOT NULL,
+                    choices TEXT NOT NULL, phase INTEGER NOT NULL, answer TEXT, PRIMARY KEY (code, id));
+                CREATE TABLE IF NOT EXISTS votes (code TEXT NOT NULL, id INTEGER NOT NULL, voter TEXT NOT NULL,
+                    phase INTEGER NOT NULL, choice TEXT NOT NULL, PRIMARY KEY (code, id, voter, phase));
+                CREATE TABLE IF NOT EXISTS voters (code TEXT NOT NULL, voter TEXT NOT NULL, window REAL NOT NULL,
+                    n INTEGER NOT NULL, PRIMARY KEY (code, voter));
+            """)
+
+    def _db(self) -> sqlite3.Connection:
+        # autocommit off; `with db:` commits or rolls back; the timeout waits out another writer's short transaction
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA busy_timeout=30000")
+        db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed vote survives the process being killed
+        return db
+
+    def _tx(self, fn):
+        db = self._db()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return out
+        finally:
+            db.close()
+
+    def _purge(self, db, now):
+        old = [r[0] for r in db.execute("SELECT code FROM classes WHERE active < ?", (now - self.limits.ttl_s,))]
+        for code in old:
+            for table in ("votes", "voters", "rounds", "classes"):
+                db.execute(f"DELETE FROM {table} WHERE code = ?", (code,))
+
+    def _class(self, db, code, secret=None, now=None):
+        code = normalize_code(code)
+        row = db.execute("SELECT secret, active, closed FROM classes WHERE code = ?", (code,)).fetchone()
+        now = self.clock() if now is None else now
+        if row is None or row[1] < now - self.limits.ttl_s:
+            raise ClassError(f"no class {code} is running (it may have ended or expired)")
+        if secret is not None and not hmac.compare_digest(row[0], _hash(str(secret))):
+            raise PermissionError("only the teacher who started this class can do that")
+        if row[2]:
+            raise ClassError(f"class {code} has ended")
+        return code
+
+    def _round(self, db, code, round_id):
+        row = db.execute("SELECT question, choices, phase, answer FROM rounds WHERE code = ? AND id = ?",
+                         (code, int(round_id))).fetchone()
+        if row is None:
+            raise ClassError(f"class {code} has no round {round_id}")
+        return row[0], tuple(json.loads(row[1])), row[2], row[3]
+
+    def create_class(self):
+        def do(db):
+            now = self.clock()
+            self._purge(db, now)
+            (n,) = db.execute("SELECT COUNT(*) FROM classes WHERE closed = 0").fetchone()
+            if n >= self.limits.classes:
+                raise ClassError(f"this server runs {n} classes, its limit; try again when one has ended")
+            while True:
+                code, secret = new_code(), secrets.token_urlsafe(24)
+                try:
+                    db.execute("INSERT INTO classes VALUES (?, ?, ?, ?, 0)", (code, _hash(secret), now, now))
+                    return code, secret
+                except sqlite3.IntegrityError:  # 2**40 codes: a collision is rare, not impossible
+                    continue
+        return self._tx(do)
+
+    def open_round(self, code, secret, question, choices):
+        q, cs = check_round(question, choices)
+
+        def do(db):
+            now = self.clock()
+            c = self._class(db, code, secret, now)
+            (n,) = db.execute("SELECT COUNT(*) FROM rounds WHERE code = ?", (c,)).fetchone()
+            if n >= self.limits.rounds:
+                raise ClassError(f"a class holds at most {self.limits.rounds} rounds; start a new class")
+            db.execute("INSERT INTO rounds VALUES (?, ?, ?, ?, 1, NULL)", (c, n + 1, q, json.dumps(cs)))
+            db.execute("UPDATE classes SET active = ? WHERE code = ?", (now, c))
+            return n + 1
+        return self._tx(do)
+
+    def set_phase(self, code, secret, round_id, phase):
+        phase = _check_phase(phase)
+
+        def do(db):
+            c = self._class(db, code, secret)
+            _, _, now_phase, answer = self._round(db, c, round_id)
+            if answer is not None:
+                raise ClassError("this round's answer is shown; open a new round")
+            if phase < now_phase:
+                raise ClassError("vote 1 cannot open again once vote 2 has")
+            db.execute("UPDATE rounds SET phase = ? WHERE code = ? AND id = ?", (phase, c, int(round_id)))
+        self._tx(do)
+
+    def vote(self, code, round_id, voter, choice, phase):
+        voter, phase = _check_voter(voter), _check_phase(phase)
+
+        def do(db):
+            now = self.clock()
+            c = self._class(db, code, None, now)
+            _, choices, open_phase, answer = self._round(db, c, round_id)
+            if answer is not None or phase != open_phase:
+                raise ClassError("this vote is closed" if answer is not None or phase < open_phase
+                                 else "vote 2 has not opened yet")
+            if choice not in choices:
+                raise ClassError("that is not one of this round's choices")
+            row = db.execute("SELECT window, n FROM voters WHERE code = ? AND voter = ?", (c, voter)).fetchone()
+            if row is None:
+                (n,) = db.execute("SELECT COUNT(*) FROM voters WHERE code = ?", (c,)).fetchone()
+                if n >= self.limits.students:
+                    raise ClassError(f"this class is full ({self.limits.students} students)")
+                db.execute("INSERT INTO voters VALUES (?, ?, ?, 1)", (c, voter, now))
+            elif now - row[0] >= 1.0:
+                db.execute("UPDATE voters SET window = ?, n = 1 WHERE code = ? AND voter = ?", (now, c, voter))
+            elif row[1] >= self.limits.votes_per_second:
+                raise ClassError("too many votes at once; wait a second and vote again")
+            else:
+                db.execute("UPDATE voters SET n = n + 1 WHERE code = ? AND voter = ?", (c, voter))
+            db.execute("INSERT OR REPLACE INTO votes VALUES (?, ?, ?, ?, ?)", (c, int(round_id), voter, phase, choice))
+        self._tx(do)
+
+    def _votes(self, db, c, round_id, phase):
+        return [r[0] for r in db.execute("SELECT choice FROM votes WHERE code = ? AND id = ? AND phase = ?",
+                                         (c, int(round_id), phase))]
+
+    def tally(self, code, secret, round_id, phase):
+        phase = _check_phase(phase)
+
+        def do(db):
+            c = self._class(db, code, secret)
+            _, choices, _, _ = self._round(db, c, round_id)
+            return _counts(choices, self._votes(db, c, round_id, phase))
+        return self._tx(do)
+
+    def reveal(self, code, secret, round_id, answer):
+        def do(db):
+            c = self._class(db, code, secret)
+            _, choices, _, _ = self._round(db, c, round_id)
+            if answer not in choices:
+                raise ClassError("the answer must be one of the round's choices")
+            db.execute("UPDATE rounds SET answer = ? WHERE code = ? AND id = ?", (answer, c, int(round_id)))
+        self._tx(do)
+
+    def close(self, code, secret):
+        def do(db):
+            c = self._class(db, code, secret)
+            db.execute("UPDATE classes SET closed = 1 WHERE code = ?", (c,))
+        self._tx(do)
+
+    def round_info(self, code, round_id=None):
+        def do(db):
+            c = self._class(db, code)
+            rid = round_id
+            if rid is None:
+                (rid,) = db.execute("SELECT MAX(id) FROM rounds WHERE code = ?", (c,)).fetchone()
+                if rid is None:
+                    return {"code": c, "round": None}
+            q, choices, phase, answer = self._round(db, c, rid)
+            n1, n2 = (len(self._votes(db, c, rid, p)) for p in (1, 2))
+            return {"code": c, "round": int(rid), "question": q, "choices": choices, "phase": phase, "answer": answer,
+                    "votes": {1: n1, 2: n2}}
+        return self._tx(do)
+
+    def shift(self, code, secret, round_id):
+        def do(db):
+            c = self._class(db, code, secret)
+            self._round(db, c, round_id)
+            rows = db.execute("SELECT a.choice, b.choice FROM votes a JOIN votes b ON a.code = b.code AND a.id = b.id "
+                              "AND a.voter = b.voter WHERE a.code = ? AND a.id = ? AND a.phase = 1 AND b.phase = 2",
+                              (c, int(round_id))).fetchall()
+            out: dict[tuple[str, str], int] = {}
+            for pair in rows:
+                out[tuple(pair)] = out.get(tuple(pair), 0) + 1
+            return out
+        return self._tx(do)
+
+    def rounds(self, code, secret):
+        def do(db):
+            c = self._class(db, code, secret)
+            out = []
+            for rid, q, choices, answer in db.execute("SELECT id, question, choices, answer FROM rounds WHERE code = ? "
+                                                      "ORDER BY id", (c,)).fetchall():
+                cs = tuple(json.loads(choices))
+                out.append({"round": rid, "question": q, "choices": cs, "answer": answer,
+                            "vote1": _counts(cs, self._votes(db, c, rid, 1)),
+                            "vote2": _counts(cs, self._votes(db, c, rid, 2))})
+            return out
+        return self._tx(do)
+
+
+_VOTE_LUA = """
+local cls = redis.call('HMGET', KEYS[1], 'active', 'closed')
+local now, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+if not cls[1] or tonumber(cls[1]) < now - ttl then return 'noclass' end
+if cls[2] == '1' then return 'ended' end
+local r = redis.call('HMGET', KEYS[2], 'choices', 'phase', 'answer')
+if not r[1] then return 'noround' end
+local p, ph = tonumber(ARGV[3]), tonumber(r[2])
+if r[3] or p < ph then return 'closed' end
+if p > ph then return 'notyet' end
+local ok = false
+for _, c in ipairs(cjson.decode(r[1])) do if c == ARGV[2] then ok = true end end
+if not ok then return 'badchoice' end
+local w = redis.call('HGET', KEYS[4], ARGV[1])
+if not w then
+  if redis.call('HLEN', KEYS[4]) >= tonumber(ARGV[6]) then return 'full' end
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[4] .. ' 1')
+else
+  local sep = string.find(w, ' ')
+  local win, n = tonumber(string.sub(w, 1, sep - 1)), tonumber(string.sub(w, sep + 1))
+  if now - win >= 1 then redis.call('HSET', KEYS[4], ARGV[1], ARGV[4] .. ' 1')
+  elseif n >= tonumber(ARGV[7]) then return 'rate'
+  else redis.call('HSET', KEYS[4], ARGV[1], string.sub(w, 1, sep - 1) .. ' ' .. tostring(n + 1)) end
+end
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+local left = math.floor(tonumber(cls[1]) + ttl - now) + 1
+redis.call('EXPIRE', KEYS[3], left)
+redis.call('EXPIRE', KEYS[4], left)
+return 'ok'
+"""
+
+
+class RedisStore(ClassStore):
+    """The store for replicas on several machines: one Redis (``redis://host:6379/0``). A vote is one Lua script (the
+    class, round, phase, choice and limits checked and the vote written in one step, as SQLite's transaction does);
+    every key of a class expires ``ttl_s`` after its last round opened (EXPIRE, moved on at each new round)."""
+
+    PREFIX = "te:class:"
+
+    def __init__(self, url: str, limits: ClassLimits = ClassLimits(), clock: Callable[[], float] = time.time):
+        import redis  # pinned in requirements.txt; only this backend needs it
+
+        self.url, self.limits, self.clock = url, limits, clock
+        self.r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10)
+        self._vote = self.r.register_script(_VOTE_LUA)
+
+    def _k(self, code, *parts) -> str:
+        return self.PREFIX + ":".join([code, *map(str, parts)])
+
+    def _class(self, code, secret=None, now=None):
+        code = normalize_code(code)
+        row = self.r.hmget(self._k(code), "secret", "active", "closed")
+        now = self.clock() if now is None else now
+        if row[0] is None or float(row[1]) < now - self.limits.ttl_s:
+            raise ClassError(f"no class {code} is running (it may have ended or expired)")
+        if secret is not None and not hmac.compare_digest(row[0], _hash(str(secret))):
+            raise PermissionError("only the teacher who started this class can do that")
+        if row[2] == "1":
+            raise ClassError(f"class {code} has ended")
+        return code
+
+    def _round(self, c, round_id):
+        row = self.r.hmget(self._k(c, "r", int(round_id)), "question", "choices", "phase", "answer")
+        if row[0] is None:
+            raise ClassError(f"class {c} has no round {round_id}")
+        return row[0], tuple(json.loads(row[1])), int(row[2]), row[3]
+
+    def _keys(self, c):
+        n = int(self.r.hget(self._k(c), "rounds") or 0)
+        ks = [self._k(c), self._k(c, "voters")]
+        for i in range(1, n + 1):
+            ks += [self._k(c, "r", i), self._k(c, "v", i, 1), self._k(c, "v", i, 2)]
+        return ks
+
+    def create_class(self):
+        now = self.clock()
+        live = self.PREFIX + "live"
+        self.r.zremrangebyscore(live, "-inf", now - self.limits.ttl_s)
+        n = self.r.zcard(live)
+        if n >= self.limits.classes:
+            raise ClassError(f"this server runs {n} classes, its limit; try again when one has ended")
+        while True:
+            code, secret = new_code(), secrets.token_urlsafe(24)
+            if self.r.hsetnx(self._k(code), "secret", _hash(secret)):  # 2**40 codes: a collision is rare
+                break
+        self.r.hset(self._k(code), mapping={"created": now, "active": now, "closed": 0, "rounds": 0})
+        self.r.expire(self._k(code), int(self.limits.ttl_s) + 1)
+        self.r.zadd(live, {code: now})
+        return code, secret
+
+    def open_round(self, code, secret, question, choices):
+        q, cs = check_round(question, choices)
+        now = self.clock()
+        c = self._class(code, secret, now)
+        rid = self.r.hincrby(self._k(c), "rounds", 1)  # atomic: two tabs of the teacher get two rounds
+        if rid > self.limits.rounds:
+            self.r.hincrby(self._k(c), "rounds", -1)
+            raise ClassError(f"a class holds at most {self.limits.rounds} rounds; start a new class")
+        self.r.hset(self._k(c, "r", rid), mapping={"question": q, "choices": json.dumps(cs), "phase": 1})
+        self.r.hset(self._k(c), "active", now)
+        self.r.zadd(self.PREFIX + "live", {c: now})
+        with self.r.pipeline() as p:  # relative, counted on this store's clock (a test's clock need not be Redis's)
+            for k in self._keys(c):
+                p.expire(k, int(self.limits.ttl_s) + 1)
+            p.execute()
+        return rid
+
+    def set_phase(self, code, secret, round_id, phase):
+        phase = _check_phase(phase)
+        c = self._class(code, secret)
+        _, _, now_phase, answer = self._round(c, round_id)
+        if answer is not None:
+            raise ClassError("this round's answer is shown; open a new round")
+        if phase < now_phase:
+            raise ClassError("vote 1 cannot open again once vote 2 has")
+        self.r.hset(self._k(c, "r", int(round_id)), "phase", phase)
+
+    def vote(self, code, round_id, voter, choice, phase):
+        voter, phase = _check_voter(voter), _check_phase(phase)
+        c, rid = normalize_code(code), int(round_id)
+        out = self._vote(keys=[self._k(c), self._k(c, "r", rid), self._k(c, "v", rid, phase), self._k(c, "voters")],
+                         args=[voter, str(choice), phase, repr(self.clock()), self.limits.ttl_s, self.limits.students,
+                               self.limits.votes_per_second])
+        if out != "ok":
+            raise ClassError({
+                "noclass": f"no class {c} is running (it may have ended or expired)", "ended": f"class {c} has ended",
+                "noround": f"class {c} has no round {rid}", "closed": "this vote is closed",
+                "notyet": "vote 2 has not opened yet", "badchoice": "that is not one of this round's choices",
+                "full": f"this class is full ({self.limits.students} students)",
+                "rate": "too many votes at once; wait a second and vote again"}.get(out, out))
+
+    def tally(self, code, secret, round_id, phase):
+        phase = _check_phase(phase)
+        c = self._class(code, secret)
+        _, choices, _, _ = self._round(c, round_id)
+        return _counts(choices, self.r.hvals(self._k(c, "v", int(round_id), phase)))
+
+    def reveal(self, code, secret, round_id, answer):
+        c = self._class(code, secret)
+        _, choices, _, _ = self._round(c, round_id)
+        if answer not in choices:
+            raise ClassError("the answer must be one of the round's choices")
+        self.r.hset(self._k(c, "r", int(round_id)), "answer", answer)
+
+    def close(self, code, secret):
+        c = self._class(code, secret)
+        self.r.hset(self._k(c), "closed", 1)
+        self.r.zrem(self.PREFIX + "live", c)
+
+    def round_info(self, code, round_id=None):
+        c = self._class(code)
+        rid = round_id if round_id is not None else int(self.r.hget(self._k(c), "rounds") or 0) or None
+        if rid is None:
+            return {"code": c, "round": None}
+        q, choices, phase, answer = self._round(c, rid)
+        n1, n2 = (self.r.hlen(self._k(c, "v", int(rid), p)) for p in (1, 2))
+        return {"code": c, "round": int(rid), "question": q, "choices": choices, "phase": phase, "answer": answer,
+                "votes": {1: n1, 2: n2}}
+
+    def shift(self, code, secret, round_id):
+        c = self._class(code, secret)
+        self._round(c, round_id)
+        one, two = (self.r.hgetall(self._k(c, "v", int(round_id), p)) for p in (1, 2))
+        out: dict[tuple[str, str], int] = {}
+        for voter, a in one.items():
+            if voter in two:
+                out[(a, two[voter])] = out.get((a, two[voter]), 0) + 1
+        return out
+
+    def rounds(self, code, secret):
+        c = self._class(code, secret)
+        out = []
+        for rid in range(1, int(self.r.hget(self._k(c), "rounds") or 0) + 1):
+            q, cs, _, answer = self._round(c, rid)
+            out.append({"round": rid, "question": q, "choices": cs, "answer": answer,
+                        "vote1": _counts(cs, self.r.hvals(self._k(c, "v", rid, 1))),
+                        "vote2": _counts(cs, self.r.hvals(self._k(c, "v", rid, 2)))})
+        return out
+
+
+def default_sqlite_path() -> Path:
+    """classroom.sqlite beside the models folder (core.serve.paths): what a deployment keeps as a volume."""
+    from core.serve.paths import user_models_dir
+
+    return user_models_dir().parent / "classroom.sqlite"
+
+
+def store_from_env(environ=None) -> ClassStore:
+    """TE_CLASS_STORE: unset or a file path -> SqliteStore; redis://host:port/db -> RedisStore."""
+    value = (os.environ if environ is None else environ).get(STORE_ENV, "").strip()
+    if value.startswith(("redis://", "rediss://", "unix://")):
+        return RedisStore(value)
+    return SqliteStore(Path(value).expanduser() if value else default_sqlite_path())
