@@ -80,11 +80,15 @@ def test_a_round_from_start_to_reveal(make):
     s = make()
     code, secret = s.create_class()
     assert len(code) == C.CODE_LEN and set(code) <= set(C.CODE_ALPHABET) and len(secret) >= 24
-    rid = s.open_round(code, secret, "Which head copies?", CHOICES)
+    rid = s.open_round(code, secret, "Which head copies?", CHOICES, meta={"step": "off", "model": "shakespeare-bpe"})
     for voter, choice in [("a", "L2 H2"), ("b", "L1 H1"), ("c", "L2 H2")]:
         s.vote(code, rid, voter, choice, 1)
     assert s.tally(code, secret, rid, 1) == {"L1 H1": 1, "L1 H2": 0, "L2 H1": 0, "L2 H2": 2}
-    assert s.round_info(code)["votes"] == {1: 3, 2: 0} and s.round_info(code)["phase"] == 1
+    info = s.round_info(code)
+    assert info["votes"] == {1: 3, 2: 0} and info["phase"] == 1 and info["meta"]["model"] == "shakespeare-bpe"
+    assert info["counts"] is None and not info["shown"]  # the projector sees how many voted, not what
+    s.show_votes(code, secret, rid)
+    assert s.round_info(code)["counts"][1] == {"L1 H1": 1, "L1 H2": 0, "L2 H1": 0, "L2 H2": 2}
     with pytest.raises(C.ClassError, match="vote 2 has not opened"):
         s.vote(code, rid, "a", "L2 H2", 2)
     s.set_phase(code, secret, rid, 2)
@@ -94,8 +98,10 @@ def test_a_round_from_start_to_reveal(make):
         s.vote(code, rid, voter, choice, 2)
     assert s.tally(code, secret, rid, 2) == {"L1 H1": 1, "L1 H2": 0, "L2 H1": 0, "L2 H2": 2}
     assert s.shift(code, secret, rid) == {("L2 H2", "L2 H2"): 1, ("L1 H1", "L2 H2"): 1, ("L2 H2", "L1 H1"): 1}
-    s.reveal(code, secret, rid, "L2 H2")
-    assert s.round_info(code, rid)["answer"] == "L2 H2"
+    s.reveal(code, secret, rid, "L2 H2", words="L2 H2 off: +1.56 nats")
+    info = s.round_info(code, rid)
+    assert info["answer"] == "L2 H2" and info["revealed"] and info["words"] == "L2 H2 off: +1.56 nats"
+    assert info["counts"][2] == {"L1 H1": 1, "L1 H2": 0, "L2 H1": 0, "L2 H2": 2}
     with pytest.raises(C.ClassError, match="closed"):
         s.vote(code, rid, "a", "L1 H1", 2)
     (row,) = s.rounds(code, secret)
@@ -106,6 +112,23 @@ def test_a_round_from_start_to_reveal(make):
         s.vote(code, rid, "z", "L2 H2", 2)
     with pytest.raises(C.ClassError, match="ended"):
         s.round_info(code)
+
+
+def test_a_round_revealed_without_a_single_answer(make):
+    s = make()
+    code, secret = s.create_class()
+    rid = s.open_round(code, secret, "q", ("yes", "no"))
+    assert s.round_info(code)["answer"] is None and not s.round_info(code)["revealed"]
+    s.reveal(code, secret, rid, None, words="too close to call")
+    info = s.round_info(code)
+    assert info["revealed"] and info["answer"] is None and info["counts"] == {1: {"yes": 0, "no": 0},
+                                                                              2: {"yes": 0, "no": 0}}
+    with pytest.raises(C.ClassError, match="closed"):
+        s.vote(code, rid, "a", "yes", 1)
+    with pytest.raises(C.ClassError, match="plain data|at most"):
+        s.open_round(code, secret, "q", ("yes", "no"), meta={"x": object()})
+    with pytest.raises(C.ClassError, match="at most"):
+        s.open_round(code, secret, "q", ("yes", "no"), meta={"x": "y" * 20_000})
 
 
 def test_a_second_vote_in_a_phase_replaces_the_first(make):
@@ -126,11 +149,12 @@ def test_only_the_secret_runs_the_class_and_nothing_changes_without_it(make):
     for wrong in ("", "guess", other_secret, secret + "x"):
         for call in (lambda: s.open_round(code, wrong, "q2", ("a", "b")), lambda: s.set_phase(code, wrong, rid, 2),
                      lambda: s.tally(code, wrong, rid, 1), lambda: s.reveal(code, wrong, rid, "yes"),
+                     lambda: s.show_votes(code, wrong, rid),
                      lambda: s.close(code, wrong), lambda: s.shift(code, wrong, rid), lambda: s.rounds(code, wrong)):
             with pytest.raises(PermissionError):
                 call()
     info = s.round_info(code)
-    assert info["round"] == rid and info["phase"] == 1 and info["answer"] is None  # nothing moved
+    assert info["round"] == rid and info["phase"] == 1 and not info["revealed"] and not info["shown"]  # nothing moved
     assert s.tally(code, secret, rid, 1) == {"yes": 1, "no": 0}
 
 

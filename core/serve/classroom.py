@@ -106,7 +106,13 @@ class ClassStore:
     def create_class(self) -> tuple[str, str]:
         raise NotImplementedError
 
-    def open_round(self, code, secret, question, choices) -> int:
+    def open_round(self, code, secret, question, choices, meta=None) -> int:
+        """A new round in phase 1 (its id: 1, 2, ...). ``meta``: a small JSON-able dict every participant reads with
+        the round (what the Class page needs to draw the question: a Lesson step's text, model and prompt)."""
+        raise NotImplementedError
+
+    def show_votes(self, code, secret, round_id) -> None:
+        """Let every participant (the projector) see the round's counts per choice, not only how many voted."""
         raise NotImplementedError
 
     def set_phase(self, code, secret, round_id, phase) -> None:
@@ -119,15 +125,18 @@ class ClassStore:
     def tally(self, code, secret, round_id, phase) -> dict[str, int]:
         raise NotImplementedError
 
-    def reveal(self, code, secret, round_id, answer) -> None:
+    def reveal(self, code, secret, round_id, answer, words: str = "") -> None:
+        """The model's answer (one of the choices, or None when it gives no single one) and its numbers in words;
+        voting ends and every participant sees the counts."""
         raise NotImplementedError
 
     def close(self, code, secret) -> None:
         raise NotImplementedError
 
     def round_info(self, code, round_id=None) -> dict:
-        """What any participant may see of a round (the latest when ``round_id`` is None): question, choices, phase,
-        the number of votes in each phase (counts only), and the answer once revealed."""
+        """What any participant may see of a round (the latest when ``round_id`` is None): question, choices, meta,
+        phase, how many voted in each phase, ``revealed`` with the answer and its words, and ``counts`` per choice in
+        each phase once the teacher showed the votes or revealed the answer (None before)."""
         raise NotImplementedError
 
     def shift(self, code, secret, round_id) -> dict[tuple[str, str], int]:
@@ -137,6 +146,27 @@ class ClassStore:
     def rounds(self, code, secret) -> list[dict]:
         """Every round of the class, for the teacher's CSV: question, choices, counts per choice in each vote, answer."""
         raise NotImplementedError
+
+
+MAX_META = 16_384  # characters of a round's meta, as JSON
+
+
+def check_meta(meta) -> str:
+    try:
+        text = json.dumps(meta or {})
+    except (TypeError, ValueError) as e:
+        raise ClassError(f"a round's details must be plain data: {e}") from None
+    if len(text) > MAX_META:
+        raise ClassError(f"a round's details are {len(text):,} characters as JSON; at most {MAX_META:,}")
+    return text
+
+
+def _info(code, rid, rd, n1, n2, counts) -> dict:
+    """round_info's answer from a round's fields (rd: question, choices, meta, phase, shown, revealed, answer, words)."""
+    return {"code": code, "round": int(rid), "question": rd["question"], "choices": rd["choices"], "meta": rd["meta"],
+            "phase": rd["phase"], "votes": {1: n1, 2: n2}, "shown": rd["shown"] or rd["revealed"],
+            "revealed": rd["revealed"], "answer": rd["answer"], "words": rd["words"],
+            "counts": counts() if rd["shown"] or rd["revealed"] else None}
 
 
 def _counts(choices, votes) -> dict[str, int]:
@@ -154,21 +184,25 @@ class SqliteStore(ClassStore):
     def __init__(self, path, limits: ClassLimits = ClassLimits(), clock: Callable[[], float] = time.time):
         self.path, self.limits, self.clock = Path(path), limits, clock
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._db() as db:
+        db = self._db()
+        try:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript("""
                 CREATE TABLE IF NOT EXISTS classes (code TEXT PRIMARY KEY, secret TEXT NOT NULL, created REAL NOT NULL,
                     active REAL NOT NULL, closed INTEGER NOT NULL DEFAULT 0);
                 CREATE TABLE IF NOT EXISTS rounds (code TEXT NOT NULL, id INTEGER NOT NULL, question TEXT NOT NULL,
-                    choices TEXT NOT NULL, phase INTEGER NOT NULL, answer TEXT, PRIMARY KEY (code, id));
+                    choices TEXT NOT NULL, meta TEXT NOT NULL, phase INTEGER NOT NULL, shown INTEGER NOT NULL,
+                    revealed INTEGER NOT NULL, answer TEXT, words TEXT NOT NULL, PRIMARY KEY (code, id));
                 CREATE TABLE IF NOT EXISTS votes (code TEXT NOT NULL, id INTEGER NOT NULL, voter TEXT NOT NULL,
                     phase INTEGER NOT NULL, choice TEXT NOT NULL, PRIMARY KEY (code, id, voter, phase));
                 CREATE TABLE IF NOT EXISTS voters (code TEXT NOT NULL, voter TEXT NOT NULL, window REAL NOT NULL,
                     n INTEGER NOT NULL, PRIMARY KEY (code, voter));
             """)
+        finally:
+            db.close()
 
     def _db(self) -> sqlite3.Connection:
-        # autocommit off; `with db:` commits or rolls back; the timeout waits out another writer's short transaction
+        # autocommit mode: _tx opens and ends each transaction itself; the timeout waits out another writer's
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         db.execute("PRAGMA busy_timeout=30000")
         db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed vote survives the process being killed
@@ -206,12 +240,17 @@ class SqliteStore(ClassStore):
             raise ClassError(f"class {code} has ended")
         return code
 
-    def _round(self, db, code, round_id):
-        row = db.execute("SELECT question, choices, phase, answer FROM rounds WHERE code = ? AND id = ?",
-                         (code, int(round_id))).fetchone()
+    def _round(self, db, code, round_id) -> dict:
+        row = db.execute("SELECT question, choices, meta, phase, shown, revealed, answer, words FROM rounds "
+                         "WHERE code = ? AND id = ?", (code, int(round_id))).fetchone()
         if row is None:
             raise ClassError(f"class {code} has no round {round_id}")
-        return row[0], tuple(json.loads(row[1])), row[2], row[3]
+        return {"question": row[0], "choices": tuple(json.loads(row[1])), "meta": json.loads(row[2]),
+                "phase": row[3], "shown": bool(row[4]), "revealed": bool(row[5]), "answer": row[6], "words": row[7]}
+
+    def _set(self, db, code, round_id, **fields):
+        cols = ", ".join(f"{k} = ?" for k in fields)  # the names are this module's own, never the caller's
+        db.execute(f"UPDATE rounds SET {cols} WHERE code = ? AND id = ?", (*fields.values(), code, int(round_id)))
 
     def create_class(self):
         def do(db):
@@ -229,8 +268,9 @@ class SqliteStore(ClassStore):
                     continue
         return self._tx(do)
 
-    def open_round(self, code, secret, question, choices):
+    def open_round(self, code, secret, question, choices, meta=None):
         q, cs = check_round(question, choices)
+        m = check_meta(meta)
 
         def do(db):
             now = self.clock()
@@ -238,7 +278,7 @@ class SqliteStore(ClassStore):
             (n,) = db.execute("SELECT COUNT(*) FROM rounds WHERE code = ?", (c,)).fetchone()
             if n >= self.limits.rounds:
                 raise ClassError(f"a class holds at most {self.limits.rounds} rounds; start a new class")
-            db.execute("INSERT INTO rounds VALUES (?, ?, ?, ?, 1, NULL)", (c, n + 1, q, json.dumps(cs)))
+            db.execute("INSERT INTO rounds VALUES (?, ?, ?, ?, ?, 1, 0, 0, NULL, '')", (c, n + 1, q, json.dumps(cs), m))
             db.execute("UPDATE classes SET active = ? WHERE code = ?", (now, c))
             return n + 1
         return self._tx(do)
@@ -248,12 +288,19 @@ class SqliteStore(ClassStore):
 
         def do(db):
             c = self._class(db, code, secret)
-            _, _, now_phase, answer = self._round(db, c, round_id)
-            if answer is not None:
+            rd = self._round(db, c, round_id)
+            if rd["revealed"]:
                 raise ClassError("this round's answer is shown; open a new round")
-            if phase < now_phase:
+            if phase < rd["phase"]:
                 raise ClassError("vote 1 cannot open again once vote 2 has")
-            db.execute("UPDATE rounds SET phase = ? WHERE code = ? AND id = ?", (phase, c, int(round_id)))
+            self._set(db, c, round_id, phase=phase)
+        self._tx(do)
+
+    def show_votes(self, code, secret, round_id):
+        def do(db):
+            c = self._class(db, code, secret)
+            self._round(db, c, round_id)
+            self._set(db, c, round_id, shown=1)
         self._tx(do)
 
     def vote(self, code, round_id, voter, choice, phase):
@@ -262,11 +309,11 @@ class SqliteStore(ClassStore):
         def do(db):
             now = self.clock()
             c = self._class(db, code, None, now)
-            _, choices, open_phase, answer = self._round(db, c, round_id)
-            if answer is not None or phase != open_phase:
-                raise ClassError("this vote is closed" if answer is not None or phase < open_phase
+            rd = self._round(db, c, round_id)
+            if rd["revealed"] or phase != rd["phase"]:
+                raise ClassError("this vote is closed" if rd["revealed"] or phase < rd["phase"]
                                  else "vote 2 has not opened yet")
-            if choice not in choices:
+            if choice not in rd["choices"]:
                 raise ClassError("that is not one of this round's choices")
             row = db.execute("SELECT window, n FROM voters WHERE code = ? AND voter = ?", (c, voter)).fetchone()
             if row is None:
@@ -292,17 +339,15 @@ class SqliteStore(ClassStore):
 
         def do(db):
             c = self._class(db, code, secret)
-            _, choices, _, _ = self._round(db, c, round_id)
-            return _counts(choices, self._votes(db, c, round_id, phase))
+            return _counts(self._round(db, c, round_id)["choices"], self._votes(db, c, round_id, phase))
         return self._tx(do)
 
-    def reveal(self, code, secret, round_id, answer):
+    def reveal(self, code, secret, round_id, answer, words=""):
         def do(db):
             c = self._class(db, code, secret)
-            _, choices, _, _ = self._round(db, c, round_id)
-            if answer not in choices:
+            if answer is not None and answer not in self._round(db, c, round_id)["choices"]:
                 raise ClassError("the answer must be one of the round's choices")
-            db.execute("UPDATE rounds SET answer = ? WHERE code = ? AND id = ?", (answer, c, int(round_id)))
+            self._set(db, c, round_id, revealed=1, answer=answer, words=str(words)[:MAX_TEXT])
         self._tx(do)
 
     def close(self, code, secret):
@@ -319,10 +364,10 @@ class SqliteStore(ClassStore):
                 (rid,) = db.execute("SELECT MAX(id) FROM rounds WHERE code = ?", (c,)).fetchone()
                 if rid is None:
                     return {"code": c, "round": None}
-            q, choices, phase, answer = self._round(db, c, rid)
-            n1, n2 = (len(self._votes(db, c, rid, p)) for p in (1, 2))
-            return {"code": c, "round": int(rid), "question": q, "choices": choices, "phase": phase, "answer": answer,
-                    "votes": {1: n1, 2: n2}}
+            rd = self._round(db, c, rid)
+            v1, v2 = (self._votes(db, c, rid, p) for p in (1, 2))
+            return _info(c, rid, rd, len(v1), len(v2),
+                         lambda: {1: _counts(rd["choices"], v1), 2: _counts(rd["choices"], v2)})
         return self._tx(do)
 
     def shift(self, code, secret, round_id):
@@ -341,13 +386,14 @@ class SqliteStore(ClassStore):
     def rounds(self, code, secret):
         def do(db):
             c = self._class(db, code, secret)
+            (n,) = db.execute("SELECT COUNT(*) FROM rounds WHERE code = ?", (c,)).fetchone()
             out = []
-            for rid, q, choices, answer in db.execute("SELECT id, question, choices, answer FROM rounds WHERE code = ? "
-                                                      "ORDER BY id", (c,)).fetchall():
-                cs = tuple(json.loads(choices))
-                out.append({"round": rid, "question": q, "choices": cs, "answer": answer,
-                            "vote1": _counts(cs, self._votes(db, c, rid, 1)),
-                            "vote2": _counts(cs, self._votes(db, c, rid, 2))})
+            for rid in range(1, n + 1):
+                rd = self._round(db, c, rid)
+                out.append({"round": rid, "question": rd["question"], "choices": rd["choices"], "meta": rd["meta"],
+                            "revealed": rd["revealed"], "answer": rd["answer"],
+                            "vote1": _counts(rd["choices"], self._votes(db, c, rid, 1)),
+                            "vote2": _counts(rd["choices"], self._votes(db, c, rid, 2))})
             return out
         return self._tx(do)
 
@@ -357,10 +403,10 @@ local cls = redis.call('HMGET', KEYS[1], 'active', 'closed')
 local now, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
 if not cls[1] or tonumber(cls[1]) < now - ttl then return 'noclass' end
 if cls[2] == '1' then return 'ended' end
-local r = redis.call('HMGET', KEYS[2], 'choices', 'phase', 'answer')
+local r = redis.call('HMGET', KEYS[2], 'choices', 'phase', 'revealed')
 if not r[1] then return 'noround' end
 local p, ph = tonumber(ARGV[3]), tonumber(r[2])
-if r[3] or p < ph then return 'closed' end
+if r[3] == '1' or p < ph then return 'closed' end
 if p > ph then return 'notyet' end
 local ok = false
 for _, c in ipairs(cjson.decode(r[1])) do if c == ARGV[2] then ok = true end end
@@ -413,11 +459,14 @@ class RedisStore(ClassStore):
             raise ClassError(f"class {code} has ended")
         return code
 
-    def _round(self, c, round_id):
-        row = self.r.hmget(self._k(c, "r", int(round_id)), "question", "choices", "phase", "answer")
+    def _round(self, c, round_id) -> dict:
+        row = self.r.hmget(self._k(c, "r", int(round_id)), "question", "choices", "meta", "phase", "shown", "revealed",
+                           "answer", "words")
         if row[0] is None:
             raise ClassError(f"class {c} has no round {round_id}")
-        return row[0], tuple(json.loads(row[1])), int(row[2]), row[3]
+        return {"question": row[0], "choices": tuple(json.loads(row[1])), "meta": json.loads(row[2]),
+                "phase": int(row[3]), "shown": row[4] == "1", "revealed": row[5] == "1",
+                "answer": json.loads(row[6]), "words": row[7]}
 
     def _keys(self, c):
         n = int(self.r.hget(self._k(c), "rounds") or 0)
@@ -442,15 +491,17 @@ class RedisStore(ClassStore):
         self.r.zadd(live, {code: now})
         return code, secret
 
-    def open_round(self, code, secret, question, choices):
+    def open_round(self, code, secret, question, choices, meta=None):
         q, cs = check_round(question, choices)
+        m = check_meta(meta)
         now = self.clock()
         c = self._class(code, secret, now)
         rid = self.r.hincrby(self._k(c), "rounds", 1)  # atomic: two tabs of the teacher get two rounds
         if rid > self.limits.rounds:
             self.r.hincrby(self._k(c), "rounds", -1)
             raise ClassError(f"a class holds at most {self.limits.rounds} rounds; start a new class")
-        self.r.hset(self._k(c, "r", rid), mapping={"question": q, "choices": json.dumps(cs), "phase": 1})
+        self.r.hset(self._k(c, "r", rid), mapping={"question": q, "choices": json.dumps(cs), "meta": m, "phase": 1,
+                                                   "shown": 0, "revealed": 0, "answer": "null", "words": ""})
         self.r.hset(self._k(c), "active", now)
         self.r.zadd(self.PREFIX + "live", {c: now})
         with self.r.pipeline() as p:  # relative, counted on this store's clock (a test's clock need not be Redis's)
@@ -462,12 +513,17 @@ class RedisStore(ClassStore):
     def set_phase(self, code, secret, round_id, phase):
         phase = _check_phase(phase)
         c = self._class(code, secret)
-        _, _, now_phase, answer = self._round(c, round_id)
-        if answer is not None:
+        rd = self._round(c, round_id)
+        if rd["revealed"]:
             raise ClassError("this round's answer is shown; open a new round")
-        if phase < now_phase:
+        if phase < rd["phase"]:
             raise ClassError("vote 1 cannot open again once vote 2 has")
         self.r.hset(self._k(c, "r", int(round_id)), "phase", phase)
+
+    def show_votes(self, code, secret, round_id):
+        c = self._class(code, secret)
+        self._round(c, round_id)
+        self.r.hset(self._k(c, "r", int(round_id)), "shown", 1)
 
     def vote(self, code, round_id, voter, choice, phase):
         voter, phase = _check_voter(voter), _check_phase(phase)
@@ -486,15 +542,14 @@ class RedisStore(ClassStore):
     def tally(self, code, secret, round_id, phase):
         phase = _check_phase(phase)
         c = self._class(code, secret)
-        _, choices, _, _ = self._round(c, round_id)
-        return _counts(choices, self.r.hvals(self._k(c, "v", int(round_id), phase)))
+        return _counts(self._round(c, round_id)["choices"], self.r.hvals(self._k(c, "v", int(round_id), phase)))
 
-    def reveal(self, code, secret, round_id, answer):
+    def reveal(self, code, secret, round_id, answer, words=""):
         c = self._class(code, secret)
-        _, choices, _, _ = self._round(c, round_id)
-        if answer not in choices:
+        if answer is not None and answer not in self._round(c, round_id)["choices"]:
             raise ClassError("the answer must be one of the round's choices")
-        self.r.hset(self._k(c, "r", int(round_id)), "answer", answer)
+        self.r.hset(self._k(c, "r", int(round_id)), mapping={"revealed": 1, "answer": json.dumps(answer),
+                                                             "words": str(words)[:MAX_TEXT]})
 
     def close(self, code, secret):
         c = self._class(code, secret)
@@ -506,10 +561,10 @@ class RedisStore(ClassStore):
         rid = round_id if round_id is not None else int(self.r.hget(self._k(c), "rounds") or 0) or None
         if rid is None:
             return {"code": c, "round": None}
-        q, choices, phase, answer = self._round(c, rid)
-        n1, n2 = (self.r.hlen(self._k(c, "v", int(rid), p)) for p in (1, 2))
-        return {"code": c, "round": int(rid), "question": q, "choices": choices, "phase": phase, "answer": answer,
-                "votes": {1: n1, 2: n2}}
+        rd = self._round(c, rid)
+        v1, v2 = (self.r.hvals(self._k(c, "v", int(rid), p)) for p in (1, 2))
+        return _info(c, rid, rd, len(v1), len(v2),
+                     lambda: {1: _counts(rd["choices"], v1), 2: _counts(rd["choices"], v2)})
 
     def shift(self, code, secret, round_id):
         c = self._class(code, secret)
@@ -525,10 +580,11 @@ class RedisStore(ClassStore):
         c = self._class(code, secret)
         out = []
         for rid in range(1, int(self.r.hget(self._k(c), "rounds") or 0) + 1):
-            q, cs, _, answer = self._round(c, rid)
-            out.append({"round": rid, "question": q, "choices": cs, "answer": answer,
-                        "vote1": _counts(cs, self.r.hvals(self._k(c, "v", rid, 1))),
-                        "vote2": _counts(cs, self.r.hvals(self._k(c, "v", rid, 2)))})
+            rd = self._round(c, rid)
+            out.append({"round": rid, "question": rd["question"], "choices": rd["choices"], "meta": rd["meta"],
+                        "revealed": rd["revealed"], "answer": rd["answer"],
+                        "vote1": _counts(rd["choices"], self.r.hvals(self._k(c, "v", rid, 1))),
+                        "vote2": _counts(rd["choices"], self.r.hvals(self._k(c, "v", rid, 2)))})
         return out
 
 
