@@ -19,6 +19,7 @@ PAGES = {  # sections, so that a newcomer sees where to start and what belongs t
     "Start here": [
         st.Page("pages/lesson.py", title="Lesson", icon=":material/school:"),
         st.Page("pages/home.py", title="Home", icon=":material/home:", default=True),
+        st.Page("pages/classroom.py", title="Class", icon=":material/groups:"),
     ],
     "One prompt, inside the model": [
         st.Page("pages/attention.py", title="Attention", icon=":material/grid_on:"),

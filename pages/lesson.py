@@ -1,18 +1,15 @@
 import streamlit as st
 
 from core import lesson as LS
-from core.analysis.induction import head_scores
-from core.views.variants_view import read_study
 from core.figures.lesson_figures import step_figure
-from ui import (ROOT, at_step, ensure_frame, load_model, model_cache, model_key, prompt_input, require_model,
-                shared_chart, snapshot_steps_of)
+from ui import ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
+from ui.lesson_context import WHAT, lesson_context
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
-WHAT = "the lesson's runs"
 N_STEPS = LS.N_STEPS
 
 st.title("Lesson: the transformer, one prediction at a time")
@@ -78,11 +75,7 @@ step = LS.STEPS[k - 1]
 seed = int(st.session_state.get("lesson_temp_seed", 0))
 sig = {"prompt": (ids, seed), "model": (), "nothing": ()}[step.on]  # what an answer belongs to: another asks again
 
-_scores = model_cache(lambda: head_scores(model, tokenizer=tok), 8, what=WHAT,
-                      spinner="Measuring every head on repeated random sequences ...")
-ctx = LS.Context(model, tok, ids, _scores(mkey), snapshots=tuple(snapshot_steps_of(entry)),
-                 load_step=lambda s: load_model(at_step(entry, s)),
-                 study=lambda: read_study(ROOT / "assets" / "variants"), seed=seed)
+ctx = lesson_context(entry, model, tok, ids, seed)
 # the question is cheap and asked on every run; the model's answer is measured only when the learner reveals
 q = model_cache(lambda key, sig: LS.question(LS.STEP[key], ctx), 64, what=WHAT)(mkey, step.key, sig)
 _measure = model_cache(lambda key, sig: LS.STEP[key].measure(ctx, q), 64, what=WHAT)

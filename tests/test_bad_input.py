@@ -114,11 +114,24 @@ def _reveal_variant_save_name(at):
     assert job.status().can_save, job.status()
 
 
+def _reveal_class_teacher(at):
+    at.button(key="class_start").click().run()
+    assert not at.exception and "class_teacher" in at.session_state
+
+
+def _reveal_class_own(at):
+    _reveal_class_teacher(at)
+    at.radio(key="class_kind").set_value("Your own question").run()
+
+
 ON_DEMAND = {  # key: (page, how to make the box appear)
     "train_paste": ("pages/training.py", _reveal_paste),
     "scal_paste": ("pages/scaling_fit.py", _reveal_scaling_paste),
     "train_save_name": ("pages/training.py", _reveal_save_name),
     "var_save_name": ("pages/variants.py", _reveal_variant_save_name),
+    "class_prompt": ("pages/classroom.py", _reveal_class_teacher),
+    "class_own_q": ("pages/classroom.py", _reveal_class_own),
+    "class_own_choices": ("pages/classroom.py", _reveal_class_own),
 }
 ALWAYS = [(page, key) for page, keys in sorted(EXPECTED.items()) for key in sorted(keys) if key not in ON_DEMAND]
 

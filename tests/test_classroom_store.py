@@ -179,7 +179,7 @@ def test_codes_are_random_and_a_typed_code_is_forgiving(make):
 
 
 @pytest.mark.parametrize("question, choices, says", [
-    ("", ("a", "b"), "needs a question"), ("q", ("a",), "2 to 6 choices"), ("q", tuple("abcdefg"), "2 to 6"),
+    ("", ("a", "b"), "needs a question"), ("q", ("a",), "2 to 12 choices"), ("q", tuple("abcdefghijklm"), "2 to 12"),
     ("q", ("a", "a"), "differ"), ("q", ("a", " "), "written"), ("q" * 3000, ("a", "b"), "at most")])
 def test_a_bad_round_is_refused_before_anything_is_stored(make, question, choices, says):
     s = make()

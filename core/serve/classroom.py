@@ -32,7 +32,7 @@ from typing import Callable
 STORE_ENV = "TE_CLASS_STORE"
 CODE_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"  # 32 symbols, no 0/O or 1/I: read off a projector
 CODE_LEN = 8                                          # 32**8 = 2**40 codes
-MIN_CHOICES, MAX_CHOICES = 2, 6
+MIN_CHOICES, MAX_CHOICES = 2, 12  # a Lesson step may name up to 12 (8 heads, say); the page asks 2-6 of its own
 MAX_TEXT = 2000                                       # a question's characters; a choice's: MAX_CHOICE
 MAX_CHOICE = 200
 MAX_VOTER = 64
@@ -69,7 +69,7 @@ def normalize_code(code) -> str:
 
 
 def check_round(question, choices) -> tuple[str, tuple[str, ...]]:
-    """A round's question and its 2-6 distinct, non-empty choices, or a ClassError that says what is wrong."""
+    """A round's question and its 2-12 distinct, non-empty choices, or a ClassError that says what is wrong."""
     q = str(question or "").strip()
     if not q:
         raise ClassError("a round needs a question")
@@ -601,3 +601,38 @@ def store_from_env(environ=None) -> ClassStore:
     if value.startswith(("redis://", "rediss://", "unix://")):
         return RedisStore(value)
     return SqliteStore(Path(value).expanduser() if value else default_sqlite_path())
+
+
+# ----------------------------------------------------------------------------- what a round comes to
+def round_summary(choices, vote1: dict, vote2: dict, answer) -> dict:
+    """How many voted in each phase and, where the model gave one answer, the share right in each: {"n1", "n2",
+    "right1", "right2"} (shares None when nobody voted in that phase or there is no single answer)."""
+    n1, n2 = sum(vote1.values()), sum(vote2.values())
+    share = lambda votes, n: None if answer is None or n == 0 else votes.get(answer, 0) / n  # noqa: E731
+    return {"n1": n1, "n2": n2, "right1": share(vote1, n1), "right2": share(vote2, n2)}
+
+
+def shift_rows(choices, shift: dict) -> list[dict]:
+    """The shift between the votes as rows (one per vote-1 choice, a column per vote-2 choice): a 2-D table."""
+    return [{"vote 1": a, **{b: shift.get((a, b), 0) for b in choices}} for a in choices]
+
+
+CSV_FIELDS = ("round", "question", "kind", "model", "prompt", "choice", "vote 1", "vote 2", "model's answer")
+
+
+def rounds_csv(rounds: list[dict]) -> str:
+    """The teacher's download: one line per round and choice (counts in each vote), the model's answer on each."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(CSV_FIELDS)
+    for r in rounds:
+        meta = r.get("meta") or {}
+        answer = r["answer"] if r.get("revealed") else ""
+        for c in r["choices"]:
+            w.writerow([r["round"], r["question"], meta.get("kind", "free"), meta.get("model", ""),
+                        meta.get("prompt", ""), c, r["vote1"].get(c, 0), r["vote2"].get(c, 0),
+                        "" if answer is None else answer])
+    return out.getvalue()

@@ -1,0 +1,28 @@
+"""The Class page's figure: how the room voted, before and after discussing (core.serve.classroom's counts)."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from core.figures.common import dict_figure
+
+VOTE_COLOURS = ("#9aa5b1", "#3b5bdb")  # vote 1 grey, vote 2 blue
+ANSWER_COLOUR = "#2b8a3e"
+
+
+def vote_bars(choices, vote1: dict, vote2: dict | None = None, answer=None, title: str = "How the class voted",
+              font: int = 14) -> go.Figure:
+    """Bars per choice: vote 1, and vote 2 beside it when given; the model's answer, when there is one, is marked
+    under its bar in green. ``font``: the projector draws larger."""
+    labels = [f"<b>{c}</b> ✓" if c == answer else c for c in choices]
+    data = [dict(type="bar", name="vote 1", x=labels, y=[vote1.get(c, 0) for c in choices],
+                 marker=dict(color=VOTE_COLOURS[0]), text=[vote1.get(c, 0) for c in choices], textposition="outside")]
+    if vote2 is not None:
+        data.append(dict(type="bar", name="vote 2", x=labels, y=[vote2.get(c, 0) for c in choices],
+                         marker=dict(color=VOTE_COLOURS[1]), text=[vote2.get(c, 0) for c in choices],
+                         textposition="outside"))
+    top = max([1, *vote1.values(), *((vote2 or {}).values())])
+    layout = dict(title=dict(text=title), barmode="group", height=320 + 6 * font, font=dict(size=font),
+                  yaxis=dict(title=dict(text="students"), range=[0, top * 1.25], dtick=max(1, round(top / 5))),
+                  xaxis=dict(title=dict(text="choice" + (" (✓ the model's answer)" if answer is not None else ""))),
+                  legend=dict(orientation="h", y=1.12), margin=dict(l=60, r=20, t=80, b=60))
+    return dict_figure(data, layout)

@@ -1,0 +1,257 @@
+import streamlit as st
+
+from core import lesson as LS
+from core.serve.classroom import ClassError, normalize_code
+from ui import ensure_frame, prompt_input, require_model, shared_chart
+from ui.classroom import (JOINED, MAX_OWN_CHOICES, REFRESH_S, TEACHER, class_store, csv_download, join_code_box,
+                          lesson_answer, lesson_round, show_question, shift_table, summary_words, vote_figure, voter_id)
+from ui.lesson_context import lesson_context
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
+
+DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+
+st.title("Class")
+st.markdown(
+    "A question for the whole room. Everyone predicts on their own device, the class talks it over, everyone "
+    "predicts again, and only then does the live model answer, on the teacher's prompt. Seeing how the votes moved "
+    "between the two rounds is the point: a discussion tends to pull a room toward the right answer, and the model "
+    "settles it with its own numbers, not a key typed in advance.")
+st.latex(r"\text{vote 1} \;\rightarrow\; \text{discuss} \;\rightarrow\; \text{vote 2} \;\rightarrow\; "
+         r"\text{the model answers}")
+
+store = class_store()
+raw_code, view = st.query_params.get("class"), st.query_params.get("view")
+
+
+def _start():
+    try:
+        st.session_state[TEACHER] = store.create_class()
+    except ClassError as e:
+        st.session_state["class_start_error"] = str(e)
+
+
+# ------------------------------------------------------------------ who is this session: teacher, projector, student
+if TEACHER in st.session_state:
+    role = "teacher"
+elif raw_code:
+    try:
+        code = normalize_code(raw_code)
+    except ClassError as e:
+        st.error(f"This link's class code cannot be read: {e}.")
+        st.stop()
+    role = "projector" if view == "projector" else "student"
+else:
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Teach")
+        st.caption("Start a class: you get a code and two links, one for students and one for the projector. Only "
+                   "this browser tab can run the class.")
+        st.button("Start a class", key="class_start", on_click=_start, type="primary")
+        if "class_start_error" in st.session_state:
+            st.error(st.session_state.pop("class_start_error"))
+    with right:
+        st.subheader("Join")
+        st.caption("Type the code your teacher shows. You vote anonymously.")
+        join_code_box("class_code_in")
+    st.stop()
+
+
+# ------------------------------------------------------------------ the projector: read-only, large type
+def projector(code: str):
+    @st.fragment(run_every=REFRESH_S)
+    def live():
+        try:
+            info = store.round_info(code)
+        except ClassError as e:
+            st.info(f"{e}.")
+            return
+        st.markdown(f"## Class code: `{code}`")
+        if info["round"] is None:
+            st.info("Waiting for the teacher's first question ...")
+            return
+        show_question(info, large=True)
+        st.markdown("  ·  ".join(f"**{c}**" for c in info["choices"]))
+        phase = "vote 2 (after discussing)" if info["phase"] == 2 else "vote 1"
+        st.markdown(f"### {info['votes'][info['phase']]} voted · {phase}")
+        if info["counts"] is not None:
+            answer = info["answer"] if info["revealed"] else None
+            shared_chart(vote_figure(info["counts"], info["choices"], answer, large=True), width="stretch",
+                         theme=None, key="class_projector_votes")
+        if info["revealed"]:
+            st.markdown(summary_words(info["choices"], info["counts"], info["answer"]))
+            if info["words"]:
+                st.caption(info["words"])
+    live()
+
+
+# ------------------------------------------------------------------ a student: the question, a vote, "recorded"
+def student(code: str):
+    joined = st.session_state.setdefault(JOINED, [])
+    if code not in joined:
+        if len(joined) >= 3:
+            st.error("This browser has joined 3 classes already; close the tab and open a new one.")
+            return
+        joined.append(code)
+    me = voter_id()
+
+    @st.fragment(run_every=REFRESH_S)
+    def live():
+        try:
+            info = store.round_info(code)
+        except ClassError as e:
+            st.info(f"{e}.")
+            return
+        st.caption(f"Class {code}")
+        if info["round"] is None:
+            st.info("Waiting for the teacher's first question ...")
+            return
+        show_question(info)
+        mine = st.session_state.setdefault("class_my_votes", {})  # (code, round, phase) -> choice, as recorded
+        if info["revealed"]:
+            answer = info["answer"]
+            st.success(f"The model's answer: **{answer}**." if answer is not None else
+                       "The model gave no single answer here.")
+            if info["words"]:
+                st.caption(info["words"])
+            if info["counts"] is not None:
+                shared_chart(vote_figure(info["counts"], info["choices"], answer), width="stretch", theme=None,
+                             key="class_student_votes")
+            return
+        phase = info["phase"]
+        key = (code, info["round"], phase)
+        choice = st.radio("Your prediction" if phase == 1 else "Your prediction, after discussing (keep it or change "
+                          "it)", info["choices"], index=None, key=f"class_choice_{info['round']}_{phase}")
+        if st.button("Vote" if key not in mine else "Change my vote", key=f"class_vote_{info['round']}_{phase}",
+                     disabled=choice is None, type="primary"):
+            try:
+                store.vote(code, info["round"], me, choice, phase)  # committed before "recorded" is shown
+                mine[key] = choice
+            except ClassError as e:
+                st.error(f"Not recorded: {e}.")
+        if key in mine:
+            st.success(f"Recorded: **{mine[key]}** (vote {phase}). You may change it until the teacher moves on.")
+        elif phase == 2 and (code, info["round"], 1) in mine:
+            st.info(f"Vote 2 is open: your first vote was **{mine[(code, info['round'], 1)]}**. Vote again.")
+    live()
+
+
+# ------------------------------------------------------------------ the teacher: questions, votes, the model's answer
+def teacher():
+    code, secret = st.session_state[TEACHER]
+    try:
+        info = store.round_info(code)
+    except ClassError as e:
+        st.error(f"{e}.")
+        if st.button("Start a new class", key="class_restart"):
+            del st.session_state[TEACHER]
+            st.rerun()
+        return
+    st.markdown(f"## Class code: `{code}`")
+    c1, c2 = st.columns(2)
+    c1.page_link("pages/classroom.py", label="Students: this page with the code", query_params={"class": code},
+                 icon=":material/group:")
+    c2.page_link("pages/classroom.py", label="Projector: read-only, large type",
+                 query_params={"class": code, "view": "projector"}, icon=":material/tv:")
+    st.caption(f"Students open the Class page and type **{code}**, or follow the first link. Keep this tab: it alone "
+               "runs the class.")
+
+    entry, model, tok = require_model(" to ask a Lesson step")
+    st.subheader("A new question")
+    kind = st.radio("Ask", ["A Lesson step, on your prompt", "Your own question"], horizontal=True, key="class_kind")
+    new = None
+    if kind.startswith("A Lesson"):
+        prompt = prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT, "class_prompt", tok,
+                              model.config.n_ctx, height=70)
+        k = st.selectbox("Step", range(LS.N_STEPS), format_func=lambda i: f"{i + 1}. {LS.STEPS[i].title}",
+                         key="class_step")
+        step = LS.STEPS[k]
+        if prompt.empty or len(prompt.ids) < 4:
+            st.info(f"Type a prompt of at least four {tok.units}.")
+        else:
+            made = lesson_round(step, lesson_context(entry, model, tok, prompt.ids), entry.name, prompt.text)
+            if isinstance(made, str):
+                st.info(f"Not as a class question: {made}.")
+            else:
+                new = made
+                with st.expander("What students will see", expanded=False):
+                    show_question({"question": made[0], "meta": made[2]})
+                    st.markdown("  ·  ".join(made[1]))
+    else:
+        q = st.text_input("Question", key="class_own_q", max_chars=500)
+        lines = st.text_area(f"Choices, one per line (2 to {MAX_OWN_CHOICES})", key="class_own_choices", height=120)
+        choices = tuple(x.strip() for x in lines.splitlines() if x.strip())
+        if q.strip() and 2 <= len(choices) <= MAX_OWN_CHOICES and len(set(choices)) == len(choices):
+            new = (q.strip(), choices, {"kind": "free"})
+        elif lines.strip():
+            st.caption(f"{len(choices)} distinct choices: a question needs 2 to {MAX_OWN_CHOICES}, each different.")
+    if st.button("Open this question (vote 1)", key="class_open", disabled=new is None, type="primary"):
+        try:
+            rid = store.open_round(code, secret, *new)
+            st.session_state["class_round_step"] = (rid, new[2].get("step"), entry.name, new[2].get("prompt"))
+            st.rerun()
+        except ClassError as e:
+            st.error(f"Not opened: {e}.")
+
+    if info["round"] is None:
+        csv_download(code, secret)
+        return
+    st.divider()
+    rid = info["round"]
+    st.subheader(f"Round {rid}: {info['question']}")
+    counts_now(code, secret, rid)
+    b1, b2, b3 = st.columns(3)
+    if b1.button("Show votes", key="class_show", disabled=info["shown"]):
+        store.show_votes(code, secret, rid)
+        st.rerun()
+    if b2.button("Discuss and vote again", key="class_phase2", disabled=info["phase"] == 2 or info["revealed"]):
+        store.set_phase(code, secret, rid, 2)
+        st.rerun()
+    if b3.button("Run the model", key="class_reveal", disabled=info["revealed"], type="primary"):
+        if reveal(code, secret, info, entry, model, tok):
+            st.rerun()
+    if info["revealed"]:
+        counts = {p: store.tally(code, secret, rid, p) for p in (1, 2)}
+        st.markdown(summary_words(info["choices"], counts, info["answer"]))
+        if info["words"]:
+            st.caption(info["words"])
+        shift_table(code, secret, rid, info["choices"])
+    csv_download(code, secret)
+    if st.button("End the class", key="class_end"):
+        store.close(code, secret)
+        del st.session_state[TEACHER]
+        st.rerun()
+
+
+def counts_now(code, secret, rid):
+    @st.fragment(run_every=REFRESH_S)
+    def live():
+        info = store.round_info(code, rid)
+        counts = {p: store.tally(code, secret, rid, p) for p in (1, 2)}
+        st.markdown(f"**{info['votes'][1]}** voted the first time, **{info['votes'][2]}** the second. "
+                    + ("" if info["shown"] else "What they chose stays hidden, here and on the projector, until "
+                       "*Show votes*."))
+        if info["shown"]:
+            shared_chart(vote_figure(counts, info["choices"], info["answer"] if info["revealed"] else None),
+                         width="stretch", theme=None, key="class_teacher_votes")
+    live()
+
+
+def reveal(code, secret, info, entry, model, tok):
+    """The live model's answer to a Lesson step on the prompt the round was opened with (the teacher's model);
+    a question of the teacher's own has no model answer to compute: the page reveals the votes only."""
+    meta = info["meta"] or {}
+    answer, words = None, "Your own question: the class's votes, with no model answer."
+    if meta.get("kind") == "lesson":
+        if meta.get("model") != entry.name:
+            st.error(f"This round was asked of {meta.get('model')}; pick it in the sidebar to run it.")
+            return False
+        ids = tok.encode(meta.get("prompt", ""))
+        with st.spinner("The model answers ..."):
+            answer, words = lesson_answer(LS.STEP[meta["step"]], lesson_context(entry, model, tok, ids),
+                                          info["choices"])
+    store.reveal(code, secret, info["round"], answer, words)
+    return True
+
+
+{"teacher": teacher, "student": lambda: student(code), "projector": lambda: projector(code)}[role]()

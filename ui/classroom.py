@@ -1,0 +1,129 @@
+"""The Class page's parts (issue 44): the shared store, the question a round asks (a Lesson step on the teacher's model
+and prompt, or the teacher's own), and the three views: teacher, student, projector. The store
+(core.serve.classroom) is the only state shared between sessions; each session keeps its own role in session state."""
+from __future__ import annotations
+
+import os
+import secrets
+
+import streamlit as st
+
+from core import lesson as LS
+from core.figures.class_figures import vote_bars
+from core.serve.classroom import (STORE_ENV, ClassError, default_sqlite_path, MAX_CHOICES as MAX_STEP_CHOICES, MIN_CHOICES, normalize_code,
+                                  round_summary, rounds_csv, shift_rows, store_from_env)
+
+MAX_OWN_CHOICES = 6          # the teacher's own question: 2 to 6 choices (a Lesson step may offer up to MAX_STEP_CHOICES)
+
+TEACHER = "class_teacher"    # session state: (code, secret) of the class this session runs
+JOINED = "class_joined"      # codes this session joined as a student (at most MAX_JOINED)
+VOTER = "class_voter"        # this session's anonymous voter id (random, never shown)
+MAX_JOINED = 3
+REFRESH_S = 2                # students and the projector see a new round within this many seconds
+
+
+def class_store():
+    """The store every session of this server shares (TE_CLASS_STORE; SQLite beside the models folder by default)."""
+    # the place, resolved now: the default follows TE_MODELS_DIR, and one cached store must not outlive a change of it
+    return _store(os.environ.get(STORE_ENV, "").strip() or str(default_sqlite_path()))
+
+
+@st.cache_resource(show_spinner=False)
+def _store(setting: str):
+    # keyed by the setting: one store object per place, opened once for the server
+    return store_from_env({STORE_ENV: setting})
+
+
+def voter_id() -> str:
+    return st.session_state.setdefault(VOTER, secrets.token_hex(8))
+
+
+def lesson_round(step, ctx, model_name: str, prompt: str) -> tuple[str, tuple, dict] | str:
+    """(question, choice labels, meta) of Lesson ``step`` asked of ``ctx``, or why it cannot be a class question."""
+    q = LS.question(step, ctx)
+    if q.blocked:
+        return q.blocked
+    if not q.choices or not MIN_CHOICES <= len(q.choices) <= MAX_STEP_CHOICES:
+        return (f"this step asks for {'a number' if not q.choices else f'one of {len(q.choices)} choices'}; a class "
+                f"votes on {MIN_CHOICES} to {MAX_STEP_CHOICES} named choices. Pick another step, or ask it as your own "
+                "question")
+    labels = tuple(str(x) for x in q.labels)
+    meta = {"kind": "lesson", "step": step.key, "title": step.title, "text": q.text, "latex": q.latex or "",
+            "shows": [list(x) for x in q.shows], "model": model_name, "prompt": prompt}
+    return q.ask, labels, meta
+
+
+def lesson_answer(step, ctx, labels) -> tuple[str | None, str]:
+    """The live model's answer to ``step`` on ``ctx``: (the label of its choice, or None when it gives no single one;
+    its numbers in words)."""
+    q = LS.question(step, ctx)
+    grade, shown = LS.answer(step, q, step.measure(ctx, q), q.choices[0])
+    if grade.answer is None or grade.answer not in q.choices:
+        return None, " ".join(x for x in (grade.why, shown.words) if x) or "The model gives no single answer here."
+    label = labels[list(q.choices).index(grade.answer)]
+    return label, " ".join(x for x in (shown.words, f"({grade.why})" if grade.why else "") if x)
+
+
+def show_question(info: dict, large: bool = False):
+    """A round's question as every participant sees it: a Lesson step's text, formula and prompt, then the ask."""
+    meta = info.get("meta") or {}
+    if meta.get("kind") == "lesson":
+        st.caption(f"Lesson step: {meta.get('title', '')} · model {meta.get('model', '?')}")
+        st.markdown(meta.get("text", ""))
+        if meta.get("latex"):
+            st.latex(meta["latex"])
+        for name, text in meta.get("shows", []):
+            if name:
+                st.markdown(f"**{name}**")
+            st.code(text, language=None, wrap_lines=True)
+    (st.header if large else st.subheader)(info["question"])
+
+
+def vote_figure(info_or_counts: dict, choices, answer=None, large=False, title="How the class voted"):
+    counts = info_or_counts
+    return vote_bars(choices, counts.get(1, {}), counts.get(2) if any(counts.get(2, {}).values()) else None,
+                     answer, title=title, font=22 if large else 14)
+
+
+def summary_words(choices, counts: dict, answer) -> str:
+    s = round_summary(choices, counts.get(1, {}), counts.get(2, {}), answer)
+    if answer is None:
+        return f"{s['n1']} voted the first time, {s['n2']} the second; the model gave no single answer."
+    parts = [f"right the first time: {s['right1']:.0%} of {s['n1']}" if s["right1"] is not None else "no first votes",
+             f"the second time: {s['right2']:.0%} of {s['n2']}" if s["right2"] is not None else "no second votes"]
+    return f"The model's answer: **{answer}**. Share of the class " + ", ".join(parts) + "."
+
+
+def join_code_box(key: str):
+    """The student's way in: a code typed into the box ``key``, checked; at most MAX_JOINED classes a session."""
+    with st.form("class_join"):
+        code = st.text_input("Class code", key=key, max_chars=20, placeholder="e.g. K7M2 QX9P")
+        go = st.form_submit_button("Join")
+    if go:
+        try:
+            c = normalize_code(code)
+            class_store().round_info(c)  # the class exists and runs
+        except ClassError as e:
+            st.error(f"Cannot join: {e}.")
+            return
+        joined = st.session_state.setdefault(JOINED, [])
+        if c not in joined and len(joined) >= MAX_JOINED:
+            st.error(f"This browser has joined {MAX_JOINED} classes already; close the tab and open a new one.")
+            return
+        if c not in joined:
+            joined.append(c)
+        st.query_params["class"] = c
+        st.rerun()
+
+
+def csv_download(code: str, secret: str):
+    rows = class_store().rounds(code, secret)
+    st.download_button("Download the rounds (CSV)", rounds_csv(rows), file_name=f"class-{code}.csv", mime="text/csv",
+                       key="class_csv", disabled=not rows)
+
+
+def shift_table(code: str, secret: str, round_id: int, choices):
+    rows = shift_rows(choices, class_store().shift(code, secret, round_id))
+    st.caption("How answers moved between the votes: a row per first vote, a column per second vote "
+               "(students who voted both times).")
+    st.dataframe(rows, hide_index=True, width="stretch", key=f"class_shift_{round_id}")
