@@ -12,13 +12,14 @@ ensure_frame()  # run inside app.py's frame even when this page's URL is the fir
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
 
 st.title("Class")
-st.markdown(
-    "A question for the whole room. Everyone predicts on their own device, the class talks it over, everyone "
-    "predicts again, and only then does the live model answer, on the teacher's prompt. Seeing how the votes moved "
-    "between the two rounds is the point: a discussion tends to pull a room toward the right answer, and the model "
-    "settles it with its own numbers, not a key typed in advance.")
-st.latex(r"\text{vote 1} \;\rightarrow\; \text{discuss} \;\rightarrow\; \text{vote 2} \;\rightarrow\; "
-         r"\text{the model answers}")
+if st.query_params.get("view") != "projector":  # the projector shows the round alone, in large type
+    st.markdown(
+        "A question for the whole room. Everyone predicts on their own device, the class talks it over, everyone "
+        "predicts again, and only then does the live model answer, on the teacher's prompt. Seeing how the votes "
+        "moved between the two rounds is the point: a discussion tends to pull a room toward the right answer, and "
+        "the model settles it with its own numbers, not a key typed in advance.")
+    st.latex(r"\text{vote 1} \;\rightarrow\; \text{discuss} \;\rightarrow\; \text{vote 2} \;\rightarrow\; "
+             r"\text{the model answers}")
 
 store = class_store()
 raw_code, view = st.query_params.get("class"), st.query_params.get("view")
@@ -164,7 +165,7 @@ def teacher():
         prompt = prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT, "class_prompt", tok,
                               model.config.n_ctx, height=70)
         k = st.selectbox("Step", range(LS.N_STEPS), format_func=lambda i: f"{i + 1}. {LS.STEPS[i].title}",
-                         key="class_step")
+                         index=LS.STEPS.index(LS.STEP["off"]), key="class_step")  # a head switched off: a good opener
         step = LS.STEPS[k]
         if prompt.empty or len(prompt.ids) < 4:
             st.info(f"Type a prompt of at least four {tok.units}.")

@@ -69,6 +69,9 @@ def show_question(info: dict, large: bool = False):
     meta = info.get("meta") or {}
     if meta.get("kind") == "lesson":
         st.caption(f"Lesson step: {meta.get('title', '')} · model {meta.get('model', '?')}")
+        if meta.get("prompt"):
+            st.markdown("**The teacher's prompt**")
+            st.code(meta["prompt"], language=None, wrap_lines=True)
         st.markdown(meta.get("text", ""))
         if meta.get("latex"):
             st.latex(meta["latex"])
