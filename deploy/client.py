@@ -37,12 +37,14 @@ class Session:
         self.elements: list = []
         self.exceptions: list[str] = []
 
-    def run(self, page: str, widgets: dict | None = None, edit=None) -> float:
+    def run(self, page: str, widgets: dict | None = None, edit=None, query: str = "") -> float:
         """Ask for a rerun of ``page`` with these widget values; wait until it has finished. Seconds. ``edit``: a
-        function of the message's bytes that gives the bytes sent instead (tests: what a browser's encoder sends)."""
+        function of the message's bytes that gives the bytes sent instead (tests: what a browser's encoder sends).
+        ``query``: the URL's query string, as the browser sends it ("class=K7M2QX9P")."""
         msg = BackMsg()
         cs = msg.rerun_script
         cs.page_name = page
+        cs.query_string = query
         cs.page_script_hash = self.page_hash if page == self.page else ""  # another page: named, not hashed
         self.page = page
         for wid, value in (widgets or {}).items():
