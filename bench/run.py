@@ -553,12 +553,50 @@ def bench_steering(quick: bool):
     steering.main(quick)
 
 
+def bench_classroom(quick: bool):
+    """Issue 44's view: a student's Class page rerun (the question, 60 votes in the store, the vote box) against the
+    home page's rerun in the same run, AppTest server time; the store on SQLite in a temporary folder."""
+    import tempfile
+
+    from streamlit.testing.v1 import AppTest
+
+    from core.serve.classroom import SqliteStore
+
+    print("\nThe Class page (issue 44): a student's page with a round open and 60 votes in the store")
+    reps = 3 if quick else 7
+    folder = Path(tempfile.mkdtemp(prefix="te-bench-class-"))
+    os.environ["TE_CLASS_STORE"] = str(folder / "class.sqlite")
+    store = SqliteStore(folder / "class.sqlite")
+    code, secret = store.create_class()
+    rid = store.open_round(code, secret, "Which head copies?", ("L1 H1", "L1 H2", "L2 H1", "L2 H2"))
+    for i in range(60):
+        store.vote(code, rid, f"s{i}", ("L1 H1", "L2 H2")[i % 2], 1)
+
+    def rerun(page, query=None):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+        at.run()
+        if page != "pages/home.py":
+            at.switch_page(page)
+            for k, v in (query or {}).items():
+                at.query_params[k] = v
+            at.run()
+        if at.exception:
+            raise RuntimeError(f"{page}: {at.exception[0].message}")
+        return lambda: at.run()
+
+    t = interleaved({"class": rerun("pages/classroom.py", {"class": code}), "home": rerun("pages/home.py")},
+                    rounds=3, reps=reps)
+    record("Class page, a student's rerun (60 votes in)", t["class"] * 1e3, t["home"] * 1e3, "ms",
+           higher_is_better=False, note="peer: the home page's rerun")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
-                            "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering"])
+                            "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
+                            "classroom"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),
