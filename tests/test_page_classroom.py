@@ -135,3 +135,21 @@ def test_a_student_link_cannot_run_the_class(open_page, store_path):
     assert not keys & {"class_open", "class_show", "class_phase2", "class_reveal", "class_end"}
     info = C.SqliteStore(store_path).round_info(code)
     assert info["phase"] == 1 and not info["shown"] and not info["revealed"]
+
+
+def test_a_heads_question_names_the_head_the_lesson_grades_right():
+    """Step 11 ("which head restores the most?"): eight heads as choices, and the model's answer is the label of the
+    head the Lesson's own grading picks (ui.classroom maps the step's answer to its label)."""
+    from core.analysis.induction import head_scores
+    from ui.classroom import lesson_answer, lesson_round
+
+    model, tok = load_checkpoint(SHIPPED)
+    ctx = LS.Context(model, tok, tuple(tok.encode(PROMPT)), head_scores(model, tokenizer=tok))
+    step = LS.STEP["patch"]
+    question, labels, meta = lesson_round(step, ctx, "shakespeare-char", PROMPT)
+    assert len(labels) == model.config.n_layers * model.config.n_heads and meta["step"] == "patch"
+    answer, words = lesson_answer(step, ctx, labels)
+    q = LS.question(step, ctx)
+    table = LS.head_patching(model, list(q.data["clean"]), list(q.data["corrupt"]))
+    best = max(q.choices, key=lambda p: float(table["table"][p]))
+    assert answer == labels[list(q.choices).index(best)] and answer in words
