@@ -21,7 +21,7 @@ from pathlib import Path
 
 from core.analysis.induction import THRESHOLD
 
-# today's shipped BPE recipe (assets/models/shakespeare-bpe): what every run starts from
+# the BPE recipe shipped before issue 43 (assets/models/shakespeare-bpe then): what every run starts from
 BASE_SHAPE = dict(n_ctx=128, d_model=64, n_heads=4, n_layers=2, d_ff=256)
 BASE_VOCAB = 1024
 BASE_TRAIN = dict(repeat_first_steps=2000, repeat_fraction=0.5, repeat_random_share=0.5, repeat_min_span=20,
@@ -46,7 +46,7 @@ class Factor:
 
 
 RUNS = [
-    Factor("base", "none", "today's recipe: d=64, h=4 (heads 16 wide), 1,024 tokens"),
+    Factor("base", "none", "the recipe shipped before issue 43: d=64, h=4 (heads 16 wide), 1,024 tokens"),
     Factor("h2", "head width", "h=2: heads 32 wide (same parameters)", shape=dict(n_heads=2)),
     Factor("h1", "head width", "h=1: one head 64 wide (same parameters)", shape=dict(n_heads=1)),
     Factor("d128", "head width", "d=128, h=4: heads 32 wide, 4x the block parameters",
@@ -67,6 +67,8 @@ RUNS = [
            train=dict(repeat_pool=64)),
     Factor("pool-64-first", "token pool", "random tokens from the 64 most frequent for the first 2,000 steps, then all",
            train=dict(repeat_pool=64, repeat_pool_steps=2000)),
+    Factor("pool-128-first", "token pool", "random tokens from the 128 most frequent for the first 2,000 steps, then all",
+           train=dict(repeat_pool=128, repeat_pool_steps=2000)),
     Factor("pool-256-first", "token pool", "random tokens from the 256 most frequent for the first 2,000 steps, then all",
            train=dict(repeat_pool=256, repeat_pool_steps=2000)),
     Factor("lr-half", "learning rate", "half the peak rates (AdamW 0.003, Muon 0.01)", train=dict(lr=3e-3, muon_lr=0.01)),
@@ -259,7 +261,7 @@ def render(rows: list[dict], steps: int, verdict: str = "") -> str:
                      f"{'never' if formed in (None, '') else f'{int(formed):,}'} | {num(r['text_ratio'])} | "
                      f"{num(r['random_ratio'])} | {num(r['bits_per_char'])} | {num(r['seconds'], '.0f')} |")
     head = (f"Each run: {steps:,} steps of batch 32 (128-token windows), seed 1337, one thread, its own byte-level BPE "
-            "learned from the training 90%; everything else as the shipped BPE recipe (Muon + AdamW, "
+            "learned from the training 90%; everything else as the BPE recipe shipped before issue 43 (Muon + AdamW, "
             "warmup-stable-decay, the repeat mixture: every row for 2,000 steps, then half the rows, spans of 20-50 "
             "tokens, half of them random tokens). Stripe: the best head's induction score on the random-token probe, "
             "measured every 100 steps; text 2nd / 1st: held-out spans written twice (bench.induction_text's measure); "
