@@ -2,7 +2,7 @@ import streamlit as st
 
 from core import lesson as LS
 from core.serve.classroom import ClassError, normalize_code
-from ui import ensure_frame, prompt_input, require_model, shared_chart
+from ui import current, ensure_frame, model_key, prompt_input, shared_chart
 from ui.classroom import (JOINED, MAX_OWN_CHOICES, REFRESH_S, TEACHER, class_store, csv_download, join_code_box,
                           lesson_answer, lesson_round, show_question, shift_table, summary_words, vote_figure, voter_id)
 from ui.lesson_context import lesson_context
@@ -138,6 +138,16 @@ def student(code: str):
 
 
 # ------------------------------------------------------------------ the teacher: questions, votes, the model's answer
+def _act(fn, *args) -> bool:
+    """A store call of the teacher's, its refusal said in words (a class gone, a secret that is not this class's)."""
+    try:
+        fn(*args)
+        return True
+    except (ClassError, PermissionError) as e:
+        st.error(f"Not done: {e}.")
+        return False
+
+
 def teacher():
     code, secret = st.session_state[TEACHER]
     try:
@@ -157,11 +167,13 @@ def teacher():
     st.caption(f"Students open the Class page and type **{code}**, or follow the first link. Keep this tab: it alone "
                "runs the class.")
 
-    entry, model, tok = require_model(" to ask a Lesson step")
+    entry, model, tok = current()
     st.subheader("A new question")
     kind = st.radio("Ask", ["A Lesson step, on your prompt", "Your own question"], horizontal=True, key="class_kind")
     new = None
-    if kind.startswith("A Lesson"):
+    if kind.startswith("A Lesson") and model is None:
+        st.info("No model is loaded: pick one in the sidebar to ask a Lesson step, or ask a question of your own.")
+    elif kind.startswith("A Lesson"):
         prompt = prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT, "class_prompt", tok,
                               model.config.n_ctx, height=70)
         k = st.selectbox("Step", range(LS.N_STEPS), format_func=lambda i: f"{i + 1}. {LS.STEPS[i].title}",
@@ -170,7 +182,8 @@ def teacher():
         if prompt.empty or len(prompt.ids) < 4:
             st.info(f"Type a prompt of at least four {tok.units}.")
         else:
-            made = lesson_round(step, lesson_context(entry, model, tok, prompt.ids), entry.name, prompt.text)
+            made = lesson_round(step, lesson_context(entry, model, tok, prompt.ids), entry.name, prompt.text,
+                                model_key(entry))
             if isinstance(made, str):
                 st.info(f"Not as a class question: {made}.")
             else:
@@ -187,39 +200,36 @@ def teacher():
         elif lines.strip():
             st.caption(f"{len(choices)} distinct choices: a question needs 2 to {MAX_OWN_CHOICES}, each different.")
     if st.button("Open this question (vote 1)", key="class_open", disabled=new is None, type="primary"):
-        try:
-            rid = store.open_round(code, secret, *new)
-            st.session_state["class_round_step"] = (rid, new[2].get("step"), entry.name, new[2].get("prompt"))
+        if _act(store.open_round, code, secret, *new):
             st.rerun()
-        except ClassError as e:
-            st.error(f"Not opened: {e}.")
 
-    if info["round"] is None:
+    if info["round"] is not None:
+        st.divider()
+        rid = info["round"]
+        st.subheader(f"Round {rid}: {info['question']}")
+        counts_now(code, secret, rid)
+        b1, b2, b3 = st.columns(3)
+        if b1.button("Show votes", key="class_show", disabled=info["shown"]):
+            if _act(store.show_votes, code, secret, rid):
+                st.rerun()
+        if b2.button("Discuss and vote again", key="class_phase2", disabled=info["phase"] == 2 or info["revealed"]):
+            if _act(store.set_phase, code, secret, rid, 2):
+                st.rerun()
+        if b3.button("Run the model", key="class_reveal", disabled=info["revealed"], type="primary"):
+            if reveal(code, secret, info, entry, model, tok):
+                st.rerun()
+        if info["revealed"]:
+            try:
+                counts = {p: store.tally(code, secret, rid, p) for p in (1, 2)}
+                st.markdown(summary_words(info["choices"], counts, info["answer"]))
+                if info["words"]:
+                    st.caption(info["words"])
+                shift_table(code, secret, rid, info["choices"])
+            except (ClassError, PermissionError) as e:
+                st.error(f"{e}.")
         csv_download(code, secret)
-        return
-    st.divider()
-    rid = info["round"]
-    st.subheader(f"Round {rid}: {info['question']}")
-    counts_now(code, secret, rid)
-    b1, b2, b3 = st.columns(3)
-    if b1.button("Show votes", key="class_show", disabled=info["shown"]):
-        store.show_votes(code, secret, rid)
-        st.rerun()
-    if b2.button("Discuss and vote again", key="class_phase2", disabled=info["phase"] == 2 or info["revealed"]):
-        store.set_phase(code, secret, rid, 2)
-        st.rerun()
-    if b3.button("Run the model", key="class_reveal", disabled=info["revealed"], type="primary"):
-        if reveal(code, secret, info, entry, model, tok):
-            st.rerun()
-    if info["revealed"]:
-        counts = {p: store.tally(code, secret, rid, p) for p in (1, 2)}
-        st.markdown(summary_words(info["choices"], counts, info["answer"]))
-        if info["words"]:
-            st.caption(info["words"])
-        shift_table(code, secret, rid, info["choices"])
-    csv_download(code, secret)
     if st.button("End the class", key="class_end"):
-        store.close(code, secret)
+        _act(store.close, code, secret)
         del st.session_state[TEACHER]
         st.rerun()
 
@@ -227,32 +237,40 @@ def teacher():
 def counts_now(code, secret, rid):
     @st.fragment(run_every=REFRESH_S)
     def live():
-        info = store.round_info(code, rid)
-        counts = {p: store.tally(code, secret, rid, p) for p in (1, 2)}
+        try:
+            info = store.round_info(code, rid)
+            counts = {p: store.tally(code, secret, rid, p) for p in (1, 2)}
+        except (ClassError, PermissionError) as e:
+            st.error(f"{e}.")
+            return
         st.markdown(f"**{info['votes'][1]}** voted the first time, **{info['votes'][2]}** the second. "
                     + ("" if info["shown"] else "What they chose stays hidden, here and on the projector, until "
                        "*Show votes*."))
         if info["shown"]:
-            shared_chart(vote_figure(counts, info["choices"], info["answer"] if info["revealed"] else None),
+            shown = counts if info["phase"] == 2 else {1: counts[1]}
+            shared_chart(vote_figure(shown, info["choices"], info["answer"] if info["revealed"] else None),
                          width="stretch", theme=None, key="class_teacher_votes")
     live()
 
 
-def reveal(code, secret, info, entry, model, tok):
-    """The live model's answer to a Lesson step on the prompt the round was opened with (the teacher's model);
-    a question of the teacher's own has no model answer to compute: the page reveals the votes only."""
+def reveal(code, secret, info, entry, model, tok) -> bool:
+    """The live model's answer to a Lesson step, on the weights and prompt ids the round was opened with; a question of
+    the teacher's own has no model answer to compute: the page reveals the votes only."""
     meta = info["meta"] or {}
     answer, words = None, "Your own question: the class's votes, with no model answer."
     if meta.get("kind") == "lesson":
-        if meta.get("model") != entry.name:
-            st.error(f"This round was asked of {meta.get('model')}; pick it in the sidebar to run it.")
+        if model is None or model_key(entry) != meta.get("model_id"):
+            st.error(f"This round was asked of {meta.get('model')} as it was then; pick that model (and training step) "
+                     "in the sidebar to run it.")
             return False
-        ids = tok.encode(meta.get("prompt", ""))
-        with st.spinner("The model answers ..."):
-            answer, words = lesson_answer(LS.STEP[meta["step"]], lesson_context(entry, model, tok, ids),
-                                          info["choices"])
-    store.reveal(code, secret, info["round"], answer, words)
-    return True
+        try:
+            with st.spinner("The model answers ..."):
+                answer, words = lesson_answer(LS.STEP[meta["step"]], lesson_context(entry, model, tok, meta["ids"]),
+                                              info["choices"])
+        except ClassError as e:
+            st.error(f"{e}.")
+            return False
+    return _act(store.reveal, code, secret, info["round"], answer, words)
 
 
 {"teacher": teacher, "student": lambda: student(code), "projector": lambda: projector(code)}[role]()

@@ -2,6 +2,7 @@
 redis-server started here on a free port of 127.0.0.1 (skipped, with the reason, where none can start). Votes from
 several processes at once, a repeated vote counted once, the secret, the phases, expiry and every limit."""
 import multiprocessing as mp
+import sqlite3
 import shutil
 import socket
 import subprocess
@@ -92,6 +93,7 @@ def test_a_round_from_start_to_reveal(make):
     with pytest.raises(C.ClassError, match="vote 2 has not opened"):
         s.vote(code, rid, "a", "L2 H2", 2)
     s.set_phase(code, secret, rid, 2)
+    assert s.round_info(code)["counts"] is None  # vote 2 is not shown live while the room votes again
     with pytest.raises(C.ClassError, match="closed"):
         s.vote(code, rid, "d", "L2 H2", 1)  # vote 1 ended when vote 2 opened
     for voter, choice in [("a", "L2 H2"), ("b", "L2 H2"), ("c", "L1 H1")]:
@@ -268,6 +270,36 @@ def test_votes_from_several_processes_at_once_are_all_counted_once(make, tmp_pat
     want = Counter(CHOICES[(i + 1) % len(CHOICES)] for k in range(4) for i in range(100 * k, 100 * k + 60))
     assert s.tally(code, secret, rid, 1) == {c: want[c] for c in CHOICES}
     assert s.round_info(code)["votes"][1] == 240
+
+
+def test_redis_keys_expire_with_their_class(redis_url):
+    """Every key of a class carries an expiry no later than the class's own (real Redis time, not a test clock), and a
+    reader never sees a round count without its round."""
+    import redis
+
+    s = C.RedisStore(redis_url, C.ClassLimits(ttl_s=30))
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    code, secret = s.create_class()
+    rid = s.open_round(code, secret, "q", ("yes", "no"))
+    s.vote(code, rid, "a", "yes", 1)
+    s.show_votes(code, secret, rid)
+    keys = r.keys(C.RedisStore.PREFIX + code + "*")
+    assert len(keys) >= 4 and all(0 < r.ttl(k) <= 31 for k in keys), {k: r.ttl(k) for k in keys}
+    r.delete(s._k(code, "r", rid))  # the round's key gone (expired): writes to it are refused, none recreates it
+    with pytest.raises(C.ClassError, match="no round"):
+        s.show_votes(code, secret, rid)
+    assert not r.exists(s._k(code, "r", rid))
+
+
+def test_a_store_that_cannot_be_reached_is_a_class_error(tmp_path):
+    pytest.importorskip("redis")
+    s = C.RedisStore("redis://127.0.0.1:1/0")  # nothing listens on port 1
+    with pytest.raises(C.ClassError, match="cannot be reached"):
+        s.create_class()
+    bad = tmp_path / "folder-not-file"
+    bad.mkdir()
+    with pytest.raises((C.ClassError, sqlite3.Error, OSError)):
+        C.SqliteStore(bad)
 
 
 def test_store_from_env_picks_the_backend(tmp_path, monkeypatch):

@@ -81,8 +81,9 @@ def test_a_full_round_with_a_teacher_and_two_students(open_page, store_path):
     from core.analysis.induction import head_scores
     ctx = LS.Context(model, tok, tuple(tok.encode(PROMPT)), head_scores(model, tokenizer=tok))
     q = LS.question(LS.STEP["off"], ctx)
-    grade, _ = LS.answer(LS.STEP["off"], q, LS.STEP["off"].measure(ctx, q), "up")
-    assert info["revealed"] and info["answer"] == grade.answer == "up"
+    m = LS.STEP["off"].measure(ctx, q)
+    right = [c for c in q.choices if LS.STEP["off"].grade(q, m, c).correct is True]  # what the Lesson marks right
+    assert info["revealed"] and [info["answer"]] == right == ["up"]
     text = words(teacher)
     assert "The model's answer: **up**" in text and "right the first time: 50% of 2" in text
     assert "the second time: 100% of 2" in text
@@ -153,3 +154,44 @@ def test_a_heads_question_names_the_head_the_lesson_grades_right():
     table = LS.head_patching(model, list(q.data["clean"]), list(q.data["corrupt"]))
     best = max(q.choices, key=lambda p: float(table["table"][p]))
     assert answer == labels[list(q.choices).index(best)] and answer in words
+
+
+def test_a_close_call_or_a_yes_no_step_reveals_what_the_lesson_marks():
+    """The mask step's answer is a yes/no the Lesson grades (not a label to look up); a step the Lesson calls too close
+    reveals no single answer rather than a tick on one choice."""
+    from core.analysis.induction import head_scores
+    from ui.classroom import lesson_answer, lesson_round
+
+    model, tok = load_checkpoint(SHIPPED)
+    ctx = LS.Context(model, tok, tuple(tok.encode(PROMPT)), head_scores(model, tokenizer=tok))
+    step = LS.STEP["mask"]
+    _, labels, _ = lesson_round(step, ctx, "shakespeare-char", PROMPT)
+    q = LS.question(step, ctx)
+    m = step.measure(ctx, q)
+    right = [labels[i] for i, c in enumerate(q.choices) if step.grade(q, m, c).correct is True]
+    answer, _ = lesson_answer(step, ctx, labels)
+    assert [answer] == right  # one choice marked right, and it is the one revealed
+
+    class CloseCall:  # the same step whose grading calls every guess too close
+        def __getattr__(self, name):
+            return getattr(step, name)
+
+        def grade(self, q, m, guess):
+            return LS.Grade(None, q.choices[0], "too close to call", call="too close")
+
+    answer, words = lesson_answer(CloseCall(), ctx, labels)
+    assert answer is None and "too close" in words
+
+
+def test_a_forged_teacher_session_is_refused_in_words_and_changes_nothing(open_page, store_path):
+    """A session that holds a class's code with a guessed secret (what a crafted message could at most put there) gets
+    a refusal in words for every control, and the round does not move."""
+    store = C.SqliteStore(store_path)
+    code, secret = store.create_class()
+    rid = store.open_round(code, secret, "q", ("yes", "no"))
+    at = open_page(PAGE, state={"class_teacher": (code, "guessed-secret")})
+    for key in ("class_show", "class_phase2", "class_reveal"):
+        at.button(key=key).click().run()
+        assert not at.exception and any("only the teacher" in e.value for e in at.error), key
+    info = store.round_info(code, rid)
+    assert info["phase"] == 1 and not info["shown"] and not info["revealed"]

@@ -38,8 +38,9 @@ def voter_id() -> str:
     return st.session_state.setdefault(VOTER, secrets.token_hex(8))
 
 
-def lesson_round(step, ctx, model_name: str, prompt: str) -> tuple[str, tuple, dict] | str:
-    """(question, choice labels, meta) of Lesson ``step`` asked of ``ctx``, or why it cannot be a class question."""
+def lesson_round(step, ctx, model_name: str, prompt: str, model_id: str = "") -> tuple[str, tuple, dict] | str:
+    """(question, choice labels, meta) of Lesson ``step`` asked of ``ctx``, or why it cannot be a class question.
+    ``model_id``: the weights' key (ui.model_key), so that the answer is measured on the same weights."""
     q = LS.question(step, ctx)
     if q.blocked:
         return q.blocked
@@ -49,19 +50,25 @@ def lesson_round(step, ctx, model_name: str, prompt: str) -> tuple[str, tuple, d
                 "question")
     labels = tuple(str(x) for x in q.labels)
     meta = {"kind": "lesson", "step": step.key, "title": step.title, "text": q.text, "latex": q.latex or "",
-            "shows": [list(x) for x in q.shows], "model": model_name, "prompt": prompt}
+            "shows": [list(x) for x in q.shows], "model": model_name, "model_id": model_id, "prompt": prompt,
+            "ids": list(ctx.ids)}
     return q.ask, labels, meta
 
 
 def lesson_answer(step, ctx, labels) -> tuple[str | None, str]:
-    """The live model's answer to ``step`` on ``ctx``: (the label of its choice, or None when it gives no single one;
-    its numbers in words)."""
+    """The live model's answer to ``step`` on ``ctx``: (the label of the one choice the Lesson marks right, or None
+    when it marks none or several, as on a close call; its numbers in words). Measured once, every choice graded."""
     q = LS.question(step, ctx)
-    grade, shown = LS.answer(step, q, step.measure(ctx, q), q.choices[0])
-    if grade.answer is None or grade.answer not in q.choices:
-        return None, " ".join(x for x in (grade.why, shown.words) if x) or "The model gives no single answer here."
-    label = labels[list(q.choices).index(grade.answer)]
-    return label, " ".join(x for x in (shown.words, f"({grade.why})" if grade.why else "") if x)
+    if tuple(str(x) for x in q.labels) != tuple(labels):
+        raise ClassError("the question asked of the model is no longer the one the class voted on")
+    m = step.measure(ctx, q)
+    right = [c for c in q.choices if step.grade(q, m, c).correct is True]
+    pick = right[0] if len(right) == 1 else q.choices[0]
+    grade, shown = LS.answer(step, q, m, pick)
+    words = " ".join(x for x in (shown.words, f"({grade.why})" if grade.why else "") if x)
+    if len(right) != 1:
+        return None, words or "The model gives no single answer here."
+    return labels[list(q.choices).index(right[0])], words
 
 
 def show_question(info: dict, large: bool = False):
@@ -120,6 +127,9 @@ def join_code_box(key: str):
 
 
 def csv_download(code: str, secret: str):
+    """The rounds as CSV, built only when asked for (a class may hold 100 rounds)."""
+    if not st.button("Prepare the rounds as CSV", key="class_csv_make"):
+        return
     rows = class_store().rounds(code, secret)
     st.download_button("Download the rounds (CSV)", rounds_csv(rows), file_name=f"class-{code}.csv", mime="text/csv",
                        key="class_csv", disabled=not rows)

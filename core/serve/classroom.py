@@ -63,8 +63,7 @@ def normalize_code(code) -> str:
     """What a student typed, as a code: upper case, spaces and dashes dropped; a ClassError if it cannot be one."""
     c = "".join(str(code or "").split()).replace("-", "").upper()
     if len(c) != CODE_LEN or any(ch not in CODE_ALPHABET for ch in c):
-        raise ClassError(f"a class code is {CODE_LEN} letters and digits, such as {'K7M2' + 'QX9P'}; "
-                         f"{str(code)[:20]!r} is not one")
+        raise ClassError(f"a class code is {CODE_LEN} letters and digits, such as K7M2 QX9P; that is not one")
     return c
 
 
@@ -208,10 +207,15 @@ class SqliteStore(ClassStore):
         db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed vote survives the process being killed
         return db
 
-    def _tx(self, fn):
-        db = self._db()
+    def _tx(self, fn, write: bool = True):
+        """``fn(db)`` in one transaction: IMMEDIATE for a write (the writers queue, so a check and its write are one
+        step), a plain deferred one for a read (readers never wait for the write lock under WAL)."""
         try:
-            db.execute("BEGIN IMMEDIATE")
+            db = self._db()
+        except sqlite3.Error as e:
+            raise ClassError(f"the class store cannot be opened ({e})") from None
+        try:
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 out = fn(db)
             except BaseException:
@@ -219,6 +223,8 @@ class SqliteStore(ClassStore):
                 raise
             db.execute("COMMIT")
             return out
+        except sqlite3.Error as e:
+            raise ClassError(f"the class store could not be read or written ({e}); try again") from None
         finally:
             db.close()
 
@@ -293,7 +299,8 @@ class SqliteStore(ClassStore):
                 raise ClassError("this round's answer is shown; open a new round")
             if phase < rd["phase"]:
                 raise ClassError("vote 1 cannot open again once vote 2 has")
-            self._set(db, c, round_id, phase=phase)
+            # the counts shown of vote 1 must not show vote 2 live while the room votes again: shown again on request
+            self._set(db, c, round_id, phase=phase, shown=int(rd["shown"] and phase == rd["phase"]))
         self._tx(do)
 
     def show_votes(self, code, secret, round_id):
@@ -340,7 +347,7 @@ class SqliteStore(ClassStore):
         def do(db):
             c = self._class(db, code, secret)
             return _counts(self._round(db, c, round_id)["choices"], self._votes(db, c, round_id, phase))
-        return self._tx(do)
+        return self._tx(do, write=False)
 
     def reveal(self, code, secret, round_id, answer, words=""):
         def do(db):
@@ -368,7 +375,7 @@ class SqliteStore(ClassStore):
             v1, v2 = (self._votes(db, c, rid, p) for p in (1, 2))
             return _info(c, rid, rd, len(v1), len(v2),
                          lambda: {1: _counts(rd["choices"], v1), 2: _counts(rd["choices"], v2)})
-        return self._tx(do)
+        return self._tx(do, write=False)
 
     def shift(self, code, secret, round_id):
         def do(db):
@@ -381,7 +388,7 @@ class SqliteStore(ClassStore):
             for pair in rows:
                 out[tuple(pair)] = out.get(tuple(pair), 0) + 1
             return out
-        return self._tx(do)
+        return self._tx(do, write=False)
 
     def rounds(self, code, secret):
         def do(db):
@@ -395,7 +402,7 @@ class SqliteStore(ClassStore):
                             "vote1": _counts(rd["choices"], self._votes(db, c, rid, 1)),
                             "vote2": _counts(rd["choices"], self._votes(db, c, rid, 2))})
             return out
-        return self._tx(do)
+        return self._tx(do, write=False)
 
 
 _VOTE_LUA = """
@@ -430,6 +437,48 @@ return 'ok'
 """
 
 
+_CREATE_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'secret', ARGV[1], 'created', ARGV[2], 'active', ARGV[2], 'closed', 0, 'rounds', 0)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# a new round in one step: the count and the round's fields together, so no reader sees a count without its round
+_OPEN_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
+local n = tonumber(redis.call('HGET', KEYS[1], 'rounds') or '0')
+if n >= tonumber(ARGV[1]) then return -1 end
+local key = KEYS[2] .. tostring(n + 1)
+redis.call('HSET', key, 'question', ARGV[2], 'choices', ARGV[3], 'meta', ARGV[4], 'phase', 1, 'shown', 0,
+           'revealed', 0, 'answer', 'null', 'words', '')
+redis.call('HSET', KEYS[1], 'rounds', n + 1, 'active', ARGV[5])
+return n + 1
+"""
+
+# a round's fields written only while the round exists: an HSET on an expired key would make one with no expiry
+_SET_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+
+def _guarded(fn):
+    """A RedisStore method whose connection errors reach the page as a ClassError in words."""
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        import redis
+
+        try:
+            return fn(*args, **kwargs)
+        except redis.exceptions.RedisError as e:
+            raise ClassError(f"the class store (Redis) cannot be reached ({type(e).__name__}); try again") from None
+    return call
+
+
 class RedisStore(ClassStore):
     """The store for replicas on several machines: one Redis (``redis://host:6379/0``). A vote is one Lua script (the
     class, round, phase, choice and limits checked and the vote written in one step, as SQLite's transaction does);
@@ -443,6 +492,11 @@ class RedisStore(ClassStore):
         self.url, self.limits, self.clock = url, limits, clock
         self.r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=10)
         self._vote = self.r.register_script(_VOTE_LUA)
+        self._create, self._open = self.r.register_script(_CREATE_LUA), self.r.register_script(_OPEN_LUA)
+        self._set = self.r.register_script(_SET_LUA)
+        for name in ("create_class", "open_round", "set_phase", "show_votes", "vote", "tally", "reveal", "close",
+                     "round_info", "shift", "rounds"):
+            setattr(self, name, _guarded(getattr(self, name)))
 
     def _k(self, code, *parts) -> str:
         return self.PREFIX + ":".join([code, *map(str, parts)])
@@ -451,7 +505,7 @@ class RedisStore(ClassStore):
         code = normalize_code(code)
         row = self.r.hmget(self._k(code), "secret", "active", "closed")
         now = self.clock() if now is None else now
-        if row[0] is None or float(row[1]) < now - self.limits.ttl_s:
+        if row[0] is None or row[1] is None or float(row[1]) < now - self.limits.ttl_s:
             raise ClassError(f"no class {code} is running (it may have ended or expired)")
         if secret is not None and not hmac.compare_digest(row[0], _hash(str(secret))):
             raise PermissionError("only the teacher who started this class can do that")
@@ -468,6 +522,11 @@ class RedisStore(ClassStore):
                 "phase": int(row[3]), "shown": row[4] == "1", "revealed": row[5] == "1",
                 "answer": json.loads(row[6]), "words": row[7]}
 
+    def _hset_live(self, c, round_id, **fields):
+        args = [x for k, v in fields.items() for x in (k, v)]
+        if not self._set(keys=[self._k(c, "r", int(round_id))], args=args):
+            raise ClassError(f"class {c} has no round {round_id} any more (it may have expired)")
+
     def _keys(self, c):
         n = int(self.r.hget(self._k(c), "rounds") or 0)
         ks = [self._k(c), self._k(c, "voters")]
@@ -482,12 +541,10 @@ class RedisStore(ClassStore):
         n = self.r.zcard(live)
         if n >= self.limits.classes:
             raise ClassError(f"this server runs {n} classes, its limit; try again when one has ended")
-        while True:
+        while True:  # 2**40 codes: a collision is rare; the script writes the class only where none is
             code, secret = new_code(), secrets.token_urlsafe(24)
-            if self.r.hsetnx(self._k(code), "secret", _hash(secret)):  # 2**40 codes: a collision is rare
+            if self._create(keys=[self._k(code)], args=[_hash(secret), now, int(self.limits.ttl_s) + 1]):
                 break
-        self.r.hset(self._k(code), mapping={"created": now, "active": now, "closed": 0, "rounds": 0})
-        self.r.expire(self._k(code), int(self.limits.ttl_s) + 1)
         self.r.zadd(live, {code: now})
         return code, secret
 
@@ -496,13 +553,11 @@ class RedisStore(ClassStore):
         m = check_meta(meta)
         now = self.clock()
         c = self._class(code, secret, now)
-        rid = self.r.hincrby(self._k(c), "rounds", 1)  # atomic: two tabs of the teacher get two rounds
-        if rid > self.limits.rounds:
-            self.r.hincrby(self._k(c), "rounds", -1)
+        rid = self._open(keys=[self._k(c), self._k(c, "r", "")], args=[self.limits.rounds, q, json.dumps(cs), m, now])
+        if rid == -1:
             raise ClassError(f"a class holds at most {self.limits.rounds} rounds; start a new class")
-        self.r.hset(self._k(c, "r", rid), mapping={"question": q, "choices": json.dumps(cs), "meta": m, "phase": 1,
-                                                   "shown": 0, "revealed": 0, "answer": "null", "words": ""})
-        self.r.hset(self._k(c), "active", now)
+        if rid < 0:
+            raise ClassError(f"no class {c} is running (it may have ended or expired)")
         self.r.zadd(self.PREFIX + "live", {c: now})
         with self.r.pipeline() as p:  # relative, counted on this store's clock (a test's clock need not be Redis's)
             for k in self._keys(c):
@@ -518,12 +573,12 @@ class RedisStore(ClassStore):
             raise ClassError("this round's answer is shown; open a new round")
         if phase < rd["phase"]:
             raise ClassError("vote 1 cannot open again once vote 2 has")
-        self.r.hset(self._k(c, "r", int(round_id)), "phase", phase)
+        self._hset_live(c, round_id, phase=phase, shown=int(rd["shown"] and phase == rd["phase"]))
 
     def show_votes(self, code, secret, round_id):
         c = self._class(code, secret)
         self._round(c, round_id)
-        self.r.hset(self._k(c, "r", int(round_id)), "shown", 1)
+        self._hset_live(c, round_id, shown=1)
 
     def vote(self, code, round_id, voter, choice, phase):
         voter, phase = _check_voter(voter), _check_phase(phase)
@@ -548,12 +603,11 @@ class RedisStore(ClassStore):
         c = self._class(code, secret)
         if answer is not None and answer not in self._round(c, round_id)["choices"]:
             raise ClassError("the answer must be one of the round's choices")
-        self.r.hset(self._k(c, "r", int(round_id)), mapping={"revealed": 1, "answer": json.dumps(answer),
-                                                             "words": str(words)[:MAX_TEXT]})
+        self._hset_live(c, round_id, revealed=1, answer=json.dumps(answer), words=str(words)[:MAX_TEXT])
 
     def close(self, code, secret):
         c = self._class(code, secret)
-        self.r.hset(self._k(c), "closed", 1)
+        self._set(keys=[self._k(c)], args=["closed", 1])  # only while the class's key lives (it keeps its expiry)
         self.r.zrem(self.PREFIX + "live", c)
 
     def round_info(self, code, round_id=None):
