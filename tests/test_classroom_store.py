@@ -212,15 +212,30 @@ def test_a_class_expires_twelve_hours_after_its_last_round(make):
     clock = Clock()
     s = make(clock=clock)
     code, secret = s.create_class()
-    clock.t += 11 * 3600
+    clock.t += 50 * 60
     rid = s.open_round(code, secret, "q", ("yes", "no"))  # the last round: the clock starts again here
     clock.t += 11 * 3600
-    s.vote(code, rid, "a", "yes", 1)  # 22 h after the class began, 11 h after its last round: still on
+    s.vote(code, rid, "a", "yes", 1)  # 11 h after its last round: still on
     clock.t += 1.5 * 3600
     with pytest.raises(C.ClassError, match="no class"):
         s.vote(code, rid, "b", "yes", 1)
     with pytest.raises(C.ClassError, match="no class"):
         s.tally(code, secret, rid, 1)
+
+
+def test_a_class_with_no_round_expires_after_an_hour_and_frees_its_place(make):
+    clock = Clock()
+    s = make(C.ClassLimits(classes=1), clock)
+    code, secret = s.create_class()
+    clock.t += 50 * 60
+    assert s.round_info(code)["round"] is None  # 50 minutes: still there
+    clock.t += 11 * 60
+    with pytest.raises(C.ClassError, match="no class"):
+        s.round_info(code)
+    if make.backend == "redis":  # the key's own expiry is real time; the test clock moved on without it
+        import redis
+        redis.Redis.from_url(s.url).delete(C.RedisStore.PREFIX + code)
+    s.create_class()  # the idle class no longer counts against the limit
 
 
 def test_the_limits_each_say_what_they_are(make):

@@ -88,7 +88,8 @@ def test_a_full_round_with_a_teacher_and_two_students(open_page, store_path):
     assert "The model's answer: **up**" in text and "right the first time: 50% of 2" in text
     assert "the second time: 100% of 2" in text
     shift = teacher.dataframe[0].value
-    assert shift.loc[shift["vote 1"] == "down", "up"].item() == 1 and shift.loc[shift["vote 1"] == "up", "up"].item() == 1
+    row = C.SHIFT_ROW
+    assert shift.loc[shift[row] == "down", "up"].item() == 1 and shift.loc[shift[row] == "up", "up"].item() == 1
     for at in (a, b):
         at.run()
         assert "The model's answer: **up**" in words(at)

@@ -49,6 +49,7 @@ class ClassLimits:
     rounds: int = 100             # rounds per class
     votes_per_second: float = 4   # per voter and class: a burst above it is refused
     ttl_s: float = 12 * 3600      # a class expires this long after its last round opened
+    idle_s: float = 3600          # ... and a class with no round yet this long after it was started (a tab left open)
 
 
 def _hash(secret: str) -> str:
@@ -229,16 +230,19 @@ class SqliteStore(ClassStore):
             db.close()
 
     def _purge(self, db, now):
-        old = [r[0] for r in db.execute("SELECT code FROM classes WHERE active < ?", (now - self.limits.ttl_s,))]
+        old = [r[0] for r in db.execute(
+            "SELECT code FROM classes c WHERE active < ? OR (active < ? AND NOT EXISTS "
+            "(SELECT 1 FROM rounds r WHERE r.code = c.code))", (now - self.limits.ttl_s, now - self.limits.idle_s))]
         for code in old:
             for table in ("votes", "voters", "rounds", "classes"):
                 db.execute(f"DELETE FROM {table} WHERE code = ?", (code,))
 
     def _class(self, db, code, secret=None, now=None):
         code = normalize_code(code)
-        row = db.execute("SELECT secret, active, closed FROM classes WHERE code = ?", (code,)).fetchone()
+        row = db.execute("SELECT secret, active, closed, (SELECT COUNT(*) FROM rounds r WHERE r.code = classes.code) "
+                         "FROM classes WHERE code = ?", (code,)).fetchone()
         now = self.clock() if now is None else now
-        if row is None or row[1] < now - self.limits.ttl_s:
+        if row is None or row[1] < now - (self.limits.ttl_s if row[3] else self.limits.idle_s):
             raise ClassError(f"no class {code} is running (it may have ended or expired)")
         if secret is not None and not hmac.compare_digest(row[0], _hash(str(secret))):
             raise PermissionError("only the teacher who started this class can do that")
@@ -503,9 +507,10 @@ class RedisStore(ClassStore):
 
     def _class(self, code, secret=None, now=None):
         code = normalize_code(code)
-        row = self.r.hmget(self._k(code), "secret", "active", "closed")
+        row = self.r.hmget(self._k(code), "secret", "active", "closed", "rounds")
         now = self.clock() if now is None else now
-        if row[0] is None or row[1] is None or float(row[1]) < now - self.limits.ttl_s:
+        if row[0] is None or row[1] is None or float(row[1]) < now - (
+                self.limits.ttl_s if int(row[3] or 0) else self.limits.idle_s):
             raise ClassError(f"no class {code} is running (it may have ended or expired)")
         if secret is not None and not hmac.compare_digest(row[0], _hash(str(secret))):
             raise PermissionError("only the teacher who started this class can do that")
@@ -538,12 +543,15 @@ class RedisStore(ClassStore):
         now = self.clock()
         live = self.PREFIX + "live"
         self.r.zremrangebyscore(live, "-inf", now - self.limits.ttl_s)
+        for old in self.r.zrangebyscore(live, "-inf", now - self.limits.idle_s):  # idle: its key may have expired
+            if not self.r.exists(self._k(old)):
+                self.r.zrem(live, old)
         n = self.r.zcard(live)
         if n >= self.limits.classes:
             raise ClassError(f"this server runs {n} classes, its limit; try again when one has ended")
         while True:  # 2**40 codes: a collision is rare; the script writes the class only where none is
             code, secret = new_code(), secrets.token_urlsafe(24)
-            if self._create(keys=[self._k(code)], args=[_hash(secret), now, int(self.limits.ttl_s) + 1]):
+            if self._create(keys=[self._k(code)], args=[_hash(secret), now, int(self.limits.idle_s) + 1]):
                 break
         self.r.zadd(live, {code: now})
         return code, secret
@@ -666,9 +674,12 @@ def round_summary(choices, vote1: dict, vote2: dict, answer) -> dict:
     return {"n1": n1, "n2": n2, "right1": share(vote1, n1), "right2": share(vote2, n2)}
 
 
+SHIFT_ROW = "vote 1 ↓ · vote 2 →"  # the row labels' column: a name no choice of 2 to 200 plain characters is likely to take
+
+
 def shift_rows(choices, shift: dict) -> list[dict]:
     """The shift between the votes as rows (one per vote-1 choice, a column per vote-2 choice): a 2-D table."""
-    return [{"vote 1": a, **{b: shift.get((a, b), 0) for b in choices}} for a in choices]
+    return [{SHIFT_ROW: a, **{b: shift.get((a, b), 0) for b in choices}} for a in choices]
 
 
 CSV_FIELDS = ("round", "question", "kind", "model", "prompt", "choice", "vote 1", "vote 2", "model's answer")
