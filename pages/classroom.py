@@ -3,7 +3,7 @@ import streamlit as st
 from core import lesson as LS
 from core.serve.classroom import ClassError, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input, shared_chart
-from ui.classroom import (JOINED, MAX_OWN_CHOICES, REFRESH_S, TEACHER, class_store, csv_download, join_code_box,
+from ui.classroom import (JOINED, current_round, MAX_OWN_CHOICES, REFRESH_S, TEACHER, class_store, csv_download, join_code_box,
                           lesson_answer, lesson_round, show_question, shift_table, summary_words, vote_figure, voter_id)
 from ui.lesson_context import lesson_context
 
@@ -62,14 +62,8 @@ else:
 def projector(code: str):
     @st.fragment(run_every=REFRESH_S)
     def live():
-        try:
-            info = store.round_info(code)
-        except ClassError as e:
-            st.info(f"{e}.")
-            return
-        st.markdown(f"## Class code: `{code}`")
-        if info["round"] is None:
-            st.info("Waiting for the teacher's first question ...")
+        info = current_round(code, lambda: st.markdown(f"## Class code: `{code}`"))
+        if info is None:
             return
         show_question(info, large=True)
         st.markdown("  ·  ".join(f"**{c}**" for c in info["choices"]))
@@ -98,14 +92,8 @@ def student(code: str):
 
     @st.fragment(run_every=REFRESH_S)
     def live():
-        try:
-            info = store.round_info(code)
-        except ClassError as e:
-            st.info(f"{e}.")
-            return
-        st.caption(f"Class {code}")
-        if info["round"] is None:
-            st.info("Waiting for the teacher's first question ...")
+        info = current_round(code, lambda: st.caption(f"Class {code}"))
+        if info is None:
             return
         show_question(info)
         mine = st.session_state.setdefault("class_my_votes", {})  # (code, round, phase) -> choice, as recorded

@@ -71,6 +71,21 @@ def lesson_answer(step, ctx, labels) -> tuple[str | None, str]:
     return labels[list(q.choices).index(right[0])], words
 
 
+def current_round(code: str, header) -> dict | None:
+    """The class's latest round as any participant may see it, after ``header()``; None (with the reason shown) when
+    the class is gone or has no round yet."""
+    try:
+        info = class_store().round_info(code)
+    except ClassError as e:
+        st.info(f"{e}.")
+        return None
+    header()
+    if info["round"] is None:
+        st.info("Waiting for the teacher's first question ...")
+        return None
+    return info
+
+
 def show_question(info: dict, large: bool = False):
     """A round's question as every participant sees it: a Lesson step's text, formula and prompt, then the ask."""
     meta = info.get("meta") or {}
