@@ -1,0 +1,196 @@
+"""The class store's rules, shared by both backends (core.serve.classroom names the whole): what a code, a round, a
+choice and a vote may be, the limits, the interface every backend implements, and what a round comes to (shares right,
+the shift between votes, the CSV)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+
+STORE_ENV = "TE_CLASS_STORE"
+CODE_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"  # 32 symbols, no 0/O or 1/I: read off a projector
+CODE_LEN = 8                                          # 32**8 = 2**40 codes
+MIN_CHOICES, MAX_CHOICES = 2, 12  # a Lesson step may name up to 12 (8 heads, say); the page asks 2-6 of its own
+MAX_TEXT = 2000                                       # a question's characters; a choice's: MAX_CHOICE
+MAX_CHOICE = 200
+MAX_VOTER = 64
+
+
+class ClassError(ValueError):
+    """A refusal in words (unknown or expired class, a limit, a choice that is not the round's, a closed phase)."""
+
+
+@dataclass(frozen=True)
+class ClassLimits:
+    classes: int = 200            # open classes per server (store)
+    students: int = 500           # distinct voters per class
+    rounds: int = 100             # rounds per class
+    votes_per_second: float = 4   # per voter and class: a burst above it is refused
+    ttl_s: float = 12 * 3600      # a class expires this long after its last round opened
+    idle_s: float = 3600          # ... and a class with no round yet this long after it was started (a tab left open)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LEN))
+
+
+def normalize_code(code) -> str:
+    """What a student typed, as a code: upper case, spaces and dashes dropped; a ClassError if it cannot be one."""
+    c = "".join(str(code or "").split()).replace("-", "").upper()
+    if len(c) != CODE_LEN or any(ch not in CODE_ALPHABET for ch in c):
+        raise ClassError(f"a class code is {CODE_LEN} letters and digits, such as K7M2 QX9P; that is not one")
+    return c
+
+
+def check_round(question, choices) -> tuple[str, tuple[str, ...]]:
+    """A round's question and its 2-12 distinct, non-empty choices, or a ClassError that says what is wrong."""
+    q = str(question or "").strip()
+    if not q:
+        raise ClassError("a round needs a question")
+    if len(q) > MAX_TEXT:
+        raise ClassError(f"the question is {len(q):,} characters; at most {MAX_TEXT:,}")
+    cs = tuple(str(c).strip() for c in (choices or ()))
+    if not MIN_CHOICES <= len(cs) <= MAX_CHOICES:
+        raise ClassError(f"a round has {MIN_CHOICES} to {MAX_CHOICES} choices (got {len(cs)})")
+    if any(not c for c in cs) or len(set(cs)) != len(cs):
+        raise ClassError("each choice must be written and differ from the others")
+    if any(len(c) > MAX_CHOICE for c in cs):
+        raise ClassError(f"a choice is at most {MAX_CHOICE} characters")
+    return q, cs
+
+
+def check_voter(voter) -> str:
+    v = str(voter or "")
+    if not v or len(v) > MAX_VOTER:
+        raise ClassError(f"a voter is named by 1 to {MAX_VOTER} characters")
+    return v
+
+
+def check_phase(phase) -> int:
+    if phase not in (1, 2) or isinstance(phase, bool):
+        raise ClassError(f"a vote is in phase 1 or 2 (got {phase!r})")
+    return int(phase)
+
+
+class ClassStore:
+    """The interface (names are contracts: issue 44). Backends implement the underscored primitives' semantics."""
+
+    limits: ClassLimits
+
+    def create_class(self) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def open_round(self, code, secret, question, choices, meta=None) -> int:
+        """A new round in phase 1 (its id: 1, 2, ...). ``meta``: a small JSON-able dict every participant reads with
+        the round (what the Class page needs to draw the question: a Lesson step's text, model and prompt)."""
+        raise NotImplementedError
+
+    def show_votes(self, code, secret, round_id) -> None:
+        """Let every participant (the projector) see the round's counts per choice, not only how many voted."""
+        raise NotImplementedError
+
+    def set_phase(self, code, secret, round_id, phase) -> None:
+        """Open vote 2 ("discuss and vote again"): vote 1 is closed from then on."""
+        raise NotImplementedError
+
+    def vote(self, code, round_id, voter, choice, phase) -> None:
+        raise NotImplementedError
+
+    def tally(self, code, secret, round_id, phase) -> dict[str, int]:
+        raise NotImplementedError
+
+    def reveal(self, code, secret, round_id, answer, words: str = "") -> None:
+        """The model's answer (one of the choices, or None when it gives no single one) and its numbers in words;
+        voting ends and every participant sees the counts."""
+        raise NotImplementedError
+
+    def close(self, code, secret) -> None:
+        raise NotImplementedError
+
+    def round_info(self, code, round_id=None) -> dict:
+        """What any participant may see of a round (the latest when ``round_id`` is None): question, choices, meta,
+        phase, how many voted in each phase, ``revealed`` with the answer and its words, and ``counts`` per choice in
+        each phase once the teacher showed the votes or revealed the answer (None before)."""
+        raise NotImplementedError
+
+    def shift(self, code, secret, round_id) -> dict[tuple[str, str], int]:
+        """Voters who voted in both phases: {(vote 1, vote 2): count}."""
+        raise NotImplementedError
+
+    def rounds(self, code, secret) -> list[dict]:
+        """Every round of the class, for the teacher's CSV: question, choices, counts per choice in each vote, answer."""
+        raise NotImplementedError
+
+
+MAX_META = 16_384  # characters of a round's meta, as JSON
+
+
+def check_meta(meta) -> str:
+    try:
+        text = json.dumps(meta or {})
+    except (TypeError, ValueError) as e:
+        raise ClassError(f"a round's details must be plain data: {e}") from None
+    if len(text) > MAX_META:
+        raise ClassError(f"a round's details are {len(text):,} characters as JSON; at most {MAX_META:,}")
+    return text
+
+
+def round_view(code, rid, rd, n1, n2, counts) -> dict:
+    """round_info's answer from a round's fields (rd: question, choices, meta, phase, shown, revealed, answer, words)."""
+    return {"code": code, "round": int(rid), "question": rd["question"], "choices": rd["choices"], "meta": rd["meta"],
+            "phase": rd["phase"], "votes": {1: n1, 2: n2}, "shown": rd["shown"] or rd["revealed"],
+            "revealed": rd["revealed"], "answer": rd["answer"], "words": rd["words"],
+            "counts": counts() if rd["shown"] or rd["revealed"] else None}
+
+
+def counts_of(choices, votes) -> dict[str, int]:
+    out = {c: 0 for c in choices}
+    for c in votes:
+        if c in out:
+            out[c] += 1
+    return out
+
+
+
+# ----------------------------------------------------------------------------- what a round comes to
+def round_summary(choices, vote1: dict, vote2: dict, answer) -> dict:
+    """How many voted in each phase and, where the model gave one answer, the share right in each: {"n1", "n2",
+    "right1", "right2"} (shares None when nobody voted in that phase or there is no single answer)."""
+    n1, n2 = sum(vote1.values()), sum(vote2.values())
+    share = lambda votes, n: None if answer is None or n == 0 else votes.get(answer, 0) / n  # noqa: E731
+    return {"n1": n1, "n2": n2, "right1": share(vote1, n1), "right2": share(vote2, n2)}
+
+
+SHIFT_ROW = "vote 1 ↓ · vote 2 →"  # the row labels' column: a name no choice of 2 to 200 plain characters is likely to take
+
+
+def shift_rows(choices, shift: dict) -> list[dict]:
+    """The shift between the votes as rows (one per vote-1 choice, a column per vote-2 choice): a 2-D table."""
+    return [{SHIFT_ROW: a, **{b: shift.get((a, b), 0) for b in choices}} for a in choices]
+
+
+CSV_FIELDS = ("round", "question", "kind", "model", "prompt", "choice", "vote 1", "vote 2", "model's answer")
+
+
+def rounds_csv(rounds: list[dict]) -> str:
+    """The teacher's download: one line per round and choice (counts in each vote), the model's answer on each."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(CSV_FIELDS)
+    for r in rounds:
+        meta = r.get("meta") or {}
+        answer = r["answer"] if r.get("revealed") else ""
+        for c in r["choices"]:
+            w.writerow([r["round"], r["question"], meta.get("kind", "free"), meta.get("model", ""),
+                        meta.get("prompt", ""), c, r["vote1"].get(c, 0), r["vote2"].get(c, 0),
+                        "" if answer is None else answer])
+    return out.getvalue()
+
