@@ -2,9 +2,10 @@ import streamlit as st
 
 from core import lesson as LS
 from core.serve.classroom import ClassError, normalize_code
-from ui import current, ensure_frame, model_key, prompt_input, shared_chart
-from ui.classroom import (JOINED, current_round, MAX_OWN_CHOICES, REFRESH_S, TEACHER, class_store, csv_download, join_code_box,
-                          lesson_answer, lesson_round, show_question, shift_table, summary_words, vote_figure, voter_id)
+from ui import current, ensure_frame, model_key, prompt_input
+from ui.classroom import (MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, class_store, csv_download, current_round,
+                          join_code_box, lesson_round, reveal_round, show_counts, show_question, shift_table,
+                          teacher_counts, voter_id)
 from ui.lesson_context import lesson_context
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -69,25 +70,16 @@ def projector(code: str):
         st.markdown("  ·  ".join(f"**{c}**" for c in info["choices"]))
         phase = "vote 2 (after discussing)" if info["phase"] == 2 else "vote 1"
         st.markdown(f"### {info['votes'][info['phase']]} voted · {phase}")
-        if info["counts"] is not None:
-            answer = info["answer"] if info["revealed"] else None
-            shared_chart(vote_figure(info["counts"], info["choices"], answer, large=True), width="stretch",
-                         theme=None, key="class_projector_votes")
-        if info["revealed"]:
-            st.markdown(summary_words(info["choices"], info["counts"], info["answer"]))
-            if info["words"]:
-                st.caption(info["words"])
+        show_counts(info, "class_projector_votes", large=True)
     live()
 
 
 # ------------------------------------------------------------------ a student: the question, a vote, "recorded"
 def student(code: str):
-    joined = st.session_state.setdefault(JOINED, [])
-    if code not in joined:
-        if len(joined) >= 3:
-            st.error("This browser has joined 3 classes already; close the tab and open a new one.")
-            return
-        joined.append(code)
+    refused = admit(code)
+    if refused:
+        st.error(refused)
+        return
     me = voter_id()
 
     @st.fragment(run_every=REFRESH_S)
@@ -101,11 +93,7 @@ def student(code: str):
             answer = info["answer"]
             st.success(f"The model's answer: **{answer}**." if answer is not None else
                        "The model gave no single answer here.")
-            if info["words"]:
-                st.caption(info["words"])
-            if info["counts"] is not None:
-                shared_chart(vote_figure(info["counts"], info["choices"], answer), width="stretch", theme=None,
-                             key="class_student_votes")
+            show_counts(info, "class_student_votes")
             return
         phase = info["phase"]
         key = (code, info["round"], phase)
@@ -126,16 +114,6 @@ def student(code: str):
 
 
 # ------------------------------------------------------------------ the teacher: questions, votes, the model's answer
-def _act(fn, *args) -> bool:
-    """A store call of the teacher's, its refusal said in words (a class gone, a secret that is not this class's)."""
-    try:
-        fn(*args)
-        return True
-    except (ClassError, PermissionError) as e:
-        st.error(f"Not done: {e}.")
-        return False
-
-
 def teacher():
     code, secret = st.session_state[TEACHER]
     try:
@@ -188,77 +166,31 @@ def teacher():
         elif lines.strip():
             st.caption(f"{len(choices)} distinct choices: a question needs 2 to {MAX_OWN_CHOICES}, each different.")
     if st.button("Open this question (vote 1)", key="class_open", disabled=new is None, type="primary"):
-        if _act(store.open_round, code, secret, *new):
+        if act(store.open_round, code, secret, *new):
             st.rerun()
 
     if info["round"] is not None:
         st.divider()
         rid = info["round"]
         st.subheader(f"Round {rid}: {info['question']}")
-        counts_now(code, secret, rid)
+        teacher_counts(code, rid)
         b1, b2, b3 = st.columns(3)
         if b1.button("Show votes", key="class_show", disabled=info["shown"]):
-            if _act(store.show_votes, code, secret, rid):
+            if act(store.show_votes, code, secret, rid):
                 st.rerun()
         if b2.button("Discuss and vote again", key="class_phase2", disabled=info["phase"] == 2 or info["revealed"]):
-            if _act(store.set_phase, code, secret, rid, 2):
+            if act(store.set_phase, code, secret, rid, 2):
                 st.rerun()
         if b3.button("Run the model", key="class_reveal", disabled=info["revealed"], type="primary"):
-            if reveal(code, secret, info, entry, model, tok):
+            if reveal_round(code, secret, info, entry, model, tok):
                 st.rerun()
         if info["revealed"]:
-            try:
-                counts = {p: store.tally(code, secret, rid, p) for p in (1, 2)}
-                st.markdown(summary_words(info["choices"], counts, info["answer"]))
-                if info["words"]:
-                    st.caption(info["words"])
-                shift_table(code, secret, rid, info["choices"])
-            except (ClassError, PermissionError) as e:
-                st.error(f"{e}.")
+            shift_table(code, secret, rid, info["choices"])
         csv_download(code, secret)
     if st.button("End the class", key="class_end"):
-        _act(store.close, code, secret)
+        act(store.close, code, secret)
         del st.session_state[TEACHER]
         st.rerun()
-
-
-def counts_now(code, secret, rid):
-    @st.fragment(run_every=REFRESH_S)
-    def live():
-        try:
-            info = store.round_info(code, rid)
-            counts = {p: store.tally(code, secret, rid, p) for p in (1, 2)}
-        except (ClassError, PermissionError) as e:
-            st.error(f"{e}.")
-            return
-        st.markdown(f"**{info['votes'][1]}** voted the first time, **{info['votes'][2]}** the second. "
-                    + ("" if info["shown"] else "What they chose stays hidden, here and on the projector, until "
-                       "*Show votes*."))
-        if info["shown"]:
-            shown = counts if info["phase"] == 2 else {1: counts[1]}
-            shared_chart(vote_figure(shown, info["choices"], info["answer"] if info["revealed"] else None),
-                         width="stretch", theme=None, key="class_teacher_votes")
-    live()
-
-
-def reveal(code, secret, info, entry, model, tok) -> bool:
-    """The live model's answer to a Lesson step, on the weights and prompt ids the round was opened with; a question of
-    the teacher's own has no model answer to compute: the page reveals the votes only."""
-    meta = info["meta"] or {}
-    answer, words = None, "Your own question: the class's votes, with no model answer."
-    if meta.get("kind") == "lesson":
-        if model is None or model_key(entry) != meta.get("model_id"):
-            st.error(f"This round was asked of {meta.get('model')} as it was then; pick that model (and training step) "
-                     "in the sidebar to run it.")
-            return False
-        try:
-            with st.spinner("The model answers ..."):
-                answer, words = lesson_answer(LS.STEP[meta["step"]], lesson_context(entry, model, tok, meta["ids"]),
-                                              info["choices"])
-        except ClassError as e:
-            st.error(f"{e}.")
-            return False
-    return _act(store.reveal, code, secret, info["round"], answer, words)
 
 
 {"teacher": teacher, "student": lambda: student(code), "projector": lambda: projector(code)}[role]()

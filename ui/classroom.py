@@ -10,6 +10,9 @@ import streamlit as st
 
 from core import lesson as LS
 from core.figures.class_figures import vote_bars
+from ui.charts import shared_chart
+from ui.lesson_context import lesson_context
+from ui.models import model_key
 from core.serve.classroom import (STORE_ENV, ClassError, default_sqlite_path, MAX_CHOICES as MAX_STEP_CHOICES, MIN_CHOICES, normalize_code,
                                   round_summary, rounds_csv, shift_rows, store_from_env)
 
@@ -104,10 +107,70 @@ def show_question(info: dict, large: bool = False):
     (st.header if large else st.subheader)(info["question"])
 
 
-def vote_figure(info_or_counts: dict, choices, answer=None, large=False, title="How the class voted"):
-    counts = info_or_counts
+def vote_figure(counts: dict, choices, answer=None, large=False, title="How the class voted"):
+    """The bars of ``counts`` ({phase: {choice: n}}); vote 2's only once someone has cast it."""
     return vote_bars(choices, counts.get(1, {}), counts.get(2) if any(counts.get(2, {}).values()) else None,
                      answer, title=title, font=22 if large else 14)
+
+
+def show_counts(info: dict, key: str, large: bool = False):
+    """What a round's counts say once the teacher has shown them (round_info's "counts", None before): the bars, and
+    once the model has answered, the share right in each vote and the model's numbers."""
+    if info["counts"] is None:
+        return
+    answer = info["answer"] if info["revealed"] else None
+    shared_chart(vote_figure(info["counts"], info["choices"], answer, large=large), width="stretch", theme=None,
+                 key=key)
+    if info["revealed"]:
+        st.markdown(summary_words(info["choices"], info["counts"], info["answer"]))
+        if info["words"]:
+            st.caption(info["words"])
+
+
+def act(fn, *args) -> bool:
+    """A store call of the teacher's, its refusal said in words (a class gone, a secret that is not this class's)."""
+    try:
+        fn(*args)
+        return True
+    except (ClassError, PermissionError) as e:
+        st.error(f"Not done: {e}.")
+        return False
+
+
+def reveal_round(code: str, secret: str, info: dict, entry, model, tok) -> bool:
+    """*Run the model*: the live answer to a Lesson step, on the weights and prompt ids the round was opened with, then
+    revealed; a question of the teacher's own has no model answer to compute, so only the votes are revealed."""
+    meta = info["meta"] or {}
+    answer, words = None, "Your own question: the class's votes, with no model answer."
+    if meta.get("kind") == "lesson":
+        if model is None or model_key(entry) != meta.get("model_id"):
+            st.error(f"This round was asked of {meta.get('model')} as it was then; pick that model (and training step) "
+                     "in the sidebar to run it.")
+            return False
+        try:
+            with st.spinner("The model answers ..."):
+                answer, words = lesson_answer(LS.STEP[meta["step"]], lesson_context(entry, model, tok, meta["ids"]),
+                                              info["choices"])
+        except ClassError as e:
+            st.error(f"{e}.")
+            return False
+    return act(class_store().reveal, code, secret, info["round"], answer, words)
+
+
+def teacher_counts(code: str, round_id: int):
+    """The teacher's live count (every REFRESH_S): how many voted in each vote; what they chose once shown."""
+    @st.fragment(run_every=REFRESH_S)
+    def live():
+        try:
+            info = class_store().round_info(code, round_id)
+        except ClassError as e:
+            st.error(f"{e}.")
+            return
+        st.markdown(f"**{info['votes'][1]}** voted the first time, **{info['votes'][2]}** the second. "
+                    + ("" if info["shown"] else "What they chose stays hidden, here and on the projector, until "
+                       "*Show votes*."))
+        show_counts(info, "class_teacher_votes")
+    live()
 
 
 def summary_words(choices, counts: dict, answer) -> str:
@@ -119,8 +182,18 @@ def summary_words(choices, counts: dict, answer) -> str:
     return f"The model's answer: **{answer}**. Share of the class " + ", ".join(parts) + "."
 
 
+def admit(code: str) -> str | None:
+    """Count ``code`` among this session's classes: None when it may join, else why not (MAX_JOINED a session)."""
+    joined = st.session_state.setdefault(JOINED, [])
+    if code not in joined:
+        if len(joined) >= MAX_JOINED:
+            return f"This browser has joined {MAX_JOINED} classes already; close the tab and open a new one."
+        joined.append(code)
+    return None
+
+
 def join_code_box(key: str):
-    """The student's way in: a code typed into the box ``key``, checked; at most MAX_JOINED classes a session."""
+    """The student's way in: a code typed into the box ``key``, checked, then opened as the page's class= link."""
     with st.form("class_join"):
         code = st.text_input("Class code", key=key, max_chars=20, placeholder="e.g. K7M2 QX9P")
         go = st.form_submit_button("Join")
@@ -131,12 +204,10 @@ def join_code_box(key: str):
         except ClassError as e:
             st.error(f"Cannot join: {e}.")
             return
-        joined = st.session_state.setdefault(JOINED, [])
-        if c not in joined and len(joined) >= MAX_JOINED:
-            st.error(f"This browser has joined {MAX_JOINED} classes already; close the tab and open a new one.")
+        refused = admit(c)
+        if refused:
+            st.error(refused)
             return
-        if c not in joined:
-            joined.append(c)
         st.query_params["class"] = c
         st.rerun()
 
@@ -151,7 +222,12 @@ def csv_download(code: str, secret: str):
 
 
 def shift_table(code: str, secret: str, round_id: int, choices):
-    rows = shift_rows(choices, class_store().shift(code, secret, round_id))
+    """How answers moved between the two votes, as a table (vote 1 down the rows, vote 2 across)."""
+    try:
+        rows = shift_rows(choices, class_store().shift(code, secret, round_id))
+    except (ClassError, PermissionError) as e:
+        st.error(f"{e}.")
+        return
     st.caption("How answers moved between the votes: a row per first vote, a column per second vote "
                "(students who voted both times).")
     st.dataframe(rows, hide_index=True, width="stretch", key=f"class_shift_{round_id}")
