@@ -115,6 +115,10 @@ class Student(threading.Thread):
                     rid, _ = _widget(self.s, "radio", "Your prediction")
                     if rid and rid.endswith(f"class_choice_{r}_{phase}"):
                         break
+                    if self.s.exceptions:  # the page itself fails: waiting longer shows nothing more
+                        self.errors.append(f"student {self.i}: the page raised {self.s.exceptions[0][:200]}")
+                        self.out["broken"].set()
+                        return
                     time.sleep(1.0)
                     self.page()
                 if self.stop.is_set():
@@ -160,7 +164,7 @@ def main(argv=None):
         wait_healthy(url)
     store = SqliteStore(store_path)
     code, secret = store.create_class()
-    out = {"recorded": [], "votes": {}, "reconnects": []}
+    out = {"recorded": [], "votes": {}, "reconnects": [], "broken": threading.Event()}
     stop = threading.Event()
     students = [Student(i, urls, code, args.rounds, tuple(args.think), out, stop) for i in range(args.students)]
 
@@ -188,7 +192,7 @@ def main(argv=None):
                 if phase == 2:
                     store.set_phase(code, secret, rid, 2)
                 deadline = time.time() + 180
-                while time.time() < deadline:
+                while time.time() < deadline and not out["broken"].is_set():
                     done = sum(1 for k in out["votes"] if k[2] == r and k[3] == phase)
                     if done >= args.students:
                         break
