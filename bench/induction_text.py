@@ -37,11 +37,6 @@ from core.training.train_data import encode_corpus  # noqa: E402
 RATIO_TARGET, STRIPE_TARGET, VAL_TARGET = 0.5, THRESHOLD, 1.57
 
 
-def measure(model, tok, probe, val_ids=None) -> dict:
-    """The three numbers for one set of weights (val_ids: score the held-out part too, else leave it out)."""
-    return copy_measures(model, tok, probe, val_ids)
-
-
 def crossed(rows: list[dict], key: str, ok) -> int | None:
     """The first step from which ``ok(row[key])`` holds at every later snapshot too (a crossing that stays)."""
     step = None
@@ -63,13 +58,13 @@ def run(folder: str, final_only: bool = False) -> tuple[dict, list[dict], str]:
     cpt = len(val_text) / len(val_ids)
     span = token_span(tok, chars_per_token=cpt)
     probe = text_probe(val_ids, model.config.n_ctx, span)
-    final = measure(model, tok, probe, val_ids)
+    final = copy_measures(model, tok, probe, val_ids)
     rows = []
     if not final_only:
         losses = snapshot_losses(read_training(folder))
         for step in checkpoint_steps(folder):
             m, _ = load_checkpoint(folder, step=step)
-            rows.append(dict(step=step, **measure(m, tok, probe), val_loss=losses.get(step, {}).get("val_loss")))
+            rows.append(dict(step=step, **copy_measures(m, tok, probe), val_loss=losses.get(step, {}).get("val_loss")))
     name = Path(folder).name
     lines = [f"# Natural-text copying: {name}", "",
              f"Probe: {probe.n_spans} spans of {span[0]}-{span[1]} {tok.units} ({cpt:.2f} characters per {tok.unit}) "

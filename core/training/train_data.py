@@ -124,8 +124,7 @@ def repeat_share(step: int, tc) -> float:
 def frequent_tokens(data: torch.Tensor, n: int) -> torch.Tensor:
     """The ``n`` ids that occur most often in ``data`` (ties: the lower id first), most frequent first."""
     counts = torch.bincount(data)
-    order = sorted(range(len(counts)), key=lambda t: (-int(counts[t]), t))
-    return torch.tensor(order[:n], dtype=torch.long)
+    return torch.sort(counts, descending=True, stable=True).indices[:n]  # stable: equal counts keep id order
 
 
 def mixed_batch(data: torch.Tensor, n_ctx: int, batch_size: int, generator: torch.Generator, share: float,
