@@ -141,6 +141,48 @@ def famous_table(law: ScalingLaw, models=FAMOUS_MODELS) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------- scoring a forecast
+def interval_score(lower, upper, y, alpha: float = 0.2):
+    """Gneiting and Raftery's (2007, JASA 102:359, Sec. 6.2) interval score of the central (1 - alpha) interval
+    [lower, upper] for the outcome y: its width, plus 2/alpha times how far y fell outside. Lower is better; a
+    forecaster minimises its expectation by quoting the true alpha/2 and 1 - alpha/2 quantiles, so an interval too
+    narrow pays for its misses and one too wide for its width. Arrays broadcast."""
+    lo, hi, y = (np.asarray(v, dtype=float) for v in (lower, upper, y))
+    if np.any(hi < lo):
+        raise ValueError("interval_score: an upper bound lies below its lower bound")
+    out = (hi - lo) + (2.0 / alpha) * (lo - y) * (y < lo) + (2.0 / alpha) * (y - hi) * (y > hi)
+    return float(out) if out.ndim == 0 else out
+
+
+# ---------------------------------------------------------------- repeated data (Muennighoff et al. 2023)
+# "Scaling Data-Constrained Language Models", arXiv:2305.16264, Sec. 3.1 and App. A (their fitted values, also in
+# the huggingface/datablations README): the worth of the R-th repetition decays as exp(-R/R*), with R*_D = 15.388
+# for data and R*_N = 5.310 for parameters beyond what the unique data can use.
+R_STAR_D = 15.4
+R_STAR_N = 5.3
+
+
+def _effective(unique, total, r_star: float):
+    """U + U R* (1 - exp(-R/R*)) with R = total/U - 1 repetitions; nothing is repeated while total <= U."""
+    unique, total = np.asarray(unique, dtype=float), np.asarray(total, dtype=float)
+    u = np.minimum(unique, total)  # fewer than U tokens seen: every one was fresh
+    reps = total / u - 1.0  # (R,) repetitions beyond the first pass
+    out = u + u * r_star * (-np.expm1(-reps / r_star))  # -expm1: 1 - e^-x, exact for tiny x
+    return float(out) if out.ndim == 0 else out
+
+
+def effective_data(unique, total, r_star: float = R_STAR_D):
+    """Muennighoff et al.'s effective data D' of ``total`` tokens drawn from ``unique`` distinct ones: each further
+    pass is worth exp(-R/R*) of fresh text, so D' never exceeds U (1 + R*)."""
+    return _effective(unique, total, r_star)
+
+
+def effective_params(unique, total, r_star: float = R_STAR_N):
+    """The same form for parameters: ``total`` parameters beyond the ``unique`` ones the data can use (U_N, the
+    compute-optimal size for the unique tokens; core.analysis.scaling_repeat.unique_params) count for N'."""
+    return _effective(unique, total, r_star)
+
+
 # ---------------------------------------------------------------- budget (the lecture's Problem 21)
 # Page defaults: the lecture's $10M, a rented H100 (SXM, dense BF16 peak 989 TFLOP/s, NVIDIA datasheet) at
 # about $2 per GPU-hour, and 40 % model-FLOPs utilisation, typical of large runs (PaLM reports 46 %).
@@ -167,11 +209,13 @@ def start_grid() -> torch.Tensor:
     return torch.cartesian_prod(*axes)  # (S, 5)
 
 
-def _objective(x: torch.Tensor, logN: torch.Tensor, logD: torch.Tensor, logL: torch.Tensor, delta: float):
+def _objective(x: torch.Tensor, logN: torch.Tensor, logD: torch.Tensor, logL: torch.Tensor, delta: float,
+               weight: torch.Tensor | None = None):
     """Per-start Huber objective and its gradient, written out (no autograd: the batch is large).
     x: (S, 5) rows a, b, e, alpha, beta -> f: (S,), g: (S, 5). The prediction is the log-sum-exp
     log L_hat = LSE(a - alpha log N, b - beta log D, e) = e + log(1 + w1 + w2), w1 = exp(a - e - alpha log N),
-    w2 = exp(b - e - beta log D); an overflow gives inf, which the line search rejects."""
+    w2 = exp(b - e - beta log D); an overflow gives inf, which the line search rejects.
+    ``weight``: (S, n), how many times each start counts each run (a bootstrap resample as counts); None: once."""
     a, b, e, al, be = x.unbind(1)  # each (S,)
     w1 = torch.addcmul((a - e)[:, None], al[:, None], logN[None, :], value=-1).exp_()  # (S, n)
     w2 = torch.addcmul((b - e)[:, None], be[:, None], logD[None, :], value=-1).exp_()  # (S, n)
@@ -179,8 +223,11 @@ def _objective(x: torch.Tensor, logN: torch.Tensor, logD: torch.Tensor, logL: to
     r = torch.log1p(s).add_(e[:, None]).sub_(logL)  # (S, n) residual in log loss
     ar = r.abs()
     c = ar.clamp(max=delta)
-    f = (c * ar.sub_(c, alpha=0.5)).sum(1)  # Huber: r^2/2 within delta, delta (|r| - delta/2) beyond
+    h = c * ar.sub_(c, alpha=0.5)  # Huber: r^2/2 within delta, delta (|r| - delta/2) beyond
     psi = r.clamp_(-delta, delta).div_(s.add_(1))  # Huber'(r) / (1 + w1 + w2): d log L_hat / d(a, b, e) = w / (1 + w1 + w2)
+    if weight is not None:
+        h, psi = h * weight, psi * weight
+    f = h.sum(1)
     p1, p2 = psi * w1, psi * w2
     ones = torch.ones_like(logN)
     g = torch.stack([p1 @ ones, p2 @ ones, psi @ ones, -(p1 @ logN), -(p2 @ logD)], 1)
@@ -266,6 +313,12 @@ def _distinct_best(x: torch.Tensor, f: torch.Tensor, k: int, decimals: int = 2) 
             if len(picked) == k:
                 break
     return picked
+
+
+def huber_objective(law: ScalingLaw, N, D, loss, delta: float = HUBER_DELTA) -> float:
+    """The fit's objective at ``law``, in plain numpy: the sum over runs of Huber_delta(log L_hat - log L)."""
+    r = np.abs(np.log(law.loss(N, D)) - np.log(np.asarray(loss, float)))
+    return float(np.sum(np.where(r <= delta, 0.5 * r ** 2, delta * (r - 0.5 * delta))))
 
 
 class FitError(ValueError):

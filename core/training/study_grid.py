@@ -52,6 +52,9 @@ class Grid:
     head_width: int = 16
     recipe: str = "muon"        # a name of core.training.trainer.RECIPES
     seed: int = 1337            # every run: the same seed, so runs of one size share their start and batches
+    # how many passes over the training part its largest budget may make: MAX_EPOCHS for a study of L(N, D); more
+    # only for a study *of* repetition (the "epochs" grid), whose runs the page fits with effective data D'
+    max_epochs: int = MAX_EPOCHS
 
     @property
     def tokens_per_step(self) -> int:
@@ -85,7 +88,10 @@ class Grid:
         return out
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["max_epochs"] == MAX_EPOCHS:  # the default is left out: study.json files written before it still match
+            del d["max_epochs"]
+        return d
 
 
 GRIDS: dict[str, Grid] = {
@@ -95,12 +101,16 @@ GRIDS: dict[str, Grid] = {
     "small": Grid("small", widths=(16, 32, 48, 64), tokens=(150_000, 500_000, 1_500_000)),
     # the shipped study: 6 sizes (N spans 35x) x 4 budgets spanning 10x
     "full": Grid("full", widths=(16, 24, 32, 48, 64, 96), tokens=(300_000, 600_000, 1_200_000, 3_000_000)),
+    # repetition: three sizes of the full grid on 6, 12 and 24 passes over Tiny Shakespeare's training part, the
+    # range where Muennighoff et al. (2023) see a repeated token lose most of its worth (issue 45)
+    "epochs": Grid("epochs", widths=(16, 32, 64), tokens=(6_000_000, 12_000_000, 24_000_000), max_epochs=32),
 }
 
 
 MAX_GRID_FILE_BYTES = 64 * 2**10  # a grid is a few lines of JSON; a bigger file is not one
 MAX_GRID_RUNS = 100               # the shipped study is 24 runs; each run is minutes of CPU
-GRID_INTS = {"n_layers": 1, "n_ctx": 1, "batch_size": 1, "head_width": 1, "seed": 0}  # field -> its least value
+# field -> its least value
+GRID_INTS = {"n_layers": 1, "n_ctx": 1, "batch_size": 1, "head_width": 1, "seed": 0, "max_epochs": 1}
 
 
 def grid_from_file(path) -> Grid:
@@ -197,15 +207,17 @@ def corpus_sha256(text: str) -> str:
 
 def corpus_problem(grid: Grid, text: str, name: str = "the corpus") -> str | None:
     """Why ``text`` cannot feed ``grid`` (None if it can): the largest budget may read the training part at most
-    MAX_EPOCHS times, and each part needs a full window."""
+    grid.max_epochs times (MAX_EPOCHS but for a study of repetition), and each part needs a full window."""
     train_chars = int(len(text) * TRAIN_FRACTION)
-    need = math.ceil(grid.max_tokens / MAX_EPOCHS / TRAIN_FRACTION)  # characters: MAX_EPOCHS passes over its 90 %
-    if grid.max_tokens > MAX_EPOCHS * train_chars:
-        fits = [g for g in GRIDS.values() if g.max_tokens <= MAX_EPOCHS * train_chars]
+    epochs = grid.max_epochs
+    need = math.ceil(grid.max_tokens / epochs / TRAIN_FRACTION)  # characters: that many passes over its 90 %
+    if grid.max_tokens > epochs * train_chars:
+        # a grid of L(N, D) to suggest instead (not the epochs grid, whose point is many passes)
+        fits = [g for g in GRIDS.values() if g.max_epochs == MAX_EPOCHS and g.max_tokens <= MAX_EPOCHS * train_chars]
         other = f" or --grid {fits[-1].name}" if fits else ""  # GRIDS runs small to large: the largest that fits
         return (f"{name} is too small for the {grid.name} grid: its largest budget is D = {grid.max_tokens:,} tokens, "
                 f"and the training part ({TRAIN_FRACTION:.0%}, {train_chars:,} characters) may be read at most "
-                f"{MAX_EPOCHS} times ({MAX_EPOCHS * train_chars:,} tokens). Beyond about {MAX_EPOCHS} passes a run "
+                f"{epochs} times ({epochs * train_chars:,} tokens). Beyond about {MAX_EPOCHS} passes a run "
                 f"measures repetition rather than data (Muennighoff et al. 2023). Use a text of at least {need:,} "
                 f"characters{other}.")
     # a window is n_ctx + 1 characters (the targets are the inputs shifted by one); one more for the split's rounding

@@ -1,0 +1,248 @@
+"""Issue 45's formulas against hand computations and the papers' own numbers: the interval score, effective data and
+parameters, the data-constrained optimum (Muennighoff et al.'s worked example), inference-aware sizing; and the
+forecast machinery: the batched bootstrap against one fit per resample, intervals, the proposer, calibration."""
+import math
+
+import numpy as np
+import pytest
+
+from core.analysis import forecast as F
+from core.analysis.scaling import (ScalingLaw, effective_data, effective_params, fit_scaling_law, huber_objective,
+                                   interval_score, start_grid)
+from core.analysis.scaling_inference import (data_for_loss, famous_inference_table, inference_optimal,
+                                             lifetime_flops, smallest_model)
+from core.analysis.scaling_repeat import (MUENNIGHOFF_2023, WORKED_EXAMPLE, epoch_worth, epochs_curve,
+                                          epochs_worth_it, profile_r_star, repeated_loss, repeated_optimum,
+                                          unique_params)
+
+
+# ---------------------------------------------------------------- the interval score
+@pytest.mark.parametrize("y, want", [(1.5, 1.0), (1.0, 1.0), (2.0, 1.0),  # inside or on a bound: the width
+                                     (0.5, 1.0 + 10 * 0.5),  # 2/alpha = 10 per unit below the lower bound
+                                     (3.0, 1.0 + 10 * 1.0)])
+def test_interval_score_by_hand(y, want):
+    assert interval_score(1.0, 2.0, y) == pytest.approx(want)
+
+
+def test_interval_score_other_alpha_and_arrays():
+    # alpha = 0.5: 2/alpha = 4; [0, 1] with y = 2 -> 1 + 4
+    assert interval_score(0.0, 1.0, 2.0, alpha=0.5) == pytest.approx(5.0)
+    out = interval_score([1, 1], [2, 2], [0, 2.5])
+    assert out.tolist() == pytest.approx([11.0, 6.0])
+    with pytest.raises(ValueError):
+        interval_score(2.0, 1.0, 1.5)
+
+
+def test_a_wider_interval_that_catches_the_run_can_score_better():
+    # the point of a proper score: a narrow miss costs more than an honest width
+    assert interval_score(1.9, 2.0, 2.2) > interval_score(1.8, 2.3, 2.2)
+
+
+# ---------------------------------------------------------------- effective data and parameters
+def test_effective_data_by_hand():
+    # four passes: R = 3 repetitions; D' = U + U 15.4 (1 - e^(-3/15.4))
+    assert effective_data(1.0, 4.0) == pytest.approx(1 + 15.4 * (1 - math.exp(-3 / 15.4)))
+    assert effective_data(2e9, 1e9) == pytest.approx(1e9)  # under one pass nothing repeats
+    assert effective_data(1.0, 1.0) == pytest.approx(1.0)
+    assert effective_data(1.0, 1e9) == pytest.approx(1 + 15.4, rel=1e-6)  # the ceiling U (1 + R*)
+    assert effective_params(1.0, 3.0) == pytest.approx(1 + 5.3 * (1 - math.exp(-2 / 5.3)))
+    assert effective_data(1.0, 4.0, r_star=1.0) == pytest.approx(1 + (1 - math.exp(-3)))
+
+
+@pytest.mark.parametrize("epochs, worth", [(4, 0.93), (16, 0.66)])
+def test_effective_data_matches_the_papers_reading(epochs, worth):
+    # Muennighoff et al.: four epochs are almost as good as fresh data; by sixteen a third of the tokens are wasted
+    assert effective_data(1.0, float(epochs)) / epochs == pytest.approx(worth, abs=0.005)
+
+
+def test_epoch_worth_and_the_half_point():
+    assert epoch_worth(1) == pytest.approx(1.0)
+    assert epoch_worth(1 + 15.4) == pytest.approx(math.exp(-1))
+    assert epochs_worth_it() == pytest.approx(1 + 15.4 * math.log(2))
+    # the marginal worth is the derivative of D' in D (per unique token): a finite difference of effective_data
+    h = 1e-6
+    assert (effective_data(1.0, 6.0 + h) - effective_data(1.0, 6.0 - h)) / (2 * h) == pytest.approx(epoch_worth(6.0),
+                                                                                                     rel=1e-5)
+
+
+def test_unique_params_is_the_optimum_whose_data_is_the_stock():
+    law = ScalingLaw(A=400, B=900, alpha=0.3, beta=0.4, E=1.7)
+    u = 3e10
+    n = unique_params(law, u)
+    n_opt, d_opt = law.compute_optimal(6 * n * u)
+    assert n_opt == pytest.approx(n, rel=1e-9) and d_opt == pytest.approx(u, rel=1e-9)
+
+
+def test_the_papers_worked_example():
+    """Muennighoff et al.: the compute of 8.67B parameters on 178B tokens with 25B unique tokens is best spent on
+    6.8B parameters and 227B tokens (9.1 epochs) under their fitted law."""
+    w = WORKED_EXAMPLE
+    n, d = repeated_optimum(MUENNIGHOFF_2023, 6 * w["N"] * w["D"], w["unique"])
+    assert n == pytest.approx(w["N_opt"], rel=0.01) and d == pytest.approx(w["D_opt"], rel=0.01)
+    assert d / w["unique"] == pytest.approx(9.1, abs=0.05)
+    # with plenty of unique data the constrained optimum is the plain one
+    n2, d2 = repeated_optimum(MUENNIGHOFF_2023, 6 * w["N"] * w["D"], 1e15)
+    n3, d3 = MUENNIGHOFF_2023.compute_optimal(6 * w["N"] * w["D"])
+    assert n2 == pytest.approx(n3, rel=1e-4) and d2 == pytest.approx(d3, rel=1e-4)
+
+
+def test_repeated_loss_by_hand_and_the_epochs_curve():
+    law = ScalingLaw(A=1.0, B=1.0, alpha=0.5, beta=0.5, E=1.0)  # G = 1: U_N = U
+    # N below U_N: N' = N; D = 3U: D' = U + 15.4 U (1 - e^(-2/15.4))
+    u, n = 100.0, 50.0
+    d_eff = u + 15.4 * u * (1 - math.exp(-2 / 15.4))
+    assert float(repeated_loss(law, n, 3 * u, u)) == pytest.approx(1 + n ** -0.5 + d_eff ** -0.5)
+    # N above U_N = 100: N' = 100 + 5.3 * 100 (1 - e^(-1/5.3)) for N = 200
+    n_eff = u + 5.3 * u * (1 - math.exp(-1 / 5.3))
+    assert float(repeated_loss(law, 200.0, 3 * u, u)) == pytest.approx(1 + n_eff ** -0.5 + d_eff ** -0.5)
+    c = epochs_curve(law, n, u, [1, 4, 16])
+    assert c["fresh"][0] == pytest.approx(c["repeated"][0])  # one pass: nothing repeated
+    assert np.all(c["repeated"][1:] > c["fresh"][1:])  # repeats are worth less than fresh text
+
+
+# ---------------------------------------------------------------- inference-aware sizing
+HAND = ScalingLaw(A=1.0, B=1.0, alpha=0.5, beta=0.5, E=0.0)
+
+
+def test_data_for_loss_and_smallest_model_by_hand():
+    # target 0.3 with N = 100: 0.1 from N, 0.2 left for D -> D = 25
+    assert data_for_loss(HAND, 100.0, 0.3) == pytest.approx(25.0)
+    assert smallest_model(HAND, 0.3) == pytest.approx(1 / 0.09)
+    assert math.isinf(data_for_loss(HAND, 5.0, 0.3))  # 1/sqrt(5) = 0.447 > 0.3: no data is enough
+    with pytest.raises(ValueError):
+        inference_optimal(HAND, 0.0, 1.0)
+
+
+def test_without_inference_it_is_the_compute_optimal_model():
+    """D_inf = 0: least training FLOPs for a loss is the Chinchilla optimum for the budget whose best loss it is.
+    For the hand law (A = B, alpha = beta = 1/2) the optimum has N = D and loss 2/sqrt(N): N = (2/L)^2."""
+    r = inference_optimal(HAND, 0.02, 0.0)
+    assert r["N"] == pytest.approx(1e4, rel=1e-6) and r["D"] == pytest.approx(1e4, rel=1e-6)
+    law = ScalingLaw(A=406.4, B=410.7, alpha=0.34, beta=0.28, E=1.69)
+    C = 1e23
+    n, d = law.compute_optimal(C)
+    r = inference_optimal(law, float(law.optimal_loss(C)), 0.0)
+    assert r["N"] == pytest.approx(n, rel=1e-5) and r["total_flops"] == pytest.approx(C, rel=1e-8)
+
+
+def test_inference_optimum_against_a_brute_force_scan():
+    # cost(N) = 6 N D(N) + 2 N D_inf on a dense grid of N: the least is the function's answer
+    target, d_inf = 0.02, 3e4
+    n = np.geomspace(smallest_model(HAND, target) * 1.0001, 1e7, 400_001)
+    cost = lifetime_flops(n, data_for_loss(HAND, n, target), d_inf)
+    r = inference_optimal(HAND, target, d_inf)
+    assert r["N"] == pytest.approx(n[np.argmin(cost)], rel=1e-3)
+    assert r["total_flops"] == pytest.approx(cost.min(), rel=1e-7)
+    assert r["N"] < 1e4 and r["tokens_per_param"] > 1.0  # smaller and trained longer than Chinchilla's N = D
+
+
+def test_more_serving_means_smaller_models_trained_longer():
+    law = ScalingLaw(A=406.4, B=410.7, alpha=0.34, beta=0.28, E=1.69)
+    target = float(law.loss(70e9, 1.4e12))
+    sizes = [inference_optimal(law, target, v) for v in (0.0, 1e11, 1e12, 1e13)]
+    assert all(a["N"] > b["N"] for a, b in zip(sizes, sizes[1:]))
+    assert all(a["tokens_per_param"] < b["tokens_per_param"] for a, b in zip(sizes, sizes[1:]))
+    rows = famous_inference_table(law, 2e12)
+    for row in rows:
+        assert row["best_total"] <= row["chinchilla_total"] * (1 + 1e-9)  # least lifetime cost by construction
+        assert row["best_total"] <= row["own_total"] * (1 + 1e-9)
+        assert float(law.loss(row["best_N"], row["best_D"])) == pytest.approx(row["loss"], rel=1e-9)
+
+
+# ---------------------------------------------------------------- the bootstrap in one batch
+def runs_from(law, n=14, noise=0.01, seed=3):
+    rng = np.random.default_rng(seed)
+    N = 10 ** rng.uniform(4, 6, n)
+    D = 10 ** rng.uniform(5.5, 7, n)
+    return N, D, law.loss(N, D) * np.exp(noise * rng.standard_normal(n))
+
+
+TRUE = ScalingLaw(A=5.0, B=3000.0, alpha=0.25, beta=0.6, E=1.3)
+
+
+def test_batched_bootstrap_equals_one_fit_per_resample():
+    """Each resample of the batch (weights = how often each run was drawn) lands where an ordinary fit to the
+    resampled runs, rows repeated, lands from the same starts: the weighting trick is the resample."""
+    N, D, L = runs_from(TRUE)
+    law = fit_scaling_law(N, D, L)
+    boot = F.bootstrap_laws(N, D, L, law, resamples=4, seed=7)
+    assert boot.failed == 0 and boot.params.shape == (4, 5)
+    import torch
+    starts = torch.cat([torch.tensor([[math.log(law.A), math.log(law.B), math.log(law.E), law.alpha, law.beta]],
+                                     dtype=torch.float64), start_grid()[::F.GRID_STEP]])
+    for s in range(4):
+        idx = np.repeat(np.arange(len(N)), boot.counts[s])
+        one = fit_scaling_law(N[idx], D[idx], L[idx], starts=starts, polish=1)
+        grid = np.array([[1e4, 3e5], [1e6, 1e7], [3e5, 3e6]])
+        mine = ScalingLaw(*boot.params[s])
+        # the same minimum (two optimisers' stopping points differ in the sixth digit), and no worse a one
+        assert mine.loss(grid[:, 0], grid[:, 1]) == pytest.approx(one.loss(grid[:, 0], grid[:, 1]), rel=2e-5)
+        assert huber_objective(mine, N[idx], D[idx], L[idx]) <= huber_objective(one, N[idx], D[idx], L[idx]) + 1e-9
+        # the residuals are each resample's own
+        assert boot.residuals[s] == pytest.approx(np.log(L) - np.log(mine.loss(N, D)))
+
+
+def test_forecast_intervals_from_a_hand_made_bootstrap():
+    law = ScalingLaw(A=1.0, B=1.0, alpha=0.5, beta=0.5, E=1.0)
+    # five resamples whose laws differ only in E: predictions 1 + 0.1 + 0.1 + (E - 1)
+    Es = np.array([0.9, 0.95, 1.0, 1.05, 1.1])
+    params = np.array([[1.0, 1.0, 0.5, 0.5, e] for e in Es])
+    boot = F.Bootstrap(params=params, residuals=np.zeros((5, 3)), counts=np.ones((5, 3), int), failed=0)
+    fc = F.forecast(law, boot, 100.0, 100.0, level=0.5)
+    preds = np.log(0.2 + Es)
+    assert fc.point == pytest.approx(1.2)
+    assert fc.law_lower == pytest.approx(math.exp(np.percentile(preds, 25)))
+    assert fc.law_upper == pytest.approx(math.exp(np.percentile(preds, 75)))
+    # no scatter in the runs: the forecast interval is the law's
+    assert (fc.lower, fc.upper) == pytest.approx((fc.law_lower, fc.law_upper))
+    # scatter of +-0.1 in log loss widens it
+    boot2 = F.Bootstrap(params=params, residuals=np.tile([-0.1, 0.0, 0.1], (5, 1)), counts=np.ones((5, 3), int),
+                        failed=0)
+    wide = F.forecast(law, boot2, 100.0, 100.0, level=0.9)
+    assert wide.lower < fc.law_lower and wide.upper > fc.law_upper
+
+
+def test_score_by_hand():
+    s = F.score(1.5, 1.7, 1.6, 1.8)
+    assert s["hit"] is False and s["interval_score"] == pytest.approx(0.2 + 10 * 0.1)
+    assert s["log_error"] == pytest.approx(math.log(1.8 / 1.6))
+    assert F.score(1.5, 1.7, 1.6, 1.6)["hit"] is True
+
+
+def test_propose_on_a_law_whose_optimum_is_known():
+    # A = B, alpha = beta: G = 1, so N_opt = D_opt = sqrt(C / 6)
+    law = ScalingLaw(A=2.0, B=2.0, alpha=0.4, beta=0.4, E=1.0)
+    n, d = F.propose(law, [6e10, 6e12, 3e11])
+    assert n == pytest.approx(math.sqrt(2e12)) and d == pytest.approx(math.sqrt(2e12))
+    n, d = F.propose(law, [6e12], factor=4.0)
+    assert n * d == pytest.approx(4e12)
+
+
+def test_holdout_keeps_the_small_runs():
+    N = np.array([1.0, 10.0, 100.0, 1000.0])
+    D = np.array([1.0, 1.0, 1.0, 1.0])
+    assert F.holdout(N, D, N, fit_share=0.5).tolist() == [True, True, False, False]
+
+
+def test_calibration_on_a_noiseless_law_hits_and_its_hits_recount():
+    N, D, L = runs_from(TRUE, n=16, noise=0.0)
+    cal = F.calibration(N, D, L, F.holdout(N, D, L), resamples=20)
+    assert cal["held_out"] == 5 and cal["fitted"] == 11
+    for r in cal["rows"]:
+        assert r["point"] == pytest.approx(r["loss"], rel=1e-4)  # the law is recovered: no error to speak of
+        assert r["lower"] <= r["point"] * (1 + 1e-8) and r["point"] <= r["upper"] * (1 + 1e-8)
+    again = F.summary(cal["rows"])
+    assert again["hits"] == sum(r["lower"] <= r["loss"] <= r["upper"] for r in cal["rows"]) == cal["hits"]
+    assert again["law_hits"] == sum(r["law_lower"] <= r["loss"] <= r["law_upper"] for r in cal["rows"])
+
+
+def test_profile_finds_the_r_star_the_runs_were_made_with():
+    law = ScalingLaw(A=5.0, B=3000.0, alpha=0.25, beta=0.6, E=1.3)
+    rng = np.random.default_rng(0)
+    u = 1e6
+    N = np.repeat([1e4, 3e4, 1e5, 3e5], 5)
+    D = np.tile([3e5, 1e6, 3e6, 1e7, 3e7], 4)
+    L = law.loss(N, effective_data(u, D, 4.0)) * np.exp(0.002 * rng.standard_normal(len(N)))
+    prof = profile_r_star(N, D, L, u, r_stars=(1.0, 2.0, 4.0, 8.0, 16.0, 64.0))
+    best = min(prof, key=lambda p: p["objective"])
+    assert best["r_star"] == 4.0
