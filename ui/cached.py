@@ -93,3 +93,28 @@ builtin_corpus = st.cache_resource(show_spinner="Reading the corpus ...", max_en
 checked_corpus = st.cache_resource(show_spinner="Checking the text ...", max_entries=setup.CHECKED_CACHE_ENTRIES)(
     setup.checked_corpus)
 learned_bpe = st.cache_resource(show_spinner=False, max_entries=setup.BPE_CACHE_ENTRIES)(setup.learn_bpe)
+
+
+@st.cache_data(max_entries=16, show_spinner="Refitting the law to 200 resamples of the runs ...")
+def bootstrapped(csv_text: str):
+    """The law fitted to the runs of ``csv_text`` and its bootstrap, all resamples in one batch
+    (core.views.scaling_view.bootstrap_csv), once per text."""
+    return sv.bootstrap_csv(csv_text)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def forecast_analysis(folder: str, stamp: tuple):
+    """(the shipped forecast.json, None) or (None, why it cannot be read); ``stamp`` as for shipped_study."""
+    from core.training.forecast_study import read_forecast
+    from core.training.study import StudyError
+
+    try:
+        return read_forecast(folder), None
+    except StudyError as e:
+        return None, str(e)
+
+
+@st.cache_data(max_entries=8, show_spinner="Fitting both forms to your runs ...")
+def compared_forms(csv_text: str, unique_tokens: int):
+    """Both forms fitted to the smaller runs of ``csv_text`` (core.views.scaling_view.forms_csv), once per text."""
+    return sv.forms_csv(csv_text, unique_tokens)

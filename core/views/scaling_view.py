@@ -176,6 +176,28 @@ def fit_csv(csv_text: str) -> ScalingLaw:
     return fit_scaling_law(runs.N, runs.D, runs.loss, threads=None)
 
 
+def bootstrap_csv(csv_text: str):
+    """(the law, its bootstrap) of the runs in a CSV: core.analysis.forecast.bootstrap_laws from the full fit."""
+    from core.analysis.forecast import bootstrap_laws
+
+    runs = parse_runs(csv_text)
+    law = fit_scaling_law(runs.N, runs.D, runs.loss, threads=None)
+    return law, bootstrap_laws(runs.N, runs.D, runs.loss, law, threads=None)
+
+
+def forms_csv(csv_text: str, unique_tokens: int) -> dict:
+    """Plain L(N, D) and L(N, D') fitted to the smaller runs of a CSV (core.analysis.forecast.holdout), both judged
+    on the larger ones: core.training.forecast_study.compare_forms on rows without names."""
+    from core.analysis.forecast import holdout
+    from core.training.forecast_study import FIT_SHARE, compare_forms
+
+    runs = parse_runs(csv_text)
+    fit = holdout(runs.N, runs.D, runs.loss, FIT_SHARE)
+    rows = [{"run_id": f"N {human(n)}, D {human(d)}", "N": n, "D": d, "loss": l}
+            for n, d, l in zip(runs.N, runs.D, runs.loss)]
+    return compare_forms([r for r, f in zip(rows, fit) if f], [r for r, f in zip(rows, fit) if not f], unique_tokens)
+
+
 def fit_table(fit: ScalingLaw, truth: ScalingLaw | None) -> list[dict]:
     """The fitted constants, with the true ones beside them when the runs were drawn from a known law."""
     true = truth.constants() if truth else None  # uploaded or pasted runs have no true law to show
