@@ -590,13 +590,81 @@ def bench_classroom(quick: bool):
            higher_is_better=False, note="peer: the home page's rerun")
 
 
+def bench_forecast(quick: bool):
+    """Issue 45's views. Core: the proposal, the forecast and its scoring once the law and its bootstrap are fitted
+    (target 300 ms), against one fit of the law in the same run; the bootstrap of 200 resamples in one batch against
+    the same resamples refitted one by one (bootstrap_fit, fewer of them, scaled). Pages (AppTest server time, the
+    home page's rerun as the peer): Your scaling law after the forecast's width moves (target 300 ms), Scaling laws
+    after the unique-data control moves (target 200 ms)."""
+    from streamlit.testing.v1 import AppTest
+
+    from core.analysis import forecast as F
+    from core.analysis.scaling import bootstrap_fit, fit_scaling_law
+    from core.training.forecast_run import plan_run
+    from core.training.study import SHIPPED_STUDY, read_meta, read_rows, rows_to_arrays
+    from core.views.scaling_forecast import new_record, settle
+
+    print("\nForecasts (issue 45): the proposal and its score, the batched bootstrap, the two pages' reruns")
+    reps = 3 if quick else 7
+    meta, rows = read_meta(SHIPPED_STUDY), read_rows(SHIPPED_STUDY / "runs.csv")
+    N, D, L = rows_to_arrays(rows)
+    law = fit_scaling_law(N, D, L)
+    boot = F.bootstrap_laws(N, D, L, law)
+
+    def propose_and_score():
+        n, d = F.propose(law, 6 * N * D)
+        plan = plan_run(meta, n, d, rows)
+        fc = F.forecast(law, boot, plan.N, plan.D)
+        rec = new_record("shipped", plan, fc, (fc.point, fc.lower, fc.upper))
+        settle(rec, {"loss": fc.point * 0.98})
+
+    t = interleaved({"ours": propose_and_score, "fit": lambda: fit_scaling_law(N, D, L)}, rounds=3, reps=reps)
+    record("forecast: propose, plan, forecast, score", t["ours"] * 1e3, t["fit"] * 1e3, "ms", higher_is_better=False,
+           note=f"peer: one fit of the law; target 300 ms: {'met' if t['ours'] < 0.3 else 'missed'}")
+    k = 10 if quick else 25  # resamples refitted one by one, scaled to 200
+    one_by_one = median_time(lambda: bootstrap_fit(N, D, L, law, resamples=k), 1) * 200 / k
+    batched = median_time(lambda: F.bootstrap_laws(N, D, L, law), 1 if quick else 3)
+    record("bootstrap, 200 resamples in one batch", batched, one_by_one, "s", higher_is_better=False,
+           note=f"peer: bootstrap_fit one resample at a time ({k} timed, scaled to 200)")
+
+    def page(path, setup=None):
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+        at.run()
+        if path != "pages/home.py":
+            at.switch_page(path)
+            at.run()
+        if at.exception:
+            raise RuntimeError(f"{path}: {at.exception[0].message}")
+        state = {"i": 0}
+
+        def again():
+            state["i"] += 1
+            if setup:
+                setup(at, state["i"])
+            at.run()
+        return again
+
+    widths = [96, 112, 128, 144]
+    uniques = [1e11, 3e11, 1e12, 3e12]
+    t = interleaved({
+        "fit": page("pages/scaling_fit.py", lambda at, i: at.selectbox(key="scal_fc_width").set_value(widths[i % 4])),
+        "unique": page("pages/scaling.py", lambda at, i: at.select_slider(key="scal_unique").set_value(uniques[i % 4])),
+        "home": page("pages/home.py")}, rounds=3, reps=reps)
+    record("Your scaling law, the forecast's width moved", t["fit"] * 1e3, t["home"] * 1e3, "ms",
+           higher_is_better=False, note=f"peer: the home page's rerun; target 300 ms: "
+                                        f"{'met' if t['fit'] < 0.3 else 'missed'} (the whole page reruns)")
+    record("Scaling laws, the unique-data control moved", t["unique"] * 1e3, t["home"] * 1e3, "ms",
+           higher_is_better=False, note=f"peer: the home page's rerun; target 200 ms: "
+                                        f"{'met' if t['unique'] < 0.2 else 'missed'} (the whole page reruns)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
                             "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
-                            "classroom"])
+                            "classroom", "forecast"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

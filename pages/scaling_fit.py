@@ -18,6 +18,7 @@ from core.training.study_job import BusyError as StudyBusy, StudyJob, grid_choic
 from core.training.study import rows_to_arrays
 from core.views import scaling_forecast as vf
 from core.analysis.scaling_runs import Runs
+from core.analysis.scaling import R_STAR_D, R_STAR_N
 from core.figures.forecast_figures import calibration_figure, epochs_figure, forecast_figure, forms_figure
 from core.serve.fmt import rough_time
 from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch
@@ -375,8 +376,8 @@ st.markdown(
     "Tiny Shakespeare's training part is about a million characters, so a run of three million characters reads it "
     "three times. Hoffmann et al.'s law counts every token alike, fresh or not. Muennighoff et al. (2023) trained "
     "400 models on repeated data and found each further pass worth less: a token seen on its R-th repetition counts "
-    "for a share of a fresh one that falls by a factor of e every R* ≈ 15.4 repetitions. Their effective data "
-    "D′ replaces D in the law; N′ does the same for parameters beyond what the unique text can use (R*_N ≈ 5.3).")
+    f"for a share of a fresh one that falls by a factor of e every R* ≈ {R_STAR_D} repetitions. Their effective data "
+    f"D′ replaces D in the law; N′ does the same for parameters beyond what the unique text can use (R*_N ≈ {R_STAR_N}).")
 st.latex(r"D' = U + U R^{*} \left(1 - e^{-R/R^{*}}\right), \qquad R = \frac{D}{U} - 1, \qquad "
          r"L(N, D') = \frac{A}{N^{\alpha}} + \frac{B}{D'^{\beta}} + L_\infty")
 if analysis is not None:
@@ -385,7 +386,7 @@ if analysis is not None:
         f"Our test: both forms fitted to the 24 runs of the shipped study (at most three passes) forecast nine runs "
         f"trained for this question, of 6, 12 and 24 passes (`assets/studies/shakespeare-char-epochs`). "
         + vf.forms_verdict(forms))
-    chart(forms_figure(forms["rows"]), width="stretch", key="scal_forms_fig")
+    chart(forms_figure(forms["rows"], forms["r_star"]), width="stretch", key="scal_forms_fig")
     st.markdown(vf.epochs_answer(analysis))
     chart(epochs_figure(analysis["epochs"]), width="stretch", key="scal_epochs_fig")
     st.caption("Solid: the held-out loss; dashed: the loss on as much training text. The gap between them is the "
@@ -404,4 +405,4 @@ if len(your_rows) >= MIN_RUNS:
         else:
             st.markdown(f"Fitted to your smaller runs (D counted against {unique:,} training tokens), judged on the "
                         "larger ones. " + vf.forms_verdict(yours_forms))
-            chart(forms_figure(yours_forms["rows"]), width="stretch", key="scal_forms_yours")
+            chart(forms_figure(yours_forms["rows"], yours_forms["r_star"]), width="stretch", key="scal_forms_yours")

@@ -246,3 +246,154 @@ def test_profile_finds_the_r_star_the_runs_were_made_with():
     prof = profile_r_star(N, D, L, u, r_stars=(1.0, 2.0, 4.0, 8.0, 16.0, 64.0))
     best = min(prof, key=lambda p: p["objective"])
     assert best["r_star"] == 4.0
+
+
+# ---------------------------------------------------------------- helpers of the pages and the shipped analysis
+def test_the_vectorised_optima_match_one_at_a_time():
+    from core.analysis.scaling_repeat import repeated_optima
+
+    law = ScalingLaw(A=406.4, B=410.7, alpha=0.34, beta=0.28, E=1.69)
+    Cs = np.geomspace(1e20, 1e26, 7)
+    n, d = repeated_optima(law, Cs, 3e11)
+    for c, a, b in zip(Cs, n, d):
+        n1, d1 = repeated_optimum(law, c, 3e11)
+        assert a == pytest.approx(n1, rel=0.01) and a * b == pytest.approx(c / 6, rel=1e-9)
+
+
+def test_the_shipped_forecast_json_is_read_and_a_tampered_one_refused(tmp_path):
+    import json
+    import shutil
+
+    from core.training.forecast_study import FORECAST_JSON, read_forecast
+    from core.training.study import SHIPPED_STUDY, StudyError
+
+    data = read_forecast(SHIPPED_STUDY)
+    rows = data["calibration"]["rows"]
+    assert data["calibration"]["hits"] == sum(r["lower"] <= r["loss"] <= r["upper"] for r in rows)
+    assert read_forecast(tmp_path) is None  # none there: nothing to show, no error
+    shutil.copy(SHIPPED_STUDY / FORECAST_JSON, tmp_path / FORECAST_JSON)
+    bad = json.loads((tmp_path / FORECAST_JSON).read_text())
+    bad["calibration"]["hits"] += 1  # counts that the rows do not add up to
+    (tmp_path / FORECAST_JSON).write_text(json.dumps(bad))
+    with pytest.raises(StudyError, match="do not add up"):
+        read_forecast(tmp_path)
+    (tmp_path / FORECAST_JSON).write_text("[1, 2")
+    with pytest.raises(StudyError):
+        read_forecast(tmp_path)
+
+
+def test_doubling_gains_by_hand():
+    from core.training.forecast_study import doubling_gains
+
+    rows = [{"d_model": 8, "epochs": e, "loss": l, "train_loss": t}
+            for e, l, t in ((1.0, 3.0, 3.0), (3.0, 2.0, 1.9), (6.0, 1.8, 1.6), (12.0, 1.75, 1.5))]
+    g = doubling_gains(rows)[8]  # runs of under two passes are not a doubling of passes: left out
+    assert [(s["from"], s["to"]) for s in g] == [(3.0, 6.0), (6.0, 12.0)]
+    assert [s["gain"] for s in g] == pytest.approx([0.2, 0.05]) and g[-1]["gap"] == pytest.approx(0.25)
+
+
+def test_plan_run_maps_the_law_to_a_run_and_holds_the_limits():
+    import json
+
+    from core.training.forecast_run import MAX_FORECAST_EPOCHS, plan_run, width_params
+    from core.training.study import SHIPPED_STUDY, read_rows
+
+    meta = json.loads((SHIPPED_STUDY / "study.json").read_text())
+    rows = read_rows(SHIPPED_STUDY / "runs.csv")
+    assert width_params(meta, 64) == next(r["N"] for r in rows if r["d_model"] == 64)  # as the study counted it
+    p = plan_run(meta, width_params(meta, 72) * 1.01, 500_000, rows)
+    assert p.d_model == 72 and p.D == round(500_000 / 1024) * 1024 and p.problem is None
+    assert p.epochs == pytest.approx(p.D / int(meta["corpus_chars"] * 0.9))
+    many = plan_run(meta, 1e4, (MAX_FORECAST_EPOCHS + 2) * meta["corpus_chars"], rows)
+    assert "passes over the corpus" in many.problem
+    slow = plan_run(meta, 1.0, 20_000_000, rows, d_model=256)
+    assert "minutes" in slow.problem
+
+
+def test_settle_and_the_session_record():
+    from core.views import scaling_forecast as vf
+
+    rec = {"base": "b", "point": 2.0, "lower": 1.9, "upper": 2.1, "law_lower": 1.95, "law_upper": 2.05, "level": 0.8,
+           "your_point": 2.0, "your_lower": 1.5, "your_upper": 2.5, "actual": None, "row": None}
+    done = vf.settle(rec, {"loss": 2.02, "N": 1, "D": 1})
+    assert done["law_hit"] and done["narrow_hit"] and done["your_hit"]
+    assert done["law_score"] == pytest.approx(0.2) and done["your_score"] == pytest.approx(1.0)
+    summ = vf.record_summary([done, rec])  # the unsettled one is not counted
+    assert summ["n"] == 1 and "The law forecasts better" in vf.winner(summ)
+    assert vf.joined_rows([done, rec], "b") == [{"loss": 2.02, "N": 1, "D": 1}] and vf.joined_rows([done], "x") == []
+    assert vf.bet_problem(2.0, 1.9, 2.1) is None
+    assert "hold the point" in vf.bet_problem(2.0, 2.05, 2.1)
+    assert "above zero" in vf.bet_problem(float("nan"), 1.0, 2.0)
+
+
+def test_the_verdicts_follow_the_numbers():
+    from core.views import scaling_forecast as vf
+
+    rows = [{"lower": 1, "upper": 2, "loss": 1.5, "log_error": -0.01}] * 10
+    cal = {"rows": rows, "level": 0.8, "law_hits": 4, "hits": 5, "mean_abs_log_error": 0.01}
+    assert "too narrow" in vf.calibration_verdict(cal)
+    assert "wider than they need be" in vf.calibration_verdict({**cal, "hits": 10})
+    assert "about right" in vf.calibration_verdict({**cal, "hits": 8})
+    assert "1.0 % lower" in vf.bias_sentence(cal)
+    assert "equally well" in vf.forms_verdict({"plain_rms_held": 0.0100, "effective_rms_held": 0.0101})
+    assert "L(N, D′) forecasts them better" in vf.forms_verdict({"plain_rms_held": 0.02, "effective_rms_held": 0.01})
+
+
+def test_both_forms_on_runs_made_with_repetition():
+    """Runs drawn from L(N, D') with R* = 4 on a small stock: the form that knows repetition forecasts the held-out
+    (larger, more repeated) runs better than the plain law."""
+    from core.views.scaling_view import forms_csv
+    from core.analysis.scaling_runs import Runs
+
+    law = ScalingLaw(A=5.0, B=3000.0, alpha=0.25, beta=0.6, E=1.3)
+    u = 1e6
+    N = np.repeat([1e4, 3e4, 1e5, 3e5], 5)
+    D = np.tile([3e5, 1e6, 3e6, 1e7, 3e7], 4)
+    L = law.loss(N, effective_data(u, D, 15.4))
+    out = forms_csv(Runs(N, D, L).to_csv(), int(u))
+    assert sum(r["held_out"] for r in out["rows"]) == 6  # the larger 30 % by compute
+    assert out["effective_rms_held"] < 0.2 * out["plain_rms_held"]
+
+
+def test_the_notes_of_the_law_page():
+    from core.views import scaling_use as su
+
+    law = ScalingLaw(A=406.4, B=410.7, alpha=0.34, beta=0.28, E=1.69)
+    plenty = su.constrained(law, 1e22, 1e14)
+    assert "never runs out of fresh text" in su.constrained_note(plenty) and plenty.N == pytest.approx(plenty.N_plain,
+                                                                                                        rel=1e-3)
+    short = su.constrained(law, 1e24, 1e11)
+    assert short.loss_plain_repeated > short.loss_plain_fresh and short.loss <= short.loss_plain_repeated
+    assert "passes" in su.constrained_note(short)
+    chin, best = su.sizing(law, 1.95, 1e13)
+    assert "saves" in su.sizing_note(chin, best, 1e13) and best["N"] < chin["N"]
+    assert "0.82 on the fourth" in su.worth_caption()  # e^(-3/15.4)
+    assert "6.8B on 9.1 passes" in su.split_caption()
+
+
+def test_the_epochs_grid_may_repeat_and_others_may_not():
+    from core.training.study_grid import GRIDS, MAX_EPOCHS, corpus_problem
+
+    text = "x" * 1_200_000  # a Tiny Shakespeare-sized text: 1,080,000 training characters
+    assert corpus_problem(GRIDS["epochs"], text) is None  # 24 passes, allowed up to 32
+    assert "epochs" not in GRIDS["full"].to_dict() and "max_epochs" not in GRIDS["full"].to_dict()
+    assert GRIDS["epochs"].to_dict()["max_epochs"] == 32
+    small = "x" * 600_000
+    msg = corpus_problem(GRIDS["full"], small)
+    assert f"at most {MAX_EPOCHS} times" in msg and "--grid epochs" not in msg
+
+
+@pytest.mark.slow
+def test_the_shipped_analysis_is_made_again_from_runs_csv():
+    """forecast.json is what python -m core.forecast_study makes from the two studies' runs.csv (no corpus needed)."""
+    from core.training.forecast_study import analyse, read_forecast
+    from core.training.study import SHIPPED_STUDY
+
+    shipped, fresh = read_forecast(SHIPPED_STUDY), analyse()
+    for a, b in zip(shipped["calibration"]["rows"], fresh["calibration"]["rows"]):
+        assert a["run_id"] == b["run_id"] and a["hit"] == b["hit"]
+        for k in ("point", "lower", "upper", "law_lower", "law_upper"):
+            assert a[k] == pytest.approx(b[k], rel=1e-6), k
+    assert shipped["r_star"]["best"] == fresh["r_star"]["best"]
+    assert shipped["forms"]["plain_rms_held"] == pytest.approx(fresh["forms"]["plain_rms_held"], rel=1e-6)
+    assert shipped["epochs"] == fresh["epochs"]

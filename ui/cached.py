@@ -118,3 +118,12 @@ def forecast_analysis(folder: str, stamp: tuple):
 def compared_forms(csv_text: str, unique_tokens: int):
     """Both forms fitted to the smaller runs of ``csv_text`` (core.views.scaling_view.forms_csv), once per text."""
     return sv.forms_csv(csv_text, unique_tokens)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def famous_inference(law, inference_tokens: float) -> list[dict]:
+    """The famous models judged with a serving volume (core.views.scaling_use.famous_rows): 18 sizings, once per
+    law and volume."""
+    from core.views.scaling_use import famous_rows
+
+    return famous_rows(law, inference_tokens)

@@ -9,9 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
-from core.analysis.scaling import FAMOUS_MODELS, ScalingLaw
+from core.analysis.scaling import FAMOUS_MODELS, R_STAR_D, ScalingLaw
 from core.analysis.scaling_inference import data_for_loss, lifetime_flops, smallest_model
-from core.analysis.scaling_repeat import epoch_worth, epochs_curve, repeated_optimum
+from core.analysis.scaling_repeat import epoch_worth, epochs_curve, repeated_optima
 from core.figures.scaling_figures import HALO, LAYOUT
 from core.figures.study_figures import OURS, _palette
 from core.serve.fmt import human
@@ -122,11 +122,11 @@ def calibration_figure(rows: list[dict]) -> go.Figure:
                                   yaxis=dict(title="validation loss (nats per character)")))
 
 
-def forms_figure(rows: list[dict]) -> go.Figure:
+def forms_figure(rows: list[dict], r_star: float = R_STAR_D) -> go.Figure:
     """Residuals of the two forms side by side against passes over the corpus: fitted runs as circles, held-out as
     diamonds; a form that describes repetition keeps the diamonds near zero."""
     traces, ep = [], np.array([r["epochs"] for r in rows])
-    for xa, key, name in (("x", "plain_resid", "plain L(N, D)"), ("x2", "effective_resid", "L(N, D′), R* = 15.4")):
+    for xa, key, name in (("x", "plain_resid", "plain L(N, D)"), ("x2", "effective_resid", f"L(N, D′), R* = {r_star:g}")):
         for held, symbol, label in ((False, "circle", "fitted"), (True, "diamond", "held out")):
             sel = [r for r in rows if r["held_out"] == held]
             traces.append(go.Scatter(
@@ -138,7 +138,7 @@ def forms_figure(rows: list[dict]) -> go.Figure:
                 hovertemplate="%{customdata[0]}: %{x:.1f} passes<br>%{y:+.2f} % off<extra>" + name + "</extra>"))
     lim = max(1.0, 1.15 * 100 * max(abs(r[k]) for r in rows for k in ("plain_resid", "effective_resid")))
     notes = [dict(x=x, y=1.0, xref="paper", yref="paper", text=t, showarrow=False, yanchor="bottom",
-                  font=dict(size=14)) for x, t in ((0.225, "plain L(N, D)"), (0.775, "L(N, D′), R* = 15.4"))]
+                  font=dict(size=14)) for x, t in ((0.225, "plain L(N, D)"), (0.775, f"L(N, D′), R* = {r_star:g}"))]
     lo, hi = max(0.1, ep.min() / 1.4), ep.max() * 1.4
     return go.Figure(traces, dict(
         **{**LAYOUT, "height": 430, "margin": dict(l=60, r=20, t=70, b=110)}, annotations=notes,
@@ -192,13 +192,15 @@ def unique_data_figure(law: ScalingLaw, N: float, unique: float, max_epochs: flo
               go.Scatter(x=ep, y=worth, mode="lines", name="worth of a token of that pass", xaxis="x2", yaxis="y2",
                          line=dict(color=LAW_C, width=3), hovertemplate="pass %{x:.1f}: worth %{y:.2f} of a fresh "
                                                                          "token<extra></extra>")]
-    notes = [dict(x=e, y=float(epoch_worth(e)), xref="x2", yref="y2", text=f"pass {e}: {float(epoch_worth(e)):.2f}",
-                  showarrow=True, arrowhead=0, ax=30, ay=-25, font=dict(size=11, shadow=HALO)) for e in (4, 16)]
+    # annotations on a log axis take log10 of their x
+    notes = [dict(x=math.log10(e), y=float(epoch_worth(e)), xref="x2", yref="y2",
+                  text=f"pass {e}: {float(epoch_worth(e)):.2f}", showarrow=True, arrowhead=0, ax=30, ay=-25,
+                  font=dict(size=11, shadow=HALO)) for e in (4, 16) if e <= max_epochs]
     return go.Figure(traces, dict(
         **{**LAYOUT, "height": 460}, annotations=notes,
         title=f"N = {human(N)} parameters on a stock of {human(unique)} unique tokens",
         xaxis=dict(type="log", title="passes over the stock", domain=[0, 0.55]),
-        xaxis2=dict(type="log", title="pass", domain=[0.68, 1]),
+        xaxis2=dict(type="log", title="pass", domain=[0.68, 1], range=[0, math.log10(max_epochs)]),
         yaxis=dict(title="loss"), yaxis2=dict(anchor="x2", title="worth of a token", range=[0, 1.05])))
 
 
@@ -206,7 +208,7 @@ def constrained_split_figure(law: ScalingLaw, unique: float, C_range=(1e20, 1e26
     """The compute-optimal N and passes over the stock against compute, with and without the stock's limit."""
     Cs = np.geomspace(*C_range, 40)
     plain = np.array([law.compute_optimal(c) for c in Cs])  # (40, 2)
-    held = np.array([repeated_optimum(law, c, unique) for c in Cs])
+    held = np.stack(repeated_optima(law, Cs, unique), 1)  # (40, 2)
     traces = [go.Scatter(x=Cs, y=plain[:, 0], mode="lines", name="N, unlimited fresh text",
                          line=dict(color=GREY, dash="dash"), hovertemplate="C = %{x:.2g}: N = %{y:.3s}<extra></extra>"),
               go.Scatter(x=Cs, y=held[:, 0], mode="lines", name=f"N, {human(unique)} unique tokens",
@@ -262,7 +264,10 @@ def inference_figure(law: ScalingLaw, target: float, inference_tokens: float, be
               go.Scatter(x=[best["N"]], y=[best["total_flops"]], mode="markers", name="least lifetime cost",
                          marker=dict(color=OURS, size=15, symbol="star", line=dict(color="black", width=1)),
                          hovertemplate="inference-aware: N = %{x:.3s}, lifetime %{y:.3g} FLOPs<extra></extra>")]
+    # the y range from the least cost to eight times it: near the smallest model the cost runs off to infinity
+    least = float(min(train.min(), total.min()))
     return go.Figure(traces, dict(**{**LAYOUT, "height": 460},
                                   title=f"Every model that reaches a loss of {target:.3f}",
                                   xaxis=dict(type="log", title="parameters N"),
-                                  yaxis=dict(type="log", title="FLOPs")))
+                                  yaxis=dict(type="log", title="FLOPs",
+                                             range=[math.log10(least / 1.3), math.log10(least * 8)])))

@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.training.cli_args import OneLineParser
-from core.training.corpus import read_text_file
+from core.training.corpus import TRAIN_FRACTION, read_text_file
 # the names of the split-out modules, re-exported: pages, tests, bench and core.training.study_job import them from here
 from core.training.study_engines import (ENGINES, PR_SET_PDEATHSIG, LocalEngine, RayEngine, ShouldStop,  # noqa: F401
                                 StudyStopped, die_with_parent, make_engine, ray_runtime_env)
@@ -119,28 +119,38 @@ def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
     lines += ["", f"Wall time {wall / 60:.1f} min in all; the runs' CPU time adds up to {cpu / 60:.1f} min.", ""]
     if fit is None and meta.get("fit_error"):
         lines += ["## The fit", "", f"No law was fitted: {meta['fit_error']}", ""]
+    if g.get("max_epochs", MAX_EPOCHS) > MAX_EPOCHS:  # the epochs grid: runs that read the corpus many times over
+        passes = max(r["D"] for r in rows) / (meta["corpus_chars"] * TRAIN_FRACTION) if rows else 0
+        lines += [f"A study of repetition: its largest runs read the training part {passes:.0f} times. The law fitted "
+                  "to it alone says little; `python -m core.forecast_study` fits it together with a study of at most "
+                  f"{MAX_EPOCHS} passes (plain L(N, D) against Muennighoff et al.'s L(N, D')).", ""]
     if fit is not None:  # no fit (too few usable runs, or no law of this form): the card describes the runs alone
         law, b = fit["law"], fit["bootstrap"]
         ci = b["intervals"]
+        have_ci = b["resamples"] > b["failed"]  # --bootstrap 0, or every resample failed: no intervals to print
+
+        def span(key, fmt):
+            lo, hi = ci[key]
+            return f"{lo:{fmt}} to {hi:{fmt}}" if have_ci else "none"
         lines += ["## The fit", "",
                   "Hoffmann et al.'s L(N, D) = A/N^α + B/D^β + E, fitted as they did (Huber loss on log L, L-BFGS from "
-                  "their grid of 4,500 starts). Intervals: the 2.5th and 97.5th percentiles over "
-                  f"{b['resamples'] - b['failed']} bootstrap refits on runs drawn with replacement "
-                  f"({b['failed']} of {b['resamples']} resamples gave no law of this form).", "",
+                  "their grid of 4,500 starts). "
+                  + (f"Intervals: the 2.5th and 97.5th percentiles over {b['resamples'] - b['failed']} bootstrap refits "
+                     f"on runs drawn with replacement ({b['failed']} of {b['resamples']} resamples gave no law of this "
+                     "form)." if have_ci else f"No intervals: {b['resamples']} bootstrap refits were asked for"
+                     + (f" and all {b['failed']} failed." if b["failed"] else ".")), "",
                   "| constant | this study | 95% interval | Chinchilla (2022) | Epoch (2024) |", "|---|---|---|---|---|"]
         # E's unit differs: nats per character here, per (sub-word) token in the papers
         for key, name in (("alpha", "α"), ("beta", "β"), ("E", "E (nats/char here, nats/token there)"),
                           ("A", "A"), ("B", "B")):
-            lo, hi = ci[key]
-            lines.append(f"| {name} | {law[key]:.4g} | {lo:.4g} to {hi:.4g} | {getattr(CHINCHILLA, key):.4g} | "
+            lines.append(f"| {name} | {law[key]:.4g} | {span(key, '.4g')} | {getattr(CHINCHILLA, key):.4g} | "
                          f"{getattr(EPOCH_2024, key):.4g} |")
         # N_opt ∝ C^a: of 10x the compute, a factor 10^a goes to N and the rest to D
         a = law["beta"] / (law["alpha"] + law["beta"])
-        lo, hi = ci["a"]
         # an RMS error of log loss r is a typical relative error of exp(r) - 1
         lines += ["", f"R² of log loss: {fit['r2_log']:.4f}; RMS error of log loss: {fit['rms_log']:.4f} "
                   f"(about {100 * (math.exp(fit['rms_log']) - 1):.1f} % of the loss).",
-                  f"Compute-optimal N grows as C^{a:.2f} (95% interval {lo:.2f} to {hi:.2f}); Chinchilla's constants "
+                  f"Compute-optimal N grows as C^{a:.2f} (95% interval {span('a', '.2f')}); Chinchilla's constants "
                   f"say C^{CHINCHILLA.beta / (CHINCHILLA.alpha + CHINCHILLA.beta):.2f}, Epoch's "
                   f"C^{EPOCH_2024.beta / (EPOCH_2024.alpha + EPOCH_2024.beta):.2f}.", "",
                   "Files: `runs.csv` (one row per run), `study.json` (grid, corpus checksum, sessions), `fit.json` "
