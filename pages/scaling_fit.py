@@ -15,15 +15,10 @@ from core.analysis.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs
 from core.training.study import GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, usable_rows
 from core.figures.study_figures import frontier_figure, residual_figure, study_figure
 from core.training.study_job import BusyError as StudyBusy, StudyJob, grid_choices
-from core.training.study import rows_to_arrays
-from core.views import scaling_forecast as vf
-from core.analysis.scaling_runs import Runs
-from core.analysis.scaling import R_STAR_D, R_STAR_N
-from core.figures.forecast_figures import calibration_figure, epochs_figure, forecast_figure, forms_figure
-from core.serve.fmt import rough_time
 from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch
-from ui import forecast as fcui
-from ui.cached import compared_forms, fitted_law, forecast_analysis, shipped_study
+from ui.cached import fitted_law, forecast_analysis, shipped_study
+from ui.forecast_view import show_forecast
+from ui.repetition_view import show_calibration, show_repetition
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -245,164 +240,8 @@ if job is not None:
     st.fragment(run_every=2.0 if polling else None)(study_view)(job, polling)
 
 
-# ---------------------------------------------------------------- predict the next run, train it, score it
-st.subheader("Forecast the next run, train it, score the forecast")
-st.markdown(
-    "A law earns its keep by predicting a run nobody has trained yet. The law fitted above proposes the next run "
-    "(by default the compute-optimal one at twice the largest compute so far) and says where its held-out loss "
-    "should land, with an 80 % interval. Write down your own forecast, train the run here, and both forecasts are "
-    "scored. The score is Gneiting and Raftery's interval score: the interval's width, plus a penalty of 2/α for "
-    "every unit by which the run lands outside it, so a narrow interval that misses costs more than an honest "
-    "wide one.")
-st.latex(r"\mathrm{IS}_\alpha(l, u; y) = (u - l) + \frac{2}{\alpha}(l - y)\,\mathbb{1}[y < l] + "
-         r"\frac{2}{\alpha}(y - u)\,\mathbb{1}[y > u], \qquad \alpha = 0.2")
-fc_bases = fcui.bases(shipped_meta, shipped_rows, tiny_shakespeare, st.session_state.get("scal_study_job"))
-fc_job, fc_status = fcui.poll()
-if not fc_bases:
-    st.info(f"A forecast needs a law: the shipped study could not be read and your study has fewer than {MIN_RUNS} "
-            "runs so far.")
-else:
-    base_key = st.radio("Forecast from", list(fc_bases), format_func=lambda k: fc_bases[k].label, horizontal=True,
-                        key="scal_fc_base", disabled=fc_job is not None)
-    base = fc_bases[base_key]
-    rows_now = fcui.fit_rows(base)
-    try:
-        fc_law, fc_boot = fcui.law_and_boot(rows_now)
-    except FitError as e:
-        st.error(str(e), icon="⚠️")
-    else:
-        joined = rows_now[len(base.rows):]
-        prop = vf.proposal(fc_law, base, rows_now)
-        st.caption(f"The law of {len(rows_now)} runs" + (f" ({len(joined)} of them trained for forecasts)" if joined
-                   else "") + f", refitted to {len(fc_boot.params)} resamples of them for the intervals"
-                   + (f" ({fc_boot.failed} gave no law)" if fc_boot.failed else "") + ". " + prop.note)
-        vf.reset_widgets(st.session_state, prop, base_key, len(rows_now))
-        w1, w2, w3 = st.columns([1, 1, 2])
-        width = w1.selectbox("Width d", vf.WIDTH_CHOICES, key="scal_fc_width", disabled=fc_job is not None,
-                             help="The model's width; depth, context, batch, recipe and seed are the study's.")
-        tokens = w2.number_input("Tokens D", min_value=1_000, max_value=200_000_000, step=100_000,
-                                 key="scal_fc_tokens", disabled=fc_job is not None,
-                                 help="Characters seen in training, rounded to whole steps of the study's batch.")
-        plan = vf.plan(base, rows_now, width, tokens)
-        fc = vf.forecast_for(fc_law, fc_boot, plan)
-        w3.markdown(vf.plan_note(plan, prop))
-        m = st.columns([1, 1.6, 1.6, 1])
-        m[0].metric("The law's point", f"{fc.point:.4f}", help="nats per character, held-out")
-        m[1].metric("Its 80 % interval", f"{fc.lower:.3f} to {fc.upper:.3f}",
-                    help="The refitted laws' predictions, each with a residual of its own fit added: where a new "
-                         "run should land.")
-        m[2].metric("The law alone", f"{fc.law_lower:.3f} to {fc.law_upper:.3f}",
-                    help="The refitted laws' predictions only: the uncertainty of the curve, the kind of interval "
-                         "papers publish.")
-        m[3].metric("Passes over the corpus", f"{plan.epochs:.1f}")
-        st.markdown("**Your forecast** (it starts as the law's; change it before you train):")
-        vf.reset_bet(st.session_state, fc, base_key, plan)
-        y1, y2, y3, y4 = st.columns([1, 1, 1, 1.3])
-        your_point = y1.number_input("Your point", 0.01, 20.0, step=0.01, format="%.4f", key="scal_fc_point")
-        your_lower = y2.number_input("Lower end (10 %)", 0.01, 20.0, step=0.01, format="%.4f", key="scal_fc_lower")
-        your_upper = y3.number_input("Upper end (90 %)", 0.01, 20.0, step=0.01, format="%.4f", key="scal_fc_upper")
-        bet_problem = vf.bet_problem(your_point, your_lower, your_upper)
-        if bet_problem:
-            st.error(bet_problem, icon="⚠️")
-        if plan.problem:
-            st.error(f"This run cannot train here: {plan.problem}.", icon="⚠️")
-        elif base.corpus is None:
-            st.warning(base.corpus_note, icon="⚠️")
-        if y4.button("Train it", type="primary", key="scal_fc_train",
-                     disabled=bool(bet_problem or plan.problem or base.corpus is None or fc_job is not None),
-                     help="Trains this run in the background on the study's settings; its point then joins the fit."):
-            why = fcui.start(base, plan, vf.new_record(base_key, plan, fc, (your_point, your_lower, your_upper)))
-            if why:
-                st.error(why, icon="⚠️")
-            else:
-                st.rerun()
-        pending = st.session_state.get("scal_fc_pending")
-        shown = (pending["your_point"], pending["your_lower"], pending["your_upper"]) if pending else \
-            (your_point, your_lower, your_upper) if not bet_problem else None
-        chart(forecast_figure(rows_now, joined, fc_law, fc, shown), width="stretch", key="scal_fc_fig")
-
-    def forecast_run_view(polling: bool):
-        job, s = fcui.poll()
-        if job is None:
-            return
-        job_controls(job, s, polling, "scal_fc", StudyBusy, stop_help="Ends the run; its forecast is dropped.")
-        pending = st.session_state["scal_fc_pending"]
-        st.progress(0.0 if s.state != "finished" else 1.0,
-                    text=f"Training d = {pending['d_model']} on {pending['D']:,} tokens: {ss.STATE_LABELS[s.state]}"
-                         + (f", about {rough_time(s.eta_s)} left" if s.eta_s else ""))
-        if s.state in ("failed", "stopped"):
-            st.error(f"The run did not finish{': ' + s.message if s.message else ''}. Its forecast is dropped.",
-                     icon="⚠️")
-            st.button("Clear", key="scal_fc_clear", on_click=fcui.drop)
-
-    if fc_job is not None:
-        st.fragment(run_every=2.0 if fc_status.moving else None)(forecast_run_view)(fc_status.moving)
-
-    fc_records = fcui.records()
-    table = vf.record_table(fc_records)
-    if table:
-        st.markdown("##### Your forecasts this session")
-        st.dataframe(table, hide_index=True, width="stretch", key="scal_fc_table", column_config={
-            **{k: st.column_config.NumberColumn(format="%.4f") for k in ("loss", "law", "yours", "law's score",
-                                                                         "your score")},
-            **{k: st.column_config.NumberColumn(format="%+.4f") for k in ("law's log error", "your log error")},
-            "C (FLOPs)": st.column_config.NumberColumn(format="%.3g")})
-        summ = vf.record_summary(fc_records)
-        st.markdown(f"The law's interval held {summ['law_hits']} of {summ['n']}, yours {summ['your_hits']}. "
-                    + vf.winner(summ))
-
-# ---------------------------------------------------------------- the shipped calibration
-st.markdown("##### How well does the shipped study forecast its own larger runs?")
+# ---------------------------------------------------------------- forecasts, and when the data runs out
 analysis, analysis_problem = forecast_analysis(str(SHIPPED_STUDY), ss.study_stamp(SHIPPED_STUDY))
-if analysis_problem:
-    st.warning(f"The shipped forecast analysis cannot be shown: {analysis_problem}", icon="⚠️")
-elif analysis is None:
-    st.info("The shipped study has no forecast.json yet: `python -m core.forecast_study` makes it.")
-else:
-    cal = analysis["calibration"]
-    st.markdown(
-        f"The same test on the shipped runs, made without waiting: the law and its {cal['resamples']} resamples are "
-        f"fitted to the {len(cal['fitted'])} runs of least compute, and each of the {len(cal['rows'])} larger runs "
-        "is forecast as if it had not been trained. " + vf.calibration_verdict(cal) + " " + vf.bias_sentence(cal))
-    chart(calibration_figure(cal["rows"]), width="stretch", key="scal_cal_fig")
-    st.dataframe(vf.calibration_table(cal), hide_index=True, width="stretch", key="scal_cal_table")
-    st.caption(f"Mean interval score (α = 0.2): the law alone {cal['law_mean_score']:.4f}, with the runs' "
-                  f"scatter {cal['mean_score']:.4f}. Made by `python -m core.forecast_study`; the rows are in "
-                  f"`assets/studies/{SHIPPED_STUDY.name}/forecast.json`.")
-
-# ---------------------------------------------------------------- when data runs out
-st.subheader("When the data runs out: how many passes over Tiny Shakespeare are worth it?")
-st.markdown(
-    "Tiny Shakespeare's training part is about a million characters, so a run of three million characters reads it "
-    "three times. Hoffmann et al.'s law counts every token alike, fresh or not. Muennighoff et al. (2023) trained "
-    "400 models on repeated data and found each further pass worth less: a token seen on its R-th repetition counts "
-    f"for a share of a fresh one that falls by a factor of e every R* ≈ {R_STAR_D} repetitions. Their effective data "
-    f"D′ replaces D in the law; N′ does the same for parameters beyond what the unique text can use (R*_N ≈ {R_STAR_N}).")
-st.latex(r"D' = U + U R^{*} \left(1 - e^{-R/R^{*}}\right), \qquad R = \frac{D}{U} - 1, \qquad "
-         r"L(N, D') = \frac{A}{N^{\alpha}} + \frac{B}{D'^{\beta}} + L_\infty")
-if analysis is not None:
-    forms = analysis["forms"]
-    st.markdown(
-        f"Our test: both forms fitted to the 24 runs of the shipped study (at most three passes) forecast nine runs "
-        f"trained for this question, of 6, 12 and 24 passes (`assets/studies/shakespeare-char-epochs`). "
-        + vf.forms_verdict(forms))
-    chart(forms_figure(forms["rows"], forms["r_star"]), width="stretch", key="scal_forms_fig")
-    st.markdown(vf.epochs_answer(analysis))
-    chart(epochs_figure(analysis["epochs"]), width="stretch", key="scal_epochs_fig")
-    st.caption("Solid: the held-out loss; dashed: the loss on as much training text. The gap between them is the "
-               "model learning the training text by heart. The dotted lines are Muennighoff et al.'s guideposts.")
-your_job = st.session_state.get("scal_study_job")
-your_rows = usable_rows(your_job.status().rows)[0] if your_job is not None else []
-if len(your_rows) >= MIN_RUNS:
-    st.markdown("##### The two forms on your study")
-    unique = vf.unique_of(fcui._job_meta(your_job))
-    if unique:
-        N_, D_, L_ = rows_to_arrays(your_rows)
-        try:
-            yours_forms = gated(compared_forms, "the two forms")(Runs(N_, D_, L_).to_csv(), unique)
-        except (FitError, RunsError) as e:
-            st.warning(f"The two forms could not be fitted to your runs: {e}", icon="⚠️")
-        else:
-            st.markdown(f"Fitted to your smaller runs (D counted against {unique:,} training tokens), judged on the "
-                        "larger ones. " + vf.forms_verdict(yours_forms))
-            chart(forms_figure(yours_forms["rows"], yours_forms["r_star"]), width="stretch", key="scal_forms_yours")
+show_forecast(shipped_meta, shipped_rows, tiny_shakespeare, analysis["calibration"] if analysis else None)
+show_calibration(analysis, analysis_problem, SHIPPED_STUDY.name)
+show_repetition(analysis)

@@ -43,7 +43,7 @@ def bases(shipped_meta, shipped_rows, shakespeare: Path | None, job: StudyJob | 
     if job is not None:
         s = job.status()
         rows, _ = usable_rows(s.rows)
-        meta = _job_meta(job)
+        meta = job_meta(job)
         if meta and len(rows) >= MIN_RUNS:
             out["yours"] = Base("yours", f"your study ({len(rows)} runs, {job.corpus_name})", meta, rows,
                                 job.corpus_path if job.corpus_path.is_file() else None,
@@ -51,7 +51,7 @@ def bases(shipped_meta, shipped_rows, shakespeare: Path | None, job: StudyJob | 
     return out
 
 
-def _job_meta(job: StudyJob) -> dict | None:
+def job_meta(job: StudyJob) -> dict | None:
     from core.training.study import read_meta
 
     try:

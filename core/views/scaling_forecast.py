@@ -171,6 +171,15 @@ def calibration_verdict(cal: dict) -> str:
             "well the small runs pin the curve, not how far the curve bends beyond them.")
 
 
+def hint(cal: dict) -> str:
+    """A hint for the learner's forecast from the shipped calibration (below on the page)."""
+    mean = float(np.mean([r["log_error"] for r in cal["rows"]]))
+    way = "lower" if mean < 0 else "higher"
+    return (f"A hint from the shipped study (below): fitted to its smaller runs, the law's forecasts of its larger "
+            f"ones came out {abs(mean) * 100:.1f} % too {'high' if mean < 0 else 'low'} (the runs were {way}), and "
+            f"only {cal['hits']} of its {len(cal['rows'])} 80 % intervals held.")
+
+
 def bias_sentence(cal: dict) -> str:
     errs = [r["log_error"] for r in cal["rows"]]
     mean = float(np.mean(errs))

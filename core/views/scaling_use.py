@@ -123,3 +123,13 @@ def split_caption() -> str:
             f"{human(W['unique'])} unique tokens move the best model for its budget from {human(n0)} parameters to "
             f"{human(n)} on {d / W['unique']:.1f} passes. The R* are theirs, fitted with their own constants and "
             "applied here to the law above.")
+
+
+def stock_caption() -> str:
+    """The stocks in words, and how close the largest famous run comes to them."""
+    big = max(FAMOUS_MODELS, key=lambda m: m.D)
+    web = STOCKS["FineWeb (2024)"]
+    return ("; ".join(f"{k}: {human(v)} tokens" for k, v in STOCKS.items()) + f". {big.name}'s {human(big.D)} "
+            f"training tokens are {big.D / web:.1f} FineWebs: the largest runs are near the point where fresh public "
+            "text runs out, which is why repetition matters beyond toy corpora. The Your scaling law page measures "
+            "it on Tiny Shakespeare.")
