@@ -6,6 +6,7 @@ from ui import current, ensure_frame, model_key, prompt_input
 from ui.classroom import (MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, class_store, csv_download, current_round,
                           join_code_box, lesson_round, reveal_round, show_counts, show_question, shift_table,
                           teacher_counts, voter_id)
+from ui.class_forecast import forecast_reveal, forecast_round
 from ui.lesson_context import lesson_context
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -91,8 +92,9 @@ def student(code: str):
         mine = st.session_state.setdefault("class_my_votes", {})  # (code, round, phase) -> choice, as recorded
         if info["revealed"]:
             answer = info["answer"]
-            st.success(f"The model's answer: **{answer}**." if answer is not None else
-                       "The model gave no single answer here.")
+            landed = (info["meta"] or {}).get("kind") == "forecast"
+            st.success(f"{'The run landed' if landed else 'The model' + chr(39) + 's answer'}: **{answer}**."
+                       if answer is not None else "The model gave no single answer here.")
             show_counts(info, "class_student_votes")
             return
         phase = info["phase"]
@@ -135,7 +137,8 @@ def teacher():
 
     entry, model, tok = current()
     st.subheader("A new question")
-    kind = st.radio("Ask", ["A Lesson step, on your prompt", "Your own question"], horizontal=True, key="class_kind")
+    kind = st.radio("Ask", ["A Lesson step, on your prompt", "Forecast the next run", "Your own question"],
+                    horizontal=True, key="class_kind")
     new = None
     if kind.startswith("A Lesson") and model is None:
         st.info("No model is loaded: pick one in the sidebar to ask a Lesson step, or ask a question of your own.")
@@ -157,6 +160,15 @@ def teacher():
                 with st.expander("What students will see", expanded=False):
                     show_question({"question": made[0], "meta": made[2]})
                     st.markdown("  ·  ".join(made[1]))
+    elif kind.startswith("Forecast"):
+        made = forecast_round()  # the run the shipped law proposes, or the one set on Your scaling law
+        if isinstance(made, str):
+            st.info(f"Not as a class question: {made}.")
+        else:
+            new = made
+            with st.expander("What students will see", expanded=True):
+                show_question({"question": made[0], "meta": made[2]})
+                st.markdown("  ·  ".join(made[1]))
     else:
         q = st.text_input("Question", key="class_own_q", max_chars=500)
         lines = st.text_area(f"Choices, one per line (2 to {MAX_OWN_CHOICES})", key="class_own_choices", height=120)
@@ -181,7 +193,12 @@ def teacher():
         if b2.button("Discuss and vote again", key="class_phase2", disabled=info["phase"] == 2 or info["revealed"]):
             if act(store.set_phase, code, secret, rid, 2):
                 st.rerun()
-        if b3.button("Run the model", key="class_reveal", disabled=info["revealed"], type="primary"):
+        if (info["meta"] or {}).get("kind") == "forecast" and not info["revealed"]:
+            landed = forecast_reveal(info)  # trains the run first; (answer, words) once it is in
+            if landed and b3.button("Reveal where the run landed", key="class_reveal", type="primary"):
+                if act(store.reveal, code, secret, rid, *landed):
+                    st.rerun()
+        elif b3.button("Run the model", key="class_reveal", disabled=info["revealed"], type="primary"):
             if reveal_round(code, secret, info, entry, model, tok):
                 st.rerun()
         if info["revealed"]:

@@ -20,7 +20,7 @@ def _text(page) -> str:
 
 
 def _number(page, label: str, value: str):
-    box = page.get_by_label(label, exact=True)
+    box = page.get_by_role("spinbutton", name=label, exact=True)  # not the "Help for ..." button beside it
     box.fill(value)
     box.press("Enter")
     wait_idle(page)
@@ -36,7 +36,7 @@ def test_forecast_train_and_score(server, browser):  # noqa: F811
         page.get_by_text("Forecast the next run").first.wait_for(timeout=120_000)
         page.get_by_text("This is the proposed run").first.wait_for(timeout=120_000)
         # a small run, so that the test waits seconds: d = 16 on 30,720 characters (30 steps)
-        page.get_by_label("Width d").click()
+        page.get_by_role("combobox", name="Width d").click()
         page.get_by_role("option", name="16", exact=True).click()
         wait_idle(page)
         _number(page, "Tokens D", "30720")

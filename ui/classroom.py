@@ -11,6 +11,7 @@ import streamlit as st
 from core import lesson as LS
 from core.figures.class_figures import vote_bars
 from ui.charts import shared_chart
+from ui.class_forecast import show_forecast_question
 from ui.lesson_context import lesson_context
 from ui.models import model_key
 from core.serve.classroom import (STORE_ENV, ClassError, default_sqlite_path, MAX_CHOICES as MAX_STEP_CHOICES, MIN_CHOICES, normalize_code,
@@ -92,7 +93,9 @@ def current_round(code: str, header) -> dict | None:
 def show_question(info: dict, large: bool = False):
     """A round's question as every participant sees it: a Lesson step's text, formula and prompt, then the ask."""
     meta = info.get("meta") or {}
-    if meta.get("kind") == "lesson":
+    if meta.get("kind") == "forecast":
+        show_forecast_question(meta)
+    elif meta.get("kind") == "lesson":
         st.caption(f"Lesson step: {meta.get('title', '')} · model {meta.get('model', '?')}")
         if meta.get("prompt"):
             st.markdown("**The teacher's prompt**")

@@ -17,7 +17,7 @@ from ui.charts import chart
 from ui.jobs import job_controls
 
 SCORE_FORMATS = {**{k: "%.4f" for k in ("loss", "law", "yours", "law's score", "your score")},
-                 **{k: "%+.4f" for k in ("law's log error", "your log error")}, "C (FLOPs)": "%.3g"}
+                 **{k: "%+.4f" for k in ("law's log error", "your log error")}}
 
 
 def show_forecast(shipped_meta, shipped_rows, shakespeare, calibration: dict | None):
@@ -124,7 +124,7 @@ def _run_view(polling: bool):
     pending = st.session_state["scal_fc_pending"]
     st.progress(1.0 if s.state == "finished" else 0.0,
                 text=f"Training d = {pending['d_model']} on {pending['D']:,} tokens: {STATE_LABELS[s.state]}"
-                     + (f", about {rough_time(s.eta_s)} left" if s.eta_s else ""))
+                     + (f", {rough_time(s.eta_s)} left" if s.eta_s else ""))
     if s.state in ("failed", "stopped"):
         st.error(f"The run did not finish{': ' + s.message if s.message else ''}. Its forecast is dropped.",
                  icon="⚠️")

@@ -85,7 +85,7 @@ def forecast_figure(rows: list[dict], joined: list[dict], law: ScalingLaw, fc, y
     cats = ["the law", "you", "the run"]
     return go.Figure(traces, dict(
         **{**LAYOUT, "height": 500},
-        title=f"The next run: N = {human(fc.N)}, D = {human(fc.D)}, C = {fc.compute:.3g} FLOPs",
+        title=f"The study's next run: N = {human(fc.N)}, D = {human(fc.D)}, C = {fc.compute:.3g} FLOPs",
         xaxis=dict(type="log", title="training compute C = 6ND (FLOPs)", domain=[0, 0.6]),
         yaxis=dict(title="validation loss (nats per character)"),
         xaxis2=dict(domain=[0.7, 1], type="category", categoryorder="array", categoryarray=cats, range=[-0.5, 2.5],
@@ -116,7 +116,8 @@ def calibration_figure(rows: list[dict]) -> go.Figure:
         traces.append(go.Scatter(x=[lab for lab, _ in sel], y=[r["loss"] for _, r in sel], mode="markers", name=name,
                                  marker=dict(color=color, size=15, symbol="star", line=dict(color="black", width=1)),
                                  hovertemplate="%{x}: measured %{y:.4f}<extra></extra>"))
-    return go.Figure(traces, dict(**{**LAYOUT, "height": 460}, title="Fitted on the smaller runs, forecasting the larger",
+    return go.Figure(traces, dict(**{**LAYOUT, "height": 460},
+                                  title="The study fitted on its smaller runs, forecasting the larger",
                                   xaxis=dict(title="held-out run (width, tokens)", type="category",
                                              categoryorder="array", categoryarray=labels),
                                   yaxis=dict(title="validation loss (nats per character)")))
@@ -126,7 +127,8 @@ def forms_figure(rows: list[dict], r_star: float = R_STAR_D) -> go.Figure:
     """Residuals of the two forms side by side against passes over the corpus: fitted runs as circles, held-out as
     diamonds; a form that describes repetition keeps the diamonds near zero."""
     traces, ep = [], np.array([r["epochs"] for r in rows])
-    for xa, key, name in (("x", "plain_resid", "plain L(N, D)"), ("x2", "effective_resid", f"L(N, D′), R* = {r_star:g}")):
+    forms = (("x", "plain_resid", "plain L(N, D)"), ("x2", "effective_resid", f"L(N, D′), R* = {r_star:g}"))
+    for xa, key, name in forms:
         for held, symbol, label in ((False, "circle", "fitted"), (True, "diamond", "held out")):
             sel = [r for r in rows if r["held_out"] == held]
             traces.append(go.Scatter(
@@ -142,7 +144,7 @@ def forms_figure(rows: list[dict], r_star: float = R_STAR_D) -> go.Figure:
     lo, hi = max(0.1, ep.min() / 1.4), ep.max() * 1.4
     return go.Figure(traces, dict(
         **{**LAYOUT, "height": 430, "margin": dict(l=60, r=20, t=70, b=110)}, annotations=notes,
-        title=dict(text="Residuals of the two forms: log L − log L_fit", y=0.98),
+        title=dict(text="The two forms on the studies' runs: log L − log L_fit", y=0.98),
         xaxis=_pass_axis(lo, hi, title="passes over the corpus", domain=[0, 0.45]),
         xaxis2=_pass_axis(lo, hi, title="passes over the corpus", domain=[0.55, 1]),
         yaxis=dict(title="% off the fit", range=[-lim, lim]), yaxis2=dict(anchor="x2", matches="y")))
@@ -172,7 +174,7 @@ def epochs_figure(rows: list[dict]) -> go.Figure:
              for e, t in ((4, " 4 passes: still about as good as fresh text"), (16, " 16: little left to gain"))
              if lo < e < hi]
     return go.Figure(traces, dict(**{**LAYOUT, "height": 460}, shapes=shapes, annotations=notes,
-                                  title="Tiny Shakespeare read again and again",
+                                  title="The epochs study: Tiny Shakespeare read again and again",
                                   xaxis=_pass_axis(lo, hi, title="passes over the corpus's training part"),
                                   yaxis=dict(title="loss (nats per character)")))
 

@@ -47,7 +47,7 @@ def forecast_for(law: ScalingLaw, boot: F.Bootstrap, p: PlannedRun) -> F.Forecas
 
 def plan_note(p: PlannedRun, prop: Proposal) -> str:
     what = "the proposed run" if (p.d_model, p.D) == (prop.plan.d_model, prop.plan.D) else "your choice"
-    t = f", about {rough_time(p.seconds)} on one core" if p.seconds else ""
+    t = f", {rough_time(p.seconds)} on one core" if p.seconds else ""
     return (f"This is {what}: N = {p.N:,} parameters, D = {p.D:,} tokens ({p.steps:,} steps), C = "
             f"{p.compute:.3g} FLOPs{t}.")
 
@@ -126,7 +126,7 @@ def record_table(records: list[dict]) -> list[dict]:
     for r in records:
         if r.get("actual") is None:
             continue
-        out.append({"run": f"d{r['d_model']}, D {human(r['D'])}", "C (FLOPs)": r["compute"], "loss": r["actual"],
+        out.append({"run": f"d{r['d_model']}, D {human(r['D'])}", "loss": r["actual"],
                     "law": r["point"], "law's 80 %": f"{r['lower']:.4f} to {r['upper']:.4f}",
                     "law in?": "yes" if r["law_hit"] else "no", "law's score": r["law_score"],
                     "yours": r["your_point"], "your 80 %": f"{r['your_lower']:.4f} to {r['your_upper']:.4f}",
@@ -233,3 +233,37 @@ def epochs_answer(data: dict) -> str:
 
 def law_of(d: dict) -> ScalingLaw:
     return ScalingLaw(**d)
+
+
+# ---------------------------------------------------------------- a forecast as a class round (the Class page)
+def class_round(base_key: str, p: PlannedRun, fc: F.Forecast) -> tuple[str, tuple[str, ...], dict]:
+    """(question, four choices, meta) of a class round on the run ``p``: the four bins the law's point and its 80 %
+    interval cut the losses into, so a vote says whether the run lands inside the law's interval and on which side."""
+    edges = [fc.lower, fc.point, fc.upper]
+    choices = (f"below {fc.lower:.3f}", f"{fc.lower:.3f} to {fc.point:.3f}", f"{fc.point:.3f} to {fc.upper:.3f}",
+               f"above {fc.upper:.3f}")
+    question = f"Where will the held-out loss of d = {p.d_model} trained on {human(p.D)} characters land?"
+    meta = {"kind": "forecast", "base": base_key, "d_model": p.d_model, "steps": p.steps, "N": p.N, "D": p.D,
+            "epochs": p.epochs, "point": fc.point, "lower": fc.lower, "upper": fc.upper, "law_lower": fc.law_lower,
+            "law_upper": fc.law_upper, "level": fc.level, "edges": edges}
+    return question, choices, meta
+
+
+def class_answer(meta: dict, choices, loss: float) -> tuple[str, str]:
+    """The bin the run's ``loss`` fell in (one of ``choices``) and the law's score in words."""
+    lo, mid, hi = meta["edges"]
+    i = 0 if loss < lo else 1 if loss <= mid else 2 if loss <= hi else 3
+    s = F.score(meta["lower"], meta["upper"], meta["point"], loss, 1.0 - meta["level"])
+    words = (f"The run's held-out loss: {loss:.4f}. The law said {meta['point']:.4f} ({meta['lower']:.4f} to "
+             f"{meta['upper']:.4f}, 80 %): {'inside' if s['hit'] else 'outside'} its interval, an interval score of "
+             f"{s['interval_score']:.4f} and a log error of {s['log_error']:+.4f}.")
+    return choices[i], words
+
+
+def class_record(meta: dict) -> dict:
+    """A session forecast record of a class round (the class's choices are not one interval: the law's stand in)."""
+    return {"base": meta["base"], "d_model": meta["d_model"], "steps": meta["steps"], "N": meta["N"], "D": meta["D"],
+            "compute": 6.0 * meta["N"] * meta["D"], "epochs": meta["epochs"], "point": meta["point"],
+            "law_lower": meta["law_lower"], "law_upper": meta["law_upper"], "lower": meta["lower"],
+            "upper": meta["upper"], "level": meta["level"], "your_point": meta["point"],
+            "your_lower": meta["lower"], "your_upper": meta["upper"], "actual": None, "row": None}

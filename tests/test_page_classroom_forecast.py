@@ -1,0 +1,65 @@
+"""A forecast as a Class round (issue 45): the teacher asks where the next run's loss will land, students vote on the
+four bins the law's point and 80 % interval cut, the run is trained (here a finished run is handed to the session,
+as the background job hands it) and the bin it landed in is revealed, checked against the bins by hand."""
+import pytest
+
+from core.serve import classroom as C
+from core.training.corpus import CORPUS_ENV, shakespeare_path
+from tests.test_page_classroom import _button, _radio, words
+from tests.test_page_scaling_forecast import ROWS, FakeJob
+
+PAGE = "pages/classroom.py"
+
+
+@pytest.fixture
+def store_path(tmp_path, monkeypatch):
+    path = tmp_path / "class.sqlite"
+    monkeypatch.setenv("TE_CLASS_STORE", str(path))
+    return path
+
+
+def test_without_the_corpus_a_forecast_round_says_why_not(open_page, store_path, tmp_path, monkeypatch):
+    monkeypatch.setenv(CORPUS_ENV, str(tmp_path / "no-such-file.txt"))
+    monkeypatch.setattr("core.training.corpus.fetched_shakespeare_path", lambda: tmp_path / "none.txt")
+    teacher = open_page(PAGE, timeout=300)
+    teacher.button(key="class_start").click().run()
+    teacher.radio(key="class_kind").set_value("Forecast the next run").run()
+    assert not teacher.exception
+    assert "Not as a class question" in words(teacher) and "Tiny Shakespeare is not on this machine" in words(teacher)
+    assert teacher.button(key="class_open").disabled
+
+
+@pytest.mark.skipif(shakespeare_path() is None, reason="needs Tiny Shakespeare: a forecast round trains on the "
+                    "shipped study's corpus")
+def test_a_forecast_round_from_question_to_the_bin_the_run_landed_in(open_page, store_path):
+    teacher = open_page(PAGE, timeout=300)
+    teacher.button(key="class_start").click().run()
+    code, secret = teacher.session_state["class_teacher"]
+    teacher.radio(key="class_kind").set_value("Forecast the next run").run()
+    teacher.button(key="class_open").click().run()
+    assert not teacher.exception
+    info = C.SqliteStore(store_path).round_info(code)
+    meta, choices = info["meta"], info["choices"]
+    lo, mid, hi = meta["edges"]
+    assert lo < mid < hi and len(choices) == 4 and choices[0] == f"below {lo:.3f}"
+
+    student = open_page(PAGE, query={"class": code})
+    assert "The law predicts a held-out loss of" in words(student)
+    _radio(student, "class_choice_1_1").set_value(choices[0]).run()
+    _button(student, "class_vote_1_1").click().run()
+    assert f"Recorded: **{choices[0]}** (vote 1)" in words(student)
+
+    # the run comes in below the law's interval: the first bin
+    loss = lo - 0.05
+    row = {**ROWS[0], "run_id": f"d{meta['d_model']}-D{meta['D']}", "N": meta["N"], "D": meta["D"], "loss": loss}
+    from core.views.scaling_forecast import class_record
+    teacher.session_state["scal_fc_job"] = FakeJob(row)
+    teacher.session_state["scal_fc_pending"] = {**class_record(meta), "round": info["round"]}
+    teacher.run()
+    assert not teacher.exception
+    teacher.button(key="class_reveal").click().run()
+    info = C.SqliteStore(store_path).round_info(code)
+    assert info["revealed"] and info["answer"] == choices[0]
+    assert f"The run's held-out loss: {loss:.4f}" in info["words"] and "outside its interval" in info["words"]
+    student.run()
+    assert f"The run landed: **{choices[0]}**" in words(student)

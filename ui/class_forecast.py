@@ -1,0 +1,76 @@
+"""A forecast as a Class round (issue 45): the class votes on where the next run's loss will land, in four bins cut
+by the law's point and 80 % interval; the teacher trains the run (the same background run as on Your scaling law,
+ui.forecast) and reveals the bin it landed in. The rules in core.views.scaling_forecast."""
+from __future__ import annotations
+
+import streamlit as st
+
+from core.analysis.scaling import FitError
+from core.training.corpus import shakespeare_path
+from core.training.study import SHIPPED_STUDY
+from core.views import scaling_forecast as vf
+from core.views.scaling_study import STATE_LABELS, study_stamp
+from ui import forecast as fcui
+from ui.cached import shipped_study
+
+
+def forecast_round() -> tuple[str, tuple, dict] | str:
+    """(question, choices, meta) of a round on the run the shipped study's law proposes next (or the run set on the
+    Your scaling law page in this session), or why there is none."""
+    meta, rows, _, _, _ = shipped_study(str(SHIPPED_STUDY), study_stamp(SHIPPED_STUDY))
+    base = fcui.bases(meta, rows, shakespeare_path(), None).get("shipped")
+    if base is None:
+        return "the shipped study cannot be read"
+    if base.corpus is None:
+        return base.corpus_note
+    rows = fcui.fit_rows(base)
+    try:
+        law, boot = fcui.law_and_boot(rows)
+    except FitError as e:
+        return str(e)
+    prop = vf.proposal(law, base, rows)
+    width = st.session_state.get("scal_fc_width", prop.plan.d_model)
+    tokens = st.session_state.get("scal_fc_tokens", prop.plan.D)
+    plan = vf.plan(base, rows, width, tokens)
+    if plan.problem:
+        return f"the run set on Your scaling law cannot train here: {plan.problem}"
+    return vf.class_round("shipped", plan, vf.forecast_for(law, boot, plan))
+
+
+def forecast_reveal(info: dict) -> tuple[str, str] | None:
+    """The teacher's side of a forecast round: *Train the run* until it is in, then (answer, words) to reveal; None
+    while there is nothing to reveal yet."""
+    meta = info["meta"]
+    done = [r for r in fcui.records() if r.get("round") == info["round"] and r.get("actual") is not None]
+    if done:
+        return vf.class_answer(meta, info["choices"], done[-1]["actual"])
+    job, s = fcui.poll()
+    pending = st.session_state.get("scal_fc_pending")
+    if job is not None and pending and pending.get("round") == info["round"]:
+        st.progress(0.0, text=f"Training d = {meta['d_model']} on {meta['D']:,} characters: {STATE_LABELS[s.state]}")
+        if s.state in ("failed", "stopped"):
+            st.error(f"The run did not finish{': ' + s.message if s.message else ''}.")
+            st.button("Clear", key="class_fc_clear", on_click=fcui.drop)
+        else:
+            st.fragment(run_every=2.0)(lambda: fcui.poll())()
+        return None
+    if st.button("Train the run", key="class_fc_train", type="primary", disabled=job is not None,
+                 help="Trains the run in the background on the shipped study's settings; reveal once it is in."):
+        meta_, rows = shipped_study(str(SHIPPED_STUDY), study_stamp(SHIPPED_STUDY))[:2]
+        base = fcui.bases(meta_, rows, shakespeare_path(), None)["shipped"]
+        plan = vf.plan(base, fcui.fit_rows(base), meta["d_model"], meta["D"])
+        why = fcui.start(base, plan, {**vf.class_record(meta), "round": info["round"]})
+        if why:
+            st.error(why)
+        else:
+            st.rerun()
+    return None
+
+
+def show_forecast_question(meta: dict):
+    """What every participant sees of a forecast round above the question: the run and the law's forecast."""
+    st.caption("Forecast · the law of the shipped scaling study (24 tiny models trained on Tiny Shakespeare)")
+    st.markdown(f"The next run: a model of width d = {meta['d_model']} ({meta['N']:,} parameters outside the "
+                f"embedding) trained on {meta['D']:,} characters, {meta['epochs']:.1f} passes over the text. The law "
+                f"predicts a held-out loss of **{meta['point']:.3f}**, with an 80 % interval from {meta['lower']:.3f} "
+                f"to {meta['upper']:.3f}. Is the law right, and is it as sure as it should be?")
