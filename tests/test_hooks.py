@@ -102,6 +102,7 @@ def hand_hooks(model, idx) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if c.mlp:
             out[p + "hook_resid_mid"] = x
             u = x if c.norm == "post" else ln(block.ln2, x, p + "ln2.hook_scale")
+            out[p + "hook_mlp_in"] = u
             pre = _lin(u, block.mlp.w1)
             out[p + "mlp.hook_pre"] = pre
             out[p + "mlp.hook_post"] = _act(c, pre)

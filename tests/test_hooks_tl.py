@@ -34,8 +34,10 @@ def test_run_with_cache_gives_transformer_lens_cache_by_the_same_names(tmp_path)
         logits, got = model.run_with_cache(idx)
     torch.testing.assert_close(logits, want_logits, atol=1e-4, rtol=0)
     common = [name for name in model.hook_names() if name in want]
-    # every hook of ours that TransformerLens has by that name (hook_result it records only when asked)
-    assert set(model.hook_names()) - set(common) <= {f"blocks.{l}.attn.hook_result" for l in range(c.n_layers)}
+    # every hook of ours that TransformerLens has by that name (hook_result and hook_mlp_in it records only when
+    # asked: use_attn_result, use_hook_mlp_in)
+    assert set(model.hook_names()) - set(common) <= {f"blocks.{l}.{n}" for l in range(c.n_layers)
+                                                      for n in ("attn.hook_result", "hook_mlp_in")}
     future = torch.ones(12, 12, dtype=torch.bool).triu(1)
     for name in common:
         ours, theirs_ = got[name], want[name]

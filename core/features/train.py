@@ -168,13 +168,17 @@ def _init_from(sae: SAE, acts: torch.Tensor):
         sae.b_dec.copy_(acts.mean(0))  # inputs centred: the decoder's bias starts at the mean activation
 
 
-def train_on(sae: SAE, acts: torch.Tensor, settings: SAESettings, progress=None, should_stop=None) -> list:
+def train_on(sae: SAE, acts: torch.Tensor, settings: SAESettings, progress=None, should_stop=None,
+             targets: torch.Tensor | None = None) -> list:
     """Train ``sae`` on activations (N, d_in) in place; returns the curve [(step, normalised loss)].
-    ``progress(step, steps, loss)`` is called every few steps; ``should_stop()`` True ends the run early."""
+    ``progress(step, steps, loss)`` is called every few steps; ``should_stop()`` True ends the run early.
+    ``targets`` (N, d_in): what to reconstruct instead of the activations themselves: a transcoder reads the MLP's
+    input and writes its output (core.features.transcoder)."""
     g = torch.Generator().manual_seed(settings.seed)
-    _init_from(sae, acts)
+    ys = acts if targets is None else targets  # (N, d_in): what the decoder must write
+    _init_from(sae, ys)
     n = len(acts)
-    var = (acts - acts.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)  # E||x - E x||^2: the loss's unit
+    var = (ys - ys.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)  # E||y - E y||^2: the loss's unit
     opt = torch.optim.Adam(sae.parameters(), lr=settings.lr, betas=(0.9, 0.999))
     steps, bs = settings.steps, min(settings.batch_size, n)
     decay_from = int(0.8 * steps)  # constant, then linear to 0 over the last 20% (as SAELens's default decays)
@@ -187,14 +191,15 @@ def train_on(sae: SAE, acts: torch.Tensor, settings: SAESettings, progress=None,
             break
         if at + bs > n:
             order, at = torch.randperm(n, generator=g), 0
-        x = acts[order[at:at + bs]]  # (bs, d_in)
+        rows = order[at:at + bs]
+        x, y = acts[rows], ys[rows]  # (bs, d_in) each: the same tensor for an SAE
         at += bs
         for group in opt.param_groups:
             group["lr"] = settings.lr * (1.0 if step < decay_from else (steps - step) / (steps - decay_from))
         pre = sae.pre_acts(x)
         f = sae.activate(pre)
         x_hat = sae.decode(f)
-        rec = (x_hat - x).pow(2).sum(-1).mean() / var
+        rec = (x_hat - y).pow(2).sum(-1).mean() / var
         loss = rec
         fired = (f > 0).any(0)
         since_fired = torch.where(fired, torch.zeros_like(since_fired), since_fired + bs)
@@ -203,7 +208,7 @@ def train_on(sae: SAE, acts: torch.Tensor, settings: SAESettings, progress=None,
             loss = loss + sae.config.l1 * (f * sae.W_dec.norm(dim=1)).sum(-1).mean() / var.sqrt()
         elif dead.any():
             # AuxK: the top dead latents reconstruct the residual error the live ones leave (Gao et al. 2024, A.2)
-            e = (x - x_hat).detach()
+            e = (y - x_hat).detach()
             masked = pre.masked_fill(~dead, float("-inf"))
             top = masked.topk(min(aux_k, int(dead.sum())), dim=-1)
             f_aux = torch.zeros_like(pre).scatter_(-1, top.indices, torch.relu(top.values))

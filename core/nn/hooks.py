@@ -39,7 +39,7 @@ def block_hook_names(config) -> list[str]:
         names.append("hook_resid_mid")
         if ln and config.norm == "pre":
             names.append("ln2.hook_scale")
-        names += ["mlp.hook_pre", "mlp.hook_post", "hook_mlp_out"]
+        names += ["hook_mlp_in", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out"]
         if ln and config.norm == "post":
             names.append("ln2.hook_scale")
     names.append("hook_resid_post")

@@ -212,6 +212,8 @@ class Block(nn.Module):
             if hooks is not None:
                 x = hooks(pre + "hook_resid_mid", x)
             u = x if self.post else layer_norm(self.ln2, x, hooks, pre + "ln2.hook_scale")
+            if hooks is not None:  # what the MLP reads (a transcoder's input): TransformerLens's hook_mlp_in
+                u = hooks(pre + "hook_mlp_in", u)
             m = self.mlp(u, hooks, layer)
             if hooks is not None:
                 m = hooks(pre + "hook_mlp_out", m)

@@ -1,0 +1,403 @@
+"""Attribution graphs (issue 46; Ameisen et al. 2025, "Circuit Tracing", and the open circuit-tracer): from a prompt's
+tokens through transcoder features to the output logits, every edge a direct effect.
+
+The *replacement model* of one prompt is the real model with every attention pattern and every LayerNorm scale
+frozen at the real run's values and each MLP's output replaced by its transcoder's output plus an *error node*
+(the real output minus the transcoder's, at each position), so it gives the model's logits exactly. With the
+patterns and scales frozen and the features' activations held as they are, everything between two nodes is
+linear: the residual stream, attention's OV maps, the LayerNorms. An edge s -> t is the source's activation times
+the derivative of the target's input along those paths; a target's incoming edges plus its constant terms (biases,
+LayerNorm shifts, transcoder decoder biases) add up to its real input.
+
+It all runs through hooks on the model's one forward (core.nn.hooks): the frozen values replace ``hook_scale`` and
+``attn.hook_pattern``, the replacement MLP output replaces ``hook_mlp_out``, and the inputs are leaves fed at
+``hook_embed`` and ``hook_pos_embed``. A batch of B copies of the prompt computes the derivatives of B targets in
+one backward pass.
+
+Nodes, in order: active features (layer, position, feature), error nodes (layer, position), token embeddings
+(position), position embeddings (position), logits. ``adjacency[t, s]`` is the edge from s to t (rows targets).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+BATCH = 128             # targets per backward pass
+MAX_LOGITS = 10         # the most output tokens attributed
+LOGIT_MASS = 0.95       # ... or fewer, once they cover this much probability
+NODE_THRESHOLD = 0.8    # pruning, as circuit-tracer prunes: nodes up to 80 % of the influence on the logits
+EDGE_THRESHOLD = 0.98   # and edges up to 98 %
+
+
+@dataclass
+class Graph:
+    ids: list[int]
+    features: np.ndarray          # (F, 3) layer, position, feature index of each active feature
+    activations: np.ndarray       # (F,)
+    n_layers: int
+    logit_tokens: list[int]
+    logit_probs: np.ndarray       # (K,)
+    adjacency: np.ndarray         # (N, N): rows targets, columns sources; zero rows for errors and embeddings
+    inputs: np.ndarray            # (N,): each target's real input (a feature's pre-activation, a logit); 0 otherwise
+    constants: np.ndarray         # (N,): each target's input not carried by any edge (biases, LayerNorm shifts)
+    logits: np.ndarray = field(repr=False, default=None)  # (m,) the model's logits at the last position
+
+    @property
+    def n_pos(self) -> int:
+        return len(self.ids)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.features)
+
+    def slices(self) -> dict[str, slice]:
+        f, e, n = self.n_features, self.n_layers * self.n_pos, self.n_pos
+        return {"features": slice(0, f), "errors": slice(f, f + e), "tokens": slice(f + e, f + e + n),
+                "positions": slice(f + e + n, f + e + 2 * n), "logits": slice(f + e + 2 * n, None)}
+
+    @property
+    def n_nodes(self) -> int:
+        return self.adjacency.shape[0]
+
+
+def _record(model, ids: torch.Tensor, transcoders: dict):
+    """The real run's frozen values: every LayerNorm scale, every pattern, each MLP's input and output, the logits."""
+    L = model.config.n_layers
+    names = [n for n in model.hook_names() if n.endswith("hook_scale") or n.endswith("attn.hook_pattern")
+             or n.endswith("hook_mlp_in") or n.endswith("hook_mlp_out")]
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(ids[None], names=names)
+    acts, errors = [], []
+    for l in range(L):
+        tc = transcoders[l]
+        f = tc.encode(cache[f"blocks.{l}.hook_mlp_in"][0])  # (n, F_l)
+        acts.append(f)
+        errors.append(cache[f"blocks.{l}.hook_mlp_out"][0] - tc.decode(f))  # (n, d): what the transcoder misses
+    return logits[0, -1], cache, acts, errors
+
+
+def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_grad: bool,
+                 zero_embeddings: bool = False, gates: dict | None = None, capture=()):
+    """B copies of the replacement run, from leaves: (leaves, mlp inputs by layer, logits (B, n, m))."""
+    n = len(ids)
+    tok = model.tok_emb.weight[ids].detach()  # (n, d)
+    pos = model.pos_emb.weight[:n].detach() if model.pos_emb is not None else None
+    if zero_embeddings:
+        tok, pos = torch.zeros_like(tok), None if pos is None else torch.zeros_like(pos)
+    leaves = {"tok": tok.expand(B, -1, -1).clone().requires_grad_(requires_grad)}
+    if pos is not None:
+        leaves["pos"] = pos.expand(B, -1, -1).clone().requires_grad_(requires_grad)
+    for l in range(model.config.n_layers):
+        leaves[f"a{l}"] = acts[l].detach().expand(B, -1, -1).clone().requires_grad_(requires_grad)
+        leaves[f"e{l}"] = errors[l].detach().expand(B, -1, -1).clone().requires_grad_(requires_grad)
+    mlp_in = {}
+
+    def frozen(name):
+        value = cache[name].detach()
+        return lambda x, name: value.expand_as(x) if value.shape[0] == 1 and x.shape[0] != 1 else value
+
+    hooks = [("hook_embed", lambda x, name: leaves["tok"])]
+    if "pos" in leaves:
+        hooks.append(("hook_pos_embed", lambda x, name: leaves["pos"]))
+    for name in cache:
+        if name.endswith("hook_scale") or name.endswith("attn.hook_pattern"):
+            hooks.append((name, frozen(name)))
+    for l, tc in transcoders.items():
+        hooks.append((f"blocks.{l}.hook_mlp_in", lambda x, name, l=l: mlp_in.__setitem__(l, x) or x))
+        # the MLP's output: the transcoder's decoding of the held activations, plus the error node
+        hooks.append((f"blocks.{l}.hook_mlp_out",
+                      lambda y, name, l=l, tc=tc: leaves[f"a{l}"] @ tc.W_dec + tc.b_dec + leaves[f"e{l}"]))
+    for l, gate in (gates or {}).items():  # a head switched off: its output is zero; its frozen pattern is unchanged
+        hooks.append((f"blocks.{l}.attn.hook_z", lambda z, name, g=gate: z * g.view(1, 1, -1, 1)))
+    for name in capture:  # any other activation of the run, kept with its graph (the queries and keys of a head)
+        hooks.append((name, lambda x, name: mlp_in.__setitem__(name, x) or x))
+    logits = model(ids[None].expand(B, -1), hooks=hooks).logits  # (B, n, m)
+    return leaves, mlp_in, logits
+
+
+def replacement_logits(model, transcoders: dict, ids) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the real model's logits, the replacement model's) at every position, (n, m) each: equal up to rounding."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    with torch.no_grad():
+        real = model(ids[None]).logits[0]
+        _, cache, acts, errors = _record(model, ids, transcoders)
+        _, _, logits = _replacement(model, ids, transcoders, cache, acts, errors, 1, False)
+    return real, logits[0]
+
+
+def _target(kind: str, key, mlp_in: dict, logits: torch.Tensor, b: int, transcoders: dict, n: int) -> torch.Tensor:
+    """A target's input in row ``b`` of a replacement run: a feature's pre-activation, or a logit at the last position."""
+    if kind == "f":
+        l, p, f = key
+        tc = transcoders[l]
+        return (mlp_in[l][b, p] - tc.b_dec) @ tc.W_enc[:, f] + tc.b_enc[f]
+    return logits[b, n - 1, key]
+
+
+def _targets(acts, logit_row: torch.Tensor, max_logits: int, mass: float):
+    feats = [(l, int(p), int(f)) for l, a in enumerate(acts) for p, f in (a > 0).nonzero().tolist()]
+    probs = torch.softmax(logit_row.double(), -1)
+    order = torch.argsort(probs, descending=True)
+    keep = int(torch.searchsorted(torch.cumsum(probs[order], 0), torch.tensor(mass, dtype=torch.float64))) + 1
+    tokens = order[: max(1, min(max_logits, keep))].tolist()
+    return feats, tokens, probs[tokens].numpy()
+
+
+@dataclass
+class _Run:
+    """One prompt's real run and what the graph's rows need from it."""
+    ids: torch.Tensor
+    cache: dict
+    acts: list
+    errors: list
+    feats: list
+    tokens: list
+    by_layer: dict
+
+    @property
+    def n_sources(self) -> int:
+        return len(self.feats) + (len(self.acts) + 2) * len(self.ids)
+
+
+def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, logit_tokens=None):
+    logit_row, cache, acts, errors = _record(model, ids, transcoders)
+    feats, tokens, probs = _targets(acts, logit_row, max_logits, logit_mass)
+    if logit_tokens is not None:
+        tokens = list(logit_tokens)
+        probs = torch.softmax(logit_row.double(), -1)[tokens].numpy()
+    fa = np.array(feats, dtype=np.int64).reshape(-1, 3)
+    by_layer = {l: (np.flatnonzero(fa[:, 0] == l), torch.as_tensor(fa[fa[:, 0] == l, 1]),
+                    torch.as_tensor(fa[fa[:, 0] == l, 2])) for l in range(len(acts))}
+    return _Run(ids, cache, acts, errors, feats, tokens, by_layer), logit_row, probs
+
+
+def _source_row(run: _Run, grads: dict, leaves: dict) -> np.ndarray:
+    """(B, S): every source's edge into each of the batch's B targets, activation x derivative, in node order."""
+    n, L, F_n = len(run.ids), len(run.acts), len(run.feats)
+    B = leaves["tok"].shape[0]
+    out = np.zeros((B, run.n_sources))
+    for l in range(L):
+        sel = run.by_layer[l]  # node indices, positions and feature numbers of layer l's active features
+        out[:, sel[0]] = (grads[f"a{l}"] * run.acts[l])[:, sel[1], sel[2]].numpy()  # (B, n, F_l) -> (B, k_l)
+        out[:, F_n + l * n: F_n + (l + 1) * n] = (grads[f"e{l}"] * run.errors[l]).sum(-1).numpy()
+    at = F_n + L * n
+    out[:, at: at + n] = (grads["tok"] * leaves["tok"]).sum(-1).numpy()
+    if "pos" in leaves:
+        out[:, at + n: at + 2 * n] = (grads["pos"] * leaves["pos"]).sum(-1).numpy()
+    return out
+
+
+def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=None):
+    """(edges (R, S), inputs (R,), constants (R,)) of the targets ``rows`` ([("f", (l, p, f)) or ("logit", t)]). The
+    constants are measured on their own: the replacement run with every source set to zero (it is linear in them),
+    so that edges + constants = input is a check of the edges, not a definition."""
+    n = len(run.ids)
+    edges, inputs, constants = np.zeros((len(rows), run.n_sources)), np.zeros(len(rows)), np.zeros(len(rows))
+    zero = [torch.zeros_like(a) for a in run.acts], [torch.zeros_like(e) for e in run.errors]
+    with torch.no_grad():
+        _, mlp0, logits0 = _replacement(model, run.ids, transcoders, run.cache, *zero, 1, False,
+                                        zero_embeddings=True, gates=gates)
+    for start in range(0, len(rows), batch):
+        chunk = rows[start:start + batch]
+        leaves, mlp_in, logits = _replacement(model, run.ids, transcoders, run.cache, run.acts, run.errors, len(chunk),
+                                              True, gates=gates)
+        z = torch.stack([_target(kind, key, mlp_in, logits, b, transcoders, n) for b, (kind, key) in enumerate(chunk)])
+        names = list(leaves)
+        grads = dict(zip(names, torch.autograd.grad(z.sum(), [leaves[k] for k in names], allow_unused=True)))
+        # a leaf no target of this batch depends on (the last block's features, for targets in block 0) has none
+        grads = {k: torch.zeros_like(leaves[k]) if v is None else v for k, v in grads.items()}
+        with torch.no_grad():
+            edges[start:start + len(chunk)] = _source_row(run, grads, leaves)
+            inputs[start:start + len(chunk)] = z.detach().numpy()
+            constants[start:start + len(chunk)] = [float(_target(kind, key, mlp0, logits0, 0, transcoders, n))
+                                                   for kind, key in chunk]
+    return edges, inputs, constants
+
+
+def attribution_graph(model, transcoders: dict, ids, max_logits: int = MAX_LOGITS, logit_mass: float = LOGIT_MASS,
+                      batch: int = BATCH, logit_tokens: list[int] | None = None) -> Graph:
+    """The attribution graph of ``model`` on ``ids`` with a transcoder for every block (``transcoders``: {layer: SAE}).
+    ``logit_tokens``: the outputs to explain (default: the top ones covering ``logit_mass``, at most ``max_logits``)."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    L = model.config.n_layers
+    if sorted(transcoders) != list(range(L)):
+        raise ValueError(f"the graph needs a transcoder for every block (0 to {L - 1}); it has {sorted(transcoders)}")
+    was = model.training
+    model.eval()
+    run, logit_row, probs = _run(model, transcoders, ids, max_logits, logit_mass, logit_tokens)
+    rows = [("f", key) for key in run.feats] + [("logit", t) for t in run.tokens]
+    S = run.n_sources
+    N = S + len(run.tokens)
+    edges, z, c = _edges(model, transcoders, run, rows, batch)
+    adjacency, inputs, constants = np.zeros((N, N)), np.zeros(N), np.zeros(N)
+    targets = list(range(len(run.feats))) + list(range(S, N))
+    adjacency[targets, :S], inputs[targets], constants[targets] = edges, z, c
+    model.train(was)
+    return Graph(ids=ids.tolist(), features=np.array(run.feats, dtype=np.int64).reshape(-1, 3),
+                 activations=np.array([float(run.acts[l][p, f]) for l, p, f in run.feats]), n_layers=L,
+                 logit_tokens=run.tokens, logit_probs=np.asarray(probs, dtype=float), adjacency=adjacency,
+                 inputs=inputs, constants=constants, logits=logit_row.detach().numpy())
+
+
+def _rows_of(g: Graph, targets) -> list:
+    sl = g.slices()
+    out = []
+    for t in targets:
+        if t < g.n_features:
+            out.append(("f", tuple(int(v) for v in g.features[t])))
+        elif t >= sl["logits"].start:
+            out.append(("logit", g.logit_tokens[t - sl["logits"].start]))
+        else:
+            raise ValueError(f"node {t} is an error or an embedding: it has no incoming edges")
+    return out
+
+
+def head_split(model, transcoders: dict, g: Graph, targets) -> dict:
+    """Each edge into ``targets`` (node indices) split by the attention heads it passes: {"direct": (R, N) the part
+    along the residual stream alone, "L{l}H{h}": the part through that head alone (its single hop), "composed": the
+    rest, through two heads in turn}; the parts of an edge add up to it. Exact, since the patterns are frozen: each
+    part is the graph with every head but those switched off."""
+    ids = torch.as_tensor(g.ids, dtype=torch.long)
+    L, h = model.config.n_layers, model.config.n_heads
+    run, _, _ = _run(model, transcoders, ids, logit_tokens=g.logit_tokens)
+    rows, S = _rows_of(g, targets), run.n_sources
+
+    def part(gates):
+        return _edges(model, transcoders, run, rows, gates=gates)[0]
+
+    off = {l: torch.zeros(h) for l in range(L)}
+    direct = part(off)
+    out, total = {"direct": direct}, direct.copy()
+    for l in range(L):
+        for k in range(h):
+            gates = {ll: torch.zeros(h) for ll in range(L)}
+            gates[l][k] = 1.0
+            out[f"L{l + 1}H{k + 1}"] = part(gates) - direct
+            total += out[f"L{l + 1}H{k + 1}"]
+    out["composed"] = g.adjacency[list(targets), :S] - total
+    return out
+
+
+def qk_split(model, transcoders: dict, ids, layer: int, head: int, query: int, key: int) -> dict:
+    """Why head ``head`` of block ``layer`` (counted from 0) scores key position ``key`` from query position
+    ``query``: the score q . k / sqrt(d_head) written as sum over (query-side source s, key-side source t) of
+    q_s . k_t / sqrt(d_head), plus the constant parts (q_0 . k_t, q_s . k_0, q_0 . k_0); the sources are the
+    graph's (features of the blocks below, error nodes, token and position embeddings)."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    if not (0 <= key <= query < len(ids)):
+        raise ValueError("the key position must be at or before the query position, both inside the prompt")
+    was = model.training
+    model.eval()
+    run, _, _ = _run(model, transcoders, ids, logit_tokens=[])
+    dh = model.config.d_head
+    names = (f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k")
+    sides = []
+    for name, pos in zip(names, (query, key)):
+        leaves, got, _ = _replacement(model, ids, transcoders, run.cache, run.acts, run.errors, dh, True,
+                                      capture=names)
+        vec = got[name][:, pos, head, :]  # (dh, dh): row b's component b is the target
+        z = vec.diagonal()
+        grads = dict(zip(leaves, torch.autograd.grad(z.sum(), list(leaves.values()), allow_unused=True)))
+        grads = {k: torch.zeros_like(leaves[k]) if v is None else v for k, v in grads.items()}
+        with torch.no_grad():
+            zero = [torch.zeros_like(a) for a in run.acts], [torch.zeros_like(e) for e in run.errors]
+            _, got0, _ = _replacement(model, ids, transcoders, run.cache, *zero, 1, False, zero_embeddings=True,
+                                      capture=names)
+            sides.append((_source_row(run, grads, leaves).T, got0[name][0, pos, head, :].numpy(), z.detach().numpy()))
+    (Q, q0, q), (K, k0, k) = sides  # Q, K: (S, dh) each source's part of the query and the key
+    scale = 1 / math.sqrt(dh)
+    model.train(was)
+    return {"terms": Q @ K.T * scale, "query_const": q0 @ K.T * scale, "key_const": Q @ k0 * scale,
+            "const": float(q0 @ k0 * scale), "score": float(q @ k * scale), "sources": run.feats, "n_pos": len(ids),
+            "n_layers": model.config.n_layers}
+
+
+# ---------------------------------------------------------------- influence, pruning and the two scores
+def normalize(adjacency: np.ndarray) -> np.ndarray:
+    """Rows of |A| scaled to sum to one (a row of zeros stays zero): each target's inputs as shares."""
+    a = np.abs(adjacency)
+    return a / np.maximum(a.sum(1, keepdims=True), 1e-10)
+
+
+def influence(normalized: np.ndarray, weights: np.ndarray, max_iter: int = 1000) -> np.ndarray:
+    """weights @ (A + A^2 + ...): how much of the weighted targets each node reaches through every path; the graph
+    has no cycles, so the series ends after as many steps as the graph is deep."""
+    current = weights @ normalized
+    total = current.copy()
+    for _ in range(max_iter):
+        current = current @ normalized
+        if not current.any():
+            return total
+        total += current
+    raise RuntimeError("the influence did not converge: the graph has a cycle")
+
+
+def _logit_weights(g: Graph) -> np.ndarray:
+    w = np.zeros(g.n_nodes)
+    w[g.slices()["logits"]] = g.logit_probs
+    return w
+
+
+def _cut(scores: np.ndarray, share: float) -> float:
+    """The score above which the largest scores make up ``share`` of their total."""
+    s = np.sort(scores.ravel())[::-1]
+    if s.sum() <= 0:
+        return 0.0
+    cum = np.cumsum(s) / s.sum()
+    return s[min(int(np.searchsorted(cum, share)), len(s) - 1)]
+
+
+@dataclass
+class Pruned:
+    node_mask: np.ndarray   # (N,) bool
+    edge_mask: np.ndarray   # (N, N) bool
+    node_influence: np.ndarray
+
+
+def prune(g: Graph, node_threshold: float = NODE_THRESHOLD, edge_threshold: float = EDGE_THRESHOLD) -> Pruned:
+    """circuit-tracer's pruning: keep the nodes that carry ``node_threshold`` of the influence on the logits (the
+    embeddings and logits always), then the edges that carry ``edge_threshold`` of the remaining graph's influence,
+    then drop features and errors left without an edge out (and features without one in), until nothing changes."""
+    if not (0 <= node_threshold <= 1 and 0 <= edge_threshold <= 1):
+        raise ValueError("the thresholds are shares from 0 to 1")
+    w = _logit_weights(g)
+    sl = g.slices()
+    node_inf = influence(normalize(g.adjacency), w)
+    keep = node_inf >= _cut(node_inf, node_threshold)
+    keep[sl["tokens"].start:] = True  # embeddings and logits
+    a = g.adjacency.copy()
+    a[~keep] = 0
+    a[:, ~keep] = 0
+    na = normalize(a)
+    edge_scores = na * (influence(na, w) + w)[:, None]
+    edges = edge_scores >= max(_cut(edge_scores, edge_threshold), 1e-300)
+    inner = slice(0, sl["tokens"].start)  # features and errors
+    while True:
+        before = keep.copy()
+        edges[~keep] = False
+        edges[:, ~keep] = False
+        keep[inner] &= edges[:, inner].any(0)  # an edge out
+        keep[sl["features"]] &= edges[sl["features"]].any(1)  # an edge in
+        if (keep == before).all():
+            break
+    return Pruned(keep, edges & keep[:, None] & keep[None, :], node_inf)
+
+
+def scores(g: Graph) -> tuple[float, float]:
+    """(replacement score, completeness score), as circuit-tracer defines them: the share of the embeddings'
+    influence on the logits that flows through features rather than error nodes; and the share of every node's
+    input (weighted by its influence on the output) that comes from features or embeddings, not errors."""
+    sl = g.slices()
+    w = _logit_weights(g)
+    na = normalize(g.adjacency)
+    inf = influence(na, w)
+    embed = inf[sl["tokens"].start:sl["positions"].stop].sum()
+    err = inf[sl["errors"]].sum()
+    replacement = float(embed / (embed + err)) if embed + err > 0 else math.nan
+    out = inf + w
+    non_error = 1 - na[:, sl["errors"]].sum(1)
+    completeness = float((non_error * out).sum() / out.sum())
+    return replacement, completeness

@@ -1,0 +1,68 @@
+"""Transcoders (issue 46): trained on a model's MLP (what it reads to what it writes), saved beside the model with an
+SAE's file rules and loaded back checked; the replacement hooks splice them in; a transcoder that equals its MLP
+leaves the model's loss unchanged; the command line refuses what it cannot do."""
+import json
+
+import pytest
+import torch
+
+from core.features import transcoder as T
+from core.features.__main__ import main
+from core.features.activations import held_out_windows
+from core.features.sae import SAEFileError
+from core.features.train import SAESettings, mean_ce
+from core.training.corpus import pydoc_text
+from tests.test_attribution import hand_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A small random model of the lecture's shape, saved, with held-out windows of Python's documentation."""
+    from core.nn.checkpoint import load_checkpoint, save_checkpoint
+    from core.training.trainer import Trainer, TrainConfig
+
+    text = pydoc_text()[:60_000]
+    tr = Trainer(text, dict(n_ctx=32, d_model=32, n_heads=2, n_layers=2), TrainConfig(steps=30, batch_size=8))
+    while not tr.done:
+        tr.step()
+    folder = tmp_path_factory.mktemp("tiny") / "m"
+    save_checkpoint(folder, tr.model, tr.tokenizer, {"steps": 30, "corpus": "pydoc"})
+    model, tok = load_checkpoint(folder)
+    held = held_out_windows(tok, text, model.config.n_ctx, "pydoc")
+    return folder, model.eval(), tok, held
+
+
+def test_train_save_and_load_back(tiny):
+    folder, model, tok, held = tiny
+    r = T.train_transcoder(model, tok, 1, held=held, settings=SAESettings(steps=60, batch_size=256, d_sae=64, k=4))
+    m = r.metrics
+    assert m["reads"] == "blocks.1.hook_mlp_in" and m["writes"] == "blocks.1.hook_mlp_out"
+    assert 0 < m["l0"] <= 4 and m["explained_variance"] <= 1 and m["ce_clean"] <= m["ce_mlps_zeroed"] + 1e-6
+    T.save_transcoder(r.sae, folder, 1, m)
+    back = T.load_transcoders(folder, model.config)
+    assert sorted(back) == [1] and T.missing_layers(back, model.config) == [0]
+    x = torch.randn(5, model.config.d_model)
+    torch.testing.assert_close(back[1](x), r.sae(x))
+    # a transcoder of another width is refused by name, not spliced in
+    cfg = json.loads((T.transcoder_folder(folder, 1) / "config.json").read_text())
+    (T.transcoder_folder(folder, 1) / "config.json").write_text(json.dumps({**cfg, "d_in": 16}))
+    with pytest.raises(SAEFileError, match="d_in"):
+        T.load_transcoders(folder, model.config)
+
+
+def test_a_transcoder_equal_to_its_mlp_changes_nothing():
+    model, tcs = hand_model()
+    x = torch.tensor([[0, 1, 2, 3, 1, 0]])[:, :4]
+    y = torch.tensor([[1, 2, 3, 0]])
+    from core.features.activations import HeldOut
+    held = HeldOut(x, y, "hand")
+    assert mean_ce(model, held, T.replace_hooks(tcs)) == pytest.approx(mean_ce(model, held), abs=1e-6)
+    assert mean_ce(model, held, T.zero_mlp_hooks([0])) != pytest.approx(mean_ce(model, held), abs=1e-3)
+
+
+def test_the_command_line_refuses_a_bad_layer(tiny, capsys):
+    folder = tiny[0]
+    assert main(["--model", str(folder), "--transcoder", "--layer", "7"]) == 2
+    assert "--layer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--model", str(folder)])  # neither --site nor --transcoder
