@@ -28,6 +28,7 @@ PAGES = {  # sections, so that a newcomer sees where to start and what belongs t
         st.Page("pages/features.py", title="Features", icon=":material/lightbulb:"),
         st.Page("pages/generation.py", title="Generation", icon=":material/edit_note:"),
         st.Page("pages/cause_effect.py", title="Cause and effect", icon=":material/swap_horiz:"),
+        st.Page("pages/attribution.py", title="Attribution graph", icon=":material/hub:"),
     ],
     "How it was learned": [
         st.Page("pages/over_training.py", title="Over training", icon=":material/history:"),

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def test_warm_opens_every_page_of_the_router_and_the_client_switches_pages():
     names = page_names()
-    assert len(names) == 15 and names[:2] == ["lesson", "home"] and {"attention", "generation", "training"} <= set(names)
+    assert len(names) == 16 and names[:2] == ["lesson", "home"] and {"attention", "generation", "training"} <= set(names)
     proc, url = start_server(tempfile.mkdtemp(prefix="te-warm-"), warm=False)
     try:
         times = warm(url)

@@ -401,3 +401,40 @@ def scores(g: Graph) -> tuple[float, float]:
     non_error = 1 - na[:, sl["errors"]].sum(1)
     completeness = float((non_error * out).sum() / out.sum())
     return replacement, completeness
+
+
+def switch_off(model, transcoders: dict, ids, features) -> dict:
+    """The next-token distribution with the listed features ((layer, position, feature) triples) switched off: in
+    the replacement (patterns and scales frozen, as the graph sees it) and in the real model (the features' writes
+    taken out of their MLP's output, everything downstream free to change). Both (m,) probabilities at the last
+    position, with the unchanged ones."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    was = model.training
+    model.eval()
+    logit_row, cache, acts, errors = _record(model, ids, transcoders)
+    off = [a.clone() for a in acts]
+    by_layer: dict = {}
+    for l, p, f in features:
+        off[l][p, f] = 0.0
+        by_layer.setdefault(l, []).append((p, f, float(acts[l][p, f])))
+    with torch.no_grad():
+        _, _, replaced = _replacement(model, ids, transcoders, cache, off, errors, 1, False)
+
+        def remove(y, name, l):
+            y = y.clone()
+            for p, f, a in by_layer[l]:
+                y[:, p] -= a * transcoders[l].W_dec[f]  # the feature's write, taken out of the MLP's output
+            return y
+        hooks = [(f"blocks.{l}.hook_mlp_out", lambda y, name, l=l: remove(y, name, l)) for l in by_layer]
+        real = model(ids[None], hooks=hooks or None).logits[0, -1]
+    model.train(was)
+    soft = lambda x: torch.softmax(x.double(), -1).numpy()  # noqa: E731
+    return {"before": soft(logit_row), "replacement": soft(replaced[0, -1]), "real": soft(real)}
+
+
+def attention_row(model, ids, layer: int, head: int) -> np.ndarray:
+    """(n,) where head ``head`` of block ``layer`` looks from the last position: its attention pattern's last row."""
+    name = f"blocks.{layer}.attn.hook_pattern"
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.as_tensor(ids, dtype=torch.long)[None], names=[name])
+    return cache[name][0, head, -1].numpy()

@@ -1,0 +1,115 @@
+import streamlit as st
+
+from core.analysis import attribution as A
+from core.figures.attribution_figures import graph_figure
+from core.serve.fmt import head_label, visible
+from core.views import attribution_view as av
+from ui import chart, ensure_frame, model_key, prompt_input, require_model
+from ui.attribution import transcoders_of
+from ui.caching import model_cache
+
+ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
+
+MAX_TOKENS = 64  # the graph is drawn for the last 64 tokens at most: past that it holds thousands of feature nodes
+DEFAULT = "The king is dead. Long live the king! The king is dead. Long live the k"
+
+st.title("Attribution graph")
+st.markdown(
+    "Patching tells *where* the information behind a prediction sits, one whole component at a time. An attribution "
+    "graph draws the route: from the prompt's tokens, through the features the model computes, to the output. Each "
+    "MLP is replaced by a *transcoder*, a sparse map from what the MLP reads to what it writes, whose few active "
+    "features can be read one by one; what it misses is kept as an *error node*. With every attention pattern and "
+    "every LayerNorm's scale frozen at this prompt's values, everything between two nodes is linear, so each edge is "
+    "an exact direct effect: the source's activation times how much its target's input moves per unit of it.")
+st.latex(r"w_{s \to t} = a_s \, \frac{\partial\, x_t}{\partial a_s}\Big|_{\text{patterns, LN scales frozen}}, "
+         r"\qquad x_t = \sum_s w_{s \to t} + b_t")
+st.caption("x_t is the target's input: a feature's pre-activation or an output logit; b_t collects the biases and "
+           "LayerNorm shifts no node carries. Ameisen et al. (2025), *Circuit Tracing*; the open circuit-tracer "
+           "computes the same graph for large pretrained models on GPUs.")
+
+entry, model, tok = require_model(": the graph runs a real model")
+problem = av.too_big(model.config)
+if problem:
+    st.info(problem)
+    st.stop()
+tcs, missing = transcoders_of(entry, model.config)
+if missing:
+    st.info(missing)
+    st.stop()
+mkey = model_key(entry)
+prompt = prompt_input("Prompt", DEFAULT, "attr_prompt", tok, model.config.n_ctx, height=80)
+if prompt.empty or len(prompt.ids) < 2:
+    st.info(f"Type a prompt of at least two {tok.units}: the graph explains the prediction after its last one.")
+    st.stop()
+ids = tuple(prompt.ids[-MAX_TOKENS:])
+if len(prompt.ids) > MAX_TOKENS:
+    st.caption(f"The graph reads the last {MAX_TOKENS} of the prompt's {len(prompt.ids)} {tok.units}.")
+graph_of = model_cache(lambda ids, token: A.attribution_graph(model, tcs, list(ids), logit_tokens=token), 8,
+                       what="the attribution graph", spinner="Tracing every edge ...", resource=True)
+first = graph_of(mkey, ids, None)
+text = lambda t: tok.decode([t])  # noqa: E731  one token id -> its text
+choices = first.logit_tokens
+explain = st.selectbox("Output to explain", choices, format_func=lambda t: f"{visible(text(t))!r}  "
+                       f"(p = {first.logit_probs[choices.index(t)]:.2f})", key="attr_token",
+                       help="The likeliest next tokens, as many as cover 95 % of the probability (at most 10).")
+g = graph_of(mkey, ids, (explain,)) if explain != choices[0] else first
+node_share = st.slider("Keep the nodes that carry this share of the influence on the output", 0.5, 0.99, 0.8, 0.01,
+                       key="attr_nodes", help="circuit-tracer's pruning: 0.8 by default; edges are then kept up "
+                                              "to 98 % of what flows through the kept nodes.")
+pr = A.prune(g, node_share)
+replacement, completeness = A.scores(g)
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Replacement score", av.fmt_score(replacement),
+          help="Share of the tokens' influence on the output that flows through features rather than error nodes.")
+m2.metric("Completeness score", av.fmt_score(completeness),
+          help="Share of every node's input (weighted by its influence) that comes from features or tokens.")
+m3.metric("Active features", f"{g.n_features:,}", help="Over every position and block, before pruning.")
+m4.metric("Features · edges kept", f"{int(pr.node_mask[:g.n_features].sum())} · {int(pr.edge_mask.sum())}")
+nodes, edges = av.pruned_lists(g, pr, text)
+ticks = [f"{visible(text(t))}" for t in g.ids] + ["→"]
+pickable = sorted((n for n in nodes if n["kind"] in ("features", "logits")), key=lambda n: -n["influence"])
+sel = st.selectbox("Node to inspect", [n["node"] for n in pickable],
+                   format_func=lambda i: av.node_label(g, i, text), key="attr_node",
+                   index=next((k for k, n in enumerate(pickable) if n["kind"] == "logits"), 0))
+chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel), width="stretch", key="attr_fig")
+
+st.subheader("What feeds it, and through which heads")
+head_parts = model_cache(lambda ids, token, target: A.head_split(model, tcs, graph_of(mkey, ids, token), [target]), 16,
+                         what="the head split")
+parts = head_parts(mkey, ids, None if g is first else (explain,), sel)
+st.dataframe(av.strongest_edges(g, sel, text, {k: v[0] for k, v in parts.items()}), hide_index=True, width="stretch",
+             key="attr_edges", column_config={"weight": st.column_config.NumberColumn(format="%+.3f")})
+st.caption("Each edge split by the paths it takes, exactly, since the patterns are frozen: *direct* along the "
+           "residual stream alone, L·H· through that one head, *composed* through two heads in turn.")
+
+st.subheader("Switch features off")
+feats = [n["node"] for n in pickable if n["kind"] == "features"]
+pinned = st.multiselect("Features to switch off", feats, format_func=lambda i: av.node_label(g, i, text),
+                        key="attr_pinned", max_selections=12)
+if pinned:
+    off = model_cache(lambda ids, feats: A.switch_off(model, tcs, list(ids), feats), 16, what="the switched-off run")
+    result = off(mkey, ids, tuple(tuple(int(v) for v in g.features[i]) for i in pinned))
+    st.markdown(av.switch_words(result, text, g.logit_tokens[0]))
+
+st.subheader("Why a head attends here, by features")
+busiest = av.busiest_head(parts)  # (block, head) carrying most of the inspected node's edges, or None
+if busiest is not None and st.session_state.get("attr_qk_for") != (ids, sel):
+    st.session_state["attr_qk_for"] = (ids, sel)  # a new node: open its busiest head where it looks hardest
+    attends = model_cache(lambda ids, l, h: A.attention_row(model, list(ids), l, h), 32)(mkey, ids, *busiest)
+    st.session_state.update(attr_qk_layer=busiest[0], attr_qk_head=busiest[1], attr_qk_key=int(attends.argmax()) + 1)
+st.session_state.setdefault("attr_qk_layer", model.config.n_layers - 1)
+st.session_state["attr_qk_key"] = min(max(1, int(st.session_state.get("attr_qk_key", len(ids)))), len(ids))
+h1, h2, h3 = st.columns(3)
+layer = h1.selectbox("Block", range(model.config.n_layers), format_func=lambda l: f"block {l + 1}",
+                     key="attr_qk_layer")
+head = h2.selectbox("Head", range(model.config.n_heads), format_func=lambda h: head_label(layer, h),
+                    key="attr_qk_head")
+key_pos = h3.number_input("Key position", 1, len(ids), key="attr_qk_key",
+                          help="The query is the last position; the key any position up to it. It opens where the "
+                               "head that carries most of the inspected node's edges looks hardest.")
+qk = model_cache(lambda ids, l, h, k: A.qk_split(model, tcs, list(ids), l, h, len(ids) - 1, k), 16,
+                 what="the query-key split")(mkey, ids, layer, head, int(key_pos) - 1)
+st.markdown(f"The score of {head_label(layer, head)} from the last position to position {int(key_pos)} is "
+            f"**{qk['score']:.3f}**; its largest query-side × key-side terms:")
+st.dataframe(av.qk_rows(qk, av.source_labels(g, text)), hide_index=True, width="stretch", key="attr_qk",
+             column_config={"term": st.column_config.NumberColumn(format="%+.3f")})

@@ -1,0 +1,88 @@
+"""AppTest of the Attribution graph page (issue 46): the graph of the shipped character and BPE models (their
+transcoders are shipped beside them), its numbers the core's, the head split shown for the inspected node, features
+switched off in the replacement and in the real model, the query-key split of a head; a model with no transcoders
+and one too large say what they need; bad prompts say what is wrong."""
+import numpy as np
+import pytest
+import torch
+
+from core.analysis import attribution as A
+from core.features.transcoder import load_transcoders
+from core.nn.checkpoint import load_checkpoint
+from core.nn.model import ModelConfig
+from core.views import attribution_view as av
+from conftest import SHIPPED
+from tests.test_page_scaling import text_of
+
+PAGE = "pages/attribution.py"
+PROMPT = "The king is dead. Long live the king! The king is dead. Long live the k"
+
+
+def metric(at, label):
+    return next(m.value for m in at.metric if m.label == label)
+
+
+@pytest.fixture(scope="module")
+def page(open_page_once):
+    return open_page_once(PAGE, timeout=300)
+
+
+def test_the_page_shows_the_cores_graph(page):
+    at = page
+    model, tok = load_checkpoint(SHIPPED)
+    tcs = load_transcoders(SHIPPED, model.config)
+    ids = tok.encode(PROMPT)[-64:]
+    g = A.attribution_graph(model.eval(), tcs, ids)
+    rep, comp = A.scores(g)
+    assert metric(at, "Replacement score") == f"{rep:.2f}" and metric(at, "Completeness score") == f"{comp:.2f}"
+    assert metric(at, "Active features") == f"{g.n_features:,}"
+    pr = A.prune(g, 0.8)
+    assert metric(at, "Features · edges kept") == f"{int(pr.node_mask[:g.n_features].sum())} · {int(pr.edge_mask.sum())}"
+    # the inspected node opens on the output, and its strongest edge is the core's
+    table = next(df.value for df in at.dataframe if "through" in df.value.columns)
+    top = g.slices()["logits"].start
+    s = int(np.argmax(np.abs(g.adjacency[top])))
+    assert table.iloc[0]["weight"] == pytest.approx(g.adjacency[top, s], abs=1e-3)
+    assert "last 64 of the prompt's" in text_of(at)
+
+
+def test_the_pruning_slider_and_switching_features_off(open_page):
+    at = open_page(PAGE, timeout=300)
+    before = metric(at, "Features · edges kept")
+    at.slider(key="attr_nodes").set_value(0.95).run()
+    assert not at.exception and metric(at, "Features · edges kept") != before
+    options = at.multiselect(key="attr_pinned").options
+    assert options
+    at.multiselect(key="attr_pinned").select(options[0]).run()
+    assert not at.exception
+    assert "with them off in the replacement" in text_of(at) and "in the real model" in text_of(at)
+
+
+def test_the_query_key_split_adds_up_on_the_page(page):
+    at = page
+    table = next(df.value for df in at.dataframe if "key side" in df.value.columns)
+    score = float(next(m for m in at.markdown if "its largest query-side" in m.value).value.split("**")[1])
+    assert table["term"].abs().max() <= abs(score) + 50  # sane numbers, not NaN
+    assert not table["term"].isna().any()
+
+
+def test_the_bpe_model(open_page):
+    at = open_page(PAGE, timeout=300, state={"te_model_name": "shakespeare-bpe"})
+    assert not at.exception
+    assert metric(at, "Replacement score") != "n/a"
+
+
+def test_bad_prompts_say_what_is_wrong(open_page):
+    at = open_page(PAGE, timeout=300)
+    at.text_area(key="attr_prompt").input("").run()
+    assert "Type a prompt of at least two" in text_of(at)
+    at.text_area(key="attr_prompt").input("K").run()
+    assert "Type a prompt of at least two" in text_of(at) and not at.exception
+
+
+def test_a_model_too_large_says_what_it_would_take():
+    gpt2_small = ModelConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, n_layers=12, bias=True,
+                             activation="gelu_tanh", tie_weights=True)
+    words = av.too_big(gpt2_small)
+    assert "12 blocks of width 768" in words and "6,144 features each" in words and "hours" in words
+    assert av.too_big(load_checkpoint(SHIPPED)[0].config) is None
