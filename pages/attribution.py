@@ -44,6 +44,10 @@ if prompt.empty or len(prompt.ids) < 2:
 ids = tuple(prompt.ids[-MAX_TOKENS:])
 if len(prompt.ids) > MAX_TOKENS:
     st.caption(f"The graph reads the last {MAX_TOKENS} of the prompt's {len(prompt.ids)} {tok.units}.")
+if st.session_state.get("attr_for") != (mkey, ids):  # a new prompt (or model): its own outputs and nodes
+    st.session_state["attr_for"] = (mkey, ids)
+    for stale in ("attr_token", "attr_node", "attr_pinned"):
+        st.session_state.pop(stale, None)
 graph_of = model_cache(lambda ids, token: A.attribution_graph(model, tcs, list(ids), logit_tokens=token), 8,
                        what="the attribution graph", spinner="Tracing every edge ...", resource=True)
 first = graph_of(mkey, ids, None)
@@ -53,6 +57,10 @@ explain = st.selectbox("Output to explain", choices, format_func=lambda t: f"{vi
                        f"(p = {first.logit_probs[choices.index(t)]:.2f})", key="attr_token",
                        help="The likeliest next tokens, as many as cover 95 % of the probability (at most 10).")
 g = graph_of(mkey, ids, (explain,)) if explain != choices[0] else first
+if st.session_state.get("attr_graph_for") != explain:  # node numbers are a graph's own: another output, other nodes
+    st.session_state["attr_graph_for"] = explain
+    for stale in ("attr_node", "attr_pinned"):
+        st.session_state.pop(stale, None)
 node_share = st.slider("Keep the nodes that carry this share of the influence on the output", 0.5, 0.99, 0.8, 0.01,
                        key="attr_nodes", help="circuit-tracer's pruning: 0.8 by default; edges are then kept up "
                                               "to 98 % of what flows through the kept nodes.")
