@@ -11,7 +11,7 @@ from ui.caching import model_cache
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 MAX_TOKENS = 64  # the graph is drawn for the last 64 tokens at most: past that it holds thousands of feature nodes
-DEFAULT = "The king is dead. Long live the king! The king is dead. Long live the k"
+DEFAULT = "Long live the king! Long live the queen! Long live the k"  # the second "k": copy "i" from "king"?
 
 st.title("Attribution graph")
 st.markdown(
@@ -121,3 +121,7 @@ st.markdown(f"The score of {head_label(layer, head)} from the last position to p
             f"**{qk['score']:.3f}**; its largest query-side × key-side terms:")
 st.dataframe(av.qk_rows(qk, av.source_labels(g, text)), hide_index=True, width="stretch", key="attr_qk",
              column_config={"term": st.column_config.NumberColumn(format="%+.3f")})
+st.caption("Each term is a query-side source's part of the query dotted with a key-side source's part of the key, "
+           "over the square root of the head's width; with the constant terms they add up to the score. An induction "
+           "head's signature: on the key side, the token *before* the key position (moved there by a block-1 head "
+           "that looks one back), matched on the query side by the same token at the end of the prompt.")

@@ -15,7 +15,7 @@ from conftest import SHIPPED
 from tests.test_page_scaling import text_of
 
 PAGE = "pages/attribution.py"
-PROMPT = "The king is dead. Long live the king! The king is dead. Long live the k"
+PROMPT = "Long live the king! Long live the queen! Long live the k"  # the page's default
 
 
 def metric(at, label):
@@ -43,7 +43,10 @@ def test_the_page_shows_the_cores_graph(page):
     top = g.slices()["logits"].start
     s = int(np.argmax(np.abs(g.adjacency[top])))
     assert table.iloc[0]["weight"] == pytest.approx(g.adjacency[top, s], abs=1e-3)
-    assert "last 64 of the prompt's" in text_of(at)
+    # the induction circuit on the default prompt: the head carrying most of the output's edges opens on the key
+    # after the earlier "k", and the largest term of its score pairs the last "k" with that earlier "k"
+    split = next(df.value for df in at.dataframe if "key side" in df.value.columns)
+    assert split.iloc[0]["query side"] == f"token 'k' ({len(ids)})" and split.iloc[0]["key side"].startswith("token 'k'")
 
 
 def test_the_pruning_slider_and_switching_features_off(open_page):
@@ -78,6 +81,8 @@ def test_bad_prompts_say_what_is_wrong(open_page):
     assert "Type a prompt of at least two" in text_of(at)
     at.text_area(key="attr_prompt").input("K").run()
     assert "Type a prompt of at least two" in text_of(at) and not at.exception
+    at.text_area(key="attr_prompt").input("To be, or not to be: that is the question. " * 2).run()
+    assert not at.exception and "The graph reads the last 64 of the prompt's 86 characters" in text_of(at)
 
 
 def test_a_model_too_large_says_what_it_would_take():

@@ -386,15 +386,26 @@ def test_the_epochs_grid_may_repeat_and_others_may_not():
 
 @pytest.mark.slow
 def test_the_shipped_analysis_is_made_again_from_runs_csv():
-    """forecast.json is what python -m core.forecast_study makes from the two studies' runs.csv (no corpus needed)."""
-    from core.training.forecast_study import analyse, read_forecast
+    """forecast.json is what python -m core.forecast_study makes from the two studies' runs.csv (no corpus needed):
+    the calibration and the two forms made again in full, the R* profile at its best value and two others."""
+    from core.training import forecast_study as FS
     from core.training.study import SHIPPED_STUDY
 
-    shipped, fresh = read_forecast(SHIPPED_STUDY), analyse()
-    for a, b in zip(shipped["calibration"]["rows"], fresh["calibration"]["rows"]):
+    shipped = FS.read_forecast(SHIPPED_STUDY)
+    _, full = FS._rows(SHIPPED_STUDY)
+    _, epochs = FS._rows(FS.EPOCHS_STUDY)
+    unique = shipped["unique_tokens"]
+    cal = FS.calibrate(full)
+    for a, b in zip(shipped["calibration"]["rows"], cal["rows"]):
         assert a["run_id"] == b["run_id"] and a["hit"] == b["hit"]
         for k in ("point", "lower", "upper", "law_lower", "law_upper"):
             assert a[k] == pytest.approx(b[k], rel=1e-6), k
-    assert shipped["r_star"]["best"] == fresh["r_star"]["best"]
-    assert shipped["forms"]["plain_rms_held"] == pytest.approx(fresh["forms"]["plain_rms_held"], rel=1e-6)
-    assert shipped["epochs"] == fresh["epochs"]
+    forms = FS.compare_forms(full, epochs, unique)
+    assert shipped["forms"]["plain_rms_held"] == pytest.approx(forms["plain_rms_held"], rel=1e-6)
+    assert shipped["forms"]["effective_rms_held"] == pytest.approx(forms["effective_rms_held"], rel=1e-6)
+    N, D, L = FS._arrays(full + epochs)
+    stored = {p["r_star"]: p["objective"] for p in shipped["r_star"]["profile"]}
+    picks = sorted(stored)[::13] + [shipped["r_star"]["best"]]
+    for p in profile_r_star(N, D, L, unique, r_stars=picks):
+        assert p["objective"] == pytest.approx(stored[p["r_star"]], rel=1e-6)
+    assert shipped["epochs"] == FS.epochs_table(full, epochs, unique)
