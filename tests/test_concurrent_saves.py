@@ -20,6 +20,8 @@ from core.nn.checkpoint import (CONFIG_FILE, LOG_FILE, TIED_NAME, WEIGHTS_FILE, 
 from core.nn.model import ModelConfig, Transformer
 from core.nn.tokenizer import CharTokenizer
 
+pytestmark = pytest.mark.slow  # processes racing on one folder: seconds each
+
 TEXT = "the quick brown fox jumps over the lazy dog\n"
 ROUNDS = 25
 

@@ -322,6 +322,7 @@ def _crafted(tmp_path: Path) -> Path:
     return models
 
 
+@pytest.mark.slow  # the heaviest of its file: seconds
 def test_crafted_folders_give_their_reasons_once_and_every_page_works(tmp_path, open_page):
     models = _crafted(tmp_path)
     at = open_page("pages/home.py", models_dir=models)

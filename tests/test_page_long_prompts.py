@@ -76,6 +76,7 @@ def test_inside_follows_the_last_tokens_that_fit_and_says_so(open_page, setup):
     assert at.slider(key=f"inside_pos_{keep}").max == keep
 
 
+@pytest.mark.slow  # a training process or a full fit: seconds; the whole suite runs it
 def test_heads_ranking_waits_for_its_button_with_the_time_said(open_page, setup, monkeypatch):
     import core.analysis.interventions
 

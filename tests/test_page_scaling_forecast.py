@@ -103,6 +103,7 @@ class FakeJob:
         self.stopped.append(wait)
 
 
+@pytest.mark.slow  # a training process or a full fit: seconds; the whole suite runs it
 def test_a_finished_run_is_scored_and_joins_the_fit(open_page):
     at = open_page(FIT_PAGE, timeout=300)
     record = {"base": "shipped", "d_model": 128, "steps": 100, "N": 394496, "D": 102400, "compute": 6 * 394496 * 102400,

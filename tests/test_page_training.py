@@ -88,6 +88,7 @@ def test_pasted_text_too_short_for_the_context(page):
     assert not at.error and not at.button(key="train_start").disabled
 
 
+@pytest.mark.slow  # a training process or a full fit: seconds; the whole suite runs it
 def test_short_run_is_saved_and_joins_the_model_picker(page, tmp_path):
     at = page
     small_run(at, steps=5)
@@ -129,6 +130,7 @@ def test_short_run_is_saved_and_joins_the_model_picker(page, tmp_path):
     assert any("already have a model" in e for e in texts(at, "error"))
 
 
+@pytest.mark.slow  # a training process or a full fit: seconds; the whole suite runs it
 def test_a_run_can_be_stopped_and_keeps_its_weights(page):
     at = page
     small_run(at, steps=100_000)
@@ -205,6 +207,7 @@ def test_induction_preset_sets_the_run_and_says_when_the_head_should_form(page):
     assert any(f"near step {INDUCTION_FORMS_NEAR:,}" in c for c in texts(at, "caption"))
 
 
+@pytest.mark.slow  # a training process or a full fit: seconds; the whole suite runs it
 def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, tmp_path):
     """The live head view plots, for each head, scores that the test recomputes from the saved weights."""
     import numpy as np

@@ -224,6 +224,7 @@ def test_holdout_keeps_the_small_runs():
     assert F.holdout(N, D, N, fit_share=0.5).tolist() == [True, True, False, False]
 
 
+@pytest.mark.slow  # the heaviest of its file: seconds
 def test_calibration_on_a_noiseless_law_hits_and_its_hits_recount():
     N, D, L = runs_from(TRUE, n=16, noise=0.0)
     cal = F.calibration(N, D, L, F.holdout(N, D, L), resamples=10)

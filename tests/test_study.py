@@ -295,6 +295,7 @@ def test_diverged_and_non_positive_runs_are_set_aside_with_the_reason(tmp_path):
     assert study.usable_rows([]) == ([], [])
 
 
+@pytest.mark.slow  # a training process or a full fit: seconds; the whole suite runs it
 def test_the_fit_of_a_study_leaves_out_a_diverged_run_and_recovers_the_law():
     """Runs made from a known law, one of them diverged: the fit names that run and finds the law's constants
     from the 19 others (exact losses, so to 1e-6; a NaN left in would make every start's objective NaN)."""

@@ -99,6 +99,7 @@ def test_the_study_was_made_from_the_corpus_found_here():
 LOSS_RTOL = 0.02
 
 
+@pytest.mark.slow  # a training process or a full fit: seconds; the whole suite runs it
 def test_a_shipped_run_trained_again_gives_the_same_row_up_to_the_cpus_rounding():
     """The cheapest run of the shipped grid, retrained here from its spec: every field but the timings as shipped,
     the two losses within LOSS_RTOL (the engines, the day and the other work on the machine change nothing; the

@@ -25,6 +25,8 @@ from core.training.trainer import Trainer
 from core.training.training_job import TrainingJob
 from tests.polling import stays, wait_until
 
+pytestmark = pytest.mark.slow  # each test starts a training process: seconds each, the fast lane's largest share
+
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
 OTHER = ("Sing a song of sixpence, a pocket full of rye; four and twenty birds baked in a pie. " * 40)
 

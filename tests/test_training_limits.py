@@ -130,6 +130,7 @@ def test_a_stopped_training_process_makes_save_fail_in_words_and_the_run_stays_s
     assert job.status().can_resume
 
 
+@pytest.mark.slow  # the heaviest of its file: seconds
 def test_a_full_disk_while_saving_a_finished_run_says_so_and_writes_nothing(tmp_path, monkeypatch):
     job = TrainingJob(TEXT, "test", tiny(steps=3))
     job.start()
