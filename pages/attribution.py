@@ -79,7 +79,23 @@ pickable = sorted((n for n in nodes if n["kind"] in ("features", "logits")), key
 sel = st.selectbox("Node to inspect", [n["node"] for n in pickable],
                    format_func=lambda i: av.node_label(g, i, text), key="attr_node",
                    index=next((k for k, n in enumerate(pickable) if n["kind"] == "logits"), 0))
-chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel), width="stretch", key="attr_fig")
+
+
+def _clicked():
+    """A click on a feature or an output in the graph inspects it (errors and embeddings have no inputs to show)."""
+    points = st.session_state["attr_fig"].selection.points
+    node = points[0].get("customdata") if points else None
+    if isinstance(node, (int, float)) and int(node) in {n["node"] for n in pickable}:
+        st.session_state["attr_node"] = int(node)
+
+
+chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel), width="stretch", key="attr_fig",
+      on_select=_clicked, selection_mode="points")
+st.caption("Click a feature or the output to inspect it below; hover an edge's middle for its ends and weight.")
+if av.node_kind(g, sel) == "features":
+    l, p, f = (int(v) for v in g.features[sel])
+    prof = model_cache(lambda ids, l, f: A.feature_profile(model, tcs, list(ids), l, f), 32)(mkey, ids, l, f)
+    st.markdown(av.feature_words(prof, l, f, g.ids, text, p))
 
 st.subheader("What feeds it, and through which heads")
 head_parts = model_cache(lambda ids, token, target: A.head_split(model, tcs, graph_of(mkey, ids, token), [target]), 16,

@@ -91,3 +91,21 @@ def test_a_model_too_large_says_what_it_would_take():
     words = av.too_big(gpt2_small)
     assert "12 blocks of width 768" in words and "6,144 features each" in words and "hours" in words
     assert av.too_big(load_checkpoint(SHIPPED)[0].config) is None
+
+
+def test_a_feature_node_shows_where_it_fires_and_what_it_writes(open_page):
+    at = open_page(PAGE, timeout=300)
+    box = at.selectbox(key="attr_node")
+    feature = next(o for o in box.options if o.startswith("L"))  # a feature's label: "L2 #124 at 'k' (56)"
+    box.select(feature).run()
+    assert not at.exception
+    card = next(m.value for m in at.markdown if m.value.startswith("**Block"))
+    model, tok = load_checkpoint(SHIPPED)
+    tcs = load_transcoders(SHIPPED, model.config)
+    ids = tok.encode(PROMPT)
+    layer, number = int(feature[1]) - 1, int(feature.split("#")[1].split()[0])
+    pos = int(feature.rsplit("(", 1)[1].rstrip(")")) - 1
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.as_tensor(ids)[None], names=[f"blocks.{layer}.hook_mlp_in"])
+        act = float(tcs[layer].encode(cache[f"blocks.{layer}.hook_mlp_in"][0])[pos, number])
+    assert card.startswith(f"**Block {layer + 1}, feature #{number}**: {act:.2f} here") and f"({pos + 1})" in card

@@ -438,3 +438,21 @@ def attention_row(model, ids, layer: int, head: int) -> np.ndarray:
     with torch.no_grad():
         _, cache = model.run_with_cache(torch.as_tensor(ids, dtype=torch.long)[None], names=[name])
     return cache[name][0, head, -1].numpy()
+
+
+def feature_profile(model, transcoders: dict, ids, layer: int, feature: int, top: int = 6) -> dict:
+    """One transcoder feature on this prompt: its activation at every position, and the tokens its decoder direction
+    favours most when read straight through the final LayerNorm's gain and the output map (its direct effect on the
+    logits, the stream's later changes left out)."""
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    name = f"blocks.{layer}.hook_mlp_in"
+    with torch.no_grad():
+        _, cache = model.run_with_cache(ids[None], names=[name])
+        acts = transcoders[layer].encode(cache[name][0])[:, feature]  # (n,)
+        direction = transcoders[layer].W_dec[feature]  # (d,)
+        gain = model.ln_f.weight if hasattr(model.ln_f, "weight") else torch.ones_like(direction)
+        centred = direction - direction.mean()  # the LayerNorm takes out the mean before its gain
+        effect = model.head.weight @ (centred * gain)  # (m,)
+    order = torch.argsort(effect, descending=True)
+    return {"activations": acts.numpy(), "promotes": order[:top].tolist(), "suppresses": order[-top:].flip(0).tolist(),
+            "effect": effect.numpy()}

@@ -133,3 +133,16 @@ def busiest_head(parts: dict) -> tuple[int, int] | None:
     name = max(heads, key=heads.get)  # "L2H4"
     block, head = name[1:].split("H")
     return int(block) - 1, int(head) - 1
+
+
+def feature_words(profile: dict, layer: int, feature: int, ids: list[int], token_text, pos: int) -> str:
+    """A feature's card in words: its activation at the node's position, where else it fires most in this prompt,
+    and what it writes towards the output."""
+    acts = profile["activations"]
+    fired = [int(i) for i in np.argsort(-acts)[:5] if acts[i] > 0]
+    where = ", ".join(f"{visible(token_text(ids[i]))!r} ({i + 1}: {acts[i]:.2f})" for i in fired) or "nowhere"
+    up = ", ".join(repr(visible(token_text(t))) for t in profile["promotes"])
+    down = ", ".join(repr(visible(token_text(t))) for t in profile["suppresses"])
+    return (f"**Block {layer + 1}, feature #{feature}**: {acts[pos]:.2f} here, at {visible(token_text(ids[pos]))!r} "
+            f"({pos + 1}); in this prompt it fires most at {where}. Read straight through to the output, "
+            f"its direction favours {up} and disfavours {down}.")
