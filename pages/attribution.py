@@ -83,10 +83,13 @@ sel = st.selectbox("Node to inspect", [n["node"] for n in pickable],
 
 def _clicked():
     """A click on a feature or an output in the graph inspects it (errors and embeddings have no inputs to show)."""
-    points = st.session_state["attr_fig"].selection.points
-    node = points[0].get("customdata") if points else None
-    if isinstance(node, (int, float)) and int(node) in {n["node"] for n in pickable}:
-        st.session_state["attr_node"] = int(node)
+    known = {n["node"] for n in pickable}
+    for point in st.session_state["attr_fig"].selection.points:  # the node's marker, not an edge's middle under it
+        node = point.get("customdata")
+        node = node[0] if isinstance(node, list) and node else node
+        if isinstance(node, (int, float)) and int(node) in known:
+            st.session_state["attr_node"] = int(node)
+            return
 
 
 chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel), width="stretch", key="attr_fig",

@@ -62,6 +62,7 @@ def graph_figure(nodes: list[dict], edges: list[dict], n_layers: int, tick_text:
             customdata=[n["node"] for n in mine], text=[n["label"] for n in mine],
             marker=dict(symbol=symbol, size=size, color=color, line=dict(color="black" if kind != "positions" else
                                                                           color, width=1)),
+            unselected=dict(marker=dict(opacity=1)),  # a click inspects a node: it must not grey out the others
             hovertemplate="%{text}<extra></extra>"))
     ticks = list(range(len(tick_text)))
     return go.Figure(traces, dict(
