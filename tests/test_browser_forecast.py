@@ -35,8 +35,12 @@ def test_forecast_train_and_score(server, browser):  # noqa: F811
         wait_idle(page)
         page.get_by_text("Forecast the next run").first.wait_for(timeout=120_000)
         page.get_by_text("This is the proposed run").first.wait_for(timeout=120_000)
-        # a small run, so that the test waits seconds: d = 16 on 30,720 characters (30 steps)
-        page.get_by_role("combobox", name="Width d").click()
+        wait_idle(page)
+        # a small run, so that the test waits seconds: d = 16 on 30,720 characters (30 steps). Typed into the box:
+        # the list of 47 widths opens scrolled to the chosen one, where "16" may not be drawn yet
+        box = page.get_by_role("combobox", name="Width d")
+        box.click()
+        box.press_sequentially("16")
         page.get_by_role("option", name="16", exact=True).click()
         wait_idle(page)
         _number(page, "Tokens D", "30720")
