@@ -92,8 +92,8 @@ def _clicked():
             return
 
 
-chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel), width="stretch", key="attr_fig",
-      on_select=_clicked, selection_mode="points")
+chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel, pinned=st.session_state.get("attr_pinned", ())),
+      width="stretch", key="attr_fig", on_select=_clicked, selection_mode="points")
 st.caption("Click a feature or the output to inspect it below; hover an edge's middle for its ends and weight.")
 if av.node_kind(g, sel) == "features":
     l, p, f = (int(v) for v in g.features[sel])

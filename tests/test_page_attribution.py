@@ -59,6 +59,10 @@ def test_the_pruning_slider_and_switching_features_off(open_page):
     at.multiselect(key="attr_pinned").select(options[0]).run()
     assert not at.exception
     assert "with them off in the replacement" in text_of(at) and "in the real model" in text_of(at)
+    import json
+    spec = json.loads(next(c for c in at.get("plotly_chart") if "switched off" in c.proto.spec).proto.spec)
+    crossed = next(t for t in spec["data"] if t.get("name") == "switched off")
+    assert len(crossed["x"]) == 1  # the one feature switched off, crossed out on the graph
 
 
 def test_the_query_key_split_adds_up_on_the_page(page):

@@ -15,7 +15,7 @@ WIDTH_BINS = (0.25, 0.5, 1.0)  # an edge's share of the largest weight: up to a 
 
 
 def graph_figure(nodes: list[dict], edges: list[dict], n_layers: int, tick_text: list[str],
-                 selected: int | None = None, max_edges: int = 400) -> go.Figure:
+                 selected: int | None = None, max_edges: int = 400, pinned=()) -> go.Figure:
     at = {n["node"]: (n["x"], n["y"]) for n in nodes}
     traces = []
     shown = [e for e in edges if e["source"] in at and e["target"] in at][:max_edges]
@@ -64,6 +64,11 @@ def graph_figure(nodes: list[dict], edges: list[dict], n_layers: int, tick_text:
                                                                           color, width=1)),
             unselected=dict(marker=dict(opacity=1)),  # a click inspects a node: it must not grey out the others
             hovertemplate="%{text}<extra></extra>"))
+    off = [n for n in nodes if n["node"] in set(pinned)]
+    if off:  # the features switched off below, crossed out where they sit
+        traces.append(go.Scatter(x=[n["x"] for n in off], y=[n["y"] for n in off], mode="markers", name="switched off",
+                                 marker=dict(symbol="x-thin", size=22, line=dict(color="black", width=3)),
+                                 hoverinfo="skip"))
     ticks = list(range(len(tick_text)))
     return go.Figure(traces, dict(
         height=560, template="plotly_white", margin=dict(l=70, r=20, t=40, b=110), dragmode="pan",
