@@ -417,7 +417,7 @@ def bench_lesson(quick: bool):
     def fresh():
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
         at.run()
-        at.switch_page("pages/lesson.py")
+        at.switch_page_rerun("pages/lesson.py")
         at.run()
         return at
 
@@ -590,13 +590,34 @@ def bench_classroom(quick: bool):
            higher_is_better=False, note="peer: the home page's rerun")
 
 
+def page_rerun(path: str, setup=None):
+    """A function that reruns ``path`` in one AppTest session, first calling ``setup(at, i)`` (i = 1, 2, ...) to move
+    a widget: the server time of a page's rerun, for interleaved()."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.run()
+    if path != "pages/home.py":
+        at.switch_page(path)
+        at.run()
+    if at.exception:
+        raise RuntimeError(f"{path}: {at.exception[0].message}")
+    state = {"i": 0}
+
+    def again():
+        state["i"] += 1
+        if setup:
+            setup(at, state["i"])
+        at.run()
+    return again
+
+
 def bench_forecast(quick: bool):
     """Issue 45's views. Core: the proposal, the forecast and its scoring once the law and its bootstrap are fitted
     (target 300 ms), against one fit of the law in the same run; the bootstrap of 200 resamples in one batch against
     the same resamples refitted one by one (bootstrap_fit, fewer of them, scaled). Pages (AppTest server time, the
     home page's rerun as the peer): Your scaling law after the forecast's width moves (target 300 ms), Scaling laws
     after the unique-data control moves (target 200 ms)."""
-    from streamlit.testing.v1 import AppTest
 
     from core.analysis import forecast as F
     from core.analysis.scaling import bootstrap_fit, fit_scaling_law
@@ -627,29 +648,12 @@ def bench_forecast(quick: bool):
     record("bootstrap, 200 resamples in one batch", batched, one_by_one, "s", higher_is_better=False,
            note=f"peer: bootstrap_fit one resample at a time ({k} timed, scaled to 200)")
 
-    def page(path, setup=None):
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-        at.run()
-        if path != "pages/home.py":
-            at.switch_page(path)
-            at.run()
-        if at.exception:
-            raise RuntimeError(f"{path}: {at.exception[0].message}")
-        state = {"i": 0}
-
-        def again():
-            state["i"] += 1
-            if setup:
-                setup(at, state["i"])
-            at.run()
-        return again
-
     widths = [96, 112, 128, 144]
     uniques = [1e11, 3e11, 1e12, 3e12]
     t = interleaved({
-        "fit": page("pages/scaling_fit.py", lambda at, i: at.selectbox(key="scal_fc_width").set_value(widths[i % 4])),
-        "unique": page("pages/scaling.py", lambda at, i: at.select_slider(key="scal_unique").set_value(uniques[i % 4])),
-        "home": page("pages/home.py")}, rounds=3, reps=reps)
+        "fit": page_rerun("pages/scaling_fit.py", lambda at, i: at.selectbox(key="scal_fc_width").set_value(widths[i % 4])),
+        "unique": page_rerun("pages/scaling.py", lambda at, i: at.select_slider(key="scal_unique").set_value(uniques[i % 4])),
+        "home": page_rerun("pages/home.py")}, rounds=3, reps=reps)
     record("Your scaling law, the forecast's width moved", t["fit"] * 1e3, t["home"] * 1e3, "ms",
            higher_is_better=False, note=f"peer: the home page's rerun; target 300 ms: "
                                         f"{'met' if t['fit'] < 0.3 else 'missed'} (the whole page reruns)")
@@ -663,7 +667,6 @@ def bench_attribution(quick: bool):
     passes batched BATCH at a time, against one backward pass per target (timed on 48, scaled); the page's rerun
     after the pruning slider moves (target 300 ms) against the home page's; transcoders for both blocks (target
     2 minutes; skipped with --quick)."""
-    from streamlit.testing.v1 import AppTest
 
     from core.analysis import attribution as A
     from core.features.activations import model_held_out
@@ -686,27 +689,10 @@ def bench_attribution(quick: bool):
            higher_is_better=False, note=f"peer: one backward pass per target (48 timed, scaled); target 2 s: "
                                         f"{'met' if ours <= 2 else 'missed'}")
 
-    def page(path, setup=None):
-        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-        at.run()
-        if path != "pages/home.py":
-            at.switch_page(path)
-            at.run()
-        if at.exception:
-            raise RuntimeError(f"{path}: {at.exception[0].message}")
-        state = {"i": 0}
-
-        def again():
-            state["i"] += 1
-            if setup:
-                setup(at, state["i"])
-            at.run()
-        return again
-
     shares = [0.7, 0.8, 0.9, 0.95]
-    t = interleaved({"graph": page("pages/attribution.py",
+    t = interleaved({"graph": page_rerun("pages/attribution.py",
                                    lambda at, i: at.slider(key="attr_nodes").set_value(shares[i % 4])),
-                     "home": page("pages/home.py")}, rounds=3, reps=3 if quick else 5)
+                     "home": page_rerun("pages/home.py")}, rounds=3, reps=3 if quick else 5)
     record("Attribution graph page, the pruning slider moved", t["graph"] * 1e3, t["home"] * 1e3, "ms",
            higher_is_better=False, note=f"peer: the home page's rerun; target 300 ms: "
                                         f"{'met' if t['graph'] < 0.3 else 'missed'}")

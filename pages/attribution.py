@@ -1,6 +1,7 @@
 import streamlit as st
 
 from core.analysis import attribution as A
+from core.analysis import attribution_probes as P
 from core.figures.attribution_figures import graph_figure
 from core.serve.fmt import head_label, visible
 from core.views import attribution_view as av
@@ -97,7 +98,7 @@ chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel, pinned=st.sess
 st.caption("Click a feature or the output to inspect it below; hover an edge's middle for its ends and weight.")
 if av.node_kind(g, sel) == "features":
     l, p, f = (int(v) for v in g.features[sel])
-    prof = model_cache(lambda ids, l, f: A.feature_profile(model, tcs, list(ids), l, f), 32)(mkey, ids, l, f)
+    prof = model_cache(lambda ids, l, f: P.feature_profile(model, tcs, list(ids), l, f), 32)(mkey, ids, l, f)
     st.markdown(av.feature_words(prof, l, f, g.ids, text, p))
 
 st.subheader("What feeds it, and through which heads")
@@ -114,7 +115,7 @@ feats = [n["node"] for n in pickable if n["kind"] == "features"]
 pinned = st.multiselect("Features to switch off", feats, format_func=lambda i: av.node_label(g, i, text),
                         key="attr_pinned", max_selections=12)
 if pinned:
-    off = model_cache(lambda ids, feats: A.switch_off(model, tcs, list(ids), feats), 16, what="the switched-off run")
+    off = model_cache(lambda ids, feats: P.switch_off(model, tcs, list(ids), feats), 16, what="the switched-off run")
     result = off(mkey, ids, tuple(tuple(int(v) for v in g.features[i]) for i in pinned))
     st.markdown(av.switch_words(result, text, g.logit_tokens[0]))
 
@@ -122,7 +123,7 @@ st.subheader("Why a head attends here, by features")
 busiest = av.busiest_head(parts)  # (block, head) carrying most of the inspected node's edges, or None
 if busiest is not None and st.session_state.get("attr_qk_for") != (ids, sel):
     st.session_state["attr_qk_for"] = (ids, sel)  # a new node: open its busiest head where it looks hardest
-    attends = model_cache(lambda ids, l, h: A.attention_row(model, list(ids), l, h), 32)(mkey, ids, *busiest)
+    attends = model_cache(lambda ids, l, h: P.attention_row(model, list(ids), l, h), 32)(mkey, ids, *busiest)
     st.session_state.update(attr_qk_layer=busiest[0], attr_qk_head=busiest[1], attr_qk_key=int(attends.argmax()) + 1)
 st.session_state.setdefault("attr_qk_layer", model.config.n_layers - 1)
 st.session_state["attr_qk_key"] = min(max(1, int(st.session_state.get("attr_qk_key", len(ids)))), len(ids))

@@ -4,7 +4,7 @@ from core import lesson as LS
 from core.serve.classroom import ClassError, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input
 from ui.classroom import (MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, class_store, csv_download, current_round,
-                          join_code_box, lesson_round, reveal_round, show_counts, show_question, shift_table,
+                          join_code_box, lesson_round, preview, reveal_round, show_counts, show_question, shift_table,
                           teacher_counts, voter_id)
 from ui.class_forecast import forecast_reveal, forecast_round
 from ui.lesson_context import lesson_context
@@ -157,18 +157,14 @@ def teacher():
                 st.info(f"Not as a class question: {made}.")
             else:
                 new = made
-                with st.expander("What students will see", expanded=False):
-                    show_question({"question": made[0], "meta": made[2]})
-                    st.markdown("  ·  ".join(made[1]))
+                preview(made, expanded=False)
     elif kind.startswith("Forecast"):
         made = forecast_round()  # the run the shipped law proposes, or the one set on Your scaling law
         if isinstance(made, str):
             st.info(f"Not as a class question: {made}.")
         else:
             new = made
-            with st.expander("What students will see", expanded=True):
-                show_question({"question": made[0], "meta": made[2]})
-                st.markdown("  ·  ".join(made[1]))
+            preview(made, expanded=True)
     else:
         q = st.text_input("Question", key="class_own_q", max_chars=500)
         lines = st.text_area(f"Choices, one per line (2 to {MAX_OWN_CHOICES})", key="class_own_choices", height=120)

@@ -5,17 +5,10 @@ import pytest
 
 from core.serve import classroom as C
 from core.training.corpus import CORPUS_ENV, shakespeare_path
-from tests.test_page_classroom import _button, _radio, words
+from tests.test_page_classroom import _button, _radio, store_path, words  # noqa: F401  (a fixture)
 from tests.test_page_scaling_forecast import ROWS, FakeJob
 
 PAGE = "pages/classroom.py"
-
-
-@pytest.fixture
-def store_path(tmp_path, monkeypatch):
-    path = tmp_path / "class.sqlite"
-    monkeypatch.setenv("TE_CLASS_STORE", str(path))
-    return path
 
 
 def test_without_the_corpus_a_forecast_round_says_why_not(open_page, store_path, tmp_path, monkeypatch):

@@ -110,6 +110,13 @@ def show_question(info: dict, large: bool = False):
     (st.header if large else st.subheader)(info["question"])
 
 
+def preview(made: tuple, expanded: bool):
+    """The teacher's look at a question before it opens: what students will see, then its choices."""
+    with st.expander("What students will see", expanded=expanded):
+        show_question({"question": made[0], "meta": made[2]})
+        st.markdown("  ·  ".join(made[1]))
+
+
 def vote_figure(counts: dict, choices, answer=None, large=False, title="How the class voted"):
     """The bars of ``counts`` ({phase: {choice: n}}); vote 2's only once someone has cast it."""
     return vote_bars(choices, counts.get(1, {}), counts.get(2) if any(counts.get(2, {}).values()) else None,
