@@ -4,21 +4,32 @@ the shift between votes, the CSV)."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import math
+import os
 import secrets
-from dataclasses import dataclass
+import unicodedata
+from dataclasses import dataclass, replace
 
 STORE_ENV = "TE_CLASS_STORE"
+NEW_VOTERS_ENV = "TE_CLASS_NEW_VOTERS_PER_MINUTE"  # new voters a minute from one client address, in one class
 CODE_ALPHABET = "23456789ABCDEFGHJKLMNPQRSTUVWXYZ"  # 32 symbols, no 0/O or 1/I: read off a projector
 CODE_LEN = 8                                          # 32**8 = 2**40 codes
 MIN_CHOICES, MAX_CHOICES = 2, 12  # a Lesson step may name up to 12 (8 heads, say); the page asks 2-6 of its own
-MAX_TEXT = 2000                                       # a question's characters; a choice's: MAX_CHOICE
-MAX_CHOICE = 200
+MAX_TEXT = 300                                        # a question's characters (the teacher's own words)
+MAX_CHOICE = 300                                      # ... and a choice's
+MAX_WORDS = 2000                                      # the model's answer in words (the project's own text)
 MAX_VOTER = 64
 
 
 class ClassError(ValueError):
     """A refusal in words (unknown or expired class, a limit, a choice that is not the round's, a closed phase)."""
+
+
+class StoreUnavailable(ClassError):
+    """The store itself cannot be used (a damaged or read-only file, a Redis that is down): said in words, with what
+    to do; not the same as a class that ended."""
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,46 @@ class ClassLimits:
     rounds: int = 100             # rounds per class
     votes_per_second: float = 4   # per voter and class: a burst above it is refused
     ttl_s: float = 12 * 3600      # a class expires this long after its last round opened
-    idle_s: float = 3600          # ... and a class with no round yet this long after it was started (a tab left open)
+    idle_s: float = 600           # ... and a class with no round yet this long after it was started (a tab left open)
+    per_client: int = 3           # live classes one client address may run without the teacher key
+    new_per_minute: int = 10      # classes started a minute on the server without the teacher key
+    new_voters_per_minute: int = 60  # new voters a minute from one client address in one class (NEW_VOTERS_ENV)
+
+
+def limits_from_env(environ=None, base: ClassLimits = ClassLimits()) -> ClassLimits:
+    """``base`` with the server's settings applied: TE_CLASS_NEW_VOTERS_PER_MINUTE (a whole number >= 1; anything
+    else leaves the default, since a class must never lose its way in to a typo)."""
+    raw = (os.environ if environ is None else environ).get(NEW_VOTERS_ENV, "").strip()
+    try:
+        n = int(raw)
+    except ValueError:
+        return base
+    return replace(base, new_voters_per_minute=n) if n >= 1 else base
+
+
+def client_key(client) -> str | None:
+    """What the store keeps of a client address: a short hash (the address itself is not needed, only sameness)."""
+    return None if client is None else hashlib.sha256(f"te-client:{client}".encode()).hexdigest()[:20]
+
+
+def wait_words(seconds: float) -> str:
+    """'in 40 seconds', 'in about 7 minutes': when a refused place frees."""
+    s = max(1, math.ceil(seconds))
+    if s < 90:
+        return f"in {s} second{'s' if s != 1 else ''}"
+    m = math.ceil(s / 60)
+    return f"in about {m} minutes" if m < 90 else f"in about {m / 60:.0f} hours"
+
+
+def choice_key(choice: str) -> str:
+    """How a choice reads once trimmed and normalised: Unicode NFKC, case folded, runs of spaces as one, and a number
+    as its value ("1", "01", "1.0", "1e0" all read 1), so that two choices a room cannot tell apart are refused."""
+    c = " ".join(unicodedata.normalize("NFKC", str(choice)).casefold().split())
+    try:
+        x = float(c.replace(",", "")) if c.replace(",", "").strip() else None
+    except ValueError:
+        return c
+    return c if x is None or not math.isfinite(x) else repr(x + 0.0)
 
 
 def hash_secret(secret: str) -> str:
@@ -57,10 +107,17 @@ def check_round(question, choices) -> tuple[str, tuple[str, ...]]:
     cs = tuple(str(c).strip() for c in (choices or ()))
     if not MIN_CHOICES <= len(cs) <= MAX_CHOICES:
         raise ClassError(f"a round has {MIN_CHOICES} to {MAX_CHOICES} choices (got {len(cs)})")
-    if any(not c for c in cs) or len(set(cs)) != len(cs):
+    if any(not c for c in cs):
         raise ClassError("each choice must be written and differ from the others")
     if any(len(c) > MAX_CHOICE for c in cs):
         raise ClassError(f"a choice is at most {MAX_CHOICE} characters")
+    seen: dict[str, str] = {}
+    for c in cs:
+        if choice_key(c) in seen:
+            same = f"'{seen[choice_key(c)]}' and '{c}'" if seen[choice_key(c)] != c else f"'{c}' twice"
+            raise ClassError(f"each choice must differ from the others: {same} read the same (case, spaces and the "
+                             "way a number is written do not count)")
+        seen[choice_key(c)] = c
     return q, cs
 
 
@@ -82,8 +139,24 @@ class ClassStore:
 
     limits: ClassLimits
 
-    def create_class(self) -> tuple[str, str]:
+    def create_class(self, client=None) -> tuple[str, str]:
+        """A new class: (code, secret). ``client``: the address of whoever starts it when the server has no teacher
+        key (at most ``per_client`` live classes per address, ``new_per_minute`` new ones a minute on the server);
+        None for a teacher who gave the key (only the server's ``classes`` cap)."""
         raise NotImplementedError
+
+    def is_teacher(self, code, secret) -> bool:
+        """Whether ``secret`` runs the running class ``code`` (a teacher taking control back after a reload)."""
+        raise NotImplementedError
+
+    def lock_joining(self, code, secret, locked: bool = True) -> None:
+        """No new voters while locked; those who joined keep voting."""
+        raise NotImplementedError
+
+    def durability(self) -> str | None:
+        """A sentence for the teacher when the store's own restart would lose recorded votes; None when it keeps
+        them (or cannot tell)."""
+        return None
 
     def open_round(self, code, secret, question, choices, meta=None) -> int:
         """A new round in phase 1 (its id: 1, 2, ...). ``meta``: a small JSON-able dict every participant reads with
@@ -98,7 +171,9 @@ class ClassStore:
         """Open vote 2 ("discuss and vote again"): vote 1 is closed from then on."""
         raise NotImplementedError
 
-    def vote(self, code, round_id, voter, choice, phase) -> None:
+    def vote(self, code, round_id, voter, choice, phase, client=None) -> None:
+        """``voter``: one per browser (the page's choice); a voter new to the class is refused while joining is locked,
+        and when ``client`` (its address) already brought ``new_voters_per_minute`` new voters in the last minute."""
         raise NotImplementedError
 
     def tally(self, code, secret, round_id, phase) -> dict[str, int]:
@@ -106,7 +181,7 @@ class ClassStore:
 
     def reveal(self, code, secret, round_id, answer, words: str = "") -> None:
         """The model's answer (one of the choices, or None when it gives no single one) and its numbers in words;
-        voting ends and every participant sees the counts."""
+        voting ends and every participant sees the counts. Once only: a revealed round is never revealed again."""
         raise NotImplementedError
 
     def close(self, code, secret) -> None:
@@ -115,7 +190,8 @@ class ClassStore:
     def round_info(self, code, round_id=None) -> dict:
         """What any participant may see of a round (the latest when ``round_id`` is None): question, choices, meta,
         phase, how many voted in each phase, ``revealed`` with the answer and its words, and ``counts`` per choice in
-        each phase once the teacher showed the votes or revealed the answer (None before)."""
+        each phase once the teacher showed the votes or revealed the answer (None before); ``joined`` (voters in the
+        class) and ``locked`` (joining closed), also when the class has no round yet."""
         raise NotImplementedError
 
     def shift(self, code, secret, round_id) -> dict[tuple[str, str], int]:
@@ -140,9 +216,18 @@ def check_meta(meta) -> str:
     return text
 
 
-def round_view(code, rid, rd, n1, n2, counts) -> dict:
+PUBLIC = object()  # the secret argument of a participant's call: no teacher check (None or "" is a wrong secret)
+
+
+def check_secret(stored_hash, secret) -> None:
+    """A PermissionError unless ``secret`` is the class's: None, "" or anything not a string never is."""
+    if not isinstance(secret, str) or not secret or not hmac.compare_digest(str(stored_hash), hash_secret(secret)):
+        raise PermissionError("only the teacher who started this class can do that")
+
+
+def round_view(code, rid, rd, n1, n2, counts, joined=0, locked=False) -> dict:
     """round_info's answer from a round's fields (rd: question, choices, meta, phase, shown, revealed, answer, words)."""
-    return {"code": code, "round": int(rid), "question": rd["question"], "choices": rd["choices"], "meta": rd["meta"],
+    return {"code": code, "round": int(rid), "joined": int(joined), "locked": bool(locked), "question": rd["question"], "choices": rd["choices"], "meta": rd["meta"],
             "phase": rd["phase"], "votes": {1: n1, 2: n2}, "shown": rd["shown"] or rd["revealed"],
             "revealed": rd["revealed"], "answer": rd["answer"], "words": rd["words"],
             "counts": counts() if rd["shown"] or rd["revealed"] else None}
@@ -194,3 +279,20 @@ def rounds_csv(rounds: list[dict]) -> str:
                         "" if answer is None else answer])
     return out.getvalue()
 
+
+
+def gone(code, reset_at=None, why: str = "") -> ClassError:
+    """A class that is not running, said as such; where this store saw itself reset (``reset_at``, a time), that
+    is named too, since a reset loses every class started before it."""
+    if reset_at is None:
+        return ClassError(f"no class {code} is running (it may have ended or expired)")
+    import time
+
+    at = time.strftime("%H:%M", time.gmtime(reset_at))
+    return ClassError(f"no class {code} is running: the class store was reset at {at} UTC ({why}), so the classes "
+                      "started before then are gone; start a new class")
+
+
+def freed_in(expiries, now) -> str:
+    """When the first of ``expiries`` (times a place frees) comes, in words."""
+    return wait_words(min(expiries) - now) if expiries else "soon"

@@ -15,7 +15,7 @@ committed before ``vote`` returns, so a page that says "recorded" after it never
 
 Every refusal is a ``ClassError`` (a ValueError) whose message can be shown as it is; a wrong secret is a
 ``PermissionError``. Nothing identifies a student but the ``voter`` string the caller passes (the Class page: a random
-id per browser session).
+id per browser, issue 54).
 """
 from __future__ import annotations
 
@@ -24,15 +24,16 @@ from pathlib import Path
 
 from core.serve.class_redis import RedisStore
 from core.serve.class_rules import (CODE_ALPHABET, CODE_LEN, CSV_FIELDS, MAX_CHOICE, MAX_CHOICES, MAX_META, MAX_TEXT,
-                                    MAX_VOTER, MIN_CHOICES, SHIFT_ROW, STORE_ENV, ClassError, ClassLimits, ClassStore,
-                                    check_meta, check_round, new_code, normalize_code, round_summary, rounds_csv,
-                                    shift_rows)
+                                    MAX_VOTER, MIN_CHOICES, NEW_VOTERS_ENV, SHIFT_ROW, STORE_ENV, ClassError, ClassLimits,
+                                    ClassStore, StoreUnavailable, check_meta, check_round, choice_key,
+                                    limits_from_env, new_code, normalize_code, round_summary, rounds_csv, shift_rows)
 from core.serve.class_sqlite import SqliteStore
 
 __all__ = ["CODE_ALPHABET", "CODE_LEN", "CSV_FIELDS", "MAX_CHOICE", "MAX_CHOICES", "MAX_META", "MAX_TEXT", "MAX_VOTER",
-           "MIN_CHOICES", "SHIFT_ROW", "STORE_ENV", "ClassError", "ClassLimits", "ClassStore", "RedisStore",
-           "SqliteStore", "check_meta", "check_round", "default_sqlite_path", "new_code", "normalize_code",
-           "round_summary", "rounds_csv", "shift_rows", "store_from_env"]
+           "MIN_CHOICES", "NEW_VOTERS_ENV", "SHIFT_ROW", "STORE_ENV", "ClassError", "ClassLimits", "ClassStore",
+           "RedisStore", "SqliteStore", "StoreUnavailable", "check_meta", "check_round", "choice_key",
+           "default_sqlite_path", "limits_from_env", "new_code", "normalize_code", "round_summary", "rounds_csv",
+           "shift_rows", "store_from_env"]
 
 
 def default_sqlite_path() -> Path:
@@ -44,7 +45,8 @@ def default_sqlite_path() -> Path:
 
 def store_from_env(environ=None) -> ClassStore:
     """TE_CLASS_STORE: unset or a file path -> SqliteStore; redis://host:port/db -> RedisStore."""
-    value = (os.environ if environ is None else environ).get(STORE_ENV, "").strip()
+    env = os.environ if environ is None else environ
+    value, limits = env.get(STORE_ENV, "").strip(), limits_from_env(env)
     if value.startswith(("redis://", "rediss://", "unix://")):
-        return RedisStore(value)
-    return SqliteStore(Path(value).expanduser() if value else default_sqlite_path())
+        return RedisStore(value, limits)
+    return SqliteStore(Path(value).expanduser() if value else default_sqlite_path(), limits)
