@@ -1,38 +1,39 @@
 import streamlit as st
 
 from core import lesson as LS
-from core.serve.classroom import ClassError, normalize_code
+from core.serve.classroom import ClassError, choice_key, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input
-from ui.classroom import (MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, class_store, csv_download, current_round,
-                          join_code_box, lesson_round, preview, reveal_round, show_counts, show_question, shift_table,
-                          teacher_counts, voter_id)
 from ui.class_forecast import forecast_reveal, forecast_round
+from ui.class_identity import client_address, voter_id
+from ui.class_teacher import (csv_download, durability_note, private_link, shift_table, start_form, take_back,
+                              teacher_counts)
+from ui.class_views import PROJECTOR_CSS, choice_label, plain, show_counts, show_question, waiting_screen
+from ui.classroom import (KEYS, MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, current_round, join_code_box,
+                          lesson_round, open_store, preview, preview_answer, reveal_round)
 from ui.lesson_context import lesson_context
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
 DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?"
+INTRO = ("A question for the whole room. Everyone predicts on their own device, the class talks it over, everyone "
+         "predicts again, and only then does the live model answer, on the teacher's prompt. Seeing how the votes "
+         "moved between the two rounds is the point: a discussion tends to pull a room toward the right answer, and "
+         "the model settles it with its own numbers, not a key typed in advance.")
+FLOW = (r"\begin{aligned}&\text{vote 1} \rightarrow \text{discuss} \rightarrow \text{vote 2}\\"
+        r"&\rightarrow \text{the model answers}\end{aligned}")  # two lines: one is wider than a phone
 
-st.title("Class")
-if st.query_params.get("view") != "projector":  # the projector shows the round alone, in large type
-    st.markdown(
-        "A question for the whole room. Everyone predicts on their own device, the class talks it over, everyone "
-        "predicts again, and only then does the live model answer, on the teacher's prompt. Seeing how the votes "
-        "moved between the two rounds is the point: a discussion tends to pull a room toward the right answer, and "
-        "the model settles it with its own numbers, not a key typed in advance.")
-    st.latex(r"\text{vote 1} \;\rightarrow\; \text{discuss} \;\rightarrow\; \text{vote 2} \;\rightarrow\; "
-             r"\text{the model answers}")
-
-store = class_store()
 raw_code, view = st.query_params.get("class"), st.query_params.get("view")
-
-
-def _start():
-    try:
-        st.session_state[TEACHER] = store.create_class()
-    except ClassError as e:
-        st.session_state["class_start_error"] = str(e)
-
+if view == "projector" and raw_code:
+    st.html(PROJECTOR_CSS)  # the projector shows the round alone: no sidebar, no title, no prose
+else:
+    st.title("Class")
+store = open_store()
+if store is None:
+    st.stop()
+if raw_code and st.query_params.get("teacher"):
+    if take_back(raw_code, st.query_params["teacher"]):
+        st.rerun()
+    raw_code = st.query_params.get("class")
 
 # ------------------------------------------------------------------ who is this session: teacher, projector, student
 if TEACHER in st.session_state:
@@ -45,14 +46,14 @@ elif raw_code:
         st.stop()
     role = "projector" if view == "projector" else "student"
 else:
+    st.markdown(INTRO)
+    st.latex(FLOW)
     left, right = st.columns(2)
     with left:
         st.subheader("Teach")
-        st.caption("Start a class: you get a code and two links, one for students and one for the projector. Only "
-                   "this browser tab can run the class.")
-        st.button("Start a class", key="class_start", on_click=_start, type="primary")
-        if "class_start_error" in st.session_state:
-            st.error(st.session_state.pop("class_start_error"))
+        st.caption("Start a class: you get a code, a link for students, one for the projector and a private one that "
+                   "gives you the class back if this tab reloads.")
+        start_form()
     with right:
         st.subheader("Join")
         st.caption("Type the code your teacher shows. You vote anonymously.")
@@ -60,17 +61,19 @@ else:
     st.stop()
 
 
-# ------------------------------------------------------------------ the projector: read-only, large type
+# ------------------------------------------------------------------ the projector: read-only, large type, one screen
 def projector(code: str):
     @st.fragment(run_every=REFRESH_S)
     def live():
-        info = current_round(code, lambda: st.markdown(f"## Class code: `{code}`"))
+        info = current_round(code, lambda: None, waiting=lambda: waiting_screen(code))
         if info is None:
             return
-        show_question(info, large=True)
-        st.markdown("  ·  ".join(f"**{c}**" for c in info["choices"]))
-        phase = "vote 2 (after discussing)" if info["phase"] == 2 else "vote 1"
-        st.markdown(f"### {info['votes'][info['phase']]} voted · {phase}")
+        show_question(info, large=True, context=False)
+        if not info["revealed"]:
+            plain("   ·   ".join(info["choices"]), 1.8, 500, key="te-choices")
+            phase = "vote 2, after discussing" if info["phase"] == 2 else "vote 1"
+            plain(f"{info['votes'][info['phase']]} voted · {phase} · class {code[:4]} {code[4:]}", 1.6, 600,
+                  "#3b5bdb", key="te-count")
         show_counts(info, "class_projector_votes", large=True)
     live()
 
@@ -81,41 +84,88 @@ def student(code: str):
     if refused:
         st.error(refused)
         return
-    me = voter_id()
+    me, where = voter_id(code), client_address()
 
     @st.fragment(run_every=REFRESH_S)
     def live():
-        info = current_round(code, lambda: st.caption(f"Class {code}"))
+        info = current_round(code, lambda: st.caption(f"Class {code[:4]} {code[4:]}"))
         if info is None:
             return
         show_question(info)
         mine = st.session_state.setdefault("class_my_votes", {})  # (code, round, phase) -> choice, as recorded
         if info["revealed"]:
-            answer = info["answer"]
-            landed = (info["meta"] or {}).get("kind") == "forecast"
-            st.success(f"{'The run landed' if landed else 'The model' + chr(39) + 's answer'}: **{answer}**."
-                       if answer is not None else "The model gave no single answer here.")
             show_counts(info, "class_student_votes")
             return
         phase = info["phase"]
         key = (code, info["round"], phase)
         choice = st.radio("Your prediction" if phase == 1 else "Your prediction, after discussing (keep it or change "
-                          "it)", info["choices"], index=None, key=f"class_choice_{info['round']}_{phase}")
+                          "it)", info["choices"], index=None, key=f"class_choice_{info['round']}_{phase}",
+                          format_func=choice_label)
         if st.button("Vote" if key not in mine else "Change my vote", key=f"class_vote_{info['round']}_{phase}",
                      disabled=choice is None, type="primary"):
             try:
-                store.vote(code, info["round"], me, choice, phase)  # committed before "recorded" is shown
+                store.vote(code, info["round"], me, choice, phase, client=where)  # committed before "recorded"
                 mine[key] = choice
             except ClassError as e:
                 st.error(f"Not recorded: {e}.")
-        if key in mine:
-            st.success(f"Recorded: **{mine[key]}** (vote {phase}). You may change it until the teacher moves on.")
+        if key in mine:  # the choice Markdown-escaped: a teacher's "$...$" or "![](...)" stays its own characters
+            st.success(f"Recorded: **{choice_label(mine[key])}** (vote {phase}). You may change it until the teacher "
+                       "moves on.")
         elif phase == 2 and (code, info["round"], 1) in mine:
-            st.info(f"Vote 2 is open: your first vote was **{mine[(code, info['round'], 1)]}**. Vote again.")
+            st.info(f"Vote 2 is open: your first vote was **{choice_label(mine[(code, info['round'], 1)])}**. Vote "
+                    "again.")
     live()
+    with st.expander("What is this page?"):
+        st.markdown(INTRO)
 
 
-# ------------------------------------------------------------------ the teacher: questions, votes, the model's answer
+# ------------------------------------------------------------------ the teacher: questions, votes, the answer
+def new_question(entry, model, tok):
+    """The question the teacher may open next: (question, choices, meta, private answer or None), or None."""
+    kind = st.radio("Ask", ["A Lesson step, on your prompt", "Forecast the next run", "Your own question"],
+                    horizontal=True, key="class_kind")
+    if kind.startswith("A Lesson") and model is None:
+        st.info("No model is loaded: pick one in the sidebar to ask a Lesson step, or ask a question of your own.")
+    elif kind.startswith("A Lesson"):
+        prompt = prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT, "class_prompt", tok,
+                              model.config.n_ctx, height=70)
+        k = st.selectbox("Step", range(LS.N_STEPS), format_func=lambda i: f"{i + 1}. {LS.STEPS[i].title}",
+                         index=LS.STEPS.index(LS.STEP["off"]), key="class_step")  # a head switched off: a good opener
+        if prompt.empty or len(prompt.ids) < 4:
+            st.info(f"Type a prompt of at least four {tok.units}.")
+            return None
+        made = lesson_round(LS.STEPS[k], lesson_context(entry, model, tok, prompt.ids), entry.name, prompt.text,
+                            model_key(entry))
+        if isinstance(made, str):
+            st.info(f"Not as a class question: {made}.")
+            return None
+        preview(made, expanded=False)
+        return (*made, None)
+    elif kind.startswith("Forecast"):
+        made = forecast_round()  # the run the shipped law proposes, or the one set on Your scaling law
+        if isinstance(made, str):
+            st.info(f"Not as a class question: {made}.")
+            return None
+        preview(made, expanded=True)
+        return (*made, None)
+    else:
+        q = st.text_input("Question (plain text, shown as typed)", key="class_own_q", max_chars=300)
+        lines = st.text_area(f"Choices, one per line (2 to {MAX_OWN_CHOICES}, each at most 300 characters)",
+                             key="class_own_choices", height=120)
+        choices = tuple(x.strip() for x in lines.splitlines() if x.strip())
+        if len({choice_key(c) for c in choices}) < len(choices):
+            st.caption("Two of these choices read the same (case, spaces and the way a number is written do not "
+                       "count): make each one different.")
+            return None
+        right = st.selectbox("The right choice, if there is one (only you see it; revealed at the end)",
+                             ["none", *choices], key="class_own_right") if len(choices) >= 2 else "none"
+        if q.strip() and 2 <= len(choices) <= MAX_OWN_CHOICES:
+            return q.strip(), choices, {"kind": "free"}, None if right == "none" else (right, "The teacher's answer.")
+        if lines.strip():
+            st.caption(f"{len(choices)} choices: a question needs 2 to {MAX_OWN_CHOICES}.")
+    return None
+
+
 def teacher():
     code, secret = st.session_state[TEACHER]
     try:
@@ -126,75 +176,58 @@ def teacher():
             del st.session_state[TEACHER]
             st.rerun()
         return
-    st.markdown(f"## Class code: `{code}`")
+    durability_note()
+    st.markdown(f"## Class code: `{code[:4]} {code[4:]}`")
     c1, c2 = st.columns(2)
     c1.page_link("pages/classroom.py", label="Students: this page with the code", query_params={"class": code},
                  icon=":material/group:")
-    c2.page_link("pages/classroom.py", label="Projector: read-only, large type",
+    c2.page_link("pages/classroom.py", label="Projector: the round alone, in large type",
                  query_params={"class": code, "view": "projector"}, icon=":material/tv:")
-    st.caption(f"Students open the Class page and type **{code}**, or follow the first link. Keep this tab: it alone "
-               "runs the class.")
+    private_link(code, secret)
+    if info["round"] is None:
+        waiting_screen(code, large=False)
+    locked = st.toggle("Lock joining (those who joined keep voting)", value=info["locked"], key="class_lock")
+    if locked != info["locked"] and act(store.lock_joining, code, secret, locked):
+        st.rerun()
 
     entry, model, tok = current()
     st.subheader("A new question")
-    kind = st.radio("Ask", ["A Lesson step, on your prompt", "Forecast the next run", "Your own question"],
-                    horizontal=True, key="class_kind")
-    new = None
-    if kind.startswith("A Lesson") and model is None:
-        st.info("No model is loaded: pick one in the sidebar to ask a Lesson step, or ask a question of your own.")
-    elif kind.startswith("A Lesson"):
-        prompt = prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT, "class_prompt", tok,
-                              model.config.n_ctx, height=70)
-        k = st.selectbox("Step", range(LS.N_STEPS), format_func=lambda i: f"{i + 1}. {LS.STEPS[i].title}",
-                         index=LS.STEPS.index(LS.STEP["off"]), key="class_step")  # a head switched off: a good opener
-        step = LS.STEPS[k]
-        if prompt.empty or len(prompt.ids) < 4:
-            st.info(f"Type a prompt of at least four {tok.units}.")
-        else:
-            made = lesson_round(step, lesson_context(entry, model, tok, prompt.ids), entry.name, prompt.text,
-                                model_key(entry))
-            if isinstance(made, str):
-                st.info(f"Not as a class question: {made}.")
-            else:
-                new = made
-                preview(made, expanded=False)
-    elif kind.startswith("Forecast"):
-        made = forecast_round()  # the run the shipped law proposes, or the one set on Your scaling law
-        if isinstance(made, str):
-            st.info(f"Not as a class question: {made}.")
-        else:
-            new = made
-            preview(made, expanded=True)
-    else:
-        q = st.text_input("Question", key="class_own_q", max_chars=500)
-        lines = st.text_area(f"Choices, one per line (2 to {MAX_OWN_CHOICES})", key="class_own_choices", height=120)
-        choices = tuple(x.strip() for x in lines.splitlines() if x.strip())
-        if q.strip() and 2 <= len(choices) <= MAX_OWN_CHOICES and len(set(choices)) == len(choices):
-            new = (q.strip(), choices, {"kind": "free"})
-        elif lines.strip():
-            st.caption(f"{len(choices)} distinct choices: a question needs 2 to {MAX_OWN_CHOICES}, each different.")
+    new = new_question(entry, model, tok)
     if st.button("Open this question (vote 1)", key="class_open", disabled=new is None, type="primary"):
-        if act(store.open_round, code, secret, *new):
+        try:
+            rid = store.open_round(code, secret, *new[:3])
+        except (ClassError, PermissionError) as e:
+            st.error(f"Not opened: {e}.")
+        else:
+            if new[3] is not None:  # the teacher's own answer, kept in this session only
+                st.session_state.setdefault(KEYS, {})[(code, rid)] = new[3]
             st.rerun()
 
     if info["round"] is not None:
         st.divider()
         rid = info["round"]
-        st.subheader(f"Round {rid}: {info['question']}")
-        teacher_counts(code, rid)
-        b1, b2, b3 = st.columns(3)
+        st.subheader(f"Round {rid}")
+        plain(info["question"], 1.2, 600)
+        teacher_counts(code, secret, rid)
+        b1, b2, b3, b4 = st.columns(4)
         if b1.button("Show votes", key="class_show", disabled=info["shown"]):
             if act(store.show_votes, code, secret, rid):
                 st.rerun()
         if b2.button("Discuss and vote again", key="class_phase2", disabled=info["phase"] == 2 or info["revealed"]):
             if act(store.set_phase, code, secret, rid, 2):
                 st.rerun()
-        if (info["meta"] or {}).get("kind") == "forecast" and not info["revealed"]:
+        kind = (info["meta"] or {}).get("kind")
+        if kind == "lesson" and b3.button("Preview the answer (only you)", key="class_preview",
+                                          disabled=info["revealed"] or (code, rid) in st.session_state.get(KEYS, {})):
+            preview_answer(info, entry, model, tok)
+            st.rerun()
+        if kind == "forecast" and not info["revealed"]:
             landed = forecast_reveal(info)  # trains the run first; (answer, words) once it is in
-            if landed and b3.button("Reveal where the run landed", key="class_reveal", type="primary"):
+            if landed and b4.button("Reveal where the run landed", key="class_reveal", type="primary"):
                 if act(store.reveal, code, secret, rid, *landed):
                     st.rerun()
-        elif b3.button("Run the model", key="class_reveal", disabled=info["revealed"], type="primary"):
+        elif b4.button("Run the model" if kind == "lesson" else "Reveal", key="class_reveal",
+                       disabled=info["revealed"], type="primary"):
             if reveal_round(code, secret, info, entry, model, tok):
                 st.rerun()
         if info["revealed"]:

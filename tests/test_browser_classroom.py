@@ -34,7 +34,7 @@ def test_one_round_with_a_teacher_a_projector_and_three_students(server, browser
         wait_idle(teacher)
         _button(teacher, "Start a class")
         teacher.get_by_text("Class code:").first.wait_for(timeout=30_000)
-        code = re.search(r"Class code: ([2-9A-Z]{8})", _text(teacher)).group(1)
+        code = "".join(re.search(r"Class code: ([2-9A-Z]{4}) ([2-9A-Z]{4})", _text(teacher)).groups())
         teacher.get_by_text("What students will see").first.wait_for(timeout=60_000)  # step 3 on the default prompt
         _button(teacher, "Open this question (vote 1)")
         teacher.get_by_text("voted the first time").first.wait_for(timeout=30_000)

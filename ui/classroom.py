@@ -4,24 +4,22 @@ and prompt, or the teacher's own), and the three views: teacher, student, projec
 from __future__ import annotations
 
 import os
-import secrets
 
 import streamlit as st
 
 from core import lesson as LS
-from core.figures.class_figures import vote_bars
-from ui.charts import shared_chart
-from ui.class_forecast import show_forecast_question
+from core.serve.classroom import MAX_CHOICES as MAX_STEP_CHOICES
+from core.serve.classroom import (MIN_CHOICES, STORE_ENV, ClassError, StoreUnavailable, default_sqlite_path,
+                                  normalize_code, store_from_env)
+from ui.class_views import plain, show_question
 from ui.lesson_context import lesson_context
 from ui.models import model_key
-from core.serve.classroom import (STORE_ENV, ClassError, default_sqlite_path, MAX_CHOICES as MAX_STEP_CHOICES, MIN_CHOICES, normalize_code,
-                                  round_summary, rounds_csv, shift_rows, store_from_env)
 
 MAX_OWN_CHOICES = 6          # the teacher's own question: 2 to 6 choices (a Lesson step may offer up to MAX_STEP_CHOICES)
 
 TEACHER = "class_teacher"    # session state: (code, secret) of the class this session runs
 JOINED = "class_joined"      # codes this session joined as a student (at most MAX_JOINED)
-VOTER = "class_voter"        # this session's anonymous voter id (random, never shown)
+KEYS = "class_keys"          # the teacher's private answers: {(code, round): (answer, words)}, never in the store
 MAX_JOINED = 3
 REFRESH_S = 2                # students and the projector see a new round within this many seconds
 
@@ -34,12 +32,18 @@ def class_store():
 
 @st.cache_resource(show_spinner=False)
 def _store(setting: str):
-    # keyed by the setting: one store object per place, opened once for the server
-    return store_from_env({STORE_ENV: setting})
+    # keyed by the setting: one store object per place, opened once for the server. A store that cannot be opened
+    # raises (StoreUnavailable, in words) and is not cached: the page says why, and a reload after the fix opens it
+    return store_from_env({**os.environ, STORE_ENV: setting})
 
 
-def voter_id() -> str:
-    return st.session_state.setdefault(VOTER, secrets.token_hex(8))
+def open_store():
+    """The store, or None after saying in words why it cannot be used (the rest of the app is unaffected)."""
+    try:
+        return class_store()
+    except StoreUnavailable as e:
+        st.error(f"The Class page cannot run: {e}.", icon=":material/database:")
+        return None
 
 
 def lesson_round(step, ctx, model_name: str, prompt: str, model_id: str = "") -> tuple[str, tuple, dict] | str:
@@ -75,66 +79,29 @@ def lesson_answer(step, ctx, labels) -> tuple[str | None, str]:
     return labels[list(q.choices).index(right[0])], words
 
 
-def current_round(code: str, header) -> dict | None:
+def current_round(code: str, header, waiting=None) -> dict | None:
     """The class's latest round as any participant may see it, after ``header()``; None (with the reason shown) when
-    the class is gone or has no round yet."""
+    the class is gone or has no round yet (``waiting()`` draws that screen; a line of text by default)."""
     try:
         info = class_store().round_info(code)
+    except StoreUnavailable as e:  # down is said as down, never as a class that ended
+        st.error(f"{e}.")
+        return None
     except ClassError as e:
         st.info(f"{e}.")
         return None
     header()
     if info["round"] is None:
-        st.info("Waiting for the teacher's first question ...")
+        (waiting or (lambda: st.info("Waiting for the teacher's first question ...")))()
         return None
     return info
-
-
-def show_question(info: dict, large: bool = False):
-    """A round's question as every participant sees it: a Lesson step's text, formula and prompt, then the ask."""
-    meta = info.get("meta") or {}
-    if meta.get("kind") == "forecast":
-        show_forecast_question(meta)
-    elif meta.get("kind") == "lesson":
-        st.caption(f"Lesson step: {meta.get('title', '')} · model {meta.get('model', '?')}")
-        if meta.get("prompt"):
-            st.markdown("**The teacher's prompt**")
-            st.code(meta["prompt"], language=None, wrap_lines=True)
-        st.markdown(meta.get("text", ""))
-        if meta.get("latex"):
-            st.latex(meta["latex"])
-        for name, text in meta.get("shows", []):
-            if name:
-                st.markdown(f"**{name}**")
-            st.code(text, language=None, wrap_lines=True)
-    (st.header if large else st.subheader)(info["question"])
 
 
 def preview(made: tuple, expanded: bool):
     """The teacher's look at a question before it opens: what students will see, then its choices."""
     with st.expander("What students will see", expanded=expanded):
         show_question({"question": made[0], "meta": made[2]})
-        st.markdown("  ·  ".join(made[1]))
-
-
-def vote_figure(counts: dict, choices, answer=None, large=False, title="How the class voted"):
-    """The bars of ``counts`` ({phase: {choice: n}}); vote 2's only once someone has cast it."""
-    return vote_bars(choices, counts.get(1, {}), counts.get(2) if any(counts.get(2, {}).values()) else None,
-                     answer, title=title, font=22 if large else 14)
-
-
-def show_counts(info: dict, key: str, large: bool = False):
-    """What a round's counts say once the teacher has shown them (round_info's "counts", None before): the bars, and
-    once the model has answered, the share right in each vote and the model's numbers."""
-    if info["counts"] is None:
-        return
-    answer = info["answer"] if info["revealed"] else None
-    shared_chart(vote_figure(info["counts"], info["choices"], answer, large=large), width="stretch", theme=None,
-                 key=key)
-    if info["revealed"]:
-        st.markdown(summary_words(info["choices"], info["counts"], info["answer"]))
-        if info["words"]:
-            st.caption(info["words"])
+        plain("  ·  ".join(made[1]))
 
 
 def act(fn, *args) -> bool:
@@ -147,49 +114,37 @@ def act(fn, *args) -> bool:
         return False
 
 
-def reveal_round(code: str, secret: str, info: dict, entry, model, tok) -> bool:
-    """*Run the model*: the live answer to a Lesson step, on the weights and prompt ids the round was opened with, then
-    revealed; a question of the teacher's own has no model answer to compute, so only the votes are revealed."""
+def model_answer(info: dict, entry, model, tok) -> tuple[str | None, str] | None:
+    """The live model's (answer, words) for a Lesson round, on the weights and prompt ids it was opened with; the
+    teacher's own marked answer for a question of their own; None after saying why there is none yet."""
     meta = info["meta"] or {}
-    answer, words = None, "Your own question: the class's votes, with no model answer."
-    if meta.get("kind") == "lesson":
-        if model is None or model_key(entry) != meta.get("model_id"):
-            st.error(f"This round was asked of {meta.get('model')} as it was then; pick that model (and training step) "
-                     "in the sidebar to run it.")
-            return False
-        try:
-            with st.spinner("The model answers ..."):
-                answer, words = lesson_answer(LS.STEP[meta["step"]], lesson_context(entry, model, tok, meta["ids"]),
-                                              info["choices"])
-        except ClassError as e:
-            st.error(f"{e}.")
-            return False
-    return act(class_store().reveal, code, secret, info["round"], answer, words)
+    if meta.get("kind") != "lesson":
+        mine = st.session_state.get(KEYS, {}).get((info["code"], info["round"]))
+        return mine if mine else (None, "Your own question: the class's votes, with no answer marked.")
+    if model is None or model_key(entry) != meta.get("model_id"):
+        st.error(f"This round was asked of {meta.get('model')} as it was then; pick that model (and training step) "
+                 "in the sidebar to run it.")
+        return None
+    try:
+        with st.spinner("The model answers ..."):
+            return lesson_answer(LS.STEP[meta["step"]], lesson_context(entry, model, tok, meta["ids"]), info["choices"])
+    except ClassError as e:
+        st.error(f"{e}.")
+        return None
 
 
-def teacher_counts(code: str, round_id: int):
-    """The teacher's live count (every REFRESH_S): how many voted in each vote; what they chose once shown."""
-    @st.fragment(run_every=REFRESH_S)
-    def live():
-        try:
-            info = class_store().round_info(code, round_id)
-        except ClassError as e:
-            st.error(f"{e}.")
-            return
-        st.markdown(f"**{info['votes'][1]}** voted the first time, **{info['votes'][2]}** the second. "
-                    + ("" if info["shown"] else "What they chose stays hidden, here and on the projector, until "
-                       "*Show votes*."))
-        show_counts(info, "class_teacher_votes")
-    live()
+def reveal_round(code: str, secret: str, info: dict, entry, model, tok) -> bool:
+    """*Run the model* (or *Reveal* a question of the teacher's own): the answer measured now, then revealed."""
+    got = model_answer(info, entry, model, tok)
+    return got is not None and act(class_store().reveal, code, secret, info["round"], *got)
 
 
-def summary_words(choices, counts: dict, answer) -> str:
-    s = round_summary(choices, counts.get(1, {}), counts.get(2, {}), answer)
-    if answer is None:
-        return f"{s['n1']} voted the first time, {s['n2']} the second; the model gave no single answer."
-    parts = [f"right the first time: {s['right1']:.0%} of {s['n1']}" if s["right1"] is not None else "no first votes",
-             f"the second time: {s['right2']:.0%} of {s['n2']}" if s["right2"] is not None else "no second votes"]
-    return f"The model's answer: **{answer}**. Share of the class " + ", ".join(parts) + "."
+def preview_answer(info: dict, entry, model, tok):
+    """The model's answer for the teacher's eyes only, before the room sees it (peer instruction wants the share
+    right after vote 1); kept in this session, never in the store."""
+    got = model_answer(info, entry, model, tok)
+    if got is not None:
+        st.session_state.setdefault(KEYS, {})[(info["code"], info["round"])] = got
 
 
 def admit(code: str) -> str | None:
@@ -220,24 +175,3 @@ def join_code_box(key: str):
             return
         st.query_params["class"] = c
         st.rerun()
-
-
-def csv_download(code: str, secret: str):
-    """The rounds as CSV, built only when asked for (a class may hold 100 rounds)."""
-    if not st.button("Prepare the rounds as CSV", key="class_csv_make"):
-        return
-    rows = class_store().rounds(code, secret)
-    st.download_button("Download the rounds (CSV)", rounds_csv(rows), file_name=f"class-{code}.csv", mime="text/csv",
-                       key="class_csv", disabled=not rows)
-
-
-def shift_table(code: str, secret: str, round_id: int, choices):
-    """How answers moved between the two votes, as a table (vote 1 down the rows, vote 2 across)."""
-    try:
-        rows = shift_rows(choices, class_store().shift(code, secret, round_id))
-    except (ClassError, PermissionError) as e:
-        st.error(f"{e}.")
-        return
-    st.caption("How answers moved between the votes: a row per first vote, a column per second vote "
-               "(students who voted both times).")
-    st.dataframe(rows, hide_index=True, width="stretch", key=f"class_shift_{round_id}")

@@ -274,10 +274,26 @@ def rounds_csv(rounds: list[dict]) -> str:
         meta = r.get("meta") or {}
         answer = r["answer"] if r.get("revealed") else ""
         for c in r["choices"]:
-            w.writerow([r["round"], r["question"], meta.get("kind", "free"), meta.get("model", ""),
+            w.writerow([_cell(x) for x in (r["round"], r["question"], meta.get("kind", "free"), meta.get("model", ""),
                         meta.get("prompt", ""), c, r["vote1"].get(c, 0), r["vote2"].get(c, 0),
-                        "" if answer is None else answer])
+                        "" if answer is None else answer)])
     return out.getvalue()
+
+
+def _cell(x):
+    """A spreadsheet opens a text cell that starts with = + - @ as a formula (=HYPERLINK(...)): such teacher text is
+    written with a leading apostrophe, as spreadsheets themselves mark text."""
+    return "'" + x if isinstance(x, str) and x[:1] in ("=", "+", "-", "@", "\t", "\r") else x
+
+
+def peer_advice(share_right: float) -> str:
+    """What peer instruction suggests after vote 1 for the share of the room that was right (Crouch and Mazur's
+    thresholds, as Learning Catalytics applies them)."""
+    if share_right < 0.3:
+        return "under 30 % right: explain the idea again before anyone votes a second time"
+    if share_right <= 0.7:
+        return "between 30 and 70 % right: have them convince a neighbour, in pairs, then open vote 2"
+    return "over 70 % right: most have it; reveal the answer and say briefly why"
 
 
 
