@@ -146,7 +146,8 @@ class Replicas:
 
     def _start(self) -> None:
         self.models_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env, "TE_MODELS_DIR": str(self.models_dir)}
+        # the replicas listen on 127.0.0.1 behind this HAProxy: its X-Forwarded-For is the client's address
+        env = {"TE_TRUSTED_PROXY": "127.0.0.1", **os.environ, **self.env, "TE_MODELS_DIR": str(self.models_dir)}
         for i in range(1, self.n + 1):
             name, port = f"app{i}", free_port()
             log = self.workdir / f"{name}.log"

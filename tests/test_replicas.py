@@ -42,7 +42,7 @@ def compose_facts() -> dict:
     path of their health check, and the ports published for HAProxy (students, then the statistics page)."""
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     services = compose["services"]
-    apps = sorted(name for name in services if name != "haproxy")
+    apps = sorted(name for name in services if name not in ("haproxy", "redis"))
     ports = {str(p) for name in apps for p in services[name]["expose"]}
     # the app's own health check, e.g. urlopen('http://127.0.0.1:8501/_stcore/health'): its port and path
     checks = {re.search(r"http://127\.0\.0\.1:(\d+)(/[\w/]+)", " ".join(services[a]["healthcheck"]["test"])).groups()
@@ -122,7 +122,7 @@ def test_haproxy_accepts_the_compose_config(n, tmp_path):
 def test_the_compose_file_runs_the_dockerfile_behind_haproxy_with_one_models_volume():
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     services = compose["services"]
-    apps = sorted(name for name in services if name != "haproxy")
+    apps = sorted(name for name in services if name not in ("haproxy", "redis"))
     assert apps == ["app1", "app2", "app3"]
     cfg = COMPOSE_CONFIG.read_text()
     for name in apps:
@@ -130,9 +130,18 @@ def test_the_compose_file_runs_the_dockerfile_behind_haproxy_with_one_models_vol
         assert s["build"]["dockerfile"] == "deploy/Dockerfile" and (DEPLOY / s["build"]["context"]).resolve() == ROOT
         assert "models:/data/models" in [v.split("  ")[0].strip() for v in s["volumes"]]
         assert s["environment"]["TE_MODELS_DIR"] == "/data/models"
+        # issue 54: one class store for every replica (Redis, kept on disk), the teacher key passed through, and the
+        # balancer's X-Forwarded-For believed
+        assert s["environment"]["TE_CLASS_STORE"] == "redis://redis:6379/0" and "redis" in s["depends_on"]
+        assert s["environment"]["TE_TEACHER_KEY"] == "${TE_TEACHER_KEY:-}"
+        assert s["environment"]["TE_TRUSTED_PROXY"] == "haproxy"
         assert "/_stcore/health" in " ".join(s["healthcheck"]["test"])
         assert f"server {name} {name}:8501 cookie {name}" in cfg  # HAProxy knows every replica, by its name
     assert "models" in compose["volumes"]
+    redis = services["redis"]
+    assert redis["command"][redis["command"].index("--appendonly") + 1] == "yes"
+    assert any(v.endswith(":/data") and v.split(":")[0] in compose["volumes"] for v in redis["volumes"])
+    assert "http-request set-header X-Forwarded-For %[src]" in cfg and "option forwardfor" not in cfg
     assert "/_stcore/health" in (DEPLOY / "Dockerfile").read_text()
     proxy = services["haproxy"]
     assert proxy["image"].startswith("haproxy:")

@@ -59,7 +59,9 @@ def client_address() -> str:
     """The address the class limits count by: the socket's peer, or, when that peer is a trusted proxy
     (TE_TRUSTED_PROXY), the client address it put last in X-Forwarded-For. Never a header from anyone else: a
     student's own X-Forwarded-For would otherwise buy a fresh address per request."""
-    peer = st.context.ip_address or "127.0.0.1"  # Streamlit says None for a loopback peer (and with no browser at all)
+    peer = st.context.ip_address
+    if not isinstance(peer, str) or not peer:  # None for a loopback peer; no browser at all (a test) counts as one
+        peer = "127.0.0.1"
     setting = os.environ.get(TRUSTED_PROXY_ENV, "")
     if setting and _trusted(peer, setting):
         sent = st.context.headers.get_all("X-Forwarded-For")
