@@ -588,6 +588,17 @@ def bench_classroom(quick: bool):
                     rounds=3, reps=reps)
     record("Class page, a student's rerun (60 votes in)", t["class"] * 1e3, t["home"] * 1e3, "ms",
            higher_is_better=False, note="peer: the home page's rerun")
+    # issue 54's views: the projector with the votes shown (large type, the chart), and its waiting screen (the QR
+    # code drawn on each rerun), each against the home page's rerun in the same run
+    store.show_votes(code, secret, rid)
+    waiting, _ = store.create_class()
+    t = interleaved({"projector": rerun("pages/classroom.py", {"class": code, "view": "projector"}),
+                     "waiting": rerun("pages/classroom.py", {"class": waiting, "view": "projector"}),
+                     "home": rerun("pages/home.py")}, rounds=3, reps=reps)
+    record("Class projector, votes shown (60 votes in)", t["projector"] * 1e3, t["home"] * 1e3, "ms",
+           higher_is_better=False, note="peer: the home page's rerun")
+    record("Class projector, waiting screen (QR code)", t["waiting"] * 1e3, t["home"] * 1e3, "ms",
+           higher_is_better=False, note="peer: the home page's rerun")
 
 
 def page_rerun(path: str, setup=None):
