@@ -4,7 +4,7 @@ from core import lesson as LS
 from core.serve.classroom import ClassError, choice_key, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input
 from ui.class_forecast import forecast_reveal, forecast_round
-from ui.class_identity import client_address, voter_id
+from ui.class_identity import client_address, student_link, voter_id
 from ui.class_teacher import (csv_download, durability_note, private_link, shift_table, start_form, take_back,
                               teacher_counts)
 from ui.class_views import PROJECTOR_CSS, choice_label, plain, show_counts, show_question, waiting_screen
@@ -29,22 +29,25 @@ else:
     st.title("Class")
 store = open_store()
 if store is None:
+    st.query_params.pop("teacher", None)  # a private link's secret never stays in the address bar
     st.stop()
 if raw_code and st.query_params.get("teacher"):
     if take_back(raw_code, st.query_params["teacher"]):
         st.rerun()
     raw_code = st.query_params.get("class")
 
-# ------------------------------------------------------------------ who is this session: teacher, projector, student
-if TEACHER in st.session_state:
-    role = "teacher"
-elif raw_code:
+# ------------------------------------------------------------------ who is this session: projector, teacher, student
+# the projector first: the teacher's own tab opened on the projector link must show the projector's screen, never the
+# teacher's controls, private link or previewed answer
+if raw_code and view == "projector" or TEACHER not in st.session_state and raw_code:
     try:
         code = normalize_code(raw_code)
     except ClassError as e:
         st.error(f"This link's class code cannot be read: {e}.")
         st.stop()
     role = "projector" if view == "projector" else "student"
+elif TEACHER in st.session_state:
+    role = "teacher"
 else:
     st.markdown(INTRO)
     st.latex(FLOW)
@@ -158,9 +161,10 @@ def new_question(entry, model, tok):
                        "count): make each one different.")
             return None
         right = st.selectbox("The right choice, if there is one (only you see it; revealed at the end)",
-                             ["none", *choices], key="class_own_right") if len(choices) >= 2 else "none"
+                             [None, *choices], key="class_own_right", format_func=lambda c: "(none)" if c is None else c
+                             ) if len(choices) >= 2 else None
         if q.strip() and 2 <= len(choices) <= MAX_OWN_CHOICES:
-            return q.strip(), choices, {"kind": "free"}, None if right == "none" else (right, "The teacher's answer.")
+            return q.strip(), choices, {"kind": "free"}, None if right is None else (right, "The teacher's answer.")
         if lines.strip():
             st.caption(f"{len(choices)} choices: a question needs 2 to {MAX_OWN_CHOICES}.")
     return None
@@ -178,17 +182,17 @@ def teacher():
         return
     durability_note()
     st.markdown(f"## Class code: `{code[:4]} {code[4:]}`")
-    c1, c2 = st.columns(2)
-    c1.page_link("pages/classroom.py", label="Students: this page with the code", query_params={"class": code},
-                 icon=":material/group:")
-    c2.page_link("pages/classroom.py", label="Projector: the round alone, in large type",
-                 query_params={"class": code, "view": "projector"}, icon=":material/tv:")
+    c1, c2, c3 = st.columns(3)  # new tabs: this tab stays the teacher's
+    c1.link_button("Students' link", student_link(code), icon=":material/group:")
+    c2.link_button("Projector: the round alone, in large type", student_link(code) + "&view=projector",
+                   icon=":material/tv:")
+    if c3.button("Unlock joining" if info["locked"] else "Lock joining", key="class_lock",
+                 help="Locked: nobody new joins; those who joined keep voting."):
+        if act(store.lock_joining, code, secret, not info["locked"]):  # from the store's state, never a stale widget
+            st.rerun()
     private_link(code, secret)
     if info["round"] is None:
         waiting_screen(code, large=False)
-    locked = st.toggle("Lock joining (those who joined keep voting)", value=info["locked"], key="class_lock")
-    if locked != info["locked"] and act(store.lock_joining, code, secret, locked):
-        st.rerun()
 
     entry, model, tok = current()
     st.subheader("A new question")

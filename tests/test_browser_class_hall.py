@@ -64,6 +64,8 @@ def test_a_lecture_hall_teacher_projector_and_phone(server, browser):  # noqa: F
         teacher.get_by_text("Class code:").first.wait_for(timeout=30_000)
         code = re.search(r"Class code: ([2-9A-Z]{4}) ([2-9A-Z]{4})", _text(teacher))
         code = code.group(1) + code.group(2)
+        assert "teacher=" not in _text(teacher)  # folded at first: the laptop may already be on the projector
+        teacher.get_by_text("Your private teacher link: keep it off the projector").first.click()
         private = teacher.locator('[data-testid="stCode"]').filter(has_text="teacher=").first.inner_text().strip()
         assert f"class={code}&teacher=" in private
 

@@ -16,6 +16,9 @@ def store_path(tmp_path, monkeypatch):
 
 
 def test_with_a_teacher_key_only_who_types_it_starts_a_class(open_page, store_path, monkeypatch):
+    import ui.class_teacher
+
+    monkeypatch.setattr(ui.class_teacher, "_FAILED", {})
     monkeypatch.setenv("TE_TEACHER_KEY", "correct horse battery")
     at = open_page(PAGE)
     at.button(key="class_start").click().run()
@@ -26,6 +29,20 @@ def test_with_a_teacher_key_only_who_types_it_starts_a_class(open_page, store_pa
     at.text_input(key="class_key_in").input("correct horse battery").run()
     at.button(key="class_start").click().run()
     assert "class_teacher" in at.session_state and not at.exception
+
+
+def test_guessing_the_teacher_key_stops_after_five_wrong_tries(open_page, store_path, monkeypatch):
+    import ui.class_teacher
+
+    monkeypatch.setattr(ui.class_teacher, "_FAILED", {})
+    monkeypatch.setenv("TE_TEACHER_KEY", "correct horse battery")
+    at = open_page(PAGE)
+    for guess in ("a", "b", "c", "d", "e"):
+        at.text_input(key="class_key_in").input(guess).run()
+        at.button(key="class_start").click().run()
+    at.text_input(key="class_key_in").input("correct horse battery").run()
+    at.button(key="class_start").click().run()  # even the right key waits now: a guesser cannot tell
+    assert "Too many wrong teacher keys" in words(at) and "class_teacher" not in at.session_state
 
 
 def test_without_a_key_one_address_runs_three_classes_and_hears_when_a_place_frees(open_page, store_path):
@@ -59,6 +76,17 @@ def test_a_store_that_cannot_be_used_is_said_here_and_the_other_pages_work(open_
     assert not home.exception and not home.error
 
 
+def test_the_teachers_own_tab_on_the_projector_link_shows_the_projector_alone(open_page, store_path):
+    teacher = open_page(PAGE)
+    teacher.button(key="class_start").click().run()
+    code, secret = teacher.session_state["class_teacher"]
+    teacher.query_params["class"], teacher.query_params["view"] = code, "projector"
+    teacher.run()
+    assert not {w.key for w in teacher.button} & {"class_open", "class_end", "class_lock", "class_show"}
+    assert secret not in " ".join(str(c.value) for c in teacher.code) + words(teacher)
+    assert teacher.session_state["class_teacher"] == (code, secret)  # back on the page, the tab is the teacher's
+
+
 def test_the_private_teacher_link_gives_the_class_back_and_leaves_the_address_bar(open_page, store_path):
     store = C.SqliteStore(store_path)
     code, secret = store.create_class()
@@ -82,7 +110,7 @@ def test_lock_joining_and_the_count_of_who_joined(open_page, store_path):
     a = open_page(PAGE, query={"class": code})
     _radio(a, "class_choice_1_1").set_value("layer 2").run()
     _button(a, "class_vote_1_1").click().run()
-    teacher.toggle(key="class_lock").set_value(True).run()
+    teacher.button(key="class_lock").click().run()
     assert C.SqliteStore(store_path).round_info(code)["locked"]
     assert "**1** joined (joining locked)" in words(teacher)
     b = open_page(PAGE, query={"class": code})

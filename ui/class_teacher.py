@@ -3,15 +3,36 @@ set), taking it back after a reload, asking a question, the live counts with pee
 round leaves (the shift between the votes, the CSV)."""
 from __future__ import annotations
 
+import threading
+import time
+
 import streamlit as st
 
 from core.serve.class_rules import peer_advice
 from core.serve.classroom import ClassError, StoreUnavailable, normalize_code, rounds_csv, shift_rows
+from core.serve.fmt import md_escape
 from ui.class_identity import client_address, key_ok, teacher_key, teacher_link
 from ui.class_views import show_counts
 from ui.classroom import KEYS, REFRESH_S, TEACHER, class_store
 
-LINK_SHOWN = "class_link_shown"  # session state: codes whose private teacher link was shown open once
+LINK_SHOWN = "class_link_shown"  # session state: codes whose private teacher link was pointed out once
+KEY_TRIES, KEY_WINDOW_S = 5, 600  # wrong teacher keys one address may try in the window (per replica)
+_FAILED: dict[str, list[float]] = {}  # address -> times of its wrong keys, shared by this replica's sessions
+_FAILED_LOCK = threading.Lock()
+
+
+def key_guess_allowed(address: str) -> bool:
+    with _FAILED_LOCK:
+        recent = [t for t in _FAILED.get(address, []) if t > time.time() - KEY_WINDOW_S]
+        _FAILED[address] = recent
+        return len(recent) < KEY_TRIES
+
+
+def key_guess_failed(address: str):
+    with _FAILED_LOCK:
+        _FAILED.setdefault(address, []).append(time.time())
+        if len(_FAILED) > 10_000:  # a flood of addresses must not grow this without end
+            _FAILED.clear()
 
 
 def start_form():
@@ -22,7 +43,11 @@ def start_form():
                           help="This server asks for its teacher key (TE_TEACHER_KEY) to start a class.") if need else ""
     if not st.button("Start a class", key="class_start", type="primary"):
         return
+    if need and not key_guess_allowed(client_address()):
+        st.error(f"Too many wrong teacher keys from your address: try again in {KEY_WINDOW_S // 60} minutes.")
+        return
     if need and not key_ok(given):
+        key_guess_failed(client_address())
         st.error("That is not this server's teacher key; ask whoever runs the server. Students need no key: they "
                  "join with the code their teacher shows.")
         return
@@ -56,9 +81,13 @@ def take_back(raw_code: str, secret: str) -> bool:
 def private_link(code: str, secret: str):
     """The teacher's way back after a reload or a closed tab: a link shown open once, then folded (never on the
     projector or a student's screen)."""
-    first = code not in st.session_state.setdefault(LINK_SHOWN, set())
+    # folded, always: right after Start a class the laptop may already be on the projector, and a phone photo of the
+    # link would be the class
+    if code not in st.session_state.setdefault(LINK_SHOWN, set()):
+        st.info("Your private teacher link is in the folded box below: open it on your own screen only, and keep it "
+                "to come back if this tab reloads.", icon=":material/key:")
     st.session_state[LINK_SHOWN].add(code)
-    with st.expander("Your private teacher link: keep it off the projector", expanded=first,
+    with st.expander("Your private teacher link: keep it off the projector", expanded=False,
                      icon=":material/key:"):
         st.caption("If this tab reloads or closes, open this link to run the class again. Whoever has it runs the "
                    "class, so keep it to yourself (the copy button is at its right).")
@@ -108,7 +137,7 @@ def advise(code: str, secret: str, info: dict):
     except (ClassError, PermissionError):
         return
     share = tally.get(key[0], 0) / max(1, sum(tally.values()))
-    st.info(f"Only you see this: **{share:.0%}** of vote 1 chose '{key[0]}' — {peer_advice(share)}.",
+    st.info(f"Only you see this: **{share:.0%}** of vote 1 chose '{md_escape(key[0])}' — {peer_advice(share)}.",
             icon=":material/visibility_off:")
 
 
@@ -117,7 +146,11 @@ def csv_download(code: str, secret: str):
     """The rounds as CSV, built only when asked for (a class may hold 100 rounds)."""
     if not st.button("Prepare the rounds as CSV", key="class_csv_make"):
         return
-    rows = class_store().rounds(code, secret)
+    try:
+        rows = class_store().rounds(code, secret)
+    except (ClassError, PermissionError) as e:
+        st.error(f"{e}.")
+        return
     st.download_button("Download the rounds (CSV)", rounds_csv(rows), file_name=f"class-{code}.csv", mime="text/csv",
                        key="class_csv", disabled=not rows)
 

@@ -74,10 +74,11 @@ end
 return {'ok'}
 """
 
-# KEYS: class, live classes (zset code -> when it expires), this client's live classes, classes started a minute.
-# ARGV: now, idle, classes, per client, new a minute, secret hash, client ('' = the teacher key), code
+# KEYS: class, live classes (zset code -> when it expires), this client's places (zset code -> when its place frees),
+# classes started a minute, this client's starts (zset code -> when). ARGV: now, idle, classes, per client, new a
+# minute, secret hash, client ('' = the teacher key), code, place_s
 _CREATE_LUA = """
-local now, idle = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, idle, place = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[9])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local n = redis.call('ZCARD', KEYS[2])
 if n >= tonumber(ARGV[3]) then return {'full', tostring(n), redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]} end
@@ -85,6 +86,11 @@ if ARGV[7] ~= '' then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
   local m = redis.call('ZCARD', KEYS[3])
   if m >= tonumber(ARGV[4]) then return {'mine', tostring(m), redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2]} end
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - place)
+  local s = redis.call('ZCARD', KEYS[5])
+  if s >= tonumber(ARGV[4]) then
+    return {'starts', tostring(s), tostring(tonumber(redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2]) + place)}
+  end
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - 60)
   local k = redis.call('ZCARD', KEYS[4])
   if k >= tonumber(ARGV[5]) then
@@ -97,8 +103,10 @@ redis.call('HSET', KEYS[1], 'secret', ARGV[6], 'created', ARGV[1], 'active', ARG
 redis.call('EXPIRE', KEYS[1], math.floor(idle) + 1)
 redis.call('ZADD', KEYS[2], now + idle, ARGV[8])
 if ARGV[7] ~= '' then
-  redis.call('ZADD', KEYS[3], now + idle, ARGV[8])
+  redis.call('ZADD', KEYS[3], now + place, ARGV[8])
   redis.call('EXPIRE', KEYS[3], 86400)
+  redis.call('ZADD', KEYS[5], now, ARGV[8])
+  redis.call('EXPIRE', KEYS[5], math.floor(place) + 1)
   redis.call('ZADD', KEYS[4], now, ARGV[8])
   redis.call('EXPIRE', KEYS[4], 120)
 end
@@ -107,7 +115,7 @@ return {'ok'}
 
 # a new round in one step: the class checked, the count and the round's fields together (no reader sees a count
 # without its round), the class's life moved on. KEYS: class, round-key prefix, live classes. ARGV: now, ttl, idle,
-# hash, rounds limit, question, choices, meta, owner-zset prefix
+# hash, rounds limit, question, choices, meta, owner-zset prefix, code, the class's key prefix
 _OPEN_LUA = _CLASS_LUA + """
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local bad = class_ok(now, ttl, tonumber(ARGV[3]), ARGV[4])
@@ -120,7 +128,20 @@ redis.call('HSET', key, 'question', ARGV[6], 'choices', ARGV[7], 'meta', ARGV[8]
 redis.call('HSET', KEYS[1], 'rounds', n + 1, 'active', ARGV[1])
 redis.call('ZADD', KEYS[3], now + ttl, ARGV[10])
 local client = redis.call('HGET', KEYS[1], 'client') or ''
-if client ~= '' then redis.call('ZADD', ARGV[9] .. client, now + ttl, ARGV[10]) end
+if client ~= '' then
+  redis.call('ZADD', ARGV[9] .. client, now + ttl, ARGV[10])
+  redis.call('EXPIRE', ARGV[9] .. client, math.floor(ttl) + 1)
+end
+-- every key of the class lives ttl from now, set here in the same step (a dropped connection after the script must
+-- not leave a round that never expires). Relative: counted on this store's clock, which a test's need not share.
+local life = math.floor(ttl) + 1
+redis.call('EXPIRE', KEYS[1], life)
+redis.call('EXPIRE', ARGV[11] .. 'voters', life)
+for i = 1, n + 1 do
+  redis.call('EXPIRE', KEYS[2] .. tostring(i), life)
+  redis.call('EXPIRE', ARGV[11] .. 'v:' .. tostring(i) .. ':1', life)
+  redis.call('EXPIRE', ARGV[11] .. 'v:' .. tostring(i) .. ':2', life)
+end
 return {'ok', tostring(n + 1)}
 """
 
@@ -220,7 +241,8 @@ class RedisStore(ClassStore):
         what = out[0]
         if what == "noclass":
             self._watch_epoch()
-            raise gone(c, self.reset_at, "Redis restarted without keeping its data")
+            recent = self.reset_at is not None and self.clock() - self.reset_at < self.limits.ttl_s
+            raise gone(c, self.reset_at if recent else None, "Redis restarted without keeping its data")
         if what == "denied":
             raise PermissionError("only the teacher who started this class can do that")
         if what == "rate":
@@ -272,13 +294,6 @@ class RedisStore(ClassStore):
                 "phase": int(row[3]), "shown": row[4] == "1", "revealed": row[5] == "1",
                 "answer": json.loads(row[6]), "words": row[7]}
 
-    def _keys(self, c):
-        n = int(self.r.hget(self._k(c), "rounds") or 0)
-        ks = [self._k(c), self._k(c, "voters")]
-        for i in range(1, n + 1):
-            ks += [self._k(c, "r", i), self._k(c, "v", i, 1), self._k(c, "v", i, 2)]
-        return ks
-
     @_guarded
     def durability(self):
         import redis
@@ -301,9 +316,9 @@ class RedisStore(ClassStore):
         while True:  # 2**40 codes: a collision is rare; the script writes the class only where none is
             code, secret = new_code(), secrets.token_urlsafe(24)
             out = self._create(keys=[self._k(code), self.PREFIX + "live", self.PREFIX + "owner:" + (who or "-"),
-                                     self.PREFIX + "started"],
+                                     self.PREFIX + "started", self.PREFIX + "starts:" + (who or "-")],
                                args=[repr(now), self.limits.idle_s, self.limits.classes, self.limits.per_client,
-                                     self.limits.new_per_minute, hash_secret(secret), who, code])
+                                     self.limits.new_per_minute, hash_secret(secret), who, code, self.limits.place_s])
             if out[0] == "ok":
                 return code, secret
             if out[0] == "full":
@@ -312,8 +327,12 @@ class RedisStore(ClassStore):
             if out[0] == "mine":
                 raise ClassError(
                     f"{out[1]} classes already run from your address, the most without the teacher key; a place frees "
-                    f"{freed_in([float(out[2])], now)} (a class with no question frees its place "
-                    f"{self.limits.idle_s / 60:.0f} minutes after it started), or at once when you end one")
+                    f"{freed_in([float(out[2])], now)} (a class with no question holds its place "
+                    f"{self.limits.place_s / 60:.0f} minutes), or at once when you end one")
+            if out[0] == "starts":
+                raise ClassError(f"{out[1]} classes were started from your address in the last "
+                                 f"{self.limits.place_s / 60:.0f} minutes, the most without the teacher key; try "
+                                 f"again {wait_words(float(out[2]) - now)}")
             if out[0] == "minute":
                 raise ClassError(f"{out[1]} classes were started on this server in the last minute, the most without "
                                  f"the teacher key; try again {wait_words(float(out[2]) - now)}")
@@ -341,13 +360,9 @@ class RedisStore(ClassStore):
         now, c = self.clock(), normalize_code(code)
         out = self._open(keys=[self._k(c), self._k(c, "r", ""), self.PREFIX + "live"],
                          args=[repr(now), self.limits.ttl_s, self.limits.idle_s, self._hash(secret), self.limits.rounds,
-                               q, json.dumps(cs), m, self.PREFIX + "owner:", c])
+                               q, json.dumps(cs), m, self.PREFIX + "owner:", c, self._k(c, "")])
         if out[0] != "ok":
             self._fail(out, c)
-        with self.r.pipeline() as p:  # relative, counted on this store's clock (a test's clock need not be Redis's)
-            for k in self._keys(c):
-                p.expire(k, int(self.limits.ttl_s) + 1)
-            p.execute()
         return int(out[1])
 
     @_guarded

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
+import re
 import math
 import os
 import secrets
@@ -39,8 +41,9 @@ class ClassLimits:
     rounds: int = 100             # rounds per class
     votes_per_second: float = 4   # per voter and class: a burst above it is refused
     ttl_s: float = 12 * 3600      # a class expires this long after its last round opened
-    idle_s: float = 600           # ... and a class with no round yet this long after it was started (a tab left open)
-    per_client: int = 3           # live classes one client address may run without the teacher key
+    idle_s: float = 3600          # ... and a class with no round yet this long after it was started (a tab left open)
+    per_client: int = 3           # live classes one client address may run without the teacher key, and starts of
+    place_s: float = 600          # ... its in this window; a class with no round holds its address's place this long
     new_per_minute: int = 10      # classes started a minute on the server without the teacher key
     new_voters_per_minute: int = 60  # new voters a minute from one client address in one class (NEW_VOTERS_ENV)
 
@@ -57,8 +60,18 @@ def limits_from_env(environ=None, base: ClassLimits = ClassLimits()) -> ClassLim
 
 
 def client_key(client) -> str | None:
-    """What the store keeps of a client address: a short hash (the address itself is not needed, only sameness)."""
-    return None if client is None else hashlib.sha256(f"te-client:{client}".encode()).hexdigest()[:20]
+    """What the store keeps of a client address: a short hash (the address itself is not needed, only sameness). An
+    IPv6 address counts by its /64, the block one machine is given (it may use any address in it); an IPv4 address
+    mapped into IPv6 as itself."""
+    if client is None:
+        return None
+    try:
+        ip = ipaddress.ip_address(str(client))
+        if ip.version == 6:
+            ip = ip.ipv4_mapped or ipaddress.ip_network(f"{ip}/64", strict=False)
+    except ValueError:
+        ip = client
+    return hashlib.sha256(f"te-client:{ip}".encode()).hexdigest()[:20]
 
 
 def wait_words(seconds: float) -> str:
@@ -74,11 +87,13 @@ def choice_key(choice: str) -> str:
     """How a choice reads once trimmed and normalised: Unicode NFKC, case folded, runs of spaces as one, and a number
     as its value ("1", "01", "1.0", "1e0" all read 1), so that two choices a room cannot tell apart are refused."""
     c = " ".join(unicodedata.normalize("NFKC", str(choice)).casefold().split())
-    try:
-        x = float(c.replace(",", "")) if c.replace(",", "").strip() else None
-    except ValueError:
+    if not _NUMBER.fullmatch(c):  # a plain decimal only: "1,2" (a decimal comma) and "1_000" stay as written
         return c
-    return c if x is None or not math.isfinite(x) else repr(x + 0.0)
+    x = float(c)
+    return repr(x + 0.0) if math.isfinite(x) else c
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?")
 
 
 def hash_secret(secret: str) -> str:
@@ -305,8 +320,8 @@ def gone(code, reset_at=None, why: str = "") -> ClassError:
     import time
 
     at = time.strftime("%H:%M", time.gmtime(reset_at))
-    return ClassError(f"no class {code} is running: the class store was reset at {at} UTC ({why}), so the classes "
-                      "started before then are gone; start a new class")
+    return ClassError(f"no class {code} is running (it may have ended or expired; also, the class store was reset at "
+                      f"{at} UTC ({why}), and the classes started before then are gone)")
 
 
 def freed_in(expiries, now) -> str:

@@ -167,7 +167,7 @@ class SqliteStore(ClassStore):
                          "FROM classes WHERE code = ?", (code,)).fetchone()
         now = self.clock() if now is None else now
         if row is None or row[1] < now - (self.limits.ttl_s if row[3] else self.limits.idle_s):
-            raise gone(code, self.reset_at, "its file was deleted or replaced")
+            raise gone(code, self._reset(), "its file was deleted or replaced")
         if secret is not PUBLIC:
             check_secret(row[0], secret)
         if row[2]:
@@ -198,12 +198,7 @@ class SqliteStore(ClassStore):
                                  f"{freed_in([x[1] for x in live], now)}, or sooner when one ends")
             who = client_key(client)
             if who is not None:
-                mine = [x[1] for x in live if x[0] == who]
-                if len(mine) >= self.limits.per_client:
-                    raise ClassError(
-                        f"{len(mine)} classes already run from your address, the most without the teacher key; a "
-                        f"place frees {freed_in(mine, now)} (a class with no question frees its place "
-                        f"{self.limits.idle_s / 60:.0f} minutes after it started), or at once when you end one")
+                self._address_places(db, who, now)
                 recent = [r[0] for r in db.execute("SELECT created FROM classes WHERE client IS NOT NULL AND "
                                                    "created > ?", (now - 60,))]
                 if len(recent) >= self.limits.new_per_minute:
@@ -218,6 +213,30 @@ class SqliteStore(ClassStore):
                 except sqlite3.IntegrityError:  # 2**40 codes: a collision is rare, not impossible
                     continue
         return self._tx(do)
+
+    def _address_places(self, db, who, now):
+        """A keyless address: at most ``per_client`` live classes (one with no round holds its place ``place_s``) and
+        at most ``per_client`` starts in ``place_s``, ended ones included (or start-and-end in a loop would take the
+        server's new classes a minute from everyone)."""
+        lim = self.limits
+        rows = db.execute(f"SELECT created, closed, EXISTS (SELECT 1 FROM rounds r WHERE r.code = c.code), "
+                          f"{self._expiry_sql()} FROM classes c WHERE client = ?", (lim.ttl_s, lim.idle_s, who))
+        rows = rows.fetchall()
+        live = [end if asked else start + lim.place_s for start, closed, asked, end in rows
+                if not closed and (asked or start > now - lim.place_s)]
+        if len(live) >= lim.per_client:
+            raise ClassError(f"{len(live)} classes already run from your address, the most without the teacher key; "
+                             f"a place frees {freed_in(live, now)} (a class with no question holds its place "
+                             f"{lim.place_s / 60:.0f} minutes), or at once when you end one")
+        starts = [r[0] for r in rows if r[0] > now - lim.place_s]
+        if len(starts) >= lim.per_client:
+            raise ClassError(f"{len(starts)} classes were started from your address in the last "
+                             f"{lim.place_s / 60:.0f} minutes, the most without the teacher key; try again "
+                             f"{wait_words(min(starts) + lim.place_s - now)}")
+
+    def _reset(self):
+        # a reset is named only while a class from before it could still have been running
+        return self.reset_at if self.reset_at is not None and self.clock() - self.reset_at < self.limits.ttl_s else None
 
     def is_teacher(self, code, secret):
         def do(db):

@@ -25,13 +25,13 @@ from pathlib import Path
 from core.serve.class_redis import RedisStore
 from core.serve.class_rules import (CODE_ALPHABET, CODE_LEN, CSV_FIELDS, MAX_CHOICE, MAX_CHOICES, MAX_META, MAX_TEXT,
                                     MAX_VOTER, MIN_CHOICES, NEW_VOTERS_ENV, SHIFT_ROW, STORE_ENV, ClassError, ClassLimits,
-                                    ClassStore, StoreUnavailable, check_meta, check_round, choice_key,
+                                    ClassStore, StoreUnavailable, check_meta, check_round, choice_key, client_key,
                                     limits_from_env, new_code, normalize_code, round_summary, rounds_csv, shift_rows)
 from core.serve.class_sqlite import SqliteStore
 
 __all__ = ["CODE_ALPHABET", "CODE_LEN", "CSV_FIELDS", "MAX_CHOICE", "MAX_CHOICES", "MAX_META", "MAX_TEXT", "MAX_VOTER",
            "MIN_CHOICES", "NEW_VOTERS_ENV", "SHIFT_ROW", "STORE_ENV", "ClassError", "ClassLimits", "ClassStore",
-           "RedisStore", "SqliteStore", "StoreUnavailable", "check_meta", "check_round", "choice_key",
+           "RedisStore", "SqliteStore", "StoreUnavailable", "check_meta", "check_round", "choice_key", "client_key",
            "default_sqlite_path", "limits_from_env", "new_code", "normalize_code", "round_summary", "rounds_csv",
            "shift_rows", "store_from_env"]
 
