@@ -4,20 +4,25 @@
 
 Starts two ``streamlit run app.py`` replicas on free ports, both with TE_CLASS_STORE set to one SQLite file (the
 embedded default's setting: one machine, several processes). Students are websocket clients speaking Streamlit's own
-protocol (deploy.client), half on each replica (as the balancer's stickiness would place them). The teacher drives
-the rounds through the store itself, with the calls the Class page's buttons make (open_round, set_phase, reveal).
+protocol (deploy.client), half on each replica (as the balancer's stickiness would place them). Each student is its own
+browser: its handshake carries its own ``_streamlit_xsrf`` cookie, the cookie the Class page counts one voter by
+(issue 54). All come from 127.0.0.1, so the server's new-voter rate (TE_CLASS_NEW_VOTERS_PER_MINUTE, default 60)
+applies: more students than that in the first minute are refused, as a hall behind one router would be. The teacher
+drives the rounds through the store itself, with the calls the Class page's buttons make (open_round, set_phase,
+reveal).
 
 Each student, in each of ``--rounds`` rounds and both phases: polls its page (as the page's 2 s refresh does) until
 the round and phase are open, thinks ``--think`` seconds, picks a choice, then sends the click that votes. "Recorded"
 latency: from sending that click to the server's "script finished" with "Recorded" on the page. Every recorded vote
-is kept on the student's side as (session, round, phase) -> choice; after the run each round's tallies in the store
-must equal those exactly: 0 lost, none counted twice. The teacher's view: a thread reads the tally every 0.25 s, and
-for every recorded vote the delay until the tally includes it is measured (the teacher's page adds its own 2 s
-refresh on top).
+is kept on the student's side as (student, round, phase) -> its last recorded choice; after the run each round's
+tallies in the store must equal those exactly: 0 lost, none counted twice. The teacher's view: a thread reads the
+tally every 0.25 s, and for every recorded vote the delay until the tally includes it is measured (the teacher's page
+adds its own 2 s refresh on top).
 
 With ``--kill``: during round 2, replica 1 is killed (SIGKILL, no clean shutdown) and restarted on the same port; its
-students reconnect (a new session, so a new anonymous voter, as a browser reconnecting would be) and vote on. The
-votes they had recorded before stay counted.
+students reconnect (a new session, but the same browser with the same cookie, so the same voter) and vote on. The
+votes they had recorded before stay counted. A student whose vote is still open when it reconnects sees Vote again
+(the new session has forgotten it) and votes again, maybe otherwise: that vote must replace its first one.
 Writes one JSON line with the figures (``--json``) or a short table.
 """
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import signal
 import statistics
 import subprocess
@@ -39,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from core.serve.classroom import SqliteStore  # noqa: E402
+from core.serve.fmt import md_escape  # noqa: E402
 from deploy.client import Session  # noqa: E402
 from deploy.replicas import _healthy, free_port  # noqa: E402
 
@@ -65,8 +72,28 @@ def wait_healthy(url: str, timeout: float = 120):
     raise RuntimeError(f"{url} did not start")
 
 
-def _text(s: Session) -> str:
-    return " ".join(str(el) for el in s.elements)
+def xsrf_cookie() -> str:
+    """A fresh browser's ``_streamlit_xsrf`` value, as Streamlit makes it (2|mask|masked token|time): 16 random bytes
+    XORed with a 4-byte mask repeated. The Class page keys its voter on the unmasked token."""
+    token, mask = secrets.token_bytes(16), secrets.token_bytes(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(token))
+    return f"2|{mask.hex()}|{masked.hex()}|{int(time.time())}"
+
+
+def browser(url: str, xsrf: str = "", **kw) -> Session:
+    """A tab of the browser whose XSRF cookie is ``xsrf`` (sent as a browser does: the Cookie header, and the token
+    in the subprotocol list); no ``xsrf``: a script that keeps no cookies."""
+    return Session(url, cookie=f"_streamlit_xsrf={xsrf}" if xsrf else "", xsrf=xsrf, **kw)
+
+
+def alerts(s: Session) -> list[str]:
+    """The bodies of the page's st.success/error/info boxes, as drawn (str(el) would add protobuf's escapes)."""
+    return [el.alert.body for el in s.elements if el.WhichOneof("type") == "alert"]
+
+
+def recorded(s: Session, choice: str, phase: int) -> bool:
+    """The student page's "Recorded: **<choice>** (vote N)" box, the choice Markdown-escaped as the page draws it."""
+    return any(a.startswith(f"Recorded: **{md_escape(choice)}** (vote {phase})") for a in alerts(s))
 
 
 def _widget(s: Session, kind: str, prefix: str):
@@ -84,16 +111,16 @@ class Student(threading.Thread):
         self.url = urls[i % len(urls)]
         self.out, self.stop = out, stop
         self.rng = random.Random(i)
-        self.incarnation = 0
+        self.xsrf = xsrf_cookie()  # this student's browser: kept across reconnects, as a browser keeps its cookies
         self.s = None
+        self.reloaded = False
         self.errors: list[str] = []
 
     def connect(self):
         while not self.stop.is_set():
             try:
-                self.s = Session(self.url, timeout=60)
+                self.s = browser(self.url, self.xsrf, timeout=60)
                 self.s.run("classroom", query=f"class={self.code}")
-                self.incarnation += 1
                 return
             except Exception:
                 time.sleep(0.5)  # the replica is down: try again, as the browser's reconnect does
@@ -105,16 +132,47 @@ class Student(threading.Thread):
         except Exception:
             self.out["reconnects"].append(self.i)
             self.connect()
+            self.reloaded = True  # the new session has forgotten this student's votes: its page shows Vote again
             return False
+
+    def vote(self, r, phase, choice) -> bool:
+        """Pick ``choice`` and press Vote in round ``r``, vote ``phase``; whether the page said "Recorded"."""
+        for _ in range(3):  # a vote lost to a dead replica before "recorded" is voted again
+            rid, _ = _widget(self.s, "radio", "Your prediction")
+            if not rid or not rid.endswith(f"class_choice_{r}_{phase}"):
+                self.page()
+                continue
+            if not self.page({rid: choice}):
+                continue
+            bid, _ = _widget(self.s, "button", "Vote")
+            bid = bid or _widget(self.s, "button", "Change my vote")[0]
+            t0 = time.perf_counter()
+            ok = self.page({rid: choice, bid: True})
+            dt = time.perf_counter() - t0
+            if ok and recorded(self.s, choice, phase):
+                self.out["recorded"].append(dt)
+                # keyed by student, not session: one browser is one voter, its later vote replaces the earlier
+                self.out["votes"][(self.i, r, phase)] = (choice, time.time())
+                self.reloaded = False
+                return True
+        return False
 
     def run(self):
         self.connect()
+        last = None  # the (round, phase) this student last recorded
         for r in range(1, self.rounds + 1):
             for phase in (1, 2):
                 while not self.stop.is_set():  # wait for this round and phase, polling as the fragment does
                     rid, _ = _widget(self.s, "radio", "Your prediction")
                     if rid and rid.endswith(f"class_choice_{r}_{phase}"):
                         break
+                    if self.reloaded and last and rid and rid.endswith(f"class_choice_{last[0]}_{last[1]}"):
+                        # reconnected while its vote is still open, the page offers Vote again: a student votes
+                        # again, maybe otherwise. The same browser: the store must keep this vote, not both
+                        self.reloaded = False
+                        if self.vote(*last, self.rng.choice(CHOICES)):
+                            self.out["revotes"].append(self.i)
+                        continue
                     if self.s.exceptions:  # the page itself fails: waiting longer shows nothing more
                         self.errors.append(f"student {self.i}: the page raised {self.s.exceptions[0][:200]}")
                         self.out["broken"].set()
@@ -124,23 +182,8 @@ class Student(threading.Thread):
                 if self.stop.is_set():
                     return
                 time.sleep(self.rng.uniform(*self.think))
-                choice = self.rng.choice(CHOICES)
-                for _ in range(3):  # a vote lost to a dead replica before "recorded" is voted again
-                    rid, _ = _widget(self.s, "radio", "Your prediction")
-                    if not rid or not rid.endswith(f"class_choice_{r}_{phase}"):
-                        self.page()
-                        continue
-                    if not self.page({rid: choice}):
-                        continue
-                    bid, _ = _widget(self.s, "button", "Vote")
-                    bid = bid or _widget(self.s, "button", "Change my vote")[0]
-                    t0 = time.perf_counter()
-                    ok = self.page({rid: choice, bid: True})
-                    dt = time.perf_counter() - t0
-                    if ok and f"Recorded: **{choice}** (vote {phase})" in _text(self.s):
-                        self.out["recorded"].append(dt)
-                        self.out["votes"][(self.i, self.incarnation, r, phase)] = (choice, time.time())
-                        break
+                if self.vote(r, phase, self.rng.choice(CHOICES)):
+                    last = (r, phase)
                 else:
                     self.errors.append(f"student {self.i}: round {r} phase {phase} never recorded")
 
@@ -164,7 +207,7 @@ def main(argv=None):
         wait_healthy(url)
     store = SqliteStore(store_path)
     code, secret = store.create_class()
-    out = {"recorded": [], "votes": {}, "reconnects": [], "broken": threading.Event()}
+    out = {"recorded": [], "votes": {}, "reconnects": [], "revotes": [], "broken": threading.Event()}
     stop = threading.Event()
     students = [Student(i, urls, code, args.rounds, tuple(args.think), out, stop) for i in range(args.students)]
 
@@ -193,7 +236,7 @@ def main(argv=None):
                     store.set_phase(code, secret, rid, 2)
                 deadline = time.time() + 180
                 while time.time() < deadline and not out["broken"].is_set():
-                    done = sum(1 for k in out["votes"] if k[2] == r and k[3] == phase)
+                    done = sum(1 for k in out["votes"] if k[1:] == (r, phase))
                     if done >= args.students:
                         break
                     if args.kill and r == 2 and phase == 1 and killed is None and done >= args.students // 3:
@@ -215,20 +258,20 @@ def main(argv=None):
             except ProcessLookupError:
                 pass
 
-    # every recorded vote, counted once: the last one per (session, round, phase) against the store's tallies
+    # every recorded vote, counted once: the last one per (student, round, phase) against the store's tallies
     lost = 0
     for r in range(1, args.rounds + 1):
         for phase in (1, 2):
             want = {c: 0 for c in CHOICES}
-            for (i, inc, rr, ph), (choice, _) in out["votes"].items():
+            for (i, rr, ph), (choice, _) in out["votes"].items():
                 if (rr, ph) == (r, phase):
                     want[choice] += 1
             got = store.tally(code, secret, r, phase)
             lost += sum(abs(want[c] - got[c]) for c in CHOICES)
     # the teacher's read: the delay from a vote recorded to a read that counted at least that many votes
     lag = []
-    for (i, inc, r, phase), (_, t) in out["votes"].items():
-        n_before = sum(1 for k, (_, t2) in out["votes"].items() if k[2:] == (r, phase) and t2 <= t)
+    for (i, r, phase), (_, t) in out["votes"].items():
+        n_before = sum(1 for k, (_, t2) in out["votes"].items() if k[1:] == (r, phase) and t2 <= t)
         later = [ts for (rr, ph, n), ts in seen_at.items() if (rr, ph) == (r, phase) and n >= n_before]
         if later:
             lag.append(max(0.0, min(later) - t))
@@ -239,7 +282,8 @@ def main(argv=None):
               "recorded_p95_s": round(rec[int(0.95 * (len(rec) - 1))], 3) if rec else None,
               "recorded_max_s": round(rec[-1], 3) if rec else None,
               "teacher_read_lag_p95_s": round(sorted(lag)[int(0.95 * (len(lag) - 1))], 3) if lag else None,
-              "reconnects": len(out["reconnects"]), "errors": sum(len(s.errors) for s in students),
+              "reconnects": len(out["reconnects"]), "revotes_after_reconnect": len(out["revotes"]),
+              "errors": sum(len(s.errors) for s in students),
               "wall_s": round(time.time() - t_start, 1)}
     print(json.dumps(result) if args.json else "\n".join(f"{k}: {v}" for k, v in result.items()))
     return 0 if lost == 0 and result["errors"] == 0 else 1
