@@ -52,15 +52,15 @@ else:
     st.markdown(INTRO)
     st.latex(FLOW)
     left, right = st.columns(2)
-    with left:
+    with left:  # Join first: most visitors are students, and on a phone the first column comes first
+        st.subheader("Join")
+        st.caption("Type the code your teacher shows. You vote anonymously.")
+        join_code_box("class_code_in")
+    with right:
         st.subheader("Teach")
         st.caption("Start a class: you get a code, a link for students, one for the projector and a private one that "
                    "gives you the class back if this tab reloads.")
         start_form()
-    with right:
-        st.subheader("Join")
-        st.caption("Type the code your teacher shows. You vote anonymously.")
-        join_code_box("class_code_in")
     st.stop()
 
 
