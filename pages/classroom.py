@@ -1,13 +1,14 @@
 import streamlit as st
 
 from core import lesson as LS
+from core.figures.class_figures import projector_css
 from core.serve.classroom import ClassError, choice_key, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input
 from ui.class_forecast import forecast_reveal, forecast_round
 from ui.class_identity import client_address, student_link, voter_id
 from ui.class_teacher import (csv_download, durability_note, private_link, shift_table, start_form, take_back,
                               teacher_counts)
-from ui.class_views import PROJECTOR_CSS, choice_label, plain, show_counts, show_question, waiting_screen
+from ui.class_views import choice_label, plain, show_counts, show_question, waiting_screen
 from ui.classroom import (KEYS, MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, current_round, join_code_box,
                           lesson_round, open_store, preview, preview_answer, reveal_round)
 from ui.lesson_context import lesson_context
@@ -24,7 +25,7 @@ FLOW = (r"\begin{aligned}&\text{vote 1} \rightarrow \text{discuss} \rightarrow \
 
 raw_code, view = st.query_params.get("class"), st.query_params.get("view")
 if view == "projector" and raw_code:
-    st.html(PROJECTOR_CSS)  # the projector shows the round alone: no sidebar, no title, no prose
+    st.html(projector_css())  # the projector shows the round alone: no sidebar, no title, no prose
 else:
     st.title("Class")
 store = open_store()

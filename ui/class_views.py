@@ -2,32 +2,20 @@
 the projector's own screen (no sidebar, no prose, large type, the join address and a QR code)."""
 from __future__ import annotations
 
-import html
 import io
 
 import streamlit as st
 
-from core.figures.class_figures import vote_bars
+from core.figures.class_figures import plain_html, vote_bars
 from core.serve.classroom import round_summary
 from core.serve.fmt import md_escape
 from ui.charts import shared_chart
 from ui.class_forecast import show_forecast_question
 from ui.class_identity import server_address, student_link
 
-# the projector's page: Streamlit's sidebar, header and toolbar hidden, the top margin small (the round within 720 px)
-PROJECTOR_CSS = """<style>
-section[data-testid="stSidebar"], div[data-testid="stSidebarCollapsedControl"], header[data-testid="stHeader"],
-div[data-testid="stToolbar"], div[data-testid="stDecoration"] {display: none !important;}
-div[data-testid="stMainBlockContainer"], .block-container {padding-top: 0.8rem !important; max-width: 100% !important;}
-</style>"""
-
-
 def plain(text: str, size: float = 1.0, weight: int = 400, colour: str = "inherit", key: str = ""):
-    """``text`` exactly as typed, at ``size`` rem: HTML-escaped into st.html, so no Markdown, LaTeX, image, link or tag
-    in a teacher's question or choice can draw anything but its own characters."""
-    st.html(f'<div class="te-plain{" " + key if key else ""}" style="font-size:{size}rem;font-weight:{weight};'
-            f'line-height:1.25;color:{colour};overflow-wrap:anywhere;white-space:pre-wrap">{html.escape(str(text))}'
-            "</div>")
+    """``text`` exactly as typed (core.figures.class_figures.plain_html escapes it)."""
+    st.html(plain_html(text, size, weight, colour, key))
 
 
 def choice_label(choice: str) -> str:

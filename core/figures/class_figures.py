@@ -37,3 +37,22 @@ def vote_bars(choices, vote1: dict, vote2: dict | None = None, answer=None, titl
                              title=dict(text="choice" + (" (✓ the answer)" if answer is not None else ""))),
                   legend=dict(orientation="h", y=1.12), margin=dict(l=60, r=20, t=80, b=60))
     return dict_figure(data, layout)
+
+
+def plain_html(text: str, size: float = 1.0, weight: int = 400, colour: str = "inherit", cls: str = "") -> str:
+    """A block of ``text`` exactly as typed, at ``size`` rem, for st.html: HTML-escaped, so no Markdown, LaTeX, image,
+    link or tag in a teacher's question or choice draws anything but its own characters (issue 54). ``cls``: a class
+    name of the project's own (the browser tests find the question, the answer by it)."""
+    return (f'<div class="te-plain {html.escape(cls)}" style="font-size:{float(size)}rem;font-weight:{int(weight)};'
+            f"line-height:1.25;color:{html.escape(colour)};overflow-wrap:anywhere;white-space:pre-wrap\">"
+            f"{html.escape(str(text))}</div>")
+
+
+def projector_css() -> str:
+    """The projector's page: Streamlit's sidebar, header and toolbar hidden, the top margin small (the round within
+    720 px)."""
+    return """<style>
+section[data-testid="stSidebar"], div[data-testid="stSidebarCollapsedControl"], header[data-testid="stHeader"],
+div[data-testid="stToolbar"], div[data-testid="stDecoration"] {display: none !important;}
+div[data-testid="stMainBlockContainer"], .block-container {padding-top: 0.8rem !important; max-width: 100% !important;}
+</style>"""
