@@ -7,6 +7,7 @@ from core.analysis import generation as G
 from core.figures import generation_figures as GF
 from core.analysis.sampling import effective_temperature, temperature_note
 from core.analysis.timing import forward_seconds
+from core.nn.tokenizer_base import fragment_note
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
 from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model, steering
@@ -55,7 +56,7 @@ if prompt.empty:
         st.stop()
     st.info("The prompt is empty (or none of its characters is known to the model), so the model starts "
             "from a single line break ⏎, as at the beginning of a new speech.")
-start_text = tok.decode(ids)
+start_text = tok.shown_text(ids)
 unit, units = tok.unit, tok.units  # "character(s)" for a character model, "token(s)" otherwise
 SLIDE_S = 30  # text that would outgrow n_ctx may spend this long re-reading the window, else less prompt is read
 
@@ -109,10 +110,11 @@ if mode != "greedy":
         st.info(note)
 
 st.html(GF.legend_html(unit))
+byte_box = st.empty()  # what ⟨e2 80⟩ means, said above the first text when any text of the page shows one
 gen_ids, n_new, note = fit(ids, n_new)
 if note:
     st.info(note)
-    start_text = tok.decode(gen_ids)
+    start_text = tok.shown_text(gen_ids)
 SHOWN = 600  # characters of the prompt shown in grey before the new text: a long prompt would push it off screen
 trimmed = len(start_text) > SHOWN
 if trimmed:
@@ -142,15 +144,11 @@ if slid_at is not None:
     caption += (f" From {unit} {slid_at + 1} on, the text was longer than n_ctx = {c.n_ctx}: the model reads only "
                 f"the last {c.n_ctx} {units}, and because positions are learned, every shift of the window makes "
                 "the cached keys and values stale, so each step re-reads the whole window instead.")
-partial = tok.partial_ids()
-if any(s["id"] in partial for s in steps):
-    caption += (" A token shown as ⟨e2 80⟩ holds only part of a character: some of the bytes UTF-8 writes it with. "
-                "The plain text below joins such pieces back into characters (� where a character was left "
-                "unfinished).")
 st.caption(caption)
 with st.expander("Plain text"):
-    st.code(tok.decode(list(gen_ids) + [s["id"] for s in steps]), language=None, wrap_lines=True)
-steering.section(entry, model, tok, draw_key, gen_ids, n_new, (temperature, top_k, top_p, seed), start_text, steps)
+    st.code(tok.shown_text(list(gen_ids) + [s["id"] for s in steps]), language=None, wrap_lines=True)
+steered = steering.section(entry, model, tok, draw_key, gen_ids, n_new, (temperature, top_k, top_p, seed), start_text,
+                           steps)
 
 # ------------------------------------------------------------------ sweep
 st.header("The temperature sweep")
@@ -240,11 +238,13 @@ for r0 in range(0, len(temps), per_row):
         with col.container(border=True):
             st.markdown(f"**T = {G.format_t(t)}**" + (" (greedy)" if effective_temperature(t) == 0 else ""))
             st.metric("distinct 3-grams", "–" if d is None else f"{d:.2f}")
-            st.html(GF.shaded_html(tok.decode(cont_ids)[-GF.CONTEXT_CHARS:], r, font_px=13,
+            st.html(GF.shaded_html(tok.shown_text(cont_ids)[-GF.CONTEXT_CHARS:], r, font_px=13,
                                    boundaries=tok.kind != "char"))
 st.caption(f"Seed {seed} for every column; each shows the last {GF.CONTEXT_CHARS} characters of the prompt in grey. "
            "Change the seed above to draw again.")
 chart(GF.distinct_bars(temps, ratios, unit=unit), width="stretch", key="gen_distinct")
+if note := fragment_note(" ".join([start_text, steered, *(s["ch"] for run in [steps, *runs] for s in run)])):
+    byte_box.caption(note)
 
 st.divider()
 link_box(LINK, {"T": temperature if mode != "greedy" else None, "k": top_k, "p": top_p})  # what this decoding uses

@@ -2,6 +2,7 @@ import streamlit as st
 
 from core import lesson as LS
 from core.figures.lesson_figures import step_figure
+from core.nn.tokenizer_base import fragment_note
 from ui import ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 from ui.lesson_context import WHAT, lesson_context
 from core.serve.links import Field, LinkSpec
@@ -118,6 +119,14 @@ def verdict(grade: LS.Grade, words: str):
         st.error(f"**Not this time.** {words} ({grade.why}).", icon=":material/cancel:")
 
 
+def byte_note(*texts) -> bool:
+    """Say what a piece of a character (⟨e2 80⟩) is where one first shows on this step; True when one did."""
+    note = fragment_note(" ".join(map(str, texts)))
+    if note:
+        st.caption(note)
+    return note is not None
+
+
 st.progress(k / N_STEPS, text=f"Step {k} of {N_STEPS}: {step.title}")
 st.header(f"{k}. {step.title}")
 
@@ -129,6 +138,7 @@ for name, text in q.shows:
     if name:
         st.markdown(f"**{name}**")
     st.code(text, language=None, wrap_lines=True)
+noted = byte_note(q.text, q.ask, *q.labels, *(text for _, text in q.shows))
 if q.blocked:
     st.info(q.blocked, icon=":material/info:")
 else:
@@ -141,6 +151,8 @@ else:
     if revealed() and guess is not None:
         grade, shown = LS.answer(step, q, _measure(mkey, step.key, sig), guess)
         verdict(grade, shown.words)
+        if not noted:  # a piece first shown in the answer (step 1's chart labels every position of the prompt)
+            byte_note(grade.why, shown.words, *(v for _, v in shown.metrics), *q.data.get("tokens", ()))
         if shown.latex:
             st.latex(shown.latex)
         for col, (name, value) in zip(st.columns(len(shown.metrics)) if shown.metrics else [], shown.metrics):

@@ -125,8 +125,11 @@ def test_the_command_line_writes_and_merges(tmp_path, monkeypatch, capsys):
     assert (out / "heads" / "v512.csv").is_file() and done == ["h2", "base", "v512"]
     table = B.render(rows, 7)
     assert "| h2 | head width |" in table and "7 steps" in table
-    # a study of other steps is not merged into
-    assert B.main(["--steps", "8", "--out", str(out), "--only", "v256", "--corpus", str(corpus)]) == 0
+    # a study of other steps is not merged into: refused (issue 55: its rows are work), or started afresh when asked
+    before = (out / "runs.csv").read_bytes()
+    assert B.main(["--steps", "8", "--out", str(out), "--only", "v256", "--corpus", str(corpus)]) == 2
+    assert (out / "runs.csv").read_bytes() == before
+    assert B.main(["--steps", "8", "--out", str(out), "--only", "v256", "--corpus", str(corpus), "--overwrite"]) == 0
     assert [r["run"] for r in csv.DictReader((out / "runs.csv").open())] == ["v256"]
 
 

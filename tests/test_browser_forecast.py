@@ -43,7 +43,7 @@ def test_forecast_train_and_score(server, browser):  # noqa: F811
         box.press_sequentially("16")
         page.get_by_role("option", name="16", exact=True).click()
         wait_idle(page)
-        _number(page, "Tokens D", "30720")
+        _number(page, "Characters D", "30720")
         page.get_by_text("This is your choice").first.wait_for(timeout=60_000)
         _number(page, "Your point", "2.9")
         _number(page, "Upper end (90 %)", "3.2")

@@ -254,7 +254,8 @@ def test_step_9_when_both_losses_rose_or_the_snapshot_is_unreadable_nothing_is_g
 
 # ---------------------------------------------------------------- 10. a piece taken out
 def test_step_10_the_piece_whose_removal_raises_the_loss_most():
-    rows = {v: {"causal_val_loss": x} for v, x in (("lecture", 1.5), ("no-residual", 2.5), ("no-mlp", 1.7))}
+    rows = {v: {"causal_val_loss": x, "n_layers": 2} for v, x in (("lecture", 1.5), ("no-residual", 2.5),
+                                                                  ("no-mlp", 1.7))}
     ctx = LS.Context(None, TEN, (1, 2, 3, 4), POINTING_SCORES, study=lambda: Study(rows, {}, []))
     right, wrong, _, m = marks("piece", ctx, "no-residual", "no-mlp")
     assert (right.correct, right.answer, wrong.correct) == (True, "no-residual", False)

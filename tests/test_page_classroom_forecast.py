@@ -7,8 +7,25 @@ from core.serve import classroom as C
 from core.training.corpus import CORPUS_ENV, shakespeare_path
 from tests.test_page_classroom import _button, _radio, store_path, words  # noqa: F401  (a fixture)
 from tests.test_page_scaling_forecast import ROWS, FakeJob
+from ui.class_views import choice_label
 
 PAGE = "pages/classroom.py"
+
+
+class RunningJob:
+    """A forecast run a quarter of the way through, as core.training.study_job.StudyJob reports it."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def status(self):
+        from core.training.study_job import StudyStatus
+
+        return StudyStatus(state="running", done=0, total=1, rows=[], eta_s=170.0, step=self.steps // 4,
+                           steps=self.steps, loss=1.7344)
+
+    def stop(self, wait=None):
+        pass
 
 
 def test_without_the_corpus_a_forecast_round_says_why_not(open_page, store_path, tmp_path, monkeypatch):
@@ -40,19 +57,33 @@ def test_a_forecast_round_from_question_to_the_bin_the_run_landed_in(open_page, 
     assert "The law predicts a held-out loss of" in words(student)
     _radio(student, "class_choice_1_1").set_value(choices[0]).run()
     _button(student, "class_vote_1_1").click().run()
-    assert f"Recorded: **{choices[0]}** (vote 1)" in words(student)
+    assert f"Recorded: **{choice_label(choices[0])}** (vote 1)" in words(student)  # Markdown characters escaped
+
+    # before the run: how long it should take on this server (issue 54: there was no estimate before or during)
+    assert "The run should take about" in words(teacher) and "on this server" in words(teacher)
+
+    # under way: the step, the training loss, a bar that moves and the time left (a status as the study gives it)
+    from core.views.scaling_forecast import class_record
+    teacher.session_state["scal_fc_job"] = RunningJob(meta["steps"])
+    teacher.session_state["scal_fc_pending"] = {**class_record(meta), "round": info["round"]}
+    teacher.run()
+    assert not teacher.exception
+    bar = teacher.get("progress")[0].proto
+    assert bar.value == 25  # a quarter of the steps made: the bar stood at 0 % through the whole run before
+    assert bar.text == (f"Training d = {meta['d_model']} on {meta['D']:,} characters: step {meta['steps'] // 4:,} of "
+                        f"{meta['steps']:,}, training loss 1.734, about 3 minutes left")
+    assert not [b for b in teacher.button if b.key == "class_fc_train"]  # no second run while this one trains
 
     # the run comes in below the law's interval: the first bin
     loss = lo - 0.05
     row = {**ROWS[0], "run_id": f"d{meta['d_model']}-D{meta['D']}", "N": meta["N"], "D": meta["D"], "loss": loss}
-    from core.views.scaling_forecast import class_record
     teacher.session_state["scal_fc_job"] = FakeJob(row)
-    teacher.session_state["scal_fc_pending"] = {**class_record(meta), "round": info["round"]}
     teacher.run()
     assert not teacher.exception
+    assert "The run is in: reveal where it landed" in words(teacher)
     teacher.button(key="class_reveal").click().run()
     info = C.SqliteStore(store_path).round_info(code)
     assert info["revealed"] and info["answer"] == choices[0]
     assert f"The run's held-out loss: {loss:.4f}" in info["words"] and "outside its interval" in info["words"]
     student.run()
-    assert f"The run landed: **{choices[0]}**" in words(student)
+    assert f"The run landed: {choices[0]}" in words(student)  # plain text (ui.class_views.answer_words)

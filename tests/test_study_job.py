@@ -170,3 +170,30 @@ def test_an_unreadable_runs_csv_is_named_in_the_status(tmp_path):
     (tmp_path / "study" / "runs.csv").write_bytes(b"\xff\xfe not text")
     s = StudyJob(tmp_path / "unused.txt", str(grid), folder=tmp_path / "study").status()
     assert s.rows == [] and str(tmp_path / "study" / "runs.csv") in s.problem and "cannot be read" in s.problem
+
+
+def test_a_run_under_way_says_its_step_loss_and_time_left(tmp_path):
+    """One run of some seconds, in the study's own process and worker: its status moves step by step (issue 54: a
+    forecast run read 0 % and no time left from start to end), then the run is in and the steps are gone."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(pydoc_text())
+    grid = tmp_path / "one.json"
+    steps = 1500  # d = 32, 16 x 32 tokens a step: 10-40 s on one core (busy or not), long enough for a pace
+    grid.write_text(json.dumps({"widths": [32], "tokens": [steps * 16 * 32], "n_ctx": 32, "batch_size": 16}))
+    job = StudyJob(corpus, str(grid), folder=tmp_path / "study", workers=1, nice=0)
+    job.start()
+    try:
+        first = wait_for(job, lambda s: s.step is not None or not s.active)
+        assert first.state == "running" and first.steps == steps and 0 < first.step <= steps, first
+        assert first.loss > 0
+        # once its pace is measured (a few seconds of steps), the time left at that pace: the study's own estimate
+        # has none before a run is in
+        later = wait_for(job, lambda s: s.eta_s is not None or s.done)
+        if not later.done:
+            assert later.step > first.step and 0 < later.eta_s < 600, later
+        s = wait_for(job, lambda s: not s.active)
+        assert s.state == "finished", s.message
+        assert (s.step, s.steps, s.loss) == (None, None, None) and s.done == 1
+        assert not list((tmp_path / "study").glob(".live-*"))
+    finally:
+        job.stop()

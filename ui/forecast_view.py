@@ -8,10 +8,8 @@ import streamlit as st
 from core.analysis.scaling import FitError
 from core.analysis.scaling_runs import MIN_RUNS
 from core.figures.forecast_figures import forecast_figure
-from core.serve.fmt import rough_time
 from core.training.study_job import BusyError
 from core.views import scaling_forecast as vf
-from core.views.scaling_study import STATE_LABELS
 from ui import forecast as fcui
 from ui.charts import chart
 from ui.jobs import job_controls
@@ -71,7 +69,7 @@ def _bet(bases: dict, job, calibration: dict | None):
     w1, w2, w3 = st.columns([1, 1, 2])
     width = w1.selectbox("Width d", vf.WIDTH_CHOICES, key="scal_fc_width", disabled=job is not None,
                          help="The model's width; depth, context, batch, recipe and seed are the study's.")
-    tokens = w2.number_input("Tokens D", min_value=1_000, max_value=200_000_000, step=100_000, key="scal_fc_tokens",
+    tokens = w2.number_input("Characters D", min_value=1_000, max_value=200_000_000, step=100_000, key="scal_fc_tokens",
                              disabled=job is not None,
                              help="Characters seen in training, rounded to whole steps of the study's batch.")
     plan = vf.plan(base, rows, width, tokens)
@@ -122,9 +120,8 @@ def _run_view(polling: bool):
         return
     job_controls(job, s, polling, "scal_fc", BusyError, stop_help="Ends the run; its forecast is dropped.")
     pending = st.session_state["scal_fc_pending"]
-    st.progress(1.0 if s.state == "finished" else 0.0,
-                text=f"Training d = {pending['d_model']} on {pending['D']:,} tokens: {STATE_LABELS[s.state]}"
-                     + (f", {rough_time(s.eta_s)} left" if s.eta_s else ""))
+    share, words = vf.run_progress(s, pending["d_model"], pending["D"])  # step by step, as on the Class page
+    st.progress(share, text=words)
     if s.state in ("failed", "stopped"):
         st.error(f"The run did not finish{': ' + s.message if s.message else ''}. Its forecast is dropped.",
                  icon="⚠️")

@@ -22,7 +22,8 @@ def show_calibration(analysis: dict | None, problem: str | None, folder_name: st
         st.warning(f"The shipped forecast analysis cannot be shown: {problem}", icon="⚠️")
         return
     if analysis is None:
-        st.info("The shipped study has no forecast.json yet: `python -m core.forecast_study` makes it.")
+        st.info("The shipped study has no forecast.json yet: `python -m core.forecast_study --out "
+                "assets/studies/shakespeare-char` makes it.")
         return
     cal = analysis["calibration"]
     st.markdown(
@@ -32,8 +33,8 @@ def show_calibration(analysis: dict | None, problem: str | None, folder_name: st
     chart(calibration_figure(cal["rows"]), width="stretch", key="scal_cal_fig")
     st.dataframe(vf.calibration_table(cal), hide_index=True, width="stretch", key="scal_cal_table")
     st.caption(f"Mean interval score (α = 0.2): the law alone {cal['law_mean_score']:.4f}, with the runs' scatter "
-               f"{cal['mean_score']:.4f}. Made by `python -m core.forecast_study`; the rows are in "
-               f"`assets/studies/{folder_name}/forecast.json`.")
+               f"{cal['mean_score']:.4f}. Made by `python -m core.forecast_study --out "
+               f"assets/studies/{folder_name}`; the rows are in `assets/studies/{folder_name}/forecast.json`.")
 
 
 def show_repetition(analysis: dict | None):

@@ -12,7 +12,7 @@ from core.analysis import generation as G
 from core.features.activations import model_held_out
 from core.features.sae import MAX_D_SAE
 from core.features.sites import site_words
-from core.features.steering import FeatureScales, feature_hooks, feature_scales
+from core.features.steering import DEFAULT_ALPHA, FeatureScales, default_feature, feature_hooks, feature_scales
 from core.figures import generation_figures as GF
 from core.serve import fmt
 from core.serve.links import Field
@@ -34,19 +34,6 @@ def typical_sizes(entry, model, tok, sae) -> FeatureScales:
         model, tok, training, max_tokens=64 * model.config.n_ctx).windows), 8, resource=True,
         what="each feature's typical size", spinner="Measuring each feature's typical size on held-out text ...")
     return measure(model_key(entry), fingerprint(sae))  # the SAE's weights name it: two of one label stay apart
-
-
-def default_feature(scales: FeatureScales, pieces) -> int:
-    """A feature whose effect shows at a glance: the one whose top activations sit most on one token, a line break
-    first (a "new line starts here" feature: steered with it, a character model writes the capitals of a speaker's
-    name, as after every blank line of a play), then a letter or digit, then the one that fires most often."""
-    def score(i: int):
-        top = scales.top_tokens(i, 1)
-        if not top:
-            return (0, False, False, int(scales.fired[i]))
-        piece = pieces[top[0][0]]
-        return (top[0][1], piece == "\n", piece.strip().isalnum(), int(scales.fired[i]))
-    return max(range(len(scales.fired)), key=score)
 
 
 def direction_digest(direction) -> str:
@@ -82,18 +69,21 @@ def _pickers(choices, scales_of, pieces):
         if asked is not None:
             st.info(f"Feature {asked} is not one of this autoencoder's 0 to {d_sae - 1}: showing the default one.")
         st.session_state["gen_steer_feature"] = default_feature(scales, pieces)
-    st.session_state.setdefault("gen_steer_alpha", 1.0)
+    st.session_state.setdefault("gen_steer_alpha", DEFAULT_ALPHA)
     feature = int(b.number_input("Feature", 0, d_sae - 1, key="gen_steer_feature",
                                  help=f"One of the {d_sae} latents, numbered from 0 as the Features page numbers them."))
-    alpha = float(c.slider("α, in units of the feature's typical size", -ALPHA_MAX, ALPHA_MAX, step=0.5,
-                           key="gen_steer_alpha", help="0: the plain text. 1: the feature added once more at its "
-                                                       "typical size. Negative: taken away."))
+    alpha = float(c.slider("α, in units of the feature's typical size", -ALPHA_MAX, ALPHA_MAX, step=0.1,
+                           key="gen_steer_alpha", help=f"0: the plain text. 1: the feature added once more at its "
+                                                       f"typical size. Negative: taken away. It starts at "
+                                                       f"{DEFAULT_ALPHA:g}: see the note below the formula."))
     return choice, scales, feature, alpha
 
 
-def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: tuple, start_text: str, plain: list):
+def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: tuple, start_text: str,
+            plain: list) -> str:
     """The whole section, under the page's text: ``draw_key`` and ``plain`` are that text's key and steps, ``decoding``
-    (temperature, top_k, top_p, seed) its settings."""
+    (temperature, top_k, top_p, seed) its settings. Returns the text it showed beyond the plain one (the steered
+    text, the feature's tokens), for the page's note on pieces of characters."""
     st.header("Steer with a feature")
     st.markdown(
         "An SAE feature is a direction **d**ᵢ in one activation of the model (a row of the decoder, of length 1), and "
@@ -101,20 +91,28 @@ def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: t
         "the prompt and every new token, the activation gets α times the feature's typical size added, and the model "
         "reads on from there. A feature early in the model often stands for the token just read (a line break after a "
         "blank line, say): steering it makes every position look as if that token had just been read, so the text "
-        "fills with what usually follows it (capitals of a speaker's name), not with the token itself. A large α pushes the stream where training never took it, "
-        "and the text falls apart.")
+        "fills with what usually follows it (capitals of a speaker's name), not with the token itself.")
     st.latex(r"\mathbf{x}_t \;\leftarrow\; \mathbf{x}_t + \alpha\, s_i\, \mathbf{d}_i \qquad \text{at every position } t")
     st.caption("sᵢ is the feature's typical size: its mean activation over the held-out vectors where it fires. "
                "So α = 1 adds as much as the feature itself adds when it is on; α = 0 adds nothing, and the text is "
                "exactly the plain one.")
+    st.markdown(
+        "**α trades effect against sense.** Added at every position, even a fraction of a feature's typical size is "
+        "a lot: each step the model reads a stream it has seldom seen, and the text drifts further from anything it "
+        "was trained on. A small α leaves the text as readable as the plain one, with the feature's mark on it; a "
+        "larger one makes the mark plain but the words break up, and α = 1 can leave no words at all. The slider "
+        "starts at the largest α at which, on the shipped model and its default feature, a typical steered text's "
+        "runs of three characters are still found in the training text as often as those of nearly every plain "
+        "text, while the feature's mark shows (measured over many seeds by bench/steering.py).")
     choices, refused = available_saes(entry, model)
     for line in refused:
         st.warning(f"Not usable: {fmt.md_escape(line)}", icon="⚠️")
     if not choices:
-        return _no_sae(refused)
+        _no_sae(refused)
+        return ""
     choice, scales, feature, alpha = _pickers(choices, lambda sae: typical_sizes(entry, model, tok, sae), tok.pieces)
     s_i = scales.scale(feature)
-    _describe(tok, choice, scales, feature, s_i)
+    described = _describe(tok, choice, scales, feature, s_i)
     hooks = feature_hooks(choice.sae, feature, alpha, s_i)
     added = choice.sae.W_dec[feature].detach() * (alpha * s_i)  # (d_in,): what the hooks add, for the text's key
     key = draw_key + ("steer", choice.site, direction_digest(added)) if hooks else draw_key  # alpha = 0: the plain text
@@ -137,6 +135,7 @@ def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: t
     st.caption(f"Same prompt, seed and decoding on both sides; the last {GF.CONTEXT_CHARS} characters of the prompt "
                "in grey. " + ("The two texts are identical." if same is None else
                               f"They part at new {tok.unit} {same + 1}.") + f" Steered text: {elapsed * 1000:.0f} ms.")
+    return described + "".join(s["ch"] for s in steered)
 
 
 def _wrapped(body: str) -> str:
@@ -144,7 +143,7 @@ def _wrapped(body: str) -> str:
     return f'<div style="word-break: break-all; overflow-wrap: anywhere;">{body}</div>'
 
 
-def _describe(tok, choice, scales, feature: int, s_i: float):
+def _describe(tok, choice, scales, feature: int, s_i: float) -> str:
     top = scales.top_tokens(feature)
     where = ", ".join(f"{n} sit on '{fmt.md_escape(tok.visible_tokens([t])[0])}'" for t, n in top)
     fired = int(scales.fired[feature])
@@ -157,3 +156,4 @@ def _describe(tok, choice, scales, feature: int, s_i: float):
         text += (f": it never fired there, so α counts in the median typical size of the features that did, "
                  f"{s_i:.3g}.")
     st.markdown(text)
+    return text

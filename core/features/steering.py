@@ -17,6 +17,12 @@ from core.features.sae import SAE
 
 SCALE_WINDOWS = 32  # held-out windows the typical sizes are measured on (4,096 vectors at n_ctx = 128)
 TOP = 20            # top activations per feature whose tokens are kept
+# The Generation page's alpha at first: the largest on its slider's grid (0.1) at which the shipped character model,
+# steered with its default feature, still writes text whose character 3-grams are found in Tiny Shakespeare as often
+# as the plain texts' are (the median steered text against all but the least sensible tenth of the plain ones, over
+# 32 seeds), while the feature's mark shows (more capitals: speakers' names). Measured by bench/steering.py
+# (bench/results/steering.md); alpha = 1 there wrote "THOMASONBLARWLHTYW..."
+DEFAULT_ALPHA = 0.3
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,19 @@ def feature_scales(model, sae: SAE, windows: torch.Tensor, max_windows: int = SC
     tokens = windows.reshape(-1)[: len(f)][top.indices]      # (W, n_ctx) -> (N,), the token of each row: (TOP, d_sae)
     top_ids = torch.where(top.values > 0, tokens, -1).t()    # (d_sae, TOP), -1 where it did not fire
     return FeatureScales(mean_active, fired, len(acts), top_ids)
+
+
+def default_feature(scales: FeatureScales, pieces) -> int:
+    """A feature whose effect shows at a glance: the one whose top activations sit most on one token, a line break
+    first (a "new line starts here" feature: steered with it, a character model writes the capitals of a speaker's
+    name, as after every blank line of a play), then a letter or digit, then the one that fires most often."""
+    def score(i: int):
+        top = scales.top_tokens(i, 1)
+        if not top:
+            return (0, False, False, int(scales.fired[i]))
+        piece = pieces[top[0][0]]
+        return (top[0][1], piece == "\n", piece.strip().isalnum(), int(scales.fired[i]))
+    return max(range(len(scales.fired)), key=score)
 
 
 def check_feature(sae: SAE, feature) -> int:

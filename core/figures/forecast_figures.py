@@ -14,7 +14,8 @@ from core.analysis.scaling_inference import data_for_loss, lifetime_flops, small
 from core.analysis.scaling_repeat import epoch_worth, epochs_curve, repeated_optima
 from core.figures.scaling_figures import HALO, LAYOUT
 from core.figures.study_figures import OURS, _palette
-from core.serve.fmt import human
+from core.figures.ticks import log_axes
+from core.serve.fmt import human, pretty_sci
 
 LAW_C = "#1c7ed6"     # the law's prediction and its intervals
 YOURS_C = "#7048e8"   # the learner's
@@ -22,6 +23,7 @@ RUN_C = "#e8590c"     # a run trained for a forecast
 GREY = "#868e96"
 HIT_C, MISS_C = "#2f9e44", "#e03131"  # a run inside its interval, outside it
 PASS_TICKS = [0.3, 0.6, 1, 2, 3, 6, 12, 24, 50, 100]  # passes over the corpus, as the studies' budgets give them
+MAX_PASSES = 64.0  # where the chart of loss against passes over a stock ends (core.views.scaling_use says so past it)
 
 
 def _pass_axis(lo: float, hi: float, **kw) -> dict:
@@ -83,14 +85,15 @@ def forecast_figure(rows: list[dict], joined: list[dict], law: ScalingLaw, fc, y
                                  hovertemplate="the run's loss %{y:.4f}<extra></extra>"))
     pad = 0.15 * (max(ys) - min(ys)) + 1e-3
     cats = ["the law", "you", "the run"]
-    return go.Figure(traces, dict(
+    fig = go.Figure(traces, dict(
         **{**LAYOUT, "height": 500},
-        title=f"The study's next run: N = {human(fc.N)}, D = {human(fc.D)}, C = {fc.compute:.3g} FLOPs",
+        title=f"The study's next run: N = {human(fc.N)}, D = {human(fc.D)}, C = {pretty_sci(fc.compute)} FLOPs",
         xaxis=dict(type="log", title="training compute C = 6ND (FLOPs)", domain=[0, 0.6]),
         yaxis=dict(title="validation loss (nats per character)"),
         xaxis2=dict(domain=[0.7, 1], type="category", categoryorder="array", categoryarray=cats, range=[-0.5, 2.5],
                     title="zoomed on the forecast"),
         yaxis2=dict(anchor="x2", range=[min(ys) - pad, max(ys) + pad], tickformat=".3f")))
+    return log_axes(fig, xaxis=pretty_sci)
 
 
 def _run_label(r: dict) -> str:
@@ -179,7 +182,7 @@ def epochs_figure(rows: list[dict]) -> go.Figure:
                                   yaxis=dict(title="loss (nats per character)")))
 
 
-def unique_data_figure(law: ScalingLaw, N: float, unique: float, max_epochs: float = 64.0) -> go.Figure:
+def unique_data_figure(law: ScalingLaw, N: float, unique: float, max_epochs: float = MAX_PASSES) -> go.Figure:
     """Left: loss against passes over a fixed stock, fresh text against the stock repeated. Right: what a token of
     each pass is worth against a fresh one."""
     ep = np.geomspace(1.0, max_epochs, 120)
@@ -198,12 +201,13 @@ def unique_data_figure(law: ScalingLaw, N: float, unique: float, max_epochs: flo
     notes = [dict(x=math.log10(e), y=float(epoch_worth(e)), xref="x2", yref="y2",
                   text=f"pass {e}: {float(epoch_worth(e)):.2f}", showarrow=True, arrowhead=0, ax=30, ay=-25,
                   font=dict(size=11, shadow=HALO)) for e in (4, 16) if e <= max_epochs]
-    return go.Figure(traces, dict(
+    fig = go.Figure(traces, dict(
         **{**LAYOUT, "height": 460}, annotations=notes,
         title=f"N = {human(N)} parameters on a stock of {human(unique)} unique tokens",
         xaxis=dict(type="log", title="passes over the stock", domain=[0, 0.55]),
         xaxis2=dict(type="log", title="pass", domain=[0.68, 1], range=[0, math.log10(max_epochs)]),
         yaxis=dict(title="loss"), yaxis2=dict(anchor="x2", title="worth of a token", range=[0, 1.05])))
+    return log_axes(fig)
 
 
 def constrained_split_figure(law: ScalingLaw, unique: float, C_range=(1e20, 1e26)) -> go.Figure:
@@ -221,12 +225,13 @@ def constrained_split_figure(law: ScalingLaw, unique: float, C_range=(1e20, 1e26
               go.Scatter(x=Cs, y=held[:, 1] / unique, mode="lines", name="passes over the stock", xaxis="x2",
                          yaxis="y2", line=dict(color=LAW_C, width=3),
                          hovertemplate="C = %{x:.2g}: %{y:.1f} passes<extra></extra>")]
-    return go.Figure(traces, dict(
+    fig = go.Figure(traces, dict(
         **{**LAYOUT, "height": 460}, title="Where the budget goes when the text is limited",
         xaxis=dict(type="log", title="compute C (FLOPs)", domain=[0, 0.45]),
         xaxis2=dict(type="log", title="compute C (FLOPs)", domain=[0.55, 1]),
         yaxis=dict(type="log", title="optimal parameters N"),
         yaxis2=dict(type="log", anchor="x2", title="passes over the unique text")))
+    return log_axes(fig, xaxis=pretty_sci, xaxis2=pretty_sci)
 
 
 def stock_figure(stocks: dict[str, float], models=FAMOUS_MODELS) -> go.Figure:
@@ -240,9 +245,10 @@ def stock_figure(stocks: dict[str, float], models=FAMOUS_MODELS) -> go.Figure:
         shapes.append(dict(type="line", x0=0, x1=1, xref="paper", y0=v, y1=v, line=dict(color=OURS, dash=dash)))
         notes.append(dict(x=0.01, xref="paper", y=math.log10(v), text=f"{label}: {human(v)} tokens", showarrow=False,
                           xanchor="left", yanchor="bottom", font=dict(size=11, color=OURS, shadow=HALO)))
-    return go.Figure(traces, dict(**{**LAYOUT, "height": 440}, shapes=shapes, annotations=notes,
-                                  title="Famous models' tokens against the unique text there was",
-                                  yaxis=dict(type="log", title="tokens"), xaxis=dict(tickangle=-30)))
+    fig = go.Figure(traces, dict(**{**LAYOUT, "height": 440}, shapes=shapes, annotations=notes,
+                                 title="Famous models' tokens against the unique text there was",
+                                 yaxis=dict(type="log", title="tokens"), xaxis=dict(tickangle=-30)))
+    return log_axes(fig)
 
 
 def inference_figure(law: ScalingLaw, target: float, inference_tokens: float, best: dict, chin: dict) -> go.Figure:
@@ -268,8 +274,9 @@ def inference_figure(law: ScalingLaw, target: float, inference_tokens: float, be
                          hovertemplate="inference-aware: N = %{x:.3s}, lifetime %{y:.3g} FLOPs<extra></extra>")]
     # the y range from the least cost to eight times it: near the smallest model the cost runs off to infinity
     least = float(min(train.min(), total.min()))
-    return go.Figure(traces, dict(**{**LAYOUT, "height": 460},
-                                  title=f"Every model that reaches a loss of {target:.3f}",
-                                  xaxis=dict(type="log", title="parameters N"),
-                                  yaxis=dict(type="log", title="FLOPs",
-                                             range=[math.log10(least / 1.3), math.log10(least * 8)])))
+    fig = go.Figure(traces, dict(**{**LAYOUT, "height": 460},
+                                 title=f"Every model that reaches a loss of {target:.3f}",
+                                 xaxis=dict(type="log", title="parameters N"),
+                                 yaxis=dict(type="log", title="FLOPs",
+                                            range=[math.log10(least / 1.3), math.log10(least * 8)])))
+    return log_axes(fig, yaxis=pretty_sci)

@@ -7,6 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from core.figures.ticks import log_axes
 from core.serve.fmt import human, sci
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.analysis.scaling import ScalingLaw, famous_table
@@ -70,9 +71,10 @@ def _family(law, fixed, rng, var, other, xtitle, plateau, plateau_name):
                       yanchor="top", font=dict(size=LABEL_PX)))
     # built in one go: adding traces and annotations one at a time costs ~20x more, and this runs on every slider move
     layout = {**LAYOUT, "margin": {**LAYOUT["margin"], "r": PLATEAU_MARGIN_R}}
-    return go.Figure(traces, dict(**layout, title=f"Loss against {var} at fixed {other}", annotations=notes,
-                                  xaxis=dict(type="log", title=xtitle),
-                                  yaxis=dict(title="loss L (nats per token)", range=[law.E - 0.05 * (top - law.E), top])))
+    fig = go.Figure(traces, dict(**layout, title=f"Loss against {var} at fixed {other}", annotations=notes,
+                                 xaxis=dict(type="log", title=xtitle),
+                                 yaxis=dict(title="loss L (nats per token)", range=[law.E - 0.05 * (top - law.E), top])))
+    return log_axes(fig)
 
 
 def _log_ticks(lo, hi):
@@ -169,10 +171,11 @@ def isoflop_curves(law: ScalingLaw, budgets=(1e19, 1e21, 1e23, 1e25), span: floa
                                  name="closed-form optimum", legendgroup="closed",
                                  marker=dict(color="black", size=7, symbol="x"),
                                  hovertemplate="closed form: N_opt = %{x:.3s}<br>L = %{y:.4f}<extra></extra>"))
-    return go.Figure(traces, dict(**LAYOUT, title="Iso-FLOP curves: each budget spent on every split of N and D",
-                                  xaxis=dict(type="log", title=f"parameters N (with D = C / {FLOPS_PER_PARAM_TOKEN}N)"),
-                                  yaxis=dict(title="loss L (nats per token)",
-                                             range=[min(valleys) - 0.1, max(valleys) + 0.6])))
+    fig = go.Figure(traces, dict(**LAYOUT, title="Iso-FLOP curves: each budget spent on every split of N and D",
+                                 xaxis=dict(type="log", title=f"parameters N (with D = C / {FLOPS_PER_PARAM_TOKEN}N)"),
+                                 yaxis=dict(title="loss L (nats per token)",
+                                            range=[min(valleys) - 0.1, max(valleys) + 0.6])))
+    return log_axes(fig)
 
 
 def fit_figure(law: ScalingLaw, N, D, loss) -> go.Figure:
@@ -193,7 +196,8 @@ def fit_figure(law: ScalingLaw, N, D, loss) -> go.Figure:
     titles = [dict(x=x, y=1.0, xref="paper", yref="paper", xanchor="center", yanchor="bottom", showarrow=False,
                    text=t, font=dict(size=14)) for x, t in ((0.225, "capacity: L − B/D^β against N"),
                                                              (0.775, "data: L − A/N^α against D"))]
-    return go.Figure(traces, dict(**LAYOUT, annotations=titles,
-                                  xaxis=dict(type="log", title="parameters N", domain=[0, 0.45]),
-                                  xaxis2=dict(type="log", title="training tokens D", domain=[0.55, 1]),
-                                  yaxis=dict(title="loss (nats per token)"), yaxis2=dict(anchor="x2")))
+    fig = go.Figure(traces, dict(**LAYOUT, annotations=titles,
+                                 xaxis=dict(type="log", title="parameters N", domain=[0, 0.45]),
+                                 xaxis2=dict(type="log", title="training tokens D", domain=[0.55, 1]),
+                                 yaxis=dict(title="loss (nats per token)"), yaxis2=dict(anchor="x2")))
+    return log_axes(fig)

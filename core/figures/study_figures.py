@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
+from core.figures.ticks import log_axes
 from core.serve.fmt import human
 from core.analysis.scaling import ScalingLaw
 from core.figures.scaling_figures import HALO, LAYOUT, _log_grid
@@ -77,12 +78,13 @@ def study_figure(rows: list[dict], law: ScalingLaw | None = None, title: str = "
               _panel_title(0.775, "loss against D: one colour per model size N")]
     # without a law the title says why not (too few runs so far, or a grid too small ever to fit)
     sub = "the runs (points) and the fitted law L(N, D) (lines)" if law is not None else unfitted
-    return go.Figure(traces, dict(
+    fig = go.Figure(traces, dict(
         **{**LAYOUT, "height": 500, "margin": dict(l=60, r=20, t=80, b=60)}, annotations=notes,
         title=dict(text=f"{title}: {sub}", y=0.98),
         xaxis=dict(type="log", title="parameters N (non-embedding)", domain=[0, 0.45], range=ranges[0]),
         xaxis2=dict(type="log", title="training tokens D (characters)", domain=[0.55, 1], range=ranges[1]),
         yaxis=dict(title="validation loss (nats per character)"), yaxis2=dict(anchor="x2", matches="y")))
+    return log_axes(fig)
 
 
 def residual_figure(rows: list[dict], law: ScalingLaw) -> go.Figure:
@@ -99,10 +101,11 @@ def residual_figure(rows: list[dict], law: ScalingLaw) -> go.Figure:
     lim = max(1.0, 1.15 * 100 * float(np.abs(r).max()))
     traces.append(go.Scatter(x=[N.min() / 1.3, N.max() * 1.3], y=[0, 0], mode="lines", name="the fit",
                              showlegend=False, line=dict(color="black", width=1), hoverinfo="skip"))
-    return go.Figure(traces, dict(
+    fig = go.Figure(traces, dict(
         **{**LAYOUT, "height": 400}, title="Residuals: how far each run lies from the fit",
         xaxis=dict(type="log", title="parameters N (non-embedding)"),
         yaxis=dict(title="log L − log L_fit (× 100 ≈ % of the loss)", range=[-lim, lim], zeroline=False)))
+    return log_axes(fig)
 
 
 def frontier_figure(law: ScalingLaw, rows: list[dict], published: dict[str, ScalingLaw]) -> go.Figure:

@@ -1,10 +1,11 @@
 """Tick labels for a token axis: which tokens get a label, in what font and turned how, so that none overlaps
-its neighbour (the attention panels, the trace, generation and the lesson's charts all label tokens this way)."""
+its neighbour (the attention panels, the trace, generation and the lesson's charts all label tokens this way); and
+for a log axis, whole numbers written by core.serve.fmt (``log_ticks``, ``log_axes``: the scaling pages' figures)."""
 from __future__ import annotations
 
 import math
 
-from core.serve.fmt import shown_pos
+from core.serve.fmt import human, shown_pos
 
 MAX_TICKS = 48
 # Token axes are labelled for a chart this wide: what a stretched chart gets on a 1,366-px laptop screen with the
@@ -67,3 +68,49 @@ def fitted_ticks(tokens: list[str], cell_px: float, across: bool, offset: int = 
         ticks["tickangle"] = 0 if upright else -90
         reach = line if upright else reach
     return ticks, reach
+
+
+def log_ticks(lo: float, hi: float, label=None, most: int = 10) -> dict:
+    """Ticks of a log axis from ``lo`` to ``hi`` (values, not logs): 1, 2, 3 and 5 of each decade within about one
+    decade, 1, 2 and 5 within two, else whole powers of ten (every k-th, at most ``most``), each labelled whole by
+    ``label`` (default core.serve.fmt.human: 20, 500k, 3.25 × 10¹⁷). Plotly's own labels between decades are single
+    digits ("9 10 2 3" for 9, 10, 20, 30), which read as the wrong numbers."""
+    label = label or human
+    a, b = math.floor(math.log10(lo) + 1e-9), math.ceil(math.log10(hi) - 1e-9)
+    steps = (1, 2, 3, 5) if b - a <= 1 else (1, 2, 5) if b - a <= 2 else (1,)
+    every = max(1, math.ceil((b - a + 1) / most))
+    vals = [m * 10.0 ** e for e in range(a, b + 1) if (e - a) % every == 0 for m in steps]
+    vals = [v for v in vals if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9)] or [lo, hi]
+    return dict(tickvals=vals, ticktext=[label(v) for v in vals])
+
+
+def _axis_data(fig, name: str) -> list[float]:
+    """The positive finite values the traces on layout axis ``name`` ('xaxis', 'yaxis2', ...) put on it."""
+    letter, ref = name[0], name[0] + name[5:]  # 'yaxis2' -> 'y', 'y2'
+    out = []
+    for t in fig.data:
+        if (getattr(t, f"{letter}axis", None) or letter) != ref:
+            continue
+        for v in getattr(t, letter, None) if getattr(t, letter, None) is not None else ():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+                out.append(float(v))
+    return out
+
+
+def log_axes(fig, **labels):
+    """Every log axis of ``fig`` that has no ticks of its own gets ``log_ticks`` over its range (its own, else its
+    traces' data); ``labels``: a label function for some axes by name (xaxis=pretty_sci for FLOPs). Returns fig."""
+    for name in [k for k in fig.layout.to_plotly_json() if k.startswith(("xaxis", "yaxis"))]:
+        axis = fig.layout[name]
+        if axis.type != "log" or axis.tickvals is not None:
+            continue
+        if axis.range is not None:
+            lo, hi = (10.0 ** r for r in axis.range)
+        else:
+            data = _axis_data(fig, name)
+            if not data:
+                continue
+            lo, hi = min(data), max(data)
+        if hi > lo:
+            axis.update(log_ticks(lo, hi, labels.get(name)))
+    return fig

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from core.serve.fmt import percent, pretty_sci
+
 AMBIGUOUS_SHARE = 0.05   # two options within 5% of each other: too close to call
 NOISE_SE = 2.0           # a loss change within this many standard errors of 0 is noise
 MIN_NOISE = 0.01         # nats: and never below this
@@ -26,21 +28,23 @@ def close_call(values: dict, share: float = AMBIGUOUS_SHARE) -> bool:
     return len(top) > 1 and abs(top[0] - top[1]) <= share * abs(top[0])
 
 
-def grade_choice(values: dict, guess, label=str, unit: str = "", share: float = AMBIGUOUS_SHARE) -> Grade:
+def grade_choice(values: dict, guess, label=str, unit: str = "", share: float = AMBIGUOUS_SHARE, say=None) -> Grade:
     """The option with the largest value is the answer; a close call (``close_call``) is not graded. A NaN value is
-    no option's answer (left out); when every value is NaN, nothing is graded."""
+    no option's answer (left out); when every value is NaN, nothing is graded. ``say(value)`` writes a value in the
+    reason (default: core.serve.fmt.pretty_sci and ``unit``)."""
     if not values:
         raise ValueError("no options to choose from")
     finite = {k: v for k, v in values.items() if math.isfinite(v)}
     if not finite:
         return Grade(None, None, "the model gave no number for any option", call="no answer")
+    say = say or (lambda v: pretty_sci(v) + unit)
     ranked = sorted(finite, key=finite.get, reverse=True)
     best, second = ranked[0], ranked[1] if len(ranked) > 1 else None
-    why = f"{label(best)}: {finite[best]:.3g}{unit}"
+    why = f"{label(best)}: {say(finite[best])}"
     if second is not None:
-        why += f"; next, {label(second)}: {finite[second]:.3g}{unit}"
+        why += f"; next, {label(second)}: {say(finite[second])}"
     if close_call(finite, share):
-        return Grade(None, best, why + f" (within {share:.0%} of each other: too close to call)")
+        return Grade(None, best, why + f" (within {percent(share)} of each other: too close to call)")
     return Grade(guess == best, best, why)
 
 
@@ -56,13 +60,15 @@ def grade_direction(change: float, noise: float, guess: str) -> Grade:
     return Grade(guess == answer, answer, why)
 
 
-def grade_number(guess: float, truth: float, rel_tol: float) -> Grade:
-    """Right within ``rel_tol`` of the true value."""
+def grade_number(guess: float, truth: float, rel_tol: float, say=pretty_sci) -> Grade:
+    """Right within ``rel_tol`` of the true value. The reason names the value and the answers that count, written
+    by ``say`` in the question's own unit (a share asked in percent: core.serve.fmt.percent)."""
     ok = math.isfinite(guess) and abs(guess - truth) <= rel_tol * abs(truth)
-    return Grade(ok, truth, f"{truth:,.6g} (answers within {rel_tol:.0%} count)")
+    lo, hi = sorted((truth * (1 - rel_tol), truth * (1 + rel_tol)))
+    return Grade(ok, truth, f"{say(truth)}; answers from {say(lo)} to {say(hi)} count")
 
 
 def grade_yes_no(measured: float, threshold: float, guess: bool) -> Grade:
     """Yes when ``measured`` exceeds ``threshold`` (a change that is not rounding)."""
     answer = measured > threshold
-    return Grade(guess == answer, answer, f"largest change {measured:.2e}")
+    return Grade(guess == answer, answer, f"largest change {pretty_sci(measured)}")

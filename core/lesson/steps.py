@@ -18,7 +18,7 @@ from core.lesson.grading import (AMBIGUOUS_SHARE, MASK_CHANGE, Grade, grade_choi
 from core.lesson.records import Question, Reveal, Step
 from core.nn.checkpoint import CheckpointError
 from core.nn.params import per_block_latex, share_latex
-from core.serve.fmt import head_label
+from core.serve.fmt import change, head_label, number_word, percent, pretty_sci
 
 COST_TOKENS = 10_000_000     # the D of the cost question
 MIN_GAP = 0.5                # step 11: the clean run must beat the corrupted one by this much (logit difference)
@@ -81,8 +81,8 @@ def _mask_reveal(q, m, grade, guess=None):
     return Reveal(
         "Yes: the earlier rows move, because the softmax's denominator still holds the future score." if grade.answer
         else "No: nothing moves.",
-        metrics=(("largest change, mask on the scores", f"{m['mask_on_scores']:.2e}"),
-                 ("largest change, mask after the softmax", f"{m['mask_after_softmax']:.2e}")),
+        metrics=(("largest change, mask on the scores", pretty_sci(m['mask_on_scores'])),
+                 ("largest change, mask after the softmax", pretty_sci(m['mask_after_softmax']))),
         caption=f"The last {q.data['unit']} was replaced by the next id of the vocabulary; the numbers are the largest "
                 "change of any weight in the rows before it. On the scores, the future never enters a row: 0.")
 
@@ -142,7 +142,7 @@ def _share_ask(ctx):
 
 def _share_reveal(q, m, grade, guess=None):
     c = q.data["config"]
-    return Reveal(f"The MLP holds {m['mlp_share']:.1%} of the block.",
+    return Reveal(f"The MLP holds {percent(m['mlp_share'])} of the block.",
                   latex=rf"\frac{{\text{{MLP}}}}{{\text{{block}}}} = {share_latex(c)[1]} = {m['mlp_share']:.3f}"
                   if c.lecture_block else None,
                   figure=("bars", dict(labels=["attention", "MLP", "LayerNorms"], values=[m["attention"], m["mlp"],
@@ -172,7 +172,7 @@ def _temp_ask(ctx):
         "(T > 1). Below, two continuations of your prompt: one drawn at T = 0.2, one at T = 2, in an order you do "
         "not know." + cut,
         latex=r"p_i = \frac{e^{z_i / T}}{\sum_j e^{z_j / T}}",
-        shows=tuple((name, tok.decode(list(t)) or "(nothing)") for name, t in zip("AB", pair["texts_ids"])),
+        shows=tuple((name, tok.shown_text(list(t)) or "(nothing)") for name, t in zip("AB", pair["texts_ids"])),
         **_radio("Which one was drawn at T = 0.2?", {0: "A", 1: "B"}), redraw=True, link={"T": 0.2},
         data={"pair": pair})
 
@@ -185,8 +185,8 @@ def _temp_reveal(q, m, grade, guess=None):
 def _scaling_ask(ctx):
     N0, D0 = CHINCHILLA_AT
     return Question(
-        f"The Chinchilla law predicts the loss of a model of N parameters trained on D tokens. Take N = {N0:.0e} and "
-        f"D = {D0:.0e} ({D0 / N0:.0f} tokens per parameter).",
+        "The Chinchilla law predicts the loss of a model of N parameters trained on D tokens. Take "
+        f"N = {pretty_sci(N0)} and D = {pretty_sci(D0)} ({pretty_sci(D0 / N0)} tokens per parameter).",
         latex=r"L(N, D) = E + \frac{A}{N^{\alpha}} + \frac{B}{D^{\beta}}",
         **_radio("Which lowers the predicted loss more?", {"N": "doubling the parameters", "D": "doubling the data"}))
 
@@ -229,9 +229,9 @@ def _forming_grade(q, m, guess):
     (e1, e2), (f1, f2) = m["early"], m["end"]
     drops = {"first": e1 - f1, "second": e2 - f2}
     if not max(drops.values()) > 0:  # both rose (or stayed): "which fell more" has no answer
-        return Grade(None, None, f"the first copy's loss changed by {-drops['first']:+.2f} nats and the second's by "
-                                 f"{-drops['second']:+.2f}", call="neither loss fell")
-    return grade_choice(drops, guess, label=lambda k: f"the {k} copy's loss fell", unit=" nats")
+        return Grade(None, None, f"the first copy's loss {change(drops['first'], ' nats')} and the second's "
+                                 f"{change(drops['second'], ' nats')}", call="neither loss fell")
+    return grade_choice(drops, guess, label=lambda k: f"the {k} copy's loss", say=lambda v: change(v, " nats"))
 
 
 def _forming_reveal(q, m, grade, guess=None):
@@ -242,24 +242,40 @@ def _forming_reveal(q, m, grade, guess=None):
 
 # ---------------------------------------------------------------- 10. taking a piece out
 PIECES = {"no-residual": "the residual connections", "no-mlp": "the MLP"}
+DEEP = ("deep-L6", "deep-L12")  # the study's deeper stacks, each with its twin without residual or LayerNorm ("-bare")
 
 
 def _piece_ask(ctx):
+    blocks = ctx.study().rows["lecture"]["n_layers"]
     return Question(
-        "The shipped variant study trained the lecture's model again with one piece taken out, on the same text with "
-        "the same recipe. The held-out loss says what each piece was worth.",
+        f"The shipped variant study trained the lecture's model ({number_word(blocks)} blocks) again with one piece "
+        "taken out, on the same text with the same recipe. The held-out loss says what each piece was worth.",
         **_radio("Which hurts the held-out loss more when taken out?", PIECES))
 
 
 def _piece_measure(ctx, q):
     study = ctx.study()
     base = study.loss("lecture")
-    return {"base": base, "rises": {v: study.loss(v) - base for v in PIECES}}
+    deep = {v: {"n_layers": study.rows[v]["n_layers"], "d_model": study.rows[v]["d_model"], "with": study.loss(v),
+                "bare": study.loss(v + "-bare")} for v in DEEP if study.has(v, v + "-bare")}
+    return {"base": base, "rises": {v: study.loss(v) - base for v in PIECES},
+            "blocks": study.rows["lecture"]["n_layers"], "deep": deep}
 
 
 def _piece_reveal(q, m, grade, guess=None):
-    return Reveal(f"The full block: {m['base']:.3f} nats per character (the study's character models); without "
-                  f"{PIECES[grade.answer]} the loss rises most.")
+    words = (f"The full block: {m['base']:.3f} nats per character (the study's character models); without "
+             f"{PIECES[grade.answer]} the loss rises most. But this model has only {number_word(m['blocks'])} blocks, "
+             "and the lecture brings in the residual stream for deep stacks: without it every block must pass on "
+             "everything through its own maps, and the gradient fades through many of them.")
+    deep = m.get("deep") or {}
+    if deep:
+        words += (f" The study's deeper stacks (d = {next(iter(deep.values()))['d_model']}, on Why each piece) show "
+                  "it, each trained with and without residual connections and LayerNorm:")
+    metrics = tuple(pair for r in deep.values() for pair in (
+        (f"{r['n_layers']} blocks, with residual and LayerNorm", f"{r['with']:.3f}"),
+        (f"{r['n_layers']} blocks, without either", f"{r['bare']:.3f}")))
+    return Reveal(words, metrics=metrics,
+                  caption="Held-out loss in nats per character, under the causal mask." if deep else None)
 
 
 # ---------------------------------------------------------------- 11, 12. patching, the induction circuit
@@ -361,15 +377,17 @@ STEPS = [
          needs=("induction",)),
     Step("block", "One block, counted", "pages/parameters.py", "The parameters of one block of this model.",
          "never: answers within 2% count", _block_ask, lambda ctx, q: M.block_numbers(ctx.config),
-         lambda q, m, guess: grade_number(float(guess), m["per_block"], 0.02), _block_reveal, on="model"),
+         lambda q, m, guess: grade_number(float(guess), m["per_block"], 0.02, say=lambda v: pretty_sci(round(v))),
+         _block_reveal, on="model"),
     Step("share", "Where a block's parameters sit", "pages/parameters.py", "The MLP's share of one block.",
          "never: answers within 8% of the share count", _share_ask, lambda ctx, q: M.block_numbers(ctx.config),
-         lambda q, m, guess: grade_number(guess / 100, m["mlp_share"], 0.08), _share_reveal, on="model"),
+         lambda q, m, guess: grade_number(guess / 100, m["mlp_share"], 0.08, say=percent), _share_reveal, on="model"),
     Step("cost", "What training costs", "pages/parameters.py", "The FLOPs of training this model, C = 6ND.",
          "never: answers within 10% count", _cost_ask,
          lambda ctx, q: {"N": q.data["N"], "flops": training_flops(q.data["N"], COST_TOKENS)},
          lambda q, m, guess: grade_number(float(guess), m["flops"], 0.10),
-         lambda q, m, grade, guess=None: Reveal(f"C = 6 × {m['N']:,} × {COST_TOKENS:,} = {m['flops']:.3g} FLOPs."), on="model"),
+         lambda q, m, grade, guess=None: Reveal(f"C = 6 × {m['N']:,} × {COST_TOKENS:,} = {pretty_sci(m['flops'])} "
+                                                "FLOPs."), on="model"),
     Step("temp", "Temperature", "pages/generation.py",
          "Two continuations of your prompt, one drawn cold and one hot, and how typical the model finds each.",
          "the two texts alike: the same, or mean log-probabilities within 0.1 nats",

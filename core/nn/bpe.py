@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from core.serve.folder_files import read_text_inside
-from core.nn.tokenizer_base import Tokenizer, check_errors
+from core.nn.tokenizer_base import Tokenizer, byte_fragment, check_errors
 
 TOKENIZER_FILE = "tokenizer.json"  # the Hugging Face format; fixed name, never read from a config
 VOCAB_FILE, MERGES_FILE = "vocab.json", "merges.txt"  # GPT-2's original pair of files
@@ -73,7 +73,7 @@ def _show_bytes(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         # not whole UTF-8: decoding would print '�', which hides which bytes the token holds
-        return "⟨" + " ".join(f"{b:02x}" for b in raw) + "⟩"
+        return byte_fragment(raw)
 
 
 def _has_type(component, kind: str) -> bool:
@@ -233,13 +233,32 @@ class BPETokenizer(Tokenizer):
         check_errors(errors)  # still checked, so that a wrong value fails with either kind of tokenizer
         return list(_rust(self._tok.encode, text).ids)
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def _checked(self, ids: Iterable[int]) -> list[int]:
         ids = [int(i) for i in ids]
         # the library skips an id it does not know without a word; we refuse it, as CharTokenizer does
         for i in ids:
             if not 0 <= i < self._vocab_size:
                 raise ValueError(f"token id {i} is outside the vocabulary of {self._vocab_size}")
-        return _rust(self._tok.decode, ids, skip_special_tokens=False)
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return _rust(self._tok.decode, self._checked(ids), skip_special_tokens=False)
+
+    def shown_text(self, ids: Iterable[int]) -> str:
+        """``decode``, with a character left unfinished written as its bytes (⟨e2 80⟩, as the tokens' labels write
+        them) where the library writes '�'."""
+        if not self.byte_level:
+            return self.decode(ids)  # a tokenizer that is not byte level never splits a character
+        table, raw = _unicode_to_byte(), bytearray()
+        for i in self._checked(ids):  # an id outside the vocabulary is refused, as by decode
+            token = self._special.get(i)
+            if token is not None:
+                raw += token.encode("utf-8")  # '<|endoftext|>' as written
+            elif (token := self._tok.id_to_token(i)) is not None and all(c in table for c in token):
+                raw += bytes(table[c] for c in token)
+            elif token is not None:
+                raw += _rust(self._tok.decode, [i], skip_special_tokens=False).encode("utf-8")
+        return raw.decode("utf-8", "te_fragment")
 
     def unknown_chars(self, text: str) -> list[str]:
         if self.byte_level:

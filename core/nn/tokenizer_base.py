@@ -2,9 +2,36 @@
 front door) and ``core.nn.bpe`` (byte-level BPE) import it, and neither has to import the other to do so."""
 from __future__ import annotations
 
+import codecs
+import re
 from typing import Iterable
 
 from core.serve.fmt import visible
+
+# ⟨e2 80⟩: bytes that are only part of a character, the one way the app writes them (a token's label, a text cut in
+# the middle of a character)
+FRAGMENT = re.compile(r"⟨[0-9a-f]{2}(?: [0-9a-f]{2})*⟩")
+
+
+def byte_fragment(raw: bytes) -> str:
+    """b'\\xe2\\x80' -> '⟨e2 80⟩': part of a character's UTF-8 code, in hexadecimal."""
+    return "⟨" + " ".join(f"{b:02x}" for b in raw) + "⟩"
+
+
+# bytes.decode("utf-8", "te_fragment"): what is not whole UTF-8 is written as byte_fragment, not as '�'
+codecs.register_error("te_fragment", lambda e: (byte_fragment(e.object[e.start:e.end]), e.end))
+
+
+def fragment_note(text: str) -> str | None:
+    """One sentence on the first piece of a character written in ``text`` (``FRAGMENT``); None when there is none.
+    A page shows it where such a piece first appears."""
+    m = FRAGMENT.search(text)
+    if m is None:
+        return None
+    return (f"{m.group()} is part of a character, written as its bytes in hexadecimal: a byte-level tokenizer that has "
+            "no token for a whole character (an emoji, an accented or non-Latin letter) reads the 2 to 4 bytes of its "
+            "UTF-8 code as tokens of their own, and a text that stops inside such a character ends in its bytes, "
+            "written the same way.")
 
 
 class Tokenizer:
@@ -27,6 +54,11 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         raise NotImplementedError
+
+    def shown_text(self, ids: Iterable[int]) -> str:
+        """``decode`` for a reader: a character left unfinished is written as its bytes (``byte_fragment``), as a
+        token's label writes it, never as '�'. The same as ``decode`` for whole characters."""
+        return self.decode(ids)
 
     def unknown_chars(self, text: str) -> list[str]:
         """Distinct characters of ``text`` that ``encode`` cannot represent, in order of first appearance."""
@@ -52,7 +84,8 @@ class Tokenizer:
         raise NotImplementedError
 
     def partial_ids(self) -> frozenset[int]:
-        """Ids whose token is only part of a character (some of its UTF-8 bytes), shown as ⟨e2 80⟩; none for characters."""
+        """Ids whose token is only part of a character (some of its UTF-8 bytes), shown as ``byte_fragment`` writes
+        them (⟨e2 80⟩); none for characters."""
         return frozenset()
 
     def readable_ids(self) -> list[int] | None:

@@ -50,19 +50,49 @@ _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def pretty_sci(x: float, digits: int = 3) -> str:
-    """3.4e13 -> '3.4 × 10¹³' for plain text (metrics, captions); whole numbers below a million stay digits."""
-    if abs(x) < 1e6:
-        return f"{x:,.0f}" if float(x).is_integer() else f"{x:.{digits}g}"
+    """The one way a number is written for a reader (prose, grades, metrics, tick labels): whole numbers below a
+    million in digits with thousands commas (230,912); other numbers from 0.001 to a million to ``digits``
+    significant digits, without an exponent (0.663, 20,200); the rest as 3.4 × 10¹³ (10⁹ for a mantissa of 1);
+    '–' for a NaN or an infinity."""
+    if not math.isfinite(x):
+        return "–"
+    if x == 0:
+        return "0"
+    if 1e-3 <= abs(x) < 1e6:
+        if float(x).is_integer():
+            return f"{x:,.0f}"
+        places = digits - 1 - math.floor(math.log10(abs(x)))  # decimals that keep ``digits`` significant
+        r = round(x, places)
+        if 1e-3 <= abs(r) < 1e6:  # 999,999.7 rounds to a million: written as one below
+            text = f"{r:,.{max(places, 0)}f}"
+            return text.rstrip("0").rstrip(".") if "." in text else text
     mant, exp = sci_parts(x, digits)
-    return f"{mant} × 10{str(exp).translate(_SUPERSCRIPT)}"
+    return f"10{str(exp).translate(_SUPERSCRIPT)}" if mant == "1" else f"{mant} × 10{str(exp).translate(_SUPERSCRIPT)}"
+
+
+def percent(share: float, digits: int = 3) -> str:
+    """0.663212 -> '66.3%', 0.08 -> '8%': a share written as a percentage (``pretty_sci``'s digits)."""
+    return f"{pretty_sci(100 * share, digits)}%"
+
+
+def change(x: float, unit: str = "", up: str = "rose", down: str = "fell") -> str:
+    """-0.1, ' nats' -> 'rose 0.1 nats' for a loss's fall: the sign said in a word, never as a minus sign after
+    "fell"."""
+    return f"{up if x < 0 else down} {pretty_sci(abs(x))}{unit}"
 
 
 def human(x: float, unit: str = "") -> str:
-    """175e9 -> '175B', 1.4e12 -> '1.4T'; counts of parameters and tokens the way papers write them."""
+    """175e9 -> '175B', 1.4e12 -> '1.4T'; counts of parameters and tokens the way papers write them, to three
+    significant digits; from a thousand trillion on (no letter for it) ``pretty_sci``'s 3.25 × 10¹⁷."""
+    if not math.isfinite(x):
+        return "–"
+    r = float(f"{x:.3g}")  # rounded first, so that 999,950 reads 1M, not 1e+03k
+    if abs(r) >= 1e15 or 0 < abs(r) < 1e-3:
+        return pretty_sci(x) + unit
     for scale, s in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{s}{unit}"
-    return f"{x:.3g}{unit}"
+        if abs(r) >= scale:
+            return f"{r / scale:.3g}{s}{unit}"
+    return f"{r:.3g}{unit}"
 
 
 def sci(x: float) -> str:

@@ -1,7 +1,7 @@
 """Why no induction head forms in the sub-word model: short runs that each change one thing from the shipped BPE
 recipe, and what each does to the circuit and to plain-text loss. ``python -m core.bpe_induction`` runs them.
 
-    python -m core.bpe_induction --steps 3000 --out bench/results/bpe-induction [--only base,h2] [--engine local|ray]
+    python -m core.bpe_induction --steps 3000 --out DIR [--only base,h2] [--engine local|ray] [--overwrite]
 
 Every run has the same budget (steps of batch 32), seed and corpus; it learns its own byte-level BPE from the training
 part. For each it records the best stripe seen on the random-token probe (measured every 100 steps, as the training
@@ -186,63 +186,141 @@ def write_results(out: Path, rows: list[dict]) -> None:
             write_heads_csv(out / "heads" / f"{r['run']}.csv", r["heads"])
 
 
+PROG = "python -m core.bpe_induction"
+MAX_STEPS = 100_000
+MAX_RUNS_CSV_BYTES = 2**20  # the shipped runs.csv is 6 KB
+
+
+def outputs():
+    """What the study writes into --out (core.training.cli_args.Outputs): runs.csv and heads/<run>.csv. A runs.csv
+    is this study's when it has its columns (a scaling study's runs.csv has others)."""
+    from core.training.cli_args import Outputs
+
+    def ours(path: Path) -> bool:
+        try:
+            with path.open(newline="", encoding="utf-8") as fh:
+                return {"run", "factor", "steps"} <= set(next(csv.reader(fh), []))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            return False
+
+    heads = Outputs(PROG, "the study's heads", files=tuple((f"{f.id}.csv", None) for f in RUNS))
+    return Outputs(PROG, "a study of python -m core.bpe_induction", files=(("runs.csv", ours),),
+                   folders=(("heads", heads),), merges=True)
+
+
 def read_rows(out: Path) -> list[dict]:
+    """The rows of ``out``/runs.csv ([] when there is none); ValueError, in words, for a file that is not one."""
     path = out / "runs.csv"
     if not path.is_file():
         return []
-    with path.open(newline="") as fh:
-        return list(csv.DictReader(fh))
+    try:
+        if path.stat().st_size > MAX_RUNS_CSV_BYTES:
+            raise ValueError(f"{path} is larger than {MAX_RUNS_CSV_BYTES // 2**20} MiB")
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"{path} cannot be read ({type(e).__name__})") from None
+    if rows and not {"run", "steps"} <= set(rows[0]):
+        raise ValueError(f"{path} is not this study's runs.csv")
+    return rows
+
+
+def rows_to_keep(out: Path, steps: int, chosen: list[str]) -> list[dict]:
+    """The rows of the study in ``out`` that a session running ``chosen`` keeps (as core.variants merges): every
+    other run. ValueError for a study of runs of another length: one table compares runs trained alike, and
+    dropping its rows silently lost the shipped study (19 runs became 1)."""
+    rows = read_rows(out)
+    other = sorted({str(r.get("steps")) for r in rows} - {str(steps)})
+    if other:
+        raise ValueError(f"--out {out} holds a study of {', '.join(other)} steps a run; --steps {steps} would put runs "
+                         "of different lengths in one table: give its --steps to add or replace runs in it")
+    return [r for r in rows if r["run"] not in chosen]
+
+
+def _refuse(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv=None) -> int:
-    import argparse
-
+    from core.training.cli_args import OneLineParser, out_problem, workers_problem
     from core.training.corpus import read_text_file, shakespeare_path
     from core.training.study_engines import ENGINES, make_engine
     from core.training.study_grid import StudyError
+    from core.training.train_data import min_corpus_chars
 
-    p = argparse.ArgumentParser(prog="python -m core.bpe_induction", description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--out", default="bench/results/bpe-induction")
-    p.add_argument("--only", default="", help="comma-separated run ids (default: all): " + ", ".join(BY_ID))
-    p.add_argument("--engine", choices=ENGINES, default="local")
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=None, help=f"steps of every run, 1 to {MAX_STEPS:,} (default 3000)")
+    p.add_argument("--out", required=True, help="the study's folder (no default: bench/results/bpe-induction is the "
+                   "shipped study). A study there of the same --steps is merged into: the runs named replace their "
+                   "rows, the others stay; one of other steps, or a folder holding other files, is refused unless "
+                   "--overwrite")
+    p.add_argument("--only", default=None, help="comma-separated run ids (default: all): " + ", ".join(BY_ID))
+    p.add_argument("--engine", choices=ENGINES, default=None, help="default local")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--corpus", default=None, help="the text to train on (default: Tiny Shakespeare)")
+    p.add_argument("--overwrite", action="store_true", help="start the study in --out afresh: only the runs made now "
+                   "are in its table (its own files only: every other file there stays as it is)")
     p.add_argument("--table", action="store_true", help="print the markdown table of the study in --out; train nothing")
     args = p.parse_args(argv)
+    out = Path(args.out)
     if args.table:
-        rows = read_rows(Path(args.out))
+        training = [f"--{k}" for k in ("steps", "only", "engine", "workers", "corpus") if getattr(args, k) is not None]
+        if training or args.overwrite:
+            return _refuse(f"--table trains nothing and writes nothing: {(training or ['--overwrite'])[0]} does "
+                           "nothing with it")
+        try:
+            rows = read_rows(out)
+        except ValueError as e:
+            return _refuse(str(e))
         if not rows:
-            print(f"error: no study in {args.out} (runs.csv is missing or empty)", file=sys.stderr)
-            return 2
+            return _refuse(f"no study in {args.out} (runs.csv is missing or empty)")
         print(render(rows, int(rows[0]["steps"])), end="")
         return 0
-    chosen = [s for s in args.only.split(",") if s] or list(BY_ID)
+    steps = 3000 if args.steps is None else args.steps
+    chosen = list(dict.fromkeys(s for s in (args.only or "").split(",") if s))  # a run named twice trains once
     unknown = [s for s in chosen if s not in BY_ID]
-    if unknown or not 1 <= args.steps <= 100_000:
-        print(f"error: unknown run {', '.join(unknown)} (choose from {', '.join(BY_ID)})" if unknown
-              else "error: --steps must be 1 to 100,000", file=sys.stderr)
-        return 2
+    if unknown:
+        return _refuse(f"unknown run {', '.join(unknown)} (choose from {', '.join(BY_ID)})")
+    if args.only and not chosen:  # "--only ," named nothing: not "every run", hours of CPU
+        return _refuse(f"--only names no run; choose from {', '.join(BY_ID)}, or leave it out for all")
+    chosen = chosen or list(BY_ID)
+    if not 1 <= steps <= MAX_STEPS:
+        return _refuse(f"--steps must be 1 to {MAX_STEPS:,} (got {steps:,})")
+    problem = workers_problem(args.workers) or out_problem(out, outputs(), args.overwrite, inputs=[args.corpus])
+    if problem:
+        return _refuse(problem)
+    corpus = args.corpus or shakespeare_path()
+    if corpus is None:
+        return _refuse("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
     try:
-        text = read_text_file(args.corpus or shakespeare_path())
+        text = read_text_file(corpus)
     except (OSError, ValueError) as e:
-        print(f"error: cannot read the corpus: {e}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    kept = [r for r in read_rows(out) if r["run"] not in chosen and str(r.get("steps")) == str(args.steps)]
-    specs = [FactorSpec(run, args.steps, text=text) for run in chosen]
+        return _refuse(f"cannot read the corpus: {e}")
+    need = min_corpus_chars(BASE_SHAPE["n_ctx"])  # a token is a character at least: fewer cannot fill a window
+    if len(text) < need:  # here, not as a traceback from every worker
+        return _refuse(f"--corpus {corpus} is too short: {len(text):,} characters, and a run's {BASE_SHAPE['n_ctx']}-"
+                       f"token window needs at least {need:,} for the training and held-out parts")
+    try:  # before any run: the study there is merged into, or refused, never lost to a run of one factor
+        kept = [] if args.overwrite else rows_to_keep(out, steps, chosen)
+    except ValueError as e:
+        return _refuse(f"{e}; or --overwrite to start the study afresh")
+    specs = [FactorSpec(run, steps, text=text) for run in chosen]
     # in the order asked for: a free worker takes the next (d128 takes about five times a base run)
     rows = list(kept)
     try:
-        engine = make_engine(args.engine, args.workers, task=train_factor)
+        engine = make_engine(args.engine or "local", args.workers, task=train_factor)
         engine.check()
         for row in engine.run(specs, lambda: False):
             rows.append(row)
             write_results(out, rows)  # after every run: a study cut short keeps what finished
+            if args.overwrite:  # the old table is gone now: so are the heads of its runs not made again
+                for f in RUNS:
+                    if f.id not in {r["run"] for r in rows}:
+                        (out / "heads" / f"{f.id}.csv").unlink(missing_ok=True)
             print(json.dumps({k: v for k, v in row.items() if k != "heads"}), flush=True)
-    except StudyError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    except StudyError as e:  # Ray missing or unreachable, a worker killed: in words
+        return _refuse(f"{e} ({len(rows) - len(kept)} runs written to {out})")
     return 0
 
 

@@ -1,5 +1,6 @@
-"""What the shipped studies say about forecasting and about repetition (issue 45), written to the shipped study's
-``forecast.json`` and ``bench/results/scaling-forecast.md`` by ``python -m core.forecast_study``.
+"""What the shipped studies say about forecasting and about repetition (issue 45): ``python -m core.forecast_study``
+prints the report (``bench/results/scaling-forecast.md``) and, with ``--out FOLDER``, writes ``forecast.json`` there
+(the shipped one is ``assets/studies/shakespeare-char/forecast.json``).
 
 - **Calibration.** The law and its bootstrap are fitted on the shipped study's runs of least compute (FIT_SHARE of
   them); every larger run is forecast, and each of the two 80 % intervals (the law's, and the law's with the runs'
@@ -15,9 +16,9 @@ recomputes it from runs.csv.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,7 +33,6 @@ from core.training.study_files import SHIPPED_STUDY, StudyError, _read_json, rea
 
 EPOCHS_STUDY = REPO_ROOT / "assets" / "studies" / "shakespeare-char-epochs"
 FORECAST_JSON = "forecast.json"
-RESULTS = REPO_ROOT / "bench" / "results" / "scaling-forecast.md"
 FIT_SHARE = 0.7  # the smaller 70 % of runs by compute are fitted, the larger 30 % forecast
 NEAR_BEST = 1.05  # R* values whose objective is within 5 % of the least: the ones the runs cannot tell apart
 
@@ -211,17 +211,53 @@ def report(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+PROG = "python -m core.forecast_study"
+MIN_RESAMPLES = 10  # an 80 % interval's tails are a tenth of the resamples each: fewer than 10 leaves one empty
+MAX_RESAMPLES = 2000  # refitted in one batch (core.analysis.forecast.bootstrap_laws): 10 x the default, minutes
+
+
+def outputs():
+    """What this command writes into --out (core.training.cli_args.Outputs): forecast.json, and only one it made
+    (a forecast run's folder holds a grid file of that name)."""
+    from core.training.cli_args import Outputs, json_with
+
+    return Outputs(PROG, "a forecast analysis", files=((FORECAST_JSON, lambda p: json_with(p, "calibration", "forms",
+                                                                                           "r_star")),))
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m core.forecast_study", description=__doc__.split("\n\n")[0])
-    p.add_argument("--resamples", type=int, default=F.RESAMPLES)
-    p.add_argument("--check", action="store_true", help="print the report; write nothing")
+    from core.analysis.scaling import FitError
+    from core.training.cli_args import OneLineParser, out_problem
+
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--resamples", type=int, default=F.RESAMPLES, help=f"bootstrap refits, {MIN_RESAMPLES} to "
+                   f"{MAX_RESAMPLES:,} (default {F.RESAMPLES})")
+    p.add_argument("--out", default=None, help="the folder to write forecast.json in; without it nothing is written "
+                   "(no default: the shipped study's forecast.json is a shipped result; to remake it, "
+                   "--out assets/studies/shakespeare-char --overwrite > bench/results/scaling-forecast.md)")
+    p.add_argument("--overwrite", action="store_true", help="replace the forecast.json in --out, and write in a "
+                   "folder holding other files (a study's: they stay as they are)")
+    p.add_argument("--check", action="store_true", help="print the report; write nothing (as without --out)")
     args = p.parse_args(argv)
-    data = analyse(resamples=args.resamples)
+    if not MIN_RESAMPLES <= args.resamples <= MAX_RESAMPLES:
+        p.error(f"--resamples must be from {MIN_RESAMPLES} to {MAX_RESAMPLES:,} (each tail of an 80 % interval is a "
+                f"tenth of them: fewer leave it empty), got {args.resamples:,}")
+    if args.check and args.out is not None:
+        p.error("--check writes nothing: leave out --out, or --check")
+    if args.overwrite and args.out is None:
+        p.error("--overwrite applies to --out FOLDER")
+    if args.out is not None:
+        problem = out_problem(args.out, outputs(), args.overwrite)  # before the minutes of refits
+        if problem:
+            p.error(problem)
+    try:
+        data = analyse(resamples=args.resamples)
+    except (StudyError, FitError, OSError) as e:  # a shipped study's file damaged or missing: in words
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
     text = report(data)
-    if args.check:
-        print(text)
-        return 0
-    write_atomic(SHIPPED_STUDY / FORECAST_JSON, json.dumps(data, indent=1) + "\n")
-    RESULTS.write_text(text, encoding="utf-8")
-    print(text)
+    if args.out is not None:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(args.out) / FORECAST_JSON, json.dumps(data, indent=1) + "\n")
+    print(text, end="")  # the report: bench/results/scaling-forecast.md is this output
     return 0

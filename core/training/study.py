@@ -26,7 +26,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from core.training.cli_args import OneLineParser
+from core.training.cli_args import OneLineParser, Outputs, json_with, most_workers, out_problem, workers_problem
 from core.training.corpus import TRAIN_FRACTION, read_text_file
 # the names of the split-out modules, re-exported: pages, tests, bench and core.training.study_job import them from here
 from core.training.study_engines import (ENGINES, PR_SET_PDEATHSIG, LocalEngine, RayEngine, ShouldStop,  # noqa: F401
@@ -207,6 +207,22 @@ def _fitting(folder: Path, eta_s: float | None):
 
 # ---------------------------------------------------------------- command line
 
+PROG = "python -m core.study"
+
+
+def _in_a_study(path: Path) -> bool:
+    return json_with(path.parent / STUDY_JSON, "grid")  # a README.md or runs.csv is a study's when study.json is
+
+
+# what a study writes into its folder: its files, the scratch of its runs under way (core.training.study_live), the
+# probe prepare_folder writes and removes, and the log the app's StudyJob keeps there; a runs.csv or README.md beside
+# no study.json is someone else's
+STUDY_OUT = Outputs(PROG, "a study", files=(
+    (STUDY_JSON, lambda p: json_with(p, "grid")), (RUNS_CSV, _in_a_study), (CARD, _in_a_study), (FIT_JSON, None),
+    (PROGRESS_JSON, None), (".live-*.json", None), (".write-test-*", None), ("study.log", None)), merges=True)
+MAX_NOTE = 300  # characters: a sentence on the card, on one line
+
+
 def _bar(p: Progress):
     width = 28  # characters: the bar and the text after it fit on one terminal line
     filled = int(width * p.done / max(1, p.total))
@@ -219,7 +235,7 @@ def _bar(p: Progress):
 
 
 def main(argv=None) -> int:
-    p = OneLineParser(prog="python -m core.study",
+    p = OneLineParser(prog=PROG,
                                 description="Train a grid of small models (sizes x token budgets) and fit L(N, D).")
     p.add_argument("--corpus", required=True, help="UTF-8 text file (Tiny Shakespeare for the shipped study)")
     p.add_argument("--grid", default="tiny", help=f"{' | '.join(GRIDS)} | a .json file with widths and tokens "
@@ -227,25 +243,42 @@ def main(argv=None) -> int:
     p.add_argument("--engine", default="local", help="local: a process pool on this machine (default); ray: Ray "
                                                      "tasks on RAY_ADDRESS's cluster or on a local Ray instance")
     p.add_argument("--out", required=True, help="study folder: runs.csv, study.json, fit.json, README.md; a folder "
-                                                "holding part of the same study is continued")
-    most = max(64, os.cpu_count() or 1)  # a process each: more than the cores only share them, 10^6 would fork-bomb
+                   "holding part of the same study is continued; one holding other files is refused unless "
+                   "--overwrite")
+    most = most_workers()  # a process each: more than the cores only share them, 10^6 would fork-bomb
     p.add_argument("--workers", type=int, default=None, help=f"processes (local) or CPUs (a local Ray instance), 1 to "
                                                              f"{most}; default: every core")
     p.add_argument("--bootstrap", type=int, default=200, help=f"bootstrap refits for the intervals, 0 to "
                                                               f"{MAX_BOOTSTRAP:,} (default 200)")
     p.add_argument("--nice", type=int, default=0, help="lower this study's CPU priority by 0 to 19 (what the app "
                                                        "does)")
-    p.add_argument("--note", default="", help="a sentence for the card (the machine was shared, say)")
+    p.add_argument("--note", default="", help=f"a sentence for the card, at most {MAX_NOTE} characters (the "
+                                                 "machine was shared, say)")
+    p.add_argument("--overwrite", action="store_true", help="write the study into a folder that also holds files "
+                   "core.study did not write (they stay as they are); a study already there is still continued, "
+                   "never replaced")
     args = p.parse_args(argv)
     # each checked before any work: a refit takes about a second, and a process may only lower its priority
-    if args.workers is not None and not 1 <= args.workers <= most:
-        p.error(f"--workers must be from 1 to {most} (got {args.workers:,})")
+    if workers_problem(args.workers):
+        p.error(workers_problem(args.workers))
     if not 0 <= args.bootstrap <= MAX_BOOTSTRAP:
         p.error(f"--bootstrap must be from 0 to {MAX_BOOTSTRAP:,} refits (got {args.bootstrap:,})")
     if not 0 <= args.nice <= 19:
         p.error(f"--nice must be from 0 to 19 (got {args.nice})")
+    if len(args.note) > MAX_NOTE or not args.note.isprintable():  # a line break would split the card's list
+        p.error(f"--note must be one line of at most {MAX_NOTE} printable characters (got {len(args.note):,})")
+    # the grid file and the corpus may lie in the folder (the app writes them there): read, never written
+    problem = out_problem(args.out, STUDY_OUT, args.overwrite, inputs=[args.corpus, args.grid])
+    if problem:
+        p.error(problem)
     argv_used = argv if argv is not None else sys.argv[1:]
     command = "python -m core.study " + shlex.join(str(a) for a in argv_used)  # for the card: how to run it again
+
+    drawn = []
+
+    def bar(progress: Progress):
+        drawn.append(True)
+        _bar(progress)
 
     stop = threading.Event()
     parent = os.environ.get(PARENT_ENV)
@@ -276,7 +309,7 @@ def main(argv=None) -> int:
               f"{', '.join(f'{grid.steps(t) * grid.tokens_per_step:,}' for t in grid.tokens)}), engine {engine.name}, "
               f"out {args.out}")
         print(f"N: {N_CONVENTION}")  # up front: this N is not the N of Hoffmann et al.
-        rows = run_study(grid, text, Path(args.corpus).name, args.out, engine, command=command, progress=_bar,
+        rows = run_study(grid, text, Path(args.corpus).name, args.out, engine, command=command, progress=bar,
                          should_stop=should_stop, note=args.note)
         sys.stderr.write("\n")  # end the progress bar's line
         print(f"{len(rows)} runs in {Path(args.out) / RUNS_CSV}")
@@ -289,8 +322,8 @@ def main(argv=None) -> int:
                                       for k in ("alpha", "beta", "E", "A", "B")) + f"; R² (log loss) {fit['r2_log']:.4f}")
         print(f"card: {Path(args.out) / CARD}")
         return 0
-    except StudyError as e:
-        sys.stderr.write(f"\nerror: {e}\n")
+    except StudyError as e:  # a fresh line only after the progress bar's: refused before any run, one line
+        sys.stderr.write(("\n" if drawn else "") + f"error: {e}\n")
         return 2  # bad input, as argparse's own errors
     except StudyStopped:
         done = len(read_rows(Path(args.out) / RUNS_CSV))  # from the file: this session's runs and earlier ones

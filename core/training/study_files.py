@@ -41,8 +41,10 @@ def _fsync_dir(folder: Path):
         os.close(fd)
 
 
-def write_atomic(path: Path, data: str):
-    """Replace ``path`` with ``data`` or leave it as it was: a temporary file beside it, fsync, rename."""
+def write_atomic(path: Path, data: str, sync: bool = True):
+    """Replace ``path`` with ``data`` or leave it as it was: a temporary file beside it, fsync, rename.
+    ``sync=False`` skips both fsyncs: for a hint rewritten every second (a run's step), which a crash may lose but a
+    reader must still never see half of; the rename alone gives that."""
     path = Path(path)
     # beside the target, so the rename stays on one file system (and is atomic); the pid keeps writers apart
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -50,7 +52,8 @@ def write_atomic(path: Path, data: str):
         with open(tmp, "w", encoding="utf-8", newline="") as f:  # newline="": csv's own "\n", on every platform
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())  # the data on disk before its name: a crash must not leave the name on no data
+            if sync:
+                os.fsync(f.fileno())  # the data on disk before its name: a crash must not leave the name on no data
         os.replace(tmp, path)
     except BaseException:  # a full disk, or Ctrl-C mid-write: the old file stays whole and no temporary is left
         try:
@@ -58,7 +61,8 @@ def write_atomic(path: Path, data: str):
         except OSError:
             pass
         raise
-    _fsync_dir(path.parent)
+    if sync:
+        _fsync_dir(path.parent)
 
 
 # ---------------------------------------------------------------- runs.csv

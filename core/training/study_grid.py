@@ -243,6 +243,9 @@ class RunSpec:
     corpus_sha256: str = ""
     # the text is no part of a run's identity (its checksum is), and a megabyte has no place in a repr or a log
     text: str = field(default="", repr=False, compare=False)
+    # where the run writes its step for a page watching (core.training.study_live; run_study sets it): no part of
+    # the run, which trains the same with or without it
+    live_file: str = field(default="", repr=False, compare=False)
 
     @property
     def tokens(self) -> int:
@@ -271,6 +274,7 @@ def train_one(spec: RunSpec) -> dict:
     """Train one model of ``spec`` from its seed on one thread and measure it: a runs.csv row."""
     # imported here: the page and the study job import this module for the grid alone, not the training stack
     from core.serve.threads import use_threads
+    from core.training.study_live import StepReport
     from core.training.trainer import Trainer, TrainConfig, windowed_loss
 
     use_threads(1)  # one thread per worker, whatever the engine: the same kernels, so the same numbers
@@ -283,8 +287,10 @@ def train_one(spec: RunSpec) -> dict:
                             heads_interval=0, eval_interval=spec.steps)
     trainer = Trainer(spec.text, dict(n_ctx=spec.n_ctx, d_model=spec.d_model, n_heads=spec.n_heads,
                                       n_layers=spec.n_layers), tc)
+    report = StepReport(spec.live_file, spec.run_id, spec.steps)
     while not trainer.done:
-        trainer.step()
+        out = trainer.step()
+        report(out["step"], out["loss"])  # at most once a second: a page's bar moves while the run trains
     val = windowed_loss(trainer.model, trainer.val_data)
     # the training loss over as many characters as the held-out part: the two are comparable, a gap is overfitting
     train = windowed_loss(trainer.model, trainer.train_data[: len(trainer.val_data)])

@@ -29,6 +29,7 @@ from core.training.job_common import BACKGROUND_NICE, JobBusyError, JobState, si
 from core.serve.paths import REPO_ROOT
 from core.training.study import (GRIDS, PARENT_ENV, RUNS_CSV, StudyError, corpus_problem, read_progress,
                         read_rows, resolve_grid)
+from core.training.study_live import seconds_left, slowest
 
 MAX_RUNNING_STUDIES = 1  # each study keeps every core busy; a second would only halve the speed of both
 NICE = BACKGROUND_NICE   # below the server's own work: the pages stay responsive while a study trains
@@ -59,6 +60,12 @@ class StudyStatus(JobState):
     elapsed_s: float = 0.0
     eta_s: float | None = None
     problem: str = ""        # why runs.csv cannot be read (it names the file); rows is then empty
+    # the run under way, step by step (progress.json's "live", core.training.study_live): the one that ends last
+    # when several train; None before its first report and once no run trains. A run of minutes needs them: runs
+    # and done only move when a whole run is in
+    step: int | None = None
+    steps: int | None = None
+    loss: float | None = None  # its training loss, the mean of its latest second of steps (not the held-out result)
 
     @property
     def can_pause(self) -> bool:
@@ -275,15 +282,25 @@ class StudyJob:
                 tail = self.log_tail()
                 # the study's own error line (argparse's and the CLI's start with "error:"), else the log's end
                 message = tail.split("error:", 1)[-1].strip() if "error:" in tail else tail.strip()[-400:]
-        eta = self._time_left(state, progress, total)
+        # the runs' steps only while a run may train: a study that ended leaves no run under way
+        live = (progress.get("live") or []) if state in ("running", "paused", "stopping") else []
+        run = slowest(live) or {}
+        eta = self._time_left(state, progress, total, len(rows), live)
         return StudyStatus(state=state, done=len(rows), total=total, rows=rows, message=message, elapsed_s=elapsed,
-                           eta_s=eta, problem=problem)
+                           eta_s=eta, problem=problem, step=run.get("step"), steps=run.get("steps"),
+                           loss=run.get("loss"))
 
-    def _time_left(self, state: str, progress: dict, total: int) -> float | None:
+    def _time_left(self, state: str, progress: dict, total: int, done: int, live: list[dict]) -> float | None:
         """Seconds left: while training, the study's own estimate of its runs (their pace so far) plus the fit's
-        (core.training.speed.fit_seconds, timed on this machine); while fitting, what the study's estimate of its
-        refits leaves; None otherwise (a paused study's estimate would go stale)."""
+        (core.training.speed.fit_seconds, timed on this machine), or once the runs under way are the last ones, the
+        pace of their own steps (the study's estimate has none before a first run is in: a forecast's one run
+        would show no time left at all); while fitting, what the study's estimate of its refits leaves; None
+        otherwise (a paused study's estimate would go stale)."""
         eta = progress.get("eta_s")
+        if state == "running" and live and total - done <= len(live):
+            from core.training.speed import fit_seconds
+            left = seconds_left(slowest(live))
+            return None if left == float("inf") else left + fit_seconds(BOOTSTRAP, total, self.grid)
         if state == "running" and eta is not None:
             from core.training.speed import fit_seconds
             return eta + fit_seconds(BOOTSTRAP, total, self.grid)

@@ -11,7 +11,7 @@ import os
 import platform
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +19,7 @@ from core.training.corpus import TRAIN_FRACTION, split_description
 from core.training.study_engines import ShouldStop, StudyStopped
 from core.training.study_files import PROGRESS_JSON, RUNS_CSV, STUDY_JSON, format_rows, read_rows, write_atomic
 from core.training.study_grid import N_CONVENTION, Grid, StudyError, corpus_problem, corpus_sha256, run_cost
+from core.training.study_live import LiveSteps, live_path
 
 MIN_FREE_BYTES = 1_000_000      # runs.csv, study.json, fit.json and a card: a few kilobytes
 
@@ -120,6 +121,8 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
     have = {r["run_id"] for r in rows}
     # longest first: the last runs to start are short, so no core idles at the end while one long run trains on
     todo = sorted((s for s in specs if s.run_id not in have), key=run_cost, reverse=True)
+    # each run reports its step to a file of its own, gathered into progress.json below (core.training.study_live)
+    todo = [replace(s, live_file=str(live_path(folder, s.run_id))) for s in todo]
     sessions = (old or {}).get("sessions", [])
     # one entry per session: the card says how each part of the study was made, on what and how busy it was
     session = {"engine": engine.name, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_description(),
@@ -137,10 +140,21 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
         session["load_end"] = _load()
         write_atomic(meta_path, json.dumps({**meta, "sessions": sessions}, indent=1) + "\n")
 
+    live = LiveSteps(folder)
+
     def save_progress(state: str, message: str = ""):
+        # "live": the runs under way, step by step, so that a page's bar moves within a run, not only between runs
         write_atomic(folder / PROGRESS_JSON, json.dumps(
             {"state": state, "total": len(specs), "done": len(rows), "message": message, "pid": os.getpid(),
-             "engine": engine.name, "elapsed_s": round(time.time() - t0, 1), "eta_s": p.eta, "time": time.time()}))
+             "engine": engine.name, "elapsed_s": round(time.time() - t0, 1), "eta_s": p.eta, "time": time.time(),
+             "live": live.listed() if state == "running" else []}))
+
+    def stop_or_report() -> bool:
+        # the engines ask this twice a second while runs train: the moment to gather the runs' steps (at most once
+        # a second, and only when they moved)
+        if live.poll():
+            save_progress("running")
+        return bool(should_stop and should_stop())
 
     cost = {s.run_id: run_cost(s) for s in specs}
     done_cost = sum(cost[r["run_id"]] for r in rows)
@@ -149,10 +163,11 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
     try:
         save_meta()
         save_progress("running")
-        for row in engine.run(todo, should_stop or (lambda: False)):
+        for row in engine.run(todo, stop_or_report):
             # the file first, then the list: if the write fails, rows holds what runs.csv holds (the message counts it)
             write_atomic(folder / RUNS_CSV, format_rows(rows + [row]))
             rows.append(row)
+            live.drop(row["run_id"])
             p.done, p.new, p.row = len(rows), p.new + 1, row
             p.cost_done += cost[row["run_id"]]
             save_meta()
@@ -175,6 +190,8 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
         _quietly(save_meta)
         _quietly(lambda: save_progress("failed", failure))
         raise
+    finally:
+        _quietly(live.clear)  # the files of runs ended mid-way (stopped, failed): nothing reads them any more
     _quietly(lambda: save_progress("trained", "every run is in"))
     return rows
 

@@ -19,13 +19,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.analysis.induction import formation_step, induction_summary
-from core.nn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from core.nn.checkpoint import CheckpointError, load_checkpoint
 from core.nn.model import LECTURE
 from core.nn.params import count_parameters, per_block_formula
 from core.serve.fmt import binary_bytes
 from core.serve.threads import use_threads
 from core.training import trainer as T  # T.Trainer looked up at each run: a test may patch it there
-from core.training.cli_args import OneLineParser, model_out_problem
+from core.training.cli_args import OneLineParser, model_out_problem, save_model
 from core.training.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path
 from core.training.job_settings import (MAX_BPE_VOCAB, MIN_BPE_VOCAB, MIN_VOCAB, JobSettings, memory_budget, run_memory,
                                         validate_settings)
@@ -86,8 +86,9 @@ def parser() -> argparse.ArgumentParser:
                         "states the difference (what the repeat mixture costs on plain text)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads, 1 to this machine's cores "
                                                              "(default: torch's choice)")
-    p.add_argument("--overwrite", action="store_true", help="replace --out if it is a saved model (never another "
-                                                            "kind of folder or a file)")
+    p.add_argument("--overwrite", action="store_true", help="replace the saved model in --out: its own files only "
+                   "(the SAEs, transcoders and any other file beside it stay as they are); never another kind of "
+                   "folder or a file")
     return p
 
 
@@ -115,7 +116,34 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
     means "the recipe's"); ValueError (train_problems' words) for a value no run can take."""
     defaults = TrainConfig()
     given = {k: getattr(args, k) for k in asdict(defaults) if k != "optimizer" and getattr(args, k, None) is not None}
+    if args.warmup_frac is not None and args.warmup is None:
+        given["warmup"] = None  # a share of the run: the adamw recipe's fixed 400 steps would otherwise ignore it
     return TrainConfig.recipe(args.optimizer, **{"steps": defaults.steps, **given})
+
+
+REPEAT_SHAPES = ("repeat_min_span", "repeat_max_span", "repeat_random_share", "repeat_pool", "repeat_pool_steps")
+
+
+def unused_flags(args: argparse.Namespace, tc: TrainConfig) -> None:
+    """Usage, in words, for a flag this run would take and never use: its recipe or its other flags leave it
+    nothing to do (a Muon rate for AdamW, a cooldown in a cosine schedule, the repeats' spans with no repeats)."""
+    # judged on the run's TrainConfig, not on the flags alone: the recipe decides the optimiser and the schedule
+    muon = [f for f, v in (("--muon-lr", args.muon_lr), ("--muon-momentum", args.muon_momentum)) if v is not None]
+    if muon and tc.optimizer != "muon":  # AdamW then takes the blocks' matrices too: no Muon group to set
+        raise Usage(f"{muon[0]} applies to --optimizer muon; the {tc.optimizer} recipe has no Muon")
+    if args.cooldown_frac is not None and tc.schedule != "wsd":  # lr_scale reads it only in the wsd branch
+        raise Usage(f"--cooldown-frac applies to --schedule wsd; the {tc.schedule} schedule has no cooldown")
+    if args.warmup is not None and args.warmup_frac is not None:  # a warmup in steps wins: the share was dropped
+        raise Usage("give --warmup (steps) or --warmup-frac (a share of the run), not both")
+    if tc.repeat_fraction == 0 and tc.repeat_first_steps == 0:  # no row ever holds a repeated span
+        for name in REPEAT_SHAPES:
+            if getattr(args, name) is not None:
+                flag = "--" + name.replace("_", "-")
+                raise Usage(f"{flag} shapes the repeated spans, and this run has none: add --repeat-fraction F or "
+                            "--repeat-first-steps N")
+    if args.repeat_pool_steps is not None and not tc.repeat_pool:  # a pool of 0 is the whole vocabulary, always
+        raise Usage("--repeat-pool-steps applies with --repeat-pool N (the spans' tokens drawn from the N most "
+                    "frequent for that many steps)")
 
 
 def settings(args: argparse.Namespace, tc: TrainConfig) -> JobSettings:
@@ -161,6 +189,7 @@ def check_options(args: argparse.Namespace) -> tuple[TrainConfig, JobSettings]:
     if args.threads is not None and not 1 <= args.threads <= cores:
         raise Refused(f"--threads must be from 1 to {cores}, this machine's cores (got {args.threads})")
     tc = train_config(args)  # train_problems' checks: TrainConfig raises with the words the form shows
+    unused_flags(args, tc)
     if tc.eval_batches > MAX_EVAL_BATCHES:
         raise Refused(f"--eval-batches must be at most {MAX_EVAL_BATCHES} (each evaluation reads that many batches "
                       f"of each part; the shipped models used 16), got {tc.eval_batches:,}")
@@ -179,7 +208,10 @@ def _train(args: argparse.Namespace, argv, started: list) -> int:
     if corpus is None:
         raise Refused("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
     text = read_text_file(corpus)  # a regular file, read up to the memory budget's cap and no further
-    check(s, tc, s.bpe_vocab if s.tokenizer == "bpe" else len(set(text)), len(text))  # now with the corpus's m
+    vocab = s.bpe_vocab if s.tokenizer == "bpe" else len(set(text))
+    check(s, tc, vocab, len(text))  # now with the corpus's m
+    if tc.repeat_pool > vocab:  # frequent_tokens would hand back fewer, silently
+        raise Refused(f"--repeat-pool {tc.repeat_pool:,} is more than the {vocab:,} tokens of this run's vocabulary")
     # before any work; a process of its own may set the count (core.serve.threads: never so in the server)
     use_threads(args.threads)
     mc = dict(n_ctx=args.n_ctx, d_model=args.d_model, n_heads=args.n_heads, n_layers=args.n_layers, d_ff=args.d_ff)
@@ -243,8 +275,9 @@ def _train(args: argparse.Namespace, argv, started: list) -> int:
         training["induction"] = induction_summary(heads)
         print("induction head: " + ("none reached the threshold" if formed is None else f"formed at step {formed:,}"))
     # atomically: a run interrupted while saving leaves the old folder as it was, never half a new one
-    path = save_checkpoint(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite,
-                           heads=heads, snapshots=trainer.snapshots)
+    # the other files of the folder (its SAEs, transcoders) stay: only the model's own are replaced
+    path = save_model(args.out, trainer.model, trainer.tokenizer, training, trainer.log, overwrite=args.overwrite,
+                      heads=heads, snapshots=trainer.snapshots)
     print(f"saved {path}")
     return 0  # an exit status: python -m core.train raises SystemExit with it (a Trainer there read as failure)
 

@@ -15,7 +15,6 @@ import csv
 import hashlib
 import io
 import json
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -28,6 +27,7 @@ KEEP_WEIGHTS = ("lecture", "no-mask", "mask-after-softmax", "no-positions")  # t
 SAMPLE_PROMPT = "KING:\n"
 DEEP = dict(d_model=32, n_heads=4)  # the deep stacks: narrow, so that twelve blocks train in minutes
 BARE = dict(residual=False, norm="none")
+PROG = "python -m core.variants"
 MAX_STEPS = 100_000  # per run: the shipped 2,000-step study took about 1.8 CPU-hours, so this is already days of CPU
 
 
@@ -113,12 +113,12 @@ def train_variant(spec: VariantSpec) -> dict:
     ids = tr.tokenizer.encode(SAMPLE_PROMPT, errors="drop") or [0]  # a corpus without these characters: from id 0
     sample = tr.tokenizer.decode(generate(model, ids, 120, 0.0).tolist()[len(ids):])  # greedy: the model's best
     if spec.keep_weights:
-        from core.nn.checkpoint import save_checkpoint
+        from core.training.cli_args import save_model
 
-        save_checkpoint(spec.keep_weights, model, tr.tokenizer,
-                        training_record(tr, spec.corpus, len(spec.text), seconds,
-                                        source=f"core.variants: {v.title}"),
-                        tr.log, overwrite=True)
+        # the model's own files replaced, anything else kept beside it (an SAE trained on it) stays
+        save_model(spec.keep_weights, model, tr.tokenizer,
+                   training_record(tr, spec.corpus, len(spec.text), seconds, source=f"core.variants: {v.title}"),
+                   tr.log, overwrite=True)
     return {"variant": v.id, "title": v.title, "removed": ", ".join(f"{k}={val!r}" for k, val in v.switches.items()),
             "d_model": model.config.d_model, "n_heads": model.config.n_heads, "n_layers": model.config.n_layers,
             "params": count_parameters(model.config)["total"], "steps": spec.steps, "seconds": round(seconds, 1),
@@ -195,37 +195,58 @@ def rows_to_keep(out: Path, steps: int, corpus: str, chars: int, chosen: list[st
     return [{**r, "curve": curves.get(r["variant"], [])} for r in rows if r["variant"] not in chosen]
 
 
+def outputs():
+    """What the study writes into --out (core.training.cli_args.Outputs): its two tables and its kept models."""
+    from core.training.cli_args import MODEL_BY_NAME, Outputs
+
+    models = Outputs(PROG, "a variant study", folders=tuple((vid, MODEL_BY_NAME) for vid in KEEP_WEIGHTS))
+    return Outputs(PROG, "a variant study", files=(("variants.csv", None), ("curves.csv", None)),
+                   folders=(("models", models),), merges=True)
+
+
 def _bad_input(message: str) -> int:
     sys.stderr.write(f"error: {message}\n")
     return 2  # as argparse's own errors (and core.study's)
 
 
 def main(argv=None) -> int:
-    from core.training.cli_args import OneLineParser
+    from core.training.cli_args import MODEL_BY_NAME, OneLineParser, out_problem, remove_own, workers_problem
     from core.training.corpus import read_text_file, shakespeare_path
     from core.training.train_data import min_corpus_chars
     from core.training.study_engines import ENGINES, make_engine
     from core.training.study_grid import StudyError
 
-    p = OneLineParser(prog="python -m core.variants", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=2000, help=f"steps of every run (1 to {MAX_STEPS:,}; default 2000)")
     p.add_argument("--out", required=True, help="the study's folder. A study already there is merged into: the "
                    "variants run now replace their rows, the others stay (its runs must have the same --steps and "
-                   "corpus); --overwrite replaces the whole study instead")
+                   "corpus); --overwrite replaces the whole study instead. A folder holding other files is refused "
+                   "unless --overwrite, which leaves them as they are")
     p.add_argument("--only", default="", help="comma-separated variant ids (default: all): " + ", ".join(BY_ID))
     p.add_argument("--engine", choices=ENGINES, default="local")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--corpus", default=None)
     p.add_argument("--overwrite", action="store_true", help="start the study in --out afresh: only the variants "
-                   "run now are in its table, and the kept models of the others are removed")
+                   "run now are in its table, and the kept models of the others are removed (the study's own files "
+                   "only: every other file there stays as it is)")
     args = p.parse_args(argv)
     if not 1 <= args.steps <= MAX_STEPS:
         p.error(f"--steps must be a whole number from 1 to {MAX_STEPS:,} (each of the {len(VARIANTS)} variants "
                 f"trains that long; the shipped study used 2,000), got {args.steps:,}")
-    chosen = [s for s in args.only.split(",") if s] or list(BY_ID)
+    chosen = list(dict.fromkeys(s for s in args.only.split(",") if s))  # a variant named twice runs once
     unknown = [s for s in chosen if s not in BY_ID]
     if unknown:
         p.error(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(BY_ID)}")
+    if args.only and not chosen:  # "--only ," named nothing: not "every variant", days of CPU
+        p.error(f"--only names no variant; choose from {', '.join(BY_ID)}, or leave it out for all")
+    chosen = chosen or list(BY_ID)
+    if workers_problem(args.workers):
+        p.error(workers_problem(args.workers))
+    out = Path(args.out)
+    # before the corpus is read: a folder of other things is refused, whatever the runs would be
+    problem = out_problem(out, outputs(), args.overwrite, inputs=[args.corpus])
+    if problem:
+        p.error(problem)
     corpus = args.corpus or shakespeare_path()
     if corpus is None:
         p.error("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
@@ -237,7 +258,6 @@ def main(argv=None) -> int:
     if len(text) < need:  # here, not as a traceback from every worker
         return _bad_input(f"--corpus {corpus} is too short: {len(text):,} characters, and a variant's 128-character "
                           f"window needs at least {need:,} for the training and held-out parts")
-    out = Path(args.out)
     try:  # before any run: a study already there is merged into, or refused, never lost to a run of one variant
         kept = [] if args.overwrite else rows_to_keep(out, args.steps, Path(corpus).name, len(text), chosen)
     except ValueError as e:
@@ -246,8 +266,7 @@ def main(argv=None) -> int:
         (out / "models").mkdir(parents=True, exist_ok=True)
         if args.overwrite:  # the kept models of the variants not run now would outlive their rows
             for vid in set(KEEP_WEIGHTS) - set(chosen):
-                if (out / "models" / vid / "config.json").is_file():
-                    shutil.rmtree(out / "models" / vid)
+                remove_own(out / "models" / vid, MODEL_BY_NAME)  # a file of yours kept there stays
     except OSError as e:
         return _bad_input(f"--out {out}: {e.strerror or e}")
     specs = [VariantSpec(v, args.steps, keep_weights=str(out / "models" / v) if v in KEEP_WEIGHTS else "", text=text,

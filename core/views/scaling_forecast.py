@@ -10,7 +10,7 @@ import numpy as np
 
 from core.analysis import forecast as F
 from core.analysis.scaling import R_STAR_D, ScalingLaw
-from core.serve.fmt import human, rough_time
+from core.serve.fmt import human, pretty_sci, rough_time
 from core.training.corpus import TRAIN_FRACTION
 from core.training.forecast_run import WIDTHS, PlannedRun, plan_run
 
@@ -31,8 +31,8 @@ def proposal(law: ScalingLaw, base, rows: list[dict]) -> Proposal:
     flops = [6.0 * r["N"] * r["D"] for r in rows]
     n, d = F.propose(law, flops, FACTOR)
     plan = plan_run(base.meta, n, d, base.rows)
-    note = (f"Twice the largest compute so far ({max(flops):.3g} FLOPs) is best spent, by this law, on "
-            f"N = {human(n)} parameters and D = {human(d)} tokens; the nearest model that trains here is d = "
+    note = (f"Twice the largest compute so far ({pretty_sci(max(flops))} FLOPs) is best spent, by this law, on "
+            f"N = {human(n)} parameters and D = {human(d)} characters; the nearest model that trains here is d = "
             f"{plan.d_model} (N = {human(plan.N)}).")
     return Proposal(n, d, plan, note)
 
@@ -48,12 +48,34 @@ def forecast_for(law: ScalingLaw, boot: F.Bootstrap, p: PlannedRun) -> F.Forecas
 def plan_note(p: PlannedRun, prop: Proposal) -> str:
     what = "the proposed run" if (p.d_model, p.D) == (prop.plan.d_model, prop.plan.D) else "your choice"
     t = f", {rough_time(p.seconds)} on one core" if p.seconds else ""
-    return (f"This is {what}: N = {p.N:,} parameters, D = {p.D:,} tokens ({p.steps:,} steps), C = "
-            f"{p.compute:.3g} FLOPs{t}.")
+    return (f"This is {what}: N = {p.N:,} parameters, D = {p.D:,} characters ({p.steps:,} steps), C = "
+            f"{pretty_sci(p.compute)} FLOPs{t}.")
+
+
+def run_progress(s, d_model: int, D: int) -> tuple[float, str]:
+    """(the bar's share, its text) of a forecast run under way, from its core.training.study_job.StudyStatus: the
+    step of its steps, its last training loss and the time left at its own pace once it reports them (issue 54:
+    before, the bar stood at 0 % through the whole run)."""
+    from core.views.scaling_study import STATE_LABELS
+
+    what = f"Training d = {d_model} on {D:,} characters"
+    if s.state == "finished" or (s.state == "running" and getattr(s, "total", 0) and s.done >= s.total):
+        return 1.0, f"{what}: done"  # running yet done: the run is in, its process is ending (the bar stays full)
+    if not getattr(s, "steps", None):  # starting, or no report yet (or a status of before issue 54): the state alone
+        return 0.0, f"{what}: {STATE_LABELS[s.state]}" + (f", {rough_time(s.eta_s)} left" if s.eta_s else "")
+    share = min(1.0, s.step / s.steps)
+    words = f"{what}: step {s.step:,} of {s.steps:,}, training loss {s.loss:.3f}"
+    if s.state != "running":
+        words += f" ({STATE_LABELS[s.state].lower()})"
+    elif s.step >= s.steps:  # every step made: the held-out loss is being measured (seconds)
+        words += ", measuring the held-out loss"
+    elif s.eta_s is not None:
+        words += f", {rough_time(s.eta_s)} left"
+    return share, words
 
 
 def reset_widgets(state, prop: Proposal, base_key: str, runs: int):
-    """Put the proposed width and tokens in the boxes when the proposal is new (another base, or a run joined)."""
+    """Put the proposed width and characters in the boxes when the proposal is new (another base, or a run joined)."""
     key = (base_key, runs)
     if state.get("scal_fc_for") != key:
         state["scal_fc_for"] = key
@@ -72,7 +94,7 @@ def reset_bet(state, fc: F.Forecast, base_key: str, p: PlannedRun):
 
 
 def unique_of(meta: dict | None) -> int | None:
-    """The training part of a study's corpus in tokens (characters), from its study.json."""
+    """The training part of a study's corpus in characters (the study's D counts them), from its study.json."""
     if not meta or not meta.get("corpus_chars"):
         return None
     return int(meta["corpus_chars"] * TRAIN_FRACTION)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from core.analysis.scaling import FAMOUS_MODELS, ScalingLaw
 from core.analysis.scaling_inference import DEFAULT_INFERENCE_TOKENS, famous_inference_table, inference_optimal
 from core.analysis.scaling_repeat import repeated_loss, repeated_optimum
-from core.serve.fmt import human
+from core.figures.forecast_figures import MAX_PASSES
+from core.serve.fmt import human, pretty_sci
 
 # Estimates of the unique text there was to draw on, in tokens
 STOCKS = {
@@ -59,11 +60,13 @@ def constrained(law: ScalingLaw, C: float, U: float) -> Constrained:
 def constrained_note(c: Constrained) -> str:
     if c.passes_plain <= 1.0:
         return (f"With {human(c.U)} unique tokens this budget never runs out of fresh text: Chinchilla's split reads "
-                f"{c.passes_plain:.2f} of the stock, and the limit changes nothing.")
-    return (f"Chinchilla's split would read the stock {c.passes_plain:.1f} times: the plain law promises "
+                f"{pretty_sci(c.passes_plain)} of the stock, and the limit changes nothing.")
+    off = (f" That is past the right end of the chart below, which stops at {pretty_sci(MAX_PASSES)} passes: so many "
+           "repetitions are worth almost nothing more than the first few." if c.passes > MAX_PASSES else "")
+    return (f"Chinchilla's split would read the stock {pretty_sci(c.passes_plain)} times: the plain law promises "
             f"{c.loss_plain_fresh:.4f} as if every token were fresh, but repeated text gets it only "
             f"{c.loss_plain_repeated:.4f}. Spent for the stock, the same compute goes to {human(c.N)} parameters "
-            f"({c.N / c.N_plain:.2f}× Chinchilla's) on {c.passes:.1f} passes, for {c.loss:.4f}.")
+            f"({pretty_sci(c.N / c.N_plain)}× Chinchilla's) on {pretty_sci(c.passes)} passes, for {c.loss:.4f}." + off)
 
 
 def target_default(law: ScalingLaw) -> float:
@@ -82,7 +85,8 @@ def sizing_note(chin: dict, best: dict, inference_tokens: float) -> str:
     saved = 1 - best["total_flops"] / chin_total
     return (f"Serving {human(inference_tokens)} tokens, the model of least lifetime cost has {human(best['N'])} "
             f"parameters ({best['N'] / chin['N']:.2f}× Chinchilla's {human(chin['N'])}), trained on "
-            f"{best['tokens_per_param']:.0f} tokens per parameter instead of {chin['tokens_per_param']:.0f}. It costs "
+            f"{pretty_sci(round(best['tokens_per_param']))} tokens per parameter instead of "
+            f"{pretty_sci(round(chin['tokens_per_param']))}. It costs "
             f"{best['train_flops'] / chin['train_flops']:.2f}× the training and saves {saved:.1%} of the lifetime "
             "FLOPs.")
 
