@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.analysis.scaling import R_STAR_D, R_STAR_N, ScalingLaw
 from core.figures.forecast_figures import constrained_split_figure, inference_figure, stock_figure, unique_data_figure
-from core.serve.fmt import human, sci
+from core.serve.fmt import human, pretty_sci, sci
 from core.views import scaling_use as su
 from ui.cached import famous_inference
 from ui.charts import cached_figure, chart, shared_chart
@@ -33,9 +33,9 @@ def show_unique_data(law: ScalingLaw):
     cons = su.constrained(law, budget_c, unique)
     k1, k2, k3, k4 = st.columns(4)
     k1.metric("Chinchilla's N", human(cons.N_plain), help="The plain law's optimum, as if fresh text never ran out")
-    k2.metric("Chinchilla's passes over U", f"{cons.passes_plain:.1f}")
+    k2.metric("Chinchilla's passes over U", pretty_sci(cons.passes_plain))
     k3.metric("N for this stock", human(cons.N), help="The least L(N′, D′) on the budget line")
-    k4.metric("Passes for this stock", f"{cons.passes:.1f}")
+    k4.metric("Passes for this stock", pretty_sci(cons.passes))
     st.markdown(su.constrained_note(cons))
     chart(unique_data_figure(law, cons.N, unique), width="stretch", key="scal_fig_unique")
     st.caption(su.worth_caption())
