@@ -175,9 +175,17 @@ def test_batched_bootstrap_equals_one_fit_per_resample():
         one = fit_scaling_law(N[idx], D[idx], L[idx], starts=starts, polish=1)
         grid = np.array([[1e4, 3e5], [1e6, 1e7], [3e5, 3e6]])
         mine = ScalingLaw(*boot.params[s])
-        # the same minimum (two optimisers' stopping points differ in the sixth digit), and no worse a one
-        assert mine.loss(grid[:, 0], grid[:, 1]) == pytest.approx(one.loss(grid[:, 0], grid[:, 1]), rel=2e-5)
-        assert huber_objective(mine, N[idx], D[idx], L[idx]) <= huber_objective(one, N[idx], D[idx], L[idx]) + 1e-9
+        # The same minimum, and no worse a one, up to where L-BFGS stops. Seed 7's first resample pins no floor: its
+        # objective falls towards an infimum as E -> 0 (log E -> -inf), and where a fit stops on that slope follows
+        # the rounding of the float32 pass, so the CPU's kernels (issue 55): under ATEN_CPU_CAPABILITY=default the
+        # batched fit stops at E = 0.0035 and the single one at E = 6e-13, their predictions 2.1e-5 apart (relative)
+        # and their objectives 1.4e-4 (relative); under avx2 and avx512 8e-9 and 1e-13 (seeds 0-7, 2 resamples each).
+        # rel=2e-4 on the predictions holds that by 10x and stays 50x below the runs' 1 % scatter; 5e-4 on the
+        # objective holds it by 3.6x while the nearest other end point of a full-grid fit to this resample, 1.05e-3
+        # worse, still fails.
+        assert mine.loss(grid[:, 0], grid[:, 1]) == pytest.approx(one.loss(grid[:, 0], grid[:, 1]), rel=2e-4)
+        best = huber_objective(one, N[idx], D[idx], L[idx])
+        assert huber_objective(mine, N[idx], D[idx], L[idx]) <= best * (1 + 5e-4)
         # the residuals are each resample's own
         assert boot.residuals[s] == pytest.approx(np.log(L) - np.log(mine.loss(N, D)))
 
@@ -195,11 +203,29 @@ def test_forecast_intervals_from_a_hand_made_bootstrap():
     assert fc.law_upper == pytest.approx(math.exp(np.percentile(preds, 75)))
     # no scatter in the runs: the forecast interval is the law's
     assert (fc.lower, fc.upper) == pytest.approx((fc.law_lower, fc.law_upper))
-    # scatter of +-0.1 in log loss widens it
-    boot2 = F.Bootstrap(params=params, residuals=np.tile([-0.1, 0.0, 0.1], (5, 1)), counts=np.ones((5, 3), int),
-                        failed=0)
+    # scatter of +-0.1 in log loss widens it (the five laws four times over: a 90 % interval needs 20)
+    boot2 = F.Bootstrap(params=np.tile(params, (4, 1)), residuals=np.tile([-0.1, 0.0, 0.1], (20, 1)),
+                        counts=np.ones((20, 3), int), failed=0)
     wide = F.forecast(law, boot2, 100.0, 100.0, level=0.9)
     assert wide.lower < fc.law_lower and wide.upper > fc.law_upper
+
+
+@pytest.mark.parametrize("kept, failed", [(0, 200), (3, 197), (9, 0)])
+def test_a_forecast_from_too_few_resamples_is_refused_in_words(kept, failed):
+    """None kept was an IndexError; 3 kept was shown as an 80 % interval (issue 55): both ends were extreme laws."""
+    law = ScalingLaw(A=1.0, B=1.0, alpha=0.5, beta=0.5, E=1.0)
+    params = np.array([[1.0, 1.0, 0.5, 0.5, 1.0 + 0.01 * i] for i in range(kept)]).reshape(kept, 5)
+    boot = F.Bootstrap(params=params, residuals=np.zeros((kept, 3)), counts=np.ones((kept, 3), int), failed=failed)
+    from core.analysis.scaling import FitError
+    with pytest.raises(FitError, match=rf"Only {kept} of {kept + failed} bootstrap resamples.*at least 10"):
+        F.forecast(law, boot, 100.0, 100.0)
+    ten = F.Bootstrap(params=np.tile(params[:1] if kept else [[1.0, 1.0, 0.5, 0.5, 1.0]], (10, 1)),
+                      residuals=np.zeros((10, 3)), counts=np.ones((10, 3), int), failed=failed)
+    assert F.forecast(law, ten, 100.0, 100.0).point == pytest.approx(1.2)  # one beyond each end: shown
+
+
+def test_the_fewest_resamples_put_one_beyond_each_end():
+    assert [F.min_resamples(v) for v in (0.5, 0.8, 0.9, 0.95)] == [4, 10, 20, 40]
 
 
 def test_score_by_hand():
@@ -399,8 +425,14 @@ def test_the_shipped_analysis_is_made_again_from_runs_csv():
     cal = FS.calibrate(full)
     for a, b in zip(shipped["calibration"]["rows"], cal["rows"]):
         assert a["run_id"] == b["run_id"] and a["hit"] == b["hit"]
-        for k in ("point", "lower", "upper", "law_lower", "law_upper"):
-            assert a[k] == pytest.approx(b[k], rel=1e-6), k
+        # the point is one fit from all 4,500 starts: the same to 4e-10 on every CPU kernel (ATEN_CPU_CAPABILITY).
+        # The interval ends are percentiles of 200 refits, each of which may stop anywhere on a slope with no
+        # minimum (a resample that pins no floor, E -> 0) where the kernels' rounding puts it, and the held-out runs
+        # are extrapolations: under default kernels one end moved by 1.6e-4 against the file (made under avx2/512,
+        # which reproduce it exactly), so 1e-3: a change of method (seed, resamples, level) moves them by percents
+        assert a["point"] == pytest.approx(b["point"], rel=1e-6)
+        for k in ("lower", "upper", "law_lower", "law_upper"):
+            assert a[k] == pytest.approx(b[k], rel=1e-3), k
     forms = FS.compare_forms(full, epochs, unique)
     assert shipped["forms"]["plain_rms_held"] == pytest.approx(forms["plain_rms_held"], rel=1e-6)
     assert shipped["forms"]["effective_rms_held"] == pytest.approx(forms["effective_rms_held"], rel=1e-6)

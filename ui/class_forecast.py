@@ -36,7 +36,10 @@ def forecast_round() -> tuple[str, tuple, dict] | str:
     plan = vf.plan(base, rows, width, tokens)
     if plan.problem:
         return f"the run set on Your scaling law cannot train here: {plan.problem}"
-    return vf.class_round("shipped", plan, vf.forecast_for(law, boot, plan))
+    try:
+        return vf.class_round("shipped", plan, vf.forecast_for(law, boot, plan))
+    except FitError as e:  # too few resamples gave a law for an 80 % interval
+        return str(e)
 
 
 def forecast_reveal(info: dict) -> tuple[str, str] | None:

@@ -73,7 +73,11 @@ def _bet(bases: dict, job, calibration: dict | None):
                              disabled=job is not None,
                              help="Characters seen in training, rounded to whole steps of the study's batch.")
     plan = vf.plan(base, rows, width, tokens)
-    fc = vf.forecast_for(law, boot, plan)
+    try:
+        fc = vf.forecast_for(law, boot, plan)
+    except FitError as e:  # too few resamples gave a law for an interval (core.analysis.forecast.min_resamples)
+        st.error(str(e), icon="⚠️")
+        return
     w3.markdown(vf.plan_note(plan, prop))
     m = st.columns([1, 1.6, 1.6, 1])
     m[0].metric("The law's point", f"{fc.point:.4f}", help="nats per character, held-out")

@@ -127,8 +127,22 @@ class Forecast:
         return FLOPS_PER_PARAM_TOKEN * self.N * self.D
 
 
+def min_resamples(level: float = LEVEL) -> int:
+    """The fewest refitted laws a central ``level`` interval is read from: enough that one law falls in each tail
+    beyond it, S (1 - level) / 2 >= 1 (10 for 80 %). With fewer, both ends are the extreme laws or interpolate
+    between them, and the interval is as wide as the few laws happen to be, whatever ``level`` it is labelled."""
+    return math.ceil(2 / (1 - level) - 1e-9)  # 2 / 0.2 is 10.000000000000002 in floating point
+
+
 def forecast(law: ScalingLaw, boot: Bootstrap, N: float, D: float, level: float = LEVEL, seed: int = 0) -> Forecast:
-    """The point prediction and the two central ``level`` intervals at (N, D)."""
+    """The point prediction and the two central ``level`` intervals at (N, D). Raises FitError when fewer than
+    min_resamples(level) resamples gave a law (none at all is the extreme case)."""
+    have, need = len(boot.params), min_resamples(level)
+    if have < need:
+        raise FitError(f"Only {have} of {have + boot.failed} bootstrap resamples of these runs gave a law of this form "
+                       f"({boot.failed} did not): a {100 * level:g} % interval needs at least {need}, so that one "
+                       "falls beyond each of its ends. These runs pin the law down too loosely to forecast with an "
+                       "interval; more runs, spread wider over N and D, help.")
     q = (100 * (1 - level) / 2, 100 * (1 + level) / 2)
     logp = boot.log_predictions(N, D)  # (S,)
     lo, hi = np.exp(np.percentile(logp, q))
