@@ -417,7 +417,7 @@ def bench_lesson(quick: bool):
     def fresh():
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
         at.run()
-        at.switch_page_rerun("pages/lesson.py")
+        at.switch_page("pages/lesson.py")
         at.run()
         return at
 
@@ -543,6 +543,65 @@ def bench_features(quick: bool):
     from bench import features
 
     features.main(steps=64 if quick else features.STEPS)  # its rows go into RESULTS through record
+    _index_bounds(quick)
+
+
+def _peak_growth(fn):
+    """(fn's result, seconds, how far this process's peak resident memory rose while it ran, MiB): Linux's VmHWM,
+    reset through /proc/self/clear_refs (None where that cannot be done)."""
+    def status(key):
+        return int(re.search(rf"{key}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1)) / 1024
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        before = status("VmRSS")
+    except OSError:
+        before = None
+    t = time.perf_counter()
+    out = fn()
+    took = time.perf_counter() - t
+    return out, took, None if before is None else status("VmHWM") - before
+
+
+def _index_bounds(quick: bool):
+    """Issue 55's rows: the Features page's index estimate (a probe of 16 tokens) and its refusal of a 131,072-latent
+    SAE (target: the words within 1 s), against building the shipped SAE's index; that index's estimate against its
+    real peak and time on 20,480 held-out tokens."""
+    from core.features.activations import HeldOut, model_held_out
+    from core.features.index import build_index, index_budget, index_cost, index_refusal, pass_flops
+    from core.features.sae import SAE, SAEConfig, load_sae
+    from core.features.units import feature_units
+    from core.nn.checkpoint import load_checkpoint, read_config
+
+    print("\nFeatures index bounds (issue 55): the estimate and the refusal, against a real index")
+    folder = ROOT / "assets" / "models" / "shakespeare-char"
+    model, tok = load_checkpoint(folder)
+    model.eval()
+    held = model_held_out(model, tok, read_config(folder)[2], max_tokens=100_000)
+    part = HeldOut(held.windows[:160], held.targets[:160], held.corpus)
+    flops = pass_flops(model, "blocks.0.hook_resid_post")
+    units = feature_units(model, load_sae(folder / "sae" / "blocks.0.hook_resid_post"))
+    cost = index_cost(model, units, part)
+    build_index(model, units, HeldOut(part.windows[:2], part.targets[:2], part.corpus))  # warm-up
+    _, built_s, grew = _peak_growth(lambda: build_index(model, units, part))
+    big = SAE(SAEConfig(site="blocks.0.hook_resid_post", d_in=64, d_sae=131_072, k=12))
+    big_units = feature_units(model, big)
+    words = None
+
+    def refuse():
+        nonlocal words
+        words = index_refusal(index_cost(model, big_units, held), index_budget(), model.config.n_ctx, flops,
+                              "features")
+    refuse_s = median_time(refuse, 3 if quick else 7)
+    record("Features: an index refused (131,072 latents), words", refuse_s * 1e3, built_s * 1e3, "ms",
+           higher_is_better=False, note=f"peer: the shipped SAE's index on 20,480 tokens; target 1 s: "
+                                        f"{'met' if refuse_s <= 1 and words else 'missed'}")
+    estimate_s = median_time(lambda: index_cost(model, units, part), 5)
+    record("Features: the index estimate (shipped SAE)", estimate_s * 1e3, built_s * 1e3, "ms",
+           higher_is_better=False, note="peer: building that index")
+    if grew is not None:
+        record("Features: index memory, estimate vs its peak", cost.memory / 2**20, grew, "MiB",
+               note="≥ 1: the estimate bounds the peak")
+    record("Features: index time, estimate vs measured", cost.seconds, built_s, "s", note="≥ 1: the estimate bounds it")
 
 
 def bench_steering(quick: bool):
@@ -707,6 +766,7 @@ def bench_attribution(quick: bool):
     record("Attribution graph page, the pruning slider moved", t["graph"] * 1e3, t["home"] * 1e3, "ms",
            higher_is_better=False, note=f"peer: the home page's rerun; target 300 ms: "
                                         f"{'met' if t['graph'] < 0.3 else 'missed'}")
+    _graph_bounds(A, model, tok, tcs, ids, quick)
     if quick:
         return
     _, _, training = read_config(folder)
@@ -723,6 +783,44 @@ def bench_attribution(quick: bool):
                     "met": took <= 120, "threads": os.cpu_count()})
     print(f"  transcoders for both blocks, {os.cpu_count()} threads  {took:8.1f} s   {'✓' if took <= 120 else '✗'} "
           "(target ≤ 120 s)")
+
+
+def _graph_bounds(A, model, tok, tcs, ids, quick: bool):
+    """Issue 55's rows: the graph's estimate (one forward pass, no graph) and its refusal of densely firing
+    transcoders (ReLU, b_enc = 5; target: the words within 1 s) against building the shipped graph; the estimate
+    against the real peak and time of the shipped 64-token graph, pruned and scored."""
+    from core.features.sae import SAE, SAEConfig
+    from core.views import attribution_view as av
+
+    print("\nAttribution graph bounds (issue 55): the estimate and the refusal, against a real graph")
+    dense = {}
+    for layer, tc in tcs.items():
+        t = SAE(SAEConfig(site=tc.config.site, d_in=tc.config.d_in, d_sae=tc.config.d_sae, kind="relu", k=12))
+        with torch.no_grad():
+            for name in ("W_enc", "W_dec", "b_dec"):
+                getattr(t, name).copy_(getattr(tc, name))
+            t.b_enc.fill_(5.0)
+        dense[layer] = t.requires_grad_(False)
+    plan = av.plan_graph(model, tcs, ids, budget=av.graph_budget())
+
+    def build():
+        g = A.attribution_graph(model, tcs, ids, batch=plan.batch)
+        return A.prune(g), A.scores(g)
+    _, built_s, grew = _peak_growth(build)
+    refusal = av.plan_graph(model, dense, ids, budget=av.graph_budget())
+    refuse_s = median_time(lambda: av.plan_graph(model, dense, ids, budget=av.graph_budget()), 3 if quick else 7)
+    record("Attribution: a dense graph refused (64 tokens), words", refuse_s * 1e3, built_s * 1e3, "ms",
+           higher_is_better=False, note=f"peer: the shipped graph built, pruned, scored; it would take "
+                                        f"{refusal.memory / 2**30:.1f} GiB; target 1 s: "
+                                        f"{'met' if refuse_s <= 1 and refusal.refusal else 'missed'}")
+    estimate_s = median_time(lambda: av.plan_graph(model, tcs, ids, budget=av.graph_budget()), 5)
+    record("Attribution: the graph's estimate (shipped, 64 tokens)", estimate_s * 1e3, built_s * 1e3, "ms",
+           higher_is_better=False, note="peer: building, pruning and scoring that graph")
+    if grew is not None:
+        record("Attribution: graph memory, estimate vs its peak", plan.memory / 2**20, grew, "MiB",
+               note="≥ 1: the estimate bounds the peak")
+    record("Attribution: graph time, estimate vs measured", plan.seconds, built_s, "s",
+           note="≥ 1: the estimate bounds it")
 
 
 def _one_by_one(A, model, tcs, ids, k: int):

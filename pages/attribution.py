@@ -2,6 +2,7 @@ import streamlit as st
 
 from core.analysis import attribution as A
 from core.analysis import attribution_probes as P
+from core.analysis.picks import nan_argmax
 from core.figures.attribution_figures import graph_figure
 from core.serve.fmt import head_label, visible
 from core.views import attribution_view as av
@@ -33,11 +34,12 @@ problem = av.too_big(model.config)
 if problem:
     st.info(problem)
     st.stop()
-tcs, missing = transcoders_of(entry, model.config)
-if missing:
-    st.info(missing)
+found = transcoders_of(entry, model)
+if found.problem:
+    st.info(found.problem)
     st.stop()
-mkey = model_key(entry)
+tcs = found.tcs
+mkey = f"{model_key(entry)}|{found.key}"  # the model's weights and its transcoders': a retrained one is another graph
 prompt = prompt_input("Prompt", DEFAULT, "attr_prompt", tok, model.config.n_ctx, height=80)
 if prompt.empty or len(prompt.ids) < 2:
     st.info(f"Type a prompt of at least two {tok.units}: the graph explains the prediction after its last one.")
@@ -49,15 +51,46 @@ if st.session_state.get("attr_for") != (mkey, ids):  # a new prompt (or model): 
     st.session_state["attr_for"] = (mkey, ids)
     for stale in ("attr_token", "attr_node", "attr_pinned"):
         st.session_state.pop(stale, None)
-graph_of = model_cache(lambda ids, token: A.attribution_graph(model, tcs, list(ids), logit_tokens=token), 8,
-                       what="the attribution graph", spinner="Tracing every edge ...", resource=True)
-first = graph_of(mkey, ids, None)
+cap = st.number_input("Feature nodes at most", 1, None, None, 500, key="attr_cap", placeholder="every active feature",
+                      help="circuit-tracer's max_feature_nodes: the features with the most influence on the output "
+                           "are kept, and what the others write joins their block's error node (every edge stays "
+                           "exact). Empty: every active feature.")
+cap = None if cap is None else int(cap)
+# its size before it is built (one forward pass): densely firing transcoders would ask for tens of GiB
+try:
+    budget = av.graph_budget()
+except ValueError as e:
+    st.error(f"No graph can be built: {e}.")
+    st.stop()
+plan = model_cache(lambda ids, cap, budget: av.plan_graph(model, tcs, list(ids), cap, budget, units=tok.units), 16,
+                   what="sizing the graph")(mkey, ids, cap, budget)
+if plan.refusal:
+    st.warning(plan.refusal, icon=":material/memory:")
+    if plan.fits_cap:
+        st.button(f"Keep at most {plan.fits_cap:,} feature nodes", key="attr_fit_cap",
+                  on_click=lambda c=plan.fits_cap: st.session_state.update(attr_cap=c))
+    st.stop()
+# seconds of backward passes: the long lane, where generation waits, not the short one of the few-hundred-ms views
+graph_of = model_cache(lambda ids, token, cap, batch: A.attribution_graph(model, tcs, list(ids), logit_tokens=token,
+                                                                          max_feature_nodes=cap, batch=batch), 4,
+                       what="the attribution graph", spinner="Tracing every edge ...", resource=True, lane="long")
+at = (cap, plan.batch)  # how the page's graphs are built: every cache below that reads one names it
+
+
+def _sources(ids, token, cap, batch):
+    """A capped graph's feature nodes (the others are in its error nodes), None for every active feature."""
+    graph = graph_of(mkey, ids, token, cap, batch)
+    return [tuple(f) for f in graph.features.tolist()] if graph.dropped else None
+
+
+first = graph_of(mkey, ids, None, *at)
 text = lambda t: tok.decode([t])  # noqa: E731  one token id -> its text
 choices = first.logit_tokens
 explain = st.selectbox("Output to explain", choices, format_func=lambda t: f"{visible(text(t))!r}  "
                        f"(p = {first.logit_probs[choices.index(t)]:.2f})", key="attr_token",
                        help="The likeliest next tokens, as many as cover 95 % of the probability (at most 10).")
-g = graph_of(mkey, ids, (explain,)) if explain != choices[0] else first
+g = graph_of(mkey, ids, (explain,), *at) if explain != choices[0] else first
+token = None if g is first else (explain,)
 if st.session_state.get("attr_graph_for") != explain:  # node numbers are a graph's own: another output, other nodes
     st.session_state["attr_graph_for"] = explain
     for stale in ("attr_node", "attr_pinned"):
@@ -65,14 +98,18 @@ if st.session_state.get("attr_graph_for") != explain:  # node numbers are a grap
 node_share = st.slider("Keep the nodes that carry this share of the influence on the output", 0.5, 0.99, 0.8, 0.01,
                        key="attr_nodes", help="circuit-tracer's pruning: 0.8 by default; edges are then kept up "
                                               "to 98 % of what flows through the kept nodes.")
-pr = A.prune(g, node_share)
-replacement, completeness = A.scores(g)
+# pruning and the scores read the whole N x N adjacency: once per graph and share, not on every rerun
+pr = model_cache(lambda ids, token, cap, batch, share: A.prune(graph_of(mkey, ids, token, cap, batch), share), 4,
+                 what="pruning the graph", resource=True)(mkey, ids, token, *at, node_share)
+replacement, completeness = model_cache(lambda ids, token, cap, batch: A.scores(graph_of(mkey, ids, token, cap, batch)),
+                                        8, what="the graph's scores")(mkey, ids, token, *at)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Replacement score", av.fmt_score(replacement),
           help="Share of the tokens' influence on the output that flows through features rather than error nodes.")
 m2.metric("Completeness score", av.fmt_score(completeness),
           help="Share of every node's input (weighted by its influence) that comes from features or tokens.")
-m3.metric("Active features", f"{g.n_features:,}", help="Over every position and block, before pruning.")
+m3.metric("Active features", f"{g.n_features:,}", help="Over every position and block, before pruning"
+          + (f"; {g.dropped:,} more are folded into the error nodes by the cap." if g.dropped else "."))
 m4.metric("Features · edges kept", f"{int(pr.node_mask[:g.n_features].sum())} · {int(pr.edge_mask.sum())}")
 nodes, edges = av.pruned_lists(g, pr, text)
 ticks = [f"{visible(text(t))}" for t in g.ids] + ["→"]
@@ -102,9 +139,9 @@ if av.node_kind(g, sel) == "features":
     st.markdown(av.feature_words(prof, l, f, g.ids, text, p))
 
 st.subheader("What feeds it, and through which heads")
-head_parts = model_cache(lambda ids, token, target: A.head_split(model, tcs, graph_of(mkey, ids, token), [target]), 16,
-                         what="the head split")
-parts = head_parts(mkey, ids, None if g is first else (explain,), sel)
+head_parts = model_cache(lambda ids, token, cap, batch, target: A.head_split(model, tcs, graph_of(
+    mkey, ids, token, cap, batch), [target]), 16, what="the head split")
+parts = head_parts(mkey, ids, token, *at, sel)
 st.dataframe(av.strongest_edges(g, sel, text, {k: v[0] for k, v in parts.items()}), hide_index=True, width="stretch",
              key="attr_edges", column_config={"weight": st.column_config.NumberColumn(format="%+.3f")})
 st.caption("Each edge split by the paths it takes, exactly, since the patterns are frozen: *direct* along the "
@@ -124,7 +161,9 @@ busiest = av.busiest_head(parts)  # (block, head) carrying most of the inspected
 if busiest is not None and st.session_state.get("attr_qk_for") != (ids, sel):
     st.session_state["attr_qk_for"] = (ids, sel)  # a new node: open its busiest head where it looks hardest
     attends = model_cache(lambda ids, l, h: P.attention_row(model, list(ids), l, h), 32)(mkey, ids, *busiest)
-    st.session_state.update(attr_qk_layer=busiest[0], attr_qk_head=busiest[1], attr_qk_key=int(attends.argmax()) + 1)
+    looks = nan_argmax(attends)  # a NaN weight is no place to look: np.argmax would pick it
+    st.session_state.update(attr_qk_layer=busiest[0], attr_qk_head=busiest[1],
+                            attr_qk_key=(len(ids) - 1 if looks is None else looks[0]) + 1)
 st.session_state.setdefault("attr_qk_layer", model.config.n_layers - 1)
 st.session_state["attr_qk_key"] = min(max(1, int(st.session_state.get("attr_qk_key", len(ids)))), len(ids))
 h1, h2, h3 = st.columns(3)
@@ -135,8 +174,9 @@ head = h2.selectbox("Head", range(model.config.n_heads), format_func=lambda h: h
 key_pos = h3.number_input("Key position", 1, len(ids), key="attr_qk_key",
                           help="The query is the last position; the key any position up to it. It opens where the "
                                "head that carries most of the inspected node's edges looks hardest.")
-qk = model_cache(lambda ids, l, h, k: A.qk_split(model, tcs, list(ids), l, h, len(ids) - 1, k), 16,
-                 what="the query-key split")(mkey, ids, layer, head, int(key_pos) - 1)
+qk = model_cache(lambda ids, token, cap, batch, l, h, k: A.qk_split(model, tcs, list(ids), l, h, len(ids) - 1, k,
+                                                                    features=_sources(ids, token, cap, batch)), 16,
+                 what="the query-key split")(mkey, ids, token, *at, layer, head, int(key_pos) - 1)
 st.markdown(f"The score of {head_label(layer, head)} from the last position to position {int(key_pos)} is "
             f"**{qk['score']:.3f}**; its largest query-side × key-side terms:")
 st.dataframe(av.qk_rows(qk, av.source_labels(g, text)), hide_index=True, width="stretch", key="attr_qk",

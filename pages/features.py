@@ -7,8 +7,8 @@ from core.views import features_view as FV
 from ui import ensure_frame, metric_row, model_key, prompt_input, require_model
 from ui import feature_cards as FC
 from ui.feature_jobs import forming_panel, training_panel
-from ui.features import Browser, fingerprint, training_record
-from ui.saes import available_saes
+from ui.features import Browser, training_record
+from ui.saes import PICK_KEY, available_saes
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -31,12 +31,14 @@ c = model.config
 key = model_key(entry)
 choices, refused = available_saes(entry, model)
 for line in refused:
-    st.warning(f"An SAE beside this model was not used: {md_escape(line)}", icon="⚠️")
+    st.warning(f"An SAE was not used: {md_escape(line)}", icon="⚠️")
 
 st.header("1. The autoencoder")
 choice = None
 if choices:
     labels = [ch.label for ch in choices]
+    if st.session_state.get(PICK_KEY) in labels:  # an SAE this session just trained: show it, not the saved one
+        st.session_state["feat_sae"] = st.session_state.pop(PICK_KEY)
     if st.session_state.get("feat_sae") not in labels:
         st.session_state["feat_sae"] = labels[0]
     label = st.selectbox("SAE", labels, key="feat_sae",
@@ -61,7 +63,7 @@ if not c.mlp and choice is None:
     st.stop()
 
 browser = Browser(key, entry, model, tok, choice.sae if choice else None)
-FEATURES = ("feature", fingerprint(choice.sae)) if choice else None  # the SAE's weights name its unit set
+FEATURES = ("feature", choice.key) if choice else None  # the SAE's weights name its unit set (hashed once, at load)
 layers = list(range(c.n_layers)) if c.mlp else []
 
 # ------------------------------------------------------------------ 2. your prompt
@@ -99,7 +101,7 @@ with st.expander("Every position at once"):
 
 # ------------------------------------------------------------------ 3. a unit's card
 
-st.header("3. One unit's card")
+FC.card_heading("3. One unit's card")
 kinds = ([FC.KINDS[0]] if choice else []) + ([FC.KINDS[1]] if c.mlp else [])  # no MLP, no neurons
 if st.session_state.get(FC.OPEN_KIND) not in kinds:
     st.session_state[FC.OPEN_KIND] = kinds[0]
@@ -117,11 +119,15 @@ else:
     st.session_state.setdefault(FC.OPEN_NEURON, 0)
     unit = cols[1].number_input(f"Neuron (0 to {n - 1})", 0, n - 1, key=FC.OPEN_NEURON, step=1)
     word = "neuron"
-index = browser.index(spec)
-card = browser.card(spec, int(unit))
 st.subheader(f"{kind} {unit}" + (f" of block {spec[1] + 1}" if spec[0] == "neuron" else ""))
-st.caption(f"From {index.total:,} held-out tokens of {md_escape(index.held.corpus)}, which the model never trained on.")
-FC.draw_card(card, word)
+too_big = browser.refusal(spec)  # estimated before anything is indexed: a dense or huge SAE took minutes, then failed
+if too_big:
+    st.warning(too_big, icon=":material/memory:")
+else:
+    index = browser.index(spec)
+    st.caption(f"From {index.total:,} held-out tokens of {md_escape(index.held.corpus)}, which the model never "
+               "trained on.")
+    FC.draw_card(browser.card(spec, int(unit)), word)
 
 st.markdown(f"**Switch it off on your prompt.** Every position's {word} set to 0 "
             + ("(its share f_i(x)·d_i taken out of the stream, the rest of the vector, the SAE's error included, kept)"
@@ -146,8 +152,8 @@ st.markdown("Are features more single-minded than neurons? One measure over ever
             "the share of its top 20 activations whose own token is the most common one among them (1: it fires on "
             "one token only; a unit that never fires is left out). Purity misses features of context (the start "
             "of a line is not one token), so read it as one measure, not the answer.")
-sets = ([("SAE features", FEATURES)] if choice else []) + [(f"neurons, block {l + 1}", ("neuron", l))
-                                                            for l in layers[:4]]
+sets = [(name, s) for name, s in ([("SAE features", FEATURES)] if choice else []) +
+        [(f"neurons, block {l + 1}", ("neuron", l)) for l in layers[:4]] if not browser.refusal(s)]  # each indexable
 if st.button("Measure every unit", key="feat_compare", help="Indexes every unit set (the first time, seconds)") \
         or st.session_state.get("feat_compared") == key:
     st.session_state["feat_compared"] = key

@@ -66,11 +66,28 @@ def test_the_pruning_slider_and_switching_features_off(open_page):
 
 
 def test_the_query_key_split_adds_up_on_the_page(page):
+    """The score the page states is the head's own score at the key position it names; its table is the largest
+    terms of that score's split and the constant terms; and with the terms it leaves out they add up to the stated
+    score (issue 55: before, a bound any finite table met)."""
     at = page
-    table = next(df.value for df in at.dataframe if "key side" in df.value.columns)
+    model, tok = load_checkpoint(SHIPPED)
+    model.eval()
+    tcs = load_transcoders(SHIPPED, model.config)
+    ids = tok.encode(PROMPT)[-64:]
+    layer, head = at.selectbox(key="attr_qk_layer").value, at.selectbox(key="attr_qk_head").value
+    q, key = len(ids) - 1, int(at.number_input(key="attr_qk_key").value) - 1  # the page counts positions from 1
     score = float(next(m for m in at.markdown if "its largest query-side" in m.value).value.split("**")[1])
-    assert table["term"].abs().max() <= abs(score) + 50  # sane numbers, not NaN
-    assert not table["term"].isna().any()
+    name = f"blocks.{layer}.attn.hook_attn_scores"
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.as_tensor(ids)[None], names=[name])
+    assert score == pytest.approx(float(cache[name][0, head, q, key]), abs=6e-4)  # shown to 3 decimals
+    shown = next(df.value for df in at.dataframe if "key side" in df.value.columns)["term"].to_numpy()
+    split = A.qk_split(model, tcs, ids, layer, head, q, key)
+    T = split["terms"].ravel()
+    top = T[np.argsort(-np.abs(T))[:len(shown) - 1]]  # the table's rows but its last, the constant terms
+    np.testing.assert_allclose(shown[:-1], top, atol=1e-6)
+    left_out = T.sum() - top.sum()
+    assert shown.sum() + left_out == pytest.approx(score, abs=6e-4)
 
 
 def test_the_bpe_model(open_page):

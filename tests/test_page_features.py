@@ -39,13 +39,13 @@ def test_shipped_sae_health_numbers_and_prompt_buttons(shipped_page):
     f = sae.encode(cache[SITE])[0, -1]
     want = [int(u) for u in torch.argsort(f, descending=True)[:5] if f[u] > 0]
     shown = [b.label for b in at.button if b.key and b.key.startswith("feat_fire_")]
-    assert [int(s.split()[0][1:]) for s in shown] == want
+    assert [int(s.split()[1].rstrip(":")) for s in shown] == want  # "feature 159: fires 1.26"
 
 
 def test_a_click_opens_that_features_card(shipped_page):
     at = shipped_page
     button = next(b for b in at.button if b.key == "feat_fire_2")
-    unit = int(button.label.split()[0][1:])
+    unit = int(button.label.split()[1].rstrip(":"))
     button.click().run()
     _ok(at)
     assert at.number_input(key="feat_unit").value == unit

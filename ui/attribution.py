@@ -1,12 +1,26 @@
 """The Attribution graph page's caches: a model's transcoders, read from beside it once per server and read again
-when their files change (core.features.transcoder checks them as it loads)."""
+when their files change (core.features.transcoder checks them as it loads: shapes, the model weights they were
+trained on, no linked folder leading out of the model's), with the fingerprint that names them in every graph cache."""
 from __future__ import annotations
 
-import streamlit as st
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
 
-from core.features.sae import SAEFileError
+import streamlit as st
+import torch
+
+from core.features.sae import SAEFileError, model_fingerprint
 from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers
 from core.serve.folder_files import lstamp
+from core.serve.paths import REPO_ROOT
+
+
+@dataclass(frozen=True)
+class Transcoders:
+    tcs: dict              # {layer: transcoder}; {} when they cannot be used
+    key: str               # names their weights: part of every graph cache's key ("" when none)
+    problem: str | None    # why they cannot be used, in words naming folders from the models folder
 
 
 def _stamp(path) -> tuple:
@@ -16,26 +30,53 @@ def _stamp(path) -> tuple:
         return ()
 
 
+def weights_key(tcs: dict) -> str:
+    """sha256 over every transcoder's config and tensors, layer by layer: a retrained transcoder is another graph."""
+    h = hashlib.sha256()
+    for layer in sorted(tcs):
+        h.update(f"{layer}|{tcs[layer].config.to_dict()}".encode())
+        for t in tcs[layer].tensors().values():
+            h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()[:20]
+
+
 @st.cache_resource(max_entries=4, show_spinner="Reading the transcoders ...")
-def _load(path: str, stamp: tuple, _config):
+def _load(path: str, stamp: tuple, trained_on: str, _config):
+    """(transcoders, their key, None) or ({}, "", the refusal); the key is computed here, once per load."""
     try:
-        return load_transcoders(path, _config), None
+        tcs = load_transcoders(path, _config, trained_on=trained_on)
     except SAEFileError as e:
-        return {}, str(e)
+        return {}, "", e.words(Path(path).parent)
+    return tcs, weights_key(tcs), None
 
 
-def transcoders_of(entry, config) -> tuple[dict, str | None]:
-    """({layer: transcoder}, None) when every block of the model has one; ({}, why not) otherwise."""
-    from pathlib import Path
+def command_folder(path) -> str:
+    """A model folder as a command run from the repository would name it; "$TE_MODELS_DIR/NAME" outside it (the
+    server's own paths are not shown)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return f"$TE_MODELS_DIR/{Path(path).name}"
 
+
+def transcoders_of(entry, model) -> Transcoders:
+    """The model's transcoders when every block has one trained on these weights; otherwise why not."""
     folder = Path(entry.path) / TRANSCODER_DIR
-    tcs, problem = _load(str(entry.path), _stamp(folder), config)
+    tcs, key, problem = _load(str(entry.path), _stamp(folder), model_fingerprint(model), model.config)
     if problem:
-        return {}, f"A transcoder beside this model cannot be used: {problem}."
-    missing = missing_layers(tcs, config)
+        at_step = (f" This page shows the model at step {entry.step:,}, and transcoders describe the weights they "
+                   "were trained on (its final ones): drag the step to final." if entry.step is not None else "")
+        return Transcoders({}, "", f"A transcoder beside this model cannot be used: {problem}.{at_step}")
+    missing = missing_layers(tcs, model.config)
     if missing:
         blocks = ", ".join(str(l + 1) for l in missing)
-        return {}, (f"This model has no transcoder for block{'s' if len(missing) > 1 else ''} {blocks}. "
-                    f"`python -m core.features --model {entry.path} --transcoder` trains one per block beside it "
-                    "(about a minute each on one core).")
-    return tcs, None
+        # where some blocks have one, --layer names the missing ones (the command refuses to touch the others)
+        every = len(missing) == model.config.n_layers
+        only = "" if every else " --layer N"
+        return Transcoders({}, "", (
+            f"This model has no transcoder for block{'s' if len(missing) > 1 else ''} {blocks}. `python -m "
+            f"core.features --model {command_folder(entry.path)} --transcoder{only}` trains "
+            + ("one per block beside it" if every else f"the missing one{'s' if len(missing) > 1 else ''} (N = "
+               f"{', '.join(map(str, missing))}, counted from 0; one run each)")
+            + " (about a minute each on one core)."))
+    return Transcoders(tcs, key, None)

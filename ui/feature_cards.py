@@ -13,10 +13,13 @@ from ui.charts import chart
 
 OPEN_KIND, OPEN_FEATURE, OPEN_LAYER, OPEN_NEURON = "feat_kind", "feat_unit", "feat_layer", "feat_neuron"
 KINDS = ("SAE feature", "MLP neuron")
+CARD_ANCHOR = "unit-card"    # section 3's heading
+SCROLL_KEY = "feat_scroll"   # clicks on a unit so far: the run after one scrolls its card into view
 
 
 def _open(kind: str, unit: int, layer: int | None = None):
     """Button callback (runs before the script, so it may set the card's widgets)."""
+    st.session_state[SCROLL_KEY] = st.session_state.get(SCROLL_KEY, 0) + 1
     st.session_state[OPEN_KIND] = kind
     if kind == KINDS[0]:
         st.session_state[OPEN_FEATURE] = unit
@@ -30,9 +33,22 @@ def firing_buttons(pu, pos: int, kind: str, layer: int | None, key: str):
     if not units:
         st.caption("Nothing fires here." if kind == KINDS[0] else "No neuron of this block is above 0 here.")
         return
+    word = "feature" if kind == KINDS[0] else "neuron"
+    st.caption(f"Each button: a {word} and how strongly it fires here (its activation; 0 is silent). A click opens "
+               "its card below.")
     for j, (u, v) in enumerate(units):
-        st.button(f"#{u} · {v:.2f}", key=f"{key}_{j}", on_click=_open, args=(kind, u, layer),
+        st.button(f"{word} {u}: fires {v:.2f}", key=f"{key}_{j}", on_click=_open, args=(kind, u, layer),
                   help=f"Open {kind.lower()} {u}'s card (its activation here: {v:.3f})")
+
+
+def card_heading(title: str):
+    """Section 3's heading; on the run after a click on a unit, a script that scrolls it into view (the card below
+    the fold changed, and nothing showed it). The click count makes each script new, so the browser runs it."""
+    st.header(title, anchor=CARD_ANCHOR)
+    clicks = st.session_state.get(SCROLL_KEY, 0)
+    if clicks and st.session_state.get("feat_scrolled") != clicks:
+        st.session_state["feat_scrolled"] = clicks
+        st.html(FV.scroll_script(CARD_ANCHOR, clicks), unsafe_allow_javascript=True)  # our own script, no text
 
 
 def draw_card(card, unit_word: str):

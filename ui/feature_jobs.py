@@ -6,18 +6,17 @@ from __future__ import annotations
 import streamlit as st
 
 from core.features import forming
-from core.features.activations import corpus_text
-from core.features.job import (MAX_STEPS, SAEBusyError, SAEJob, check_settings, held_tokens_bound, memory_problem,
-                               memory_words, pace)
+from core.features.job import MAX_STEPS, SAEBusyError, SAEJob, check_settings
 from core.features.sae import MAX_D_SAE, sae_folder, save_sae
 from core.features.sites import site_words, site_width, sites
-from core.features.train import DEFAULT_K, EXPANSION, SAESettings, memory_estimate
+from core.features.train import DEFAULT_K, EXPANSION, SAESettings
 from core.figures.forming_figures import forming_figure, forming_rows
 from core.nn.snapshots import checkpoint_steps
 from core.training.job_common import about
 from ui.charts import chart
 from ui.compute import session_alive, session_id
 from ui.jobs import session_owner
+from ui.features import form_estimate, sae_pace
 from ui.saes import add_session_sae
 
 JOB_KEY = "te_sae_job"         # {"job", "kind" ("train" or "forming"), "path", "entry", "label", "done"}
@@ -25,17 +24,6 @@ FORMING_KEY = "te_forming"     # {(model path, SAE label): Forming} of studies t
 POLL_S = 1.0                   # seconds between two looks at a running job
 DEFAULT_SITE = "blocks.0.hook_resid_post"
 DEFAULT_STEPS = 1_000
-
-
-@st.cache_data(show_spinner=False, max_entries=16, ttl=600)
-def _corpus_chars(corpus: str | None) -> int:
-    """The length of the corpus a model's held-out text comes from (read once per corpus and ten minutes)."""
-    return len(corpus_text({"corpus": corpus})[1])
-
-
-@st.cache_resource(show_spinner="Timing a few steps ...", max_entries=32)
-def _pace(d_in: int, d_sae: int, k: int, batch: int) -> float:
-    return pace(d_in, SAESettings(d_sae=d_sae, k=k, batch_size=batch))
 
 
 def _record():
@@ -126,15 +114,7 @@ def training_panel(entry, model, tok, training) -> None:
     except ValueError as e:
         st.error(str(e))
         return
-    chars = _corpus_chars((training or {}).get("corpus"))
-    need = memory_estimate(model.config, site, held_tokens_bound(chars), settings)
-    problem = memory_problem(need, "this SAE")
-    if problem:  # never timed: a few steps of an SAE too big for the server would take the page's memory
-        st.error(problem, icon=":material/memory:")
-    else:
-        seconds = settings.steps * _pace(site_width(model.config, site), settings.d_sae, settings.k,
-                                         settings.batch_size)
-        st.caption(f"{memory_words(need)} Training should take {about(seconds)} here (a few steps timed just now).")
+    problem = form_estimate(model, site, settings, training)  # said on the page; None when it may start
     busy = _other_job_note("train", entry)
     rec = _record()
     running = rec is not None and rec["job"].status().active
@@ -191,7 +171,7 @@ def forming_panel(entry, model, choice) -> None:
     steps = forming.pick_steps(kept, n_steps)
     small = forming.small_settings(choice.sae)
     seconds = forming.forming_seconds(len(steps), small.steps,
-                                      _pace(choice.sae.config.d_in, small.d_sae, small.k, small.batch_size))
+                                      sae_pace(choice.sae.config.d_in, small))
     st.caption(f"A small SAE ({small.steps} steps) at steps {', '.join(f'{s:,}' for s in steps)}, and a second seed "
                f"at the last: {len(steps) + 1} SAEs, {about(seconds)} here.")
     busy = _other_job_note("forming", entry)

@@ -1,5 +1,6 @@
-"""The Features page's caches: the held-out windows of a model, the index of a unit set (built once per model
-and SAE for the server, in the compute line), a unit's card, a unit switched off on a prompt, token purity.
+"""The Features page's caches: the held-out windows of a model, the index of a unit set (its cost estimated first
+and refused in words over the budget; built once per model and SAE for the server, in the compute line's long lane,
+with a progress line), a unit's card, a unit switched off on a prompt, token purity; and the SAE form's pace.
 
 A unit set is named by a spec: ("feature", SAE fingerprint) or ("neuron", layer); the page holds the SAE and hands
 it over with the spec, so the caches' keys never hold a tensor."""
@@ -8,23 +9,73 @@ from __future__ import annotations
 import hashlib
 
 import streamlit as st
+import torch
 
-from core.features.activations import model_held_out
+from core.features.activations import corpus_text, model_held_out
 from core.features.browse import build_index, token_purity, unit_card, unit_off_losses
+from core.features.index import index_budget, index_cost, index_refusal, pass_flops
+from core.features.job import held_tokens_bound, job_seconds, memory_problem, memory_words, pace
+from core.features.sites import site_width
+from core.features.train import SAESettings, memory_estimate
 from core.features.units import feature_units, neuron_units
 from core.nn.checkpoint import read_config
+from core.serve.threads import torch_threads, training_threads
 from ui.caching import model_cache
+from core.views.features_view import duration_words
+from ui.compute import gated
+
+PACE_TTL_S = 600  # an SAE step's pace is timed again after ten minutes: one taken under load must not stay
 
 MIN_WINDOWS = 4                  # the index reads at least this many windows of any model
 TOKEN_PARAMS = 2 * 10**10        # and at most about this many (tokens x parameters): 200k tokens of the shipped models
 
 
 def fingerprint(sae) -> str:
-    """Names an SAE's weights (two trained in different sessions under one label stay apart in the caches)."""
-    h = hashlib.sha1(repr(sae.config.to_dict()).encode())
-    for t in (sae.W_dec[:4096], sae.b_enc, sae.b_dec):  # the first rows suffice to tell two runs apart
-        h.update(t.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+    """Names an SAE's weights (two trained in different sessions under one label stay apart in the caches): sha256
+    over its config and all four tensors, computed once per SAE object (when it is loaded or its training ends; a
+    page rerun reads it back) and kept on it."""
+    known = getattr(sae, "_te_key", None)
+    if known:
+        return known
+    h = hashlib.sha256(repr(sae.config.to_dict()).encode())
+    for t in sae.tensors().values():
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
+    object.__setattr__(sae, "_te_key", h.hexdigest()[:20])  # a plain attribute, not a parameter
+    return sae._te_key
+
+
+@st.cache_data(ttl=PACE_TTL_S, max_entries=32, show_spinner="Timing a few steps ...")
+def _pace(d_in: int, d_sae: int, k: int, batch: int, threads: int) -> float:
+    with torch_threads(threads):  # the job's own thread count, not the page's
+        return pace(d_in, SAESettings(d_sae=d_sae, k=k, batch_size=batch))
+
+
+def sae_pace(d_in: int, settings: SAESettings) -> float:
+    """Seconds per optimiser step of an SAE job of ``settings``: a few steps timed at the job's threads, in the
+    compute line (they are real work on the server's cores), kept for PACE_TTL_S."""
+    return gated(_pace, "timing a few SAE steps")(d_in, settings.d_sae, settings.k, settings.batch_size,
+                                                  training_threads())
+
+
+@st.cache_data(show_spinner=False, max_entries=16, ttl=600)
+def _corpus_chars(corpus: str | None) -> int:
+    """The length of the corpus a model's held-out text comes from (read once per corpus and ten minutes)."""
+    return len(corpus_text({"corpus": corpus})[1])
+
+
+def form_estimate(model, site: str, settings: SAESettings, training: dict | None) -> str | None:
+    """The SAE form's memory and time estimates, said on the page; why the job may not start (None: it may)."""
+    held = held_tokens_bound(_corpus_chars((training or {}).get("corpus")))
+    need = memory_estimate(model.config, site, held, settings)
+    problem = memory_problem(need, "this SAE")
+    if problem:  # never timed: a few steps of an SAE too big for the server would take the page's memory
+        st.error(problem, icon=":material/memory:")
+        return problem
+    seconds = job_seconds(model, settings, held, sae_pace(site_width(model.config, site), settings))
+    st.caption(f"{memory_words(need)} Training should take {duration_words(seconds)} here: its steps at the pace of a "
+               "few timed on this server lately, and the model's passes to read the activations and to measure the "
+               "result.")
+    return None
 
 
 def training_record(entry) -> dict | None:
@@ -50,9 +101,10 @@ class Browser:
         cap = max_tokens(model)
         self._held = model_cache(lambda: model_held_out(model, tok, training, max_tokens=cap), 4, resource=True,
                                  what="reading the held-out text", spinner="Reading the held-out text ...")
-        self._index = model_cache(lambda spec: build_index(model, self.units(spec), self.held()), 8, resource=True,
-                                  what="the index of every unit", lane="long",
-                                  spinner="Indexing every unit over the held-out text (once per model and SAE) ...")
+        self._index = model_cache(lambda spec: self._build(spec), 8, resource=True, what="the index of every unit",
+                                  lane="long")
+        self._cost = model_cache(lambda spec: index_cost(model, self.units(spec), self.held()), 16,
+                                 what="sizing the index")
         self._card = model_cache(lambda spec, i: unit_card(model, tok, self.units(spec), self.index(spec), i), 64,
                                  resource=True, what="a unit's card")
         self._off = model_cache(lambda spec, i, ids: unit_off_losses(model, self.units(spec), i, ids), 32,
@@ -67,6 +119,29 @@ class Browser:
 
     def held(self):
         return self._held(self.key)
+
+    def _build(self, spec: tuple):
+        """The index, with a progress line (made inside the cached call: a cache hit replays it, already gone)."""
+        bar = st.progress(0.0, text="Indexing every unit over the held-out text (once per model and SAE) ...")
+        shown = [-1.0]
+
+        def progress(share, words):
+            if share - shown[0] >= 0.02 or share >= 1:
+                shown[0] = share
+                bar.progress(min(1.0, share), text=f"Indexing (once per model and SAE): {words} ...")
+        out = build_index(self.model, self.units(spec), self.held(), progress=progress)
+        bar.empty()
+        return out
+
+    def refusal(self, spec: tuple) -> str | None:
+        """Why this unit set is not indexed here (its estimated memory or time over the budget), None when it is."""
+        try:
+            budget = index_budget()
+        except ValueError as e:
+            return f"No index can be built: {e}."
+        cost = self._cost(self.key, spec)
+        return index_refusal(cost, budget, self.model.config.n_ctx, pass_flops(self.model, self.units(spec).site),
+                             "features" if spec[0] == "feature" else "neurons")
 
     def index(self, spec: tuple):
         return self._index(self.key, spec)

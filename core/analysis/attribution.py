@@ -16,6 +16,10 @@ one backward pass.
 
 Nodes, in order: active features (layer, position, feature), error nodes (layer, position), token embeddings
 (position), position embeddings (position), logits. ``adjacency[t, s]`` is the edge from s to t (rows targets).
+
+A graph of N nodes holds N x N float64 numbers (densely firing transcoders make N features x positions; the page
+estimates it first, core.views.attribution_view). ``max_feature_nodes`` caps the feature nodes as circuit-tracer
+does: the most influential are kept, what the others write joins their block's error node, and the graph stays exact.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ class Graph:
     inputs: np.ndarray            # (N,): each target's real input (a feature's pre-activation, a logit); 0 otherwise
     constants: np.ndarray         # (N,): each target's input not carried by any edge (biases, LayerNorm shifts)
     logits: np.ndarray = field(repr=False, default=None)  # (m,) the model's logits at the last position
+    dropped: int = 0              # active features left out by max_feature_nodes (folded into the error nodes)
 
     @property
     def n_pos(self) -> int:
@@ -80,8 +85,9 @@ def _record(model, ids: torch.Tensor, transcoders: dict):
 
 
 def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_grad: bool,
-                 zero_embeddings: bool = False, gates: dict | None = None, capture=()):
-    """B copies of the replacement run, from leaves: (leaves, mlp inputs by layer, logits (B, n, m))."""
+                 zero_embeddings: bool = False, gates: dict | None = None, capture=(), live: dict | None = None):
+    """B copies of the replacement run, from leaves: (leaves, mlp inputs by layer, logits (B, n, m)). ``live``: {layer:
+    (n, F) 0/1 active mask}: an activation is also mask x pre-activation, its gradient through later features."""
     n = len(ids)
     tok = model.tok_emb.weight[ids].detach()  # (n, d)
     pos = model.pos_emb.weight[:n].detach() if model.pos_emb is not None else None
@@ -108,8 +114,8 @@ def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_
     for l, tc in transcoders.items():
         hooks.append((f"blocks.{l}.hook_mlp_in", lambda x, name, l=l: mlp_in.__setitem__(l, x) or x))
         # the MLP's output: the transcoder's decoding of the held activations, plus the error node
-        hooks.append((f"blocks.{l}.hook_mlp_out",
-                      lambda y, name, l=l, tc=tc: leaves[f"a{l}"] @ tc.W_dec + tc.b_dec + leaves[f"e{l}"]))
+        hooks.append((f"blocks.{l}.hook_mlp_out", lambda y, name, l=l, tc=tc: (leaves[f"a{l}"] + (
+            live[l] * tc.pre_acts(mlp_in[l]) if live else 0)) @ tc.W_dec + tc.b_dec + leaves[f"e{l}"]))
     for l, gate in (gates or {}).items():  # a head switched off: its output is zero; its frozen pattern is unchanged
         hooks.append((f"blocks.{l}.attn.hook_z", lambda z, name, g=gate: z * g.view(1, 1, -1, 1)))
     for name in capture:  # any other activation of the run, kept with its graph (the queries and keys of a head)
@@ -156,22 +162,52 @@ class _Run:
     feats: list
     tokens: list
     by_layer: dict
+    dropped: int = 0  # active features left out (by a cap), written through the error nodes
 
     @property
     def n_sources(self) -> int:
         return len(self.feats) + (len(self.acts) + 2) * len(self.ids)
 
 
-def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, logit_tokens=None):
+def _influence(model, transcoders, ids, cache, acts, errors, tokens, probs) -> torch.Tensor:
+    """(F,) per active feature (``_targets``' order) |activation x d(output)/d(activation)|, the output the explained
+    logits weighted by their probabilities, the derivative through the later features too (each linear in its
+    pre-activation, its active set frozen): circuit-tracer's influence ranking to first order, in one backward pass."""
+    leaves, _, logits = _replacement(model, ids, transcoders, cache, [torch.zeros_like(a) for a in acts], errors, 1,
+                                     True, live={l: (a > 0).to(a.dtype) for l, a in enumerate(acts)})
+    out = (logits[0, -1, list(tokens)] * torch.as_tensor(np.asarray(probs), dtype=logits.dtype)).sum()
+    grads = torch.autograd.grad(out, [leaves[f"a{l}"] for l in range(len(acts))], allow_unused=True)
+    # [a > 0] reads row-major (position, feature): the order of _targets' features
+    return torch.cat([(a * (0 if g is None else g[0])).abs()[a > 0] for a, g in zip(acts, grads)]).detach()
+
+
+def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, logit_tokens=None, cap=None,
+         keep=None):
+    """The graph's run; ``cap``: keep at most that many features, those of most influence (``_influence``);
+    ``keep``: exactly these (layer, position, feature) triples (a capped graph's, to split its edges again)."""
     logit_row, cache, acts, errors = _record(model, ids, transcoders)
     feats, tokens, probs = _targets(acts, logit_row, max_logits, logit_mass)
     if logit_tokens is not None:
         tokens = list(logit_tokens)
         probs = torch.softmax(logit_row.double(), -1)[tokens].numpy()
+    if keep is None and cap is not None and len(feats) > cap:
+        with torch.enable_grad():
+            score = _influence(model, transcoders, ids, cache, acts, errors, tokens, probs)
+        keep = [feats[int(i)] for i in torch.argsort(score, descending=True, stable=True)[:max(0, int(cap))]]
+    active = len(feats)
+    if keep is not None:  # the features left out write through their block's error node: the run is unchanged
+        kept = {tuple(int(v) for v in k) for k in keep}
+        feats = [f for f in feats if f in kept]
+        fa = np.array(feats, dtype=np.int64).reshape(-1, 3)
+        masks = [torch.zeros_like(a).index_put_((torch.as_tensor(fa[fa[:, 0] == l, 1]),
+                                                 torch.as_tensor(fa[fa[:, 0] == l, 2])), torch.tensor(1.0))
+                 for l, a in enumerate(acts)]
+        errors = [e + (a * (1 - m)) @ transcoders[l].W_dec for l, (a, e, m) in enumerate(zip(acts, errors, masks))]
+        acts = [a * m for a, m in zip(acts, masks)]
     fa = np.array(feats, dtype=np.int64).reshape(-1, 3)
     by_layer = {l: (np.flatnonzero(fa[:, 0] == l), torch.as_tensor(fa[fa[:, 0] == l, 1]),
                     torch.as_tensor(fa[fa[:, 0] == l, 2])) for l in range(len(acts))}
-    return _Run(ids, cache, acts, errors, feats, tokens, by_layer), logit_row, probs
+    return _Run(ids, cache, acts, errors, feats, tokens, by_layer, active - len(feats)), logit_row, probs
 
 
 def _source_row(run: _Run, grads: dict, leaves: dict) -> np.ndarray:
@@ -190,12 +226,13 @@ def _source_row(run: _Run, grads: dict, leaves: dict) -> np.ndarray:
     return out
 
 
-def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=None):
+def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=None, out=None):
     """(edges (R, S), inputs (R,), constants (R,)) of the targets ``rows`` ([("f", (l, p, f)) or ("logit", t)]). The
     constants are measured on their own: the replacement run with every source set to zero (it is linear in them),
-    so that edges + constants = input is a check of the edges, not a definition."""
+    so that edges + constants = input is a check of the edges, not a definition. ``out``: the edges' (R, S) array."""
     n = len(run.ids)
-    edges, inputs, constants = np.zeros((len(rows), run.n_sources)), np.zeros(len(rows)), np.zeros(len(rows))
+    edges = np.zeros((len(rows), run.n_sources)) if out is None else out
+    inputs, constants = np.zeros(len(rows)), np.zeros(len(rows))
     zero = [torch.zeros_like(a) for a in run.acts], [torch.zeros_like(e) for e in run.errors]
     with torch.no_grad():
         _, mlp0, logits0 = _replacement(model, run.ids, transcoders, run.cache, *zero, 1, False,
@@ -218,28 +255,30 @@ def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=
 
 
 def attribution_graph(model, transcoders: dict, ids, max_logits: int = MAX_LOGITS, logit_mass: float = LOGIT_MASS,
-                      batch: int = BATCH, logit_tokens: list[int] | None = None) -> Graph:
+                      batch: int = BATCH, logit_tokens: list[int] | None = None,
+                      max_feature_nodes: int | None = None) -> Graph:
     """The attribution graph of ``model`` on ``ids`` with a transcoder for every block (``transcoders``: {layer: SAE}).
-    ``logit_tokens``: the outputs to explain (default: the top ones covering ``logit_mass``, at most ``max_logits``)."""
+    ``logit_tokens``: the outputs to explain (default: the top ones covering ``logit_mass``, at most ``max_logits``);
+    ``max_feature_nodes``: at most that many feature nodes, those of most influence on them (None: every one)."""
     ids = torch.as_tensor(ids, dtype=torch.long)
     L = model.config.n_layers
     if sorted(transcoders) != list(range(L)):
         raise ValueError(f"the graph needs a transcoder for every block (0 to {L - 1}); it has {sorted(transcoders)}")
     was = model.training
     model.eval()
-    run, logit_row, probs = _run(model, transcoders, ids, max_logits, logit_mass, logit_tokens)
-    rows = [("f", key) for key in run.feats] + [("logit", t) for t in run.tokens]
-    S = run.n_sources
-    N = S + len(run.tokens)
-    edges, z, c = _edges(model, transcoders, run, rows, batch)
+    run, logit_row, probs = _run(model, transcoders, ids, max_logits, logit_mass, logit_tokens, cap=max_feature_nodes)
+    F, S, N = len(run.feats), run.n_sources, run.n_sources + len(run.tokens)
     adjacency, inputs, constants = np.zeros((N, N)), np.zeros(N), np.zeros(N)
-    targets = list(range(len(run.feats))) + list(range(S, N))
-    adjacency[targets, :S], inputs[targets], constants[targets] = edges, z, c
+    # the features' rows, then the logits': each written straight into its block of the adjacency, not held twice
+    _, inputs[:F], constants[:F] = _edges(model, transcoders, run, [("f", k) for k in run.feats], batch,
+                                          out=adjacency[:F, :S])
+    _, inputs[S:], constants[S:] = _edges(model, transcoders, run, [("logit", t) for t in run.tokens], batch,
+                                          out=adjacency[S:, :S])
     model.train(was)
     return Graph(ids=ids.tolist(), features=np.array(run.feats, dtype=np.int64).reshape(-1, 3),
                  activations=np.array([float(run.acts[l][p, f]) for l, p, f in run.feats]), n_layers=L,
                  logit_tokens=run.tokens, logit_probs=np.asarray(probs, dtype=float), adjacency=adjacency,
-                 inputs=inputs, constants=constants, logits=logit_row.detach().numpy())
+                 inputs=inputs, constants=constants, logits=logit_row.detach().numpy(), dropped=run.dropped)
 
 
 def _rows_of(g: Graph, targets) -> list:
@@ -262,7 +301,7 @@ def head_split(model, transcoders: dict, g: Graph, targets) -> dict:
     part is the graph with every head but those switched off."""
     ids = torch.as_tensor(g.ids, dtype=torch.long)
     L, h = model.config.n_layers, model.config.n_heads
-    run, _, _ = _run(model, transcoders, ids, logit_tokens=g.logit_tokens)
+    run, _, _ = _run(model, transcoders, ids, logit_tokens=g.logit_tokens, keep=g.features.tolist())
     rows, S = _rows_of(g, targets), run.n_sources
 
     def part(gates):
@@ -281,17 +320,18 @@ def head_split(model, transcoders: dict, g: Graph, targets) -> dict:
     return out
 
 
-def qk_split(model, transcoders: dict, ids, layer: int, head: int, query: int, key: int) -> dict:
+def qk_split(model, transcoders: dict, ids, layer: int, head: int, query: int, key: int, features=None) -> dict:
     """Why head ``head`` of block ``layer`` (counted from 0) scores key position ``key`` from query position
     ``query``: the score q . k / sqrt(d_head) written as sum over (query-side source s, key-side source t) of
     q_s . k_t / sqrt(d_head), plus the constant parts (q_0 . k_t, q_s . k_0, q_0 . k_0); the sources are the
-    graph's (features of the blocks below, error nodes, token and position embeddings)."""
+    graph's (features of the blocks below, error nodes, token and position embeddings; ``features``: a capped
+    graph's)."""
     ids = torch.as_tensor(ids, dtype=torch.long)
     if not (0 <= key <= query < len(ids)):
         raise ValueError("the key position must be at or before the query position, both inside the prompt")
     was = model.training
     model.eval()
-    run, _, _ = _run(model, transcoders, ids, logit_tokens=[])
+    run, _, _ = _run(model, transcoders, ids, logit_tokens=[], keep=None if features is None else list(features))
     dh = model.config.d_head
     names = (f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k")
     sides = []
@@ -316,10 +356,12 @@ def qk_split(model, transcoders: dict, ids, layer: int, head: int, query: int, k
 
 
 # ---------------------------------------------------------------- influence, pruning and the two scores
-def normalize(adjacency: np.ndarray) -> np.ndarray:
-    """Rows of |A| scaled to sum to one (a row of zeros stays zero): each target's inputs as shares."""
-    a = np.abs(adjacency)
-    return a / np.maximum(a.sum(1, keepdims=True), 1e-10)
+def normalize(adjacency: np.ndarray, inplace: bool = False) -> np.ndarray:
+    """Rows of |A| scaled to sum to one (a row of zeros stays zero): each target's inputs as shares (``inplace``:
+    over ``adjacency``, an N x N copy saved)."""
+    a = np.abs(adjacency, out=adjacency if inplace else None)
+    a /= np.maximum(a.sum(1, keepdims=True), 1e-10)
+    return a
 
 
 def influence(normalized: np.ndarray, weights: np.ndarray, max_iter: int = 1000) -> np.ndarray:
@@ -342,12 +384,15 @@ def _logit_weights(g: Graph) -> np.ndarray:
 
 
 def _cut(scores: np.ndarray, share: float) -> float:
-    """The score above which the largest scores make up ``share`` of their total."""
-    s = np.sort(scores.ravel())[::-1]
-    if s.sum() <= 0:
+    """The score above which the largest scores make up ``share`` of their total (scores are ≥ 0; only the positive
+    ones are sorted: in a graph's N x N edge scores, most are 0)."""
+    s = scores[scores > 0]  # a copy, sorted in place
+    if s.size == 0:
         return 0.0
-    cum = np.cumsum(s) / s.sum()
-    return s[min(int(np.searchsorted(cum, share)), len(s) - 1)]
+    s.sort()
+    s, cum = s[::-1], np.cumsum(s[::-1])  # descending
+    i = int(np.searchsorted(cum, share * cum[-1]))
+    return s[i] if i < len(s) else (0.0 if s.size < scores.size else s[-1])  # past the last: the zeros' turn
 
 
 @dataclass
@@ -371,9 +416,10 @@ def prune(g: Graph, node_threshold: float = NODE_THRESHOLD, edge_threshold: floa
     a = g.adjacency.copy()
     a[~keep] = 0
     a[:, ~keep] = 0
-    na = normalize(a)
-    edge_scores = na * (influence(na, w) + w)[:, None]
+    na = normalize(a, inplace=True)
+    edge_scores = np.multiply(na, (influence(na, w) + w)[:, None], out=na)  # na is not needed past this line
     edges = edge_scores >= max(_cut(edge_scores, edge_threshold), 1e-300)
+    del a, na, edge_scores
     inner = slice(0, sl["tokens"].start)  # features and errors
     while True:
         before = keep.copy()

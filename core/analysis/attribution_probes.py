@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from core.analysis.attribution import _record, _replacement
+from core.analysis.trace import direct_read
 
 def switch_off(model, transcoders: dict, ids, features) -> dict:
     """The next-token distribution with the listed features ((layer, position, feature) triples) switched off: in
@@ -47,17 +48,15 @@ def attention_row(model, ids, layer: int, head: int) -> np.ndarray:
 
 def feature_profile(model, transcoders: dict, ids, layer: int, feature: int, top: int = 6) -> dict:
     """One transcoder feature on this prompt: its activation at every position, and the tokens its decoder direction
-    favours most when read straight through the final LayerNorm's gain and the output map (its direct effect on the
-    logits, the stream's later changes left out)."""
+    favours most when read straight through the final LayerNorm (where the model has one) and the output map: its
+    direct effect on the logits, the stream's later changes left out (core.analysis.trace.direct_read). The
+    LayerNorm's scale 1/sigma is left at 1: a positive factor, it changes no token's rank."""
     ids = torch.as_tensor(ids, dtype=torch.long)
     name = f"blocks.{layer}.hook_mlp_in"
     with torch.no_grad():
         _, cache = model.run_with_cache(ids[None], names=[name])
         acts = transcoders[layer].encode(cache[name][0])[:, feature]  # (n,)
-        direction = transcoders[layer].W_dec[feature]  # (d,)
-        gain = model.ln_f.weight if hasattr(model.ln_f, "weight") else torch.ones_like(direction)
-        centred = direction - direction.mean()  # the LayerNorm takes out the mean before its gain
-        effect = model.head.weight @ (centred * gain)  # (m,)
+        effect = direct_read(model, transcoders[layer].W_dec[feature])  # (m,)
     order = torch.argsort(effect, descending=True)
     return {"activations": acts.numpy(), "promotes": order[:top].tolist(), "suppresses": order[-top:].flip(0).tolist(),
             "effect": effect.numpy()}

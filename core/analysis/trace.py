@@ -201,43 +201,62 @@ class Attribution:
 
 
 @torch.no_grad()
+def direct_read(model, parts: torch.Tensor, scale=1.0, token: int | None = None) -> torch.Tensor:
+    """What directions ``parts`` (..., d) written into the stream add to the logits straight through the final
+    LayerNorm, its scale 1/sigma frozen at ``scale``, and the output map W_U: (..., m) float64, or (...,) the logit
+    of ``token`` alone. The one home of this reading: the direct logit attribution below, a unit's card
+    (core.features.browse.direct_logits) and a feature's profile (core.analysis.attribution_probes) call it.
+
+    Pre-norm: LN(x) = gamma (x - mean x) / sigma + beta is linear in x once sigma is frozen, so a part c adds
+    W_U (gamma (c - mean c) / sigma); beta adds the same whatever the parts and is left out (``read_shift``).
+    Post-norm and "none" have no final LayerNorm (ln_f is the identity): the stream reaches W_U as it is, neither
+    centred nor scaled (centring there, as a copy of this once did, ranks the wrong tokens)."""
+    x = parts.double()
+    if model.config.norm == "pre":
+        x = model.ln_f.weight.double() * (x - x.mean(-1, keepdim=True)) * scale
+    w = model.head.weight.double()  # (m, d)
+    return x @ w[token] if token is not None else x @ w.T
+
+
+@torch.no_grad()
+def read_shift(model, token: int) -> float:
+    """The final LayerNorm's shift beta read by W_U's row for ``token``: the part of its logit no writer controls
+    (0 without a final LayerNorm, or one without a shift)."""
+    ln = model.ln_f
+    if model.config.norm != "pre" or getattr(ln, "bias", None) is None:
+        return 0.0
+    return float(model.head.weight[token].double() @ ln.bias.double())
+
+
+@torch.no_grad()
 def direct_logit_attribution(model, tr: Trace, token: int, pos: int, b: int = 0) -> Attribution:
     """Split the logit of ``token`` at ``pos`` over the embedding, every head and every MLP.
 
     The final LayerNorm is LN(x) = gamma * (x - mean x) / sigma + beta. With sigma frozen at its actual value
     the map is linear in x: centring is linear, so each part c of x = embed + sum(head_out) + sum(mlp_out)
-    contributes w_t . (gamma * (c - mean c)) / sigma, where w_t is the output map's row for ``token``;
-    the shift beta gives the constant w_t . beta."""
+    contributes w_t . (gamma * (c - mean c)) / sigma, where w_t is the output map's row for ``token``
+    (``direct_read``); the shift beta gives the constant w_t . beta."""
     c = model.config
     if not 0 <= token < c.vocab_size:
         raise ValueError(f"token {token} is outside the vocabulary of {c.vocab_size}")
     n = tr.embed.shape[1]
     if not 0 <= pos < n:
         raise ValueError(f"position {pos} is outside the input's {n} positions")
-    ln = model.ln_f
     scale = tr.ln_scale[b, pos].double()
-    w = model.head.weight[token].double()  # (d,) the output map's row for this token
-    normed = c.norm == "pre"  # the readout's final LayerNorm; post-norm and "none" read the stream as it is
-    read = (w * ln.weight.double()) * scale if normed else w  # (d,) what one unit of (centred) stream is worth
-
-    def share(part: torch.Tensor) -> float:  # part: (d,)
-        part = part.double()
-        return float(((part - part.mean()) if normed else part) @ read)
-
-    names, values = ["embedding"], [share(tr.embed[b, pos])]
+    names, parts = ["embedding"], [tr.embed[b, pos]]
     for layer in range(tr.n_layers):
         for head in range(tr.n_heads):
             names.append(head_label(layer, head))
-            values.append(share(tr.head_out[layer][b, head, pos]))
+            parts.append(tr.head_out[layer][b, head, pos])
         out = model.blocks[layer].attn.out
         if out is not None and out.bias is not None:  # W_O's bias writes too, the same at every position
             names.append(f"L{layer + 1} attention bias")
-            values.append(share(tr.attn_bias[layer]))
+            parts.append(tr.attn_bias[layer])
         if c.mlp:
             names.append(f"L{layer + 1} MLP")
-            values.append(share(tr.mlp_out[layer][b, pos]))
-    constant = float(w @ ln.bias.double()) if normed and ln.bias is not None else 0.0
-    return Attribution(token=token, pos=pos, names=names, values=np.array(values), constant=constant,
+            parts.append(tr.mlp_out[layer][b, pos])
+    values = direct_read(model, torch.stack(parts), scale, token).cpu().numpy()  # (writers,)
+    return Attribution(token=token, pos=pos, names=names, values=values, constant=read_shift(model, token),
                        logit=float(tr.logits[b, pos, token]), scale=float(scale), exact=additive(c))
 
 

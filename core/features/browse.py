@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from core.analysis.trace import direct_read
 from core.features.activations import HeldOut
 from core.features.index import BANDS, UnitIndex, build_index, token_losses  # noqa: F401  build_index re-exported
 from core.features.units import Units
@@ -85,17 +86,14 @@ def _unit_on(model, units, index, i, rows) -> dict:
 @torch.no_grad()
 def direct_logits(model, units: Units, index: UnitIndex, i: int) -> tuple[torch.Tensor, str]:
     """(m,) what unit ``i``'s write direction adds to each logit straight through the final LayerNorm, its scale
-    frozen at the held-out mean, and the output map; and those words."""
-    d = units.write_direction(i).double()
+    frozen at the held-out mean, and the output map (core.analysis.trace.direct_read); and those words."""
+    d = units.write_direction(i)
     if model.config.norm == "pre" and index.ln_scale is not None:
-        ln = model.ln_f
-        u = ln.weight.double() * (d - d.mean()) / index.ln_scale  # LN's centring and gain; its shift adds nothing
         words = (f"through the final LayerNorm with its scale frozen at σ = {index.ln_scale:.3f}, its mean over "
                  f"{index.total:,} held-out tokens, then the output map W_U")
-    else:
-        u = d
-        words = "straight through the output map W_U (this model has no final LayerNorm)"
-    return model.head.weight.double() @ u, words  # (m, d) @ (d,)
+        return direct_read(model, d, 1 / index.ln_scale), words
+    # the index holds no scale exactly when the model has no final LayerNorm (core.features.index): W_U alone
+    return direct_read(model, d), "straight through the output map W_U (this model has no final LayerNorm)"
 
 
 @torch.no_grad()

@@ -9,13 +9,16 @@ norm, so a feature's activation is its size in the stream. Tensor names and shap
 ours without a dictionary.
 
 On disk (beside a model, ``sae/<site>/``): ``sae.safetensors`` (the four tensors), ``config.json`` (site, d_in,
-d_sae, kind, k) and ``metrics.json`` (the health numbers). Loading reads only safetensors and JSON, inside the
-folder, bounded and checked (names, shapes, finite values) before anything trusts them."""
+d_sae, kind, k, and ``trained_on``: the fingerprint of the model weights it was trained on) and ``metrics.json``
+(the health numbers). Loading reads only safetensors and JSON, inside the folder, bounded and checked (names,
+shapes, finite values, the model it was trained for) before anything trusts them."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from core.features.sites import parse_site
 from core.nn.safetensors_header import read_header
-from core.serve.folder_files import OutsideFolder, inside, read_text_inside
+from core.serve.folder_files import OutsideFolder, inside, is_inside, read_text_inside
 
 SAE_DIR = "sae"
 WEIGHTS, CONFIG, METRICS = "sae.safetensors", "config.json", "metrics.json"
@@ -34,6 +37,7 @@ MAX_D_IN = 8192
 MAX_D_SAE = 131_072
 MAX_SAE_BYTES = 256 * 2**20
 MAX_JSON_BYTES = 64 * 1024
+_FINGERPRINT = re.compile(r"sha256:[0-9a-f]{16,64}")
 
 
 class SAEFileError(Exception):
@@ -42,6 +46,39 @@ class SAEFileError(Exception):
     def __init__(self, path, problem: str):
         self.path, self.problem = Path(path), problem
         super().__init__(f"{path}: {problem}")
+
+    def words(self, models_folder) -> str:
+        """The message with the file named from ``models_folder`` ("copy/transcoders/layer-0/config.json: ..."):
+        a page never shows the server's absolute paths."""
+        return relative_words(f"{self.path}: {self.problem}", models_folder)
+
+
+def relative_words(text: str, models_folder) -> str:
+    """``text`` with every absolute path under ``models_folder`` (as given and as its real path) written from it."""
+    for root in {str(Path(models_folder)), os.path.realpath(models_folder)}:
+        text = text.replace(root.rstrip(os.sep) + os.sep, "")
+    return text
+
+
+def model_fingerprint(model, cache: bool = True) -> str:
+    """Names a model's weights: sha256 over its state dict (each tensor's name, dtype, shape and bytes, in name
+    order). An SAE or transcoder records the fingerprint of the weights it was trained on (``trained_on``), and one
+    whose record differs from the model it is loaded for is refused. ``cache``: kept on the model object, so a page
+    computes it once per loaded model (about 0.3 s per 100 M parameters); training code, whose model may still
+    change, asks afresh."""
+    known = getattr(model, "_te_fingerprint", None)
+    if cache and known:
+        return known
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)};".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy())  # the raw bytes, without a copy
+    fp = "sha256:" + h.hexdigest()[:32]
+    if cache:
+        object.__setattr__(model, "_te_fingerprint", fp)  # a plain attribute: not a parameter, buffer or module
+    return fp
 
 
 @dataclass(frozen=True)
@@ -52,6 +89,7 @@ class SAEConfig:
     kind: str = "topk"
     k: int = 8
     l1: float = 0.0  # the L1 penalty a ReLU SAE was trained with (0 for TopK)
+    trained_on: str | None = None  # model_fingerprint of the weights it was trained on (None: not recorded)
 
     def __post_init__(self):
         parse_site(self.site)
@@ -64,10 +102,14 @@ class SAEConfig:
             raise ValueError(f"k must be a whole number from 1 to d_sae={self.d_sae}, got {self.k!r}")
         if not isinstance(self.l1, (int, float)) or not math.isfinite(self.l1) or self.l1 < 0:
             raise ValueError(f"l1 must be a finite number ≥ 0, got {self.l1!r}")
+        if self.trained_on is not None and not (isinstance(self.trained_on, str) and
+                                                _FINGERPRINT.fullmatch(self.trained_on)):
+            raise ValueError(f"trained_on must be a model fingerprint (sha256:...), got {str(self.trained_on)[:80]!r}")
 
     def to_dict(self) -> dict:
-        return {"site": self.site, "d_in": self.d_in, "d_sae": self.d_sae, "kind": self.kind, "k": self.k,
-                "l1": self.l1}
+        out = {"site": self.site, "d_in": self.d_in, "d_sae": self.d_sae, "kind": self.kind, "k": self.k,
+               "l1": self.l1}
+        return out if self.trained_on is None else {**out, "trained_on": self.trained_on}
 
 
 class SAE(torch.nn.Module):
@@ -146,6 +188,18 @@ def saved_sites(model_folder) -> list[str]:
     return out
 
 
+def linked_out(model_folder) -> list[str]:
+    """The SAE folders beside a model (``sae`` itself or one of its sites) that are links leading out of the model's
+    folder, as "sae/<site>": ``saved_sites`` leaves them out, and a page says why."""
+    root = Path(model_folder) / SAE_DIR
+    if root.is_symlink() and not is_inside(root, model_folder):
+        return [SAE_DIR]
+    if not root.is_dir():
+        return []
+    return [f"{SAE_DIR}/{child.name}" for child in sorted(root.iterdir())
+            if child.is_symlink() and not is_inside(child, model_folder)]
+
+
 def save_sae(sae: SAE, folder, metrics: dict | None = None) -> Path:
     """Write ``sae`` into ``folder`` (made if missing); each file written to a temporary name and renamed, so a
     reader never sees half a file."""
@@ -194,7 +248,7 @@ def read_sae_config(folder) -> SAEConfig:
         raise SAEFileError(folder / CONFIG, f"it lacks {', '.join(missing)}")
     try:
         return SAEConfig(site=data["site"], d_in=data["d_in"], d_sae=data["d_sae"], kind=data["kind"], k=data["k"],
-                         l1=data.get("l1", 0.0))
+                         l1=data.get("l1", 0.0), trained_on=data.get("trained_on"))
     except (TypeError, ValueError) as e:
         raise SAEFileError(folder / CONFIG, str(e)) from None
 
@@ -208,11 +262,28 @@ def read_metrics(folder) -> dict:
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, (int, float, str, bool))}
 
 
-def load_sae(folder, site: str | None = None, d_in: int | None = None) -> SAE:
+def check_trained_on(config: SAEConfig, folder, model: str, what: str = "SAE"):
+    """SAEFileError unless ``config`` records the weights of fingerprint ``model``: an SAE or transcoder of other
+    weights (another model, or this one before it was retrained) fits the shapes and splices garbage in silently."""
+    if config.trained_on is None:  # saved before the record existed: a user's earlier work, kept usable (shapes and
+        return                      # site are still checked); only a record that names other weights is refused
+    if config.trained_on != model:
+        raise SAEFileError(Path(folder) / CONFIG, f"this {what} was trained for another model (its weights are not "
+                           "this model's: another model, or this one before it was trained again): train it again "
+                           "for this one")
+
+
+def load_sae(folder, site: str | None = None, d_in: int | None = None, trained_on: str | None = None,
+             root=None, what: str = "SAE") -> SAE:
     """The SAE saved in ``folder``, checked: config.json valid, the weights file safetensors (never a pickle), inside
     the folder (no link out), with exactly the four tensors of the stated shapes, float32 and finite; ``site`` and
-    ``d_in``, when given, must match (an SAE of another site or width would splice garbage). SAEFileError otherwise."""
+    ``d_in``, when given, must match (an SAE of another site or width would splice garbage); ``trained_on``, when
+    given, the fingerprint of the model it must have been trained on; ``root``, when given, the model's folder, which
+    ``folder`` must lie in (a linked folder leading out of it is refused). SAEFileError otherwise."""
     folder = Path(folder)
+    if root is not None and not is_inside(folder, root):
+        raise SAEFileError(folder, f"the {what}'s folder is a link leading out of its model's folder; this app reads "
+                           "only what lies inside it (copy the real files in)")
     config = read_sae_config(folder)
     if site is not None and config.site != site:
         raise SAEFileError(folder / CONFIG, f"it is an SAE of {config.site}, not of {site}")
@@ -242,6 +313,8 @@ def load_sae(folder, site: str | None = None, d_in: int | None = None) -> SAE:
     for name, t in tensors.items():
         if not torch.isfinite(t).all():
             raise SAEFileError(path, f"{name} holds NaN or infinite values")
+    if trained_on is not None:  # after the file's own checks: a broken file is named as broken first
+        check_trained_on(config, folder, trained_on, what)
     sae = SAE(config)
     with torch.no_grad():
         for name, t in tensors.items():

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from core.features.activations import HeldOut, MAX_BYTES, MAX_VECTORS, collect, model_held_out, site_batches
-from core.features.sae import MAX_SAE_BYTES, SAE, SAEConfig
+from core.features.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
 from core.features.sites import check_site, site_width
 
 EXPANSION = 8           # d_sae = 8 x d_in by default
@@ -239,7 +239,9 @@ def train_sae(model, tokenizer, site: str, training: dict | None = None, setting
     train_part, eval_held = split_held_out(held)
     acts = collect(model, train_part.windows, site, settings.max_vectors, settings.max_bytes)
     collect_s = time.perf_counter() - t0
-    sae = SAE(settings.config(site, acts.shape[1]), generator=torch.Generator().manual_seed(settings.seed))
+    # it records the weights it read (model_fingerprint): loaded beside other weights, it is refused, not used
+    config = replace(settings.config(site, acts.shape[1]), trained_on=model_fingerprint(model, cache=False))
+    sae = SAE(config, generator=torch.Generator().manual_seed(settings.seed))
     model_was = model.training
     model.eval()
     t1 = time.perf_counter()

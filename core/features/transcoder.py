@@ -10,12 +10,13 @@ is reported beside the model's own and beside the loss with every MLP zero-ablat
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from core.features.activations import HeldOut, model_held_out
-from core.features.sae import SAE, SAEFileError, load_sae, save_sae
+from core.features.sae import SAE, SAEFileError, load_sae, model_fingerprint, save_sae
 from core.features.train import SAESettings, TrainedSAE, eval_part, mean_ce, split_held_out, train_on
 
 TRANSCODER_DIR = "transcoders"
@@ -106,7 +107,9 @@ def train_transcoder(model, tokenizer, layer: int, training: dict | None = None,
     train_part, eval_held = split_held_out(held)
     x, y = collect_pairs(model, train_part.windows, layer, min(settings.max_vectors, MAX_PAIRS))
     collect_s = time.perf_counter() - t0
-    tc = SAE(settings.config(writes(layer), x.shape[1]), generator=torch.Generator().manual_seed(settings.seed))
+    # it records the weights it reads (model_fingerprint): loaded beside other weights, it is refused, not spliced in
+    config = replace(settings.config(writes(layer), x.shape[1]), trained_on=model_fingerprint(model, cache=False))
+    tc = SAE(config, generator=torch.Generator().manual_seed(settings.seed))
     model_was = model.training
     model.eval()
     t1 = time.perf_counter()
@@ -128,16 +131,18 @@ def save_transcoder(tc: SAE, model_folder, layer: int, metrics: dict | None = No
     return save_sae(tc, transcoder_folder(model_folder, layer), metrics)
 
 
-def load_transcoders(model_folder, config) -> dict:
+def load_transcoders(model_folder, config, trained_on: str | None = None) -> dict:
     """{layer: transcoder} of every layer that has one beside the model, each checked as an SAE is (safetensors
-    only, shapes, finite values) and against the model (it writes that block's MLP output, d_model wide); a broken
-    one raises SAEFileError naming its file. {} when there are none."""
+    only, shapes, finite values, inside the model's folder: no linked folder leading out) and against the model (it
+    writes that block's MLP output, d_model wide; with ``trained_on``, a model fingerprint, it was trained on those
+    weights); a broken one raises SAEFileError naming its file. {} when there are none."""
     out = {}
     for layer in range(config.n_layers):
         folder = transcoder_folder(model_folder, layer)
         if not folder.is_dir():
             continue
-        out[layer] = load_sae(folder, site=writes(layer), d_in=config.d_model)
+        out[layer] = load_sae(folder, site=writes(layer), d_in=config.d_model, trained_on=trained_on,
+                              root=model_folder, what="transcoder")
     return out
 
 

@@ -4,6 +4,7 @@ sub-word token reads as one), the health numbers with a sentence each, and the p
 from __future__ import annotations
 
 import html
+import json
 import math
 
 from core.features.browse import Context, PromptUnits
@@ -22,6 +23,26 @@ HEALTH = (
     ("mse", "MSE", "{:.4f}", "Mean squared error of the reconstruction per number: small against the activations' "
                              "own size (see explained variance)."),
 )
+
+
+def duration_words(seconds: float) -> str:
+    """An estimate in round words: "about 4 s", "about 40 s", "about 3 min", "about 1.5 h" (seconds up to two
+    minutes: "under a minute" read 58-85 s)."""
+    if seconds < 10:
+        return f"about {max(1, round(seconds))} s"
+    if seconds < 120:
+        return f"about {round(seconds, -1):.0f} s"
+    if seconds < 5400:
+        return f"about {round(seconds / 60)} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
+def scroll_script(anchor: str, click: int) -> str:
+    """A script that scrolls the element of id ``anchor`` into view; ``click`` makes each one new (the browser runs
+    a script again only when its element changed)."""
+    a = html.escape(json.dumps(str(anchor)), quote=False)  # a JS string literal, and nothing that ends the element
+    return (f'<script data-click="{int(click)}">window.parent.document.getElementById({a})'
+            '?.scrollIntoView({behavior: "smooth", block: "start"});</script>')
 
 
 def health_rows(metrics: dict) -> list[tuple[str, str, str]]:
