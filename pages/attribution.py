@@ -84,7 +84,7 @@ def _sources(ids, token, cap, batch):
 
 
 first = graph_of(mkey, ids, None, *at)
-text = lambda t: tok.decode([t])  # noqa: E731  one token id -> its text
+text = lambda t: tok.shown_text([t])  # noqa: E731  one token id -> its text (a byte fragment as ⟨f0⟩, never �)
 choices = first.logit_tokens
 explain = st.selectbox("Output to explain", choices, format_func=lambda t: f"{visible(text(t))!r}  "
                        f"(p = {first.logit_probs[choices.index(t)]:.2f})", key="attr_token",

@@ -454,8 +454,8 @@ def test_a_feature_opens_from_the_prompt_view(server, browser):
     wait_idle(page)
     page.locator('[data-testid="stSidebarNavLink"]', has_text="Features").first.click()
     wait_idle(page, timeout=180_000)  # the first visit indexes every feature over the held-out text
-    button = page.get_by_role("button", name=re.compile(r"^#\d+ · ")).nth(2)  # the third feature at the position
-    unit = re.match(r"#(\d+)", button.inner_text().strip()).group(1)
+    button = page.get_by_role("button", name=re.compile(r"^feature \d+: fires ")).nth(2)  # the third at the position
+    unit = re.match(r"feature (\d+)", button.inner_text().strip()).group(1)
     button.click()
     wait_idle(page, timeout=120_000)
     page.get_by_role("heading", name=f"SAE feature {unit}").wait_for(timeout=30_000)

@@ -51,6 +51,7 @@ def forecast_reveal(info: dict) -> tuple[str, str] | None:
         st.caption("The run is in: reveal where it landed once the class has voted.")
         return vf.class_answer(meta, info["choices"], done[-1]["actual"])
     job, s = fcui.poll()
+    fcui.show_lost()
     pending = st.session_state.get("scal_fc_pending")
     if job is not None and pending and pending.get("round") == info["round"]:
         # the fragment redraws the bar every 2 s while the run moves, not the whole page (its vote count and

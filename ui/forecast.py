@@ -99,7 +99,20 @@ def poll() -> tuple[StudyJob | None, object]:
         records().append(vf.settle(st.session_state.pop("scal_fc_pending"), s.rows[0]))
         st.session_state.pop("scal_fc_job")
         st.rerun()
+    if s.state == "finished":  # finished with no row (runs.csv unreadable, say): said once, and the run let go
+        st.session_state.pop("scal_fc_job")
+        st.session_state.pop("scal_fc_pending", None)
+        st.session_state["scal_fc_lost"] = (f"The run finished but left no result{': ' + s.problem if s.problem else ''}"
+                                            "; train it again.")
+        return None, None
     return job, s
+
+
+def show_lost():
+    """The word that a run finished with no result (poll let it go), once."""
+    msg = st.session_state.pop("scal_fc_lost", None)
+    if msg:
+        st.warning(msg, icon="⚠️")
 
 
 def drop():

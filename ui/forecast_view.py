@@ -32,6 +32,7 @@ def show_forecast(shipped_meta, shipped_rows, shakespeare, calibration: dict | N
              r"\frac{2}{\alpha}(y - u)\,\mathbb{1}[y > u], \qquad \alpha = 0.2")
     bases = fcui.bases(shipped_meta, shipped_rows, shakespeare, st.session_state.get("scal_study_job"))
     job, status = fcui.poll()
+    fcui.show_lost()
     if not bases:
         st.info(f"A forecast needs a law: the shipped study could not be read and your study has fewer than "
                 f"{MIN_RUNS} runs so far.")
@@ -120,6 +121,7 @@ def _bet(bases: dict, job, calibration: dict | None):
 def _run_view(polling: bool):
     """The run under way: its controls and progress, polled every 2 s while it moves."""
     job, s = fcui.poll()
+    fcui.show_lost()
     if job is None:
         return
     job_controls(job, s, polling, "scal_fc", BusyError, stop_help="Ends the run; its forecast is dropped.")
