@@ -2,7 +2,6 @@
 terms add up to its input; an edge is the change of its target when its source grows by (1 + eps), over eps; a
 model built so the graph is known by hand gives that graph; the head split and the query-key split add up to what
 the model computes; pruning and the two scores on hand-made graphs."""
-import math
 from pathlib import Path
 
 import numpy as np

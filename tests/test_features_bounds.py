@@ -19,7 +19,6 @@ from core.features.sae import SAE, SAEConfig, load_sae, save_sae
 from core.features.units import feature_units
 from core.nn.checkpoint import load_checkpoint, read_config
 from tests.memory_probe import fresh_peak, peak_growth
-from tests.test_page_scaling import text_of
 
 PAGE = "pages/features.py"
 SITE = "blocks.0.hook_resid_post"

@@ -1,7 +1,6 @@
 """core.training.study_job: a study in a process group of its own, paused, resumed, stopped, one at a time per server."""
 import json
 import os
-import time
 
 import pytest
 
