@@ -4,6 +4,7 @@ from core.analysis import attribution as A
 from core.analysis import attribution_probes as P
 from core.analysis.picks import nan_argmax
 from core.figures.attribution_figures import graph_figure
+from core.nn.tokenizer_base import fragment_note
 from core.serve.fmt import head_label, visible
 from core.views import attribution_view as av
 from ui import chart, ensure_frame, model_key, prompt_input, require_model
@@ -86,6 +87,8 @@ def _sources(ids, token, cap, batch):
 first = graph_of(mkey, ids, None, *at)
 text = lambda t: tok.shown_text([t])  # noqa: E731  one token id -> its text (a byte fragment as ⟨f0⟩, never �)
 choices = first.logit_tokens
+if note := fragment_note(" ".join(text(t) for t in [*ids, *choices])):  # said once, where a byte piece first shows
+    st.caption(note)
 explain = st.selectbox("Output to explain", choices, format_func=lambda t: f"{visible(text(t))!r}  "
                        f"(p = {first.logit_probs[choices.index(t)]:.2f})", key="attr_token",
                        help="The likeliest next tokens, as many as cover 95 % of the probability (at most 10).")

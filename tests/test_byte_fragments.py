@@ -78,3 +78,10 @@ def test_the_generation_page_says_it_and_writes_a_cut_character_as_bytes(open_pa
     assert plain.endswith(hexes(SMILE.encode("utf-8")[:2])) and "\ufffd" not in plain
     captions = " ".join(c.value for c in at.caption)
     assert hexes(SMILE.encode("utf-8")[:1]) in captions and "hexadecimal" in captions
+
+
+def test_the_attribution_page_says_it_where_a_byte_piece_shows(open_page):
+    at = open_page("pages/attribution.py", timeout=180, state={"te_model_name": "shakespeare-bpe",
+                                                               "attr_prompt": f"Good morrow {SMILE} to thee"})
+    captions = " ".join(c.value for c in at.caption)
+    assert "hexadecimal" in captions and "\ufffd" not in captions, captions
