@@ -81,6 +81,7 @@ def test_a_dense_transcoder_graph_is_refused_in_words_within_a_second(shipped):
     assert av.plan_graph(model, tcs, ids, budget=2**30).refusal is None  # the shipped transcoders' graph fits
 
 
+@pytest.mark.slow  # over 5 s: the slow lane (the fast lane stays within its minutes)
 def test_the_estimate_bounds_the_graph_it_describes(shipped):
     """The estimate is at least what building, pruning and scoring the graph really takes (measured in a process of
     its own), and not wildly more."""

@@ -70,6 +70,7 @@ def test_a_large_sae_index_is_refused_in_words_within_a_second(shipped):
     assert "fire densely" in index_refusal(index_cost(model, dense, held), 2**30, 128, flops, "features")
 
 
+@pytest.mark.slow  # over 5 s: the slow lane (the fast lane stays within its minutes)
 def test_the_index_estimate_bounds_the_index_and_the_build_reports_progress(shipped):
     from core.features.activations import HeldOut
     from core.features.index import build_index, index_cost

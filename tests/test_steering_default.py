@@ -48,6 +48,7 @@ def _capitals(text: str) -> float:
     return sum(c.isupper() for c in letters) / max(1, len(letters))
 
 
+@pytest.mark.slow  # over 5 s: the slow lane (the fast lane stays within its minutes)
 def test_the_default_alpha_keeps_the_texts_sense_and_shows_the_features_mark(open_page):
     at = open_page("pages/generation.py")
     feature = at.number_input(key="gen_steer_feature").value
