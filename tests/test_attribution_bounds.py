@@ -15,7 +15,7 @@ import torch
 
 from conftest import SHIPPED
 from core.analysis import attribution as A
-from core.features.sae import SAE, SAEConfig, SAEFileError, save_sae
+from core.features.sae import SAE, SAEConfig, SAEFileError, model_fingerprint, save_sae
 from core.features.transcoder import load_transcoders, transcoder_folder, writes
 from core.nn.checkpoint import load_checkpoint
 from core.serve.threads import torch_threads
@@ -25,16 +25,6 @@ from tests.test_page_scaling import text_of
 PAGE = "pages/attribution.py"
 BPE = SHIPPED.parent / "shakespeare-bpe"
 TEXT = "The king is dead. Long live the king! The king is dead. Long live the king! The king is dead."
-
-
-def recorded(model) -> dict:
-    """SAEConfig's record of the weights a transcoder was trained on, for ``model`` ({} in code from before it:
-    each test here then fails on what it tests, not on an import)."""
-    try:
-        from core.features.sae import model_fingerprint
-    except ImportError:
-        return {}
-    return {"trained_on": model_fingerprint(model)}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +39,7 @@ def dense(model, tcs) -> dict:
     out = {}
     for layer, tc in tcs.items():
         t = SAE(SAEConfig(site=writes(layer), d_in=tc.config.d_in, d_sae=tc.config.d_sae, kind="relu", k=12,
-                          **recorded(model)))
+                          trained_on=model_fingerprint(model)))
         with torch.no_grad():
             for name in ("W_enc", "W_dec", "b_dec"):
                 getattr(t, name).copy_(getattr(tc, name))
@@ -129,8 +119,6 @@ def test_a_capped_graph_keeps_its_most_influential_features_and_stays_exact(ship
 
 
 def test_transcoders_record_the_weights_they_were_trained_on(shipped, tmp_path):
-    from core.features.sae import model_fingerprint
-
     model, tok, tcs = shipped
     fp = model_fingerprint(model)
     assert load_transcoders(SHIPPED, model.config, trained_on=fp).keys() == {0, 1}  # the shipped ones say so
@@ -197,7 +185,8 @@ def test_a_retrained_transcoder_is_another_graph(open_page, tmp_path):
     before = next(m.value for m in at.metric if m.label == "Active features")
     model, _ = load_checkpoint(folder)
     tc = load_transcoders(folder, model.config)[1]
-    fewer = SAE(SAEConfig(site=tc.config.site, d_in=64, d_sae=512, kind="topk", k=4, **recorded(model)))
+    fewer = SAE(SAEConfig(site=tc.config.site, d_in=64, d_sae=512, kind="topk", k=4,
+                          trained_on=model_fingerprint(model)))
     with torch.no_grad():
         for name, t in tc.tensors().items():
             getattr(fewer, name).copy_(t)

@@ -15,23 +15,13 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import SHIPPED
-from core.features.sae import SAE, SAEConfig, load_sae, save_sae
+from core.features.sae import SAE, SAEConfig, load_sae, model_fingerprint, save_sae
 from core.features.units import feature_units
 from core.nn.checkpoint import load_checkpoint, read_config
 from tests.memory_probe import fresh_peak, peak_growth
 
 PAGE = "pages/features.py"
 SITE = "blocks.0.hook_resid_post"
-
-
-def recorded(model) -> dict:
-    """SAEConfig's record of the weights an SAE was trained on ({} in code from before it: each test here then fails
-    on what it tests, not on an import)."""
-    try:
-        from core.features.sae import model_fingerprint
-    except ImportError:
-        return {}
-    return {"trained_on": model_fingerprint(model)}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +36,7 @@ def shipped():
 
 def large_sae(model, d_sae=131_072, kind="topk") -> SAE:
     """An SAE the file rules allow (64 MiB per matrix), of random weights: only its shape matters here."""
-    sae = SAE(SAEConfig(site=SITE, d_in=64, d_sae=d_sae, kind=kind, k=12, **recorded(model)),
+    sae = SAE(SAEConfig(site=SITE, d_in=64, d_sae=d_sae, kind=kind, k=12, trained_on=model_fingerprint(model)),
               generator=torch.Generator().manual_seed(0))
     return sae.requires_grad_(False).eval()
 
@@ -122,7 +112,7 @@ def test_an_sae_of_other_weights_is_refused_by_name(open_page, tmp_path):
     folder = copy_model(tmp_path)
     config = folder / "sae" / SITE / "config.json"
     other = load_checkpoint(SHIPPED.parent / "shakespeare-bpe")[0]  # d = 64 too: the shapes fit
-    config.write_text(json.dumps({**json.loads(config.read_text()), **recorded(other)}))
+    config.write_text(json.dumps({**json.loads(config.read_text()), "trained_on": model_fingerprint(other)}))
     at = open_page(PAGE, timeout=300, models_dir=tmp_path, state={"te_model_name": "copy"})
     shown = [w.value.replace("\\", "") for w in at.warning]
     assert any(f"copy/sae/{SITE}/config.json" in w and "trained for another model" in w for w in shown), shown
@@ -144,7 +134,7 @@ def test_an_sae_folder_linked_out_of_the_model_is_refused_by_name(open_page, tmp
 
 
 def test_train_sae_records_the_weights_it_read(tmp_path):
-    from core.features.sae import SAEFileError, model_fingerprint
+    from core.features.sae import SAEFileError
     from core.features.train import SAESettings, train_sae
     from core.nn.model import ModelConfig, Transformer
     from core.nn.tokenizer import CharTokenizer

@@ -13,7 +13,6 @@ Its memory and time grow with units x tokens and with the firing entries (a dens
 and the Features page refuses an index over its budget (TE_FEATURES_MEMORY, MAX_INDEX_SECONDS) in words."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -222,15 +221,9 @@ class IndexCost:
 def index_budget(value: str | None = None) -> int | None:
     """Bytes one index may take while it is built: ``value``, by default TE_FEATURES_MEMORY (a size: 1G, 800M),
     else DEFAULT_INDEX_MEMORY. None: no limit (0). ValueError, in words, when it is not a size."""
-    from core.training.job_settings import parse_size
+    from core.training.job_settings import size_setting
 
-    value = os.environ.get(MEMORY_ENV, "") if value is None else value
-    if not str(value).strip():
-        return DEFAULT_INDEX_MEMORY
-    try:
-        return parse_size(value) or None
-    except ValueError as e:
-        raise ValueError(f"the server's {MEMORY_ENV} setting is wrong: {e}") from None
+    return size_setting(MEMORY_ENV, DEFAULT_INDEX_MEMORY, value)
 
 
 def cost_of(n: int, tokens: int, n_ctx: int, firing: float, flops: tuple) -> IndexCost:

@@ -307,6 +307,18 @@ def parse_size(text: str) -> int:
     return int(float(number) * _UNITS[unit.lower()])
 
 
+def size_setting(env: str, default: int, value: str | None = None) -> int | None:
+    """A memory budget the server sets by a size: ``value``, by default the environment's ``env`` (1G, 800M), else
+    ``default``. None: no limit (0). ValueError, naming the setting, when it is not a size."""
+    value = os.environ.get(env, "") if value is None else value
+    if not str(value).strip():
+        return default
+    try:
+        return parse_size(value) or None
+    except ValueError as e:
+        raise ValueError(f"the server's {env} setting is wrong: {e}") from None
+
+
 def memory_budget(value: str | None = None) -> int | None:
     """The memory one run may take, in bytes: ``value``, by default the environment's TE_RUN_MEMORY, else
     DEFAULT_RUN_MEMORY. None: no limit (TE_RUN_MEMORY=0). ValueError, saying so, when it is not a size."""

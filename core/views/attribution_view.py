@@ -6,7 +6,6 @@ Numbers and words; no Streamlit here."""
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +14,7 @@ import torch
 
 from core.analysis.attribution import BATCH, MAX_LOGITS, Graph, Pruned
 from core.serve.fmt import binary_bytes, visible
-from core.training.job_settings import parse_size
+from core.training.job_settings import size_setting
 from core.views.features_view import duration_words
 
 MEMORY_ENV = "TE_ATTRIBUTION_MEMORY"
@@ -44,13 +43,7 @@ def graph_budget(value: str | None = None) -> int | None:
     """Bytes one attribution graph may take at its peak: ``value``, by default the environment's
     TE_ATTRIBUTION_MEMORY (a size: 1G, 800M), else DEFAULT_GRAPH_MEMORY. None: no limit (0). ValueError, in words,
     when it is not a size."""
-    value = os.environ.get(MEMORY_ENV, "") if value is None else value
-    if not str(value).strip():
-        return DEFAULT_GRAPH_MEMORY
-    try:
-        return parse_size(value) or None
-    except ValueError as e:
-        raise ValueError(f"the server's {MEMORY_ENV} setting is wrong: {e}") from None
+    return size_setting(MEMORY_ENV, DEFAULT_GRAPH_MEMORY, value)
 
 
 def _per_copy(config, widths, features: int, n: int) -> int:

@@ -3,12 +3,11 @@ on their number and the server's memory budget for the page's work, and the sent
 The page only lays these out."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from core.analysis.over_training import MAX_VIEW_SNAPSHOTS, pick_steps, view_memory
 from core.serve.fmt import binary_bytes
-from core.training.job_settings import parse_size
+from core.training.job_settings import size_setting
 
 DEFAULT_VIEW_MEMORY = 384 * 2**20  # the page's work on one prompt; a 9.5 M-parameter model's needs about 170 MiB
 MEMORY_ENV = "TE_OVER_TRAINING_MEMORY"
@@ -18,13 +17,7 @@ def view_budget(value: str | None = None) -> int | None:
     """Bytes the Over training page's work on one prompt may take: ``value``, by default the environment's
     TE_OVER_TRAINING_MEMORY (a size: 384M, 1G), else DEFAULT_VIEW_MEMORY. None: no limit (0). ValueError, in
     words, when it is not a size."""
-    value = os.environ.get(MEMORY_ENV, "") if value is None else value
-    if not str(value).strip():
-        return DEFAULT_VIEW_MEMORY
-    try:
-        return parse_size(value) or None
-    except ValueError as e:
-        raise ValueError(f"the server's {MEMORY_ENV} setting is wrong: {e}") from None
+    return size_setting(MEMORY_ENV, DEFAULT_VIEW_MEMORY, value)
 
 
 @dataclass
