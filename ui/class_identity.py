@@ -103,10 +103,7 @@ def server_address() -> str | None:
     if not url:
         return None
     url = url.split("?")[0].split("#")[0].rstrip("/")
-    for tail in ("/classroom",):
-        if url.endswith(tail):
-            url = url[: -len(tail)]
-    return url
+    return url.removesuffix("/classroom")  # this page's own path: the server's address is what comes before it
 
 
 def student_link(code: str) -> str:

@@ -2,6 +2,7 @@
 the projector's own screen (no sidebar, no prose, large type, the join address and a QR code)."""
 from __future__ import annotations
 
+import functools
 import io
 
 import streamlit as st
@@ -86,6 +87,7 @@ def show_counts(info: dict, key: str, large: bool = False):
     shared_chart(fig, width="stretch", theme=None, key=key)
 
 
+@functools.lru_cache(maxsize=256)  # the projector's waiting screen reruns every 2 s: one encoding per link
 def qr_png(link: str, scale: int = 8) -> bytes:
     import segno  # pinned in requirements.txt: a pure-Python QR encoder
 

@@ -7,10 +7,11 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import re
 import math
 import os
+import re
 import secrets
+import time
 import unicodedata
 from dataclasses import dataclass, replace
 
@@ -317,8 +318,6 @@ def gone(code, reset_at=None, why: str = "") -> ClassError:
     is named too, since a reset loses every class started before it."""
     if reset_at is None:
         return ClassError(f"no class {code} is running (it may have ended or expired)")
-    import time
-
     at = time.strftime("%H:%M", time.gmtime(reset_at))
     return ClassError(f"no class {code} is running (it may have ended or expired; also, the class store was reset at "
                       f"{at} UTC ({why}), and the classes started before then are gone)")
