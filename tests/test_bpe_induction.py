@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from core.nn.model import ModelConfig
 from core.training import bpe_induction as B
+from core.training.study_table import TableSpec
 from tests.snapshot_models import made_up_text
 from tests.test_command_lines import InlineEngine
 
@@ -59,7 +60,7 @@ def test_head_width_runs_are_the_widths_the_issue_asks_for():
 @pytest.fixture(scope="module")
 def small_run():
     # a real run, tiny: 40 steps on made-up text, so the row can be checked against the weights it came from
-    spec = B.FactorSpec("h2", 40, text=made_up_text(30_000))
+    spec = TableSpec("h2", 40, text=made_up_text(30_000))
     captured = {}
     from core.training import trainer as T
 

@@ -79,7 +79,7 @@ CASES = [
     ("study", [*STUDY, "--workers", "0"], "--workers"),
     ("study", [*STUDY, "--bootstrap", "5000"], "--bootstrap"),
     ("study", [*STUDY, "--nice", "20"], "--nice"),
-    ("study", [*STUDY, "--engine", "spark"], "unknown engine"),
+    ("study", [*STUDY, "--engine", "spark"], "invalid choice"),
     ("study", [*STUDY, "--grid", "huge"], "unknown grid"),
     ("variants", [*VARIANTS, "--steps", "0"], "--steps"),
     ("variants", [*VARIANTS, "--only", "lecture,h3"], "h3"),

@@ -14,7 +14,8 @@ from core.nn.checkpoint import load_checkpoint
 from core.nn.model import ModelConfig, Transformer
 from core.training.train_data import encode_corpus, windowed_loss
 from core.training.corpus import split_train_val
-from core.training.variants import BY_ID, VARIANT_FIELDS, VariantSpec, main, train_variant, write_results
+from core.training.study_table import TableSpec
+from core.training.variants import BY_ID, VARIANT_FIELDS, main, train_variant, write_results
 from tests.snapshot_models import made_up_text
 
 TEXT = made_up_text(20_000)
@@ -32,7 +33,7 @@ def test_every_variant_builds_and_the_list_covers_the_issue():
 
 @pytest.mark.slow  # trains a model for 30 steps: the fast lane leaves it to CI
 def test_a_no_mask_run_is_scored_as_trained_and_under_the_causal_mask(tmp_path):
-    row = train_variant(VariantSpec("no-mask", steps=30, keep_weights=str(tmp_path / "m"), text=TEXT))
+    row = train_variant(TableSpec("no-mask", steps=30, keep_weights=str(tmp_path / "m"), text=TEXT))
     assert row["variant"] == "no-mask" and row["steps"] == 30 and row["curve"][-1]["step"] == 30
     # the kept weights, scored again by hand both ways
     model, tok = load_checkpoint(tmp_path / "m")

@@ -15,10 +15,10 @@ from tests.test_command_lines import InlineEngine  # the study's runs in this pr
 
 def fake_row(spec) -> dict:
     # what train_variant returns, with numbers that say which session made it
-    return {**{k: "" for k in V.VARIANT_FIELDS}, "variant": spec.variant, "title": V.BY_ID[spec.variant].title,
+    return {**{k: "" for k in V.VARIANT_FIELDS}, "variant": spec.run, "title": V.BY_ID[spec.run].title,
             "d_model": 64, "n_heads": 4, "n_layers": 2, "params": 999, "steps": spec.steps, "seconds": 0.5,
             "train_loss": 9.0, "val_loss": 9.0, "causal_val_loss": 9.0, "sample": "new",
-            "curve": [{"variant": spec.variant, "step": s, "train_loss": 9.0, "val_loss": 9.0} for s in (0, spec.steps)]}
+            "curve": [{"variant": spec.run, "step": s, "train_loss": 9.0, "val_loss": 9.0} for s in (0, spec.steps)]}
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def runs(monkeypatch):
     done = []
 
     def task(spec):
-        done.append(spec.variant)
+        done.append(spec.run)
         return fake_row(spec)
 
     monkeypatch.setattr(V, "train_variant", task)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.analysis.induction import THRESHOLD
+from core.training.cli_args import Outputs, study_parser, study_problem
+from core.training.study_table import TableSpec, TableStudy
 
 # the BPE recipe shipped before issue 43 (assets/models/shakespeare-bpe then): what every run starts from
 BASE_SHAPE = dict(n_ctx=128, d_model=64, n_heads=4, n_layers=2, d_ff=256)
@@ -79,15 +80,6 @@ RUNS = [
 BY_ID = {f.id: f for f in RUNS}
 
 
-@dataclass(frozen=True)
-class FactorSpec:
-    """One run, its corpus included (so that a worker anywhere can train it)."""
-    run: str
-    steps: int
-    seed: int = 1337
-    text: str = field(default="", repr=False, compare=False)
-
-
 def copy_measures(model, tok, probe, val_ids=None) -> dict:
     """``bench.induction_text``'s numbers for one set of weights: natural text written twice (second copy / first,
     and the second copy with the best induction head switched off), the random probe's best stripe and second /
@@ -132,7 +124,7 @@ def run_settings(f: Factor, steps: int, seed: int = 1337):
     return dict(BASE_SHAPE, **f.shape), tc
 
 
-def train_factor(spec: FactorSpec) -> dict:
+def train_factor(spec: TableSpec) -> dict:
     """Train one run from its seed on one thread: its runs.csv row, its heads.csv rows under "heads"."""
     import torch
 
@@ -172,8 +164,7 @@ def write_results(out: Path, rows: list[dict]) -> None:
     from core.nn.heads_csv import write_heads_csv
     from core.training.study_files import write_atomic
 
-    order = {f.id: i for i, f in enumerate(RUNS)}
-    rows = sorted(rows, key=lambda r: order.get(r["run"], len(order)))
+    rows = STUDY.ordered(rows)
     table = io.StringIO()
     w = csv.DictWriter(table, FIELDS, extrasaction="ignore")
     w.writeheader()
@@ -188,140 +179,75 @@ def write_results(out: Path, rows: list[dict]) -> None:
 
 PROG = "python -m core.bpe_induction"
 MAX_STEPS = 100_000
-MAX_RUNS_CSV_BYTES = 2**20  # the shipped runs.csv is 6 KB
 
 
-def outputs():
-    """What the study writes into --out (core.training.cli_args.Outputs): runs.csv and heads/<run>.csv. A runs.csv
-    is this study's when it has its columns (a scaling study's runs.csv has others)."""
-    from core.training.cli_args import Outputs
-
-    def ours(path: Path) -> bool:
-        try:
-            with path.open(newline="", encoding="utf-8") as fh:
-                return {"run", "factor", "steps"} <= set(next(csv.reader(fh), []))
-        except (OSError, UnicodeDecodeError, csv.Error):
-            return False
-
-    heads = Outputs(PROG, "the study's heads", files=tuple((f"{f.id}.csv", None) for f in RUNS))
-    return Outputs(PROG, "a study of python -m core.bpe_induction", files=(("runs.csv", ours),),
-                   folders=(("heads", heads),), merges=True)
-
-
-def read_rows(out: Path) -> list[dict]:
-    """The rows of ``out``/runs.csv ([] when there is none); ValueError, in words, for a file that is not one."""
-    path = out / "runs.csv"
-    if not path.is_file():
-        return []
+def _ours(path: Path) -> bool:
+    # a runs.csv is this study's when it has its columns (a scaling study's runs.csv has others)
     try:
-        if path.stat().st_size > MAX_RUNS_CSV_BYTES:
-            raise ValueError(f"{path} is larger than {MAX_RUNS_CSV_BYTES // 2**20} MiB")
         with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise ValueError(f"{path} cannot be read ({type(e).__name__})") from None
-    if rows and not {"run", "steps"} <= set(rows[0]):
-        raise ValueError(f"{path} is not this study's runs.csv")
-    return rows
+            return {"run", "factor", "steps"} <= set(next(csv.reader(fh), []))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
 
 
-def rows_to_keep(out: Path, steps: int, chosen: list[str]) -> list[dict]:
-    """The rows of the study in ``out`` that a session running ``chosen`` keeps (as core.variants merges): every
-    other run. ValueError for a study of runs of another length: one table compares runs trained alike, and
-    dropping its rows silently lost the shipped study (19 runs became 1)."""
-    rows = read_rows(out)
-    other = sorted({str(r.get("steps")) for r in rows} - {str(steps)})
-    if other:
-        raise ValueError(f"--out {out} holds a study of {', '.join(other)} steps a run; --steps {steps} would put runs "
-                         "of different lengths in one table: give its --steps to add or replace runs in it")
-    return [r for r in rows if r["run"] not in chosen]
+class FactorStudy(TableStudy):
+    """The BPE-induction study on the table-study framework: runs.csv and heads/<run>.csv."""
+    prog, what, title, key, table = PROG, "run", "a study of python -m core.bpe_induction", "run", "runs.csv"
+    ids = tuple(f.id for f in RUNS)
+    fields = FIELDS
+    steps = 3000
+    max_steps = MAX_STEPS
+    n_ctx = BASE_SHAPE["n_ctx"]
+
+    def task(self):
+        return train_factor  # looked up now: a test puts a stand-in in its place
+
+    def outputs(self):
+        """What the study writes into --out (core.training.cli_args.Outputs): runs.csv and heads/<run>.csv."""
+        heads = Outputs(PROG, "the study's heads", files=tuple((f"{f.id}.csv", None) for f in RUNS))
+        return Outputs(PROG, self.title, files=(("runs.csv", _ours),), folders=(("heads", heads),), merges=True)
+
+    def write(self, out, rows, overwrite):
+        write_results(out, rows)
+        if overwrite:  # the old table is gone now: so are the heads of its runs not made again
+            made = {r["run"] for r in rows}
+            for f in RUNS:
+                if f.id not in made:
+                    (out / "heads" / f"{f.id}.csv").unlink(missing_ok=True)
+
+    def line(self, row):
+        return json.dumps({k: v for k, v in row.items() if k != "heads"})
 
 
-def _refuse(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return 2
+STUDY = FactorStudy()
 
 
 def main(argv=None) -> int:
-    from core.training.cli_args import OneLineParser, out_problem, workers_problem
-    from core.training.corpus import read_text_file, shakespeare_path
-    from core.training.study_engines import ENGINES, make_engine
-    from core.training.study_grid import StudyError
-    from core.training.train_data import min_corpus_chars
-
-    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=None, help=f"steps of every run, 1 to {MAX_STEPS:,} (default 3000)")
-    p.add_argument("--out", required=True, help="the study's folder (no default: bench/results/bpe-induction is the "
-                   "shipped study). A study there of the same --steps is merged into: the runs named replace their "
-                   "rows, the others stay; one of other steps, or a folder holding other files, is refused unless "
-                   "--overwrite")
-    p.add_argument("--only", default=None, help="comma-separated run ids (default: all): " + ", ".join(BY_ID))
-    p.add_argument("--engine", choices=ENGINES, default=None, help="default local")
-    p.add_argument("--workers", type=int, default=None)
-    p.add_argument("--corpus", default=None, help="the text to train on (default: Tiny Shakespeare)")
-    p.add_argument("--overwrite", action="store_true", help="start the study in --out afresh: only the runs made now "
-                   "are in its table (its own files only: every other file there stays as it is)")
+    p = study_parser(PROG, __doc__.split("\n\n")[0], runs=STUDY.ids, steps=STUDY.steps, max_steps=MAX_STEPS,
+                     out_help="the study's folder (no default: bench/results/bpe-induction is the shipped study). A "
+                     "study there of the same --steps is merged into: the runs named replace their rows, the others "
+                     "stay; one of other steps, or a folder holding other files, is refused unless --overwrite",
+                     overwrite_help="start the study in --out afresh: only the runs made now are in its table (its own "
+                     "files only: every other file there stays as it is)")
     p.add_argument("--table", action="store_true", help="print the markdown table of the study in --out; train nothing")
     args = p.parse_args(argv)
-    out = Path(args.out)
     if args.table:
         training = [f"--{k}" for k in ("steps", "only", "engine", "workers", "corpus") if getattr(args, k) is not None]
         if training or args.overwrite:
-            return _refuse(f"--table trains nothing and writes nothing: {(training or ['--overwrite'])[0]} does "
-                           "nothing with it")
+            return STUDY.refuse(f"--table trains nothing and writes nothing: {(training or ['--overwrite'])[0]} does "
+                                "nothing with it")
         try:
-            rows = read_rows(out)
+            rows = STUDY.read(Path(args.out))
         except ValueError as e:
-            return _refuse(str(e))
+            return STUDY.refuse(str(e))
         if not rows:
-            return _refuse(f"no study in {args.out} (runs.csv is missing or empty)")
+            return STUDY.refuse(f"no study in {args.out} (runs.csv is missing or empty)")
         print(render(rows, int(rows[0]["steps"])), end="")
         return 0
-    steps = 3000 if args.steps is None else args.steps
-    chosen = list(dict.fromkeys(s for s in (args.only or "").split(",") if s))  # a run named twice trains once
-    unknown = [s for s in chosen if s not in BY_ID]
-    if unknown:
-        return _refuse(f"unknown run {', '.join(unknown)} (choose from {', '.join(BY_ID)})")
-    if args.only and not chosen:  # "--only ," named nothing: not "every run", hours of CPU
-        return _refuse(f"--only names no run; choose from {', '.join(BY_ID)}, or leave it out for all")
-    chosen = chosen or list(BY_ID)
-    if not 1 <= steps <= MAX_STEPS:
-        return _refuse(f"--steps must be 1 to {MAX_STEPS:,} (got {steps:,})")
-    problem = workers_problem(args.workers) or out_problem(out, outputs(), args.overwrite, inputs=[args.corpus])
+    problem = study_problem(args, STUDY.ids, MAX_STEPS)
     if problem:
-        return _refuse(problem)
-    corpus = args.corpus or shakespeare_path()
-    if corpus is None:
-        return _refuse("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
-    try:
-        text = read_text_file(corpus)
-    except (OSError, ValueError) as e:
-        return _refuse(f"cannot read the corpus: {e}")
-    need = min_corpus_chars(BASE_SHAPE["n_ctx"])  # a token is a character at least: fewer cannot fill a window
-    if len(text) < need:  # here, not as a traceback from every worker
-        return _refuse(f"--corpus {corpus} is too short: {len(text):,} characters, and a run's {BASE_SHAPE['n_ctx']}-"
-                       f"token window needs at least {need:,} for the training and held-out parts")
-    try:  # before any run: the study there is merged into, or refused, never lost to a run of one factor
-        kept = [] if args.overwrite else rows_to_keep(out, steps, chosen)
-    except ValueError as e:
-        return _refuse(f"{e}; or --overwrite to start the study afresh")
-    specs = [FactorSpec(run, steps, text=text) for run in chosen]
-    # in the order asked for: a free worker takes the next (d128 takes about five times a base run)
-    rows = list(kept)
-    try:
-        engine = make_engine(args.engine or "local", args.workers, task=train_factor)
-        engine.check()
-        for row in engine.run(specs, lambda: False):
-            rows.append(row)
-            write_results(out, rows)  # after every run: a study cut short keeps what finished
-            if args.overwrite:  # the old table is gone now: so are the heads of its runs not made again
-                for f in RUNS:
-                    if f.id not in {r["run"] for r in rows}:
-                        (out / "heads" / f"{f.id}.csv").unlink(missing_ok=True)
-            print(json.dumps({k: v for k, v in row.items() if k != "heads"}), flush=True)
-    except StudyError as e:  # Ray missing or unreachable, a worker killed: in words
-        return _refuse(f"{e} ({len(rows) - len(kept)} runs written to {out})")
-    return 0
+        return STUDY.refuse(problem)
+    return STUDY.run(args)
 
 
 def render(rows: list[dict], steps: int, verdict: str = "") -> str:

@@ -19,6 +19,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable
 
+from core.training.study_engines import ENGINES
+
 MODEL_MARK = "config.json"  # every saved model folder has it (core.nn.checkpoint.CONFIG_FILE)
 MAX_MARK_BYTES = 2**20  # a config.json larger than this is nobody's here (the shipped ones are a few KB)
 MOST_WORKERS = 64  # processes or CPUs a command line asks for, at most (or the cores, if more): 10^6 would fork-bomb
@@ -41,6 +43,54 @@ def workers_problem(workers: int | None) -> str | None:
     if workers is None or 1 <= workers <= most_workers():
         return None
     return f"--workers must be from 1 to {most_workers()} (got {workers:,}); leave it out for one per core"
+
+
+# ---------------------------------------------------------------- a study's command line (every study's main)
+
+def study_parser(prog: str, description: str, out_help: str, overwrite_help: str, *, runs: tuple[str, ...] = (),
+                 steps: int | None = None, max_steps: int | None = None, out_required: bool = True,
+                 corpus_help: str = "the text to train on (default: Tiny Shakespeare)", corpus_required: bool = False,
+                 engine: bool = True):
+    """The one command-line shape of the studies (core.study, core.variants, core.bpe_induction,
+    core.forecast_study): --out and --overwrite; for a study that trains, --engine, --workers and --corpus; for one
+    of named runs (``runs``), --steps and --only. Flags left out are None, so a study can tell them from defaults
+    (``--table`` refuses them); ``study_problem`` checks them in one line before any work."""
+    p = OneLineParser(prog=prog, description=description)
+    if runs:
+        p.add_argument("--steps", type=int, default=None, help=f"steps of every run, 1 to {max_steps:,} (default "
+                                                               f"{steps})")
+        p.add_argument("--only", default=None, help="comma-separated run ids (default: all): " + ", ".join(runs))
+    p.add_argument("--out", required=out_required, default=None, help=out_help)
+    if engine:
+        p.add_argument("--engine", choices=ENGINES, default=None, help="local: a process pool on this machine "
+                       "(default); ray: Ray tasks on RAY_ADDRESS's cluster or on a local Ray instance")
+        p.add_argument("--workers", type=int, default=None, help=f"processes (local) or CPUs (a local Ray instance), "
+                                                                 f"1 to {most_workers()}; default: every core")
+        p.add_argument("--corpus", required=corpus_required, default=None, help=corpus_help)
+    p.add_argument("--overwrite", action="store_true", help=overwrite_help)
+    return p
+
+
+def chosen_runs(only: str | None, ids) -> list[str]:
+    """The runs --only names, each once, in the order named; every run of ``ids`` when it names none."""
+    return list(dict.fromkeys(s for s in (only or "").split(",") if s)) or list(ids)
+
+
+def study_problem(args, runs: tuple[str, ...] = (), max_steps: int | None = None, what: str = "run") -> str | None:
+    """Why the study flags of ``args`` (study_parser's) cannot be used (None: they can), said in one line."""
+    if getattr(args, "workers", None) is not None and workers_problem(args.workers):
+        return workers_problem(args.workers)
+    if runs and args.steps is not None and not 1 <= args.steps <= max_steps:
+        return (f"--steps must be a whole number from 1 to {max_steps:,} (every {what} trains that long), got "
+                f"{args.steps:,}")
+    if runs and args.only:  # "" is as if left out
+        named = [s for s in args.only.split(",") if s]
+        unknown = [s for s in named if s not in runs]
+        if unknown:
+            return f"unknown {what}(s) {', '.join(unknown)}; choose from {', '.join(runs)}"
+        if not named:  # "--only ," named nothing: not "every run", hours of CPU
+            return f"--only names no {what}; choose from {', '.join(runs)}, or leave it out for all"
+    return None
 
 
 # ---------------------------------------------------------------- what a command writes into its --out

@@ -227,16 +227,16 @@ def outputs():
 
 def main(argv=None) -> int:
     from core.analysis.scaling import FitError
-    from core.training.cli_args import OneLineParser, out_problem
+    from core.training.cli_args import out_problem, study_parser
 
-    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = study_parser(PROG, __doc__.split("\n\n")[0], engine=False, out_required=False,
+                     out_help="the folder to write forecast.json in; without it nothing is written (no default: the "
+                     "shipped study's forecast.json is a shipped result; to remake it, --out "
+                     "assets/studies/shakespeare-char --overwrite > bench/results/scaling-forecast.md)",
+                     overwrite_help="replace the forecast.json in --out, and write in a folder holding other files (a "
+                     "study's: they stay as they are)")
     p.add_argument("--resamples", type=int, default=F.RESAMPLES, help=f"bootstrap refits, {MIN_RESAMPLES} to "
                    f"{MAX_RESAMPLES:,} (default {F.RESAMPLES})")
-    p.add_argument("--out", default=None, help="the folder to write forecast.json in; without it nothing is written "
-                   "(no default: the shipped study's forecast.json is a shipped result; to remake it, "
-                   "--out assets/studies/shakespeare-char --overwrite > bench/results/scaling-forecast.md)")
-    p.add_argument("--overwrite", action="store_true", help="replace the forecast.json in --out, and write in a "
-                   "folder holding other files (a study's: they stay as they are)")
     p.add_argument("--check", action="store_true", help="print the report; write nothing (as without --out)")
     args = p.parse_args(argv)
     if not MIN_RESAMPLES <= args.resamples <= MAX_RESAMPLES:

@@ -16,6 +16,7 @@ Command line: ``python -m core.study --corpus FILE --grid tiny|small|full --engi
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -26,7 +27,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from core.training.cli_args import OneLineParser, Outputs, json_with, most_workers, out_problem, workers_problem
+from core.training.cli_args import Outputs, json_with, out_problem, study_parser, study_problem
 from core.training.corpus import TRAIN_FRACTION, read_text_file
 # the names of the split-out modules, re-exported: pages, tests, bench and core.training.study_job import them from here
 from core.training.study_engines import (ENGINES, PR_SET_PDEATHSIG, LocalEngine, RayEngine, ShouldStop,  # noqa: F401
@@ -208,6 +209,10 @@ def _fitting(folder: Path, eta_s: float | None):
 # ---------------------------------------------------------------- command line
 
 PROG = "python -m core.study"
+# python -m core.study <study> ...: every study behind one command (None: this one, the scaling study); each
+# module's main takes the same arguments under its own name (python -m core.variants ...)
+STUDIES = {"scaling": None, "variants": "core.training.variants", "bpe-induction": "core.training.bpe_induction",
+           "forecast": "core.training.forecast_study"}
 
 
 def _in_a_study(path: Path) -> bool:
@@ -235,32 +240,30 @@ def _bar(p: Progress):
 
 
 def main(argv=None) -> int:
-    p = OneLineParser(prog=PROG,
-                                description="Train a grid of small models (sizes x token budgets) and fit L(N, D).")
-    p.add_argument("--corpus", required=True, help="UTF-8 text file (Tiny Shakespeare for the shipped study)")
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] in STUDIES:  # python -m core.study variants ...: another study's command line, as its own
+        if STUDIES[argv[0]] is None:
+            return main(argv[1:])
+        return importlib.import_module(STUDIES[argv[0]]).main(argv[1:])
+    p = study_parser(PROG, "Train a grid of small models (sizes x token budgets) and fit L(N, D).",
+                     out_help="study folder: runs.csv, study.json, fit.json, README.md; a folder holding part of the "
+                     "same study is continued; one holding other files is refused unless --overwrite",
+                     overwrite_help="write the study into a folder that also holds files core.study did not write "
+                     "(they stay as they are); a study already there is still continued, never replaced",
+                     corpus_required=True, corpus_help="UTF-8 text file (Tiny Shakespeare for the shipped study)")
     p.add_argument("--grid", default="tiny", help=f"{' | '.join(GRIDS)} | a .json file with widths and tokens "
                                                   "(default tiny)")
-    p.add_argument("--engine", default="local", help="local: a process pool on this machine (default); ray: Ray "
-                                                     "tasks on RAY_ADDRESS's cluster or on a local Ray instance")
-    p.add_argument("--out", required=True, help="study folder: runs.csv, study.json, fit.json, README.md; a folder "
-                   "holding part of the same study is continued; one holding other files is refused unless "
-                   "--overwrite")
-    most = most_workers()  # a process each: more than the cores only share them, 10^6 would fork-bomb
-    p.add_argument("--workers", type=int, default=None, help=f"processes (local) or CPUs (a local Ray instance), 1 to "
-                                                             f"{most}; default: every core")
     p.add_argument("--bootstrap", type=int, default=200, help=f"bootstrap refits for the intervals, 0 to "
                                                               f"{MAX_BOOTSTRAP:,} (default 200)")
     p.add_argument("--nice", type=int, default=0, help="lower this study's CPU priority by 0 to 19 (what the app "
                                                        "does)")
     p.add_argument("--note", default="", help=f"a sentence for the card, at most {MAX_NOTE} characters (the "
                                                  "machine was shared, say)")
-    p.add_argument("--overwrite", action="store_true", help="write the study into a folder that also holds files "
-                   "core.study did not write (they stay as they are); a study already there is still continued, "
-                   "never replaced")
     args = p.parse_args(argv)
     # each checked before any work: a refit takes about a second, and a process may only lower its priority
-    if workers_problem(args.workers):
-        p.error(workers_problem(args.workers))
+    if study_problem(args):
+        p.error(study_problem(args))
     if not 0 <= args.bootstrap <= MAX_BOOTSTRAP:
         p.error(f"--bootstrap must be from 0 to {MAX_BOOTSTRAP:,} refits (got {args.bootstrap:,})")
     if not 0 <= args.nice <= 19:
@@ -271,8 +274,7 @@ def main(argv=None) -> int:
     problem = out_problem(args.out, STUDY_OUT, args.overwrite, inputs=[args.corpus, args.grid])
     if problem:
         p.error(problem)
-    argv_used = argv if argv is not None else sys.argv[1:]
-    command = "python -m core.study " + shlex.join(str(a) for a in argv_used)  # for the card: how to run it again
+    command = "python -m core.study " + shlex.join(str(a) for a in argv)  # for the card: how to run it again
 
     drawn = []
 
@@ -296,14 +298,12 @@ def main(argv=None) -> int:
     if args.nice:
         os.nice(args.nice)
     try:
-        if args.engine not in ENGINES:  # before the corpus is read: a typo costs nothing
-            raise StudyError(f"unknown engine {args.engine!r}; choose one of {', '.join(ENGINES)}")
         grid = resolve_grid(args.grid)
         try:
             text = read_text_file(args.corpus)
         except ValueError as e:
             raise StudyError(f"--corpus: {e}") from None
-        engine = make_engine(args.engine, args.workers)
+        engine = make_engine(args.engine or "local", args.workers)
         specs = grid.specs()  # no text: only to count and name the runs for the line below
         print(f"study: grid {grid.name}, {len(specs)} runs (d = {', '.join(map(str, grid.widths))}; D = "
               f"{', '.join(f'{grid.steps(t) * grid.tokens_per_step:,}' for t in grid.tokens)}), engine {engine.name}, "

@@ -13,7 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from core.training.corpus import TRAIN_FRACTION, split_description
 from core.training.study_engines import ShouldStop, StudyStopped
@@ -93,6 +93,18 @@ class Progress:
         return round(self.elapsed * (self.cost_total - self.cost_done) / spent, 1)
 
 
+def each_row(engine, specs: list, rows: list[dict], save: Callable[[list[dict]], None],
+             should_stop: ShouldStop | None = None) -> Iterator[dict]:
+    """The loop of every study (this one's, and core.training.study_table's): ``engine`` trains ``specs``; each row
+    it yields is saved with every row before it (``save(rows + [row])`` rewrites the study's table whole, so a study
+    cut short keeps each finished run) and then joins ``rows``; yielded for the caller's own records."""
+    for row in engine.run(specs, should_stop or (lambda: False)):
+        # the file first, then the list: if the write fails, rows holds what the file holds (the message counts it)
+        save(rows + [row])
+        rows.append(row)
+        yield row
+
+
 def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, command: str = "",
               progress: Callable[[Progress], None] | None = None, should_stop: ShouldStop | None = None,
               note: str = "") -> list[dict]:
@@ -163,10 +175,8 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
     try:
         save_meta()
         save_progress("running")
-        for row in engine.run(todo, stop_or_report):
-            # the file first, then the list: if the write fails, rows holds what runs.csv holds (the message counts it)
-            write_atomic(folder / RUNS_CSV, format_rows(rows + [row]))
-            rows.append(row)
+        for row in each_row(engine, todo, rows, lambda all_rows: write_atomic(folder / RUNS_CSV,
+                                                                            format_rows(all_rows)), stop_or_report):
             live.drop(row["run_id"])
             p.done, p.new, p.row = len(rows), p.new + 1, row
             p.cost_done += cost[row["run_id"]]
