@@ -87,7 +87,7 @@ def study_problem(args, runs: tuple[str, ...] = (), max_steps: int | None = None
         named = [s for s in args.only.split(",") if s]
         unknown = [s for s in named if s not in runs]
         if unknown:
-            return f"unknown {what}(s) {', '.join(unknown)}; choose from {', '.join(runs)}"
+            return f"unknown {what}{'s' * (len(unknown) > 1)} {', '.join(unknown)}; choose from {', '.join(runs)}"
         if not named:  # "--only ," named nothing: not "every run", hours of CPU
             return f"--only names no {what}; choose from {', '.join(runs)}, or leave it out for all"
     return None

@@ -142,7 +142,7 @@ class TableStudy:
         try:
             text = read_text_file(corpus)
         except (OSError, ValueError) as e:
-            return self.refuse(f"--corpus: {e}")
+            return self.refuse(f"cannot read the corpus: {e}")
         need = min_corpus_chars(self.n_ctx)  # a token is a character at least: fewer cannot fill a window
         if len(text) < need:  # here, not as a traceback from every worker
             return self.refuse(f"--corpus {corpus} is too short: {len(text):,} characters, and a run's {self.n_ctx}-"
