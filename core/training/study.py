@@ -12,7 +12,10 @@ per character (core.training.study_grid says why each).
 - here: the fit of a finished study, its card (README.md) and the command line. Every name of those modules is
   importable from here too (``from core.training.study import train_one``), as it was before they were split out.
 
-Command line: ``python -m core.study --corpus FILE --grid tiny|small|full --engine local|ray --out DIR``.
+Command line: ``python -m core.study --corpus FILE --grid tiny|small|full --engine local|ray --out DIR``. The other
+studies are definitions on the same pieces (core.training.study_table's session, study_run.each_row's loop,
+cli_args.study_parser's flags) and run from here too: ``python -m core.study variants|bpe-induction|forecast ...``
+takes what ``python -m core.variants ...`` (and so on) takes.
 """
 from __future__ import annotations
 

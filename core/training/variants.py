@@ -4,10 +4,10 @@ data, seed, steps and recipe, and what each costs on held-out text. The "Why eac
     python -m core.variants --steps 2000 --out assets/variants [--only lecture,no-mlp] [--engine local|ray]
 
 Writes into --out: variants.csv (one row per variant), curves.csv (each run's evaluations), and models/<id>/ for
-the variants a page opens (the cheating model's attention, the leaking mask, the bag of tokens). Runs go through
-the scaling study's engines (core.training.study_engines): a local process pool, or Ray. A study already in --out is
-merged into (the variants run replace their rows, the others stay), provided its runs have the same steps and corpus;
-anything else is refused before any run unless --overwrite replaces the whole study.
+the variants a page opens (the cheating model's attention, the leaking mask, the bag of tokens). A table study
+(core.training.study_table): its runs go through the scaling study's engines (a local process pool, or Ray), and a
+study already in --out is merged into (the variants run replace their rows, the others stay), provided its runs have
+the same steps and corpus; anything else is refused before any run unless --overwrite replaces the whole study.
 """
 from __future__ import annotations
 
