@@ -102,6 +102,11 @@ CASES = [
     ("forecast", ["--check", "--out", "{out}"], "--check"),
     ("forecast", ["--overwrite"], "--overwrite"),
     ("forecast", ["--out", "/dev/null/forecast"], "--out"),
+    # python -m core.study <study> ...: each study's own command line, refused by that study's checks
+    ("study", ["variants", *VARIANTS, "--steps", "0"], "core.variants: error: --steps"),
+    ("study", ["bpe-induction", *BPE, "--only", "h3"], "core.bpe_induction: error: unknown run h3"),
+    ("study", ["forecast", "--resamples", "0"], "core.forecast_study: error: --resamples"),
+    ("study", ["scaling", *STUDY, "--nice", "20"], "core.study: error: --nice"),
 ]
 MAINS = {"train": T.main, "features": features_cli.main, "variants": V.main, "study": S.main, "bpe": B.main,
          "forecast": FS.main}
