@@ -134,8 +134,8 @@ def unit_card(model, tokenizer, units: Units, index: UnitIndex, i: int) -> UnitC
     vmax = float(index.vmax[i])
     edges = np.linspace(0.0, vmax, index.hist.shape[1] + 1)
     return UnitCard(units.kind, i, str(units.site), contexts, bands, index.hist[i].numpy(), edges,
-                    float(index.density[i]), int(index.fires[i]), index.total, promoted, suppressed, words, loss_top, loss_all, n_all,
-                    index.eval_windows * index.n_ctx)
+                    float(index.density[i]), int(index.fires[i]), index.total, promoted, suppressed, words, loss_top,
+                    loss_all, n_all, index.eval_windows * index.n_ctx)
 
 
 @dataclass(frozen=True)
