@@ -215,7 +215,7 @@ def direct_read(model, parts: torch.Tensor, scale=1.0, token: int | None = None)
     if model.config.norm == "pre":
         x = model.ln_f.weight.double() * (x - x.mean(-1, keepdim=True)) * scale
     w = model.head.weight.double()  # (m, d)
-    return x @ w[token] if token is not None else x @ w.T
+    return x @ w[token] if token is not None else x @ w.T  # (..., d) @ (d,) -> (...,) or (..., d) @ (d, m) -> (..., m)
 
 
 @torch.no_grad()

@@ -122,6 +122,7 @@ def unit_card(model, tokenizer, units: Units, index: UnitIndex, i: int) -> UnitC
     """Everything a unit's card shows (its contexts from the held-out windows the index was built on)."""
     i = units.check(i)
     top_rows = index.top_rows[:, i][index.top_values[:, i] > 0]  # only tokens where it is active
+    # band_rows[:, :, i] (bands, PER_BAND) -> (bands PER_BAND,), after the top rows
     acts = _unit_on(model, units, index, i, torch.cat([top_rows, index.band_rows[:, :, i].reshape(-1)]))
     contexts = _contexts(tokenizer, index, acts, top_rows)
     bands = [(band, _contexts(tokenizer, index, acts, index.band_rows[j, :, i])) for j, band in enumerate(BANDS)]

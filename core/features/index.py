@@ -187,6 +187,7 @@ def clean_losses(model, held: HeldOut, batch: int = 64) -> tuple[torch.Tensor, f
 def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(B, T, m) logits and (B, T) targets -> (B, T) cross-entropy of each next token."""
     B, T, m = logits.shape
+    # (B T, m) -> (B T,) losses -> (B, T)
     return F.cross_entropy(logits.reshape(B * T, m), targets.reshape(B * T), reduction="none").view(B, T)
 
 
