@@ -2,9 +2,12 @@
 run, and see how much of the clean answer returns (activation patching; path patching for one path through the
 network), and take one attention score apart into who built it (``score_sources``).
 
-Every function works on the lecture's block (pre-norm, residual, W_O, MLP; biases and GPT-2's GELU included), written
-out once in ``_forward`` with a hook at every activation a patch can replace. Patches are batched: one forward per
-stage (or layer) with every position patched at once, one row each.
+Every function runs the model's own forward (core.nn.model, the one block, whatever its variant: GPT-2's biases and
+GELU, no MLP, no LayerNorm, post-norm) and reads and replaces activations through its TransformerLens-named hook
+points: ``_forward`` only places the hooks (``_HOOKS`` maps a patch's kind to its hook), it writes no block out.
+Patches are batched: one forward per stage (or layer) with every position patched at once, one row each, started at
+the patched block from the corrupted run's stream there (the blocks before it are the corrupted run's). Only
+``score_sources`` needs more of the block: a stream that is the sum of its writers (``sources_refusal``).
 """
 from __future__ import annotations
 
