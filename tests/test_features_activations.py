@@ -100,3 +100,28 @@ def test_held_out_reads_tiny_shakespeare_when_there(corpus_text):
     from core.features.activations import corpus_text as held_corpus
     name, text = held_corpus({"corpus": SHAKESPEARE_FILE})
     assert name == SHAKESPEARE_FILE and text == corpus_text
+
+
+def test_a_site_is_checked_once_and_passed_down_as_it_is(tiny_model, monkeypatch):
+    import sys
+
+    from core.features.sites import Site, as_site
+    from core.features.train import SAESettings, memory_estimate
+
+    site = Site.of(tiny_model.config, "blocks.1.mlp.hook_post")
+    assert (site.name, site.layer, site.hook, site.width, str(site)) == (
+        "blocks.1.mlp.hook_post", 1, "mlp.hook_post", 96, "blocks.1.mlp.hook_post")
+    assert site.words == "block 2's MLP hidden units (after the nonlinearity)"
+    assert check_site(tiny_model.config, "blocks.0.hook_resid_pre") == Site("blocks.0.hook_resid_pre", 0,
+                                                                             "hook_resid_pre", 24)
+    windows = torch.randint(0, 11, (3, 16), generator=torch.Generator().manual_seed(1))
+    want = collect(tiny_model, windows, "blocks.1.mlp.hook_post")  # by its name, before the fakes below
+    # below the edge nothing parses or lists the model's sites again: both made to fail, the Site still serves
+    sites_module = sys.modules["core.features.sites"]
+    monkeypatch.setattr(sites_module, "parse_site", lambda s: pytest.fail(f"{s} parsed again"))
+    monkeypatch.setattr(sites_module, "block_hook_names", lambda c: pytest.fail("the model's sites listed again"))
+    assert as_site(tiny_model.config, site) is site
+    torch.testing.assert_close(collect(tiny_model, windows, site), want, rtol=0, atol=0)
+    assert memory_estimate(tiny_model.config, site, 48, SAESettings(d_sae=64)) > 0
+    with pytest.raises(pytest.fail.Exception):  # the fakes bite: a name would be parsed
+        collect(tiny_model, windows, "blocks.1.mlp.hook_post")

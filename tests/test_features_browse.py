@@ -34,8 +34,8 @@ def setup():
 
 def dense(model, units, held) -> torch.Tensor:
     """(W * T, n) every unit's activation on every token, the brute-force way: one full run, the site recorded."""
-    _, cache = model.run_with_cache(held.windows, names=[units.site])
-    return units.encode(cache[units.site]).reshape(-1, units.n)  # (W, T, n) -> (W * T, n)
+    _, cache = model.run_with_cache(held.windows, names=[units.site.name])
+    return units.encode(cache[units.site.name]).reshape(-1, units.n)  # (W, T, n) -> (W * T, n)
 
 
 @pytest.fixture(scope="module", params=["feature", "neuron"])

@@ -15,7 +15,7 @@ from core.features.activations import corpus_text, model_held_out
 from core.features.browse import build_index, token_purity, unit_card, unit_off_losses
 from core.features.index import index_budget, index_cost, index_refusal, pass_flops
 from core.features.job import held_tokens_bound, job_seconds, memory_problem, memory_words, pace
-from core.features.sites import site_width
+from core.features.sites import Site, as_site
 from core.features.train import SAESettings, memory_estimate
 from core.features.units import feature_units, neuron_units
 from core.nn.checkpoint import read_config
@@ -63,15 +63,16 @@ def _corpus_chars(corpus: str | None) -> int:
     return len(corpus_text({"corpus": corpus})[1])
 
 
-def form_estimate(model, site: str, settings: SAESettings, training: dict | None) -> str | None:
+def form_estimate(model, site: Site | str, settings: SAESettings, training: dict | None) -> str | None:
     """The SAE form's memory and time estimates, said on the page; why the job may not start (None: it may)."""
+    site = as_site(model.config, site)  # once: the estimates below take the Site as it is
     held = held_tokens_bound(_corpus_chars((training or {}).get("corpus")))
     need = memory_estimate(model.config, site, held, settings)
     problem = memory_problem(need, "this SAE")
     if problem:  # never timed: a few steps of an SAE too big for the server would take the page's memory
         st.error(problem, icon=":material/memory:")
         return problem
-    seconds = job_seconds(model, settings, held, sae_pace(site_width(model.config, site), settings))
+    seconds = job_seconds(model, settings, held, sae_pace(site.width, settings))
     st.caption(f"{memory_words(need)} Training should take {duration_words(seconds)} here: its steps at the pace of a "
                "few timed on this server lately, and the model's passes to read the activations and to measure the "
                "result.")

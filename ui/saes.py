@@ -11,7 +11,7 @@ import streamlit as st
 
 from core.features.sae import (SAE, SAEFileError, check_trained_on, linked_out, load_sae, model_fingerprint,
                                read_metrics, relative_words, sae_folder, saved_sites)
-from core.features.sites import site_width
+from core.features.sites import Site
 from core.serve.fmt import binary_bytes
 from core.serve.folder_files import lstamp
 from ui.features import fingerprint
@@ -77,19 +77,19 @@ def saved_saes(entry, model) -> tuple[list[SAEChoice], list[str]]:
     out, refused = [], [f"{name}/{link}: a link leading out of the model's folder; this app reads only what lies "
                         "inside it (copy the real files in)" for link in linked_out(entry.path)]
     trained_on = None
-    for site in saved_sites(entry.path):
-        folder = sae_folder(entry.path, site)
+    for found in saved_sites(entry.path):
         try:
-            d_in = site_width(model.config, site)
+            site = Site.of(model.config, found)  # a folder's name meets the model here, once
         except ValueError as e:
-            refused.append(f"{name}/sae/{site}: {e}")
+            refused.append(f"{name}/sae/{found}: {e}")
             continue
+        folder = sae_folder(entry.path, site)
         try:
             stamp = lstamp(folder)
         except OSError:
             stamp = ()
         trained_on = trained_on or _final_fingerprint(entry, model)
-        sae, metrics, error = _load_saved(str(folder), stamp, d_in, trained_on, str(entry.path))
+        sae, metrics, error = _load_saved(str(folder), stamp, site.width, trained_on, str(entry.path))
         if sae is None:
             refused.append(error)
         else:

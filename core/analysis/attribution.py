@@ -117,6 +117,7 @@ def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_
         hooks.append((f"blocks.{l}.hook_mlp_out", lambda y, name, l=l, tc=tc: (leaves[f"a{l}"] + (
             live[l] * tc.pre_acts(mlp_in[l]) if live else 0)) @ tc.W_dec + tc.b_dec + leaves[f"e{l}"]))
     for l, gate in (gates or {}).items():  # a head switched off: its output is zero; its frozen pattern is unchanged
+        # gate (h,) -> (1, 1, h, 1): one factor per head, over z (B, n, h, d_head)
         hooks.append((f"blocks.{l}.attn.hook_z", lambda z, name, g=gate: z * g.view(1, 1, -1, 1)))
     for name in capture:  # any other activation of the run, kept with its graph (the queries and keys of a head)
         hooks.append((name, lambda x, name: mlp_in.__setitem__(name, x) or x))
@@ -198,13 +199,13 @@ def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, 
     if keep is not None:  # the features left out write through their block's error node: the run is unchanged
         kept = {tuple(int(v) for v in k) for k in keep}
         feats = [f for f in feats if f in kept]
-        fa = np.array(feats, dtype=np.int64).reshape(-1, 3)
+        fa = np.array(feats, dtype=np.int64).reshape(-1, 3)  # (F, 3): (layer, position, latent) rows
         masks = [torch.zeros_like(a).index_put_((torch.as_tensor(fa[fa[:, 0] == l, 1]),
                                                  torch.as_tensor(fa[fa[:, 0] == l, 2])), torch.tensor(1.0))
                  for l, a in enumerate(acts)]
         errors = [e + (a * (1 - m)) @ transcoders[l].W_dec for l, (a, e, m) in enumerate(zip(acts, errors, masks))]
         acts = [a * m for a, m in zip(acts, masks)]
-    fa = np.array(feats, dtype=np.int64).reshape(-1, 3)
+    fa = np.array(feats, dtype=np.int64).reshape(-1, 3)  # (F, 3): (layer, position, latent); (0, 3) if none
     by_layer = {l: (np.flatnonzero(fa[:, 0] == l), torch.as_tensor(fa[fa[:, 0] == l, 1]),
                     torch.as_tensor(fa[fa[:, 0] == l, 2])) for l in range(len(acts))}
     return _Run(ids, cache, acts, errors, feats, tokens, by_layer, active - len(feats)), logit_row, probs
@@ -275,6 +276,7 @@ def attribution_graph(model, transcoders: dict, ids, max_logits: int = MAX_LOGIT
     _, inputs[S:], constants[S:] = _edges(model, transcoders, run, [("logit", t) for t in run.tokens], batch,
                                           out=adjacency[S:, :S])
     model.train(was)
+    # (F, 3) rows of (layer, position, latent)
     return Graph(ids=ids.tolist(), features=np.array(run.feats, dtype=np.int64).reshape(-1, 3),
                  activations=np.array([float(run.acts[l][p, f]) for l, p, f in run.feats]), n_layers=L,
                  logit_tokens=run.tokens, logit_probs=np.asarray(probs, dtype=float), adjacency=adjacency,
@@ -346,10 +348,12 @@ def qk_split(model, transcoders: dict, ids, layer: int, head: int, query: int, k
             zero = [torch.zeros_like(a) for a in run.acts], [torch.zeros_like(e) for e in run.errors]
             _, got0, _ = _replacement(model, ids, transcoders, run.cache, *zero, 1, False, zero_embeddings=True,
                                       capture=names)
+            # (dh, S) -> (S, dh): a source per row; the constant (dh,); z (dh,)
             sides.append((_source_row(run, grads, leaves).T, got0[name][0, pos, head, :].numpy(), z.detach().numpy()))
     (Q, q0, q), (K, k0, k) = sides  # Q, K: (S, dh) each source's part of the query and the key
     scale = 1 / math.sqrt(dh)
     model.train(was)
+    # (S, dh) @ (dh, S) -> (S, S): source i on the query side, j on the key side
     return {"terms": Q @ K.T * scale, "query_const": q0 @ K.T * scale, "key_const": Q @ k0 * scale,
             "const": float(q0 @ k0 * scale), "score": float(q @ k * scale), "sources": run.feats, "n_pos": len(ids),
             "n_layers": model.config.n_layers}

@@ -68,11 +68,12 @@ def bootstrap_laws(N, D, loss, law: ScalingLaw, resamples: int = RESAMPLES, seed
         x = _refit(starts.repeat(resamples, 1), np.repeat(np.arange(resamples), k), counts, N, D, loss, delta,
                    torch.float32, dict(gtol=1e-7, ftol=1e-6, max_iter=100))
         f = _weighted_f(x, counts, N, D, loss, delta)  # (S k,) objective of each end point under its own weights
+        # (S k,) -> (S, k): resample s's k starts in a row
         f = torch.where(torch.isfinite(f), f, torch.full_like(f, math.inf)).view(resamples, k)
         pick = x.view(resamples, k, 5)[torch.arange(resamples), f.argmin(1)]  # (S, 5): the best start per resample
         x = _refit(pick, np.arange(resamples), counts, N, D, loss, delta, torch.float64,
                    dict(gtol=1e-11, ftol=1e-14, max_iter=1000))
-    a, b, e, al, be = x.double().numpy().T
+    a, b, e, al, be = x.double().numpy().T  # (S, 5) -> five (S,) columns
     with np.errstate(over="ignore"):
         params = np.stack([np.exp(a), np.exp(b), al, be, np.exp(e)], 1)  # (S, 5): A, B, alpha, beta, E
     ok = np.all(np.isfinite(params), 1) & (params[:, :4] > 0).all(1)  # as fit_scaling_law's FitError rules

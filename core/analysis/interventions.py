@@ -167,7 +167,7 @@ def _chunked_losses(model, x: torch.Tensor, targets: torch.Tensor) -> np.ndarray
         logits = model.readout(x[:, lo:hi])  # (B, hi - lo, m)
         # rows of m logits as they lie in memory: a (B, m, s) transposed view makes the loss a third slower overall
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[lo:hi].repeat(B), reduction="none")
-        parts.append(loss.view(B, hi - lo))
+        parts.append(loss.view(B, hi - lo))  # (B (hi - lo),) -> (B, hi - lo)
     return torch.cat(parts, dim=1).double().numpy()
 
 

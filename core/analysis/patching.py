@@ -2,9 +2,12 @@
 run, and see how much of the clean answer returns (activation patching; path patching for one path through the
 network), and take one attention score apart into who built it (``score_sources``).
 
-Every function works on the lecture's block (pre-norm, residual, W_O, MLP; biases and GPT-2's GELU included), written
-out once in ``_forward`` with a hook at every activation a patch can replace. Patches are batched: one forward per
-stage (or layer) with every position patched at once, one row each.
+Every function runs the model's own forward (core.nn.model, the one block, whatever its variant: GPT-2's biases and
+GELU, no MLP, no LayerNorm, post-norm) and reads and replaces activations through its TransformerLens-named hook
+points: ``_forward`` only places the hooks (``_HOOKS`` maps a patch's kind to its hook), it writes no block out.
+Patches are batched: one forward per stage (or layer) with every position patched at once, one row each, started at
+the patched block from the corrupted run's stream there (the blocks before it are the corrupted run's). Only
+``score_sources`` needs more of the block: a stream that is the sum of its writers (``sources_refusal``).
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ class Metric:
 
 
 def _batch(ids) -> torch.Tensor:
-    return torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
+    return torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)  # (n,) -> (1, n): a batch of one
 
 
 def check_pair(model, clean, corrupt) -> str | None:
@@ -122,7 +125,7 @@ def _forward(model, idx: torch.Tensor, subs: Subs | None = None, record: bool = 
                 u = fn(u)
             if kept:
                 acts[(kind, layer)] = u
-            return None if fn is None else (u.transpose(1, 2) if swap else u)
+            return None if fn is None else (u.transpose(1, 2) if swap else u)  # back to (B, n, h, d_h) for the forward
         hooks.append((name, hook))
     run = HookRun(hooks)
     x = model.embed(idx, hooks=run) if x0 is None else x0                  # (B, n, d)
@@ -258,7 +261,7 @@ def patch_heads(model, clean_ids, corrupt_ids, metric: Metric, what: str = "z",
                     t[r * n + p, r, p] = clean[0, r, p]
             return t
         out.append(_patched(model, corrupt_idx, c.n_heads * n, {(what, l): fn}, metric, acts_x, start=l)
-                   .view(c.n_heads, n))
+                   .view(c.n_heads, n))  # (h n,) -> (h, n): row r*n + p is head r at position p
     return _normalise(torch.stack(out), m_clean, m_corrupt)
 
 
@@ -398,7 +401,7 @@ def score_sources(model, ids, layer: int, head: int, i: int, j: int):
         z = acts[("z", l)][0]                        # (h, n, d_h)
         for r in range(h):
             names.append(head_label(l, r))
-            parts.append(torch.einsum("nk,dk->nd", z[r], w_o[:, r]))
+            parts.append(torch.einsum("nk,dk->nd", z[r], w_o[:, r]))  # (n, d_h) x (d, d_h) -> (n, d): head r's write
         if attn.out is not None and attn.out.bias is not None:
             names.append(f"L{l + 1} attention bias")
             parts.append(attn.out.bias.expand(n, d))

@@ -43,9 +43,11 @@ def lifetime_flops(N, D, inference_tokens: float):
 
 
 def inference_optimal(law: ScalingLaw, target: float, inference_tokens: float) -> dict:
-    """The (N, D) of least lifetime FLOPs whose loss is ``target``: a scan of log N from the smallest model that can
-    reach it over six decades, then a golden-section search in the best cell. With inference_tokens = 0 this is
-    the compute-optimal model for that loss. Raises ValueError for a target at or below the floor E."""
+    """The (N, D) of least lifetime FLOPs whose loss is ``target``: a scan of 1,200 values of ln N, from just above
+    the smallest model that can reach it to e^32 (about 14 decades) above it, spaced geometrically so that most lie
+    near the small end where the cost turns fastest, then a golden-section search in the best cell. With
+    inference_tokens = 0 this is the compute-optimal model for that loss. Raises ValueError for a target at or below
+    the floor E."""
     n_min = smallest_model(law, target)
     if not math.isfinite(n_min):
         raise ValueError(f"a loss of {target:.4g} is at or below the floor L∞ = {law.E:.4g}: no model reaches it")
@@ -54,7 +56,7 @@ def inference_optimal(law: ScalingLaw, target: float, inference_tokens: float) -
         n = np.exp(logn)
         return lifetime_flops(n, data_for_loss(law, n, target), inference_tokens)
 
-    # log N just above the smallest model (where D runs off to infinity) to 14 decades above it
+    # ln N from 1e-6 above the smallest model's (where D runs off to infinity) to 32 above it: 14 decades of N
     logs = math.log(n_min) + np.geomspace(1e-6, 32.0, 1200)
     costs = cost(logs)
     i = int(np.argmin(costs))

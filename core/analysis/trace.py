@@ -1,14 +1,17 @@
 """One forward pass with every intermediate kept: the residual stream, what each sublayer adds to it, the
 queries, keys and values, the MLP's hidden layer, and the logit lens.
 
-``trace`` walks the model's own modules (the same weights, the same LayerNorms and linear maps) instead of
-asking ``Transformer.forward`` for more outputs, so the model file stays as short as it is and its fused
-fast path untouched. Tests check every field against the model's own forward pass. Names follow
-TransformerLens' cache (embed, attn_out, mlp_out, resid): the stream starts as ``embed`` and every sublayer
-adds to it, so
+``trace`` reads them from the model's own forward through its TransformerLens-named hook points
+(``run_with_cache``): the one block of core.nn.model, nothing written out a second time, and only the hooks it
+reads are recorded (a block's own LayerNorm scales are not: asking for one writes that LayerNorm out instead of
+its fused kernel). Tests check every field against the model's own forward pass. Names follow TransformerLens'
+cache (embed, attn_out, mlp_out, resid): the stream starts as ``embed`` and, where it is a plain sum of its
+writers (``additive``: the residual kept, no post-norm LayerNorm inside it), every sublayer adds to it, so
 
     resid_final = embed + sum_l attn_out[l] + sum_l mlp_out[l],
     attn_out[l] = sum_h head_out[l][:, h] + attn_bias[l]   (attn_bias is 0 for a bias-free model).
+
+Post-norm and a block without its residual keep every field, but the sums above do not hold there.
 
 Layers and heads count from 0 here; pages show them from 1 (core.serve.fmt.head_label).
 """
@@ -183,11 +186,13 @@ def _np(t: torch.Tensor) -> np.ndarray:
 @dataclass
 class Attribution:
     """How much each writer into the stream contributes to one logit, through the final LayerNorm with its
-    scale 1/sigma frozen at the value it has on this input. values.sum() + constant == logit."""
+    scale 1/sigma frozen at the value it has on this input. values.sum() + constant == logit where ``exact``;
+    elsewhere ``gap`` says by how much they differ."""
     token: int
     pos: int
     names: list[str]      # "embedding", "L1 H1", ..., "L1 MLP", ... (screen labels, counted from 1)
-    values: np.ndarray    # (1 + L*(h+1),) each writer's share of the logit, in the order of ``names``
+    values: np.ndarray    # (writers,) each writer's share of the logit, in the order of ``names``: the embedding,
+                          # then per block its h heads, W_O's bias (if it has one) and its MLP (if it has one)
     constant: float       # the part no writer controls: the LayerNorm's shift beta read by the output map
     logit: float          # the model's logit for ``token`` at ``pos``
     scale: float          # the frozen 1/sigma of the final LayerNorm at ``pos`` (1 without one)
@@ -215,7 +220,7 @@ def direct_read(model, parts: torch.Tensor, scale=1.0, token: int | None = None)
     if model.config.norm == "pre":
         x = model.ln_f.weight.double() * (x - x.mean(-1, keepdim=True)) * scale
     w = model.head.weight.double()  # (m, d)
-    return x @ w[token] if token is not None else x @ w.T
+    return x @ w[token] if token is not None else x @ w.T  # (..., d) @ (d,) -> (...,) or (..., d) @ (d, m) -> (..., m)
 
 
 @torch.no_grad()
@@ -233,9 +238,11 @@ def direct_logit_attribution(model, tr: Trace, token: int, pos: int, b: int = 0)
     """Split the logit of ``token`` at ``pos`` over the embedding, every head and every MLP.
 
     The final LayerNorm is LN(x) = gamma * (x - mean x) / sigma + beta. With sigma frozen at its actual value
-    the map is linear in x: centring is linear, so each part c of x = embed + sum(head_out) + sum(mlp_out)
-    contributes w_t . (gamma * (c - mean c)) / sigma, where w_t is the output map's row for ``token``
-    (``direct_read``); the shift beta gives the constant w_t . beta."""
+    the map is linear in x: centring is linear, so each part c of x = embed + sum(head_out) + sum(attn_bias) +
+    sum(mlp_out) contributes w_t . (gamma * (c - mean c)) / sigma, where w_t is the output map's row for ``token``
+    (``direct_read``); the shift beta gives the constant w_t . beta. A model without a final LayerNorm (post-norm,
+    "none") reads each part straight through W_U, constant 0; where the stream is not a plain sum of the parts
+    (``additive`` False) the split is an approximation and ``Attribution.gap`` its size."""
     c = model.config
     if not 0 <= token < c.vocab_size:
         raise ValueError(f"token {token} is outside the vocabulary of {c.vocab_size}")

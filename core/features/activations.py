@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.features.sites import parse_site, site_width
+from core.features.sites import Site, as_site
 from core.nn.hooks import HookRun
 from core.training.corpus import PYDOC_NAME, SHAKESPEARE_FILE, TRAIN_FRACTION, pydoc_text, read_text_file, shakespeare_path
 
@@ -70,16 +70,15 @@ def model_held_out(model, tokenizer, training: dict | None, max_tokens: int | No
 
 
 @torch.no_grad()
-def site_batches(model, windows: torch.Tensor, site: str, batch: int = 64):
+def site_batches(model, windows: torch.Tensor, site: Site | str, batch: int = 64):
     """Yield (B, n_ctx, width) activations of ``site`` for ``windows`` in batches; each batch runs the model only up
     to the site's block."""
-    layer, _ = parse_site(site)
-    site_width(model.config, site)  # the model must have the site
+    site = as_site(model.config, site)  # the model must have the site (a Site: checked when it was made)
     for i in range(0, len(windows), batch):
-        run = HookRun(names=[site], record=True)
+        run = HookRun(names=[site.name], record=True)
         x = model.embed(windows[i:i + batch], hooks=run)
-        model.blocks_from(x, 0, layer + 1, hooks=run)  # nothing after the site's block is computed
-        yield run.store[site]
+        model.blocks_from(x, 0, site.layer + 1, hooks=run)  # nothing after the site's block is computed
+        yield run.store[site.name]
 
 
 def memory_needed(n_vectors: int, width: int) -> int:
@@ -87,11 +86,12 @@ def memory_needed(n_vectors: int, width: int) -> int:
     return n_vectors * width * 4
 
 
-def collect(model, windows: torch.Tensor, site: str, max_vectors: int = MAX_VECTORS, max_bytes: int = MAX_BYTES,
-            batch: int = 64) -> torch.Tensor:
+def collect(model, windows: torch.Tensor, site: Site | str, max_vectors: int = MAX_VECTORS,
+            max_bytes: int = MAX_BYTES, batch: int = 64) -> torch.Tensor:
     """(N, width) float32 activations of ``site`` over ``windows`` (W, n_ctx), row w * n_ctx + t for window w's
     token t, streamed into one buffer and cut at ``max_vectors`` vectors or ``max_bytes`` bytes."""
-    width = site_width(model.config, site)
+    site = as_site(model.config, site)  # once here: site_batches takes the Site as it is
+    width = site.width
     cap = min(max_vectors, max_bytes // (4 * width), windows.numel())
     out = torch.empty(cap, width)
     filled = 0

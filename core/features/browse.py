@@ -15,7 +15,7 @@ from core.features.activations import HeldOut
 from core.features.index import BANDS, UnitIndex, build_index, token_losses  # noqa: F401  build_index re-exported
 from core.features.units import Units
 from core.nn.hooks import HookRun
-from core.features.sites import parse_site
+from core.features.sites import as_site
 
 PROMOTED = 10
 
@@ -57,10 +57,10 @@ class UnitCard:
 @torch.no_grad()
 def site_acts(model, units: Units, windows: torch.Tensor) -> torch.Tensor:
     """(B, T, n) the units' activations on ``windows`` (B, T), the model run only up to their site."""
-    layer, _ = parse_site(units.site)
-    run = HookRun(names=[units.site], record=True)
-    model.blocks_from(model.embed(windows, hooks=run), 0, layer + 1, hooks=run)
-    return units.encode(run.store[units.site])
+    site = as_site(model.config, units.site)  # a Site (feature_units, neuron_units) passes as it is
+    run = HookRun(names=[site.name], record=True)
+    model.blocks_from(model.embed(windows, hooks=run), 0, site.layer + 1, hooks=run)
+    return units.encode(run.store[site.name])
 
 
 def _contexts(tokenizer, index: UnitIndex, acts: dict, rows) -> list[Context]:
@@ -108,7 +108,7 @@ def _switch_off_losses(model, units, index, i, top_spots) -> tuple[float | None,
     def fired(x, name):  # reads the unit on the clean site activation, before the off hook changes it
         seen["on"] = units.encode(x)[..., i] > 0  # (B, T)
 
-    off = token_losses(model(held.windows[wins], hooks=[(units.site, fired)] + units.off_hooks(i)).logits,
+    off = token_losses(model(held.windows[wins], hooks=[(str(units.site), fired)] + units.off_hooks(i)).logits,
                        held.targets[wins])
     change = off - index.clean_loss[wins]  # (len(wins), T)
     at = {w: j for j, w in enumerate(wins)}
@@ -122,6 +122,7 @@ def unit_card(model, tokenizer, units: Units, index: UnitIndex, i: int) -> UnitC
     """Everything a unit's card shows (its contexts from the held-out windows the index was built on)."""
     i = units.check(i)
     top_rows = index.top_rows[:, i][index.top_values[:, i] > 0]  # only tokens where it is active
+    # band_rows[:, :, i] (bands, PER_BAND) -> (bands PER_BAND,), after the top rows
     acts = _unit_on(model, units, index, i, torch.cat([top_rows, index.band_rows[:, :, i].reshape(-1)]))
     contexts = _contexts(tokenizer, index, acts, top_rows)
     bands = [(band, _contexts(tokenizer, index, acts, index.band_rows[j, :, i])) for j, band in enumerate(BANDS)]
@@ -133,9 +134,9 @@ def unit_card(model, tokenizer, units: Units, index: UnitIndex, i: int) -> UnitC
     loss_top, loss_all, n_all = _switch_off_losses(model, units, index, i, [(c.window, c.pos) for c in contexts])
     vmax = float(index.vmax[i])
     edges = np.linspace(0.0, vmax, index.hist.shape[1] + 1)
-    return UnitCard(units.kind, i, units.site, contexts, bands, index.hist[i].numpy(), edges, float(index.density[i]),
-                    int(index.fires[i]), index.total, promoted, suppressed, words, loss_top, loss_all, n_all,
-                    index.eval_windows * index.n_ctx)
+    return UnitCard(units.kind, i, str(units.site), contexts, bands, index.hist[i].numpy(), edges,
+                    float(index.density[i]), int(index.fires[i]), index.total, promoted, suppressed, words, loss_top,
+                    loss_all, n_all, index.eval_windows * index.n_ctx)
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def chance_cosine(d_in: int, d_sae: int, n: int = 256, seed: int = 0) -> float:
     g = torch.Generator().manual_seed(seed)
     a = torch.nn.functional.normalize(torch.randn(n, d_in, generator=g), dim=1)
     b = torch.nn.functional.normalize(torch.randn(d_sae, d_in, generator=g), dim=1)
-    return float((a @ b.T).max(dim=1).values.mean())
+    return float((a @ b.T).max(dim=1).values.mean())  # (n, d_in) @ (d_in, d_sae) -> (n, d_sae)
 
 
 def small_settings(final_sae: SAE, steps: int | None = None) -> SAESettings:

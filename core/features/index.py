@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from core.features.activations import HeldOut, site_batches
-from core.features.sites import parse_site
+from core.features.sites import Site, as_site
 
 CHUNK_FLOATS = 8 * 2**20   # activations one chunk holds (32 MB)
 BINS = 32
@@ -187,6 +187,7 @@ def clean_losses(model, held: HeldOut, batch: int = 64) -> tuple[torch.Tensor, f
 def token_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """(B, T, m) logits and (B, T) targets -> (B, T) cross-entropy of each next token."""
     B, T, m = logits.shape
+    # (B T, m) -> (B T,) losses -> (B, T)
     return F.cross_entropy(logits.reshape(B * T, m), targets.reshape(B * T), reduction="none").view(B, T)
 
 
@@ -204,7 +205,7 @@ def build_index(model, units, held: HeldOut, top: int = 20, radius: int = 8, pro
     loss, scale = clean_losses(model, held)
     step(1.0, "done")
     E = max(1, min(len(held.windows), EVAL_TOKENS // held.windows.shape[1]))
-    return UnitIndex(units.kind, units.site, units.n, held.windows.shape[1], held.windows.numel(), values, rows,
+    return UnitIndex(units.kind, str(units.site), units.n, held.windows.shape[1], held.windows.numel(), values, rows,
                      band_rows, fires, vmax, hist, E, loss, scale, held, radius)
 
 
@@ -240,10 +241,10 @@ def cost_of(n: int, tokens: int, n_ctx: int, firing: float, flops: tuple) -> Ind
     return IndexCost(n, tokens, firing, passes, int(memory), seconds)
 
 
-def pass_flops(model, site: str) -> tuple[float, float]:
+def pass_flops(model, site: Site | str) -> tuple[float, float]:
     """(flops per token up to ``site``'s block, through the whole model and its output map): 2 per weight."""
     blocks = [sum(p.numel() for p in b.parameters()) for b in model.blocks]
-    upto = sum(blocks[:parse_site(site)[0] + 1])
+    upto = sum(blocks[:as_site(model.config, site).layer + 1])
     return 2.0 * upto, 2.0 * (sum(blocks) + model.config.d_model * model.config.vocab_size)
 
 

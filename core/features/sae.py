@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from core.features.sites import parse_site
+from core.features.sites import Site, parse_site
 from core.nn.safetensors_header import read_header
 from core.serve.folder_files import OutsideFolder, inside, is_inside, read_text_inside
 
@@ -83,7 +83,7 @@ def model_fingerprint(model, cache: bool = True) -> str:
 
 @dataclass(frozen=True)
 class SAEConfig:
-    site: str
+    site: str  # the site's name, as config.json says it (a Site given is kept as its name)
     d_in: int
     d_sae: int
     kind: str = "topk"
@@ -92,7 +92,10 @@ class SAEConfig:
     trained_on: str | None = None  # model_fingerprint of the weights it was trained on (None: not recorded)
 
     def __post_init__(self):
-        parse_site(self.site)
+        if isinstance(self.site, Site):  # checked against its model when it was made: only its name is stored
+            object.__setattr__(self, "site", self.site.name)
+        else:  # a name read from a file: its form checked here, the model it fits by load_sae's d_in
+            parse_site(self.site)
         for name, value, top in (("d_in", self.d_in, MAX_D_IN), ("d_sae", self.d_sae, MAX_D_SAE)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
                 raise ValueError(f"{name} must be a whole number from 1 to {top:,}, got {value!r}")
@@ -165,10 +168,11 @@ def expected_shapes(config: SAEConfig) -> dict[str, tuple[int, ...]]:
             "b_dec": (config.d_in,)}
 
 
-def sae_folder(model_folder, site: str) -> Path:
+def sae_folder(model_folder, site: Site | str) -> Path:
     """Where the SAE of ``site`` lives beside a model: ``<model>/sae/<site>/``."""
-    parse_site(site)  # a site name is a plain folder name: no '/' or '..' can pass
-    return Path(model_folder) / SAE_DIR / site
+    if not isinstance(site, Site):
+        parse_site(site)  # a site name is a plain folder name: no '/' or '..' can pass
+    return Path(model_folder) / SAE_DIR / str(site)
 
 
 def saved_sites(model_folder) -> list[str]:
@@ -273,7 +277,7 @@ def check_trained_on(config: SAEConfig, folder, model: str, what: str = "SAE"):
                            "for this one")
 
 
-def load_sae(folder, site: str | None = None, d_in: int | None = None, trained_on: str | None = None,
+def load_sae(folder, site: Site | str | None = None, d_in: int | None = None, trained_on: str | None = None,
              root=None, what: str = "SAE") -> SAE:
     """The SAE saved in ``folder``, checked: config.json valid, the weights file safetensors (never a pickle), inside
     the folder (no link out), with exactly the four tensors of the stated shapes, float32 and finite; ``site`` and
@@ -285,7 +289,7 @@ def load_sae(folder, site: str | None = None, d_in: int | None = None, trained_o
         raise SAEFileError(folder, f"the {what}'s folder is a link leading out of its model's folder; this app reads "
                            "only what lies inside it (copy the real files in)")
     config = read_sae_config(folder)
-    if site is not None and config.site != site:
+    if site is not None and config.site != str(site):
         raise SAEFileError(folder / CONFIG, f"it is an SAE of {config.site}, not of {site}")
     if d_in is not None and config.d_in != d_in:
         raise SAEFileError(folder / CONFIG, f"its d_in is {config.d_in}, but the site's vectors have {d_in} numbers")

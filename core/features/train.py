@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from core.features.activations import HeldOut, MAX_BYTES, MAX_VECTORS, collect, model_held_out, site_batches
 from core.features.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
-from core.features.sites import check_site, site_width
+from core.features.sites import Site, as_site
 
 EXPANSION = 8           # d_sae = 8 x d_in by default
 DEFAULT_K = 12          # latents kept per token by TopK
@@ -54,7 +54,7 @@ class SAESettings:
         if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
             raise ValueError(f"lr must be between 0 and 1, got {self.lr!r}")
 
-    def config(self, site: str, d_in: int) -> SAEConfig:
+    def config(self, site: Site | str, d_in: int) -> SAEConfig:
         d_sae = EXPANSION * d_in if self.d_sae is None else self.d_sae  # not `or`: a d_sae of 0 is refused, not replaced
         size = 4 * (2 * d_in * d_sae + d_sae + d_in)  # float32 bytes of the four tensors
         if size > MAX_SAE_BYTES:  # it could be trained but never loaded again
@@ -91,8 +91,8 @@ def splice_hooks(sae: SAE) -> list[tuple[str, Callable]]:
     return [(sae.site, lambda x, name: sae(x))]
 
 
-def zero_hooks(site: str) -> list[tuple[str, Callable]]:
-    return [(site, lambda x, name: torch.zeros_like(x))]
+def zero_hooks(site: Site | str) -> list[tuple[str, Callable]]:
+    return [(str(site), lambda x, name: torch.zeros_like(x))]
 
 
 @torch.no_grad()
@@ -141,22 +141,26 @@ def eval_part(held: HeldOut, n_ctx: int) -> HeldOut:
 @torch.no_grad()
 def evaluate(model, sae: SAE, held: HeldOut, max_bytes: int = MAX_BYTES) -> dict:
     """The health numbers of ``sae`` on the evaluation windows ``held`` (capped at EVAL_TOKENS tokens)."""
-    check_site(model.config, sae.site)
+    return _evaluate(model, sae, as_site(model.config, sae.site), held, max_bytes)
+
+
+def _evaluate(model, sae: SAE, site: Site, held: HeldOut, max_bytes: int) -> dict:
+    """``evaluate`` with the SAE's site already checked against ``model`` (train_sae made it a Site at its entry)."""
     held = eval_part(held, model.config.n_ctx)
-    acts = collect(model, held.windows, sae.site, max_bytes=max_bytes)
+    acts = collect(model, held.windows, site, max_bytes=max_bytes)
     stats = reconstruction_stats(sae, acts)
     stats.pop("fires")
     clean = mean_ce(model, held)
     spliced = mean_ce(model, held, splice_hooks(sae))
-    zeroed = mean_ce(model, held, zero_hooks(sae.site))
+    zeroed = mean_ce(model, held, zero_hooks(site))
     return {**stats, "ce_loss_score": ce_loss_score(clean, spliced, zeroed), "ce_clean": clean,
             "ce_spliced": spliced, "ce_zero_ablated": zeroed, "eval_tokens": held.n_tokens, "corpus": held.corpus}
 
 
-def memory_estimate(config, site: str, held_tokens: int, settings: SAESettings = SAESettings()) -> int:
+def memory_estimate(config, site: Site | str, held_tokens: int, settings: SAESettings = SAESettings()) -> int:
     """Bytes a training run holds at its peak: the collected activations, the SAE with Adam's two moments, and one
     batch's (batch, d_sae) activations a few times over for the backward pass."""
-    width = site_width(config, site)
+    width = as_site(config, site).width
     n = min(settings.max_vectors, settings.max_bytes // (4 * width), held_tokens)
     d_sae = settings.d_sae or EXPANSION * width
     params = 2 * width * d_sae + d_sae + width
@@ -227,13 +231,13 @@ def train_on(sae: SAE, acts: torch.Tensor, settings: SAESettings, progress=None,
     return curve
 
 
-def train_sae(model, tokenizer, site: str, training: dict | None = None, settings: SAESettings | None = None,
+def train_sae(model, tokenizer, site: Site | str, training: dict | None = None, settings: SAESettings | None = None,
               held: HeldOut | None = None, progress=None, should_stop=None) -> TrainedSAE:
     """An SAE trained on ``site`` of ``model`` over the held-out part of its corpus (``training``: its config.json's
     training record, which names the corpus; or pass ``held``), with its health numbers measured on the held-out
     windows it did not train on."""
     settings = settings or SAESettings()
-    check_site(model.config, site)
+    site = as_site(model.config, site)  # checked once, here; everything below takes the Site as it is
     t0 = time.perf_counter()
     held = held or model_held_out(model, tokenizer, training)
     train_part, eval_held = split_held_out(held)
@@ -248,9 +252,9 @@ def train_sae(model, tokenizer, site: str, training: dict | None = None, setting
     curve = train_on(sae, acts, settings, progress, should_stop)
     train_s = time.perf_counter() - t1
     sae.requires_grad_(False)
-    metrics = evaluate(model, sae, eval_held, settings.max_bytes)
+    metrics = _evaluate(model, sae, site, eval_held, settings.max_bytes)
     model.train(model_was)
-    metrics.update({"site": site, "d_sae": sae.config.d_sae, "k": sae.config.k, "kind": sae.config.kind,
+    metrics.update({"site": site.name, "d_sae": sae.config.d_sae, "k": sae.config.k, "kind": sae.config.kind,
                     "train_vectors": len(acts), "steps": curve[-1][0] + 1 if curve else 0,
                     "batch_size": settings.batch_size, "lr": settings.lr, "seed": settings.seed,
                     "collect_s": round(collect_s, 2), "train_s": round(train_s, 2),

@@ -14,12 +14,12 @@ from typing import Callable
 
 import torch
 
-from core.features.sites import parse_site, site_width
+from core.features.sites import Site
 
 
 @dataclass(frozen=True, eq=False)
 class Units:
-    site: str                                   # the hook name the units read
+    site: Site                                  # where the units read (its hook name: site.name)
     kind: str                                   # "feature" or "neuron"
     n: int                                      # how many units
     encode: Callable[[torch.Tensor], torch.Tensor]  # (..., width) site activations -> (..., n) unit activations
@@ -42,7 +42,7 @@ class Units:
 
     @property
     def layer(self) -> int:
-        return parse_site(self.site)[0]
+        return self.site.layer
 
 
 def _at(positions, x: torch.Tensor) -> torch.Tensor:
@@ -58,14 +58,13 @@ def _at(positions, x: torch.Tensor) -> torch.Tensor:
 
 def feature_units(model, sae) -> Units:
     """The latents of ``sae`` as units of ``model`` (the SAE's site must be one of the model's, of its width)."""
-    site = sae.site
-    width = site_width(model.config, site)
-    if width != sae.config.d_in:
-        raise ValueError(f"the SAE reads {sae.config.d_in} numbers at {site}, but this model has {width} there")
+    site = Site.of(model.config, sae.site)  # where the SAE meets the model: checked once, passed down as a Site
+    if site.width != sae.config.d_in:
+        raise ValueError(f"the SAE reads {sae.config.d_in} numbers at {site}, but this model has {site.width} there")
     w_dec = sae.W_dec.detach()  # (d_sae, d_in)
-    if site.endswith("mlp.hook_post"):
+    if site.hook == "mlp.hook_post":
         # hidden units are not the stream: a latent's direction in them reaches the stream through W2
-        writes = w_dec @ model.blocks[parse_site(site)[0]].mlp.w2.weight.detach().t()  # (d_sae, d_ff) @ (d_ff, d)
+        writes = w_dec @ model.blocks[site.layer].mlp.w2.weight.detach().t()  # (d_sae, d_ff) @ (d_ff, d)
     else:
         writes = w_dec
 
@@ -78,7 +77,7 @@ def feature_units(model, sae) -> Units:
             f = sae.encode(x)[..., i:i + 1]                     # (B, n, 1): the latent's activation
             cut = f * w_dec[i]                                  # (B, n, d_in): what it wrote at the site
             return x - cut * _at(positions, x)[:, None]         # the rest of x, error term included, kept
-        return [(site, hook)]
+        return [(site.name, hook)]
 
     return Units(site, "feature", sae.config.d_sae, encode, writes, off, f"SAE latents of {site}")
 
@@ -90,7 +89,7 @@ def neuron_units(model, layer: int) -> Units:
         raise ValueError("this model's blocks have no MLP, so no neurons")
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < c.n_layers:
         raise ValueError(f"there is no block {layer!r}: blocks are numbered 0 to {c.n_layers - 1}")
-    site = f"blocks.{layer}.mlp.hook_post"
+    site = Site(f"blocks.{layer}.mlp.hook_post", layer, "mlp.hook_post", c.d_ff)  # layer and MLP checked above
     writes = model.blocks[layer].mlp.w2.weight.detach().t()  # (d, d_ff) -> (d_ff, d): row i is W2's column i
 
     def off(i, positions):
@@ -99,6 +98,6 @@ def neuron_units(model, layer: int) -> Units:
             mask = _at(positions, x)
             x[..., mask, i] = 0.0
             return x
-        return [(site, hook)]
+        return [(site.name, hook)]
 
     return Units(site, "neuron", c.d_ff, lambda acts: acts, writes, off, f"MLP neurons of block {layer + 1}")

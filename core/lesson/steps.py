@@ -25,6 +25,8 @@ MIN_GAP = 0.5                # step 11: the clean run must beat the corrupted on
 CHINCHILLA_AT = (1e9, 20e9)  # step 8's N and D: 20 tokens per parameter
 
 
+# a radio question's fields: its choices are the options' keys (what a guess, a grade and a reveal hold), its
+# labels what the screen shows
 def _radio(ask: str, options: dict, **kw) -> dict:
     return dict(ask=ask, widget="radio", choices=tuple(options), labels=tuple(options.values()), **kw)
 
@@ -33,6 +35,8 @@ def _radio(ask: str, options: dict, **kw) -> dict:
 def _key_ask(ctx):
     l, h = ctx.previous_head
     toks, n, unit = ctx.tokens, len(ctx.ids), ctx.tokenizer.unit
+    # a long prompt offers its first position (where many heads park their weight) and the last few: a pill per
+    # position would not fit, and offering and grading the same keys keeps the grade fair
     keys = M.key_choices(n)
     return Question(
         f"A head compares the query of the last position with the key of every position up to it, and turns the "
@@ -55,6 +59,8 @@ def _key_reveal(q, m, grade, guess=None):
     w, toks, (l, h) = m["weights"], q.data["tokens"], q.data["head"]
     words = f"The head puts most weight on position {grade.answer + 1} ('{toks[grade.answer]}')."
     top = int(np.nanargmax(w))
+    # the grade is over the offered keys; the head's heaviest key overall is said when it was not one of them,
+    # so a right answer is not read as the head's whole habit
     if top not in q.choices:
         words += f" Of every position, {top + 1} ('{toks[top]}') has most, {w[top]:.2f}, but it was not offered."
     return Reveal(words, figure=("tokens", dict(tokens=toks, values=[float(x) for x in w], answer=grade.answer,
@@ -218,6 +224,7 @@ def _forming_measure(ctx, q):
     s0, end = q.data["step"], ctx.scores
     try:
         early = head_scores(ctx.load_step(s0)[0], tokenizer=ctx.tokenizer)
+    # a snapshot deleted or damaged since the list was read: said in words, the step shows no comparison
     except CheckpointError as e:
         return {"problem": f"The snapshot of step {s0:,} could not be read ({Path(e.path).name}: {e.problem}), so "
                            "there is nothing to compare the end of training with."}
@@ -328,6 +335,7 @@ def _circuit_ask(ctx):
     clean, bad, period, again = P.example_pair(ctx.model, ctx.tokenizer, seed=2000)
     l, h = ctx.induction_head
     w = M.key_weights(ctx.model, clean, l, h)
+    # the score asked about is the one the head acts on: from the last position to the key it weighs most
     i, j = len(clean) - 1, int(np.nanargmax(w))
     names = M.source_names(ctx.model, l, h)
     return Question(
@@ -341,6 +349,7 @@ def _circuit_ask(ctx):
 
 
 def _circuit_measure(ctx, q):
+    # the measure runs at Reveal, not at ask: the path patching below is the step's costliest work
     (l, h), d = q.data["head"], q.data
     # the previous-token scores and every earlier head's path into the keys: what core.analysis.circuit's reading of
     # the split puts beside the key's largest source, and the head path patching finds
@@ -359,6 +368,9 @@ def _circuit_reveal(q, m, grade, guess=None):
 
 
 # ---------------------------------------------------------------- the steps, in the lecture's order
+# Step(key, title, the page that goes deeper, what it measures, when an answer is too close to call, ask,
+# measure, grade, reveal, needs=..., on=...): core.lesson.records.Step. A step's functions are pure and take the
+# Context, so a test runs each on a tiny model without a page
 STEPS = [
     Step("key", "One head, one question", "pages/attention.py",
          "Where one head of the model looks from the last position of your prompt.",

@@ -115,7 +115,7 @@ def state_from_hf(tensors: dict[str, torch.Tensor], config: ModelConfig) -> dict
     state = {}
     for ours, theirs, transposed in weight_names(config, prefix):
         t = tensors[theirs].float()
-        state[ours] = t.t().contiguous() if transposed else t
+        state[ours] = t.t().contiguous() if transposed else t  # GPT-2's Conv1D (in, out) -> our Linear (out, in)
     return state
 
 
@@ -186,7 +186,7 @@ def export_state(model) -> dict[str, torch.Tensor]:
     for name, theirs, transposed in weight_names(c):
         if name in ours:
             t = ours[name]
-            state[theirs] = (t.t() if transposed else t).contiguous()
+            state[theirs] = (t.t() if transposed else t).contiguous()  # our Linear (out, in) -> GPT-2's Conv1D (in, out)
         else:  # a bias our bias-free model does not have: GPT-2 adds zero
             width = ours[name.replace(".bias", ".weight")].shape[0]
             state[theirs] = torch.zeros(width)

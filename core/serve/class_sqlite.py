@@ -15,6 +15,10 @@ from core.serve.class_rules import (MAX_WORDS, PUBLIC, ClassError, ClassLimits, 
                                     counts_of, freed_in, gone, hash_secret, new_code, normalize_code, round_view,
                                     wait_words)
 
+# A class's rows in every table carry its code. votes: one row per voter, round and vote (1 or 2), a later
+# choice replacing the earlier (INSERT OR REPLACE), so a count is a row count. voters: window and n are a one-second
+# rate window per voter (votes_per_second). meta: one row, 'id', the random mark that tells this file from one made
+# afresh in its place (_same_store)
 SCHEMA = """
     CREATE TABLE IF NOT EXISTS classes (code TEXT PRIMARY KEY, secret TEXT NOT NULL, created REAL NOT NULL,
         active REAL NOT NULL, closed INTEGER NOT NULL DEFAULT 0);
@@ -151,9 +155,13 @@ class SqliteStore(ClassStore):
             db.close()
 
     # ------------------------------------------------------------------ rules every call shares
+    # A class lives ttl_s after its last activity once it has a round, idle_s before (a class that never asked
+    # anything frees its place sooner); the two ? take (ttl_s, idle_s) in that order
     def _expiry_sql(self) -> str:
         return "c.active + CASE WHEN EXISTS (SELECT 1 FROM rounds r WHERE r.code = c.code) THEN ? ELSE ? END"
 
+    # Expired classes are deleted only when a class is made (no background thread, and a read never writes);
+    # until then _class treats one past its time as gone
     def _purge(self, db, now):
         old = [r[0] for r in db.execute(f"SELECT code FROM classes c WHERE {self._expiry_sql()} < ?",
                                         (self.limits.ttl_s, self.limits.idle_s, now))]
@@ -168,6 +176,7 @@ class SqliteStore(ClassStore):
         now = self.clock() if now is None else now
         if row is None or row[1] < now - (self.limits.ttl_s if row[3] else self.limits.idle_s):
             raise gone(code, self._reset(), "its file was deleted or replaced")
+        # PUBLIC: a student's call, which names the class by its code alone
         if secret is not PUBLIC:
             check_secret(row[0], secret)
         if row[2]:
@@ -179,6 +188,7 @@ class SqliteStore(ClassStore):
                          "WHERE code = ? AND id = ?", (code, int(round_id))).fetchone()
         if row is None:
             raise ClassError(f"class {code} has no round {round_id}")
+        # choices and meta are stored as JSON text (SQLite has no list type)
         return {"question": row[0], "choices": tuple(json.loads(row[1])), "meta": json.loads(row[2]),
                 "phase": row[3], "shown": bool(row[4]), "revealed": bool(row[5]), "answer": row[6], "words": row[7]}
 
@@ -197,6 +207,7 @@ class SqliteStore(ClassStore):
                 raise ClassError(f"this server runs {len(live)} classes, its limit; a place frees "
                                  f"{freed_in([x[1] for x in live], now)}, or sooner when one ends")
             who = client_key(client)
+            # no client: the teacher key's holder, exempt from the per-address limits
             if who is not None:
                 self._address_places(db, who, now)
                 recent = [r[0] for r in db.execute("SELECT created FROM classes WHERE client IS NOT NULL AND "
@@ -270,6 +281,8 @@ class SqliteStore(ClassStore):
             (n,) = db.execute("SELECT COUNT(*) FROM rounds WHERE code = ?", (c,)).fetchone()
             if n >= self.limits.rounds:
                 raise ClassError(f"a class holds at most {self.limits.rounds} rounds; start a new class")
+            # ids count from 1 in the order opened and rounds are never deleted singly, so COUNT + 1 is the next id
+            # (under BEGIN IMMEDIATE, two opens cannot take the same one); a question also restarts the class's clock
             db.execute("INSERT INTO rounds VALUES (?, ?, ?, ?, ?, 1, 0, 0, NULL, '')", (c, n + 1, q, json.dumps(cs), m))
             db.execute("UPDATE classes SET active = ? WHERE code = ?", (now, c))
             return n + 1
@@ -319,6 +332,7 @@ class SqliteStore(ClassStore):
                                  else "vote 2 has not opened yet")
             if choice not in rd["choices"]:
                 raise ClassError("that is not one of this round's choices")
+            # the rate limit: window is when this voter's current second began, n the votes in it
             row = db.execute("SELECT window, n FROM voters WHERE code = ? AND voter = ?", (c, voter)).fetchone()
             if row is None:
                 self._admit(db, c, client, now)
@@ -384,6 +398,7 @@ class SqliteStore(ClassStore):
         def do(db):
             c = self._class(db, code, secret)
             self._round(db, c, round_id)
+            # each voter's (vote 1, vote 2) pair: the self-join meets a voter's two rows of one round
             rows = db.execute("SELECT a.choice, b.choice FROM votes a JOIN votes b ON a.code = b.code AND a.id = b.id "
                               "AND a.voter = b.voter WHERE a.code = ? AND a.id = ? AND a.phase = 1 AND b.phase = 2",
                               (c, int(round_id))).fetchall()
