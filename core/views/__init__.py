@@ -1,5 +1,7 @@
-"""Page view-models: what a page says and picks, in pure Python, so that the page keeps only widgets, prose and
-figures. One module per page (or pair of pages): scaling_view (Scaling laws, Your scaling law), scaling_study (the
-study part of Your scaling law), variants_view (Why each piece), trace_views (Inside the model), training_view
-(Training's live view). They read core.analysis, core.training and core.figures; nothing below imports them except
-two figure modules that take a view's type (variants_figures: Study; study_figures: UNFITTED)."""
+"""View-models that two or more pages share, in pure Python; a view-model of one page lives in that page's folder
+(pages/attribution/view.py, pages/inside/view.py, pages/over_training/view.py). Here: scaling_view (Scaling laws,
+Your scaling law), scaling_study and scaling_forecast (Your scaling law and the Class page's forecast round),
+scaling_use (Scaling laws, through ui.cached), variants_view (Why each piece, Lesson, Class), training_view (Home,
+Training, Why each piece) and features_view (Features, Generation, Attribution graph; core.features.index reads it).
+They read core.analysis, core.training and core.figures; below them only core.features.index and two figure
+modules import them (pages/variants/figures.py takes variants_view's Study; study_figures: UNFITTED)."""
