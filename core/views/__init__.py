@@ -3,5 +3,5 @@
 Your scaling law), scaling_study and scaling_forecast (Your scaling law and the Class page's forecast round),
 scaling_use (Scaling laws, through ui.cached), variants_view (Why each piece, Lesson, Class), training_view (Home,
 Training, Why each piece) and features_view (Features, Generation, Attribution graph; core.features.index reads it).
-They read core.analysis, core.training and core.figures; below them only core.features.index and two figure
-modules import them (pages/variants/figures.py takes variants_view's Study; study_figures: UNFITTED)."""
+They read core.analysis, core.training and core.figures; below them, core.features.index reads features_view and
+core.figures.study_figures reads scaling_study's UNFITTED."""
