@@ -82,7 +82,6 @@ def fit(ids: list[int], n_new: int, rows: int = 1) -> tuple[list[int], int, str]
 
 logits = _next_logits(model_key(entry), tuple(ids))  # (m,) scores for the next token
 
-
 # ------------------------------------------------------------------ generate
 st.header("Generate text")
 a, b, cmode = st.columns([1, 1, 2])
