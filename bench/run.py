@@ -790,7 +790,7 @@ def _graph_bounds(A, model, tok, tcs, ids, quick: bool):
     transcoders (ReLU, b_enc = 5; target: the words within 1 s) against building the shipped graph; the estimate
     against the real peak and time of the shipped 64-token graph, pruned and scored."""
     from core.features.sae import SAE, SAEConfig
-    from core.views import attribution_view as av
+    from pages.attribution import view as av
 
     print("\nAttribution graph bounds (issue 55): the estimate and the refusal, against a real graph")
     dense = {}

@@ -61,7 +61,7 @@ def setup():
     if not folder.is_dir():
         raise SystemExit(f"{folder} is missing: the shipped SAE is needed (python -m core.features trains one)")
     sae = load_sae(folder)
-    held = model_held_out(model, tok, read_config(MODEL)[2], max_tokens=64 * model.config.n_ctx)  # as ui.steering
+    held = model_held_out(model, tok, read_config(MODEL)[2], max_tokens=64 * model.config.n_ctx)  # as pages.generation.parts
     scales = feature_scales(model, sae, held.windows)
     feature = default_feature(scales, tok.pieces)
     return model, tok, tok.encode(PROMPT), sae, feature, scales.scale(feature)

@@ -5,7 +5,7 @@ from core.analysis.attention import (
     induction_scores,
 )
 from core.analysis.induction import model_period
-from core.figures.attention_figures import (
+from pages.attention.figures import (
     GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, OPEN_WINDOW, ROLE_TITLES, all_heads_figure, byte_pieces_note,
     future_mass_figure, head_overview_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
 )

@@ -3,12 +3,12 @@ import streamlit as st
 from core.analysis import attribution as A
 from core.analysis import attribution_probes as P
 from core.analysis.picks import nan_argmax
-from core.figures.attribution_figures import graph_figure
+from pages.attribution.figures import graph_figure
 from core.nn.tokenizer_base import fragment_note
 from core.serve.fmt import head_label, visible
-from core.views import attribution_view as av
+from pages.attribution import view as av
 from ui import chart, ensure_frame, model_key, prompt_input, require_model
-from ui.attribution import transcoders_of
+from pages.attribution.parts import transcoders_of
 from ui.caching import model_cache
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request

@@ -7,7 +7,7 @@ from core.serve.fmt import head_label, shown_pos
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
 from ui import approved, cached_figure, ensure_frame, in_steps, model_key, prompt_input, require_model, shared_chart
-from ui.patching import make_corrupted, make_example, make_one_length, path_section, patching_runs, sources_section
+from pages.cause_effect.parts import make_corrupted, make_example, make_one_length, path_section, patching_runs, sources_section
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

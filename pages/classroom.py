@@ -4,12 +4,12 @@ from core import lesson as LS
 from core.figures.class_figures import projector_css
 from core.serve.classroom import ClassError, choice_key, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input
-from ui.class_forecast import forecast_reveal, forecast_round
-from ui.class_identity import client_address, student_link, voter_id
-from ui.class_teacher import (csv_download, durability_note, private_link, shift_table, start_form, take_back,
+from pages.classroom.forecast import forecast_reveal, forecast_round
+from pages.classroom.identity import client_address, student_link, voter_id
+from pages.classroom.teacher import (csv_download, durability_note, private_link, shift_table, start_form, take_back,
                               teacher_counts)
-from ui.class_views import choice_label, plain, show_counts, show_question, waiting_screen
-from ui.classroom import (KEYS, MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, current_round, join_code_box,
+from pages.classroom.views import choice_label, plain, show_counts, show_question, waiting_screen
+from pages.classroom.parts import (KEYS, MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, current_round, join_code_box,
                           lesson_round, open_store, preview, preview_answer, reveal_round)
 from ui.lesson_context import lesson_context
 

@@ -5,8 +5,8 @@ from core.features.sites import site_words
 from core.serve.fmt import md_escape
 from core.views import features_view as FV
 from ui import ensure_frame, metric_row, model_key, prompt_input, require_model
-from ui import feature_cards as FC
-from ui.feature_jobs import forming_panel, training_panel
+from pages.features import cards as FC
+from pages.features.jobs import forming_panel, training_panel
 from ui.features import Browser, training_record
 from ui.saes import PICK_KEY, available_saes
 

@@ -10,7 +10,8 @@ from core.analysis.timing import forward_seconds
 from core.nn.tokenizer_base import fragment_note
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
-from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model, steering
+from pages.generation import parts as steering
+from ui import chart, ensure_frame, model_cache, model_key, prompt_input, require_model
 from ui.cached import shared_draw
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -80,7 +81,6 @@ def fit(ids: list[int], n_new: int, rows: int = 1) -> tuple[list[int], int, str]
 
 
 logits = _next_logits(model_key(entry), tuple(ids))  # (m,) scores for the next token
-
 
 # ------------------------------------------------------------------ generate
 st.header("Generate text")

@@ -1,7 +1,7 @@
 import streamlit as st
 
 from core import lesson as LS
-from core.figures.lesson_figures import step_figure
+from pages.lesson.figures import step_figure
 from core.nn.tokenizer_base import fragment_note
 from ui import ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 from ui.lesson_context import WHAT, lesson_context

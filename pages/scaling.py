@@ -9,7 +9,7 @@ from core.serve.fmt import human, latex_sci, sci
 from core.analysis.scaling import BUDGET_DEFAULTS, LAW_PRESETS
 from core.figures.scaling_figures import isoflop_curves, loss_map, loss_vs_D, loss_vs_N
 from ui import chart, ensure_frame, shipped_config
-from ui.scaling_use_view import show_inference, show_unique_data
+from pages.scaling.parts import show_inference, show_unique_data
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
 

@@ -17,8 +17,8 @@ from core.figures.study_figures import frontier_figure, residual_figure, study_f
 from core.training.study_job import BusyError as StudyBusy, StudyJob, grid_choices
 from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch
 from ui.cached import fitted_law, forecast_analysis, shipped_study
-from ui.forecast_view import show_forecast
-from ui.repetition_view import show_calibration, show_repetition
+from pages.scaling_fit.forecast import show_forecast
+from pages.scaling_fit.repetition import show_calibration, show_repetition
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

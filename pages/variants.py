@@ -2,7 +2,7 @@ import streamlit as st
 
 from core.views import variants_view as VV
 from core.views import training_view as view
-from core.figures import variants_figures as VF
+from pages.variants import figures as VF
 from core.nn.checkpoint import CheckpointError, default_model_name
 from core.serve.fmt import head_label
 from core.training.corpus import shakespeare_path

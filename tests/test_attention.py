@@ -10,7 +10,7 @@ from core.analysis.attention import (
     induction_scores, mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy,
     run_attention, unmasked_softmax,
 )
-from core.figures.attention_grid import all_heads_figure, head_roles_figure
+from pages.attention.grid import all_heads_figure, head_roles_figure
 from core.figures.attention_panels import future_mass_figure, head_panels, mask_order_figure
 from core.nn.model import ModelConfig, Transformer
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from core.analysis.attention import future_mask
-from core.figures.attention_grid import GRID_MAX_COLS, all_heads_figure, head_overview_figure
+from pages.attention.grid import GRID_MAX_COLS, all_heads_figure, head_overview_figure
 
 L, H, T = 12, 12, 48
 

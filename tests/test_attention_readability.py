@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from core.analysis.attention import masked_softmax
-from core.figures import attention_figures as AF
+from pages.attention import figures as AF
 from core.figures.ticks import AXIS_CHARS, FIGURE_PX
 from core.figures.trace_figures import neuron_view
 from core.nn.checkpoint import load_checkpoint

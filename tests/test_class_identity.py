@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import ui.class_identity as I
+import pages.classroom.identity as I
 
 
 class Headers:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from core.analysis import cost
-from core.figures.cost_figures import flops_figure, parameter_bar, timing_figure
+from pages.parameters.figures import flops_figure, parameter_bar, timing_figure
 from core.nn.model import ModelConfig
 from core.nn.params import count_parameters
 

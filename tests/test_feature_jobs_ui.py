@@ -1,4 +1,4 @@
-"""AppTest of the Features page's background panels (ui.feature_jobs) on a small page script of their own: an SAE
+"""AppTest of the Features page's background panels (pages.features.jobs) on a small page script of their own: an SAE
 training run started, watched and stopped; one run to its end, then in the session's SAEs; the forming panel's
 note on a model without snapshots, and a study run to its figure and table."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ def page(folder: str, panel: str, steps: int):
 
     from core.nn.checkpoint import load_checkpoint, read_config
     from core.nn.model_discovery import ModelEntry
-    from ui.feature_jobs import forming_panel, training_panel
+    from pages.features.jobs import forming_panel, training_panel
     from ui.saes import session_saes, add_session_sae
     from core.features.train import SAESettings, train_sae
     from pathlib import Path

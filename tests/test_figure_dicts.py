@@ -11,7 +11,7 @@ import plotly.io as pio
 import plotly.tools
 import pytest
 
-import core.figures.attention_grid
+import pages.attention.grid
 import core.figures.attention_panels
 import core.figures.trace_figures
 
@@ -45,7 +45,7 @@ def same(a, b, path="") -> str:
 def built(monkeypatch):
     """Every (data, layout, figure) that dict_figure builds while the test runs."""
     caught = []
-    for module in (core.figures.attention_panels, core.figures.attention_grid, core.figures.trace_figures):
+    for module in (core.figures.attention_panels, pages.attention.grid, core.figures.trace_figures):
         plain = module.dict_figure
 
         def recorder(data, layout, plain=plain):

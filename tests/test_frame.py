@@ -21,9 +21,13 @@ MENU = "client.showSidebarNavigation"
 def test_pages_folder_holds_only_the_pages_app_py_lists():
     listed = [script for script, _ in app_pages()]
     assert len(listed) == len(set(listed)) == 16
-    present = sorted(f"pages/{p.name}" for p in (ROOT / "pages").iterdir() if p.name != "__pycache__")
-    # anything else there (a helper module, say) would be a page of its own in the legacy mode's menu
+    present = sorted(f"pages/{p.name}" for p in (ROOT / "pages").iterdir() if p.is_file())
+    # any other file there (a helper module, say) would be a page of its own in the legacy mode's menu
     assert present == sorted(listed)
+    # a page's own modules live in the folder of its name (pages/features/), which the legacy mode never lists
+    folders = [p for p in (ROOT / "pages").iterdir() if p.is_dir() and p.name != "__pycache__"]
+    assert {f"pages/{p.name}.py" for p in folders} <= set(listed)
+    assert all((p / "__init__.py").is_file() for p in folders)  # a package: pages.features.cards, not features.py
 
 
 def test_config_hides_the_legacy_menu_only():

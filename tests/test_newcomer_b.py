@@ -1,7 +1,7 @@
 """Issue 32, what a newcomer trips over (3b, 4, 5, 8, 10): labels that lines run through or that are too small to
 read, text cut off, words that assume the wrong model or a problem set, a bad shape wiping out the Parameters page,
 and the scaling constants' cramped sliders. Figures are checked on their dicts (label boxes estimated from the text
-and the font size, as core.figures.attention_figures sizes its labels), pages with AppTest."""
+and the font size, as pages.attention.figures sizes its labels), pages with AppTest."""
 import json
 import math
 import re
@@ -14,7 +14,7 @@ import torch
 
 from core.analysis.induction import formation_step
 from core.analysis.scaling import CHINCHILLA, EPOCH_2024
-from core.figures.cost_figures import parameter_bar
+from pages.parameters.figures import parameter_bar
 from core.figures.generation_figures import distribution_bars, sweep_bars
 from core.figures.induction_figures import formation_figure
 from core.figures.scaling_figures import loss_map, loss_vs_D, loss_vs_N

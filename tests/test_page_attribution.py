@@ -10,7 +10,7 @@ from core.analysis import attribution as A
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 from core.nn.model import ModelConfig
-from core.views import attribution_view as av
+from pages.attribution import view as av
 from conftest import SHIPPED
 from tests.test_page_scaling import text_of
 

@@ -16,9 +16,9 @@ def store_path(tmp_path, monkeypatch):
 
 
 def test_with_a_teacher_key_only_who_types_it_starts_a_class(open_page, store_path, monkeypatch):
-    import ui.class_teacher
+    import pages.classroom.teacher
 
-    monkeypatch.setattr(ui.class_teacher, "_FAILED", {})
+    monkeypatch.setattr(pages.classroom.teacher, "_FAILED", {})
     monkeypatch.setenv("TE_TEACHER_KEY", "correct horse battery")
     at = open_page(PAGE)
     at.button(key="class_start").click().run()
@@ -32,9 +32,9 @@ def test_with_a_teacher_key_only_who_types_it_starts_a_class(open_page, store_pa
 
 
 def test_guessing_the_teacher_key_stops_after_five_wrong_tries(open_page, store_path, monkeypatch):
-    import ui.class_teacher
+    import pages.classroom.teacher
 
-    monkeypatch.setattr(ui.class_teacher, "_FAILED", {})
+    monkeypatch.setattr(pages.classroom.teacher, "_FAILED", {})
     monkeypatch.setenv("TE_TEACHER_KEY", "correct horse battery")
     at = open_page(PAGE)
     for guess in ("a", "b", "c", "d", "e"):

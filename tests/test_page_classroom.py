@@ -146,9 +146,9 @@ def test_a_student_link_cannot_run_the_class(open_page, store_path):
 
 def test_a_heads_question_names_the_head_the_lesson_grades_right():
     """Step 11 ("which head restores the most?"): eight heads as choices, and the model's answer is the label of the
-    head the Lesson's own grading picks (ui.classroom maps the step's answer to its label)."""
+    head the Lesson's own grading picks (pages.classroom.parts maps the step's answer to its label)."""
     from core.analysis.induction import head_scores
-    from ui.classroom import lesson_answer, lesson_round
+    from pages.classroom.parts import lesson_answer, lesson_round
 
     model, tok = load_checkpoint(SHIPPED)
     ctx = LS.Context(model, tok, tuple(tok.encode(PROMPT)), head_scores(model, tokenizer=tok))
@@ -166,7 +166,7 @@ def test_a_close_call_or_a_yes_no_step_reveals_what_the_lesson_marks():
     """The mask step's answer is a yes/no the Lesson grades (not a label to look up); a step the Lesson calls too close
     reveals no single answer rather than a tick on one choice."""
     from core.analysis.induction import head_scores
-    from ui.classroom import lesson_answer, lesson_round
+    from pages.classroom.parts import lesson_answer, lesson_round
 
     model, tok = load_checkpoint(SHIPPED)
     ctx = LS.Context(model, tok, tuple(tok.encode(PROMPT)), head_scores(model, tokenizer=tok))

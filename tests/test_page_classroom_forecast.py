@@ -7,7 +7,7 @@ from core.serve import classroom as C
 from core.training.corpus import CORPUS_ENV, shakespeare_path
 from tests.test_page_classroom import _button, _radio, store_path, words  # noqa: F401  (a fixture)
 from tests.test_page_scaling_forecast import ROWS, FakeJob
-from ui.class_views import choice_label
+from pages.classroom.views import choice_label
 
 PAGE = "pages/classroom.py"
 
@@ -86,4 +86,4 @@ def test_a_forecast_round_from_question_to_the_bin_the_run_landed_in(open_page, 
     assert info["revealed"] and info["answer"] == choices[0]
     assert f"The run's held-out loss: {loss:.4f}" in info["words"] and "outside its interval" in info["words"]
     student.run()
-    assert f"The run landed: {choices[0]}" in words(student)  # plain text (ui.class_views.answer_words)
+    assert f"The run landed: {choices[0]}" in words(student)  # plain text (pages.classroom.views.answer_words)

@@ -203,7 +203,7 @@ def train_small_final(folder):
 
 
 def test_forming_figure_marks_the_formation_step():
-    from core.figures.forming_figures import forming_figure, forming_rows
+    from pages.features.forming import forming_figure, forming_rows
     cos = np.array([[0.2, 0.1], [0.75, 0.3], [0.9, 0.5]])  # feature 7 crosses 0.7 at step 100, feature 9 never
     r = Forming(site=SITE, steps=[10, 100, 1000], features=[7, 9], frequency=[0.5, 0.1], cosine=cos,
                 match=np.zeros((3, 2), dtype=int), seed_cosine=np.array([[0.9, 0.5], [0.8, 0.6]]), chance=0.37)

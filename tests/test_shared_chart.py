@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.analysis.attention import attention_overview, head_attention, head_window
-from core.figures.attention_figures import all_heads_figure, head_panels, mask_order_figure
+from pages.attention.figures import all_heads_figure, head_panels, mask_order_figure
 from core.figures.generation_figures import sweep_bars
 from core.nn.model import ModelConfig, Transformer
 

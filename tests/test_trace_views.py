@@ -1,4 +1,4 @@
-"""core.views.trace_views, core.analysis.trace.lens_accuracy and the Inside page's figure words: every number checked against
+"""pages.inside.view, core.analysis.trace.lens_accuracy and the Inside page's figure words: every number checked against
 the model's own modules run here one by one (or the fused forward pass), and hand-built lenses."""
 import math
 
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from core.figures import trace_figures as TF
-from core.views import trace_views as TV
+from pages.inside import view as TV
 from core.nn.model import ModelConfig, Transformer
 from core.analysis.trace import Lens, lens_accuracy, stream_steps, trace
 

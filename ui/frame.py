@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent  # the repo root: this file is ui/
 # URL names alone (no app.py, so no sidebar picker), with a sidebar menu of every file in pages/. The
 # first st.navigation call (app.py's) ends that mode for the whole server. Three supported pieces keep
 # a cold server's first request, a bookmark to /attention say, inside the frame:
-# - pages/ holds page scripts only (the helpers live in the ui/ package), so the legacy menu lists no helper;
+# - pages/ holds page scripts only, so the legacy menu lists no helper: a page's own modules live in the folder
+#   of its name (pages/features/ beside pages/features.py), which that mode never lists. The script stays
+#   beside its folder, not inside it: the legacy mode finds pages/*.py only, and a bookmark to a page it cannot
+#   find opens a "Page not found" dialog before app.py runs;
 # - .streamlit/config.toml sets client.showSidebarNavigation = false, which hides the legacy menu, and
 #   app.py calls show_page_menu() before st.navigation, so our own menu shows all the same;
 # - every page calls ensure_frame() first: run alone, it switches to app.py, which calls st.navigation

@@ -18,7 +18,7 @@ Nodes, in order: active features (layer, position, feature), error nodes (layer,
 (position), position embeddings (position), logits. ``adjacency[t, s]`` is the edge from s to t (rows targets).
 
 A graph of N nodes holds N x N float64 numbers (densely firing transcoders make N features x positions; the page
-estimates it first, core.views.attribution_view). ``max_feature_nodes`` caps the feature nodes as circuit-tracer
+estimates it first, pages.attribution.view). ``max_feature_nodes`` caps the feature nodes as circuit-tracer
 does: the most influential are kept, what the others write joins their block's error node, and the graph stays exact.
 """
 from __future__ import annotations

@@ -156,7 +156,7 @@ def vector_rows(rows, labels: list[str], title: str) -> go.Figure:
 
 
 def step_rows_text(step: StreamStep, n_heads: int, token: str, pos: int, unit: str = "character") -> tuple:
-    """(row labels, title, what adds up to what) for ``vector_rows`` of ``core.views.trace_views.step_rows``: the
+    """(row labels, title, what adds up to what) for ``vector_rows`` of ``pages.inside.view.step_rows``: the
     words that go with each kind of step. ``token``: the text of the token at ``pos``, readable (core.serve.fmt.visible)."""
     if step.kind == "embed":
         return ([f"token '{token}'", f"position {shown_pos(pos)}", "= start of the stream"],

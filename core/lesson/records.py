@@ -83,7 +83,7 @@ class Reveal:
     words: str                   # the model's answer in words
     latex: str | None = None
     metrics: tuple = ()          # (label, value) pairs
-    figure: tuple | None = None  # (kind, arguments) for core.figures.lesson_figures.step_figure
+    figure: tuple | None = None  # (kind, arguments) for pages.lesson.figures.step_figure
     caption: str | None = None
 
 

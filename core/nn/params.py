@@ -32,7 +32,7 @@ def count_parameters(config: ModelConfig) -> dict[str, int]:
         # ln1 before attention and ln2 before the MLP, each a scale and a shift of d (no MLP: no ln2 either)
         "norms": (2 * d + (2 * d if mlp else 0)) if norms else 0,
     }
-    # the biases in one figure: the Parameters page draws them as one bar (core.figures.cost_figures.parameter_bar)
+    # the biases in one figure: the Parameters page draws them as one bar (pages.parameters.figures.parameter_bar)
     counts["biases"] = counts["attention_biases"] + counts["mlp_biases"]
     counts["attention"] = counts["W_Q"] + counts["W_K"] + counts["W_V"] + counts["W_O"] + counts["attention_biases"]
     counts["mlp"] = counts["W1"] + counts["W2"] + counts["mlp_biases"]

@@ -11,8 +11,8 @@ from core.figures.class_figures import plain_html, vote_bars
 from core.serve.classroom import round_summary
 from core.serve.fmt import md_escape
 from ui.charts import shared_chart
-from ui.class_forecast import show_forecast_question
-from ui.class_identity import server_address, student_link
+from pages.classroom.forecast import show_forecast_question
+from pages.classroom.identity import server_address, student_link
 
 def plain(text: str, size: float = 1.0, weight: int = 400, colour: str = "inherit", key: str = ""):
     """``text`` exactly as typed (core.figures.class_figures.plain_html escapes it)."""

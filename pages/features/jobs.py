@@ -10,7 +10,7 @@ from core.features.job import MAX_STEPS, SAEBusyError, SAEJob, check_settings
 from core.features.sae import MAX_D_SAE, sae_folder, save_sae
 from core.features.sites import site_words, site_width, sites
 from core.features.train import DEFAULT_K, EXPANSION, SAESettings
-from core.figures.forming_figures import forming_figure, forming_rows
+from pages.features.forming import forming_figure, forming_rows
 from core.nn.snapshots import checkpoint_steps
 from core.training.job_common import about
 from ui.charts import chart

@@ -1,6 +1,6 @@
 """The attribution graph drawn (issue 46): positions left to right, layers bottom to top, node size by influence on
 the output, edges blue where they promote their target and red where they suppress it, thicker for larger weights.
-Pure function of the page's node and edge lists (core.views.attribution_view.pruned_lists)."""
+Pure function of the page's node and edge lists (pages.attribution.view.pruned_lists)."""
 from __future__ import annotations
 
 import numpy as np

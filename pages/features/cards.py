@@ -1,12 +1,12 @@
 """The Features page's drawn parts: a unit's card, the units firing at a prompt position (buttons that open a card),
 a unit switched off on the prompt, and the purity comparison. Numbers come from core.features through ui.features;
-the words and HTML from core.views.features_view; the figures from core.figures.feature_figures."""
+the words and HTML from core.views.features_view; the figures from pages.features.figures."""
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
-from core.figures import feature_figures as FF
+from pages.features import figures as FF
 from core.serve.fmt import md_escape
 from core.views import features_view as FV
 from ui.charts import chart

@@ -1,9 +1,9 @@
 """The Attention page's figures, importable from one place: one head's panels (``core.figures.attention_panels``),
-every head at once (``core.figures.attention_grid``), and the note on byte pieces below them (the token
+every head at once (``pages.attention.grid``), and the note on byte pieces below them (the token
 axes' ticks are ``core.figures.ticks``, the panel layouts ``core.figures.common``). Pure functions: arrays and token strings in, figures (or a sentence) out."""
 from __future__ import annotations
 
-from core.figures.attention_grid import (  # noqa: F401 (re-exported: the page imports its figures from here)
+from pages.attention.grid import (  # noqa: F401 (re-exported: the page imports its figures from here)
     GRID_ALL_HEADS, GRID_MAX_LAYERS, ROLE_TITLES, all_heads_figure, head_overview_figure, head_roles_figure,
     role_explanations,
 )

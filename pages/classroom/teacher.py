@@ -11,9 +11,9 @@ import streamlit as st
 from core.serve.class_rules import peer_advice
 from core.serve.classroom import ClassError, StoreUnavailable, normalize_code, rounds_csv, shift_rows
 from core.serve.fmt import md_escape
-from ui.class_identity import client_address, key_ok, teacher_key, teacher_link
-from ui.class_views import show_counts
-from ui.classroom import KEYS, REFRESH_S, TEACHER, class_store
+from pages.classroom.identity import client_address, key_ok, teacher_key, teacher_link
+from pages.classroom.views import show_counts
+from pages.classroom.parts import KEYS, REFRESH_S, TEACHER, class_store
 
 LINK_SHOWN = "class_link_shown"  # session state: codes whose private teacher link was pointed out once
 KEY_TRIES, KEY_WINDOW_S = 5, 600  # wrong teacher keys one address may try in the window (per replica)
