@@ -118,6 +118,8 @@ def no_exception(page, name):
 
 @pytest.fixture
 def clean_page(browser):
+    """A fresh browser tab and the console errors it collects (none allowed at its end); the screenshots' folder made."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 2400})
     errors = []
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
