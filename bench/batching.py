@@ -34,9 +34,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.nn.checkpoint import load_checkpoint  # noqa: E402
 from core.analysis.generation import DEFAULT_TEMPERATURES  # noqa: E402
 from core.analysis.sampling import Decoder, stream  # noqa: E402
+from core.nn.checkpoint import load_checkpoint  # noqa: E402
 from core.serve.threads import use_threads  # noqa: E402
 
 PROMPT = "QUEEN:\nWhat news from the north, good cousin?\n\nGLOUCESTER:\nThe"  # pages/generation.py's default

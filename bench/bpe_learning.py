@@ -40,8 +40,8 @@ def corpus(name: str) -> str:
 
 
 def _one(kind: str, chars: int, vocab: int, corpus_name: str | None = None) -> dict:
-    from core.training.corpus import split_train_val
     from core.nn.tokenizer import BPETokenizer
+    from core.training.corpus import split_train_val
     from core.training.trainer import encode_corpus, make_tokenizer
 
     if kind == "page":  # what the Training page does before it shows a BPE: learn, then encode both parts

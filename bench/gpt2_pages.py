@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import write_csv  # noqa: E402
+
 PAGES = ["home", "attention", "heads", "inside", "generation", "parameters"]
 PROMPT_KEYS = {"attention": "attn_prompt", "heads": "heads_prompt", "inside": "inside_prompt",
                "generation": "gen_prompt"}
@@ -45,8 +46,8 @@ def build_folder(models_dir: Path) -> Path:
     import transformers
     from safetensors.torch import save_file
 
-    from core.training.corpus import pydoc_text
     from core.nn.tokenizer import BPETokenizer
+    from core.training.corpus import pydoc_text
 
     cfg = transformers.GPT2Config(bos_token_id=None, eos_token_id=None)
     with torch.device("meta"):
@@ -66,8 +67,8 @@ def long_prompt(folder: Path, n_tokens: int, start: int = 400_000) -> tuple[str,
     """(text, its token count): Python's documentation from character ``start`` (past the BPE's training part), cut
     to at most n_tokens tokens of the folder's tokenizer (a cut text can encode to one token fewer or more at its
     end: trimmed until it fits)."""
-    from core.training.corpus import pydoc_text
     from core.nn.tokenizer import BPETokenizer
+    from core.training.corpus import pydoc_text
 
     tok = BPETokenizer.from_file(folder / "tokenizer.json")
     ids = tok.encode(pydoc_text()[start:start + 20 * n_tokens], errors="drop")[:n_tokens]

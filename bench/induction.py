@@ -21,9 +21,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.training.corpus import read_text_file, shakespeare_path  # noqa: E402
 from core.analysis.induction import HeadRecorder, add_repeats  # noqa: E402
 from core.serve.threads import use_threads  # noqa: E402
+from core.training.corpus import read_text_file, shakespeare_path  # noqa: E402
 from core.training.trainer import TrainConfig, Trainer, get_windows, windowed_loss  # noqa: E402
 
 
@@ -50,9 +50,9 @@ def report(folder: str, mode: str = "zero") -> dict:
     switched off, against every other head of its layer switched off alone (and the same for the two best)."""
     from itertools import combinations
 
-    from core.nn.checkpoint import load_checkpoint
     from core.analysis.induction import head_scores, probe_period, repeat_probe
     from core.analysis.interventions import copy_losses
+    from core.nn.checkpoint import load_checkpoint
 
     model, _ = load_checkpoint(folder)
     c = model.config

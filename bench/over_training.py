@@ -164,8 +164,8 @@ def main(argv=None) -> list[dict]:
         print(json.dumps(child(argv[1], argv[2])))
         return []
     hostile = "--hostile" in argv
-    from core.nn.params import count_parameters
     from core.nn.model import ModelConfig
+    from core.nn.params import count_parameters
 
     print(f"\nOver training page, one thread; a 9.5 M model is {count_parameters(ModelConfig(**BIG_SHAPE))['total']:,} "
           f"parameters; targets <= {TARGET_S} s and <= {TARGET_MB} MB over the idle server")

@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import write_csv  # noqa: E402
-
 from core.analysis.interventions import head_losses, head_losses_cost, token_losses  # noqa: E402
 from core.nn.model import MODEL_PRESETS, Transformer  # noqa: E402
 from core.serve.threads import page_threads, use_threads  # noqa: E402

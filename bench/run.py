@@ -366,8 +366,8 @@ def bench_variants(quick: bool):
 def bench_patching(quick: bool):
     """Issue 30's targets on the shipped character model at 64 tokens, one thread: the residual grid and the head
     table, batched (one forward per stage, every position at once), against the same cells patched one at a time."""
-    from core.nn.checkpoint import load_checkpoint
     from core.analysis.patching import Metric, _forward, patch_heads, patch_residual
+    from core.nn.checkpoint import load_checkpoint
 
     model, tok = load_checkpoint(ROOT / "assets" / "models" / "shakespeare-char")
     clean = tok.encode(("The old man walked slowly to the river and sat down. " * 2)[:64])
@@ -458,8 +458,8 @@ def bench_patching_gpt2(quick: bool):
     """GPT-2 small's shape (124M parameters, random weights: a pass costs what its shapes cost, whatever the values;
     no GPT-2 folder ships, and nothing downloads) at 64 tokens: one stage of the residual grid batched (64 rows in
     one forward) against single-patch forwards, each extrapolated to the grid's 13 stages x 64 positions."""
-    from core.nn.model import ModelConfig, Transformer
     from core.analysis.patching import Metric, patch_residual
+    from core.nn.model import ModelConfig, Transformer
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, n_layers=12, bias=True,

@@ -78,8 +78,8 @@ def _peak_bytes() -> int:
 
 
 def _one(corpus_name: str, fields: dict, steps: int) -> dict:
-    from core.training.job_settings import JobSettings
     from core.serve.threads import training_threads
+    from core.training.job_settings import JobSettings
     from core.training.training_job import _train_in_process
 
     text = corpus(corpus_name)

@@ -12,12 +12,23 @@ sys.path.insert(0, str(ROOT))
 # the app's config shows users only an error's type (.streamlit/config.toml); the tests read the whole message
 os.environ.setdefault("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
 
-from core.training.corpus import shakespeare_path  # noqa: E402
 from core.nn.model import ModelConfig, Transformer  # noqa: E402
+from core.training.corpus import shakespeare_path  # noqa: E402
 
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
 APP = str(ROOT / "app.py")
-HOME = "pages/home.py"  # app.py's default page: the first run already shows it
+
+
+def page_file(page: str) -> str:
+    """The file of a page, from its name ("attention") or either layout's path ("pages/attention.py",
+    "pages/attention/page.py"): the one this checkout has, relative to the repository (a page's file moves into
+    its folder in issue 56; tests name pages through here, so only this function knows the layout)."""
+    name = page.removeprefix("pages/").removesuffix(".py").removesuffix("/page")
+    folder = f"pages/{name}/page.py"
+    return folder if (ROOT / folder).exists() else f"pages/{name}.py"
+
+
+HOME = page_file("home")  # app.py's default page: the first run already shows it
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +76,8 @@ def app_pages() -> list[tuple[str, str]]:
 def _page_opener(mp: pytest.MonkeyPatch):
     def open_page(page: str, timeout: float = 60, models_dir=None, state: dict | None = None,
                   query: dict | None = None) -> AppTest:
-        """An AppTest of app.py showing ``page`` ("pages/attention.py"), after a run without exception.
+        """An AppTest of app.py showing ``page`` ("pages/attention.py", or its name: see page_file), after a run
+        without exception.
 
         models_dir: TE_MODELS_DIR for this test (user models are saved and discovered there).
         state: session state set before the first run, when app.py still runs (AppTest runs app.py only on
@@ -74,6 +86,7 @@ def _page_opener(mp: pytest.MonkeyPatch):
         query: the URL's query string (a link), set before the first run and kept for the page's."""
         if models_dir is not None:
             mp.setenv("TE_MODELS_DIR", str(models_dir))
+        page = page if page == "app.py" else page_file(page)
         at = AppTest.from_file(APP, default_timeout=timeout)
         for key, value in (state or {}).items():
             at.session_state[key] = value
@@ -120,7 +133,8 @@ def ray_local():
 # --dist loadfile, whole files per worker), a long file collected last would run alone at the end while the
 # other workers sit idle. Within a file the order stays as written.
 LONG_FILES_FIRST = ("test_induction_live.py", "test_study_shipped.py", "test_browser.py", "test_replicas.py",
-                    "test_training_job.py", "test_page_training.py", "test_study.py", "test_load.py")
+                    "test_browser_attention.py", "test_browser_training.py", "test_training_job.py",
+                    "test_browser_pages.py", "test_page_training.py", "test_study.py", "test_load.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from tests.browser_app import SHOTS, browser, server, wait_idle  # noqa: F401  fixtures
 from tests.polling import wait_until
-from tests.test_browser import SHOTS, browser, server, wait_idle  # noqa: F401  fixtures
 
 pytestmark = pytest.mark.slow
 

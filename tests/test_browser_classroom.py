@@ -5,8 +5,8 @@ import re
 
 import pytest
 
+from tests.browser_app import CHROMIUM_ARGS, SHOTS, browser, server, wait_idle  # noqa: F401  fixtures
 from tests.polling import wait_until
-from tests.test_browser import CHROMIUM_ARGS, SHOTS, browser, server, wait_idle  # noqa: F401  fixtures
 
 pytestmark = pytest.mark.slow
 

@@ -1,11 +1,11 @@
 """Real-browser test of the Features page (issue 55): a click on a unit firing at the prompt changes its card, which
-lies below the fold; the page brings the card into view. Debian's Chromium through Playwright, as tests/test_browser.py
+lies below the fold; the page brings the card into view. Debian's Chromium through Playwright, as tests/browser_app.py
 drives it (its server and browser fixtures)."""
 import re
 
 import pytest
 
-from tests.test_browser import _open, browser, server, wait_idle  # noqa: F401  fixtures, used by name
+from tests.browser_app import browser, go_to, server, wait_idle  # noqa: F401  fixtures, used by name
 
 pytestmark = pytest.mark.slow
 
@@ -14,7 +14,7 @@ def test_a_click_on_a_unit_brings_its_card_into_view(server, browser):  # noqa: 
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     errors = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    _open(page, server, "Features")
+    go_to(page, server, "Features")
     page.locator(".st-key-feat_fire_1 button").first.wait_for(timeout=120_000)  # the units firing at the prompt's end
     page.get_by_text("One unit's card").first.wait_for(timeout=180_000)  # after the index is built
     wait_idle(page, timeout=180_000)

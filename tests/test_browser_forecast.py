@@ -7,8 +7,8 @@ import re
 import pytest
 
 from core.training.corpus import shakespeare_path
+from tests.browser_app import SHOTS, browser, server, wait_idle  # noqa: F401  fixtures
 from tests.polling import wait_until
-from tests.test_browser import SHOTS, browser, server, wait_idle  # noqa: F401  fixtures
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shakespeare_path() is None, reason="needs Tiny Shakespeare (TE_CORPUS or "

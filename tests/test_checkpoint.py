@@ -53,7 +53,6 @@ def test_save_is_atomic_and_refuses_overwrite(saved, monkeypatch):
     path, model, tok = saved
     with pytest.raises(FileExistsError):
         save_checkpoint(path, model, tok)
-    import core.nn.checkpoint as ck
 
     def boom(*a, **k):
         raise RuntimeError("disk full")

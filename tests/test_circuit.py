@@ -4,7 +4,6 @@ sender and receiver, NaN included."""
 import math
 
 import numpy as np
-import pytest
 
 from core.analysis.circuit import (CARRIES, PREVIOUS_TOKEN, default_key, path_defaults, read_circuit, read_sources,
                                    share_text)

@@ -1,5 +1,5 @@
-"""bench.code_health on a tiny fake tree written here (not on the repository, whose sizes others change): which
-files it names, for what, and its exit status."""
+"""bench.code_health on a tiny fake tree written here (not on the repository, whose sizes others change; CI runs it on
+the repository, .ci/run): which files, page folders and functions it names, for what, and its exit status."""
 from pathlib import Path
 
 from bench import code_health
@@ -55,3 +55,38 @@ def test_st_cache_in_a_page_fails_as_decorator_call_or_import_but_not_in_ui(tmp_
         root = tree(tmp_path / str(k), cache=source)
         assert broken(root) == {"pages/cached.py": [f"st.cache_* in a page (line {line})"]}, source
         assert code_health.main([], root=root) == 1
+
+
+def function(name: str, body_lines: int) -> list[str]:
+    """A function of ``body_lines + 1`` lines (its def and its body)."""
+    return [f"def {name}():", *(f"    y{i} = {i}" for i in range(body_lines - 1)), "    return 0"]
+
+
+def test_a_function_over_60_lines_is_named_and_fails_unless_excused(tmp_path, monkeypatch, capsys):
+    root = tree(tmp_path)
+    # 60 lines is the limit (def to last line, decorators not counted); 61 breaks it, also as a method
+    write(root, "core/nn/f.py", ["import functools", "@functools.cache", *function("fits", 59),
+                                 "class C:", *("    " + line for line in function("long", 60)), *function("over", 60)])
+    assert broken(root) == {"core/nn/f.py": ["function C.long (line 64) is 61 lines, over 60",
+                                             "function over (line 125) is 61 lines, over 60"]}
+    assert code_health.main([], root=root) == 1
+    monkeypatch.setattr(code_health, "EXCEPTIONS", {"core/nn/f.py::C.long": "a reason", "core/nn/f.py::over": "x",
+                                                    "core/nn/gone.py::f": "stale"})
+    capsys.readouterr()
+    assert broken(root) == {} and code_health.main([], root=root) == 0
+    out = capsys.readouterr().out
+    assert "excused, a reason" in out and "'core/nn/gone.py::f' excuses nothing now" in out
+
+
+def test_a_page_folder_over_700_lines_and_its_page_over_250_fail(tmp_path):
+    root = tree(tmp_path)
+    write(root, "pages/big/page.py", lines(250))
+    write(root, "pages/big/view.py", lines(450))
+    assert broken(root) == {}  # 700 lines in the folder, each file at its own limit
+    write(root, "pages/big/parts.py", lines(1))
+    write(root, "pages/big/page.py", lines(251))
+    write(root, "pages/big/figures.py", lines(451))
+    assert broken(root) == {"pages/big/": ["page folder over 700 lines"], "pages/big/page.py": ["over 250 lines"],
+                            "pages/big/figures.py": ["over 450 lines"]}
+    assert code_health.main([], root=root) == 1
+

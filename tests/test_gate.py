@@ -1,7 +1,6 @@
 """The gate of heavy computations: slots, arrival order, what a waiting caller is told, the bound, giving up."""
 import threading
 
-import pytest
 
 from core.serve.gate import Gate, GateFull
 from tests.polling import wait_until

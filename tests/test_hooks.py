@@ -174,7 +174,6 @@ def test_names_keeps_only_what_was_asked_and_a_predicate_works():
 def test_zeroing_one_heads_z_is_switching_that_head_off(mode):
     model = _model(CONFIGS["gpt2-like"])
     idx = torch.randint(0, 11, (2, 9), generator=torch.Generator().manual_seed(5))
-    c = model.config
     with torch.no_grad():
         _, cache = model.run_with_cache(idx, names=["blocks.1.attn.hook_z"])
         mean = cache["blocks.1.attn.hook_z"][:, :, 2].mean(dim=(0, 1))  # (d_h,) over batch and positions

@@ -3,7 +3,6 @@ read, text cut off, words that assume the wrong model or a problem set, a bad sh
 and the scaling constants' cramped sliders. Figures are checked on their dicts (label boxes estimated from the text
 and the font size, as pages.attention.figures sizes its labels), pages with AppTest."""
 import json
-import math
 import re
 import shutil
 from pathlib import Path

@@ -1,8 +1,6 @@
 """Every page with the shipped byte-level BPE model selected, and what each says about tokens checked against
 the model's own tokenizer (ids computed here, not read from the page)."""
 import json
-import math
-from pathlib import Path
 
 import pytest
 import torch

@@ -140,7 +140,7 @@ def test_position_head_and_key_pickers(inside, shipped):
     terms = array(shown["inside_qk"]["data"][0]["y"])
     assert terms.sum() / np.sqrt(model.config.d_head) == pytest.approx(float(rec.scores[0, 2, 7, 3]), abs=1e-4)
     latex = " ".join(el.value for el in at.latex)
-    assert f"s_{{8,4}}" in latex and f"{float(rec.scores[0, 2, 7, 3]):.3f}" in latex
+    assert "s_{8,4}" in latex and f"{float(rec.scores[0, 2, 7, 3]):.3f}" in latex
     assert f"{float(rec.pattern[0, 2, 7, 3]):.4f}" in latex
     assert "at position 8" in shown["inside_attribution"]["layout"]["title"]["text"]
 

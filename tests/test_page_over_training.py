@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from tests.snapshot_models import STEPS, step_zero_pattern, train_with_snapshots
+from tests.snapshot_models import step_zero_pattern, train_with_snapshots
 from tests.test_page_attention_zoom import array
 
 PROMPT = "the old man sat by a river."

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-import torch
 
 from core.analysis.scaling import ScalingLaw
 from core.nn.model import ModelConfig, Transformer

@@ -211,7 +211,6 @@ def test_induction_preset_sets_the_run_and_says_when_the_head_should_form(page):
 def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, tmp_path):
     """The live head view plots, for each head, scores that the test recomputes from the saved weights."""
     import numpy as np
-    import torch
     from core.nn.checkpoint import load_checkpoint, read_heads
     from core.analysis.induction import repeat_probe
     at = page

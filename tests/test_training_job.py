@@ -260,7 +260,7 @@ def test_too_many_runs_are_refused(monkeypatch):
 def test_an_abandoned_job_stops_by_itself():
     job = TrainingJob(TEXT, "test", tiny(steps=100_000))
     proc = start_process(job)
-    wait_until(lambda: job.status().step >= 1)
+    wait_until(lambda: job.status().step >= 1)  # noqa: F821 - called before the `del` below
     del job
     gc.collect()
     proc.join(30)
