@@ -38,9 +38,6 @@ EXCEPTIONS = {
     "core/training/study_run.py::run_study": "a study's run in order: every check before the first run, then the "
                                              "grid's runs (issue 56: one study framework)",
     "core/training/study.py::main": "a command line's flags and their checks (issue 56: one study command line)",
-    "core/training/variants.py::main": "a command line's flags and their checks (issue 56: one study command line)",
-    "core/training/bpe_induction.py::main": "a command line's flags and their checks (issue 56: one study command "
-                                            "line)",
     "core/training/study.py::write_card": "the study card's markdown, written top to bottom as it reads",
     "core/nn/model_card.py::model_card": "the model card's markdown, written top to bottom as it reads",
     "core/training/train_cli.py::_train": "the training command's run in order: check, train, measure, save",
@@ -51,12 +48,12 @@ EXCEPTIONS = {
                                         "whole",
     "core/figures/attention_panels.py::head_panels": "the lecture's four panels for one head, a figure read top "
                                                      "to bottom",
-    "core/figures/attribution_figures.py::graph_figure": "the attribution graph's traces and layout in one figure",
+    "pages/attribution/figures.py::graph_figure": "the attribution graph's traces and layout in one figure",
     "core/figures/scaling_figures.py::loss_map": "the loss map's contours, compute lines, frontier and models in "
                                                  "one figure",
     "pages/classroom.py::teacher": "the teacher's screen in the order it shows (issue 56: into the page's "
                                    "parts.py)",
-    "ui/forecast_view.py::_bet": "the forecast bet's form in the order it shows (issue 56: into the page folder)",
+    "pages/scaling_fit/forecast.py::_bet": "the forecast bet's form in the order it shows",
 }
 
 
