@@ -16,7 +16,8 @@ import time
 def time_steps(variant: str, steps: int, flush: bool, text: str) -> list[float]:
     import torch
 
-    from core.training.trainer import TrainConfig, Trainer
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer
     from core.training.variants import BY_ID, model_shape
 
     torch.set_num_threads(1)

@@ -86,7 +86,8 @@ def time_run(name: str, corpus_name: str, text: str, fields: dict) -> dict:
 
 def time_study(grid_name: str, corpus_name: str, text: str) -> dict:
     from core.training import speed
-    from core.training.study import GRIDS, SHIPPED_STUDY, estimate_seconds, read_rows
+    from core.training.study_grid import GRIDS, estimate_seconds
+    from core.training.study_files import SHIPPED_STUDY, read_rows
     from core.training.study_files import RUNS_CSV
     from core.training.study_job import BOOTSTRAP, StudyJob
 

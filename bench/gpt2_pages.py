@@ -46,7 +46,7 @@ def build_folder(models_dir: Path) -> Path:
     from safetensors.torch import save_file
 
     from core.training.corpus import pydoc_text
-    from core.nn.tokenizer import BPETokenizer
+    from core.nn.bpe import BPETokenizer
 
     cfg = transformers.GPT2Config(bos_token_id=None, eos_token_id=None)
     with torch.device("meta"):
@@ -67,7 +67,7 @@ def long_prompt(folder: Path, n_tokens: int, start: int = 400_000) -> tuple[str,
     to at most n_tokens tokens of the folder's tokenizer (a cut text can encode to one token fewer or more at its
     end: trimmed until it fits)."""
     from core.training.corpus import pydoc_text
-    from core.nn.tokenizer import BPETokenizer
+    from core.nn.bpe import BPETokenizer
 
     tok = BPETokenizer.from_file(folder / "tokenizer.json")
     ids = tok.encode(pydoc_text()[start:start + 20 * n_tokens], errors="drop")[:n_tokens]

@@ -24,7 +24,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.nn.model import LECTURE, ModelConfig, Transformer  # noqa: E402
+from core.nn.config import LECTURE, ModelConfig  # noqa: E402
+from core.nn.model import Transformer  # noqa: E402
 from core.nn.params import count_parameters  # noqa: E402
 from core.serve.threads import page_threads, use_threads  # noqa: E402
 
@@ -335,7 +336,8 @@ def bench_variants(quick: bool):
     """Seconds per 1,000 training steps of each variant of the Why each piece study (core.training.variants), one
     thread, batch 32 of 128 characters, against the lecture's model measured in the same alternating rounds."""
     from core.training.corpus import read_text_file, shakespeare_path
-    from core.training.trainer import TrainConfig, Trainer
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer
     from core.training.variants import VARIANTS, model_shape
 
     path = shakespeare_path()
@@ -458,7 +460,8 @@ def bench_patching_gpt2(quick: bool):
     """GPT-2 small's shape (124M parameters, random weights: a pass costs what its shapes cost, whatever the values;
     no GPT-2 folder ships, and nothing downloads) at 64 tokens: one stage of the residual grid batched (64 rows in
     one forward) against single-patch forwards, each extrapolated to the grid's 13 stages x 64 positions."""
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.analysis.patching import Metric, patch_residual
 
     torch.manual_seed(0)
@@ -488,7 +491,7 @@ def bench_discovery(quick: bool):
     import struct
     import tempfile
 
-    import core.nn.checkpoint as ck
+    import core.nn.model_discovery as ck
 
     def fill(base: Path, n_broken: int, fat: bool):
         base.mkdir(parents=True)
@@ -619,7 +622,7 @@ def bench_classroom(quick: bool):
 
     from streamlit.testing.v1 import AppTest
 
-    from core.serve.classroom import SqliteStore
+    from core.serve.class_sqlite import SqliteStore
 
     print("\nThe Class page (issue 44): a student's page with a round open and 60 votes in the store")
     reps = 3 if quick else 7
@@ -692,7 +695,7 @@ def bench_forecast(quick: bool):
     from core.analysis import forecast as F
     from core.analysis.scaling import bootstrap_fit, fit_scaling_law
     from core.training.forecast_run import plan_run
-    from core.training.study import SHIPPED_STUDY, read_meta, read_rows, rows_to_arrays
+    from core.training.study_files import SHIPPED_STUDY, read_meta, read_rows, rows_to_arrays
     from core.views.scaling_forecast import new_record, settle
 
     print("\nForecasts (issue 45): the proposal and its score, the batched bootstrap, the two pages' reruns")

@@ -3,7 +3,7 @@ import streamlit as st
 from core.figures import trace_figures as TF
 from core.views import trace_views as TV
 from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number_word, shown_pos, visible
-from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS
+from core.nn.config import ACTIVATION_NAMES, SILENT_WORDS
 from core.nn.params import mlp_latex
 from core.analysis.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
                         max_trace_tokens, stream_steps, trace_bytes)

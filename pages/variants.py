@@ -3,7 +3,8 @@ import streamlit as st
 from core.views import variants_view as VV
 from core.views import training_view as view
 from core.figures import variants_figures as VF
-from core.nn.checkpoint import CheckpointError, default_model_name
+from core.nn.checkpoint import CheckpointError
+from core.nn.model_store import default_model_name
 from core.serve.fmt import head_label
 from core.training.corpus import shakespeare_path
 from core.training.job_settings import JobSettings

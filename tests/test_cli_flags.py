@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from core.features import __main__ as features_cli
-from core.nn.checkpoint import save_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 from core.training import bpe_induction as B
 from core.training import forecast_study as FS

@@ -17,6 +17,8 @@ from core.nn.checkpoint import read_config
 from core.training import bpe_induction as B
 from core.training import forecast_study as FS
 from core.training import study as S
+from core.training.study_files import read_rows
+from core.training.study_grid import train_one
 from core.training import trainer as T
 from core.training import variants as V
 from tests.snapshot_models import made_up_text
@@ -218,7 +220,7 @@ def test_study_refuses_a_model_folder_even_with_overwrite(model, corpus, capsys,
 def test_study_continues_beside_other_files_only_with_overwrite(tmp_path, corpus, capsys, monkeypatch):
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({"widths": [8], "tokens": [1024, 2048], "n_ctx": 32, "batch_size": 8}))
-    monkeypatch.setattr(S, "make_engine", lambda name, workers=None: InlineEngine(S.train_one))
+    monkeypatch.setattr(S, "make_engine", lambda name, workers=None: InlineEngine(train_one))
     out = tmp_path / "study"
     args = ["--corpus", str(corpus), "--grid", str(grid), "--out", str(out), "--bootstrap", "0"]
     assert S.main(args) == 0
@@ -232,7 +234,7 @@ def test_study_continues_beside_other_files_only_with_overwrite(tmp_path, corpus
     assert S.main([*args, "--overwrite"]) == 0
     after = hashes(out)
     assert (after["forecast.json"], after["notes.txt"]) == (before["forecast.json"], before["notes.txt"])
-    assert len(S.read_rows(out / "runs.csv")) == 2
+    assert len(read_rows(out / "runs.csv")) == 2
 
 
 # ---------------------------------------------------------------- core.bpe_induction

@@ -7,7 +7,8 @@ import torch
 import core.training.corpus as corpus
 from core.features.activations import collect, corpus_text, held_out_windows, model_held_out
 from core.features.sites import check_site, parse_site, site_width, sites
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 from core.training.corpus import PYDOC_NAME, SHAKESPEARE_FILE
 

@@ -136,7 +136,8 @@ def test_an_sae_folder_linked_out_of_the_model_is_refused_by_name(open_page, tmp
 def test_train_sae_records_the_weights_it_read(tmp_path):
     from core.features.sae import SAEFileError
     from core.features.train import SAESettings, train_sae
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.nn.tokenizer import CharTokenizer
     from core.training.corpus import pydoc_text
 

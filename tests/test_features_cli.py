@@ -11,8 +11,9 @@ import torch
 
 from core.features.__main__ import main
 from core.features.sae import CONFIG, METRICS, WEIGHTS, load_sae
-from core.nn.checkpoint import save_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 from core.training.corpus import PYDOC_NAME
 

@@ -4,7 +4,7 @@ import pytest
 
 from core.training.corpus import pydoc_text
 from core.training.forecast_run import plan_run, start_run
-from core.training.study import StudyError
+from core.training.study_grid import StudyError
 from core.training.study_grid import Grid, corpus_sha256, train_one
 from tests.test_study_job import wait_for
 

@@ -9,7 +9,7 @@ import torch
 from core.analysis import attribution as A
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
-from core.nn.model import ModelConfig
+from core.nn.config import ModelConfig
 from core.views import attribution_view as av
 from conftest import SHIPPED
 from tests.test_page_scaling import text_of

@@ -125,7 +125,8 @@ def test_a_model_without_an_mlp_offers_features_only(open_page, tmp_path):
     """An attention-only model with an SAE: no neuron views at all (they would have no MLP to read)."""
     from core.features.sae import sae_folder, save_sae
     from core.features.train import SAESettings, train_sae
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.nn.model_store import save_checkpoint
     from core.nn.tokenizer import CharTokenizer
     from core.training.corpus import pydoc_text

@@ -212,7 +212,8 @@ def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, t
     """The live head view plots, for each head, scores that the test recomputes from the saved weights."""
     import numpy as np
     import torch
-    from core.nn.checkpoint import load_checkpoint, read_heads
+    from core.nn.checkpoint import load_checkpoint
+    from core.nn.model_card import read_heads
     from core.analysis.induction import repeat_probe
     at = page
     small_run(at, steps=20)
@@ -327,7 +328,7 @@ def test_a_failed_fetch_says_where_to_put_the_file_and_saves_nothing(no_corpus, 
 
 def _bpe_by_hand(text, vocab):
     """The BPE a run learns, built here without the page: from the training 90% only."""
-    from core.nn.tokenizer import BPETokenizer
+    from core.nn.bpe import BPETokenizer
     n = int(len(text) * 0.9)
     tok = BPETokenizer.train(text[:n], vocab)
     return tok, len(tok.encode(text[:n])), len(tok.encode(text[n:]))
@@ -382,7 +383,8 @@ def n_val_by_hand(vocab):
 @pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_a_bpe_run_is_trained_saved_with_its_tokenizer_and_scored_in_bits_per_character(page, tmp_path):
     import math
-    from core.nn.checkpoint import load_checkpoint, read_card, read_config
+    from core.nn.checkpoint import load_checkpoint, read_config
+    from core.nn.model_card import read_card
     at = page
     at.radio(key="train_tokenizer").set_value("bpe").run()
     at.number_input(key="train_bpe_vocab").set_value(320)

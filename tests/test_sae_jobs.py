@@ -14,7 +14,8 @@ from core.features.job import SAEBusyError, SAEJob
 from core.features.sae import SAE, SAEConfig
 from core.features.train import SAESettings
 from core.nn.checkpoint import load_checkpoint, read_config
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.model_store import save_checkpoint
 from core.nn.snapshots import checkpoint_steps, snapshot_state
 from core.nn.tokenizer import CharTokenizer

@@ -10,7 +10,8 @@ from core.views import scaling_study as ss
 
 from core.views import scaling_view as sv
 from core.serve.fmt import g3, number_word, rough_time
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.analysis.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, N_STARTS, FitError, ScalingLaw, start_grid
 from core.analysis.scaling_runs import MIN_RUNS, parse_runs, synthetic_runs
 from core.training.study_job import ACTIVE, STATES, BusyError

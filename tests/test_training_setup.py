@@ -10,8 +10,8 @@ from core.training.corpus import PYDOC_NAME, TRAIN_FRACTION, describe_corpus, sp
 from core.serve.fmt import gflops, millions, seconds_or_minutes, size_kib
 from core.training.job_settings import (FORM_FIELDS, FORM_HELP, INDUCTION_PRESET, JobCost, JobSettings, expects_induction,
                                induction_eta_s)
-from core.training.trainer import TrainConfig
-from core.nn.tokenizer import BPETokenizer
+from core.training.recipes import TrainConfig
+from core.nn.bpe import BPETokenizer
 from core.training.training_job import BusyError
 
 # ---------------------------------------------------------------- formats and the split

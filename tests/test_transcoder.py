@@ -18,8 +18,10 @@ from tests.test_attribution import hand_model
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A small random model of the lecture's shape, saved, with held-out windows of Python's documentation."""
-    from core.nn.checkpoint import load_checkpoint, save_checkpoint
-    from core.training.trainer import Trainer, TrainConfig
+    from core.nn.checkpoint import load_checkpoint
+    from core.nn.model_store import save_checkpoint
+    from core.training.trainer import Trainer
+    from core.training.recipes import TrainConfig
 
     text = pydoc_text()[:60_000]
     tr = Trainer(text, dict(n_ctx=32, d_model=32, n_heads=2, n_layers=2), TrainConfig(steps=30, batch_size=8))

@@ -7,10 +7,10 @@ import streamlit as st
 
 from core.analysis import cost
 from core.views import scaling_view as sv
-from core.nn.model import ModelConfig
+from core.nn.config import ModelConfig
 from core.nn.params import breakdown_rows, build_on_meta, heads_sweep, parameter_table
 from core.training import training_setup as setup
-from core.training.study import open_study
+from core.training.study_files import open_study
 from core.analysis.trace import trace, trace_bytes
 from ui.caching import model_cache
 from ui.compute import compute_slot
@@ -106,7 +106,7 @@ def bootstrapped(csv_text: str):
 def forecast_analysis(folder: str, stamp: tuple):
     """(the shipped forecast.json, None) or (None, why it cannot be read); ``stamp`` as for shipped_study."""
     from core.training.forecast_study import read_forecast
-    from core.training.study import StudyError
+    from core.training.study_grid import StudyError
 
     try:
         return read_forecast(folder), None

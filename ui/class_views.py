@@ -8,7 +8,7 @@ import io
 import streamlit as st
 
 from core.figures.class_figures import plain_html, vote_bars
-from core.serve.classroom import round_summary
+from core.serve.class_rules import round_summary
 from core.serve.fmt import md_escape
 from ui.charts import shared_chart
 from ui.class_forecast import show_forecast_question

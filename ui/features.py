@@ -12,7 +12,8 @@ import streamlit as st
 import torch
 
 from core.features.activations import corpus_text, model_held_out
-from core.features.browse import build_index, token_purity, unit_card, unit_off_losses
+from core.features.index import build_index
+from core.features.browse import token_purity, unit_card, unit_off_losses
 from core.features.index import index_budget, index_cost, index_refusal, pass_flops
 from core.features.job import held_tokens_bound, job_seconds, memory_problem, memory_words, pace
 from core.features.sites import site_width

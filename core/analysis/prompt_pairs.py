@@ -1,6 +1,6 @@
 """A pair of prompts for a learner to patch: a corrupted copy made for them, the induction circuit's example, two
-lengths made one, and the defaults a page opens on (the answers, the strongest head). ``core.analysis.patching``
-re-exports these names."""
+lengths made one, and the strongest head a page opens on. The default answers need the patching forward: they live in
+``core.analysis.patching`` (default_answers, top_predictions), which imports this module, never the reverse."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -84,23 +84,6 @@ def match_lengths(clean, corrupt, how: str, pad: int) -> tuple[list[int], list[i
     if how == "pad":
         return [pad] * (n - len(clean)) + clean, [pad] * (n - len(corrupt)) + corrupt
     raise ValueError(f"how must be 'cut' or 'pad', got {how!r}")
-
-
-@torch.no_grad()
-def top_predictions(model, ids, k: int = 2) -> list[int]:
-    """The ``k`` likeliest next tokens after ``ids``, likeliest first."""
-    from core.analysis.patching import _batch, _forward  # the patching forward; it re-exports this module
-
-    logits, _ = _forward(model, _batch(ids))
-    return [int(t) for t in logits[0, -1].topk(k).indices]
-
-
-def default_answers(model, clean, corrupt) -> tuple[int, int]:
-    """(answer, wrong) for the logit-difference metric: the clean run's top prediction, and the corrupted run's
-    (its second when both runs agree, so the two are never the same token)."""
-    answer = top_predictions(model, clean, 1)[0]
-    first, second = top_predictions(model, corrupt, 2)
-    return answer, (second if first == answer else first)
 
 
 def stack_rows(rows) -> np.ndarray:

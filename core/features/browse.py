@@ -12,7 +12,7 @@ import torch
 
 from core.analysis.trace import direct_read
 from core.features.activations import HeldOut
-from core.features.index import BANDS, UnitIndex, build_index, token_losses  # noqa: F401  build_index re-exported
+from core.features.index import BANDS, UnitIndex, token_losses
 from core.features.units import Units
 from core.nn.hooks import HookRun
 from core.features.sites import parse_site

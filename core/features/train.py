@@ -13,15 +13,14 @@ numbers are measured on tokens the SAE never saw. Dead latents are fought with t
 (2024, "AuxK"): the latents that have not fired for a while are asked to explain what the live ones leave over."""
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from core.features.activations import HeldOut, MAX_BYTES, MAX_VECTORS, collect, model_held_out, site_batches
+from core.features.activations import HeldOut, MAX_BYTES, MAX_VECTORS, collect, model_held_out
 from core.features.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
 from core.features.sites import check_site, site_width
 

@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from core.nn.model import ModelConfig
-from core.nn.tokenizer import TOKENIZER_FILE, BPETokenizer, CharTokenizer, MERGES_FILE, VOCAB_FILE
+from core.nn.config import ModelConfig
+from core.nn.bpe import TOKENIZER_FILE, BPETokenizer, MERGES_FILE, VOCAB_FILE
+from core.nn.tokenizer import CharTokenizer
 
 # GPT2Config's defaults, for keys a config.json leaves out (as transformers reads it)
 GPT2_DEFAULTS = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,

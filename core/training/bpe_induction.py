@@ -123,7 +123,7 @@ def natural_probe(tok, val_ids, n_ctx: int):
 
 def run_settings(f: Factor, steps: int, seed: int = 1337):
     """(the model's shape without its vocabulary, the TrainConfig) of run ``f``: the base recipe with its changes."""
-    from core.training.trainer import TrainConfig
+    from core.training.recipes import TrainConfig
 
     train = dict(BASE_TRAIN, **f.train)
     recipe = train.pop("recipe", "muon")  # "adamw": that named recipe, the repeat mixture kept

@@ -211,7 +211,7 @@ def model_out_problem(out, overwrite: bool) -> str | None:
     a folder already there (without ``overwrite``), something there that is not a saved model (``overwrite``
     replaces only a model folder's own files, or fills an empty one: never a file or a folder of other things),
     the same name in other letters beside it (one folder on a case-insensitive disk), or a place it cannot write."""
-    from core.nn.checkpoint import same_name
+    from core.nn.model_store import same_name
 
     out = Path(out)
     if os.path.lexists(out):
@@ -253,7 +253,7 @@ def save_model(out, model, tokenizer, training: dict, log, overwrite: bool, **kw
     replacing a model swaps whole folders (atomically), which would drop them. The new model is saved beside
     ``out`` under a hidden name, the other entries are linked into it, and the two folders are swapped the way
     save_checkpoint swaps them (a process killed half-way leaves the old folder whole, or the new one)."""
-    from core.nn.checkpoint import save_checkpoint
+    from core.nn.model_store import save_checkpoint
 
     out = Path(out)
     others = []

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from core.training.corpus import TRAIN_FRACTION
 from core.analysis.cost import training_flops
 from core.serve.fmt import binary_bytes
-from core.nn.model import LECTURE, ModelConfig, config_problems
+from core.nn.config import LECTURE, ModelConfig, config_problems
 from core.nn.params import count_parameters
 from core.nn.snapshots import DEFAULT_SNAPSHOTS
-from core.training.trainer import (DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPES, TOKENIZERS, TrainConfig, min_corpus_chars,
-                        train_problems)
+from core.training.train_data import DEFAULT_BPE_VOCAB, TOKENIZERS, min_corpus_chars
+from core.training.recipes import DEFAULT_RECIPE, RECIPES, TrainConfig, train_problems
 
 MAX_PARAMS = 10_000_000         # a live CPU run of a bigger model would not show anything in a lecture
 MAX_TOKENS_PER_STEP = 65_536    # batch_size * n_ctx: bounds the memory of one step

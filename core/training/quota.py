@@ -17,7 +17,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from core.nn.checkpoint import checkpoint_owner
+from core.nn.model_store import checkpoint_owner
 
 MODELS_PER_USER_ENV = "TE_MAX_MODELS_PER_USER"
 MODELS_ENV = "TE_MAX_MODELS"

@@ -14,10 +14,11 @@ from pathlib import Path
 import torch
 
 from core.analysis.cost import training_flops
-from core.nn.model import LECTURE
+from core.nn.config import LECTURE
 from core.nn.params import count_parameters
 from core.serve.threads import training_threads, use_threads
-from core.training.trainer import TrainConfig, Trainer
+from core.training.recipes import TrainConfig
+from core.training.trainer import Trainer
 
 _RATE: dict[str, float] = {}
 _RATE_LOCK = threading.Lock()

@@ -12,7 +12,9 @@ import torch
 from core.training.corpus import split_train_val
 from core.analysis.induction import add_repeats
 from core.nn.model import Transformer
-from core.nn.tokenizer import BPETokenizer, CharTokenizer, Tokenizer
+from core.nn.bpe import BPETokenizer
+from core.nn.tokenizer import CharTokenizer
+from core.nn.tokenizer_base import Tokenizer
 
 TOKENIZERS = ("char", "bpe")  # one token per character, or a byte-level BPE learned from the training part
 DEFAULT_BPE_VOCAB = 512

@@ -2,8 +2,8 @@
 
 Nothing here is specific to the UI: ``Trainer.step()`` runs one optimisation step and returns its
 metrics, ``Trainer.evaluate()`` estimates train and validation loss; callers decide what to show.
-The settings, recipes and schedule are ``core.training.recipes``; the tokenizer, batches and scoring ``core.training.train_data``;
-both are re-exported here, so ``from core.training.trainer import ...`` finds every name it always found.
+The settings, recipes and schedule are ``core.training.recipes``; the tokenizer, batches and scoring
+``core.training.train_data``: import those names from there.
 
 The command line, ``python -m core.train``, is core.training.train_cli (``main`` below hands over to it).
 """
@@ -19,16 +19,14 @@ import torch
 
 from core.training.corpus import TRAIN_FRACTION, split_description, split_train_val
 from core.analysis.induction import HeadRecorder
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.snapshots import snapshot_state, snapshot_steps
-from core.nn.tokenizer import CharTokenizer, Tokenizer
-# re-exported: pages, bench, tests and core.training.job_settings import these from core.training.trainer
-from core.training.recipes import (DEFAULT_RECIPE, OPTIMIZERS, RECIPE_TITLES, RECIPES, SCHEDULES, TrainConfig,  # noqa: F401
-                          describe_recipe, lr_at, lr_scale, make_optimizers, param_groups, train_problems)
-from core.training.train_data import (BPE_CHUNK, DEFAULT_BPE_VOCAB, MAX_PRETOKEN, TOKENIZERS, bpe_pieces,  # noqa: F401
-                             encode_corpus, frequent_tokens, get_batch, get_windows, held_out_score, make_tokenizer,
-                             min_corpus_chars,
-                             mixed_batch, repeat_share, windowed_loss, windowed_total)
+from core.nn.tokenizer import CharTokenizer
+from core.nn.tokenizer_base import Tokenizer
+from core.training.recipes import TrainConfig, lr_scale, make_optimizers
+from core.training.train_data import (encode_corpus, frequent_tokens, get_batch, held_out_score, make_tokenizer,
+                                      min_corpus_chars, mixed_batch, repeat_share, windowed_loss)
 
 
 _INIT_LOCK = threading.Lock()  # one model built at a time in this process: see _seeded

@@ -16,8 +16,9 @@ from core.serve.fmt import clock, gflops, millions, pretty_sci, seconds_or_minut
 from core.serve.folder_files import file_stamp
 from core.training.job_settings import (FORM_FIELDS, INDUCTION_FORMS_NEAR, INDUCTION_PRESET, MAX_BPE_VOCAB, MIN_BPE_VOCAB,
                                JobCost, JobSettings, expects_induction, induction_eta_s, job_cost, validate_settings)
-from core.nn.tokenizer import Tokenizer
-from core.training.trainer import RECIPES, encode_corpus, make_tokenizer
+from core.nn.tokenizer_base import Tokenizer
+from core.training.recipes import RECIPES
+from core.training.train_data import encode_corpus, make_tokenizer
 from core.training.training_job import TrainingJob
 
 # ---------------------------------------------------------------- corpus

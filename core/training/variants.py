@@ -84,7 +84,9 @@ def train_variant(spec: VariantSpec) -> dict:
     from core.nn.model import Transformer
     from core.nn.params import count_parameters
     from core.serve.threads import use_threads
-    from core.training.trainer import TrainConfig, Trainer, training_record, windowed_loss
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer, training_record
+    from core.training.train_data import windowed_loss
 
     use_threads(1)  # one thread per worker, as in a scaling study: the same kernels, so the same numbers
     # subnormal floats (below 1.2e-38) flushed to zero: the deep stacks without residual or LayerNorm carry such tiny

@@ -21,7 +21,9 @@ from core.serve.folder_files import lstamp
 from core.analysis.scaling import CHINCHILLA_RUNS, LAW_PRESETS, FitError, ScalingLaw
 from core.analysis.scaling_runs import MIN_RUNS, Runs, RunsError
 from core.views.scaling_view import split
-from core.training.study import StudyError, comparison_rows, dropped_note, read_fit, rows_to_arrays
+from core.training.study_grid import StudyError
+from core.training.study import comparison_rows
+from core.training.study_files import dropped_note, read_fit, rows_to_arrays
 from core.training.study_job import StudyJob
 
 Fit = Callable[[str], ScalingLaw]  # the page's cached fit of a CSV of runs
@@ -207,7 +209,7 @@ def grid_estimate(grid, text: str, shipped_rows: list[dict]):
     a refit of the law timed, on this server), or where nothing can be timed, the seconds the shipped study's runs
     suggest (core.training.study.estimate_seconds, no fit), or None."""
     from core.training.speed import study_estimate
-    from core.training.study import estimate_seconds
+    from core.training.study_grid import estimate_seconds
     from core.training.study_job import BOOTSTRAP
 
     try:
