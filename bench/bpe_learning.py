@@ -31,7 +31,7 @@ def no_spaces(chars: int, seed: int = 0) -> str:
 
 
 def corpus(name: str) -> str:
-    from core.training.corpus import pydoc_text, read_text_file, shakespeare_path
+    from core.data.corpus import pydoc_text, read_text_file, shakespeare_path
 
     if name == "pydoc" or shakespeare_path() is None:
         return pydoc_text()
@@ -40,7 +40,7 @@ def corpus(name: str) -> str:
 
 
 def _one(kind: str, chars: int, vocab: int, corpus_name: str | None = None) -> dict:
-    from core.training.corpus import split_train_val
+    from core.data.corpus import split_train_val
     from core.nn.bpe import BPETokenizer
     from core.training.train_data import encode_corpus, make_tokenizer
 

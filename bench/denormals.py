@@ -39,7 +39,7 @@ def time_steps(variant: str, steps: int, flush: bool, text: str) -> list[float]:
 
 
 def main(argv=None) -> int:
-    from core.training.corpus import read_text_file, shakespeare_path
+    from core.data.corpus import read_text_file, shakespeare_path
 
     p = argparse.ArgumentParser(prog="python -m bench.denormals")
     p.add_argument("--variant", default="deep-L6-bare")

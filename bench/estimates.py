@@ -26,7 +26,7 @@ TARGET = 0.30  # |estimate / real - 1| at most this
 
 
 def _corpora() -> dict[str, str]:
-    from core.training.corpus import pydoc_text, read_text_file, shakespeare_path
+    from core.data.corpus import pydoc_text, read_text_file, shakespeare_path
 
     path = shakespeare_path()
     out = {"shakespeare": read_text_file(path)} if path is not None else {}

@@ -31,7 +31,7 @@ def _median_ms(fn, reps: int) -> float:
 
 
 def main(argv=None, record=None) -> list[dict]:
-    from core.features.activations import model_held_out
+    from core.data.held_out import model_held_out
     from core.features.index import build_index
     from core.features.browse import prompt_units, unit_card
     from core.features.sae import load_sae, sae_folder

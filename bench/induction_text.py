@@ -32,7 +32,7 @@ from core.nn.checkpoint import load_checkpoint  # noqa: E402
 from core.nn.model_card import read_training  # noqa: E402
 from core.nn.snapshots import snapshot_losses  # noqa: E402
 from core.serve.threads import use_threads  # noqa: E402
-from core.training.corpus import read_text_file, shakespeare_path, split_train_val  # noqa: E402
+from core.data.corpus import read_text_file, shakespeare_path, split_train_val  # noqa: E402
 from core.training.bpe_induction import copy_measures  # noqa: E402
 from core.training.train_data import encode_corpus  # noqa: E402
 

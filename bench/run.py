@@ -335,7 +335,7 @@ def bench_over_training(quick: bool):
 def bench_variants(quick: bool):
     """Seconds per 1,000 training steps of each variant of the Why each piece study (core.training.variants), one
     thread, batch 32 of 128 characters, against the lecture's model measured in the same alternating rounds."""
-    from core.training.corpus import read_text_file, shakespeare_path
+    from core.data.corpus import read_text_file, shakespeare_path
     from core.training.recipes import TrainConfig
     from core.training.trainer import Trainer
     from core.training.variants import VARIANTS, model_shape
@@ -569,7 +569,7 @@ def _index_bounds(quick: bool):
     """Issue 55's rows: the Features page's index estimate (a probe of 16 tokens) and its refusal of a 131,072-latent
     SAE (target: the words within 1 s), against building the shipped SAE's index; that index's estimate against its
     real peak and time on 20,480 held-out tokens."""
-    from core.features.activations import HeldOut, model_held_out
+    from core.data.held_out import HeldOut, model_held_out
     from core.features.index import build_index, index_budget, index_cost, index_refusal, pass_flops
     from core.features.sae import SAE, SAEConfig, load_sae
     from core.features.units import feature_units
@@ -742,7 +742,7 @@ def bench_attribution(quick: bool):
     2 minutes; skipped with --quick)."""
 
     from core.analysis import attribution as A
-    from core.features.activations import model_held_out
+    from core.data.held_out import model_held_out
     from core.features.train import SAESettings
     from core.features.transcoder import load_transcoders, train_transcoder
     from core.nn.checkpoint import load_checkpoint, read_config

@@ -7,7 +7,7 @@ import streamlit as st
 from core.views import scaling_study as ss
 
 from core.views import scaling_view as sv
-from core.training.corpus import TRAIN_FRACTION, shakespeare_path
+from core.data.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import human, latex_sci, number_word
 from core.analysis.scaling import CHINCHILLA_RUNS, HUBER_DELTA, LAW_PRESETS, N_STARTS, FitError, ScalingLaw
 from core.figures.scaling_figures import fit_figure

@@ -3,7 +3,7 @@ import streamlit as st
 from core.training import training_setup as setup
 from core.views import training_view as view
 from core.nn.model_store import default_model_name
-from core.training.corpus import TRAIN_FRACTION, shakespeare_path
+from core.data.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import latex_int, latex_sci
 from core.training.job_settings import FORM_FIELDS, FORM_HELP, memory_summary
 from core.nn.params import per_block_latex

@@ -6,7 +6,7 @@ from core.figures import variants_figures as VF
 from core.nn.checkpoint import CheckpointError
 from core.nn.model_store import default_model_name
 from core.serve.fmt import head_label
-from core.training.corpus import shakespeare_path
+from core.data.corpus import shakespeare_path
 from core.training.job_settings import JobSettings
 from core.training.training_job import BusyError, release_abandoned
 from core.training.variants import BY_ID, VARIANTS

@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 # the app's config shows users only an error's type (.streamlit/config.toml); the tests read the whole message
 os.environ.setdefault("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
 
-from core.training.corpus import shakespeare_path  # noqa: E402
+from core.data.corpus import shakespeare_path  # noqa: E402
 from core.nn.config import ModelConfig  # noqa: E402
 from core.nn.model import Transformer  # noqa: E402
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from core.nn.bpe import BPETokenizer
 
 

@@ -6,7 +6,7 @@ import string
 import pytest
 from tokenizers import pre_tokenizers
 
-from core.training.corpus import pydoc_text, read_text_file, shakespeare_path, split_train_val
+from core.data.corpus import pydoc_text, read_text_file, shakespeare_path, split_train_val
 from core.nn.bpe import BPETokenizer
 from core.training.train_data import MAX_PRETOKEN, bpe_pieces, encode_corpus, make_tokenizer
 

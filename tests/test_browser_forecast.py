@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from core.training.corpus import shakespeare_path
+from core.data.corpus import shakespeare_path
 from tests.polling import wait_until
 from tests.test_browser import SHOTS, browser, server, wait_idle  # noqa: F401  fixtures
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from core.training import corpus as corpus_module
-from core.training import trainer as T
-from core.training.corpus import read_text_file
+from core.data import corpus as corpus_module
+from core.training import train_cli as T
+from core.data.corpus import read_text_file
 from tests.snapshot_models import made_up_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,7 +169,7 @@ def test_read_text_file_reads_up_to_its_cap_and_no_further(tmp_path):
     with pytest.raises(ValueError, match="not a text file"):
         read_text_file("/dev/zero", max_bytes=10)
     # the default cap: the memory budget's, here 400 MiB - 340 MiB of process, at 20 bytes a character
-    from core.training.job_settings import DATA_BYTES_PER_CHAR, PROCESS_BYTES, corpus_cap
+    from core.data.budget import DATA_BYTES_PER_CHAR, PROCESS_BYTES, corpus_cap
 
     os.environ["TE_RUN_MEMORY"] = "400M"
     try:

@@ -17,7 +17,7 @@ from core.nn.tokenizer import CharTokenizer
 from core.training import bpe_induction as B
 from core.training import forecast_study as FS
 from core.training import study as S
-from core.training import trainer as T
+from core.training import train_cli as T
 from core.training import variants as V
 from tests.snapshot_models import made_up_text
 

@@ -19,7 +19,7 @@ from core.training import forecast_study as FS
 from core.training import study as S
 from core.training.study_files import read_rows
 from core.training.study_grid import train_one
-from core.training import trainer as T
+from core.training import train_cli as T
 from core.training import variants as V
 from tests.snapshot_models import made_up_text
 from tests.test_command_lines import InlineEngine  # a study's runs in this process, one after another

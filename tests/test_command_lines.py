@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.nn.checkpoint import read_config
-from core.training import trainer as T
+from core.training import train_cli as T
 from core.training import variants as V
 from tests.snapshot_models import made_up_text
 

@@ -4,13 +4,14 @@ held-out text (the last 10%, full windows, Python's documentation when Tiny Shak
 import pytest
 import torch
 
-import core.training.corpus as corpus
-from core.features.activations import collect, corpus_text, held_out_windows, model_held_out
+import core.data.corpus as corpus
+from core.features.activations import collect
+from core.data.held_out import corpus_text, held_out_windows, model_held_out
 from core.features.sites import check_site, parse_site, site_width, sites
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
-from core.training.corpus import PYDOC_NAME, SHAKESPEARE_FILE
+from core.data.corpus import PYDOC_NAME, SHAKESPEARE_FILE
 
 SITES = ["blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid", "blocks.0.hook_mlp_out", "blocks.0.mlp.hook_post",
          "blocks.0.hook_resid_post", "blocks.1.hook_resid_pre", "blocks.1.hook_resid_mid", "blocks.1.hook_mlp_out",
@@ -80,7 +81,7 @@ def test_held_out_windows_are_the_last_tenth_in_full_windows():
 
 def test_held_out_falls_back_to_python_documentation(monkeypatch, tmp_path):
     monkeypatch.setattr(corpus, "shakespeare_path", lambda: None)
-    import core.features.activations as acts
+    import core.data.held_out as acts
     monkeypatch.setattr(acts, "shakespeare_path", lambda: None)
     name, text = corpus_text({"corpus": SHAKESPEARE_FILE})
     assert name == PYDOC_NAME and len(text) > 100_000
@@ -98,6 +99,6 @@ def test_held_out_falls_back_when_te_corpus_names_nothing(monkeypatch, tmp_path)
 
 
 def test_held_out_reads_tiny_shakespeare_when_there(corpus_text):
-    from core.features.activations import corpus_text as held_corpus
+    from core.data.held_out import corpus_text as held_corpus
     name, text = held_corpus({"corpus": SHAKESPEARE_FILE})
     assert name == SHAKESPEARE_FILE and text == corpus_text

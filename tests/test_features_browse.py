@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from core.features import index as I
-from core.features.activations import HeldOut
+from core.data.held_out import HeldOut
 from core.features.index import build_index
 from core.features.browse import prompt_units, purity_summary, token_purity, unit_card, unit_off_losses
 from core.features.sae import SAE, SAEConfig

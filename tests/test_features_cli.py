@@ -15,7 +15,7 @@ from core.nn.model_store import save_checkpoint
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
-from core.training.corpus import PYDOC_NAME
+from core.data.corpus import PYDOC_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = "the quick brown fox jumps over the lazy dog\n"

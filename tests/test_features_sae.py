@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.features.sae import SAE, SAEConfig
-from core.features.activations import HeldOut
+from core.data.held_out import HeldOut
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from core.features.train import (SAESettings, ce_loss_score, evaluate, mean_ce, reconstruction_stats, splice_hooks,

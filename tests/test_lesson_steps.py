@@ -15,7 +15,7 @@ from core import lesson as LS
 from core.analysis.generation import draw
 from core.analysis.induction import THRESHOLD, HeadScores, head_scores, model_probe
 from core.analysis.scaling import CHINCHILLA
-from core.views.variants_view import Study
+from core.figures.variants_figures import Study
 from core.nn.checkpoint import CheckpointError, load_checkpoint
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer

@@ -129,7 +129,7 @@ def test_a_model_without_an_mlp_offers_features_only(open_page, tmp_path):
     from core.nn.model import Transformer
     from core.nn.model_store import save_checkpoint
     from core.nn.tokenizer import CharTokenizer
-    from core.training.corpus import pydoc_text
+    from core.data.corpus import pydoc_text
 
     tok = CharTokenizer.from_text(pydoc_text())
     torch.manual_seed(0)

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from tests.polling import wait_until
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from core.nn.params import count_parameters
 from core.training.job_settings import JobSettings
 
@@ -256,9 +256,9 @@ FETCH_BODY = "".join(f"{i:04d} a text built for the fetch test, not the corpus\n
 @pytest.fixture
 def no_corpus(tmp_path, monkeypatch):
     """TE_CORPUS names a missing file and the default place is empty too: no Tiny Shakespeare anywhere."""
-    import core.training.corpus
+    import core.data.corpus
     monkeypatch.setenv("TE_CORPUS", str(tmp_path / "missing.txt"))
-    monkeypatch.setattr(core.training.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
+    monkeypatch.setattr(core.data.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
@@ -344,7 +344,7 @@ def test_bpe_choice_shows_its_vocabulary_and_tokens(page):
     assert metrics["Tokens"] == f"{n_train + n_val:,}"
     n = count_parameters(JobSettings(tokenizer="bpe").model_config(512))["total"]
     assert metrics["Parameters N"] == f"{n:,}"  # the embedding and output layer have 512 rows and columns
-    from core.training.corpus import describe_corpus
+    from core.data.corpus import describe_corpus
     sample = describe_corpus(pydoc_text(), "x").sample
     assert "│".join(tok.visible_tokens(tok.encode(sample))) in texts(at, "code")  # the passage cut into tokens
     assert any(f"cut into its {len(tok.encode(sample)):,} tokens" in c for c in texts(at, "caption"))

@@ -2,8 +2,10 @@
 import pytest
 import torch
 
-from core.training.job_settings import (DEFAULT_RUN_MEMORY, FLOAT, PROCESS_BYTES, JobSettings, activation_floats_per_token,
-                               memory_budget, memory_summary, parse_size, run_memory, validate_settings)
+from core.data.budget import DEFAULT_RUN_MEMORY, PROCESS_BYTES, memory_budget
+from core.training.job_settings import (FLOAT, JobSettings, activation_floats_per_token, memory_summary, run_memory,
+                                        validate_settings)
+from core.serve.sizes import parse_size
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 

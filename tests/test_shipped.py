@@ -4,7 +4,7 @@ from pathlib import Path
 import torch
 
 from core.nn.checkpoint import load_checkpoint, read_config
-from core.training.corpus import split_train_val
+from core.data.corpus import split_train_val
 from core.nn.params import count_parameters
 from core.training.train_data import windowed_loss
 

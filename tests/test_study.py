@@ -17,7 +17,7 @@ import pytest
 
 from tests.polling import wait_until
 from core.training import study, study_files
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from core.analysis.scaling import ScalingLaw, bootstrap_fit, fit_scaling_law
 from core.training.study_grid import (GRIDS, MAX_EPOCHS, ROW_FIELDS, TIMING_FIELDS, Grid, StudyError, corpus_problem,
                                       train_one)

@@ -6,7 +6,7 @@ import pytest
 
 from core.training import study_job
 from tests.polling import stays, wait_until
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from core.training.study_grid import StudyError
 from core.training.study_files import read_rows
 from core.training.study_job import BusyError, StudyJob

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from core.training import study_live
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from core.training.study_grid import Grid, train_one
 from core.training.study_files import read_progress
 from core.training.study_run import run_study

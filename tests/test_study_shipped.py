@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from core.training.corpus import shakespeare_path
+from core.data.corpus import shakespeare_path
 from core.training.study_files import SHIPPED_STUDY, read_study
 
 META, ROWS, FIT = read_study(SHIPPED_STUDY)
@@ -124,7 +124,7 @@ def test_the_same_run_trained_twice_on_one_machine_is_bit_identical():
     (a short one: 40 steps of the cheapest shipped run's shape) give the same row but for the timings."""
     import dataclasses
 
-    from core.training.corpus import pydoc_text
+    from core.data.corpus import pydoc_text
     from core.training.study_grid import GRIDS, TIMING_FIELDS, train_one
 
     row = min(ROWS, key=lambda r: r["cpu_s"])

@@ -5,7 +5,8 @@ import torch
 
 from core.nn.checkpoint import load_checkpoint
 from core.training.recipes import TrainConfig, lr_at
-from core.training.trainer import Trainer, main
+from core.training.train_cli import main
+from core.training.trainer import Trainer
 from core.training.train_data import windowed_loss
 
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
@@ -85,7 +86,7 @@ def bpe_small(text=BOATS + HELD_OUT, vocab=300, steps=20):
 
 
 def test_bpe_is_learned_from_the_training_part_only():
-    from core.training.corpus import split_train_val
+    from core.data.corpus import split_train_val
     from core.nn.bpe import BPETokenizer
 
     text = BOATS + HELD_OUT

@@ -8,10 +8,10 @@ import torch
 
 from core.features import transcoder as T
 from core.features.__main__ import main
-from core.features.activations import held_out_windows
+from core.data.held_out import held_out_windows
 from core.features.sae import SAEFileError
 from core.features.train import SAESettings, mean_ce
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from tests.test_attribution import hand_model
 
 
@@ -79,7 +79,7 @@ def test_a_transcoder_equal_to_its_mlp_changes_nothing():
     model, tcs = hand_model()
     x = torch.tensor([[0, 1, 2, 3, 1, 0]])[:, :4]
     y = torch.tensor([[1, 2, 3, 0]])
-    from core.features.activations import HeldOut
+    from core.data.held_out import HeldOut
     held = HeldOut(x, y, "hand")
     assert mean_ce(model, held, T.replace_hooks(tcs)) == pytest.approx(mean_ce(model, held), abs=1e-6)
     assert mean_ce(model, held, T.zero_mlp_hooks([0])) != pytest.approx(mean_ce(model, held), abs=1e-3)

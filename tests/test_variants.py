@@ -14,7 +14,7 @@ from core.nn.checkpoint import load_checkpoint
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from core.training.train_data import encode_corpus, windowed_loss
-from core.training.corpus import split_train_val
+from core.data.corpus import split_train_val
 from core.training.variants import BY_ID, VARIANT_FIELDS, VariantSpec, main, train_variant, write_results
 from tests.snapshot_models import made_up_text
 

@@ -117,7 +117,8 @@ def main(argv=None) -> int:
         return transcoders_main(args)
     import torch
 
-    from core.features.activations import MAX_BYTES, MAX_VECTORS, model_held_out
+    from core.features.activations import MAX_BYTES, MAX_VECTORS
+    from core.data.held_out import model_held_out
     from core.features.sae import sae_folder, save_sae
     from core.features.sites import check_site, site_width
     from core.features.train import train_sae
@@ -162,7 +163,8 @@ def transcoders_main(args) -> int:
     loss of the model with every saved transcoder spliced in."""
     import torch
 
-    from core.features.activations import MAX_VECTORS, model_held_out
+    from core.features.activations import MAX_VECTORS
+    from core.data.held_out import model_held_out
     from core.features.transcoder import (MAX_PAIRS, load_transcoders, replacement_losses, save_transcoder,
                                           train_transcoder, transcoder_folder, writes)
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config

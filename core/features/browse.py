@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from core.analysis.trace import direct_read
-from core.features.activations import HeldOut
+from core.data.held_out import HeldOut
 from core.features.index import BANDS, UnitIndex, token_losses
 from core.features.units import Units
 from core.nn.hooks import HookRun

@@ -20,7 +20,8 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from core.features.activations import HeldOut, MAX_BYTES, MAX_VECTORS, collect, model_held_out
+from core.data.held_out import HeldOut, model_held_out
+from core.features.activations import MAX_BYTES, MAX_VECTORS, collect
 from core.features.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
 from core.features.sites import check_site, site_width
 

@@ -2,13 +2,27 @@
 the model trained without a mask."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import plotly.graph_objects as go
 
-from core.views.variants_view import Study
-
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf"]
+
+
+# the shipped study as the figures read it (core.views.variants_view reads it back from its files)
+@dataclass
+class Study:
+    rows: dict[str, dict]           # variant id -> its variants.csv row, numbers as numbers
+    curves: dict[str, list[dict]]   # variant id -> its evaluations, ascending steps
+    problems: list[str]             # rows or files that could not be read, in words
+
+    def has(self, *ids: str) -> bool:
+        return all(i in self.rows for i in ids)
+
+    def loss(self, vid: str, key: str = "causal_val_loss") -> float:
+        return self.rows[vid][key]
 
 
 def curves_figure(study: Study, chosen: list[str], live: list[dict] | None = None, live_name: str = "your run",

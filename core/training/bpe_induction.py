@@ -170,7 +170,7 @@ def train_factor(spec: FactorSpec) -> dict:
 def write_results(out: Path, rows: list[dict]) -> None:
     """runs.csv (in RUNS order, whatever order the runs finished in) and heads/<run>.csv."""
     from core.nn.heads_csv import write_heads_csv
-    from core.training.study_files import write_atomic
+    from core.serve.folder_files import write_atomic
 
     order = {f.id: i for i, f in enumerate(RUNS)}
     rows = sorted(rows, key=lambda r: order.get(r["run"], len(order)))
@@ -244,7 +244,7 @@ def _refuse(message: str) -> int:
 
 def main(argv=None) -> int:
     from core.training.cli_args import OneLineParser, out_problem, workers_problem
-    from core.training.corpus import read_text_file, shakespeare_path
+    from core.data.corpus import read_text_file, shakespeare_path
     from core.training.study_engines import ENGINES, make_engine
     from core.training.study_grid import StudyError
     from core.training.train_data import min_corpus_chars

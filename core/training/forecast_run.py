@@ -16,7 +16,7 @@ from pathlib import Path
 
 from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
-from core.training.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION
 from core.training.study_grid import Grid, StudyError, _runs_problem, estimate_seconds, non_embedding
 from core.training.study_job import StudyJob
 

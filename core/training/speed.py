@@ -226,7 +226,7 @@ def run_estimate(settings, pace: Pace, corpus_chars: int, val_tokens: int | None
     ``val_tokens``: the held-out part's length in tokens (default: a tenth of the characters, as for a character
     model). ``upto``: only the work up to that step, without the start and the end (what the run's own clock has
     counted by then)."""
-    from core.training.corpus import TRAIN_FRACTION
+    from core.data.corpus import TRAIN_FRACTION
 
     val = val_tokens if val_tokens is not None else int(corpus_chars * (1 - TRAIN_FRACTION))
     parts = _parts(settings, pace, run_plan(settings, val, upto), sample_tokens)
@@ -252,7 +252,7 @@ def job_time_left(settings, pace: Pace | None, corpus_chars: int, p: dict) -> fl
     """A training job's time left from its progress ``p`` (step, elapsed, step_losses, val_chars_per_token, as
     core.training.training_job keeps it): ``time_left`` at the pace its estimate was made at; without one, the
     remaining steps at the mean pace so far. None before the first step."""
-    from core.training.corpus import TRAIN_FRACTION
+    from core.data.corpus import TRAIN_FRACTION
 
     if not p["step_losses"]:
         return None
@@ -415,7 +415,7 @@ def study_estimate(grid, corpus_chars: int, vocab_size: int, workers: int | None
     sharing the cores with each other and with the ``load`` the machine has now (default: its load average)."""
     import os
 
-    from core.training.corpus import TRAIN_FRACTION
+    from core.data.corpus import TRAIN_FRACTION
     from core.training.study_grid import STARTUP_S, run_cost
 
     val_windows = 2 * max(1, int(corpus_chars * (1 - TRAIN_FRACTION)) // grid.n_ctx)  # held out, then as many trained

@@ -27,10 +27,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.training.cli_args import OneLineParser, Outputs, json_with, most_workers, out_problem, workers_problem
-from core.training.corpus import TRAIN_FRACTION, read_text_file
+from core.data.corpus import TRAIN_FRACTION, read_text_file
 from core.training.study_engines import ENGINES, StudyStopped, make_engine
 from core.training.study_files import (CARD, FIT_JSON, PROGRESS_JSON, RUNS_CSV, STUDY_JSON, read_meta, read_progress,
-                                       read_rows, rows_to_arrays, usable_rows, write_atomic)
+                                       read_rows, rows_to_arrays, usable_rows)
+from core.serve.folder_files import write_atomic
 from core.training.study_grid import GRIDS, MAX_EPOCHS, N_CONVENTION, StudyError, resolve_grid
 from core.training.study_run import Progress, run_study
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from core.training.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
@@ -117,7 +117,7 @@ def grid_from_file(path) -> Grid:
     """A grid of one's own: a JSON object with Grid's fields (name, widths and tokens at least), every one checked
     (StudyError, in one line, for anything else), and every run held to the Training page's limits for a live
     run: its shape, parameters, tokens a step, steps and memory (core.training.job_settings)."""
-    from core.training.corpus import read_text_file
+    from core.data.corpus import read_text_file
 
     where = f"--grid {path}"
     try:

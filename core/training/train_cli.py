@@ -1,4 +1,4 @@
-"""The command line ``python -m core.train`` (core.training.trainer.main calls it): train one model and save it.
+"""The command line ``python -m core.train`` (core/train.py runs it): train one model and save it.
 
 Every argument is judged before any work, against the limits the Training page holds a live run to
 (``core.training.job_settings.validate_settings``: the shape, at most MAX_PARAMS parameters, MAX_TOKENS_PER_STEP
@@ -26,9 +26,10 @@ from core.serve.fmt import binary_bytes
 from core.serve.threads import use_threads
 from core.training import trainer as T  # T.Trainer looked up at each run: a test may patch it there
 from core.training.cli_args import OneLineParser, model_out_problem, save_model
-from core.training.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path
-from core.training.job_settings import (MAX_BPE_VOCAB, MIN_BPE_VOCAB, MIN_VOCAB, JobSettings, memory_budget, run_memory,
+from core.data.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path
+from core.training.job_settings import (MAX_BPE_VOCAB, MIN_BPE_VOCAB, MIN_VOCAB, JobSettings, run_memory,
                                         validate_settings)
+from core.data.budget import memory_budget
 from core.training.recipes import DEFAULT_RECIPE, RECIPES, SCHEDULES, TrainConfig
 from core.training.train_data import DEFAULT_BPE_VOCAB, TOKENIZERS, windowed_loss
 

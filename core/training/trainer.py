@@ -5,11 +5,10 @@ metrics, ``Trainer.evaluate()`` estimates train and validation loss; callers dec
 The settings, recipes and schedule are ``core.training.recipes``; the tokenizer, batches and scoring
 ``core.training.train_data``: import those names from there.
 
-The command line, ``python -m core.train``, is core.training.train_cli (``main`` below hands over to it).
+The command line, ``python -m core.train``, is core.training.train_cli (its ``main``).
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from dataclasses import asdict
 
 import torch
 
-from core.training.corpus import TRAIN_FRACTION, split_description, split_train_val
+from core.data.corpus import TRAIN_FRACTION, split_description, split_train_val
 from core.analysis.induction import HeadRecorder
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
@@ -232,15 +231,3 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
         record["command"] = command
     record.update(extra)
     return record
-
-
-def main(argv=None) -> int:
-    """``python -m core.train``: the command line lives in core.training.train_cli (it checks every argument
-    before any work); this name stays, as core.train and the tests call it."""
-    from core.training.train_cli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

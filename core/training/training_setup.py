@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from core.training import corpus
-from core.training.corpus import (PYDOC_NAME, TRAIN_FRACTION, CorpusInfo, check_corpus_bytes, describe_corpus,
+from core.data import corpus
+from core.data.corpus import (PYDOC_NAME, TRAIN_FRACTION, CorpusInfo, check_corpus_bytes, describe_corpus,
                          split_train_val, train_length)
 from core.serve.fmt import clock, gflops, millions, pretty_sci, seconds_or_minutes, size_kib, visible
 from core.serve.folder_files import file_stamp

@@ -132,7 +132,7 @@ def train_variant(spec: VariantSpec) -> dict:
 
 def write_results(out: Path, rows: list[dict]) -> None:
     """variants.csv and curves.csv from the rows, in VARIANTS order (whatever order the runs finished in)."""
-    from core.training.study_files import write_atomic
+    from core.serve.folder_files import write_atomic
 
     order = {v.id: i for i, v in enumerate(VARIANTS)}
     rows = sorted(rows, key=lambda r: order.get(r["variant"], len(order)))
@@ -213,7 +213,7 @@ def _bad_input(message: str) -> int:
 
 def main(argv=None) -> int:
     from core.training.cli_args import MODEL_BY_NAME, OneLineParser, out_problem, remove_own, workers_problem
-    from core.training.corpus import read_text_file, shakespeare_path
+    from core.data.corpus import read_text_file, shakespeare_path
     from core.training.train_data import min_corpus_chars
     from core.training.study_engines import ENGINES, make_engine
     from core.training.study_grid import StudyError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from core.training.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION
 from core.figures.common import loss_curve
 from core.serve.fmt import clock, head_label
 from core.analysis.picks import best_of

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from core.analysis.picks import nan_argmax
+from core.figures.variants_figures import Study
 from core.serve.paths import REPO_ROOT
 from core.training.variants import BY_ID, CURVE_FIELDS, VARIANT_FIELDS
 
@@ -18,19 +18,6 @@ from core.training.variants import BY_ID, CURVE_FIELDS, VARIANT_FIELDS
 STUDY_DIR = REPO_ROOT / "assets" / "variants"
 NUMBERS = ("d_model", "n_heads", "n_layers", "params", "steps", "seconds", "train_loss", "val_loss", "causal_val_loss")
 MAX_CSV_BYTES = 2 * 2**20  # the shipped files are a few KB; a bigger one is refused rather than read
-
-
-@dataclass
-class Study:
-    rows: dict[str, dict]           # variant id -> its variants.csv row, numbers as numbers
-    curves: dict[str, list[dict]]   # variant id -> its evaluations, ascending steps
-    problems: list[str]             # rows or files that could not be read, in words
-
-    def has(self, *ids: str) -> bool:
-        return all(i in self.rows for i in ids)
-
-    def loss(self, vid: str, key: str = "causal_val_loss") -> float:
-        return self.rows[vid][key]
 
 
 def _read_csv(path: Path, problems: list[str]) -> list[dict]:
