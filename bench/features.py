@@ -36,7 +36,7 @@ def shipped_activations() -> tuple[torch.Tensor, str]:
 
 
 def train_ours(acts: torch.Tensor, steps: int) -> float:
-    from core.features.sae import SAE
+    from core.analysis.sae import SAE
     from core.features.train import SAESettings, train_on
 
     settings = SAESettings(d_sae=D_SAE, k=K, steps=steps, batch_size=BATCH)

@@ -571,7 +571,7 @@ def _index_bounds(quick: bool):
     real peak and time on 20,480 held-out tokens."""
     from core.data.held_out import HeldOut, model_held_out
     from core.features.index import build_index, index_budget, index_cost, index_refusal, pass_flops
-    from core.features.sae import SAE, SAEConfig, load_sae
+    from core.analysis.sae import SAE, SAEConfig, load_sae
     from core.features.units import feature_units
     from core.nn.checkpoint import load_checkpoint, read_config
 
@@ -792,7 +792,7 @@ def _graph_bounds(A, model, tok, tcs, ids, quick: bool):
     """Issue 55's rows: the graph's estimate (one forward pass, no graph) and its refusal of densely firing
     transcoders (ReLU, b_enc = 5; target: the words within 1 s) against building the shipped graph; the estimate
     against the real peak and time of the shipped 64-token graph, pruned and scored."""
-    from core.features.sae import SAE, SAEConfig
+    from core.analysis.sae import SAE, SAEConfig
     from core.views import attribution_view as av
 
     print("\nAttribution graph bounds (issue 55): the estimate and the refusal, against a real graph")

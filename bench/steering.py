@@ -52,7 +52,7 @@ def capitals(text: str) -> float:
 def setup():
     """(model, tokenizer, prompt ids, sae, default feature, its typical size), as the page picks them."""
     from core.data.held_out import model_held_out
-    from core.features.sae import load_sae, sae_folder
+    from core.analysis.sae import load_sae, sae_folder
     from core.features.steering import default_feature, feature_scales
     from core.nn.checkpoint import load_checkpoint, read_config
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.analysis import attribution as A
-from core.features.sae import SAE, SAEConfig
+from core.analysis.sae import SAE, SAEConfig
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 from core.nn.config import ModelConfig

@@ -1,4 +1,4 @@
-"""Where an SAE reads (core.features.sites) and what it learns from (core.features.activations): the sites a model
+"""Where an SAE reads (core.analysis.sites) and what it learns from (core.features.activations): the sites a model
 has, site names refused, the collected vectors against run_with_cache of the same windows, the caps, and the
 held-out text (the last 10%, full windows, Python's documentation when Tiny Shakespeare is absent)."""
 import pytest
@@ -7,7 +7,7 @@ import torch
 import core.data.corpus as corpus
 from core.features.activations import collect
 from core.data.held_out import corpus_text, held_out_windows, model_held_out
-from core.features.sites import check_site, parse_site, site_width, sites
+from core.analysis.sites import check_site, parse_site, site_width, sites
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer

@@ -15,7 +15,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import SHIPPED
-from core.features.sae import SAE, SAEConfig, load_sae, model_fingerprint, save_sae
+from core.analysis.sae import SAE, SAEConfig, load_sae, model_fingerprint, save_sae
 from core.features.units import feature_units
 from core.nn.checkpoint import load_checkpoint, read_config
 from tests.memory_probe import fresh_peak, peak_growth
@@ -134,7 +134,7 @@ def test_an_sae_folder_linked_out_of_the_model_is_refused_by_name(open_page, tmp
 
 
 def test_train_sae_records_the_weights_it_read(tmp_path):
-    from core.features.sae import SAEFileError
+    from core.analysis.sae import SAEFileError
     from core.features.train import SAESettings, train_sae
     from core.nn.config import ModelConfig
     from core.nn.model import Transformer
@@ -179,7 +179,7 @@ def _session_page(site: str, sizes: list):
     import torch
 
     import ui.saes as S
-    from core.features.sae import SAE, SAEConfig
+    from core.analysis.sae import SAE, SAEConfig
     from core.nn.model_discovery import ModelEntry
 
     for i, n in enumerate(sizes):

@@ -10,7 +10,7 @@ from core.features import index as I
 from core.data.held_out import HeldOut
 from core.features.index import build_index
 from core.features.browse import prompt_units, purity_summary, token_purity, unit_card, unit_off_losses
-from core.features.sae import SAE, SAEConfig
+from core.analysis.sae import SAE, SAEConfig
 from core.features.units import feature_units, neuron_units
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.features.__main__ import main
-from core.features.sae import CONFIG, METRICS, WEIGHTS, load_sae
+from core.analysis.sae import CONFIG, METRICS, WEIGHTS, load_sae
 from core.nn.model_store import save_checkpoint
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer

@@ -7,7 +7,7 @@ import torch
 from core.analysis import generation as G
 from core.analysis.sampling import generate
 from core.analysis.steering import steer_hooks
-from core.features.sae import SAE, SAEConfig
+from core.analysis.sae import SAE, SAEConfig
 from core.features.steering import feature_hooks, feature_scales
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer

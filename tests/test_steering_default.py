@@ -11,7 +11,7 @@ import torch
 
 from core.analysis.sampling import generate
 from core.data.held_out import model_held_out
-from core.features.sae import load_sae
+from core.analysis.sae import load_sae
 from core.features.steering import feature_scales
 from core.nn.checkpoint import load_checkpoint, read_config
 from core.data.corpus import shakespeare_path

@@ -9,7 +9,7 @@ import torch
 from core.features import transcoder as T
 from core.features.__main__ import main
 from core.data.held_out import held_out_windows
-from core.features.sae import SAEFileError
+from core.analysis.sae import SAEFileError
 from core.features.train import SAESettings, mean_ce
 from core.data.corpus import pydoc_text
 from tests.test_attribution import hand_model
@@ -37,7 +37,7 @@ def tiny(tmp_path_factory):
 def untrained_metrics(model, held, layer: int, settings: SAESettings) -> dict:
     """The metrics train_transcoder reports, of the transcoder it starts from (the same seed, its decoder's bias at
     the mean output, as training's first act sets it) on the same evaluation part: what training must beat."""
-    from core.features.sae import SAE
+    from core.analysis.sae import SAE
     from core.features.train import _init_from, eval_part, split_held_out
 
     train_part, eval_held = split_held_out(held)

@@ -16,7 +16,7 @@ from core.features.index import build_index
 from core.features.browse import token_purity, unit_card, unit_off_losses
 from core.features.index import index_budget, index_cost, index_refusal, pass_flops
 from core.features.job import held_tokens_bound, job_seconds, memory_problem, memory_words, pace
-from core.features.sites import site_width
+from core.analysis.sites import site_width
 from core.features.train import SAESettings, memory_estimate
 from core.features.units import feature_units, neuron_units
 from core.nn.checkpoint import read_config

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.features.sae import (SAE, SAEFileError, check_trained_on, linked_out, load_sae, model_fingerprint,
+from core.analysis.sae import (SAE, SAEFileError, check_trained_on, linked_out, load_sae, model_fingerprint,
                                read_metrics, relative_words, sae_folder, saved_sites)
-from core.features.sites import site_width
+from core.analysis.sites import site_width
 from core.serve.fmt import binary_bytes
 from core.serve.folder_files import lstamp
 from ui.features import fingerprint

@@ -83,7 +83,7 @@ def settings_for(args, config, site: str, held, cap: int):
     what they will meet: --k against the latents and --batch against the ``held`` windows' training vectors
     (at most ``cap``), both of which were cut down to size without a word."""
     from core.features.job import memory_problem
-    from core.features.sites import site_width
+    from core.analysis.sites import site_width
     from core.features.train import SAESettings, memory_estimate, split_held_out
 
     given = {"d_sae": args.features, "k": args.k, "kind": args.kind, "l1": args.l1, "steps": args.steps,
@@ -119,8 +119,8 @@ def main(argv=None) -> int:
 
     from core.features.activations import MAX_BYTES, MAX_VECTORS
     from core.data.held_out import model_held_out
-    from core.features.sae import sae_folder, save_sae
-    from core.features.sites import check_site, site_width
+    from core.analysis.sae import sae_folder, save_sae
+    from core.analysis.sites import check_site, site_width
     from core.features.train import train_sae
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from core.features.sites import parse_site, site_width
+from core.analysis.sites import parse_site, site_width
 from core.nn.hooks import HookRun
 
 MAX_VECTORS = 2_000_000        # the most activation vectors one collection keeps

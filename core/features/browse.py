@@ -15,7 +15,7 @@ from core.data.held_out import HeldOut
 from core.features.index import BANDS, UnitIndex, token_losses
 from core.features.units import Units
 from core.nn.hooks import HookRun
-from core.features.sites import parse_site
+from core.analysis.sites import parse_site
 
 PROMOTED = 10
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from core.data.held_out import HeldOut
 from core.features.activations import site_batches
 from core.serve.fmt import binary_bytes, duration_words
-from core.features.sites import parse_site
+from core.analysis.sites import parse_site
 
 CHUNK_FLOATS = 8 * 2**20   # activations one chunk holds (32 MB)
 BINS = 32

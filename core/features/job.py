@@ -24,8 +24,8 @@ from typing import Callable
 
 import torch
 
-from core.features.sae import SAE
-from core.features.sites import check_site, site_width
+from core.analysis.sae import SAE
+from core.analysis.sites import check_site, site_width
 from core.features.train import SAESettings, memory_estimate, train_on, train_sae
 from core.serve.fmt import binary_bytes
 from core.serve.threads import training_threads, use_threads

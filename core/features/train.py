@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from core.data.held_out import HeldOut, model_held_out
 from core.features.activations import MAX_BYTES, MAX_VECTORS, collect
-from core.features.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
-from core.features.sites import check_site, site_width
+from core.analysis.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
+from core.analysis.sites import check_site, site_width
 
 EXPANSION = 8           # d_sae = 8 x d_in by default
 DEFAULT_K = 12          # latents kept per token by TopK

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from core.features.sites import parse_site, site_width
+from core.analysis.sites import parse_site, site_width
 
 
 @dataclass(frozen=True, eq=False)
