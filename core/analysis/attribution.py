@@ -256,8 +256,8 @@ def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=
     return edges, inputs, constants
 
 
-def attribution_graph(model, transcoders: dict[int, SAE], ids, max_logits: int = MAX_LOGITS, logit_mass: float = LOGIT_MASS,
-                      batch: int = BATCH, logit_tokens: list[int] | None = None,
+def attribution_graph(model, transcoders: dict[int, SAE], ids, max_logits: int = MAX_LOGITS,
+                      logit_mass: float = LOGIT_MASS, batch: int = BATCH, logit_tokens: list[int] | None = None,
                       max_feature_nodes: int | None = None) -> Graph:
     """The attribution graph of ``model`` on ``ids`` with a transcoder for every block (``transcoders``: {layer: SAE}).
     ``logit_tokens``: the outputs to explain (default: the top ones covering ``logit_mass``, at most ``max_logits``);
@@ -322,7 +322,8 @@ def head_split(model, transcoders: dict[int, SAE], g: Graph, targets) -> dict:
     return out
 
 
-def qk_split(model, transcoders: dict[int, SAE], ids, layer: int, head: int, query: int, key: int, features=None) -> dict:
+def qk_split(model, transcoders: dict[int, SAE], ids, layer: int, head: int, query: int, key: int,
+             features=None) -> dict:
     """Why head ``head`` of block ``layer`` (counted from 0) scores key position ``key`` from query position
     ``query``: the score q . k / sqrt(d_head) written as sum over (query-side source s, key-side source t) of
     q_s . k_t / sqrt(d_head), plus the constant parts (q_0 . k_t, q_s . k_0, q_0 . k_0); the sources are the
