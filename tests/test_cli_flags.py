@@ -17,7 +17,8 @@ from core.nn.tokenizer import CharTokenizer
 from core.training import bpe_induction as B
 from core.training import forecast_study as FS
 from core.training import study as S
-from core.training import train_cli as T
+from core.training import trainer as T
+from core.training.train_cli import main as train_main
 from core.training import variants as V
 from tests.snapshot_models import made_up_text
 
@@ -104,7 +105,7 @@ CASES = [
     ("forecast", ["--overwrite"], "--overwrite"),
     ("forecast", ["--out", "/dev/null/forecast"], "--out"),
 ]
-MAINS = {"train": T.main, "features": features_cli.main, "variants": V.main, "study": S.main, "bpe": B.main,
+MAINS = {"train": train_main, "features": features_cli.main, "variants": V.main, "study": S.main, "bpe": B.main,
          "forecast": FS.main}
 
 

@@ -89,7 +89,7 @@ def show_counts(info: dict, key: str, large: bool = False):
 
 @functools.lru_cache(maxsize=256)  # the projector's waiting screen reruns every 2 s: one encoding per link
 def qr_png(link: str, scale: int = 8) -> bytes:
-    import segno  # pinned in requirements.txt: a pure-Python QR encoder
+    import segno  # local: loaded only when a QR code is drawn; pinned in requirements.txt: a pure-Python QR encoder
 
     buf = io.BytesIO()
     segno.make(link, error="m").save(buf, kind="png", scale=scale, border=4)

@@ -15,6 +15,7 @@ from core.analysis.sites import site_width
 from core.serve.fmt import binary_bytes
 from core.serve.folder_files import lstamp
 from ui.features import fingerprint
+from ui.models import at_step, load_model
 
 SESSION_KEY = "te_saes"  # {model path@step: {label: SAEChoice}} of SAEs trained in this session
 ORDER_KEY = "te_saes_order"  # [(model path@step, label)] of those, oldest first
@@ -67,7 +68,6 @@ def _final_fingerprint(entry, model) -> str:
     training step, and says so)."""
     if getattr(entry, "step", None) is None:
         return model_fingerprint(model)
-    from ui.models import at_step, load_model
     return model_fingerprint(load_model(at_step(entry, None))[0])
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.analysis.induction import model_probe, probe_choices
 from core.analysis.picks import nan_argmax
 
 
@@ -56,8 +57,6 @@ def corrupt_one(ids, vocab_size: int, position: int | None = None, choices=None,
 def corrupt_prompt(tokenizer, ids, vocab_size: int, seed: int = 0) -> Corruption:
     """``corrupt_one`` with the replacement drawn from what a page can show: a BPE's readable tokens
     (core.analysis.induction.probe_choices), any character for a character model."""
-    from core.analysis.induction import probe_choices
-
     return corrupt_one(ids, vocab_size, choices=None if tokenizer.kind == "char" else probe_choices(tokenizer),
                        seed=seed)
 
@@ -66,8 +65,6 @@ def example_pair(model, tokenizer, seed: int = 0, period: int = 24, again: int =
     """The induction circuit's example: ``period`` random tokens (the probe's, core.analysis.induction.model_probe),
     then the first ``again`` of them once more, and its corrupted copy (``corrupt_prompt``: the earlier occurrence of
     the last token changed). Returns (clean ids, Corruption, period, again), sized to fit the model's context."""
-    from core.analysis.induction import model_probe
-
     period = min(period, model.config.n_ctx // 2)
     again = min(again, period - 1)
     clean = model_probe(model, tokenizer, n_seqs=1, period=period, seed=seed)[0].tolist()[: period + again]

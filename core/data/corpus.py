@@ -101,7 +101,7 @@ def split_train_val(ids, train_fraction: float = TRAIN_FRACTION):
 
 def pydoc_text() -> str:
     """The language reference topics that ship inside every Python install, joined in a fixed order."""
-    from pydoc_data.topics import topics
+    from pydoc_data.topics import topics  # local: a large module, read only when Python's documentation is the text
 
     return "\n\n".join(topics[k].strip("\n") for k in sorted(topics)) + "\n"
 

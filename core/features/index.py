@@ -22,6 +22,7 @@ from core.data.held_out import HeldOut
 from core.features.activations import site_batches
 from core.serve.fmt import binary_bytes, duration_words
 from core.analysis.sites import parse_site
+from core.serve.sizes import size_setting
 
 CHUNK_FLOATS = 8 * 2**20   # activations one chunk holds (32 MB)
 BINS = 32
@@ -223,8 +224,6 @@ class IndexCost:
 def index_budget(value: str | None = None) -> int | None:
     """Bytes one index may take while it is built: ``value``, by default TE_FEATURES_MEMORY (a size: 1G, 800M),
     else DEFAULT_INDEX_MEMORY. None: no limit (0). ValueError, in words, when it is not a size."""
-    from core.serve.sizes import size_setting
-
     return size_setting(MEMORY_ENV, DEFAULT_INDEX_MEMORY, value)
 
 

@@ -36,6 +36,7 @@ from core.nn.snapshots import SNAPSHOT_DIR, checkpoint_steps, snapshot_folder, s
 from core.nn.bpe import MERGES_FILE, TOKENIZER_FILE, VOCAB_FILE, hf_tokenizer, hf_tokenizer_files
 from core.nn.tokenizer_base import Tokenizer
 from core.nn.tokenizer import tokenizer_from_dict
+from core.nn.params import count_parameters
 
 FORMAT_VERSION = 1  # config.json's "format_version": bumped when a change would make old readers misread a folder
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, LOG_FILE = "config.json", "model.safetensors", "README.md", "log.csv"
@@ -213,8 +214,6 @@ def _size_problem(config: ModelConfig, weights_bytes: int, n_tensors: int) -> st
     """Why a config cannot be what the weights file holds, or cannot be loaded here; None when it may be. Pure
     arithmetic on the config (core.nn.params' count, no model built): every parameter takes at least 2 bytes
     (float16), and every layer holds at least one tensor of the header."""
-    from core.nn.params import count_parameters  # local import: params imports model only
-
     if config.n_layers > MAX_LOAD_LAYERS:
         return f"the config has {config.n_layers:,} layers; this server loads at most {MAX_LOAD_LAYERS}"
     if config.vocab_size > MAX_LOAD_VOCAB:

@@ -149,6 +149,7 @@ def char_tokenizer_json(tokenizer: CharTokenizer) -> str:
     """Our character tokenizer as a tokenizer.json that gives the same ids: a BPE with the characters as its
     vocabulary and no merges, nothing before it (no normalisation, no splitting) and a decoder that joins
     tokens with nothing between them. With no unknown token it drops unknown characters, as ours does."""
+    # local: tokenizers loads only when a BPE tokenizer is read or trained
     from tokenizers import Tokenizer as HFTokenizer, decoders, models
 
     tok = HFTokenizer(models.BPE(vocab={c: i for i, c in enumerate(tokenizer.chars)}, merges=[]))

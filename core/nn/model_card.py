@@ -18,6 +18,7 @@ from core.serve.folder_files import read_text_inside
 from core.nn.heads_csv import HEADS_CSV, parse_heads_csv
 from core.nn.config import ModelConfig
 from core.nn.tokenizer_base import Tokenizer
+from core.nn.params import count_parameters
 
 LOG_FIELDS = ["step", "train_loss", "val_loss", "tokens_per_s"]  # log.csv's columns, in this order
 MAX_LOG_BYTES = 32 * 2**20    # log.csv and heads.csv: a long run's are a few MB
@@ -44,8 +45,6 @@ def _recipe(tc) -> str:
 
 def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokenizer | None = None) -> str:
     """A short markdown card from the config, the training metadata and (when given) the tokenizer."""
-    from core.nn.params import count_parameters  # local import: params imports model only
-
     counts = count_parameters(config)
     t = training
 
