@@ -6,7 +6,8 @@ from core.serve.fmt import md_escape
 from core.serve.threads import page_threads, use_threads
 from ui.links import frame_link, show_frame_link_ignored
 from ui import (DEFAULT_MODEL, accept_lone_surrogates, at_step, load_model, model_label, release_compute_slot,
-                resume_deep_link, scan_models, session_owner, show_page_menu, step_picker, user_models_dir)
+                resume_deep_link, scan_models, session_owner, show_page_menu, step_picker)
+from core.serve.paths import user_models_dir
 
 # every script run happens on a fresh thread, which starts with the process-wide default thread count;
 # a training run elsewhere may have changed that default, so each page run sets its own

@@ -31,7 +31,7 @@ def no_spaces(chars: int, seed: int = 0) -> str:
 
 
 def corpus(name: str) -> str:
-    from core.training.corpus import pydoc_text, read_text_file, shakespeare_path
+    from core.data.corpus import pydoc_text, read_text_file, shakespeare_path
 
     if name == "pydoc" or shakespeare_path() is None:
         return pydoc_text()
@@ -40,9 +40,9 @@ def corpus(name: str) -> str:
 
 
 def _one(kind: str, chars: int, vocab: int, corpus_name: str | None = None) -> dict:
-    from core.nn.tokenizer import BPETokenizer
-    from core.training.corpus import split_train_val
-    from core.training.trainer import encode_corpus, make_tokenizer
+    from core.data.corpus import split_train_val
+    from core.nn.bpe import BPETokenizer
+    from core.training.train_data import encode_corpus, make_tokenizer
 
     if kind == "page":  # what the Training page does before it shows a BPE: learn, then encode both parts
         text = corpus(corpus_name)
@@ -69,7 +69,7 @@ def main(argv=None):
     args = parse_or_run_one(p, argv, _one)
     if args is None:
         return
-    from core.training.trainer import MAX_PRETOKEN
+    from core.training.train_data import MAX_PRETOKEN
 
     rows = []
     for chars in args.sizes:

@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 import deploy.client as client  # noqa: E402
 from bench.class_load import _widget, alerts, browser, recorded, start_replica, xsrf_cookie  # noqa: E402
-from core.serve.classroom import ClassLimits, SqliteStore  # noqa: E402
+from core.serve.class_rules import ClassLimits  # noqa: E402
+from core.serve.class_sqlite import SqliteStore  # noqa: E402
 from deploy.replicas import _healthy, free_port  # noqa: E402
 
 ATTACKER, STUDENT = "203.0.113.66", "198.51.100.7"  # documentation addresses (RFC 5737): two networks

@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.serve.classroom import SqliteStore  # noqa: E402
+from core.serve.class_sqlite import SqliteStore  # noqa: E402
 from core.serve.fmt import md_escape  # noqa: E402
 from deploy.client import Session  # noqa: E402
 from deploy.replicas import _healthy, free_port  # noqa: E402

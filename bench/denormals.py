@@ -16,7 +16,8 @@ import time
 def time_steps(variant: str, steps: int, flush: bool, text: str) -> list[float]:
     import torch
 
-    from core.training.trainer import TrainConfig, Trainer
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer
     from core.training.variants import BY_ID, model_shape
 
     torch.set_num_threads(1)
@@ -38,7 +39,7 @@ def time_steps(variant: str, steps: int, flush: bool, text: str) -> list[float]:
 
 
 def main(argv=None) -> int:
-    from core.training.corpus import read_text_file, shakespeare_path
+    from core.data.corpus import read_text_file, shakespeare_path
 
     p = argparse.ArgumentParser(prog="python -m bench.denormals")
     p.add_argument("--variant", default="deep-L6-bare")

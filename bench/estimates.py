@@ -26,7 +26,7 @@ TARGET = 0.30  # |estimate / real - 1| at most this
 
 
 def _corpora() -> dict[str, str]:
-    from core.training.corpus import pydoc_text, read_text_file, shakespeare_path
+    from core.data.corpus import pydoc_text, read_text_file, shakespeare_path
 
     path = shakespeare_path()
     out = {"shakespeare": read_text_file(path)} if path is not None else {}
@@ -86,7 +86,8 @@ def time_run(name: str, corpus_name: str, text: str, fields: dict) -> dict:
 
 def time_study(grid_name: str, corpus_name: str, text: str) -> dict:
     from core.training import speed
-    from core.training.study import GRIDS, SHIPPED_STUDY, estimate_seconds, read_rows
+    from core.training.study_grid import GRIDS, estimate_seconds
+    from core.training.study_files import SHIPPED_STUDY, read_rows
     from core.training.study_files import RUNS_CSV
     from core.training.study_job import BOOTSTRAP, StudyJob
 

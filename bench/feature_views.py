@@ -31,9 +31,10 @@ def _median_ms(fn, reps: int) -> float:
 
 
 def main(argv=None, record=None) -> list[dict]:
-    from core.features.activations import model_held_out
-    from core.features.browse import build_index, prompt_units, unit_card
-    from core.features.sae import load_sae, sae_folder
+    from core.data.held_out import model_held_out
+    from core.features.index import build_index
+    from core.features.browse import prompt_units, unit_card
+    from core.analysis.sae import load_sae, sae_folder
     from core.features.units import feature_units, neuron_units
     from core.nn.checkpoint import load_checkpoint, read_config
     from core.views.features_view import prompt_rows

@@ -24,7 +24,8 @@ TARGET_S = 60.0
 
 
 def shipped_activations() -> tuple[torch.Tensor, str]:
-    from core.features.activations import collect, model_held_out
+    from core.features.activations import collect
+    from core.data.held_out import model_held_out
     from core.nn.checkpoint import load_checkpoint, read_config
 
     folder = ROOT / "assets" / "models" / "shakespeare-char"
@@ -35,7 +36,7 @@ def shipped_activations() -> tuple[torch.Tensor, str]:
 
 
 def train_ours(acts: torch.Tensor, steps: int) -> float:
-    from core.features.sae import SAE
+    from core.analysis.sae import SAE
     from core.features.train import SAESettings, train_on
 
     settings = SAESettings(d_sae=D_SAE, k=K, steps=steps, batch_size=BATCH)

@@ -46,8 +46,8 @@ def build_folder(models_dir: Path) -> Path:
     import transformers
     from safetensors.torch import save_file
 
-    from core.nn.tokenizer import BPETokenizer
-    from core.training.corpus import pydoc_text
+    from core.data.corpus import pydoc_text
+    from core.nn.bpe import BPETokenizer
 
     cfg = transformers.GPT2Config(bos_token_id=None, eos_token_id=None)
     with torch.device("meta"):
@@ -67,8 +67,8 @@ def long_prompt(folder: Path, n_tokens: int, start: int = 400_000) -> tuple[str,
     """(text, its token count): Python's documentation from character ``start`` (past the BPE's training part), cut
     to at most n_tokens tokens of the folder's tokenizer (a cut text can encode to one token fewer or more at its
     end: trimmed until it fits)."""
-    from core.nn.tokenizer import BPETokenizer
-    from core.training.corpus import pydoc_text
+    from core.data.corpus import pydoc_text
+    from core.nn.bpe import BPETokenizer
 
     tok = BPETokenizer.from_file(folder / "tokenizer.json")
     ids = tok.encode(pydoc_text()[start:start + 20 * n_tokens], errors="drop")[:n_tokens]

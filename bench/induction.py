@@ -21,10 +21,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from core.data.corpus import read_text_file, shakespeare_path  # noqa: E402
 from core.analysis.induction import HeadRecorder, add_repeats  # noqa: E402
 from core.serve.threads import use_threads  # noqa: E402
-from core.training.corpus import read_text_file, shakespeare_path  # noqa: E402
-from core.training.trainer import TrainConfig, Trainer, get_windows, windowed_loss  # noqa: E402
+from core.training.recipes import TrainConfig  # noqa: E402
+from core.training.trainer import Trainer  # noqa: E402
+from core.training.train_data import get_windows, windowed_loss  # noqa: E402
 
 
 class SearchTrainer(Trainer):

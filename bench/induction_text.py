@@ -27,11 +27,13 @@ sys.path.insert(0, str(ROOT))
 
 from core.analysis.induction import THRESHOLD  # noqa: E402
 from core.analysis.text_probe import text_probe, token_span  # noqa: E402
-from core.nn.checkpoint import checkpoint_steps, load_checkpoint, read_training  # noqa: E402
+from core.nn.snapshots import checkpoint_steps  # noqa: E402
+from core.nn.checkpoint import load_checkpoint  # noqa: E402
+from core.nn.model_card import read_training  # noqa: E402
 from core.nn.snapshots import snapshot_losses  # noqa: E402
 from core.serve.threads import use_threads  # noqa: E402
+from core.data.corpus import read_text_file, shakespeare_path, split_train_val  # noqa: E402
 from core.training.bpe_induction import copy_measures  # noqa: E402
-from core.training.corpus import read_text_file, shakespeare_path, split_train_val  # noqa: E402
 from core.training.train_data import encode_corpus  # noqa: E402
 
 RATIO_TARGET, STRIPE_TARGET, VAL_TARGET = 0.5, THRESHOLD, 1.57

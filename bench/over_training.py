@@ -50,8 +50,10 @@ def build_model_folder(folder, shape: dict | None = None, snapshots: int = 21, t
     default), trained for ``total`` steps on paper, with ``snapshots`` snapshot names: one file, hard-linked."""
     import torch
 
-    from core.nn.checkpoint import load_checkpoint, save_checkpoint
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.checkpoint import load_checkpoint
+    from core.nn.model_store import save_checkpoint
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.nn.snapshots import SNAPSHOT_DIR, snapshot_name, snapshot_state
 
     final, tok = load_checkpoint(SHIPPED)
@@ -164,7 +166,7 @@ def main(argv=None) -> list[dict]:
         print(json.dumps(child(argv[1], argv[2])))
         return []
     hostile = "--hostile" in argv
-    from core.nn.model import ModelConfig
+    from core.nn.config import ModelConfig
     from core.nn.params import count_parameters
 
     print(f"\nOver training page, one thread; a 9.5 M model is {count_parameters(ModelConfig(**BIG_SHAPE))['total']:,} "

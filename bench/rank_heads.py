@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench import write_csv  # noqa: E402
 from core.analysis.interventions import head_losses, head_losses_cost, token_losses  # noqa: E402
-from core.nn.model import MODEL_PRESETS, Transformer  # noqa: E402
+from core.nn.config import MODEL_PRESETS  # noqa: E402
+from core.nn.model import Transformer  # noqa: E402
 from core.serve.threads import page_threads, use_threads  # noqa: E402
 
 

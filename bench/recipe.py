@@ -26,10 +26,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.nn.model import LECTURE  # noqa: E402
+from core.data.corpus import read_text_file, shakespeare_path  # noqa: E402
+from core.nn.config import LECTURE  # noqa: E402
 from core.serve.threads import training_threads, use_threads  # noqa: E402
-from core.training.corpus import read_text_file, shakespeare_path  # noqa: E402
-from core.training.trainer import TrainConfig, Trainer, windowed_loss  # noqa: E402
+from core.training.recipes import TrainConfig  # noqa: E402
+from core.training.trainer import Trainer  # noqa: E402
+from core.training.train_data import windowed_loss  # noqa: E402
 
 
 def parse_candidate(text: str) -> tuple[str, str, dict]:

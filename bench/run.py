@@ -24,7 +24,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.nn.model import LECTURE, ModelConfig, Transformer  # noqa: E402
+from core.nn.config import LECTURE, ModelConfig  # noqa: E402
+from core.nn.model import Transformer  # noqa: E402
 from core.nn.params import count_parameters  # noqa: E402
 from core.serve.threads import page_threads, use_threads  # noqa: E402
 
@@ -334,8 +335,9 @@ def bench_over_training(quick: bool):
 def bench_variants(quick: bool):
     """Seconds per 1,000 training steps of each variant of the Why each piece study (core.training.variants), one
     thread, batch 32 of 128 characters, against the lecture's model measured in the same alternating rounds."""
-    from core.training.corpus import read_text_file, shakespeare_path
-    from core.training.trainer import TrainConfig, Trainer
+    from core.data.corpus import read_text_file, shakespeare_path
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer
     from core.training.variants import VARIANTS, model_shape
 
     path = shakespeare_path()
@@ -458,8 +460,9 @@ def bench_patching_gpt2(quick: bool):
     """GPT-2 small's shape (124M parameters, random weights: a pass costs what its shapes cost, whatever the values;
     no GPT-2 folder ships, and nothing downloads) at 64 tokens: one stage of the residual grid batched (64 rows in
     one forward) against single-patch forwards, each extrapolated to the grid's 13 stages x 64 positions."""
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.analysis.patching import Metric, patch_residual
-    from core.nn.model import ModelConfig, Transformer
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=50257, n_ctx=1024, d_model=768, n_heads=12, n_layers=12, bias=True,
@@ -488,7 +491,7 @@ def bench_discovery(quick: bool):
     import struct
     import tempfile
 
-    import core.nn.checkpoint as ck
+    import core.nn.model_discovery as ck
 
     def fill(base: Path, n_broken: int, fat: bool):
         base.mkdir(parents=True)
@@ -566,9 +569,9 @@ def _index_bounds(quick: bool):
     """Issue 55's rows: the Features page's index estimate (a probe of 16 tokens) and its refusal of a 131,072-latent
     SAE (target: the words within 1 s), against building the shipped SAE's index; that index's estimate against its
     real peak and time on 20,480 held-out tokens."""
-    from core.features.activations import HeldOut, model_held_out
+    from core.data.held_out import HeldOut, model_held_out
     from core.features.index import build_index, index_budget, index_cost, index_refusal, pass_flops
-    from core.features.sae import SAE, SAEConfig, load_sae
+    from core.analysis.sae import SAE, SAEConfig, load_sae
     from core.features.units import feature_units
     from core.nn.checkpoint import load_checkpoint, read_config
 
@@ -619,7 +622,7 @@ def bench_classroom(quick: bool):
 
     from streamlit.testing.v1 import AppTest
 
-    from core.serve.classroom import SqliteStore
+    from core.serve.class_sqlite import SqliteStore
 
     print("\nThe Class page (issue 44): a student's page with a round open and 60 votes in the store")
     reps = 3 if quick else 7
@@ -692,7 +695,7 @@ def bench_forecast(quick: bool):
     from core.analysis import forecast as F
     from core.analysis.scaling import bootstrap_fit, fit_scaling_law
     from core.training.forecast_run import plan_run
-    from core.training.study import SHIPPED_STUDY, read_meta, read_rows, rows_to_arrays
+    from core.training.study_files import SHIPPED_STUDY, read_meta, read_rows, rows_to_arrays
     from core.views.scaling_forecast import new_record, settle
 
     print("\nForecasts (issue 45): the proposal and its score, the batched bootstrap, the two pages' reruns")
@@ -739,7 +742,7 @@ def bench_attribution(quick: bool):
     2 minutes; skipped with --quick)."""
 
     from core.analysis import attribution as A
-    from core.features.activations import model_held_out
+    from core.data.held_out import model_held_out
     from core.features.train import SAESettings
     from core.features.transcoder import load_transcoders, train_transcoder
     from core.nn.checkpoint import load_checkpoint, read_config
@@ -789,8 +792,8 @@ def _graph_bounds(A, model, tok, tcs, ids, quick: bool):
     """Issue 55's rows: the graph's estimate (one forward pass, no graph) and its refusal of densely firing
     transcoders (ReLU, b_enc = 5; target: the words within 1 s) against building the shipped graph; the estimate
     against the real peak and time of the shipped 64-token graph, pruned and scored."""
-    from core.features.sae import SAE, SAEConfig
     from pages.attribution import view as av
+    from core.analysis.sae import SAE, SAEConfig
 
     print("\nAttribution graph bounds (issue 55): the estimate and the refusal, against a real graph")
     dense = {}

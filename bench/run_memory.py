@@ -43,7 +43,7 @@ SHAPES = [
 
 
 def corpus(name: str) -> str:
-    from core.training.corpus import pydoc_text, read_text_file, shakespeare_path
+    from core.data.corpus import pydoc_text, read_text_file, shakespeare_path
 
     path = shakespeare_path()
     text = read_text_file(path) if path is not None else pydoc_text()  # the Python docs where there is no copy
@@ -80,7 +80,7 @@ def _peak_bytes() -> int:
 def _one(corpus_name: str, fields: dict, steps: int) -> dict:
     from core.serve.threads import training_threads
     from core.training.job_settings import JobSettings
-    from core.training.training_job import _train_in_process
+    from core.training.training_child import _train_in_process
 
     text = corpus(corpus_name)
     settings = JobSettings(**{**fields, "steps": steps})
@@ -111,7 +111,8 @@ def main(argv=None):
     if args is None:
         return
     from core.serve.fmt import binary_bytes as size_label
-    from core.training.job_settings import JobSettings, memory_budget, run_memory
+    from core.training.job_settings import JobSettings, run_memory
+    from core.data.budget import memory_budget
 
     rows = []
     print(f"{'run':16s} {'estimate':>10s} {'peak':>10s} {'ratio':>6s}")

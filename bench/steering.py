@@ -51,8 +51,8 @@ def capitals(text: str) -> float:
 
 def setup():
     """(model, tokenizer, prompt ids, sae, default feature, its typical size), as the page picks them."""
-    from core.features.activations import model_held_out
-    from core.features.sae import load_sae, sae_folder
+    from core.data.held_out import model_held_out
+    from core.analysis.sae import load_sae, sae_folder
     from core.features.steering import default_feature, feature_scales
     from core.nn.checkpoint import load_checkpoint, read_config
 
@@ -91,7 +91,7 @@ def sweep(parts=None, seeds: int = SEEDS, alphas=ALPHAS) -> list[dict]:
     median, lowest, 10th percentile and highest)."""
     from core.analysis import generation as G
     from core.features.steering import feature_hooks
-    from core.training.corpus import shakespeare_path
+    from core.data.corpus import shakespeare_path
 
     path = shakespeare_path()
     if path is None:

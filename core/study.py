@@ -1,12 +1,6 @@
-"""``core.study`` is ``core.training.study``: the module moved, and this name stays importable (the same module
-object, so ``monkeypatch`` on either name patches both)."""
-import sys
-
-if __name__ == "__main__":  # python -m core.study ...: the command line
-    from core.training.study import main
+"""``python -m core.study``: a scaling study from the command line (core.training.study). Only a command line: code
+imports core.training.study."""
+if __name__ == "__main__":
+    from core.training.study import main  # local: a __main__ entry (importing it here would run nothing else)
 
     raise SystemExit(main())
-else:
-    from core.training import study as _moved
-
-    sys.modules[__name__] = _moved

@@ -1,12 +1,6 @@
-"""``core.train`` is ``core.training.trainer``: the module moved, and this name stays importable (the same module
-object, so ``monkeypatch`` on either name patches both)."""
-import sys
-
-if __name__ == "__main__":  # python -m core.train ...: the command line
-    from core.training.trainer import main
+"""``python -m core.train``: train one model from the command line (core.training.train_cli). Only a command line: code
+imports core.training.train_cli or core.training.trainer."""
+if __name__ == "__main__":
+    from core.training.train_cli import main  # local: a __main__ entry (importing it here would run nothing else)
 
     raise SystemExit(main())
-else:
-    from core.training import trainer as _moved
-
-    sys.modules[__name__] = _moved

@@ -1,11 +1,6 @@
-"""``python -m core.variants``: the lecture's model taken apart and retrained piece by piece (core.training.variants)."""
-import sys
-
-if __name__ == "__main__":  # python -m core.variants ...: the command line
-    from core.training.variants import main
+"""``python -m core.variants``: the lecture's model taken apart and retrained piece by piece (core.training.variants).
+Only a command line: code imports core.training.variants."""
+if __name__ == "__main__":
+    from core.training.variants import main  # local: a __main__ entry (importing it here would run nothing else)
 
     raise SystemExit(main())
-else:
-    from core.training import variants as _moved
-
-    sys.modules[__name__] = _moved

@@ -5,12 +5,13 @@ from core.analysis.attention import (
     induction_scores,
 )
 from core.analysis.induction import model_period
-from pages.attention.figures import (
-    GRID_ALL_HEADS, GRID_MAX_LAYERS, MAX_WINDOW, OPEN_WINDOW, ROLE_TITLES, all_heads_figure, byte_pieces_note,
-    future_mass_figure, head_overview_figure, head_panels, head_roles_figure, mask_order_figure, role_explanations,
-)
+from pages.attention.grid import (GRID_ALL_HEADS, GRID_MAX_LAYERS, ROLE_TITLES, all_heads_figure,
+                                  head_overview_figure, head_roles_figure, role_explanations)
+from core.figures.attention_panels import MAX_WINDOW, OPEN_WINDOW, future_mass_figure, head_panels, mask_order_figure
+from pages.attention.figures import byte_pieces_note
 from core.figures.patching_figures import sources_figure
-from core.analysis.patching import score_sources, sources_refusal, sources_view
+from core.analysis.patching import score_sources, sources_refusal
+from core.analysis.circuit import sources_view
 from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 from core.serve.fmt import shown_pos
 from core.serve.links import Field, LinkSpec

@@ -2,7 +2,8 @@ import streamlit as st
 
 from core.analysis.circuit import share_text
 from core.figures import patching_figures as PF
-from core.analysis.patching import HEAD_KINDS, Metric, check_pair, stack_rows, strongest_head
+from core.analysis.patching import HEAD_KINDS, Metric, check_pair
+from core.analysis.prompt_pairs import stack_rows, strongest_head
 from core.serve.fmt import head_label, shown_pos
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link

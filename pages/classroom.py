@@ -2,7 +2,7 @@ import streamlit as st
 
 from core import lesson as LS
 from core.figures.class_figures import projector_css
-from core.serve.classroom import ClassError, choice_key, normalize_code
+from core.serve.class_rules import ClassError, choice_key, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input
 from pages.classroom.forecast import forecast_reveal, forecast_round
 from pages.classroom.identity import client_address, student_link, voter_id

@@ -1,7 +1,7 @@
 import streamlit as st
 
 from core.features.browse import prompt_units, purity_summary
-from core.features.sites import site_words
+from core.analysis.sites import site_words
 from core.serve.fmt import md_escape
 from core.views import features_view as FV
 from ui import ensure_frame, metric_row, model_key, prompt_input, require_model

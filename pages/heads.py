@@ -6,7 +6,7 @@ import streamlit as st
 from core.analysis import head_ranking as HR
 from core.figures import intervention_figures as IF
 from core.analysis.attention import head_attention, induction_chance
-from core.serve.fmt import code_text, shown_pos
+from core.serve.fmt import code_text, head_label, heads_label, shown_pos
 from core.analysis.induction import THRESHOLD, head_scores, induction_score, model_period, model_probe, probe_choices
 from core.analysis.interventions import (MODES, greedy_continuation, layer_head_losses, next_token_probs, repeat_ids,
                                 repeat_period, token_losses)
@@ -118,7 +118,7 @@ pick, how = st.columns([3, 1])
 with pick:
     st.session_state.setdefault(heads_key, [best])  # the default as state, not default=: a link may set it
     chosen = st.multiselect(
-        "Heads to switch off", options, key=heads_key, format_func=lambda p: IF.head_label(*p),
+        "Heads to switch off", options, key=heads_key, format_func=lambda p: head_label(*p),
         help=f"Layers and heads count from 1, as on the Attention page: L1 H1 is the first head of the first layer "
              f"(this model has {c.n_layers} of {c.n_heads}). The page opens with the head that scores highest on "
              "induction switched off.")
@@ -130,7 +130,7 @@ mode = how.radio("Switched off means", MODES, key="heads_mode", horizontal=True,
                  help="zero: the head's output is 0 at every position. mean: it is the head's average output over "
                       "your prompt, the same at every position.")
 heads = tuple(sorted(chosen))
-off = f"{IF.heads_label(heads)} off" if len(heads) < len(options) else "every head off"
+off = f"{heads_label(heads)} off" if len(heads) < len(options) else "every head off"
 if not heads:
     st.info("All heads on: before = after. Pick heads above to switch them off; the ranking further down shows "
             "which heads matter most on this prompt.")
@@ -231,13 +231,13 @@ if float(scores.induction.max()) < THRESHOLD:
 rep = ids if period else tuple(repeat_ids(list(ids), c.n_ctx)[0])
 T = len(rep) // 2
 layer, head = st.selectbox("Head to look at", options, index=options.index(best), key=f"heads_stripe_{heads_key}",
-                           format_func=lambda p: IF.head_label(*p) + (" (highest induction score)" if p == best else ""))
+                           format_func=lambda p: head_label(*p) + (" (highest induction score)" if p == best else ""))
 if T < 2:
     st.info(f"The stripe needs a prompt of at least two {tok.units}.")
 else:
     pattern = _pattern(mkey, rep, layer, head)
     where = "your prompt" if period else "your prompt written twice"
-    shared_chart(stripe_figure(pattern, tok.visible_tokens(rep), T, f"{IF.head_label(layer, head)} on {where} "
+    shared_chart(stripe_figure(pattern, tok.visible_tokens(rep), T, f"{head_label(layer, head)} on {where} "
                                f"(period {T})", tok.unit), width="stretch", theme=None, key="heads_stripe")
     on, off1 = (HR.copy_means(_losses(mkey, rep, h, mode), T)[1] for h in ((), ((layer, head),)))
     st.caption(f"Rows are queries, columns keys; grey cells lie in the future and are masked. An induction head "

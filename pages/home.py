@@ -2,8 +2,9 @@ import streamlit as st
 
 from core.serve.fmt import head_label
 
-from core.nn.checkpoint import (CheckpointError, checkpoint_zip, read_card, read_heads, read_log, read_training,
-                              weights_size)
+from core.nn.checkpoint import CheckpointError, weights_size
+from core.nn.model_store import checkpoint_zip
+from core.nn.model_card import read_card, read_heads, read_log, read_training
 from core.nn.hf import export_zip
 from core.figures.common import loss_curve
 from core.analysis.induction import THRESHOLD, formation_step

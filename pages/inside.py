@@ -3,7 +3,7 @@ import streamlit as st
 from core.figures import trace_figures as TF
 from pages.inside import view as TV
 from core.serve.fmt import code_text, head_label, human_bytes, md_escape, number_word, shown_pos, visible
-from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS
+from core.nn.config import ACTIVATION_NAMES, SILENT_WORDS
 from core.nn.params import mlp_latex
 from core.analysis.trace import (LENS_TOP, direct_logit_attribution, lens_accuracy, lens_stage_names, lens_top,
                         max_trace_tokens, stream_steps, trace_bytes)
@@ -225,7 +225,7 @@ token = st.selectbox(f"{tok.unit.capitalize()} whose logit to split", [int(t) fo
                      key=f"inside_token_{n}_{pos}")
 att = direct_logit_attribution(model, tr, token, pos)
 chart(TF.attribution_figure(att, visible(chars[token])), width="stretch", theme=None, key="inside_attribution")
-st.caption(f"Grey: the embedding; blue: heads; orange: MLPs"
+st.caption("Grey: the embedding; blue: heads; orange: MLPs"
            + (f"; light grey: all but the {TF.ATTRIBUTION_BARS - 1} largest of the {len(att.names)} writers, summed"
               if len(att.names) > TF.ATTRIBUTION_BARS else "") + f". Layers and heads count from 1. σ is frozen at "
            f"{1 / att.scale:.3f} (the stream's spread at position {shown_pos(pos)}); with another σ the bars would all scale "

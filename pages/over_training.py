@@ -5,14 +5,16 @@ from core.analysis.over_training import head_patterns, over_training, pick_steps
 from core.analysis.trace import additive, lens_stage_names
 from pages.over_training import figures as OF
 from core.figures.induction_figures import formation_figure
-from core.nn.checkpoint import CheckpointError, read_heads, read_log, read_training
+from core.nn.checkpoint import CheckpointError
+from core.nn.model_card import read_heads, read_log, read_training
 from core.nn.snapshots import snapshot_losses
 from core.serve.fmt import head_label
 from core.serve.links import Field, LinkSpec
 from pages.over_training.view import plan_view, view_budget
 from ui.links import link_box, use_link
 from ui import at_step, chart, current, ensure_frame, model_cache, model_key, prompt_input
-from ui.models import listing_words, snapshot_listing_of, snapshot_loader, steps_held
+from ui.steps import listing_words, snapshot_listing_of, snapshot_loader
+from ui.models import steps_held
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 

@@ -3,7 +3,7 @@ import streamlit as st
 from core.serve import fmt
 from core.analysis import cost
 from pages.parameters.figures import flops_figure, parameter_bar, timing_figure
-from core.nn.model import ModelConfig, config_problems
+from core.nn.config import ModelConfig, config_problems
 from core.nn.params import count_parameters, per_block_latex, share_latex
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link

@@ -7,12 +7,13 @@ import streamlit as st
 from core.views import scaling_study as ss
 
 from core.views import scaling_view as sv
-from core.training.corpus import TRAIN_FRACTION, shakespeare_path
+from core.data.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import human, latex_sci, number_word
 from core.analysis.scaling import CHINCHILLA_RUNS, HUBER_DELTA, LAW_PRESETS, N_STARTS, FitError, ScalingLaw
 from core.figures.scaling_figures import fit_figure
 from core.analysis.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs
-from core.training.study import GRIDS, SHIPPED_STUDY, StudyError, corpus_problem, dropped_note, usable_rows
+from core.training.study_grid import GRIDS, StudyError, corpus_problem
+from core.training.study_files import SHIPPED_STUDY, dropped_note, usable_rows
 from core.figures.study_figures import frontier_figure, residual_figure, study_figure
 from core.training.study_job import BusyError as StudyBusy, StudyJob, grid_choices
 from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch

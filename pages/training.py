@@ -2,14 +2,16 @@ import streamlit as st
 
 from core.training import training_setup as setup
 from core.views import training_view as view
-from core.nn.checkpoint import default_model_name
-from core.training.corpus import TRAIN_FRACTION, shakespeare_path
+from core.nn.model_store import default_model_name
+from core.data.corpus import TRAIN_FRACTION, shakespeare_path
 from core.serve.fmt import latex_int, latex_sci
 from core.training.job_settings import FORM_FIELDS, FORM_HELP, memory_summary
 from core.nn.params import per_block_latex
 from core.training.speed import form_estimate, with_estimate
-from core.training.trainer import DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
-from core.training.training_job import SAMPLE_TEMPERATURE, SAMPLE_TOKENS, BusyError, TrainingJob, release_abandoned
+from core.training.train_data import DEFAULT_BPE_VOCAB
+from core.training.recipes import DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
+from core.training.training_child import SAMPLE_TEMPERATURE, SAMPLE_TOKENS
+from core.training.training_job import BusyError, TrainingJob, release_abandoned
 from ui.cached import builtin_corpus, checked_corpus, learned_bpe
 from ui import chart, ensure_frame, gated, job_controls, metric_row, offer_shakespeare_fetch, reset_save_form, \
     save_form, session_alive, session_id, session_owner, upload_limit_mb

@@ -3,9 +3,10 @@ import streamlit as st
 from core.views import variants_view as VV
 from core.views import training_view as view
 from pages.variants import figures as VF
-from core.nn.checkpoint import CheckpointError, default_model_name
+from core.nn.checkpoint import CheckpointError
+from core.nn.model_store import default_model_name
 from core.serve.fmt import head_label
-from core.training.corpus import shakespeare_path
+from core.data.corpus import shakespeare_path
 from core.training.job_settings import JobSettings
 from core.training.training_job import BusyError, release_abandoned
 from core.training.variants import BY_ID, VARIANTS
@@ -104,8 +105,8 @@ if "no_mask" in nums:
 if "after" in nums:
     a = nums["after"]
     st.subheader("A mask after the softmax leaks the future")
-    st.markdown(f"Zeroing future weights after the softmax leaves the softmax's denominator summed over the future. "
-                f"Change only the last character of the prompt and the attention weights of the *earlier* rows move "
+    st.markdown("Zeroing future weights after the softmax leaves the softmax's denominator summed over the future. "
+                "Change only the last character of the prompt and the attention weights of the *earlier* rows move "
                 + (f"by up to **{a['change'][0]:.2e}** in this model, against {a['change'][1]:.1e} in the lecture's. "
                    if "change" in a else "")
                 + f"Its held-out loss under the causal mask: **{a['causal'][0]:.3f}** against {a['causal'][1]:.3f}.")

@@ -12,8 +12,9 @@ sys.path.insert(0, str(ROOT))
 # the app's config shows users only an error's type (.streamlit/config.toml); the tests read the whole message
 os.environ.setdefault("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
 
-from core.nn.model import ModelConfig, Transformer  # noqa: E402
-from core.training.corpus import shakespeare_path  # noqa: E402
+from core.data.corpus import shakespeare_path  # noqa: E402
+from core.nn.config import ModelConfig  # noqa: E402
+from core.nn.model import Transformer  # noqa: E402
 
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
 APP = str(ROOT / "app.py")
@@ -121,7 +122,7 @@ def open_page_once():
 def ray_local():
     """One local Ray instance with 2 CPUs for the whole test session (started on first use: ~5 s, ~0.5 GB)."""
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install -r requirements-dev.txt)")
-    from core.training.study import ray_runtime_env
+    from core.training.study_engines import ray_runtime_env
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20,
              runtime_env=ray_runtime_env())

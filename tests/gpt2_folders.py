@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from core.training.corpus import pydoc_text
-from core.nn.tokenizer import BPETokenizer
+from core.data.corpus import pydoc_text
+from core.nn.bpe import BPETokenizer
 
 
 @lru_cache(maxsize=4)

@@ -6,8 +6,9 @@ import random
 
 import torch
 
-from core.nn.checkpoint import save_checkpoint
-from core.training.trainer import TrainConfig, Trainer, training_record
+from core.nn.model_store import save_checkpoint
+from core.training.recipes import TrainConfig
+from core.training.trainer import Trainer, training_record
 
 STEPS, SNAPSHOTS = 40, 6
 

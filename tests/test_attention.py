@@ -4,15 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from core.analysis.attention import (
-    attention_overview, changed_last, dependence_on_last, head_attention, head_window, layer_attention, pattern_roles,
-    pool_pattern, future_dependence, future_mask, future_mass, head_roles, induction_chance, induction_score,
-    induction_scores, mask_after_softmax, masked_softmax, previous_token_score, first_token_score, row_entropy,
-    run_attention, unmasked_softmax,
-)
+from core.analysis.attention import (attention_overview, changed_last, dependence_on_last, head_attention, head_window,
+                                     layer_attention, pattern_roles, pool_pattern, future_dependence, future_mask,
+                                     future_mass, head_roles, induction_chance, induction_scores, mask_after_softmax,
+                                     masked_softmax, previous_token_score, first_token_score, row_entropy,
+                                     run_attention, unmasked_softmax)
+from core.analysis.induction import induction_score
 from pages.attention.grid import all_heads_figure, head_roles_figure
 from core.figures.attention_panels import future_mass_figure, head_panels, mask_order_figure
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from core.analysis.attention import masked_softmax
-from pages.attention import figures as AF
+from core.figures import attention_panels as AF
+from pages.attention.figures import byte_pieces_note
 from core.figures.ticks import AXIS_CHARS, FIGURE_PX
 from core.figures.trace_figures import neuron_view
 from core.nn.checkpoint import load_checkpoint
@@ -102,12 +103,12 @@ def test_every_cell_names_its_query_and_key_tokens_whole(bpe):
 def test_bytes_are_explained_once_and_only_when_there_are_any(bpe):
     _, tok = bpe
     ids = tok.encode(EMOJI_PROMPT)
-    note = AF.byte_pieces_note(tok, ids)
+    note = byte_pieces_note(tok, ids)
     assert BYTES_NOTE in note
     assert "⟨f0⟩ ⟨9f⟩ ⟨99⟩ ⟨82⟩ = 🙂" in note  # the bytes and the character they spell
-    assert AF.byte_pieces_note(tok, tok.encode("KING:\nThe moon is down")) is None
+    assert byte_pieces_note(tok, tok.encode("KING:\nThe moon is down")) is None
     char_model, char_tok = load_checkpoint(ROOT / "assets" / "models" / "shakespeare-char")
-    assert AF.byte_pieces_note(char_tok, char_tok.encode("The moon")) is None
+    assert byte_pieces_note(char_tok, char_tok.encode("The moon")) is None
 
 
 def test_bpe_attention_page_explains_its_byte_pieces(open_page):

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from core.analysis import attribution as A
-from core.features.sae import SAE, SAEConfig
+from core.analysis.sae import SAE, SAEConfig
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAR = ROOT / "assets" / "models" / "shakespeare-char"

@@ -15,7 +15,7 @@ import torch
 
 from conftest import SHIPPED
 from core.analysis import attribution as A
-from core.features.sae import SAE, SAEConfig, SAEFileError, model_fingerprint, save_sae
+from core.analysis.sae import SAE, SAEConfig, SAEFileError, model_fingerprint, save_sae
 from core.features.transcoder import load_transcoders, transcoder_folder, writes
 from core.nn.checkpoint import load_checkpoint
 from core.serve.threads import torch_threads

@@ -6,9 +6,9 @@ import string
 import pytest
 from tokenizers import pre_tokenizers
 
-from core.training.corpus import pydoc_text, read_text_file, shakespeare_path, split_train_val
-from core.nn.tokenizer import BPETokenizer
-from core.training.trainer import MAX_PRETOKEN, bpe_pieces, encode_corpus, make_tokenizer
+from core.data.corpus import pydoc_text, read_text_file, shakespeare_path, split_train_val
+from core.nn.bpe import BPETokenizer
+from core.training.train_data import MAX_PRETOKEN, bpe_pieces, encode_corpus, make_tokenizer
 
 PRE = pre_tokenizers.ByteLevel(add_prefix_space=False)  # the trainer's own pre-tokenizer (core.nn.tokenizer)
 

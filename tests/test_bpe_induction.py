@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.nn.model import ModelConfig
+from core.nn.config import ModelConfig
 from core.training import bpe_induction as B
 from core.training.study_table import TableSpec
 from tests.snapshot_models import made_up_text

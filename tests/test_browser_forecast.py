@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from core.training.corpus import shakespeare_path
 from tests.browser_app import SHOTS, browser, server, wait_idle  # noqa: F401  fixtures
+from core.data.corpus import shakespeare_path
 from tests.polling import wait_until
 
 pytestmark = [pytest.mark.slow,

@@ -12,12 +12,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import core.nn.checkpoint as ck
-from core.nn.checkpoint import (
-    CheckpointError, discover_models, load_checkpoint, read_card, read_log, sanitise_model_name, save_checkpoint,
-    user_model_folder,
-)
-from core.nn.model import ModelConfig, Transformer
+from core.nn.checkpoint import CheckpointError, load_checkpoint
+from core.nn.model_discovery import discover_models
+from core.nn.model_card import read_card, read_log
+from core.nn.model_store import (checkpoint_owner, default_model_name, recover_interrupted_saves, sanitise_model_name,
+                                 save_checkpoint, user_model_folder)
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog\n"
@@ -53,7 +54,7 @@ def test_save_is_atomic_and_refuses_overwrite(saved, monkeypatch):
     path, model, tok = saved
     with pytest.raises(FileExistsError):
         save_checkpoint(path, model, tok)
-
+    
     def boom(*a, **k):
         raise RuntimeError("disk full")
     monkeypatch.setattr("core.nn.model_store.save_file", boom)
@@ -151,7 +152,6 @@ def test_discover_lists_broken_models_with_their_error(saved, tmp_path_factory):
 
 
 # --- owners, default names, and replacing a model safely (issue 12) ---
-# New API is reached as ck.<name> inside the tests so that this file still imports against older code.
 
 def _tok():
     return CharTokenizer.from_text(TEXT)
@@ -177,11 +177,11 @@ def test_owner_is_recorded_and_read_back(tmp_path):
     cli = save_checkpoint(tmp_path / "cli", model, tok)
     assert _config(owned)["owner"] == "sess_1-A"
     assert "owner" in _config(cli) and _config(cli)["owner"] is None
-    assert ck.checkpoint_owner(owned) == "sess_1-A"
-    assert ck.checkpoint_owner(cli) is None
-    assert ck.checkpoint_owner(tmp_path / "missing") is None
+    assert checkpoint_owner(owned) == "sess_1-A"
+    assert checkpoint_owner(cli) is None
+    assert checkpoint_owner(tmp_path / "missing") is None
     (cli / "config.json").write_text("{")
-    assert ck.checkpoint_owner(cli) is None  # unreadable: no owner, no exception
+    assert checkpoint_owner(cli) is None  # unreadable: no owner, no exception
     assert _holds(owned, model)  # the owner key does not disturb loading
 
 
@@ -240,7 +240,7 @@ def test_user_model_folder_refuses_someone_elses_model(tmp_path):
     # a save with an owner never replaces someone else's model, even when called without the check above
     with pytest.raises(ValueError, match="belongs to someone else"):
         save_checkpoint(base / "mine", second, tok, overwrite=True, owner="bob")
-    assert _holds(base / "mine", first) and ck.checkpoint_owner(base / "mine") == "alice"
+    assert _holds(base / "mine", first) and checkpoint_owner(base / "mine") == "alice"
     assert sorted(p.name for p in base.iterdir()) == ["cli", "mine"]
     save_checkpoint(base / "mine", second, tok, overwrite=True, owner="alice")
     assert _holds(base / "mine", second)
@@ -259,15 +259,15 @@ def test_bad_owner_strings_are_refused(tmp_path, bad):
 
 def test_default_model_name():
     now = datetime(2024, 11, 30, 9, 12, 59)
-    name = ck.default_model_name("shakespeare.txt", now, random.Random(1))
+    name = default_model_name("shakespeare.txt", now, random.Random(1))
     assert re.fullmatch(r"shakespeare-1130-0912-[0-9a-f]{4}", name)
     assert sanitise_model_name(name) == name
-    assert ck.default_model_name("shakespeare.txt", now, random.Random(2)) != name
-    assert ck.default_model_name("Tiny Shakespeare (v2).txt", now).startswith("tiny-shakespeare-v2-1130-0912-")
-    assert ck.default_model_name("\u65e5\u672c\u8a9e.txt", now).startswith("model-1130-0912-")
-    assert ck.default_model_name("", now).startswith("model-1130-0912-")
+    assert default_model_name("shakespeare.txt", now, random.Random(2)) != name
+    assert default_model_name("Tiny Shakespeare (v2).txt", now).startswith("tiny-shakespeare-v2-1130-0912-")
+    assert default_model_name("\u65e5\u672c\u8a9e.txt", now).startswith("model-1130-0912-")
+    assert default_model_name("", now).startswith("model-1130-0912-")
     for corpus in ["../../etc/passwd", "C:\\data\\Caf\u00e9.md", "a" * 200, ".hidden", "x.y.z", "---", "v1.5 final"]:
-        made = ck.default_model_name(corpus, now)
+        made = default_model_name(corpus, now)
         assert sanitise_model_name(made) == made
         assert re.fullmatch(r"[a-z0-9-]{1,20}-1130-0912-[0-9a-f]{4}", made), made
 
@@ -361,9 +361,9 @@ def test_recover_interrupted_saves_and_the_next_save_undo_a_killed_save(tmp_path
     old_model, new_model = _model(0, tok), _model(1, tok)
     base = tmp_path / "a"
     path = _kill_between_the_renames(base, old_model, tok)
-    assert ck.recover_interrupted_saves(base, stale_tmp_s=0) == ["m"]
+    assert recover_interrupted_saves(base, stale_tmp_s=0) == ["m"]
     assert _holds(path, old_model) and sorted(p.name for p in base.iterdir()) == ["m"]
-    assert ck.recover_interrupted_saves(base) == []
+    assert recover_interrupted_saves(base) == []
     # a save to that name first puts the old model back: it is refused without overwrite, replaced with it
     base = tmp_path / "b"
     path = _kill_between_the_renames(base, old_model, tok)
@@ -391,7 +391,7 @@ def test_recovery_never_follows_links_or_replaces_a_model(tmp_path):
     save_checkpoint(base / "m", first, tok)
     save_checkpoint(base / "m2", second, tok)
     os.rename(base / "m2", base / ".m.old")  # an old copy beside a complete model: a leftover, not restored
-    assert ck.recover_interrupted_saves(base, stale_tmp_s=0) == []
+    assert recover_interrupted_saves(base, stale_tmp_s=0) == []
     assert sorted(p.name for p in base.iterdir()) == [".dangling.old", ".evil.old", ".link.abcd1234.tmp", ".m.old",
                                                       "dangling", "m"]
     assert _holds(victim, first) and sorted(p.name for p in outside.iterdir()) == ["victim"]
@@ -399,9 +399,9 @@ def test_recovery_never_follows_links_or_replaces_a_model(tmp_path):
 
 
 def test_card_states_the_repeat_mixture_its_cost_and_when_the_head_formed():
-    from core.nn.checkpoint import model_card
+    from core.nn.model_card import model_card
     from core.analysis.induction import induction_summary
-    from core.nn.model import ModelConfig
+    from core.nn.config import ModelConfig
     rows = [{"step": s, "layer": l, "head": h, "previous_token": 0.5, "induction": (v if (l, h) == (1, 3) else 0.01),
              "first_copy_loss": 4.0, "second_copy_loss": 0.5}
             for s, v in ((0, 0.0), (500, 0.2), (600, 0.45), (700, 0.8)) for l in range(2) for h in range(4)]
@@ -419,8 +419,8 @@ def test_card_states_the_repeat_mixture_its_cost_and_when_the_head_formed():
 
 def test_card_of_a_character_model_adds_bits_per_character():
     """A record from before bits/char were measured: the card divides nats/char by ln 2 itself."""
-    from core.nn.checkpoint import model_card
-    from core.nn.model import ModelConfig
+    from core.nn.model_card import model_card
+    from core.nn.config import ModelConfig
     card = model_card("m", ModelConfig(), {"val_loss": 1.5561, "train_loss": 1.363})
     assert "| final validation loss | 1.5561 nats/char |" in card
     assert f"| validation bits per character | {1.5561 / math.log(2):.4f} " in card and "2.2450" in card

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core.training import corpus as corpus_module
+from core.data import corpus as corpus_module
 from core.training import trainer as T
-from core.training.corpus import read_text_file
+from core.training.train_cli import main as train_main
+from core.data.corpus import read_text_file
 from tests.snapshot_models import made_up_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +89,7 @@ def no_work(monkeypatch):
 def refused(argv, capsys) -> str:
     """Run core.train's main in this process; the one line it wrote on stderr, after checking status 2."""
     try:
-        code = T.main([str(a) for a in argv])
+        code = train_main([str(a) for a in argv])
     except SystemExit as e:  # argparse's own errors leave this way, with the status a shell sees
         code = e.code
     out = capsys.readouterr()
@@ -137,8 +138,8 @@ def test_an_out_folder_that_cannot_be_saved_to_is_refused_before_training(case, 
 
 def test_overwrite_still_replaces_a_saved_model(tmp_path, text_file):
     out = tmp_path / "m"
-    assert T.main(["--corpus", str(text_file), "--out", str(out), "--steps", "2", *TINY]) == 0
-    assert T.main(["--corpus", str(text_file), "--out", str(out), "--steps", "3", *TINY, "--overwrite"]) == 0
+    assert train_main(["--corpus", str(text_file), "--out", str(out), "--steps", "2", *TINY]) == 0
+    assert train_main(["--corpus", str(text_file), "--out", str(out), "--steps", "3", *TINY, "--overwrite"]) == 0
     from core.nn.checkpoint import read_config
 
     assert read_config(out)[2]["steps"] == 3
@@ -169,7 +170,7 @@ def test_read_text_file_reads_up_to_its_cap_and_no_further(tmp_path):
     with pytest.raises(ValueError, match="not a text file"):
         read_text_file("/dev/zero", max_bytes=10)
     # the default cap: the memory budget's, here 400 MiB - 340 MiB of process, at 20 bytes a character
-    from core.training.job_settings import DATA_BYTES_PER_CHAR, PROCESS_BYTES, corpus_cap
+    from core.data.budget import DATA_BYTES_PER_CHAR, PROCESS_BYTES, corpus_cap
 
     os.environ["TE_RUN_MEMORY"] = "400M"
     try:

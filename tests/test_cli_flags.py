@@ -10,13 +10,15 @@ import pytest
 import torch
 
 from core.features import __main__ as features_cli
-from core.nn.checkpoint import save_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 from core.training import bpe_induction as B
 from core.training import forecast_study as FS
 from core.training import study as S
 from core.training import trainer as T
+from core.training.train_cli import main as train_main
 from core.training import variants as V
 from tests.snapshot_models import made_up_text
 
@@ -108,7 +110,7 @@ CASES = [
     ("study", ["forecast", "--resamples", "0"], "core.forecast_study: error: --resamples"),
     ("study", ["scaling", *STUDY, "--nice", "20"], "core.study: error: --nice"),
 ]
-MAINS = {"train": T.main, "features": features_cli.main, "variants": V.main, "study": S.main, "bpe": B.main,
+MAINS = {"train": train_main, "features": features_cli.main, "variants": V.main, "study": S.main, "bpe": B.main,
          "forecast": FS.main}
 
 

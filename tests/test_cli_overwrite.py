@@ -17,7 +17,10 @@ from core.nn.checkpoint import read_config
 from core.training import bpe_induction as B
 from core.training import forecast_study as FS
 from core.training import study as S
+from core.training.study_files import read_rows
+from core.training.study_grid import train_one
 from core.training import trainer as T
+from core.training.train_cli import main as train_main
 from core.training import variants as V
 from tests.snapshot_models import made_up_text
 from tests.test_command_lines import InlineEngine  # a study's runs in this process, one after another
@@ -98,13 +101,13 @@ def model(tmp_path):
 
 def test_train_refuses_a_model_folder_without_overwrite(model, corpus, capsys, no_work):
     before = hashes(model)
-    assert "already exists" in refused(T.main, ["--corpus", corpus, "--out", model, "--steps", "2", *TINY], capsys)
+    assert "already exists" in refused(train_main, ["--corpus", corpus, "--out", model, "--steps", "2", *TINY], capsys)
     assert hashes(model) == before
 
 
 def test_train_refuses_an_sae_folder_even_with_overwrite(model, corpus, capsys, no_work):
     before = hashes(model)
-    line = refused(T.main, ["--corpus", corpus, "--out", model / SAE, "--steps", "2", *TINY, "--overwrite"], capsys)
+    line = refused(train_main, ["--corpus", corpus, "--out", model / SAE, "--steps", "2", *TINY, "--overwrite"], capsys)
     assert "not a saved model" in line
     assert hashes(model) == before
 
@@ -112,7 +115,7 @@ def test_train_refuses_an_sae_folder_even_with_overwrite(model, corpus, capsys, 
 def test_train_overwrite_replaces_the_models_files_and_keeps_its_sae_and_transcoders(model, corpus):
     (model / "notes.txt").write_text("mine")
     before = hashes(model)
-    assert T.main(["--corpus", str(corpus), "--out", str(model), "--steps", "2", *TINY, "--overwrite"]) == 0
+    assert train_main(["--corpus", str(corpus), "--out", str(model), "--steps", "2", *TINY, "--overwrite"]) == 0
     after = hashes(model)
     unchanged_but(before, after, lambda p: p in MODEL_FILES or p.startswith("checkpoints/"))
     assert {p for p in before if p.startswith(("sae/", "transcoders/"))} <= set(after)
@@ -218,7 +221,7 @@ def test_study_refuses_a_model_folder_even_with_overwrite(model, corpus, capsys,
 def test_study_continues_beside_other_files_only_with_overwrite(tmp_path, corpus, capsys, monkeypatch):
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps({"widths": [8], "tokens": [1024, 2048], "n_ctx": 32, "batch_size": 8}))
-    monkeypatch.setattr(S, "make_engine", lambda name, workers=None: InlineEngine(S.train_one))
+    monkeypatch.setattr(S, "make_engine", lambda name, workers=None: InlineEngine(train_one))
     out = tmp_path / "study"
     args = ["--corpus", str(corpus), "--grid", str(grid), "--out", str(out), "--bootstrap", "0"]
     assert S.main(args) == 0
@@ -232,7 +235,7 @@ def test_study_continues_beside_other_files_only_with_overwrite(tmp_path, corpus
     assert S.main([*args, "--overwrite"]) == 0
     after = hashes(out)
     assert (after["forecast.json"], after["notes.txt"]) == (before["forecast.json"], before["notes.txt"])
-    assert len(S.read_rows(out / "runs.csv")) == 2
+    assert len(read_rows(out / "runs.csv")) == 2
 
 
 # ---------------------------------------------------------------- core.bpe_induction

@@ -11,7 +11,8 @@ from streamlit.runtime import pages_manager
 
 from conftest import APP, ROOT, SHIPPED
 from core.nn.meta import _SkipInitialisers, meta_transformer
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 VARIANTS = [dict(), dict(tie_weights=True), dict(mlp=False), dict(w_o=False), dict(positions=False),
             dict(norm="post"), dict(norm="none", residual=False)]

@@ -11,6 +11,7 @@ import pytest
 
 from core.nn.checkpoint import read_config
 from core.training import trainer as T
+from core.training.train_cli import main as train_main
 from core.training import variants as V
 from tests.snapshot_models import made_up_text
 
@@ -36,7 +37,7 @@ def cli(module, *args, timeout=300):
 # ---------------------------------------------------------------- core.train
 
 def test_train_returns_0_once_saved(tmp_path, corpus):
-    code = T.main(["--corpus", str(corpus), "--out", str(tmp_path / "m"), "--steps", "6", *TINY])
+    code = train_main(["--corpus", str(corpus), "--out", str(tmp_path / "m"), "--steps", "6", *TINY])
     assert code == 0  # was the Trainer itself, which SystemExit prints and reports as status 1
     assert read_config(tmp_path / "m")[2]["steps"] == 6
 
@@ -50,7 +51,7 @@ def test_train_bad_input_is_status_2_in_words(case, tmp_path, corpus, capsys):
     if case == "short":
         path.write_text("too short")
     extra = ["--n-heads", "3"] if case == "heads" else []  # 16 dimensions do not split into 3 heads
-    code = T.main(["--corpus", str(path), "--out", str(tmp_path / "m"), "--steps", "3", *TINY, *extra])
+    code = train_main(["--corpus", str(path), "--out", str(tmp_path / "m"), "--steps", "3", *TINY, *extra])
     err = capsys.readouterr().err
     assert code == 2
     words = {"missing": "cannot read", "binary": "looks binary", "short": "too short", "heads": "n_heads"}[case]
@@ -62,10 +63,10 @@ def test_train_bad_arguments_are_status_2_before_any_training(tmp_path, corpus, 
     (tmp_path / "m").mkdir()
     monkeypatch.setattr(T, "Trainer", None)  # no run may start: the folder is refused first
     with pytest.raises(SystemExit) as e:
-        T.main(["--corpus", str(corpus), "--out", str(tmp_path / "m"), "--steps", "3"])
+        train_main(["--corpus", str(corpus), "--out", str(tmp_path / "m"), "--steps", "3"])
     assert e.value.code == 2 and "already exists" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        T.main(["--corpus", str(corpus), "--out", str(tmp_path / "n"), "--steps", "ten"])
+        train_main(["--corpus", str(corpus), "--out", str(tmp_path / "n"), "--steps", "ten"])
     assert e.value.code == 2 and "invalid int value" in capsys.readouterr().err
 
 

@@ -15,9 +15,11 @@ import pytest
 import torch
 from safetensors.torch import load as load_safetensors
 
-from core.nn.checkpoint import (CONFIG_FILE, LOG_FILE, TIED_NAME, WEIGHTS_FILE, discover_models, load_checkpoint,
-                             save_checkpoint)
-from core.nn.model import ModelConfig, Transformer
+from core.nn.checkpoint import CONFIG_FILE, LOG_FILE, TIED_NAME, WEIGHTS_FILE, load_checkpoint
+from core.nn.model_discovery import discover_models
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 
 pytestmark = pytest.mark.slow  # processes racing on one folder: seconds each

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.nn.model import AttentionRecord, ModelConfig, ModelOutput, Transformer
+from core.nn.model import AttentionRecord, ModelOutput, Transformer
+from core.nn.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

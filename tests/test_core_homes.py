@@ -11,7 +11,7 @@ from core.serve import threads
 from core.serve.fmt import clock
 from core.analysis.generation import decoding_notes, text_measures
 from core.training.job_settings import JobSettings, job_cost, validate_settings
-from core.nn.model import LECTURE, MODEL_PRESETS, ModelConfig, config_problems
+from core.nn.config import LECTURE, MODEL_PRESETS, ModelConfig, config_problems
 from core.analysis.scaling import FitError, fit_scaling_law
 from core.training.training_job import JobStatus
 

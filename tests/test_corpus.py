@@ -1,7 +1,7 @@
 """Corpora for the training page: the built-in reference text and the checks on uploaded or pasted text."""
 import pytest
 
-from core.training.corpus import MAX_VOCAB, check_corpus_bytes, describe_corpus, pydoc_text
+from core.data.corpus import MAX_VOCAB, check_corpus_bytes, describe_corpus, pydoc_text
 
 
 def test_pydoc_corpus_is_always_there():

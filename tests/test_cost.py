@@ -11,7 +11,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from core.serve import fmt
 from core.analysis import cost
-from core.nn.model import MLP, ModelConfig, MultiHeadAttention, Transformer
+from core.nn.model import MLP, MultiHeadAttention, Transformer
+from core.nn.config import ModelConfig
 from core.serve.threads import torch_threads
 from core.nn.params import (DETAILED_ROWS, build_on_meta, count_module_parameters, count_parameters, heads_sweep,
                          measured_counts, parameter_table)

@@ -5,7 +5,7 @@ import pytest
 
 from core.analysis import cost
 from pages.parameters.figures import flops_figure, parameter_bar, timing_figure
-from core.nn.model import ModelConfig
+from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
 
 

@@ -32,9 +32,9 @@ def test_a_broken_shipped_config_does_not_crash_the_scaling_or_parameters_page(t
 def test_a_corpus_that_vanishes_while_the_training_page_reads_it_is_said_in_words(tmp_path, open_page, monkeypatch):
     """The file Tiny Shakespeare was found at is gone by the time the page stamps it (a replica's cleanup, a moved
     file): the page says the corpus could not be read and the rest of it works."""
-    import core.training.corpus
+    import core.data.corpus
 
-    monkeypatch.setattr(core.training.corpus, "shakespeare_path", lambda: tmp_path / "gone" / "tinyshakespeare.txt")
+    monkeypatch.setattr(core.data.corpus, "shakespeare_path", lambda: tmp_path / "gone" / "tinyshakespeare.txt")
     at = open_page("pages/training.py", models_dir=tmp_path / "models")
     assert any("corpus could not be read" in e.value for e in at.error)
     assert at.button(key="train_start") is not None

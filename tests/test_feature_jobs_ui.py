@@ -8,7 +8,8 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from core.features import job as job_mod
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.model_store import save_checkpoint
 from core.nn.snapshots import snapshot_state
 from core.nn.tokenizer import CharTokenizer

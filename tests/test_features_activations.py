@@ -1,15 +1,17 @@
-"""Where an SAE reads (core.features.sites) and what it learns from (core.features.activations): the sites a model
+"""Where an SAE reads (core.analysis.sites) and what it learns from (core.features.activations): the sites a model
 has, site names refused, the collected vectors against run_with_cache of the same windows, the caps, and the
 held-out text (the last 10%, full windows, Python's documentation when Tiny Shakespeare is absent)."""
 import pytest
 import torch
 
-import core.training.corpus as corpus
-from core.features.activations import collect, corpus_text, held_out_windows, model_held_out
-from core.features.sites import check_site, parse_site, site_width, sites
-from core.nn.model import ModelConfig, Transformer
+import core.data.corpus as corpus
+from core.features.activations import collect
+from core.data.held_out import corpus_text, held_out_windows, model_held_out
+from core.analysis.sites import check_site, parse_site, site_width, sites
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
-from core.training.corpus import PYDOC_NAME, SHAKESPEARE_FILE
+from core.data.corpus import PYDOC_NAME, SHAKESPEARE_FILE
 
 SITES = ["blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid", "blocks.0.hook_mlp_out", "blocks.0.mlp.hook_post",
          "blocks.0.hook_resid_post", "blocks.1.hook_resid_pre", "blocks.1.hook_resid_mid", "blocks.1.hook_mlp_out",
@@ -79,7 +81,7 @@ def test_held_out_windows_are_the_last_tenth_in_full_windows():
 
 def test_held_out_falls_back_to_python_documentation(monkeypatch, tmp_path):
     monkeypatch.setattr(corpus, "shakespeare_path", lambda: None)
-    import core.features.activations as acts
+    import core.data.held_out as acts
     monkeypatch.setattr(acts, "shakespeare_path", lambda: None)
     name, text = corpus_text({"corpus": SHAKESPEARE_FILE})
     assert name == PYDOC_NAME and len(text) > 100_000
@@ -97,7 +99,7 @@ def test_held_out_falls_back_when_te_corpus_names_nothing(monkeypatch, tmp_path)
 
 
 def test_held_out_reads_tiny_shakespeare_when_there(corpus_text):
-    from core.features.activations import corpus_text as held_corpus
+    from core.data.held_out import corpus_text as held_corpus
     name, text = held_corpus({"corpus": SHAKESPEARE_FILE})
     assert name == SHAKESPEARE_FILE and text == corpus_text
 
@@ -105,7 +107,7 @@ def test_held_out_reads_tiny_shakespeare_when_there(corpus_text):
 def test_a_site_is_checked_once_and_passed_down_as_it_is(tiny_model, monkeypatch):
     import sys
 
-    from core.features.sites import Site, as_site
+    from core.analysis.sites import Site, as_site
     from core.features.train import SAESettings, memory_estimate
 
     site = Site.of(tiny_model.config, "blocks.1.mlp.hook_post")
@@ -117,7 +119,7 @@ def test_a_site_is_checked_once_and_passed_down_as_it_is(tiny_model, monkeypatch
     windows = torch.randint(0, 11, (3, 16), generator=torch.Generator().manual_seed(1))
     want = collect(tiny_model, windows, "blocks.1.mlp.hook_post")  # by its name, before the fakes below
     # below the edge nothing parses or lists the model's sites again: both made to fail, the Site still serves
-    sites_module = sys.modules["core.features.sites"]
+    sites_module = sys.modules["core.analysis.sites"]
     monkeypatch.setattr(sites_module, "parse_site", lambda s: pytest.fail(f"{s} parsed again"))
     monkeypatch.setattr(sites_module, "block_hook_names", lambda c: pytest.fail("the model's sites listed again"))
     assert as_site(tiny_model.config, site) is site

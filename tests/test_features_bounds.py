@@ -15,7 +15,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from conftest import SHIPPED
-from core.features.sae import SAE, SAEConfig, load_sae, model_fingerprint, save_sae
+from core.analysis.sae import SAE, SAEConfig, load_sae, model_fingerprint, save_sae
 from core.features.units import feature_units
 from core.nn.checkpoint import load_checkpoint, read_config
 from tests.memory_probe import fresh_peak, peak_growth
@@ -26,7 +26,7 @@ SITE = "blocks.0.hook_resid_post"
 
 @pytest.fixture(scope="module")
 def shipped():
-    from core.features.activations import model_held_out
+    from core.data.held_out import model_held_out
 
     model, tok = load_checkpoint(SHIPPED)
     model.eval()
@@ -62,7 +62,7 @@ def test_a_large_sae_index_is_refused_in_words_within_a_second(shipped):
 
 @pytest.mark.slow  # over 5 s: the slow lane (the fast lane stays within its minutes)
 def test_the_index_estimate_bounds_the_index_and_the_build_reports_progress(shipped):
-    from core.features.activations import HeldOut
+    from core.data.held_out import HeldOut
     from core.features.index import build_index, index_cost
 
     model, tok, held = shipped
@@ -134,11 +134,12 @@ def test_an_sae_folder_linked_out_of_the_model_is_refused_by_name(open_page, tmp
 
 
 def test_train_sae_records_the_weights_it_read(tmp_path):
-    from core.features.sae import SAEFileError
+    from core.analysis.sae import SAEFileError
     from core.features.train import SAESettings, train_sae
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.nn.tokenizer import CharTokenizer
-    from core.training.corpus import pydoc_text
+    from core.data.corpus import pydoc_text
 
     tok = CharTokenizer.from_text(pydoc_text())
     torch.manual_seed(0)
@@ -178,7 +179,7 @@ def _session_page(site: str, sizes: list):
     import torch
 
     import ui.saes as S
-    from core.features.sae import SAE, SAEConfig
+    from core.analysis.sae import SAE, SAEConfig
     from core.nn.model_discovery import ModelEntry
 
     for i, n in enumerate(sizes):

@@ -7,12 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from core.features import index as I
-from core.features.activations import HeldOut
-from core.features.browse import (build_index, prompt_units, purity_summary, token_purity, unit_card,
-                                  unit_off_losses)
-from core.features.sae import SAE, SAEConfig
+from core.data.held_out import HeldOut
+from core.features.index import build_index
+from core.features.browse import prompt_units, purity_summary, token_purity, unit_card, unit_off_losses
+from core.analysis.sae import SAE, SAEConfig
 from core.features.units import feature_units, neuron_units
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 
 SITE = "blocks.0.hook_resid_post"

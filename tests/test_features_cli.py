@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from core.features.__main__ import main
-from core.features.sae import CONFIG, METRICS, WEIGHTS, load_sae
-from core.nn.checkpoint import save_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.analysis.sae import CONFIG, METRICS, WEIGHTS, load_sae
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
-from core.training.corpus import PYDOC_NAME
+from core.data.corpus import PYDOC_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = "the quick brown fox jumps over the lazy dog\n"

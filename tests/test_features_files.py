@@ -1,4 +1,4 @@
-"""An SAE's folder (core.features.sae): saved and loaded bit for bit, and every broken or hostile folder refused by
+"""An SAE's folder (core.analysis.sae): saved and loaded bit for bit, and every broken or hostile folder refused by
 name: the message names the file and what is wrong with it."""
 import json
 import os
@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from core.features.sae import (CONFIG, METRICS, SAE, WEIGHTS, SAEConfig, SAEFileError, load_sae, read_metrics,
+from core.analysis.sae import (CONFIG, METRICS, SAE, WEIGHTS, SAEConfig, SAEFileError, load_sae, read_metrics,
                                read_sae_config, sae_folder, save_sae, saved_sites)
 
 SITE = "blocks.1.hook_resid_mid"

@@ -1,4 +1,4 @@
-"""The sparse autoencoder's arithmetic (core.features.sae, core.features.train), each number against a computation
+"""The sparse autoencoder's arithmetic (core.analysis.sae, core.features.train), each number against a computation
 written here: the encode and decode formulas by hand, the health numbers by explicit loops, the CE score on SAEs
 whose answer is known (the identity, zero), the spliced run against a hook written here, and recovery of known
 sparse directions."""
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from core.features.sae import SAE, SAEConfig
-from core.features.activations import HeldOut
-from core.nn.model import ModelConfig, Transformer
+from core.analysis.sae import SAE, SAEConfig
+from core.data.held_out import HeldOut
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.features.train import (SAESettings, ce_loss_score, evaluate, mean_ce, reconstruction_stats, splice_hooks,
                                  train_on, zero_hooks)
 

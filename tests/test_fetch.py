@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import pytest
 
 from core.training import fetch
-from core.training.corpus import DEFAULT_CORPUS, fetched_shakespeare_path, shakespeare_path
+from core.data.corpus import DEFAULT_CORPUS, fetched_shakespeare_path, shakespeare_path
 from core.training.fetch import FetchError, fetch_corpus
 from tests.local_http import closed_port_url, serve
 
@@ -247,11 +247,11 @@ def test_only_http_addresses(tmp_path):
 
 
 def test_a_fetched_copy_is_found_from_then_on(server, tmp_path, monkeypatch):
-    import core.training.corpus
+    import core.data.corpus
 
     monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("TE_CORPUS", str(tmp_path / "missing.txt"))
-    monkeypatch.setattr(core.training.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
+    monkeypatch.setattr(core.data.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
     assert shakespeare_path() is None
     dest = fetched_shakespeare_path()
     assert dest == tmp_path / "corpora" / "tinyshakespeare.txt"  # beside the models folder

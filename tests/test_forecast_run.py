@@ -2,9 +2,9 @@
 study's settings, its row the one train_one gives for the same spec; a corpus other than the study's is refused."""
 import pytest
 
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from core.training.forecast_run import plan_run, start_run
-from core.training.study import StudyError
+from core.training.study_grid import StudyError
 from core.training.study_grid import Grid, corpus_sha256, train_one
 from tests.test_study_job import wait_for
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from core.analysis.scaling import ScalingLaw
-from core.training.study import SHIPPED_STUDY, read_rows
+from core.training.study_files import SHIPPED_STUDY, read_rows
 from core.views import scaling_forecast as vf
 
 LAW = ScalingLaw(**json.loads((SHIPPED_STUDY / "fit.json").read_text())["law"])

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 import core.analysis.generation as G
 import core.analysis.sampling
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 CHARS = tuple("abcdefghijk")
 

@@ -14,7 +14,8 @@ from core.figures import intervention_figures as IF
 from core.serve.fmt import code_text, nats_than
 from core.analysis.induction import THRESHOLD, model_period
 from core.analysis.interventions import HeadEffect, layer_head_losses
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 
 # ----------------------------------------------------------------------------- cost

@@ -8,9 +8,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from core.nn.checkpoint import CheckpointError, discover_models, load_checkpoint, save_checkpoint  # noqa: E402
+from core.nn.checkpoint import CheckpointError, load_checkpoint  # noqa: E402
+from core.nn.model_discovery import discover_models  # noqa: E402
+from core.nn.model_store import save_checkpoint  # noqa: E402
 from core.nn.hf import export_gpt2, export_zip  # noqa: E402
-from core.nn.model import ModelConfig, Transformer  # noqa: E402
+from core.nn.config import ModelConfig  # noqa: E402
+from core.nn.model import Transformer  # noqa: E402
 from core.nn.params import count_parameters  # noqa: E402
 from tests.conftest import SHIPPED  # noqa: E402
 from tests.gpt2_folders import gpt2_config, save_random_gpt2, small_bpe  # noqa: E402

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from core.analysis.interventions import ablate_heads
 from core.nn.hooks import ActivationCache, HookRun
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 BASE = dict(vocab_size=11, n_ctx=12, d_model=16, n_heads=4, n_layers=2)
 CONFIGS = {

@@ -13,10 +13,14 @@ import torch
 from safetensors.torch import save_file
 
 import core.nn.checkpoint as ck
-from core.nn.checkpoint import CheckpointError, check_checkpoint, discover_models, load_checkpoint, read_card, \
-    read_heads, read_log, save_checkpoint, user_model_folder
-from core.nn.model import ModelConfig, Transformer
-from core.nn.tokenizer import BPETokenizer, CharTokenizer, Prompt, TokenizerFailed
+from core.nn.checkpoint import CheckpointError, check_checkpoint, load_checkpoint
+from core.nn.model_discovery import discover_models
+from core.nn.model_card import read_card, read_heads, read_log
+from core.nn.model_store import save_checkpoint, user_model_folder
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
+from core.nn.bpe import BPETokenizer, TokenizerFailed
+from core.nn.tokenizer import CharTokenizer, Prompt
 from tests.conftest import app_pages
 
 SECRET = "TOP-SECRET-4c7e"  # what a file outside the models folder holds: it must never reach a page
@@ -356,7 +360,7 @@ def test_a_model_refused_at_load_is_refused_once_per_folder_state(tmp_path, open
 
     models = _crafted(tmp_path)
     loads = []
-    real = ui.load_checkpoint
+    real = load_checkpoint
     monkeypatch.setattr(ui.models, "load_checkpoint", lambda path: loads.append(path) or real(path))
     at = open_page("pages/home.py", models_dir=models, state={"te_model_name": name})
     assert any(words in e.value for e in at.sidebar.error)

@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 import torch
 
-from core.analysis.induction import (HeadRecorder, add_repeats, formation_step, head_scores, model_probe, read_heads_csv,
-                            repeat_probe, stripe_scores, write_heads_csv)
-from core.nn.model import AttentionRecord, ModelConfig, ModelOutput, Transformer
+from core.analysis.induction import (HeadRecorder, add_repeats, formation_step, head_scores, model_probe, repeat_probe,
+                                     stripe_scores)
+from core.nn.heads_csv import read_heads_csv, write_heads_csv
+from core.nn.model import AttentionRecord, ModelOutput, Transformer
+from core.nn.config import ModelConfig
 
 
 def test_probe_rows_are_distinct_tokens_written_twice():
@@ -277,7 +279,7 @@ def test_the_recorder_measures_its_own_probe_at_its_interval():
 
 
 def test_heads_csv_text_parses_to_numbers_of_the_right_kind():
-    from core.analysis.induction import parse_heads_csv
+    from core.nn.heads_csv import parse_heads_csv
 
     text = ("step,layer,head,previous_token,induction,first_copy_loss\r\n"
             "100,0,1,0.25,0.5,\r\n200,1,0,0.125,0.75,3.5\r\n")
@@ -381,7 +383,8 @@ def test_frequent_tokens_counts_by_hand():
 
 
 def test_the_trainer_uses_the_pool_for_its_steps_only():
-    from core.training.trainer import TrainConfig, Trainer
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer
     from tests.snapshot_models import made_up_text
 
     tc = TrainConfig(steps=20, batch_size=4, eval_interval=20, eval_batches=1, heads_interval=0, snapshots=0,

@@ -1,7 +1,7 @@
 """The training page's induction preset really grows an induction head, near the step the page promises."""
 import pytest
 
-from core.training.corpus import read_text_file, shakespeare_path
+from core.data.corpus import read_text_file, shakespeare_path
 from core.analysis.induction import THRESHOLD, formation_step
 from core.training.job_settings import INDUCTION_FORMS_NEAR, INDUCTION_PRESET, JobSettings
 from core.analysis.induction import HeadRecorder

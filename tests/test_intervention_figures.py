@@ -4,8 +4,9 @@ import re
 import numpy as np
 import pytest
 
-from core.figures.intervention_figures import (continuation_html, head_label, heads_label, induction_frame, loss_change_html,
-                                       next_token_bars, ranking_frame, stripe_figure)
+from core.figures.intervention_figures import (continuation_html, induction_frame, loss_change_html, next_token_bars,
+                                               ranking_frame, stripe_figure)
+from core.serve.fmt import head_label, heads_label
 from core.analysis.interventions import HeadEffect
 
 CHARS = list("\n abcdefghijklmnopqrstuvwxyz")

@@ -6,9 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.analysis.interventions import (ablate_heads, check_heads, copy_slices, greedy_continuation, rank_heads, repeat_ids,
-                                repeat_period, token_losses)
-from core.nn.model import ModelConfig, Transformer
+from core.analysis.interventions import (ablate_heads, check_heads, greedy_continuation, rank_heads, repeat_ids,
+                                         repeat_period, token_losses)
+from core.analysis.induction import copy_slices
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 
 @pytest.fixture(scope="module")

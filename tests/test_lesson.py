@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from conftest import SHIPPED
 from core import lesson as LS
+from core.analysis.interventions import mean_logprob
 from core.nn.checkpoint import load_checkpoint
 
 
@@ -58,7 +59,7 @@ def test_mean_logprob_scores_every_token_from_start(tiny_model, start):
     with torch.no_grad():
         lp = F.log_softmax(tiny_model(x).logits[0, :-1], -1)[torch.arange(7), x[0, 1:]]  # entry i: ids[i + 1]
     first = max(start, 1)  # token 0 has nothing before it to be predicted from
-    assert LS.mean_logprob(tiny_model, ids, start) == pytest.approx(float(lp[first - 1:].mean()), abs=1e-6)
+    assert mean_logprob(tiny_model, ids, start) == pytest.approx(float(lp[first - 1:].mean()), abs=1e-6)
 
 
 def test_a_long_prompt_keeps_its_end_and_leaves_room_for_the_draws():

@@ -13,7 +13,8 @@ from conftest import ROOT, SHIPPED
 from core import lesson as LS
 from core.analysis.induction import HeadScores, head_scores
 from core.nn.checkpoint import load_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 from core.views.variants_view import STUDY_DIR, read_study
 

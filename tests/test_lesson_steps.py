@@ -17,7 +17,8 @@ from core.analysis.induction import THRESHOLD, HeadScores, head_scores, model_pr
 from core.analysis.scaling import CHINCHILLA
 from core.views.variants_view import Study
 from core.nn.checkpoint import CheckpointError, load_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 
 BPE = SHIPPED.parent / "shakespeare-bpe"

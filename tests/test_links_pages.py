@@ -97,8 +97,10 @@ def test_a_long_cause_and_effect_link_cuts_both_prompts_alike(open_page, tmp_pat
     # (each of these characters is three in a URL: %26, %3B, ...)
     import torch
 
-    from core.nn.checkpoint import load_checkpoint, save_checkpoint
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.checkpoint import load_checkpoint
+    from core.nn.model_store import save_checkpoint
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from tests.conftest import SHIPPED
 
     _, tok = load_checkpoint(SHIPPED)

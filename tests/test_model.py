@@ -6,7 +6,8 @@ import torch
 from core.nn.hooks import HookRun
 import torch.nn.functional as F
 
-from core.nn.model import ModelConfig, Transformer, future_mask
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer, future_mask
 
 
 def test_config_defaults_and_validation():
@@ -139,7 +140,7 @@ def test_lecture_defaults_are_unchanged():
 
 
 def test_new_fields_are_validated():
-    from core.nn.model import config_problems
+    from core.nn.config import config_problems
 
     base = ModelConfig().to_dict()
     for field, bad in [("bias", 1), ("tie_weights", "yes"), ("activation", "swish"), ("ln_eps", 0), ("ln_eps", True),
@@ -241,7 +242,7 @@ def test_last_only_skips_work_but_not_the_answer_in_a_gpt2_style_model(layers):
 def test_silent_units_count_inputs_of_zero_or_below_for_each_nonlinearity():
     import torch.nn.functional as F
 
-    from core.nn.model import silent_units
+    from core.nn.config import silent_units
 
     x = torch.tensor([-3.0, -0.5, 0.0, 0.25, 2.0])  # three inputs of 0 or below
     assert silent_units(F.relu(x), "relu") == 3

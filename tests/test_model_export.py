@@ -9,8 +9,9 @@ from pathlib import Path
 import torch
 
 from core.training import model_export
-from core.nn.checkpoint import save_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.training.quota import QuotaError
 from core.nn.tokenizer import CharTokenizer
 

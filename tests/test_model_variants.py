@@ -9,8 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.nn.checkpoint import load_checkpoint, save_checkpoint
-from core.nn.model import ModelConfig, Transformer, config_problems
+from core.nn.checkpoint import load_checkpoint
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig, config_problems
+from core.nn.model import Transformer
 from core.nn.params import count_parameters, measured_counts, per_block_latex
 from core.nn.tokenizer import CharTokenizer
 

@@ -17,8 +17,8 @@ from pages.parameters.figures import parameter_bar
 from core.figures.generation_figures import distribution_bars, sweep_bars
 from core.figures.induction_figures import formation_figure
 from core.figures.scaling_figures import loss_map, loss_vs_D, loss_vs_N
-from core.nn.checkpoint import read_heads
-from core.nn.model import ModelConfig
+from core.nn.model_card import read_heads
+from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
 
 ROOT = Path(__file__).resolve().parent.parent

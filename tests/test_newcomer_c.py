@@ -359,16 +359,17 @@ def test_the_study_writes_its_fitting_phase_with_the_refits_time(tmp_path, monke
     import json
 
     from core.training import study
+    from core.training.study_files import PROGRESS_JSON, STUDY_JSON
 
     seen = []
     monkeypatch.setattr(study, "fit_study", lambda rows, resamples, on_fit=None: (
-        seen.append(json.loads((tmp_path / study.PROGRESS_JSON).read_text())), on_fit(12.0),
-        seen.append(json.loads((tmp_path / study.PROGRESS_JSON).read_text())), None)[-1])
+        seen.append(json.loads((tmp_path / PROGRESS_JSON).read_text())), on_fit(12.0),
+        seen.append(json.loads((tmp_path / PROGRESS_JSON).read_text())), None)[-1])
     monkeypatch.setattr(study, "write_card", lambda *a: "")
     monkeypatch.setattr(study, "read_rows", lambda path: [{"run_id": str(i)} for i in range(20)])
     monkeypatch.setattr(study, "usable_rows", lambda rows: (rows, []))
-    (tmp_path / study.STUDY_JSON).write_text("{}")
-    (tmp_path / study.PROGRESS_JSON).write_text(json.dumps({"state": "trained", "done": 20}))
+    (tmp_path / STUDY_JSON).write_text("{}")
+    (tmp_path / PROGRESS_JSON).write_text(json.dumps({"state": "trained", "done": 20}))
     study.finish_study(tmp_path, resamples=10)
     assert [p["state"] for p in seen] == ["fitting", "fitting"] and seen[0]["done"] == 20
     assert seen[0]["eta_s"] is None and seen[1]["eta_s"] == 12.0

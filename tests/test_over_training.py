@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from core.analysis.over_training import copy_keys, head_patterns, over_training, pick_steps, prompt_induction
 from core.analysis.text_probe import text_copy_losses, text_probe, token_span
 from pages.over_training import figures as OF
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 
 def test_copy_keys_mark_the_token_after_each_earlier_copy():

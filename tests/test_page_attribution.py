@@ -9,8 +9,8 @@ import torch
 from core.analysis import attribution as A
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
-from core.nn.model import ModelConfig
 from pages.attribution import view as av
+from core.nn.config import ModelConfig
 from conftest import SHIPPED
 from tests.test_page_scaling import text_of
 

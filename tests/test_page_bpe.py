@@ -171,10 +171,11 @@ def test_one_induction_score_per_head_on_both_pages_and_in_the_training_log(open
     import numpy as np
     from gpt2_folders import small_bpe
 
-    from core.nn.checkpoint import save_checkpoint
-    from core.training.corpus import pydoc_text
+    from core.nn.model_store import save_checkpoint
+    from core.data.corpus import pydoc_text
     from core.analysis.induction import probe_period, repeat_probe
-    from core.training.trainer import TrainConfig, Trainer
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer
 
     tok = small_bpe()
     readable = tok.readable_ids()

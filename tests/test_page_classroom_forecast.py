@@ -4,7 +4,7 @@ as the background job hands it) and the bin it landed in is revealed, checked ag
 import pytest
 
 from core.serve import classroom as C
-from core.training.corpus import CORPUS_ENV, shakespeare_path
+from core.data.corpus import CORPUS_ENV, shakespeare_path
 from tests.test_page_classroom import _button, _radio, store_path, words  # noqa: F401  (a fixture)
 from tests.test_page_scaling_forecast import ROWS, FakeJob
 from pages.classroom.views import choice_label
@@ -30,7 +30,7 @@ class RunningJob:
 
 def test_without_the_corpus_a_forecast_round_says_why_not(open_page, store_path, tmp_path, monkeypatch):
     monkeypatch.setenv(CORPUS_ENV, str(tmp_path / "no-such-file.txt"))
-    monkeypatch.setattr("core.training.corpus.fetched_shakespeare_path", lambda: tmp_path / "none.txt")
+    monkeypatch.setattr("core.data.corpus.fetched_shakespeare_path", lambda: tmp_path / "none.txt")
     teacher = open_page(PAGE, timeout=300)
     teacher.button(key="class_start").click().run()
     teacher.radio(key="class_kind").set_value("Forecast the next run").run()

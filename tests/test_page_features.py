@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import SHIPPED
-from core.features.sae import load_sae
+from core.analysis.sae import load_sae
 from core.nn.checkpoint import load_checkpoint
 
 PAGE = "pages/features.py"
@@ -123,12 +123,13 @@ def test_an_sae_trained_on_the_page_joins_the_picker_and_its_numbers_show(open_p
 @pytest.mark.slow
 def test_a_model_without_an_mlp_offers_features_only(open_page, tmp_path):
     """An attention-only model with an SAE: no neuron views at all (they would have no MLP to read)."""
-    from core.features.sae import sae_folder, save_sae
+    from core.analysis.sae import sae_folder, save_sae
     from core.features.train import SAESettings, train_sae
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.nn.model_store import save_checkpoint
     from core.nn.tokenizer import CharTokenizer
-    from core.training.corpus import pydoc_text
+    from core.data.corpus import pydoc_text
 
     tok = CharTokenizer.from_text(pydoc_text())
     torch.manual_seed(0)

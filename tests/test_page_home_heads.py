@@ -3,7 +3,7 @@ import json
 import shutil
 from pathlib import Path
 
-from core.analysis.induction import write_heads_csv
+from core.nn.heads_csv import write_heads_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"

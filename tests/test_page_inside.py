@@ -9,9 +9,11 @@ import torch
 import torch.nn.functional as F
 
 from conftest import SHIPPED
-from core.nn.checkpoint import load_checkpoint, save_checkpoint
+from core.nn.checkpoint import load_checkpoint
+from core.nn.model_store import save_checkpoint
 from core.serve.fmt import visible
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 PAGE = "pages/inside.py"
 PROMPT = "inside_prompt"

@@ -14,7 +14,8 @@ from conftest import SHIPPED
 from core.analysis import patching as P
 from core.analysis.induction import THRESHOLD
 from core.nn.checkpoint import load_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.model_store import save_checkpoint
 
 PAGE = "pages/lesson.py"
@@ -79,7 +80,7 @@ def test_the_bpe_models_steps_that_need_an_induction_head_say_it_has_none_and_do
 
 
 def step_key(at, step):
-    from core.lesson import STEPS
+    from core.lesson.steps import STEPS
     return STEPS[step - 1].key
 
 

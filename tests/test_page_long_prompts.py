@@ -16,7 +16,7 @@ import torch.nn.functional as F
 pytest.importorskip("transformers")
 
 from core.nn.checkpoint import load_checkpoint  # noqa: E402
-from core.training.corpus import pydoc_text  # noqa: E402
+from core.data.corpus import pydoc_text  # noqa: E402
 from core.analysis.trace import max_trace_tokens  # noqa: E402
 from tests.gpt2_folders import save_random_gpt2, small_bpe  # noqa: E402
 

@@ -160,7 +160,7 @@ def test_runs_with_a_flat_loss_are_refused_not_crashed(fit_page):
 # ---------------------------------------------------------------- the study: shipped, started here, refused
 
 def test_the_shipped_study_is_shown_with_its_fit_from_the_first_visit(fit_page):
-    from core.training.study import SHIPPED_STUDY, read_study
+    from core.training.study_files import SHIPPED_STUDY, read_study
 
     meta, rows, fit = read_study(SHIPPED_STUDY)
     at = fit_page()
@@ -205,7 +205,7 @@ def test_a_corpus_too_small_for_the_grid_is_refused(fit_page):
 
 @pytest.mark.slow
 def test_a_tiny_study_starts_and_stops(fit_page):
-    from core.training.study import read_rows
+    from core.training.study_files import read_rows
 
     at = fit_page()
     at.radio(key="scal_study_corpus").set_value("pydoc").run()
@@ -234,7 +234,7 @@ def test_a_tiny_study_starts_and_stops(fit_page):
 def test_a_studys_points_and_fit_are_drawn_from_its_folder(open_page, tmp_path):
     import shutil
 
-    from core.training.study import SHIPPED_STUDY
+    from core.training.study_files import SHIPPED_STUDY
     from core.training.study_job import StudyJob
 
     for name in ("runs.csv", "study.json"):
@@ -268,7 +268,7 @@ def study_copy(folder, losses=None, files=("runs.csv", "study.json")) -> list[di
     import io
     import shutil
 
-    from core.training.study import SHIPPED_STUDY
+    from core.training.study_files import SHIPPED_STUDY
 
     for name in files:
         shutil.copy(SHIPPED_STUDY / name, folder / name)

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from core.analysis.scaling import ScalingLaw
-from core.nn.model import ModelConfig, Transformer
-from core.training.study import SHIPPED_STUDY, read_rows
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
+from core.training.study_files import SHIPPED_STUDY, read_rows
 from tests.test_page_scaling import text_of
 
 FIT_PAGE, LAW_PAGE = "pages/scaling_fit.py", "pages/scaling.py"

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from tests.polling import wait_until
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from core.nn.params import count_parameters
 from core.training.job_settings import JobSettings
 
@@ -211,7 +211,8 @@ def test_induction_preset_sets_the_run_and_says_when_the_head_should_form(page):
 def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, tmp_path):
     """The live head view plots, for each head, scores that the test recomputes from the saved weights."""
     import numpy as np
-    from core.nn.checkpoint import load_checkpoint, read_heads
+    from core.nn.checkpoint import load_checkpoint
+    from core.nn.model_card import read_heads
     from core.analysis.induction import repeat_probe
     at = page
     small_run(at, steps=20)
@@ -254,9 +255,9 @@ FETCH_BODY = "".join(f"{i:04d} a text built for the fetch test, not the corpus\n
 @pytest.fixture
 def no_corpus(tmp_path, monkeypatch):
     """TE_CORPUS names a missing file and the default place is empty too: no Tiny Shakespeare anywhere."""
-    import core.training.corpus
+    import core.data.corpus
     monkeypatch.setenv("TE_CORPUS", str(tmp_path / "missing.txt"))
-    monkeypatch.setattr(core.training.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
+    monkeypatch.setattr(core.data.corpus, "DEFAULT_CORPUS", tmp_path / "absent.txt")
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
@@ -326,7 +327,7 @@ def test_a_failed_fetch_says_where_to_put_the_file_and_saves_nothing(no_corpus, 
 
 def _bpe_by_hand(text, vocab):
     """The BPE a run learns, built here without the page: from the training 90% only."""
-    from core.nn.tokenizer import BPETokenizer
+    from core.nn.bpe import BPETokenizer
     n = int(len(text) * 0.9)
     tok = BPETokenizer.train(text[:n], vocab)
     return tok, len(tok.encode(text[:n])), len(tok.encode(text[n:]))
@@ -342,7 +343,7 @@ def test_bpe_choice_shows_its_vocabulary_and_tokens(page):
     assert metrics["Tokens"] == f"{n_train + n_val:,}"
     n = count_parameters(JobSettings(tokenizer="bpe").model_config(512))["total"]
     assert metrics["Parameters N"] == f"{n:,}"  # the embedding and output layer have 512 rows and columns
-    from core.training.corpus import describe_corpus
+    from core.data.corpus import describe_corpus
     sample = describe_corpus(pydoc_text(), "x").sample
     assert "│".join(tok.visible_tokens(tok.encode(sample))) in texts(at, "code")  # the passage cut into tokens
     assert any(f"cut into its {len(tok.encode(sample)):,} tokens" in c for c in texts(at, "caption"))
@@ -381,7 +382,8 @@ def n_val_by_hand(vocab):
 @pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI
 def test_a_bpe_run_is_trained_saved_with_its_tokenizer_and_scored_in_bits_per_character(page, tmp_path):
     import math
-    from core.nn.checkpoint import load_checkpoint, read_card, read_config
+    from core.nn.checkpoint import load_checkpoint, read_config
+    from core.nn.model_card import read_card
     at = page
     at.radio(key="train_tokenizer").set_value("bpe").run()
     at.number_input(key="train_bpe_vocab").set_value(320)

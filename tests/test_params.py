@@ -4,7 +4,8 @@ import re
 import pytest
 import torch
 
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.params import (BREAKDOWN_ROWS, DETAILED_ROWS, breakdown_rows, build_on_meta, count_module_parameters,
                          count_parameters, heads_sweep, mlp_latex, parameter_table, per_block_formula, per_block_latex,
                          share_latex)

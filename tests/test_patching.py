@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.analysis.patching import (Metric, _forward, check_pair, patch_heads, patch_residual, patch_sublayers, path_patch,
                            score_sources)
 
@@ -138,8 +139,9 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
 
 
 # ---------------------------------------------------------------- the page's helpers
-from core.analysis.patching import (corrupt_one, default_answers, match_lengths, read_sources, top_predictions,  # noqa: E402
-                           top_sources)
+from core.analysis.prompt_pairs import corrupt_one, match_lengths
+from core.analysis.patching import default_answers, top_predictions
+from core.analysis.circuit import read_sources, top_sources
 
 
 def test_the_corrupted_copy_changes_the_earlier_occurrence_of_the_last_token():
@@ -206,7 +208,8 @@ def test_the_example_pair_is_the_probe_written_again_with_the_earlier_occurrence
     from conftest import SHIPPED
     from core.analysis.induction import model_probe
     from core.nn.checkpoint import load_checkpoint
-    from core.analysis.patching import example_pair, sources_view
+    from core.analysis.prompt_pairs import example_pair
+    from core.analysis.circuit import sources_view
 
     model, tok = load_checkpoint(SHIPPED)
     clean, bad, period, again = example_pair(model, tok, seed=5)

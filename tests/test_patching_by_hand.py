@@ -8,7 +8,8 @@ import torch
 
 from hand_forward import edge_path, hand_forward, logit_diff, replace_head
 from core.analysis import patching as P
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.analysis.patching import (HEAD_KINDS, Metric, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
                            path_patch, path_patch_senders, paths_into)
 

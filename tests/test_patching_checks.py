@@ -7,7 +7,8 @@ import torch
 
 from core.analysis import patching as P
 from core.analysis.circuit import sources_view
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 CLEAN = [1, 2, 3, 4, 5, 1, 2, 3]
 CORRUPT = [1, 2, 3, 9, 5, 1, 2, 3]

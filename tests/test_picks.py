@@ -57,7 +57,7 @@ def test_the_model_cards_summary_skips_nan_scores():
 
 def test_the_strongest_patched_head_and_the_over_training_head():
     from core.analysis.over_training import OverTraining
-    from core.analysis.patching import strongest_head
+    from core.analysis.prompt_pairs import strongest_head
 
     signed = np.array([[NAN, 0.2, 0.1], [-0.95, NAN, 0.9]])                 # the largest in size is -0.95
     assert strongest_head(signed) == (1, 0)

@@ -4,8 +4,10 @@ import math
 import pytest
 import torch
 
-from core.nn.model import ModelConfig, Transformer
-from core.training.trainer import RECIPES, TrainConfig, Trainer, lr_scale, make_optimizers, param_groups
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
+from core.training.recipes import RECIPES, TrainConfig, lr_scale, make_optimizers, param_groups
+from core.training.trainer import Trainer
 
 TEXT = "".join(chr(97 + (i * 7 + i // 13) % 26) + (" " if i % 5 == 4 else "") for i in range(6000))
 
@@ -87,7 +89,7 @@ def test_a_short_run_lowers_the_loss_and_is_deterministic(recipe):
 def test_the_model_card_names_the_recipe():
     from dataclasses import asdict
 
-    from core.nn.checkpoint import model_card
+    from core.nn.model_card import model_card
 
     cfg = ModelConfig(vocab_size=3, n_ctx=4, d_model=4, n_heads=1, n_layers=1)
     def recipe_row(training):  # the card escapes Markdown; read the row as a reader sees it

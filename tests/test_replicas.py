@@ -234,8 +234,9 @@ def test_an_upload_reaches_only_the_replica_that_holds_the_session(cluster):
 def test_every_replica_sees_the_shared_models_folder(cluster):
     import torch
 
-    from core.nn.checkpoint import save_checkpoint
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.model_store import save_checkpoint
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.nn.tokenizer import CharTokenizer
     tok = CharTokenizer.from_text("a class gallery\n")
     torch.manual_seed(0)

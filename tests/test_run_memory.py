@@ -2,9 +2,12 @@
 import pytest
 import torch
 
-from core.training.job_settings import (DEFAULT_RUN_MEMORY, FLOAT, PROCESS_BYTES, JobSettings, activation_floats_per_token,
-                               memory_budget, memory_summary, parse_size, run_memory, validate_settings)
-from core.nn.model import ModelConfig, Transformer
+from core.data.budget import DEFAULT_RUN_MEMORY, PROCESS_BYTES, memory_budget
+from core.training.job_settings import (FLOAT, JobSettings, activation_floats_per_token, memory_summary, run_memory,
+                                        validate_settings)
+from core.serve.sizes import parse_size
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 # the example: characters, d=176, h=4, L=24, n_ctx=256, batch 256 (under MAX_PARAMS and 65,536 tokens a step)
 HUGE = dict(d_model=176, n_heads=4, n_layers=24, n_ctx=256, batch_size=256)

@@ -11,10 +11,11 @@ import torch
 from core.features import job as job_mod
 from core.features.forming import Forming, formation_steps, forming_job, match_features, pick_steps
 from core.features.job import SAEBusyError, SAEJob
-from core.features.sae import SAE, SAEConfig
+from core.analysis.sae import SAE, SAEConfig
 from core.features.train import SAESettings
 from core.nn.checkpoint import load_checkpoint, read_config
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.model_store import save_checkpoint
 from core.nn.snapshots import checkpoint_steps, snapshot_state
 from core.nn.tokenizer import CharTokenizer

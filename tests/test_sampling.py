@@ -214,7 +214,8 @@ def test_long_prompt_is_windowed(tiny_model):
 
 
 def test_rows_with_their_own_temperature_match_one_row_runs():
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     from core.analysis.sampling import generate, stream
 
     torch.manual_seed(0)
@@ -311,7 +312,7 @@ class TableModel(torch.nn.Module):
     asked to keep one, asked for the last position only)."""
 
     def __init__(self, rows, n_ctx):
-        from core.nn.model import ModelConfig
+        from core.nn.config import ModelConfig
 
         super().__init__()
         self.rows = torch.as_tensor(rows, dtype=torch.float32)  # (m, m)

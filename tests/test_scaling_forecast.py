@@ -293,7 +293,8 @@ def test_the_shipped_forecast_json_is_read_and_a_tampered_one_refused(tmp_path):
     import shutil
 
     from core.training.forecast_study import FORECAST_JSON, read_forecast
-    from core.training.study import SHIPPED_STUDY, StudyError
+    from core.training.study_files import SHIPPED_STUDY
+    from core.training.study_grid import StudyError
 
     data = read_forecast(SHIPPED_STUDY)
     rows = data["calibration"]["rows"]
@@ -324,7 +325,7 @@ def test_plan_run_maps_the_law_to_a_run_and_holds_the_limits():
     import json
 
     from core.training.forecast_run import MAX_FORECAST_EPOCHS, plan_run, width_params
-    from core.training.study import SHIPPED_STUDY, read_rows
+    from core.training.study_files import SHIPPED_STUDY, read_rows
 
     meta = json.loads((SHIPPED_STUDY / "study.json").read_text())
     rows = read_rows(SHIPPED_STUDY / "runs.csv")
@@ -416,7 +417,7 @@ def test_the_shipped_analysis_is_made_again_from_runs_csv():
     """forecast.json is what python -m core.forecast_study makes from the two studies' runs.csv (no corpus needed):
     the calibration and the two forms made again in full, the R* profile at its best value and two others."""
     from core.training import forecast_study as FS
-    from core.training.study import SHIPPED_STUDY
+    from core.training.study_files import SHIPPED_STUDY
 
     shipped = FS.read_forecast(SHIPPED_STUDY)
     _, full = FS._rows(SHIPPED_STUDY)

@@ -6,11 +6,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from core.figures.study_figures import UNFITTED
 from core.views import scaling_study as ss
 
 from core.views import scaling_view as sv
 from core.serve.fmt import g3, number_word, rough_time
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.analysis.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, N_STARTS, FitError, ScalingLaw, start_grid
 from core.analysis.scaling_runs import MIN_RUNS, parse_runs
 from core.training.study_job import ACTIVE, STATES, BusyError
@@ -256,8 +258,8 @@ def status(state="running", done=9, total=24, eta_s=None):
 def test_a_live_study_is_fitted_from_min_runs_on(tmp_path):
     rows = runs_of(CHINCHILLA)
     got = ss.live_fit(status(), rows, tmp_path, Fits())
-    assert got.law == CHINCHILLA and not got.waiting and not got.warnings and got.unfitted == ss.UNFITTED
-    assert str(MIN_RUNS) in ss.UNFITTED
+    assert got.law == CHINCHILLA and not got.waiting and not got.warnings and got.unfitted == UNFITTED
+    assert str(MIN_RUNS) in UNFITTED
     got = ss.live_fit(status(done=3), rows[:3], tmp_path, Fits())
     assert got.law is None and got.waiting == f"3 runs so far; the fit starts at {MIN_RUNS}."
     small = ss.live_fit(status("finished", done=6, total=6), rows[:6], tmp_path, Fits())

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.nn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.checkpoint import CheckpointError, load_checkpoint
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,7 +243,7 @@ def test_checkpoint_loading_never_leaves_the_given_folder(tmp_path):
 
 
 def test_a_file_name_cannot_put_links_into_the_shared_model_card():
-    from core.nn.checkpoint import model_card
+    from core.nn.model_card import model_card
 
     card = model_card("mine", ModelConfig(vocab_size=3, n_ctx=4, d_model=4, n_heads=1, n_layers=1),
                       {"corpus": "[Sign in again](https://evil.example) | ![](https://t.example/p.png) x.txt"})

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from core.analysis.attention import attention_overview, head_attention, head_window
-from pages.attention.figures import all_heads_figure, head_panels, mask_order_figure
+from pages.attention.grid import all_heads_figure
+from core.figures.attention_panels import head_panels, mask_order_figure
 from core.figures.generation_figures import sweep_bars
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 
 def streamlit_json(fig) -> str:

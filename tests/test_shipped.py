@@ -4,9 +4,9 @@ from pathlib import Path
 import torch
 
 from core.nn.checkpoint import load_checkpoint, read_config
-from core.training.corpus import split_train_val
+from core.data.corpus import split_train_val
 from core.nn.params import count_parameters
-from core.training.trainer import windowed_loss
+from core.training.train_data import windowed_loss
 
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "models" / "shakespeare-char"
 
@@ -70,7 +70,8 @@ def test_switching_the_induction_head_off_breaks_copying_and_no_other_head_does(
 
 
 def test_shipped_heads_csv_records_when_the_head_formed():
-    from core.analysis.induction import formation_step, read_heads_csv
+    from core.analysis.induction import formation_step
+    from core.nn.heads_csv import read_heads_csv
     rows = read_heads_csv(SHIPPED / "heads.csv")
     _, _, training = read_config(SHIPPED)
     assert formation_step(rows) == training["induction"]["formed_at_step"] is not None
@@ -81,7 +82,7 @@ SHIPPED_BPE = SHIPPED.parent / "shakespeare-bpe"
 
 
 def test_shipped_bpe_model_is_small_and_carries_its_tokenizer():
-    from core.nn.tokenizer import BPETokenizer
+    from core.nn.bpe import BPETokenizer
     model, tok = load_checkpoint(SHIPPED_BPE)
     c = model.config
     assert (c.d_model, c.n_heads, c.n_layers, c.n_ctx) == (64, 4, 2, 128)
@@ -93,7 +94,7 @@ def test_shipped_bpe_model_is_small_and_carries_its_tokenizer():
 
 
 def test_shipped_bpe_tokenizer_was_learned_from_the_training_part_only(corpus_text):
-    from core.nn.tokenizer import BPETokenizer
+    from core.nn.bpe import BPETokenizer
     _, tok = load_checkpoint(SHIPPED_BPE)
     train_text, _ = split_train_val(corpus_text)
     assert tok.to_str() == BPETokenizer.train(train_text, 1024).to_str()

@@ -10,10 +10,12 @@ import zipfile
 import pytest
 import torch
 
-from core.nn.checkpoint import CheckpointError, checkpoint_steps, load_checkpoint, save_checkpoint
+from core.nn.checkpoint import CheckpointError, load_checkpoint
+from core.nn.snapshots import checkpoint_steps
+from core.nn.model_store import save_checkpoint
 from core.nn.model_store import checkpoint_zip
 from core.nn.snapshots import MAX_SNAPSHOTS, snapshot_files, snapshot_losses, snapshot_name, snapshot_steps
-from core.training.trainer import TrainConfig
+from core.training.recipes import TrainConfig
 from tests.snapshot_models import STEPS, train_with_snapshots
 
 

@@ -7,9 +7,10 @@ import torch
 from core.analysis import generation as G
 from core.analysis.sampling import generate
 from core.analysis.steering import steer_hooks
-from core.features.sae import SAE, SAEConfig
+from core.analysis.sae import SAE, SAEConfig
 from core.features.steering import feature_hooks, feature_scales
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 CHARS = [chr(ord("a") + i) for i in range(11)]
 SITE0, SITE1 = "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from core.analysis.sampling import generate
-from core.features.activations import model_held_out
-from core.features.sae import load_sae
+from core.data.held_out import model_held_out
+from core.analysis.sae import load_sae
 from core.features.steering import feature_scales
 from core.nn.checkpoint import load_checkpoint, read_config
-from core.training.corpus import shakespeare_path
+from core.data.corpus import shakespeare_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"

@@ -16,11 +16,15 @@ import numpy as np
 import pytest
 
 from tests.polling import wait_until
-from core.training import study
-from core.training.corpus import pydoc_text
+from core.training import study, study_files
+from core.data.corpus import pydoc_text
 from core.analysis.scaling import ScalingLaw, bootstrap_fit, fit_scaling_law
-from core.training.study import (GRIDS, MAX_EPOCHS, ROW_FIELDS, TIMING_FIELDS, Grid, LocalEngine, RayEngine, StudyError,
-                        StudyStopped, corpus_problem, main, make_engine, read_rows, run_study, train_one)
+from core.training.study_grid import (GRIDS, MAX_EPOCHS, ROW_FIELDS, TIMING_FIELDS, Grid, StudyError, corpus_problem,
+                                      train_one)
+from core.training.study_engines import LocalEngine, RayEngine, StudyStopped, make_engine
+from core.training.study import main
+from core.training.study_files import read_rows
+from core.training.study_run import run_study
 
 ROOT = Path(__file__).resolve().parent.parent
 # four runs of a second or two each: two widths x two budgets on Python's own documentation (always there)
@@ -269,8 +273,8 @@ def _shipped_copy(folder: Path, losses: dict | None = None, files=("runs.csv", "
 
     folder.mkdir(parents=True, exist_ok=True)
     for name in files:
-        shutil.copy(study.SHIPPED_STUDY / name, folder / name)
-    text = (study.SHIPPED_STUDY / "runs.csv").read_text()
+        shutil.copy(study_files.SHIPPED_STUDY / name, folder / name)
+    text = (study_files.SHIPPED_STUDY / "runs.csv").read_text()
     raw = list(csv.DictReader(io.StringIO(text)))
     for r in raw:
         r["loss"] = (losses or {}).get(r["run_id"], r["loss"])
@@ -284,7 +288,7 @@ def _shipped_copy(folder: Path, losses: dict | None = None, files=("runs.csv", "
 
 def test_diverged_and_non_positive_runs_are_set_aside_with_the_reason(tmp_path):
     raw = _shipped_copy(tmp_path, {"d16-D300032": "nan", "d96-D3000320": "-1", "d32-D600064": "inf"})
-    good, bad = study.usable_rows(read_rows(tmp_path / "runs.csv"))
+    good, bad = study_files.usable_rows(read_rows(tmp_path / "runs.csv"))
     assert [r["run_id"] for r in good] == [r["run_id"] for r in raw
                                            if r["run_id"] not in ("d16-D300032", "d96-D3000320", "d32-D600064")]
     why = {row["run_id"]: reason for row, reason in bad}
@@ -292,10 +296,10 @@ def test_diverged_and_non_positive_runs_are_set_aside_with_the_reason(tmp_path):
     assert "NaN" in why["d16-D300032"] and "diverged" in why["d16-D300032"]
     assert "infinite" in why["d32-D600064"]
     assert "-1" in why["d96-D3000320"] and "positive" in why["d96-D3000320"]
-    note = study.dropped_note(bad)
+    note = study_files.dropped_note(bad)
     n16 = next(int(r["N"]) for r in raw if r["run_id"] == "d16-D300032")
     assert "3 runs are left out of the fit" in note and f"N = {n16:,}, D = 300,032" in note
-    assert study.usable_rows([]) == ([], [])
+    assert study_files.usable_rows([]) == ([], [])
 
 
 @pytest.mark.slow  # a training process or a full fit: seconds; the whole suite runs it
@@ -325,9 +329,9 @@ def test_an_unreadable_study_file_is_named(tmp_path, name, content, words):
     _shipped_copy(tmp_path)
     (tmp_path / name).write_text(content)
     with pytest.raises(StudyError, match=words.replace("'", ".")) as e:
-        study.read_study(tmp_path)
+        study_files.read_study(tmp_path)
     assert str(tmp_path / name) in str(e.value)
-    meta, rows, bad, fit, problems = study.open_study(tmp_path)
+    meta, rows, bad, fit, problems = study_files.open_study(tmp_path)
     assert len(problems) == 1 and str(tmp_path / name) in problems[0]
     if name == "fit.json":  # only the fit is lost: the runs and what they are still stand
         assert meta["grid"]["name"] == "full" and len(rows) == 24 and fit is None
@@ -337,10 +341,10 @@ def test_an_unreadable_study_file_is_named(tmp_path, name, content, words):
 
 def test_a_study_opened_for_the_page_sets_aside_bad_runs_and_a_fit_of_other_runs(tmp_path):
     raw = _shipped_copy(tmp_path)
-    meta, rows, bad, fit, problems = study.open_study(tmp_path)
+    meta, rows, bad, fit, problems = study_files.open_study(tmp_path)
     assert len(rows) == len(raw) == fit["runs"] and bad == [] and problems == []
     _shipped_copy(tmp_path, {"d48-D600064": "nan"})
-    meta, rows, bad, fit, problems = study.open_study(tmp_path)
+    meta, rows, bad, fit, problems = study_files.open_study(tmp_path)
     assert [r["run_id"] for r in rows] == [r["run_id"] for r in raw if r["run_id"] != "d48-D600064"]
     assert [r["run_id"] for r, _ in bad] == ["d48-D600064"]
     assert fit is None and problems == [f"{tmp_path / 'fit.json'} was fitted to 24 runs, not to the 23 usable ones "
@@ -354,7 +358,7 @@ def test_a_fit_that_fails_is_recorded_with_the_study(tmp_path, text, monkeypatch
     from core.training.study_files import read_meta
 
     run_study(MICRO, text, "pydoc", tmp_path, InlineEngine())
-    (tmp_path / study.FIT_JSON).write_text('{"law": "of an earlier session, with fewer runs"}')
+    (tmp_path / study_files.FIT_JSON).write_text('{"law": "of an earlier session, with fewer runs"}')
     monkeypatch.setattr(scaling_runs, "MIN_RUNS", 2)  # the four runs are enough to try
 
     def no_law(rows, resamples, on_fit=None):
@@ -364,5 +368,5 @@ def test_a_fit_that_fails_is_recorded_with_the_study(tmp_path, text, monkeypatch
     assert study.finish_study(tmp_path, resamples=5) is None
     # on disk, where the study's other records are: study.json and the card (the error was only in memory)
     assert read_meta(tmp_path)["fit_error"] == "these runs show no law of this form"
-    assert "No law was fitted: these runs show no law of this form" in (tmp_path / study.CARD).read_text()
-    assert not (tmp_path / study.FIT_JSON).exists()  # the earlier fit does not stand for these runs
+    assert "No law was fitted: these runs show no law of this form" in (tmp_path / study_files.CARD).read_text()
+    assert not (tmp_path / study_files.FIT_JSON).exists()  # the earlier fit does not stand for these runs

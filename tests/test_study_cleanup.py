@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.training.study import StudyError
+from core.training.study_grid import StudyError
 from core.training.study_job import BusyError, StudyJob
 from tests.polling import wait_until
 from tests.test_study_job import micro  # noqa: F401  (a fixture: a 6-run study that takes seconds)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from core.analysis.scaling import CHINCHILLA, EPOCH_2024, LAW_PRESETS, ScalingLaw
-from core.training.study import STARTUP_S, Grid, comparison_rows, estimate_seconds
+from core.training.study_grid import STARTUP_S, Grid, estimate_seconds
+from core.training.study import comparison_rows
 from core.figures.study_figures import frontier_figure, residual_figure, study_figure
 
 LAW = ScalingLaw(A=30.0, B=60.0, alpha=0.3, beta=0.3, E=1.3)

@@ -6,8 +6,9 @@ import pytest
 
 from core.training import study_job
 from tests.polling import stays, wait_until
-from core.training.corpus import pydoc_text
-from core.training.study import StudyError, read_rows
+from core.data.corpus import pydoc_text
+from core.training.study_grid import StudyError
+from core.training.study_files import read_rows
 from core.training.study_job import BusyError, StudyJob
 
 pytestmark = pytest.mark.slow  # each study starts Python, torch and two workers: seconds, more on a busy machine
@@ -121,7 +122,7 @@ def test_every_state_status_gives_is_named_and_active_means_alive(tmp_path):
     import subprocess
     import sys
 
-    from core.training.study import ROW_FIELDS
+    from core.training.study_grid import ROW_FIELDS
 
     def ended(code: int) -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"])

@@ -12,8 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from core.training import study_live
-from core.training.corpus import pydoc_text
-from core.training.study import Grid, read_progress, run_study, train_one
+from core.data.corpus import pydoc_text
+from core.training.study_grid import Grid, train_one
+from core.training.study_files import read_progress
+from core.training.study_run import run_study
 from core.training.study_job import StudyJob, StudyStatus
 from core.training.study_live import LIVE_PREFIX, StepReport, seconds_left
 from core.views.scaling_forecast import run_progress

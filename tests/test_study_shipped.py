@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from core.training.corpus import shakespeare_path
-from core.training.study import SHIPPED_STUDY, read_study
+from core.data.corpus import shakespeare_path
+from core.training.study_files import SHIPPED_STUDY, read_study
 
 META, ROWS, FIT = read_study(SHIPPED_STUDY)
 
@@ -104,7 +104,7 @@ def test_a_shipped_run_trained_again_gives_the_same_row_up_to_the_cpus_rounding(
     """The cheapest run of the shipped grid, retrained here from its spec: every field but the timings as shipped,
     the two losses within LOSS_RTOL (the engines, the day and the other work on the machine change nothing; the
     CPU's kernels change the last digits of a few thousand optimiser steps)."""
-    from core.training.study import FLOAT_FIELDS, GRIDS, TIMING_FIELDS, train_one
+    from core.training.study_grid import FLOAT_FIELDS, GRIDS, TIMING_FIELDS, train_one
 
     path = shakespeare_path()
     if path is None:
@@ -124,8 +124,8 @@ def test_the_same_run_trained_twice_on_one_machine_is_bit_identical():
     (a short one: 40 steps of the cheapest shipped run's shape) give the same row but for the timings."""
     import dataclasses
 
-    from core.training.corpus import pydoc_text
-    from core.training.study import GRIDS, TIMING_FIELDS, train_one
+    from core.data.corpus import pydoc_text
+    from core.training.study_grid import GRIDS, TIMING_FIELDS, train_one
 
     row = min(ROWS, key=lambda r: r["cpu_s"])
     spec = next(s for s in GRIDS["full"].specs(pydoc_text()) if s.run_id == row["run_id"])

@@ -39,7 +39,8 @@ def test_forward_seconds_is_the_time_of_one_pass_of_the_asked_shape(monkeypatch)
 
 
 def test_forward_seconds_runs_a_real_model():
-    from core.nn.model import ModelConfig, Transformer
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
     model = Transformer(ModelConfig(vocab_size=5, n_ctx=8, d_model=8, n_heads=2, n_layers=1)).eval()
     assert core.analysis.timing.forward_seconds(model, 2, 8) > 0
     assert core.analysis.timing.forward_seconds(model, 1, 8, last_only=True) > 0

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from core.nn.tokenizer import (BPETokenizer, CharTokenizer, Prompt, Tokenizer, hf_tokenizer, load_tokenizer,
-                            tokenizer_from_dict)
+from core.nn.bpe import BPETokenizer, hf_tokenizer
+from core.nn.tokenizer import CharTokenizer, Prompt, load_tokenizer, tokenizer_from_dict
+from core.nn.tokenizer_base import Tokenizer
 
 ODD = [
     "KING HENRY:\nOnce more unto the breach, dear friends!",

@@ -10,7 +10,8 @@ import torch
 from core.nn.hooks import HookRun
 import torch.nn.functional as F
 
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.analysis.trace import (direct_logit_attribution, lens_logits, lens_stage_names, lens_top, max_trace_tokens, stream_steps,
                         trace, trace_bytes)
 
@@ -287,7 +288,7 @@ def test_trace_bytes_counts_every_tensor_a_trace_holds(case):
 
 
 def test_max_trace_tokens_is_the_longest_that_fits():
-    from core.nn.model import MODEL_PRESETS
+    from core.nn.config import MODEL_PRESETS
 
     small = MODEL_PRESETS["GPT-2 small"]
     n = max_trace_tokens(small, 384 * 2**20)

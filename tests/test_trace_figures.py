@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from core.figures import trace_figures as TF
 from core.serve.fmt import visible
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.analysis.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
 
 CHARS = list("ab c\nde.fgh")  # 11 characters, a space and a newline among them

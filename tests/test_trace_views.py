@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 from core.figures import trace_figures as TF
 from pages.inside import view as TV
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.analysis.trace import Lens, lens_accuracy, stream_steps, trace
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5]

@@ -4,7 +4,10 @@ import pytest
 import torch
 
 from core.nn.checkpoint import load_checkpoint
-from core.training.trainer import TrainConfig, Trainer, lr_at, main, windowed_loss
+from core.training.recipes import TrainConfig, lr_at
+from core.training.train_cli import main
+from core.training.trainer import Trainer
+from core.training.train_data import windowed_loss
 
 TEXT = ("To be or not to be, that is the question we ask of every small model. " * 40)
 
@@ -63,7 +66,7 @@ def test_command_line_writes_a_loadable_checkpoint(tmp_path, capsys):
 
 def test_encode_corpus_matches_the_tokenizer():
     from core.nn.tokenizer import CharTokenizer
-    from core.training.trainer import encode_corpus
+    from core.training.train_data import encode_corpus
 
     tok = CharTokenizer.from_text(TEXT + "é")
     text = "xTo bé ot😀\n" + TEXT[:100]
@@ -83,8 +86,8 @@ def bpe_small(text=BOATS + HELD_OUT, vocab=300, steps=20):
 
 
 def test_bpe_is_learned_from_the_training_part_only():
-    from core.training.corpus import split_train_val
-    from core.nn.tokenizer import BPETokenizer
+    from core.data.corpus import split_train_val
+    from core.nn.bpe import BPETokenizer
 
     text = BOATS + HELD_OUT
     train_text, val_text = split_train_val(text)
@@ -135,8 +138,8 @@ def test_training_record_reports_bits_per_character(kind):
 
 
 def test_command_line_trains_a_bpe_model(tmp_path, capsys):
-    from core.nn.checkpoint import read_card
-    from core.nn.tokenizer import BPETokenizer
+    from core.nn.model_card import read_card
+    from core.nn.bpe import BPETokenizer
 
     corpus = tmp_path / "c.txt"
     corpus.write_text(BOATS + HELD_OUT)

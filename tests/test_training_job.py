@@ -17,11 +17,14 @@ import torch
 import core.nn.checkpoint as checkpoint
 import core.training.speed as speed
 import core.training.training_job as tj
-from core.nn.checkpoint import checkpoint_zip, load_checkpoint, sanitise_model_name, user_model_folder
+from core.nn.model_store import checkpoint_zip, sanitise_model_name, user_model_folder
+from core.nn.checkpoint import load_checkpoint
+from core.nn.model_card import read_card, read_log
 from core.nn.snapshots import DEFAULT_SNAPSHOTS, snapshot_steps
 from core.training.job_settings import JobSettings, validate_settings
 from core.serve.threads import torch_threads
 from core.training.trainer import Trainer
+from core.training.training_child import SAMPLE_TOKENS, TRAINING_NICE
 from core.training.training_job import TrainingJob
 from tests.polling import stays, wait_until
 
@@ -72,7 +75,7 @@ def test_job_trains_in_the_background_and_loss_falls():
     assert s.evals[0]["train_loss"] == pytest.approx(math.log(s.vocab_size), abs=0.2)  # untrained: near uniform
     # samples at step 0 and at the end, each SAMPLE_TOKENS characters after the fixed prompt
     assert s.samples[0][0] == 0 and s.samples[-1][0] == 50
-    assert all(len(text) == tj.SAMPLE_TOKENS for _, text in s.samples)
+    assert all(len(text) == SAMPLE_TOKENS for _, text in s.samples)
     assert s.sample_prompt == "To "
     assert s.tokens_per_s > 0 and s.elapsed_s > 0 and s.can_save and not s.can_resume
 
@@ -86,7 +89,7 @@ def test_pause_resume_stop():
     wait_until(lambda: job.status().step >= 3)
     assert proc.pid != os.getpid()
     nice = os.getpriority(os.PRIO_PROCESS, 0)
-    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, nice + tj.TRAINING_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, nice + TRAINING_NICE)
     assert threading.active_count() == threads  # no thread of this process trains, or waits for the run
     job.pause()
     wait_until(lambda: job.status().state == "paused")
@@ -143,8 +146,8 @@ def test_stopped_run_keeps_its_weights_and_saves_a_loadable_checkpoint(tmp_path)
     cfg = checkpoint.read_config(path)[2]
     assert cfg["steps"] == job.status().step and cfg["stopped_early"] is True and cfg["corpus"] == "test corpus"
     assert math.isfinite(cfg["val_loss"])
-    assert checkpoint.read_log(path)[-1]["step"] == job.status().step
-    card = checkpoint.read_card(path)
+    assert read_log(path)[-1]["step"] == job.status().step
+    card = read_card(path)
     assert "Training page" in card and f"after {job.status().step:,} of 100,000 planned steps" in card
     # the zip unpacks to one folder holding the whole checkpoint
     names = zipfile.ZipFile(io.BytesIO(checkpoint_zip(path))).namelist()
@@ -206,7 +209,7 @@ def test_a_finished_run_hands_over_its_weights_and_its_process_ends(tmp_path):
     model, tok = load_checkpoint(path)
     idx = torch.tensor([tok.encode("To be or not")])
     assert torch.allclose(model(idx).logits, trained(idx).logits, atol=1e-5)
-    assert checkpoint.read_config(path)[2]["steps"] == 12 and checkpoint.read_log(path)[-1]["step"] == 12
+    assert checkpoint.read_config(path)[2]["steps"] == 12 and read_log(path)[-1]["step"] == 12
     assert job.save(tmp_path, "again") != path  # saved as often as wanted
 
 

@@ -1,17 +1,17 @@
 """What the training page asks of core before a run starts (core.training.training_setup, and the form's rules in
-core.training.job_settings, core.training.corpus and core.serve.fmt), checked against values worked out by hand or built to be known."""
+core.training.job_settings, core.data.corpus and core.serve.fmt), checked against values worked out by hand or built to be known."""
 import types
 
 import pytest
 import torch
 
 from core.training import training_setup as setup
-from core.training.corpus import PYDOC_NAME, TRAIN_FRACTION, describe_corpus, split_train_val, train_length
+from core.data.corpus import PYDOC_NAME, TRAIN_FRACTION, describe_corpus, split_train_val, train_length
 from core.serve.fmt import gflops, millions, seconds_or_minutes, size_kib
 from core.training.job_settings import (FORM_FIELDS, FORM_HELP, INDUCTION_PRESET, JobCost, JobSettings, expects_induction,
                                induction_eta_s)
-from core.training.trainer import TrainConfig
-from core.nn.tokenizer import BPETokenizer
+from core.training.recipes import TrainConfig
+from core.nn.bpe import BPETokenizer
 from core.training.training_job import BusyError
 
 # ---------------------------------------------------------------- formats and the split
@@ -47,10 +47,10 @@ def test_tiny_shakespeare_is_offered_first_and_only_where_found():
 
 
 def test_a_builtin_corpus_is_read_and_a_rewritten_file_gets_a_new_key(tmp_path, monkeypatch):
-    import core.training.corpus
+    import core.data.corpus
     path = tmp_path / "tinyshakespeare.txt"
     path.write_text("Our own words:\nNothing here is from a play, only for a test.\n", encoding="utf-8")
-    monkeypatch.setattr(core.training.corpus, "shakespeare_path", lambda: path)
+    monkeypatch.setattr(core.data.corpus, "shakespeare_path", lambda: path)
     text, info = setup.builtin_corpus("shakespeare", setup.builtin_stamp("shakespeare"))
     assert text == path.read_text(encoding="utf-8")
     assert (info.name, info.chars, info.bytes) == ("tinyshakespeare.txt", 61, 61)  # 15 + 46 characters
@@ -62,7 +62,7 @@ def test_a_builtin_corpus_is_read_and_a_rewritten_file_gets_a_new_key(tmp_path, 
     assert setup.builtin_stamp("shakespeare") == ""
     with pytest.raises(ValueError, match="cannot read"):
         setup.builtin_corpus("shakespeare")
-    monkeypatch.setattr(core.training.corpus, "shakespeare_path", lambda: None)
+    monkeypatch.setattr(core.data.corpus, "shakespeare_path", lambda: None)
     with pytest.raises(ValueError, match="no longer where it was found"):
         setup.builtin_corpus("shakespeare")
 

@@ -8,18 +8,20 @@ import torch
 
 from core.features import transcoder as T
 from core.features.__main__ import main
-from core.features.activations import held_out_windows
-from core.features.sae import SAEFileError
+from core.data.held_out import held_out_windows
+from core.analysis.sae import SAEFileError
 from core.features.train import SAESettings, mean_ce
-from core.training.corpus import pydoc_text
+from core.data.corpus import pydoc_text
 from tests.test_attribution import hand_model
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A small random model of the lecture's shape, saved, with held-out windows of Python's documentation."""
-    from core.nn.checkpoint import load_checkpoint, save_checkpoint
-    from core.training.trainer import Trainer, TrainConfig
+    from core.nn.checkpoint import load_checkpoint
+    from core.nn.model_store import save_checkpoint
+    from core.training.trainer import Trainer
+    from core.training.recipes import TrainConfig
 
     text = pydoc_text()[:60_000]
     tr = Trainer(text, dict(n_ctx=32, d_model=32, n_heads=2, n_layers=2), TrainConfig(steps=30, batch_size=8))
@@ -35,7 +37,7 @@ def tiny(tmp_path_factory):
 def untrained_metrics(model, held, layer: int, settings: SAESettings) -> dict:
     """The metrics train_transcoder reports, of the transcoder it starts from (the same seed, its decoder's bias at
     the mean output, as training's first act sets it) on the same evaluation part: what training must beat."""
-    from core.features.sae import SAE
+    from core.analysis.sae import SAE
     from core.features.train import _init_from, eval_part, split_held_out
 
     train_part, eval_held = split_held_out(held)
@@ -77,7 +79,7 @@ def test_a_transcoder_equal_to_its_mlp_changes_nothing():
     model, tcs = hand_model()
     x = torch.tensor([[0, 1, 2, 3, 1, 0]])[:, :4]
     y = torch.tensor([[1, 2, 3, 0]])
-    from core.features.activations import HeldOut
+    from core.data.held_out import HeldOut
     held = HeldOut(x, y, "hand")
     assert mean_ce(model, held, T.replace_hooks(tcs)) == pytest.approx(mean_ce(model, held), abs=1e-6)
     assert mean_ce(model, held, T.zero_mlp_hooks([0])) != pytest.approx(mean_ce(model, held), abs=1e-3)

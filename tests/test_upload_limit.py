@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.training.corpus import check_corpus_bytes
+from core.data.corpus import check_corpus_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from conftest import SHIPPED
-from core.nn.checkpoint import load_checkpoint, save_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.checkpoint import load_checkpoint
+from core.nn.model_store import save_checkpoint
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from test_hooks import hand_hooks
 from test_page_inside import array
 

@@ -11,11 +11,12 @@ import torch
 
 from core.views import variants_view as VV
 from core.nn.checkpoint import load_checkpoint
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.training.train_data import encode_corpus, windowed_loss
-from core.training.corpus import split_train_val
 from core.training.study_table import TableSpec
 from core.training.variants import BY_ID, VARIANT_FIELDS, main, train_variant, write_results
+from core.data.corpus import split_train_val
 from tests.snapshot_models import made_up_text
 
 TEXT = made_up_text(20_000)

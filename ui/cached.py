@@ -7,13 +7,16 @@ import streamlit as st
 
 from core.analysis import cost
 from core.views import scaling_view as sv
-from core.nn.model import ModelConfig
+from core.nn.config import ModelConfig
 from core.nn.params import breakdown_rows, build_on_meta, heads_sweep, parameter_table
 from core.training import training_setup as setup
-from core.training.study import open_study
+from core.training.study_files import open_study
 from core.analysis.trace import trace, trace_bytes
 from ui.caching import model_cache
 from ui.compute import compute_slot
+from core.training.forecast_study import read_forecast
+from core.training.study_grid import StudyError
+from core.views.scaling_use import famous_rows
 
 
 @st.cache_data(show_spinner="Building the model on the meta device ...", max_entries=32)
@@ -105,9 +108,6 @@ def bootstrapped(csv_text: str):
 @st.cache_data(max_entries=4, show_spinner=False)
 def forecast_analysis(folder: str, stamp: tuple):
     """(the shipped forecast.json, None) or (None, why it cannot be read); ``stamp`` as for shipped_study."""
-    from core.training.forecast_study import read_forecast
-    from core.training.study import StudyError
-
     try:
         return read_forecast(folder), None
     except StudyError as e:
@@ -124,6 +124,4 @@ def compared_forms(csv_text: str, unique_tokens: int):
 def famous_inference(law, inference_tokens: float) -> list[dict]:
     """The famous models judged with a serving volume (core.views.scaling_use.famous_rows): 18 sizings, once per
     law and volume."""
-    from core.views.scaling_use import famous_rows
-
     return famous_rows(law, inference_tokens)

@@ -130,6 +130,7 @@ def release_compute_slot():
 def session_id() -> str | None:
     """This browser session's id in Streamlit's runtime (None outside a script run). Core keeps it as an opaque
     string and asks ``session_alive`` about it."""
+    # local: Streamlit's runtime internals, there only inside a running app
     from streamlit.runtime.scriptrunner import get_script_run_ctx
     ctx = get_script_run_ctx()
     return ctx.session_id if ctx is not None else None
@@ -140,7 +141,7 @@ def session_alive(session: str) -> bool:
     minutes in which it could reconnect have passed, so no one can reach its state again. True while it is
     connected or may still reconnect, and whenever it cannot be told (no server runtime, as under AppTest).
     Streamlit's session manager is not public API: should it change, every session counts as alive."""
-    from streamlit import runtime
+    from streamlit import runtime  # local: Streamlit's runtime internals, there only inside a running app
     if not runtime.exists():
         return True
     info = getattr(getattr(runtime.get_instance(), "_session_mgr", None), "get_session_info", None)

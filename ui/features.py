@@ -11,17 +11,18 @@ import hashlib
 import streamlit as st
 import torch
 
-from core.features.activations import corpus_text, model_held_out
-from core.features.browse import build_index, token_purity, unit_card, unit_off_losses
+from core.data.held_out import corpus_text, model_held_out
+from core.features.index import build_index
+from core.features.browse import token_purity, unit_card, unit_off_losses
 from core.features.index import index_budget, index_cost, index_refusal, pass_flops
 from core.features.job import held_tokens_bound, job_seconds, memory_problem, memory_words, pace
-from core.features.sites import Site, as_site
+from core.analysis.sites import Site, as_site
 from core.features.train import SAESettings, memory_estimate
 from core.features.units import feature_units, neuron_units
 from core.nn.checkpoint import read_config
 from core.serve.threads import torch_threads, training_threads
 from ui.caching import model_cache
-from core.views.features_view import duration_words
+from core.serve.fmt import duration_words
 from ui.compute import gated
 
 PACE_TTL_S = 600  # an SAE step's pace is timed again after ten minutes: one taken under load must not stay

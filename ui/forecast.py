@@ -12,7 +12,8 @@ import streamlit as st
 
 from core.analysis.scaling_runs import MIN_RUNS, Runs
 from core.training.forecast_run import PlannedRun, start_run
-from core.training.study import StudyError, rows_to_arrays, usable_rows
+from core.training.study_grid import StudyError
+from core.training.study_files import read_meta, rows_to_arrays, usable_rows
 from core.training.study_job import BusyError, StudyJob
 from core.views import scaling_forecast as vf
 from ui.cached import bootstrapped
@@ -52,8 +53,6 @@ def bases(shipped_meta, shipped_rows, shakespeare: Path | None, job: StudyJob | 
 
 
 def job_meta(job: StudyJob) -> dict | None:
-    from core.training.study import read_meta
-
     try:
         return read_meta(job.folder) if job.folder else None
     except StudyError:

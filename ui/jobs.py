@@ -27,8 +27,8 @@ def offer_shakespeare_fetch(key: str) -> bool:
     public source, on this click only, checked against its SHA-256 and saved in the corpora folder beside the
     models (core.training.fetch). True once it is saved: the caller reruns, and shakespeare_path() finds it from then
     on. Any failure is shown with the same where-to-put-it advice."""
-    from core.training import fetch
-    from core.training.corpus import CORPUS_ENV, fetched_shakespeare_path, shakespeare_candidates
+    from core.training import fetch  # local: looked up at each click: a test points the corpus lookups elsewhere
+    from core.data.corpus import CORPUS_ENV, fetched_shakespeare_path, shakespeare_candidates
 
     source, dest = fetch.SHAKESPEARE, fetched_shakespeare_path()
     by_hand = f"save {source.url} as `{dest}` yourself, or set the {CORPUS_ENV} environment variable to the file's path"

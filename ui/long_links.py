@@ -41,6 +41,7 @@ def read_long_links() -> bool:
     page runs; a process's very first request comes before, which deploy.warm makes a warm-up's). False when this
     Streamlit has no such limits to wrap (nothing done)."""
     try:
+        # local: Streamlit's runtime internals, there only inside a running app
         from streamlit.runtime import app_session
         from streamlit.runtime.state import query_params as qp
     except ImportError:

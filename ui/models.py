@@ -7,7 +7,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.nn.checkpoint import CheckpointError, ModelEntry, discover_models, load_checkpoint, read_config
+from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
+from core.nn.model_discovery import ModelEntry, discover_models
 from core.nn.snapshots import snapshot_folder, snapshot_name
 from core.serve.folder_files import lstamp
 from core.serve.paths import user_models_dir  # TE_MODELS_DIR is read in core (the corpus lookup needs it too)
@@ -165,5 +166,4 @@ def shipped_config():
 
 # a model's training steps (the sidebar's step slider, a link's step=, the snapshot listing): their own module, these
 # names kept (imported last: ui.steps reads the loaders above)
-from ui.steps import (final_step, link_step, listing_words, snapshot_listing_of, snapshot_loader,  # noqa: E402,F401
-                      snapshot_steps_of, step_picker, step_words)
+from ui.steps import step_words

@@ -5,6 +5,8 @@ import re
 
 import streamlit as st
 
+from core.nn.tokenizer import Prompt
+
 IDS_SUFFIX = "__ids"  # session key beside a prompt box's: (text, ids) a page wrote into the box as token ids
 
 
@@ -36,8 +38,6 @@ def prompt_input(label: str, default: str, key: str, tokenizer, n_ctx: int, heig
     """A prompt box that never fails: returns a core.nn.tokenizer.Prompt after showing its warnings.
     Callers check ``prompt.empty`` and show a hint instead of a chart. Ids written by ``set_prompt_ids`` are
     used while the box still shows their text."""
-    from core.nn.tokenizer import Prompt
-
     text = st.text_area(label, value=default, key=key, height=height, max_chars=10_000)
     if REPLACED in (text or ""):  # accept_lone_surrogates wrote it, or the text held one
         st.warning(f"Some characters of this text could not be read (half of an emoji or another character outside "
@@ -76,6 +76,7 @@ def accept_lone_surrogates() -> bool:
     instead of closing the connection. Installed once per process (app.py); only messages that hold such bytes
     and fail to parse are touched. False when this Streamlit has no such websocket to repair (nothing done)."""
     try:
+        # local: Streamlit's runtime internals, there only inside a running app
         from starlette.websockets import WebSocket
         from streamlit.proto.BackMsg_pb2 import BackMsg
     except ImportError:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.features.sae import (SAE, SAEFileError, check_trained_on, linked_out, load_sae, model_fingerprint,
+from core.analysis.sae import (SAE, SAEFileError, check_trained_on, linked_out, load_sae, model_fingerprint,
                                read_metrics, relative_words, sae_folder, saved_sites)
-from core.features.sites import Site
+from core.analysis.sites import Site
 from core.serve.fmt import binary_bytes
 from core.serve.folder_files import lstamp
 from ui.features import fingerprint
+from ui.models import at_step, load_model
 
 SESSION_KEY = "te_saes"  # {model path@step: {label: SAEChoice}} of SAEs trained in this session
 ORDER_KEY = "te_saes_order"  # [(model path@step, label)] of those, oldest first
@@ -67,7 +68,6 @@ def _final_fingerprint(entry, model) -> str:
     training step, and says so)."""
     if getattr(entry, "step", None) is None:
         return model_fingerprint(model)
-    from ui.models import at_step, load_model
     return model_fingerprint(load_model(at_step(entry, None))[0])
 
 

@@ -1,10 +1,11 @@
 """A model's training steps on screen: the snapshots a folder kept (a bounded listing), the sidebar's step slider,
-a link's step=, and the words for a snapshot. ``ui.models`` re-exports these names."""
+a link's step=, and the words for a snapshot. ``ui.models`` uses step_words."""
 from __future__ import annotations
 
 import streamlit as st
 
-from core.nn.checkpoint import ModelEntry, read_training
+from core.nn.model_discovery import ModelEntry
+from core.nn.model_card import read_training
 from core.nn.snapshots import MAX_NAMES, Listing, snapshot_listing, snapshot_losses
 from ui.models import at_step, load_model
 

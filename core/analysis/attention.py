@@ -13,7 +13,7 @@ import torch
 
 from core.nn.hooks import HookRun
 
-from core.analysis.induction import PROBE_SEQS, head_scores, induction_score, model_probe, probe_period  # noqa: F401
+from core.analysis.induction import PROBE_SEQS, head_scores, model_probe, probe_period
 from core.nn.model import attention_weights, future_mask as model_future_mask
 from core.analysis.sampling import entropy, temperature_softmax
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from core.analysis.sae import SAE
+
 BATCH = 128             # targets per backward pass
 MAX_LOGITS = 10         # the most output tokens attributed
 LOGIT_MASS = 0.95       # ... or fewer, once they cover this much probability
@@ -68,7 +70,7 @@ class Graph:
         return self.adjacency.shape[0]
 
 
-def _record(model, ids: torch.Tensor, transcoders: dict):
+def _record(model, ids: torch.Tensor, transcoders: dict[int, SAE]):
     """The real run's frozen values: every LayerNorm scale, every pattern, each MLP's input and output, the logits."""
     L = model.config.n_layers
     names = [n for n in model.hook_names() if n.endswith("hook_scale") or n.endswith("attn.hook_pattern")
@@ -125,7 +127,7 @@ def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_
     return leaves, mlp_in, logits
 
 
-def replacement_logits(model, transcoders: dict, ids) -> tuple[torch.Tensor, torch.Tensor]:
+def replacement_logits(model, transcoders: dict[int, SAE], ids) -> tuple[torch.Tensor, torch.Tensor]:
     """(the real model's logits, the replacement model's) at every position, (n, m) each: equal up to rounding."""
     ids = torch.as_tensor(ids, dtype=torch.long)
     with torch.no_grad():
@@ -135,12 +137,12 @@ def replacement_logits(model, transcoders: dict, ids) -> tuple[torch.Tensor, tor
     return real, logits[0]
 
 
-def _target(kind: str, key, mlp_in: dict, logits: torch.Tensor, b: int, transcoders: dict, n: int) -> torch.Tensor:
+def _target(kind: str, key, mlp_in: dict, logits: torch.Tensor, b: int, transcoders: dict[int, SAE],
+            n: int) -> torch.Tensor:
     """A target's input in row ``b`` of a replacement run: a feature's pre-activation, or a logit at the last position."""
     if kind == "f":
         l, p, f = key
-        tc = transcoders[l]
-        return (mlp_in[l][b, p] - tc.b_dec) @ tc.W_enc[:, f] + tc.b_enc[f]
+        return transcoders[l].pre_acts(mlp_in[l][b, p], f)  # the feature's own encoder row: (d,) -> ()
     return logits[b, n - 1, key]
 
 
@@ -255,8 +257,8 @@ def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=
     return edges, inputs, constants
 
 
-def attribution_graph(model, transcoders: dict, ids, max_logits: int = MAX_LOGITS, logit_mass: float = LOGIT_MASS,
-                      batch: int = BATCH, logit_tokens: list[int] | None = None,
+def attribution_graph(model, transcoders: dict[int, SAE], ids, max_logits: int = MAX_LOGITS,
+                      logit_mass: float = LOGIT_MASS, batch: int = BATCH, logit_tokens: list[int] | None = None,
                       max_feature_nodes: int | None = None) -> Graph:
     """The attribution graph of ``model`` on ``ids`` with a transcoder for every block (``transcoders``: {layer: SAE}).
     ``logit_tokens``: the outputs to explain (default: the top ones covering ``logit_mass``, at most ``max_logits``);
@@ -296,7 +298,7 @@ def _rows_of(g: Graph, targets) -> list:
     return out
 
 
-def head_split(model, transcoders: dict, g: Graph, targets) -> dict:
+def head_split(model, transcoders: dict[int, SAE], g: Graph, targets) -> dict:
     """Each edge into ``targets`` (node indices) split by the attention heads it passes: {"direct": (R, N) the part
     along the residual stream alone, "L{l}H{h}": the part through that head alone (its single hop), "composed": the
     rest, through two heads in turn}; the parts of an edge add up to it. Exact, since the patterns are frozen: each
@@ -322,7 +324,8 @@ def head_split(model, transcoders: dict, g: Graph, targets) -> dict:
     return out
 
 
-def qk_split(model, transcoders: dict, ids, layer: int, head: int, query: int, key: int, features=None) -> dict:
+def qk_split(model, transcoders: dict[int, SAE], ids, layer: int, head: int, query: int, key: int,
+             features=None) -> dict:
     """Why head ``head`` of block ``layer`` (counted from 0) scores key position ``key`` from query position
     ``query``: the score q . k / sqrt(d_head) written as sum over (query-side source s, key-side source t) of
     q_s . k_t / sqrt(d_head), plus the constant parts (q_0 . k_t, q_s . k_0, q_0 . k_0); the sources are the

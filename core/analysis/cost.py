@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from core.nn.model import LECTURE, SHAPE_FIELDS, ModelConfig, MODEL_PRESETS
+from core.nn.config import LECTURE, SHAPE_FIELDS, ModelConfig, MODEL_PRESETS
 from core.nn.params import count_parameters
 
 # ---------------------------------------------------------------------------------------------- presets
@@ -32,7 +32,6 @@ def preset_label(name: str) -> str:
 # label -> shape, from the one table beside ModelConfig (the shape fields only: biases and tying are set on the page)
 SHAPE_LABELS = {preset_label(name): {k: v for k, v in config.to_dict().items() if k in SHAPE_FIELDS}
            for name, config in MODEL_PRESETS.items()}
-PRESETS = SHAPE_LABELS  # the older name, kept for code that imports it
 GPT3 = "GPT-3 175B"
 GPT3_TRAINING_TOKENS = 300_000_000_000  # the GPT-3 paper trains every model size on 300 billion tokens
 LECTURE_LONG_CONTEXT = 100_000  # the lecture's "modern context window"

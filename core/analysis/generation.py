@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from core.analysis import sampling
-from core.analysis.sampling import entropy, stream, temperature_softmax  # noqa: F401  stream: kept importable from here
+from core.analysis.sampling import entropy, temperature_softmax
 
 DEFAULT_TEMPERATURES = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
 MAX_TEMPERATURES = 8

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from core.analysis.picks import best_of, nan_argmax
-# the heads.csv format belongs to the checkpoint (core.nn); its names stay importable from here
-from core.nn.heads_csv import HEADS_COLUMNS, HEADS_CSV, parse_heads_csv, read_heads_csv, write_heads_csv  # noqa: F401
 
 PROBE_SEQS = 8      # sequences in the probe
 PROBE_PERIOD = 50   # distinct random tokens per copy

@@ -23,8 +23,6 @@ import torch
 import torch.nn.functional as F
 
 from core.nn.hooks import HookRun
-from core.analysis.circuit import Reading, read_sources, sources_view, top_sources  # noqa: F401 (core.patching's names)
-from core.analysis.picks import nan_argmax
 from core.serve.fmt import head_label
 
 STAGE_KINDS = ("resid", "attn_out", "mlp_out")   # (B, n, d) activations
@@ -430,6 +428,16 @@ def score_sources(model, ids, layer: int, head: int, i: int, j: int):
     return table, names + ["LN shift" if normed else "bias"], score
 
 
-# the pair of prompts a page patches, and its defaults: their own module, these names kept
-from core.analysis.prompt_pairs import (Corruption, corrupt_one, corrupt_prompt, default_answers,  # noqa: E402,F401
-                                        example_pair, match_lengths, stack_rows, strongest_head, top_predictions)
+@torch.no_grad()
+def top_predictions(model, ids, k: int = 2) -> list[int]:
+    """The ``k`` likeliest next tokens after ``ids``, likeliest first."""
+    logits, _ = _forward(model, _batch(ids))
+    return [int(t) for t in logits[0, -1].topk(k).indices]
+
+
+def default_answers(model, clean, corrupt) -> tuple[int, int]:
+    """(answer, wrong) for the logit-difference metric: the clean run's top prediction, and the corrupted run's
+    (its second when both runs agree, so the two are never the same token)."""
+    answer = top_predictions(model, clean, 1)[0]
+    first, second = top_predictions(model, corrupt, 2)
+    return answer, (second if first == answer else first)

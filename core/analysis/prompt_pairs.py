@@ -1,6 +1,6 @@
 """A pair of prompts for a learner to patch: a corrupted copy made for them, the induction circuit's example, two
-lengths made one, and the defaults a page opens on (the answers, the strongest head). ``core.analysis.patching``
-re-exports these names."""
+lengths made one, and the strongest head a page opens on. The default answers need the patching forward: they live in
+``core.analysis.patching`` (default_answers, top_predictions), which imports this module, never the reverse."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from core.analysis.induction import model_probe, probe_choices
 from core.analysis.picks import nan_argmax
 
 
@@ -56,8 +57,6 @@ def corrupt_one(ids, vocab_size: int, position: int | None = None, choices=None,
 def corrupt_prompt(tokenizer, ids, vocab_size: int, seed: int = 0) -> Corruption:
     """``corrupt_one`` with the replacement drawn from what a page can show: a BPE's readable tokens
     (core.analysis.induction.probe_choices), any character for a character model."""
-    from core.analysis.induction import probe_choices
-
     return corrupt_one(ids, vocab_size, choices=None if tokenizer.kind == "char" else probe_choices(tokenizer),
                        seed=seed)
 
@@ -66,8 +65,6 @@ def example_pair(model, tokenizer, seed: int = 0, period: int = 24, again: int =
     """The induction circuit's example: ``period`` random tokens (the probe's, core.analysis.induction.model_probe),
     then the first ``again`` of them once more, and its corrupted copy (``corrupt_prompt``: the earlier occurrence of
     the last token changed). Returns (clean ids, Corruption, period, again), sized to fit the model's context."""
-    from core.analysis.induction import model_probe
-
     period = min(period, model.config.n_ctx // 2)
     again = min(again, period - 1)
     clean = model_probe(model, tokenizer, n_seqs=1, period=period, seed=seed)[0].tolist()[: period + again]
@@ -84,23 +81,6 @@ def match_lengths(clean, corrupt, how: str, pad: int) -> tuple[list[int], list[i
     if how == "pad":
         return [pad] * (n - len(clean)) + clean, [pad] * (n - len(corrupt)) + corrupt
     raise ValueError(f"how must be 'cut' or 'pad', got {how!r}")
-
-
-@torch.no_grad()
-def top_predictions(model, ids, k: int = 2) -> list[int]:
-    """The ``k`` likeliest next tokens after ``ids``, likeliest first."""
-    from core.analysis.patching import _batch, _forward  # the patching forward; it re-exports this module
-
-    logits, _ = _forward(model, _batch(ids))
-    return [int(t) for t in logits[0, -1].topk(k).indices]
-
-
-def default_answers(model, clean, corrupt) -> tuple[int, int]:
-    """(answer, wrong) for the logit-difference metric: the clean run's top prediction, and the corrupted run's
-    (its second when both runs agree, so the two are never the same token)."""
-    answer = top_predictions(model, clean, 1)[0]
-    first, second = top_predictions(model, corrupt, 2)
-    return answer, (second if first == answer else first)
 
 
 def stack_rows(rows) -> np.ndarray:

@@ -97,7 +97,6 @@ LAW_PRESETS = {
     "Chinchilla (Hoffmann et al. 2022)": CHINCHILLA,
     "Epoch replication (Besiroglu et al. 2024)": EPOCH_2024,
 }
-PRESETS = LAW_PRESETS  # the older name, kept for code that imports it
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ TRANSCODER_OUT = Outputs(PROG + " --transcoder", "a transcoder", files=SAE_FILES
 
 
 def parser() -> OneLineParser:
+    # local: the command line answers a bad argument before torch and the models load
     from core.features.job import MAX_STEPS  # the Features page's ceiling: one limit for the form and the command
 
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[1])
@@ -71,6 +72,7 @@ def flag_problem(args) -> str | None:
         return f"--threads must be from 1 to {cores}, this machine's cores (got {args.threads})"
     if args.seed is not None and not 0 <= args.seed < 2**63:  # torch took -1 as 2**64 - 1, and 2**64 failed late
         return f"--seed must be a whole number from 0 to 2**63 - 1 (got {args.seed})"
+    # local: the command line answers a bad argument before torch and the models load
     from core.features.job import MAX_STEPS
 
     if args.steps is not None and args.steps > MAX_STEPS:
@@ -82,8 +84,9 @@ def settings_for(args, config, site: str, held, cap: int):
     """The SAESettings of these flags, checked for ``site`` of a model of ``config`` (shape, memory) and against
     what they will meet: --k against the latents and --batch against the ``held`` windows' training vectors
     (at most ``cap``), both of which were cut down to size without a word."""
+    # local: the command line answers a bad argument before torch and the models load
     from core.features.job import memory_problem
-    from core.features.sites import site_width
+    from core.analysis.sites import site_width
     from core.features.train import SAESettings, memory_estimate, split_held_out
 
     given = {"d_sae": args.features, "k": args.k, "kind": args.kind, "l1": args.l1, "steps": args.steps,
@@ -115,11 +118,12 @@ def main(argv=None) -> int:
         p.error(problem)
     if args.transcoder:
         return transcoders_main(args)
-    import torch
+    import torch  # local: the command line answers a bad argument before torch and the models load
 
-    from core.features.activations import MAX_BYTES, MAX_VECTORS, model_held_out
-    from core.features.sae import sae_folder, save_sae
-    from core.features.sites import check_site, site_width
+    from core.features.activations import MAX_BYTES, MAX_VECTORS
+    from core.data.held_out import model_held_out
+    from core.analysis.sae import sae_folder, save_sae
+    from core.analysis.sites import check_site, site_width
     from core.features.train import train_sae
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
 
@@ -160,9 +164,10 @@ def main(argv=None) -> int:
 def transcoders_main(args) -> int:
     """--transcoder: one transcoder per block (or --layer's), each saved as it finishes, with its numbers and the
     loss of the model with every saved transcoder spliced in."""
-    import torch
+    import torch  # local: the command line answers a bad argument before torch and the models load
 
-    from core.features.activations import MAX_VECTORS, model_held_out
+    from core.features.activations import MAX_VECTORS
+    from core.data.held_out import model_held_out
     from core.features.transcoder import (MAX_PAIRS, load_transcoders, replacement_losses, save_transcoder,
                                           train_transcoder, transcoder_folder, writes)
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config

@@ -11,11 +11,11 @@ import numpy as np
 import torch
 
 from core.analysis.trace import direct_read
-from core.features.activations import HeldOut
-from core.features.index import BANDS, UnitIndex, build_index, token_losses  # noqa: F401  build_index re-exported
+from core.data.held_out import HeldOut
+from core.features.index import BANDS, UnitIndex, token_losses
 from core.features.units import Units
 from core.nn.hooks import HookRun
-from core.features.sites import as_site
+from core.analysis.sites import as_site
 
 PROMOTED = 10
 

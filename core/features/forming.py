@@ -22,9 +22,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from core.features.activations import collect, model_held_out
+from core.features.activations import collect
+from core.data.held_out import model_held_out
 from core.features.job import BackgroundJob, Progress
-from core.features.sae import SAE
+from core.analysis.sae import SAE
 from core.features.train import SAESettings, memory_estimate, split_held_out, train_on
 from core.nn.checkpoint import load_checkpoint, read_config
 from core.nn.snapshots import checkpoint_steps

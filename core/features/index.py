@@ -18,8 +18,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from core.features.activations import HeldOut, site_batches
-from core.features.sites import Site, as_site
+from core.analysis.sites import Site, as_site
+from core.data.held_out import HeldOut
+from core.features.activations import site_batches
+from core.serve.fmt import binary_bytes, duration_words
+from core.serve.sizes import size_setting
 
 CHUNK_FLOATS = 8 * 2**20   # activations one chunk holds (32 MB)
 BINS = 32
@@ -222,8 +225,6 @@ class IndexCost:
 def index_budget(value: str | None = None) -> int | None:
     """Bytes one index may take while it is built: ``value``, by default TE_FEATURES_MEMORY (a size: 1G, 800M),
     else DEFAULT_INDEX_MEMORY. None: no limit (0). ValueError, in words, when it is not a size."""
-    from core.training.job_settings import size_setting
-
     return size_setting(MEMORY_ENV, DEFAULT_INDEX_MEMORY, value)
 
 
@@ -274,9 +275,6 @@ def largest_fitting(cost: IndexCost, n_ctx: int, flops: tuple, budget: int | Non
 def index_refusal(cost: IndexCost, budget: int | None, n_ctx: int, flops: tuple, word: str = "units",
                   max_seconds: float = MAX_INDEX_SECONDS) -> str | None:
     """Why the page does not build this index, in words with what would fit; None when it fits."""
-    from core.serve.fmt import binary_bytes
-    from core.views.features_view import duration_words
-
     if (budget is None or cost.memory <= budget) and cost.seconds <= max_seconds:
         return None
     allowed = f"{binary_bytes(budget)} ({MEMORY_ENV})" if budget is not None else "no memory limit"

@@ -24,14 +24,15 @@ from typing import Callable
 
 import torch
 
-from core.features.sae import SAE
-from core.features.sites import check_site, site_width
+from core.analysis.sae import SAE
+from core.analysis.sites import check_site, site_width
 from core.features.train import SAESettings, memory_estimate, train_on, train_sae
 from core.serve.fmt import binary_bytes
 from core.serve.threads import training_threads, use_threads
-from core.training.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION
 from core.training.job_common import BACKGROUND_NICE, JobBusyError, JobState, about
-from core.training.job_settings import allowance_words, memory_budget
+from core.training.job_settings import allowance_words
+from core.data.budget import memory_budget
 
 MAX_JOBS = 2             # SAE jobs per server at once: each takes half the cores (training_threads)
 MAX_JOBS_PER_OWNER = 1   # per browser session: training an SAE or following features forming, one at a time

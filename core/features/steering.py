@@ -13,7 +13,7 @@ import torch
 
 from core.analysis.steering import steer_hooks
 from core.features.activations import collect
-from core.features.sae import SAE
+from core.analysis.sae import SAE
 
 SCALE_WINDOWS = 32  # held-out windows the typical sizes are measured on (4,096 vectors at n_ctx = 128)
 TOP = 20            # top activations per feature whose tokens are kept

@@ -13,17 +13,17 @@ numbers are measured on tokens the SAE never saw. Dead latents are fought with t
 (2024, "AuxK"): the latents that have not fired for a while are asked to explain what the live ones leave over."""
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from core.features.activations import HeldOut, MAX_BYTES, MAX_VECTORS, collect, model_held_out, site_batches
-from core.features.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
-from core.features.sites import Site, as_site
+from core.analysis.sites import Site, as_site
+from core.data.held_out import HeldOut, model_held_out
+from core.features.activations import MAX_BYTES, MAX_VECTORS, collect
+from core.analysis.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
 
 EXPANSION = 8           # d_sae = 8 x d_in by default
 DEFAULT_K = 12          # latents kept per token by TopK

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from core.features.activations import HeldOut, model_held_out
-from core.features.sae import SAE, SAEFileError, load_sae, model_fingerprint, save_sae
+from core.data.held_out import HeldOut, model_held_out
+from core.analysis.sae import SAE, SAEFileError, load_sae, model_fingerprint, save_sae
 from core.features.train import SAESettings, TrainedSAE, eval_part, mean_ce, split_held_out, train_on
 
 TRANSCODER_DIR = "transcoders"

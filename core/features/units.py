@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from core.features.sites import Site
+from core.analysis.sites import Site
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from core.analysis.attention import future_mask, pool_pattern
 from core.figures.common import MASKED_GREY
 from core.figures.ticks import axis_ticks
-from core.serve.fmt import head_label, heads_label, shown_pos, visible  # noqa: F401 (re-exported for the page)
+from core.serve.fmt import head_label, shown_pos, visible
 
 WORSE = (214, 39, 40)    # red: the loss rose when the heads were switched off
 BETTER = (31, 119, 180)  # blue: the loss fell

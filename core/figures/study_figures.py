@@ -13,8 +13,10 @@ from core.figures.ticks import log_axes
 from core.serve.fmt import human
 from core.analysis.scaling import ScalingLaw
 from core.figures.scaling_figures import HALO, LAYOUT, _log_grid
-from core.views.scaling_study import UNFITTED  # the title's end before a fit
-from core.training.study import rows_to_arrays
+from core.analysis.scaling_runs import MIN_RUNS
+from core.training.study_files import rows_to_arrays
+
+UNFITTED = f"the runs so far (the law is fitted from {MIN_RUNS} runs on)"  # a study figure's title before a fit
 
 # the published frontiers in muted colours and dashes, so that this study's own (OURS, solid orange) stands out
 PUBLISHED_STYLE = {"Chinchilla (Hoffmann et al. 2022)": dict(color="#495057", dash="dash"),

@@ -23,7 +23,7 @@ from core.figures.ticks import axis_ticks, fitted_ticks
 from core.figures.common import dict_figure
 from core.serve.fmt import head_label, pos_label, shown_pos, visible
 from core.analysis.generation import format_t
-from core.nn.model import ACTIVATION_NAMES, SILENT_WORDS, silent_units
+from core.nn.config import ACTIVATION_NAMES, SILENT_WORDS, silent_units
 from core.analysis.sampling import temperature_softmax
 from core.analysis.trace import Attribution, StreamStep
 

@@ -9,9 +9,16 @@ Everything is re-exported here: ``from core import lesson as LS; LS.STEPS, LS.gr
 from core.lesson.grading import (AMBIGUOUS_SHARE, CLOSE, MASK_CHANGE, MIN_NOISE, NOISE_SE, Grade, close_call,
                                  grade_choice, grade_direction, grade_number, grade_yes_no)
 from core.lesson.measures import (CHOICES, DRAWS, block_numbers, copy_loss_change, fitted_prompt, head_patching,
-                                  key_choices, key_sources, key_weights, mask_experiment, mean_logprob, parameter_count,
+                                  key_choices, key_sources, key_weights, mask_experiment, parameter_count,
                                   source_names, temperature_pair, which_is_cold, which_key)
 from core.lesson.records import Context, Question, Reveal, Step, answer, question, unmet
 from core.lesson.steps import CHINCHILLA_AT, COST_TOKENS, MIN_GAP, PIECES, STEP, STEPS
 
 N_STEPS = len(STEPS)
+
+__all__ = ["AMBIGUOUS_SHARE", "CLOSE", "MASK_CHANGE", "MIN_NOISE", "NOISE_SE", "Grade", "close_call", "grade_choice",
+           "grade_direction", "grade_number", "grade_yes_no", "CHOICES", "DRAWS", "block_numbers", "copy_loss_change",
+           "fitted_prompt", "head_patching", "key_choices", "key_sources", "key_weights", "mask_experiment",
+           "parameter_count", "source_names", "temperature_pair", "which_is_cold", "which_key", "Context", "Question",
+           "Reveal", "Step", "answer", "question", "unmet", "CHINCHILLA_AT", "COST_TOKENS", "MIN_GAP", "PIECES",
+           "STEP", "STEPS", "N_STEPS"]

@@ -18,6 +18,7 @@ import numpy as np
 
 from core.analysis import patching as P
 from core.analysis.induction import THRESHOLD, HeadScores
+from core.analysis.prompt_pairs import strongest_head
 from core.lesson.grading import Grade
 from core.serve.fmt import head_label
 
@@ -45,7 +46,7 @@ class Context:
 
     @property
     def previous_head(self) -> tuple[int, int]:
-        return P.strongest_head(self.scores.previous_token)  # NaN-safe; the scores are never negative
+        return strongest_head(self.scores.previous_token)  # NaN-safe; the scores are never negative
 
     @property
     def induction_head(self) -> tuple[int, int] | None:

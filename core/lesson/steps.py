@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 
 from core.analysis import patching as P
-from core.analysis.circuit import read_circuit
+from core.analysis.circuit import read_circuit, sources_view
 from core.analysis.cost import training_flops
 from core.analysis.generation import draw
 from core.analysis.induction import head_scores
+from core.analysis.prompt_pairs import example_pair
 from core.analysis.scaling import CHINCHILLA
 from core.lesson import measures as M
 from core.lesson.grading import (AMBIGUOUS_SHARE, MASK_CHANGE, Grade, grade_choice, grade_direction, grade_number,
@@ -302,7 +303,7 @@ def _pair_shows(ctx, ids) -> tuple:
 
 
 def _patch_ask(ctx):
-    clean, bad, period, again = P.example_pair(ctx.model, ctx.tokenizer, seed=2000)  # Cause and effect's example
+    clean, bad, period, again = example_pair(ctx.model, ctx.tokenizer, seed=2000)  # Cause and effect's example
     u = ctx.tokenizer.unit
     heads = [(l, h) for l in range(ctx.config.n_layers) for h in range(ctx.config.n_heads)]
     return Question(
@@ -332,7 +333,7 @@ def _patch_reveal(q, m, grade, guess=None):
 
 
 def _circuit_ask(ctx):
-    clean, bad, period, again = P.example_pair(ctx.model, ctx.tokenizer, seed=2000)
+    clean, bad, period, again = example_pair(ctx.model, ctx.tokenizer, seed=2000)
     l, h = ctx.induction_head
     w = M.key_weights(ctx.model, clean, l, h)
     # the score asked about is the one the head acts on: from the last position to the key it weighs most
@@ -360,7 +361,7 @@ def _circuit_measure(ctx, q):
 
 
 def _circuit_reveal(q, m, grade, guess=None):
-    shown, rows, cols, reading = P.sources_view(m["table"], m["names"], k=10)
+    shown, rows, cols, reading = sources_view(m["table"], m["names"], k=10)
     circuit = read_circuit(reading, m["score"], m["previous_token"], m.get("paths"))
     return Reveal(circuit.text,  # it names the key's largest source (the answer), its previous-token score, the path
                   figure=("sources", dict(table=shown, rows=rows, cols=cols,

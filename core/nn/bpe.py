@@ -118,6 +118,7 @@ class BPETokenizer(Tokenizer):
         """A byte-level BPE learned from ``text`` (a string or an iterator of strings): the 256 bytes, the
         ``special_tokens``, then merges of frequent pairs until ``vocab_size`` tokens (fewer if the text runs out
         of pairs seen ``min_frequency`` times). No prefix space is added, so ids follow the text exactly."""
+        # local: tokenizers loads only when a BPE tokenizer is read or trained
         from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
 
         special_tokens = list(special_tokens)
@@ -139,6 +140,7 @@ class BPETokenizer(Tokenizer):
     def from_str(cls, data: str, vocab_size: int | None = None) -> "BPETokenizer":
         """A tokenizer from the text of a tokenizer.json, checked first against MAX_TOKENIZER_BYTES and
         MAX_TOKENIZER_VOCAB, then probed once (PROBE_TEXT); ValueError saying what is wrong."""
+        # local: tokenizers loads only when a BPE tokenizer is read or trained
         from tokenizers import Tokenizer as HFTokenizer
 
         if len(data) > MAX_TOKENIZER_BYTES:
@@ -186,6 +188,7 @@ class BPETokenizer(Tokenizer):
         """GPT-2's original files: vocab.json (token -> id) and merges.txt (one merge per line), with GPT-2's
         byte-level pre-tokenizer and decoder; '<|endoftext|>', when in the vocabulary, is a special token (as
         in Hugging Face's GPT2Tokenizer)."""
+        # local: tokenizers loads only when a BPE tokenizer is read or trained
         from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, processors
 
         try:

@@ -7,7 +7,7 @@
     <name>/heads.csv          optional: every head's probe scores during training (core.analysis.induction)
 
 This module reads and checks a folder (``load_checkpoint``, ``check_checkpoint``, ``CheckpointError``). The rest
-lives in modules that build on this one, and every name stays importable from here:
+lives in modules that build on this one (import each name from its module):
 
     core.nn.model_card       README.md, log.csv and heads.csv: written at a save, read back by the pages
     core.nn.model_store      owners, names, the lock and the atomic save and replace, recovery of killed saves
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,18 +27,19 @@ from safetensors.torch import load_file
 
 from core.serve.folder_files import OutsideFolder, inside, read_text_inside, size_inside
 from core.nn.safetensors_header import read_header
-from core.nn.heads_csv import HEADS_CSV
 from core.nn.hf import (PICKLE_SUFFIXES, config_from_hf, expected_shapes as hf_expected_shapes, file_prefix,
                      is_hf_config, relevant as hf_relevant, state_from_hf)
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.meta import meta_transformer
 from core.nn.snapshots import SNAPSHOT_DIR, checkpoint_steps, snapshot_folder, snapshot_name
-from core.nn.tokenizer import (MERGES_FILE, TOKENIZER_FILE, VOCAB_FILE, Tokenizer, hf_tokenizer, hf_tokenizer_files,
-                            tokenizer_from_dict)
+from core.nn.bpe import MERGES_FILE, TOKENIZER_FILE, VOCAB_FILE, hf_tokenizer, hf_tokenizer_files
+from core.nn.tokenizer_base import Tokenizer
+from core.nn.tokenizer import tokenizer_from_dict
+from core.nn.params import count_parameters
 
 FORMAT_VERSION = 1  # config.json's "format_version": bumped when a change would make old readers misread a folder
 CONFIG_FILE, WEIGHTS_FILE, CARD_FILE, LOG_FILE = "config.json", "model.safetensors", "README.md", "log.csv"
-HEADS_FILE = HEADS_CSV  # per-head probe scores recorded during training (core.analysis.induction), when there are any
 MAX_WEIGHTS_BYTES = 512 * 1024 * 1024  # refuse absurd files before reading them (the shipped models': under 1 MB)
 MAX_HF_WEIGHTS_BYTES = 2 * 1024**3     # a GPT-2 folder: small (0.5 GB in float32) and medium (1.4 GB) fit
 MAX_CONFIG_BYTES = 1024 * 1024  # ours are about 3 KB; the bound keeps a hostile file from filling memory
@@ -214,8 +214,6 @@ def _size_problem(config: ModelConfig, weights_bytes: int, n_tensors: int) -> st
     """Why a config cannot be what the weights file holds, or cannot be loaded here; None when it may be. Pure
     arithmetic on the config (core.nn.params' count, no model built): every parameter takes at least 2 bytes
     (float16), and every layer holds at least one tensor of the header."""
-    from core.nn.params import count_parameters  # local import: params imports model only
-
     if config.n_layers > MAX_LOAD_LAYERS:
         return f"the config has {config.n_layers:,} layers; this server loads at most {MAX_LOAD_LAYERS}"
     if config.vocab_size > MAX_LOAD_VOCAB:
@@ -369,26 +367,3 @@ def weights_size(path) -> int:
     except OSError:  # a page's size line must not fail while another session swaps the folder
         return 0
 
-
-# ---------------------------------------------------------------------------- names that moved out of this module
-# The card, the store and discovery import this module, so importing them here would be a cycle (and whichever
-# of them a program imported first would find the other half-built). Instead a name asked of this module that it
-# does not define is looked up in its new home (PEP 562): `from core.nn.checkpoint import save_checkpoint` still works.
-_MOVED = {
-    "core.nn.model_card": ("LOG_FIELDS", "MAX_LOG_BYTES", "MAX_CARD_BYTES", "format_log", "model_card", "read_card",
-                        "read_heads", "read_log", "read_training"),
-    "core.nn.model_store": ("OWNER_RE", "STALE_TMP_S", "MAX_NAME_CHARS", "check_owner", "checkpoint_owner",
-                         "checkpoint_zip", "default_model_name", "name_key", "recover_interrupted_saves",
-                         "same_name", "sanitise_model_name", "save_checkpoint", "user_model_folder"),
-    "core.nn.snapshots": ("snapshot_steps", "snapshot_losses"),
-    "core.nn.model_discovery": ("MAX_MODEL_FOLDERS", "RECOVER_EVERY_S", "ModelEntry", "discover_models",
-                             "_check_entry"),  # _check_entry: bench/run.py times one folder's check
-}
-_HOME = {name: module for module, names in _MOVED.items() for name in names}
-
-
-def __getattr__(name: str):
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    # looked up on every use, never copied here: a test that patches MAX_MODEL_FOLDERS in its module is seen
-    return getattr(importlib.import_module(_HOME[name]), name)

@@ -1,6 +1,5 @@
 """A model's shape and the switches of the block, validated in one place (``config_problems``), and the named shapes
-(the lecture's model and published ones). ``core.nn.model`` builds the network from a ModelConfig and re-exports these
-names."""
+(the lecture's model and published ones). ``core.nn.model`` builds the network from a ModelConfig."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -134,5 +133,4 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     "GPT-2 XL": ModelConfig(**_GPT2, d_model=1600, n_heads=25, n_layers=48),
     "GPT-3 175B": ModelConfig(vocab_size=50257, n_ctx=2048, d_model=12288, n_heads=96, n_layers=96),
 }
-PRESETS = MODEL_PRESETS  # the older name, kept for code that imports it
 LECTURE = MODEL_PRESETS["lecture"]

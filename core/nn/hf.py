@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from core.nn.model import ModelConfig
-from core.nn.tokenizer import TOKENIZER_FILE, BPETokenizer, CharTokenizer, MERGES_FILE, VOCAB_FILE
+from core.nn.config import ModelConfig
+from core.nn.bpe import TOKENIZER_FILE, BPETokenizer, MERGES_FILE, VOCAB_FILE
+from core.nn.tokenizer import CharTokenizer
 
 # GPT2Config's defaults, for keys a config.json leaves out (as transformers reads it)
 GPT2_DEFAULTS = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12, n_inner=None,
@@ -148,6 +149,7 @@ def char_tokenizer_json(tokenizer: CharTokenizer) -> str:
     """Our character tokenizer as a tokenizer.json that gives the same ids: a BPE with the characters as its
     vocabulary and no merges, nothing before it (no normalisation, no splitting) and a decoder that joins
     tokens with nothing between them. With no unknown token it drops unknown characters, as ours does."""
+    # local: tokenizers loads only when a BPE tokenizer is read or trained
     from tokenizers import Tokenizer as HFTokenizer, decoders, models
 
     tok = HFTokenizer(models.BPE(vocab={c: i for i, c in enumerate(tokenizer.chars)}, merges=[]))

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 
 # the in-place initialisers a module's constructor may call: at the nn.init level (which dispatches the whole call
 # to a mode) and as tensor methods (called directly, e.g. by a module's reset_parameters)

@@ -14,9 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from core.nn.config import (ACTIVATION_LATEX, ACTIVATION_NAMES, ACTIVATIONS, LECTURE, MASKS, MODEL_PRESETS,  # noqa: F401
-                            NORMS, PRESETS, SHAPE_FIELDS, SILENT_WORDS, SWITCH_DEFAULTS, ModelConfig, config_problems,
-                            head_counts, silent_units)
+from core.nn.config import ModelConfig
 from core.nn.hooks import ActivationCache, HookRun, block_hook_names, hook_names
 
 

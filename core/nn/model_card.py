@@ -12,12 +12,13 @@ import io
 import math
 from pathlib import Path
 
-from core.nn.checkpoint import CARD_FILE, HEADS_FILE, LOG_FILE, CheckpointError, _os_problem, _read_config
+from core.nn.checkpoint import CARD_FILE, LOG_FILE, CheckpointError, _os_problem, _read_config
 from core.serve.fmt import head_label, md_escape
 from core.serve.folder_files import read_text_inside
-from core.nn.heads_csv import parse_heads_csv
-from core.nn.model import ModelConfig
-from core.nn.tokenizer import Tokenizer
+from core.nn.heads_csv import HEADS_CSV, parse_heads_csv
+from core.nn.config import ModelConfig
+from core.nn.tokenizer_base import Tokenizer
+from core.nn.params import count_parameters
 
 LOG_FIELDS = ["step", "train_loss", "val_loss", "tokens_per_s"]  # log.csv's columns, in this order
 MAX_LOG_BYTES = 32 * 2**20    # log.csv and heads.csv: a long run's are a few MB
@@ -44,8 +45,6 @@ def _recipe(tc) -> str:
 
 def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokenizer | None = None) -> str:
     """A short markdown card from the config, the training metadata and (when given) the tokenizer."""
-    from core.nn.params import count_parameters  # local import: params imports model only
-
     counts = count_parameters(config)
     t = training
 
@@ -234,13 +233,13 @@ def read_log(path) -> list[dict]:
 
 def read_heads(path) -> list[dict] | None:
     """Rows of a checkpoint's heads.csv (core.nn.heads_csv.parse_heads_csv); None when the model has none."""
-    text = _read_inside(path, HEADS_FILE, MAX_LOG_BYTES, "head scores")
+    text = _read_inside(path, HEADS_CSV, MAX_LOG_BYTES, "head scores")
     if text is None:
         return None
     try:
         return parse_heads_csv(text)
     except (csv.Error, ValueError) as e:
-        raise CheckpointError(Path(path) / HEADS_FILE, f"unreadable head scores: {e}") from None
+        raise CheckpointError(Path(path) / HEADS_CSV, f"unreadable head scores: {e}") from None
 
 
 def read_training(path) -> dict:

@@ -32,14 +32,14 @@ try:
 except ImportError:  # Windows: saves are serialised within the process only
     fcntl = None
 
-from core.nn.checkpoint import (CARD_FILE, CONFIG_FILE, FORMAT_VERSION, HEADS_FILE, LOG_FILE, TIED_NAME, WEIGHTS_FILE,
+from core.nn.checkpoint import (CARD_FILE, CONFIG_FILE, FORMAT_VERSION, LOG_FILE, TIED_NAME, WEIGHTS_FILE,
                              CheckpointError, _read_config)
 from core.serve.folder_files import open_inside
-from core.nn.heads_csv import write_heads_csv
+from core.nn.heads_csv import HEADS_CSV, write_heads_csv
 from core.nn.model import Transformer
 from core.nn.model_card import format_log, model_card
 from core.nn.snapshots import SNAPSHOT_DIR, snapshot_folder, write_snapshots
-from core.nn.tokenizer import Tokenizer
+from core.nn.tokenizer_base import Tokenizer
 
 OWNER_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # plain and short: stored and compared as it is, nothing in it to escape
 STALE_TMP_S = 3600  # a temporary save folder this old belongs to no save still running
@@ -317,7 +317,7 @@ def save_checkpoint(path, model: Transformer, tokenizer: Tokenizer, training: di
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
         (tmp / LOG_FILE).write_text(format_log(log or []), encoding="utf-8")
         if heads:  # only runs that probed their heads have heads.csv; readers treat its absence as "none"
-            write_heads_csv(tmp / HEADS_FILE, heads)
+            write_heads_csv(tmp / HEADS_CSV, heads)
         (tmp / CARD_FILE).write_text(card if card is not None else model_card(folder.name, model.config, training,
                                                                                     tokenizer),
                                      encoding="utf-8")

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from core.serve.fmt import latex_int
 from core.nn.meta import meta_transformer
-from core.nn.model import ModelConfig, Transformer, head_counts
+from core.nn.config import ModelConfig, head_counts
+from core.nn.model import Transformer
+from core.nn.config import ACTIVATION_LATEX
 
 
 def count_parameters(config: ModelConfig) -> dict[str, int]:
@@ -192,8 +194,6 @@ def heads_sweep(config: ModelConfig, max_rows: int = 6) -> list[dict]:
 def mlp_latex(config, hidden: bool = False) -> str:
     """The MLP's formula for ``config``: its own nonlinearity (ReLU or GELU), with b_1 and b_2 only when the model
     has biases. ``hidden``: written in two steps, the hidden vector h first (the Inside page's MLP view)."""
-    from core.nn.model import ACTIVATION_LATEX
-
     f = ACTIVATION_LATEX[config.activation]
     b1, b2 = (" + b_1", " + b_2") if config.bias else ("", "")
     if hidden:

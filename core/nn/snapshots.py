@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import save_file
 
 from core.serve.folder_files import is_inside, open_inside
+from core.nn.safetensors_header import read_header
 
 SNAPSHOT_DIR = "checkpoints"
 DEFAULT_SNAPSHOTS = 20  # log-spaced steps after step 0: the issue's "about 16-24 more up to the last"
@@ -178,8 +179,6 @@ def snapshot_files(folder) -> dict[int, Path]:
     """step -> the snapshot file of ``folder``, for every listed step: to copy them into another folder (a save from
     a handed-over run: ``write_snapshots`` copies the files, no tensor is decoded). Only the header of each is
     read: one that is not a safetensors file at all is left out (its tensors are checked when it is loaded)."""
-    from core.nn.safetensors_header import read_header
-
     sub = snapshot_folder(folder)
     out = {}
     for step in checkpoint_steps(folder) if sub is not None else []:

@@ -24,10 +24,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-# re-exported: pages, core, tests and bench import these names from core.nn.tokenizer
-from core.nn.bpe import (MAX_TOKENIZER_BYTES, MAX_TOKENIZER_VOCAB, MERGES_FILE, PROBE_TEXT, TOKENIZER_FILE,  # noqa: F401
-                      VOCAB_FILE, BPETokenizer, TokenizerFailed, hf_tokenizer, hf_tokenizer_files,
-                      read_tokenizer_file)
+from core.nn.bpe import TOKENIZER_FILE, BPETokenizer, TokenizerFailed, hf_tokenizer, read_tokenizer_file
 from core.serve.fmt import visible
 from core.nn.tokenizer_base import Tokenizer, check_errors
 

@@ -4,6 +4,7 @@ Every write is one Lua script (the class, its secret, the round and the limits c
 as SQLite's transactions do), so two teacher actions or two votes never interleave between a check and its write."""
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import time
@@ -188,11 +189,9 @@ return {'unknown'}
 
 def _guarded(fn):
     """A RedisStore method whose connection errors reach the page as a StoreUnavailable in words."""
-    import functools
-
     @functools.wraps(fn)
     def call(self, *args, **kwargs):
-        import redis
+        import redis  # local: optional dependency, only the Redis class store needs it
 
         try:
             return fn(self, *args, **kwargs)
@@ -210,6 +209,7 @@ class RedisStore(ClassStore):
     PREFIX = "te:class:"
 
     def __init__(self, url: str, limits: ClassLimits = ClassLimits(), clock: Callable[[], float] = time.time):
+        # local: optional dependency, only the Redis class store needs it
         import redis  # pinned in requirements.txt; only this backend needs it
 
         self.url, self.limits, self.clock = url, limits, clock
@@ -296,7 +296,7 @@ class RedisStore(ClassStore):
 
     @_guarded
     def durability(self):
-        import redis
+        import redis  # local: optional dependency, only the Redis class store needs it
 
         try:
             aof = self.r.config_get("appendonly").get("appendonly")

@@ -3,8 +3,10 @@ choice and a vote may be, the limits, the interface every backend implements, an
 the shift between votes, the CSV)."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import hmac
+import io
 import ipaddress
 import json
 import math
@@ -280,9 +282,6 @@ CSV_FIELDS = ("round", "question", "kind", "model", "prompt", "choice", "vote 1"
 
 def rounds_csv(rounds: list[dict]) -> str:
     """The teacher's download: one line per round and choice (counts in each vote), the model's answer on each."""
-    import csv
-    import io
-
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(CSV_FIELDS)

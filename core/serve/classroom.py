@@ -28,6 +28,7 @@ from core.serve.class_rules import (CODE_ALPHABET, CODE_LEN, CSV_FIELDS, MAX_CHO
                                     ClassStore, StoreUnavailable, check_meta, check_round, choice_key, client_key,
                                     limits_from_env, new_code, normalize_code, round_summary, rounds_csv, shift_rows)
 from core.serve.class_sqlite import SqliteStore
+from core.serve.paths import user_models_dir
 
 __all__ = ["CODE_ALPHABET", "CODE_LEN", "CSV_FIELDS", "MAX_CHOICE", "MAX_CHOICES", "MAX_META", "MAX_TEXT", "MAX_VOTER",
            "MIN_CHOICES", "NEW_VOTERS_ENV", "SHIFT_ROW", "STORE_ENV", "ClassError", "ClassLimits", "ClassStore",
@@ -38,8 +39,6 @@ __all__ = ["CODE_ALPHABET", "CODE_LEN", "CSV_FIELDS", "MAX_CHOICE", "MAX_CHOICES
 
 def default_sqlite_path() -> Path:
     """classroom.sqlite beside the models folder (core.serve.paths): what a deployment keeps as a volume."""
-    from core.serve.paths import user_models_dir
-
     return user_models_dir().parent / "classroom.sqlite"
 
 

@@ -163,6 +163,18 @@ def rough_time(seconds: float) -> str:
     return f"about {round(seconds / 60):.0f} minutes"
 
 
+def duration_words(seconds: float) -> str:
+    """An estimate in round words: "about 4 s", "about 40 s", "about 3 min", "about 1.5 h" (seconds up to two
+    minutes: "under a minute" read 58-85 s)."""
+    if seconds < 10:
+        return f"about {max(1, round(seconds))} s"
+    if seconds < 120:
+        return f"about {round(seconds, -1):.0f} s"
+    if seconds < 5400:
+        return f"about {round(seconds / 60)} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
 def g3(v: float) -> str:
     """Three significant digits; a value within 1e-6 of zero (a bound the bootstrap drove to zero) reads as 0."""
     return "0" if abs(v) < 1e-6 else f"{v:.3g}"

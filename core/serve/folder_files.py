@@ -144,3 +144,42 @@ def file_stamp(path) -> str:
     except OSError:
         return ""
     return f"{path}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+# a study's files and a job's progress: replaced whole or not at all, never seen half-written
+def _fsync_dir(folder: Path):
+    # a rename is on disk only once the folder's entry is: without this a crash may bring the old file back
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a platform that cannot open a folder: the data is on disk, only the rename may not be
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse to fsync a folder; as above
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: str, sync: bool = True):
+    """Replace ``path`` with ``data`` or leave it as it was: a temporary file beside it, fsync, rename.
+    ``sync=False`` skips both fsyncs: for a hint rewritten every second (a run's step), which a crash may lose but a
+    reader must still never see half of; the rename alone gives that."""
+    path = Path(path)
+    # beside the target, so the rename stays on one file system (and is atomic); the pid keeps writers apart
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:  # newline="": csv's own "\n", on every platform
+            f.write(data)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())  # the data on disk before its name: a crash must not leave the name on no data
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, or Ctrl-C mid-write: the old file stays whole and no temporary is left
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    if sync:
+        _fsync_dir(path.parent)

@@ -115,7 +115,7 @@ def natural_probe(tok, val_ids, n_ctx: int):
 
 def run_settings(f: Factor, steps: int, seed: int = 1337):
     """(the model's shape without its vocabulary, the TrainConfig) of run ``f``: the base recipe with its changes."""
-    from core.training.trainer import TrainConfig
+    from core.training.recipes import TrainConfig
 
     train = dict(BASE_TRAIN, **f.train)
     recipe = train.pop("recipe", "muon")  # "adamw": that named recipe, the repeat mixture kept
@@ -162,7 +162,7 @@ def train_factor(spec: TableSpec) -> dict:
 def write_results(out: Path, rows: list[dict]) -> None:
     """runs.csv (in RUNS order, whatever order the runs finished in) and heads/<run>.csv."""
     from core.nn.heads_csv import write_heads_csv
-    from core.training.study_files import write_atomic
+    from core.serve.folder_files import write_atomic
 
     rows = STUDY.ordered(rows)
     table = io.StringIO()

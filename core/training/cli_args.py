@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable
+from core.nn.model_store import same_name
+from core.nn.model_store import save_checkpoint
+from core.nn.model_card import model_card
+from core.nn.model_store import _swap_into_place, models_folder_lock
 
 from core.training.study_engines import ENGINES
 
@@ -261,8 +265,6 @@ def model_out_problem(out, overwrite: bool) -> str | None:
     a folder already there (without ``overwrite``), something there that is not a saved model (``overwrite``
     replaces only a model folder's own files, or fills an empty one: never a file or a folder of other things),
     the same name in other letters beside it (one folder on a case-insensitive disk), or a place it cannot write."""
-    from core.nn.checkpoint import same_name
-
     out = Path(out)
     if os.path.lexists(out):
         other = out.is_dir() and not out.is_symlink() and any(out.iterdir()) and not _model_config(out / MODEL_MARK)
@@ -303,16 +305,12 @@ def save_model(out, model, tokenizer, training: dict, log, overwrite: bool, **kw
     replacing a model swaps whole folders (atomically), which would drop them. The new model is saved beside
     ``out`` under a hidden name, the other entries are linked into it, and the two folders are swapped the way
     save_checkpoint swaps them (a process killed half-way leaves the old folder whole, or the new one)."""
-    from core.nn.checkpoint import save_checkpoint
-
     out = Path(out)
     others = []
     if overwrite and out.is_dir() and not out.is_symlink():
         others = survey(out, MODEL_BY_NAME).others
     if not others:
         return save_checkpoint(out, model, tokenizer, training, log, overwrite=overwrite, **kw)
-    from core.nn.model_card import model_card
-    from core.nn.model_store import _swap_into_place, models_folder_lock  # the one swap, with its recovery
 
     stage = out.with_name(f".{out.name}.{os.getpid()}.keep")
     # a leftover of a killed process of the same id: a save that never finished (what it kept are links)

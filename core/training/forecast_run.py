@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.nn.model import ModelConfig
+from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
-from core.training.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION
 from core.training.study_grid import Grid, StudyError, _runs_problem, estimate_seconds, non_embedding
 from core.training.study_job import StudyJob
 

@@ -28,8 +28,10 @@ from core.analysis import forecast as F
 from core.analysis.scaling import R_STAR_D, ScalingLaw, effective_data, fit_scaling_law
 from core.analysis.scaling_repeat import R_STAR_GRID, epochs_worth_it, fit_effective, profile_r_star
 from core.serve.paths import REPO_ROOT
-from core.training.corpus import TRAIN_FRACTION
-from core.training.study_files import SHIPPED_STUDY, StudyError, _read_json, read_meta, read_rows, usable_rows, write_atomic
+from core.data.corpus import TRAIN_FRACTION
+from core.training.study_files import SHIPPED_STUDY, _read_json, read_meta, read_rows, usable_rows
+from core.serve.folder_files import write_atomic
+from core.training.study_grid import StudyError
 
 EPOCHS_STUDY = REPO_ROOT / "assets" / "studies" / "shakespeare-char-epochs"
 FORECAST_JSON = "forecast.json"

@@ -9,18 +9,17 @@ TrainConfig, never retyped.
 """
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
 
-from core.training.corpus import TRAIN_FRACTION
+from core.data.budget import DATA_BYTES_PER_CHAR, PROCESS_BYTES, memory_budget
+from core.data.corpus import TRAIN_FRACTION
 from core.analysis.cost import training_flops
 from core.serve.fmt import binary_bytes
-from core.nn.model import LECTURE, ModelConfig, config_problems
+from core.nn.config import LECTURE, ModelConfig, config_problems
 from core.nn.params import count_parameters
 from core.nn.snapshots import DEFAULT_SNAPSHOTS
-from core.training.trainer import (DEFAULT_BPE_VOCAB, DEFAULT_RECIPE, RECIPES, TOKENIZERS, TrainConfig, min_corpus_chars,
-                        train_problems)
+from core.training.train_data import DEFAULT_BPE_VOCAB, TOKENIZERS, min_corpus_chars
+from core.training.recipes import DEFAULT_RECIPE, RECIPES, TrainConfig, train_problems
 
 MAX_PARAMS = 10_000_000         # a live CPU run of a bigger model would not show anything in a lecture
 MAX_TOKENS_PER_STEP = 65_536    # batch_size * n_ctx: bounds the memory of one step
@@ -236,19 +235,11 @@ def job_cost(s: JobSettings, vocab_size: int, corpus_chars: int, train_tokens: i
 
 FLOAT = 4                       # bytes per float32
 MIN_VOCAB = {"char": 1, "bpe": MIN_BPE_VOCAB}  # the fewest tokens each kind of tokenizer can end up with
-DEFAULT_RUN_MEMORY = 2**30      # 1 GiB per run: up to MAX_RUNNING_JOBS of them on a class server's few GB
-# The constants below are measured by bench/run_memory.py (bench/results/run-memory.md) on ten runs:
-# a training process that has imported torch and our modules and trained the lecture's model a few steps on a
-# small text, before its data and its model count
-PROCESS_BYTES = 340 * 2**20
-# the corpus inside the process, per character: the text and its two parts, the int64 token ids, and what
-# learning and encoding them leaves behind
-DATA_BYTES_PER_CHAR = 20
 # the allocator keeps the blocks one step frees for the next, and the backward pass makes gradients of its own:
 # the resident peak of a step was 1.5-2.1 times the activations it keeps
 ALLOCATOR_FACTOR = 1.7
 EVAL_WINDOWS = 64  # windows per forward pass when a saved run is scored (core.training.trainer.windowed_total's batch)
-_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
 
 
 @dataclass(frozen=True)
@@ -297,45 +288,6 @@ def run_memory(s: JobSettings, vocab_size: int, corpus_chars: int) -> RunMemory:
                      activations=round(max(step, score)))
 
 
-def parse_size(text: str) -> int:
-    """Bytes from a size as a person writes it: "1.5G", "800M", "512k", "1GiB", "2 GB" or a number of bytes.
-    K, M, G and T count in powers of 1024, as Docker's memory limits do. ValueError when it is not a size."""
-    found = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
-    if not found:
-        raise ValueError(f"{text!r} is not a size: write bytes, or a number with K, M, G or T, e.g. 1.5G or 800M")
-    number, unit = found.groups()
-    return int(float(number) * _UNITS[unit.lower()])
-
-
-def size_setting(env: str, default: int, value: str | None = None) -> int | None:
-    """A memory budget the server sets by a size: ``value``, by default the environment's ``env`` (1G, 800M), else
-    ``default``. None: no limit (0). ValueError, naming the setting, when it is not a size."""
-    value = os.environ.get(env, "") if value is None else value
-    if not str(value).strip():
-        return default
-    try:
-        return parse_size(value) or None
-    except ValueError as e:
-        raise ValueError(f"the server's {env} setting is wrong: {e}") from None
-
-
-def memory_budget(value: str | None = None) -> int | None:
-    """The memory one run may take, in bytes: ``value``, by default the environment's TE_RUN_MEMORY, else
-    DEFAULT_RUN_MEMORY. None: no limit (TE_RUN_MEMORY=0). ValueError, saying so, when it is not a size."""
-    value = os.environ.get("TE_RUN_MEMORY", "") if value is None else value
-    if not str(value).strip():
-        return DEFAULT_RUN_MEMORY
-    try:
-        budget = parse_size(value)
-    except ValueError as e:
-        raise ValueError(f"the server's TE_RUN_MEMORY setting is wrong: {e}") from None
-    if 0 < budget < PROCESS_BYTES:  # most likely a unit left out: no run could ever start
-        raise ValueError(f"the server's TE_RUN_MEMORY setting is wrong: {value!r} is {binary_bytes(budget)}, less than "
-                         f"a training process takes before it trains ({binary_bytes(PROCESS_BYTES)}); write a unit, "
-                         "e.g. 1G")
-    return budget or None
-
-
 def allowance_words() -> str:
     """What the server allows one run, in words ("allows 1.0 GiB per run", "sets no limit per run"); ValueError for
     a TE_RUN_MEMORY that does not parse."""
@@ -371,18 +323,3 @@ def memory_problem(s: JobSettings, vocab_size: int, corpus_chars: int) -> str | 
               "data": f"the corpus and its tokens take {binary_bytes(est.data)}: a shorter text needs less"}[biggest]
     return (f"This run needs about {binary_bytes(est.total)} of memory; the server allows {binary_bytes(budget)} per "
             f"run. Most of it: {advice}.")
-
-
-def corpus_cap() -> tuple[int, str]:
-    """(bytes, why in words): the largest corpus file a run reads, the text whose data alone (DATA_BYTES_PER_CHAR a
-    character) would fill the memory a run may take beside its process: TE_RUN_MEMORY, or, where that sets no
-    limit, the machine's memory. A file is read up to this cap and no further (a device like /dev/zero never
-    ends). ValueError, saying so, when TE_RUN_MEMORY is not a size."""
-    budget = memory_budget()
-    where = f"the memory one run may take (TE_RUN_MEMORY, {binary_bytes(budget)})" if budget else None
-    if budget is None:
-        budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        where = f"this machine's memory ({binary_bytes(budget)})"
-    cap = max(0, budget - PROCESS_BYTES) // DATA_BYTES_PER_CHAR
-    return cap, (f"the most a run can hold in {where}: a training process keeps about {DATA_BYTES_PER_CHAR} bytes "
-                 "a character")

@@ -2,7 +2,8 @@
 checkpoint folder or as a Hugging Face GPT-2 folder."""
 from __future__ import annotations
 
-from core.nn.checkpoint import checkpoint_zip, load_checkpoint, sanitise_model_name
+from core.nn.model_store import checkpoint_zip, sanitise_model_name
+from core.nn.checkpoint import load_checkpoint
 from core.nn.hf import export_zip
 from core.training.quota import QuotaError, models_of
 

@@ -17,7 +17,8 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from core.nn.checkpoint import checkpoint_owner
+from core.nn.model_store import checkpoint_owner
+from core.nn.model_store import models_folder_lock
 
 MODELS_PER_USER_ENV = "TE_MAX_MODELS_PER_USER"
 MODELS_ENV = "TE_MAX_MODELS"
@@ -118,8 +119,6 @@ def reserve_model_slot(models_dir, folder, owner: str | None):
     ``models_dir`` takes for its saves (core.nn.model_store.models_folder_lock), the saved models and the places
     reserved by saves under way are counted, and a reservation of this save's place is written; it is removed when
     the block ends (saved or not). QuotaError, before anything is reserved, when no place is left."""
-    from core.nn.model_store import models_folder_lock
-
     base = Path(models_dir)
     base.mkdir(parents=True, exist_ok=True)
     path = None

@@ -6,18 +6,32 @@ Rates are FLOP/s counted as 6·N per token (``core.analysis.cost.training_flops`
 """
 from __future__ import annotations
 
+import math
+import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from core.analysis.cost import training_flops
-from core.nn.model import LECTURE
+from core.nn.config import LECTURE
 from core.nn.params import count_parameters
 from core.serve.threads import training_threads, use_threads
-from core.training.trainer import TrainConfig, Trainer
+from core.training.recipes import TrainConfig
+from core.training.trainer import Trainer
+from core.analysis.induction import HeadRecorder
+from core.analysis.sampling import generate
+from core.nn.tokenizer import CharTokenizer
+from core.nn.snapshots import snapshot_steps
+from core.data.corpus import TRAIN_FRACTION
+from core.serve.fmt import seconds_or_minutes
+from core.analysis.scaling import fit_scaling_law, start_grid
+from core.training.study_files import RUNS_CSV, SHIPPED_STUDY, read_fit, read_rows
+from core.analysis.scaling_runs import MIN_RUNS
+from core.training.study_grid import STARTUP_S, run_cost
 
 _RATE: dict[str, float] = {}
 _RATE_LOCK = threading.Lock()
@@ -124,10 +138,6 @@ def measure_pace(shape: dict, batch_size: int, recipe: str, threads: int, repeat
 
 
 def _time_pace(shape: dict, batch_size: int, recipe: str, threads: int, repeat_fraction: float = 0.0) -> Pace:
-    from core.analysis.induction import HeadRecorder
-    from core.analysis.sampling import generate
-    from core.nn.tokenizer import CharTokenizer
-
     use_threads(threads)
     m, n_ctx = int(shape["vocab_size"]), int(shape["n_ctx"])
     chars = [chr(0x100 + i) for i in range(m)]  # m distinct characters: the run's vocabulary size
@@ -177,8 +187,6 @@ class RunPlan:
 def run_plan(settings, val_tokens: int, upto: int | None = None) -> RunPlan:
     """The schedule of a run of ``settings`` (a JobSettings) whose held-out part has ``val_tokens`` tokens: the
     work done up to step ``upto`` (default: the whole run, with the held-out loss measured at its end)."""
-    from core.nn.snapshots import snapshot_steps
-
     tc = settings.train_config()
     steps, every = tc.steps, tc.eval_interval
     last = steps if upto is None else max(0, min(upto, steps))
@@ -225,8 +233,6 @@ def run_estimate(settings, pace: Pace, corpus_chars: int, val_tokens: int | None
     ``val_tokens``: the held-out part's length in tokens (default: a tenth of the characters, as for a character
     model). ``upto``: only the work up to that step, without the start and the end (what the run's own clock has
     counted by then)."""
-    from core.training.corpus import TRAIN_FRACTION
-
     val = val_tokens if val_tokens is not None else int(corpus_chars * (1 - TRAIN_FRACTION))
     parts = _parts(settings, pace, run_plan(settings, val, upto), sample_tokens)
     if upto is None:
@@ -251,8 +257,6 @@ def job_time_left(settings, pace: Pace | None, corpus_chars: int, p: dict) -> fl
     """A training job's time left from its progress ``p`` (step, elapsed, step_losses, val_chars_per_token, as
     core.training.training_job keeps it): ``time_left`` at the pace its estimate was made at; without one, the
     remaining steps at the mean pace so far. None before the first step."""
-    from core.training.corpus import TRAIN_FRACTION
-
     if not p["step_losses"]:
         return None
     if pace is None:
@@ -265,8 +269,6 @@ def estimate_run(settings, vocab_size: int, corpus_chars: int,
                  val_tokens: int | None = None) -> tuple[RunEstimate, Pace]:
     """``run_estimate`` at this machine's pace for the run's shape (``measure_pace``), with that pace: the run
     started from the estimate recalculates its time left from it (core.training.training_job.TrainingJob)."""
-    from core.serve.threads import training_threads
-
     pace = measure_pace(settings.shape(max(1, vocab_size)), settings.batch_size, settings.recipe,
                         settings.threads or training_threads(), settings.repeat_fraction)
     return run_estimate(settings, pace, corpus_chars, val_tokens), pace
@@ -294,8 +296,6 @@ def estimate_range(seconds: float, load: float | None = None, cores: int | None 
     """(fewest, most) seconds a run estimated at ``seconds`` is likely to take, on ``cores`` cores with a 1-minute
     load average of ``load`` (default: this machine's now). The upper end grows with the load, from
     RANGE_HIGH_QUIET with a core to spare to RANGE_HIGH_BUSY with every core busy."""
-    import os
-
     cores = cores or os.cpu_count() or 1
     if load is None:
         try:
@@ -315,8 +315,6 @@ def range_words(low: float, high: float) -> str:
 
 def estimate_words(estimate: RunEstimate, load: float | None = None, cores: int | None = None) -> tuple[str, str]:
     """The Training page's "Estimated time" metric: its value (a range, ``estimate_range``) and its help."""
-    from core.serve.fmt import seconds_or_minutes
-
     p = estimate.parts
     steps, extra, ends = (seconds_or_minutes(v) for v in (
         p["steps"], p["evaluations"] + p["samples"] + p["probes"], p["start"] + p["end"]))
@@ -357,12 +355,7 @@ def refit_seconds(widths: tuple = (), budgets: int = 0) -> float:
     key = (tuple(widths), budgets)
     with _PACE_LOCK:
         if key not in _FIT_S:
-            import math
 
-            import numpy as np
-
-            from core.analysis.scaling import fit_scaling_law, start_grid
-            from core.training.study_files import RUNS_CSV, SHIPPED_STUDY, read_fit, read_rows
 
             rows = read_rows(Path(SHIPPED_STUDY) / RUNS_CSV)
             rows = [r for r in rows if r["d_model"] in widths] or rows
@@ -391,8 +384,6 @@ def refit_seconds(widths: tuple = (), budgets: int = 0) -> float:
 def fit_seconds(resamples: int, runs: int, grid=None) -> float:
     """The seconds of a study's fit: the full fit (about two refits' worth: 4,500 starts) and ``resamples``
     refits (timed on runs like ``grid``'s); none for fewer runs than the law's fit needs."""
-    from core.analysis.scaling_runs import MIN_RUNS
-
     if runs < MIN_RUNS:
         return 0.0
     return (resamples + 2) * (refit_seconds(grid.widths, len(grid.tokens)) if grid is not None else refit_seconds())
@@ -412,10 +403,6 @@ def study_estimate(grid, corpus_chars: int, vocab_size: int, workers: int | None
     processes of one thread each (default: every core), then its fit with ``resamples`` refits: each run timed
     from a few steps of its width on this machine, its held-out loss measured at the end, slowed by the workers
     sharing the cores with each other and with the ``load`` the machine has now (default: its load average)."""
-    import os
-
-    from core.training.corpus import TRAIN_FRACTION
-    from core.training.study_grid import STARTUP_S, run_cost
 
     val_windows = 2 * max(1, int(corpus_chars * (1 - TRAIN_FRACTION)) // grid.n_ctx)  # held out, then as many trained
     costs = []

@@ -9,8 +9,8 @@ per character (core.training.study_grid says why each).
   only schedule it; the same specs give the same rows on either.
 - core.training.study_run: ``run_study``, one session: the runs runs.csv lacks, each written in as it finishes.
 - core.training.study_files: runs.csv, study.json, fit.json and progress.json, written atomically and read with checks.
-- here: the fit of a finished study, its card (README.md) and the command line. Every name of those modules is
-  importable from here too (``from core.training.study import train_one``), as it was before they were split out.
+- here: the fit of a finished study, its card (README.md) and the command line. Each name is imported from the
+  module that defines it.
 
 Command line: ``python -m core.study --corpus FILE --grid tiny|small|full --engine local|ray --out DIR``. The other
 studies are definitions on the same pieces (core.training.study_table's session, study_run.each_row's loop,
@@ -31,18 +31,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.training.cli_args import Outputs, json_with, out_problem, study_parser, study_problem
-from core.training.corpus import TRAIN_FRACTION, read_text_file
-# the names of the split-out modules, re-exported: pages, tests, bench and core.training.study_job import them from here
-from core.training.study_engines import (ENGINES, PR_SET_PDEATHSIG, LocalEngine, RayEngine, ShouldStop,  # noqa: F401
-                                StudyStopped, die_with_parent, make_engine, ray_runtime_env)
-from core.training.study_files import (CARD, FIT_JSON, PROGRESS_JSON, RUNS_CSV, SHIPPED_STUDY, STUDY_JSON,  # noqa: F401
-                              dropped_note, format_rows, open_study, read_fit, read_meta, read_progress, read_rows,
-                              read_study, rows_to_arrays, usable_rows, write_atomic)
-from core.training.study_grid import (FLOAT_FIELDS, GRIDS, INT_FIELDS, MAX_EPOCHS, N_CONVENTION, ROW_FIELDS,  # noqa: F401
-                             STARTUP_S, TIMING_FIELDS, Grid, RunSpec, StudyError, corpus_problem, corpus_sha256,
-                             estimate_seconds, grid_from_file, non_embedding, resolve_grid, run_cost, train_one)
-from core.training.study_run import (MIN_FREE_BYTES, Progress, machine_description, prepare_folder, run_study,  # noqa: F401
-                            study_meta)
+from core.data.corpus import TRAIN_FRACTION, read_text_file
+from core.training.study_engines import StudyStopped, make_engine
+from core.training.study_files import (CARD, FIT_JSON, PROGRESS_JSON, RUNS_CSV, STUDY_JSON, read_meta, read_progress,
+                                       read_rows, rows_to_arrays, usable_rows)
+from core.serve.folder_files import write_atomic
+from core.training.study_grid import GRIDS, MAX_EPOCHS, N_CONVENTION, StudyError, resolve_grid
+from core.training.study_run import Progress, run_study
 
 PARENT_ENV = "TE_STUDY_PARENT"  # set by core.training.study_job: the study stops when the app that started it is gone
 

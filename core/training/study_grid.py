@@ -20,9 +20,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from core.training.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
-from core.nn.model import ModelConfig
+from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
 
 # Muennighoff et al. 2023 ("Scaling Data-Constrained Language Models", arXiv:2305.16264): up to about four passes
@@ -117,7 +117,7 @@ def grid_from_file(path) -> Grid:
     """A grid of one's own: a JSON object with Grid's fields (name, widths and tokens at least), every one checked
     (StudyError, in one line, for anything else), and every run held to the Training page's limits for a live
     run: its shape, parameters, tokens a step, steps and memory (core.training.job_settings)."""
-    from core.training.corpus import read_text_file
+    from core.data.corpus import read_text_file
 
     where = f"--grid {path}"
     try:
@@ -275,7 +275,9 @@ def train_one(spec: RunSpec) -> dict:
     # imported here: the page and the study job import this module for the grid alone, not the training stack
     from core.serve.threads import use_threads
     from core.training.study_live import StepReport
-    from core.training.trainer import Trainer, TrainConfig, windowed_loss
+    from core.training.trainer import Trainer
+    from core.training.recipes import TrainConfig
+    from core.training.train_data import windowed_loss
 
     use_threads(1)  # one thread per worker, whatever the engine: the same kernels, so the same numbers
     if not spec.text:

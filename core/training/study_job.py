@@ -27,8 +27,9 @@ from pathlib import Path
 
 from core.training.job_common import BACKGROUND_NICE, JobBusyError, JobState, signal_name
 from core.serve.paths import REPO_ROOT
-from core.training.study import (GRIDS, PARENT_ENV, RUNS_CSV, StudyError, corpus_problem, read_progress,
-                        read_rows, resolve_grid)
+from core.training.study_grid import GRIDS, StudyError, corpus_problem, resolve_grid
+from core.training.study import PARENT_ENV
+from core.training.study_files import RUNS_CSV, read_progress, read_rows
 from core.training.study_live import seconds_left, slowest
 
 MAX_RUNNING_STUDIES = 1  # each study keeps every core busy; a second would only halve the speed of both

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from core.training.study_files import write_atomic
+from core.serve.folder_files import write_atomic
 
 LIVE_EVERY_S = 1.0       # a page polls every 2 s: more often would only cost the run writes
 RATE_WINDOW_S = 30.0     # the pace is measured over this much of the latest training: steady, yet it follows the load

@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from core.training.corpus import TRAIN_FRACTION, split_description
+from core.data.corpus import TRAIN_FRACTION, split_description
 from core.training.study_engines import ShouldStop, StudyStopped
-from core.training.study_files import PROGRESS_JSON, RUNS_CSV, STUDY_JSON, format_rows, read_rows, write_atomic
+from core.training.study_files import PROGRESS_JSON, RUNS_CSV, STUDY_JSON, format_rows, read_rows
+from core.serve.folder_files import write_atomic
 from core.training.study_grid import N_CONVENTION, Grid, StudyError, corpus_problem, corpus_sha256, run_cost
 from core.training.study_live import LiveSteps, live_path
 

@@ -124,7 +124,7 @@ class TableStudy:
         into ``args.out``; 0 once every run is in, 2 with one line on stderr for input it cannot use."""
         from core.training import study_engines  # as a module: tests put an engine of their own in its place
         from core.training.cli_args import chosen_runs, out_problem
-        from core.training.corpus import read_text_file, shakespeare_path
+        from core.data.corpus import read_text_file, shakespeare_path
         from core.training.study_grid import StudyError
         from core.training.study_run import each_row
         from core.training.train_data import min_corpus_chars

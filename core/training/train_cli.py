@@ -1,4 +1,4 @@
-"""The command line ``python -m core.train`` (core.training.trainer.main calls it): train one model and save it.
+"""The command line ``python -m core.train`` (core/train.py runs it): train one model and save it.
 
 Every argument is judged before any work, against the limits the Training page holds a live run to
 (``core.training.job_settings.validate_settings``: the shape, at most MAX_PARAMS parameters, MAX_TOKENS_PER_STEP
@@ -20,17 +20,18 @@ from pathlib import Path
 
 from core.analysis.induction import formation_step, induction_summary
 from core.nn.checkpoint import CheckpointError, load_checkpoint
-from core.nn.model import LECTURE
+from core.nn.config import LECTURE
 from core.nn.params import count_parameters, per_block_formula
 from core.serve.fmt import binary_bytes
 from core.serve.threads import use_threads
 from core.training import trainer as T  # T.Trainer looked up at each run: a test may patch it there
 from core.training.cli_args import OneLineParser, model_out_problem, save_model
-from core.training.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path
-from core.training.job_settings import (MAX_BPE_VOCAB, MIN_BPE_VOCAB, MIN_VOCAB, JobSettings, memory_budget, run_memory,
+from core.data.corpus import TRAIN_FRACTION, read_text_file, shakespeare_path
+from core.training.job_settings import (MAX_BPE_VOCAB, MIN_BPE_VOCAB, MIN_VOCAB, JobSettings, run_memory,
                                         validate_settings)
+from core.data.budget import memory_budget
 from core.training.recipes import DEFAULT_RECIPE, RECIPES, SCHEDULES, TrainConfig
-from core.training.train_data import DEFAULT_BPE_VOCAB, TOKENIZERS
+from core.training.train_data import DEFAULT_BPE_VOCAB, TOKENIZERS, windowed_loss
 
 PROG = "python -m core.train"
 # evaluations read this many batches of each part at most: the shipped models used 16, the Training page 8; each
@@ -264,7 +265,7 @@ def _train(args: argparse.Namespace, argv, started: list) -> int:
               f"{training['val_bits_per_char']:.4f} bits/char ({training['val_chars_per_token']:.3f} characters per "
               f"token)")
     if base is not None:
-        base_val = round(T.windowed_loss(base[0], trainer.val_data), 4)
+        base_val = round(windowed_loss(base[0], trainer.val_data), 4)
         training["compared_to"] = {"model": Path(args.compare_to).name, "val_loss": base_val,
                                    "difference": round(training["val_loss"] - base_val, 4)}
         print(f"{Path(args.compare_to).name}: validation loss {base_val:.4f}; difference "

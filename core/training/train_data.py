@@ -1,6 +1,6 @@
 """A run's data: the tokenizer learned from the training part, the corpus encoded as token ids, the random
 batches a step trains on (with the repeat mixture where a recipe asks for it), and the full windows the
-held-out part is scored on. The 90/10 split itself is ``core.training.corpus.split_train_val``."""
+held-out part is scored on. The 90/10 split itself is ``core.data.corpus.split_train_val``."""
 from __future__ import annotations
 
 import math
@@ -9,10 +9,12 @@ import re
 import numpy as np
 import torch
 
-from core.training.corpus import split_train_val
+from core.data.corpus import split_train_val
 from core.analysis.induction import add_repeats
 from core.nn.model import Transformer
-from core.nn.tokenizer import BPETokenizer, CharTokenizer, Tokenizer
+from core.nn.bpe import BPETokenizer
+from core.nn.tokenizer import CharTokenizer
+from core.nn.tokenizer_base import Tokenizer
 
 TOKENIZERS = ("char", "bpe")  # one token per character, or a byte-level BPE learned from the training part
 DEFAULT_BPE_VOCAB = 512

@@ -2,14 +2,13 @@
 
 Nothing here is specific to the UI: ``Trainer.step()`` runs one optimisation step and returns its
 metrics, ``Trainer.evaluate()`` estimates train and validation loss; callers decide what to show.
-The settings, recipes and schedule are ``core.training.recipes``; the tokenizer, batches and scoring ``core.training.train_data``;
-both are re-exported here, so ``from core.training.trainer import ...`` finds every name it always found.
+The settings, recipes and schedule are ``core.training.recipes``; the tokenizer, batches and scoring
+``core.training.train_data``: import those names from there.
 
-The command line, ``python -m core.train``, is core.training.train_cli (``main`` below hands over to it).
+The command line, ``python -m core.train``, is core.training.train_cli (its ``main``).
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -17,18 +16,16 @@ from dataclasses import asdict
 
 import torch
 
-from core.training.corpus import TRAIN_FRACTION, split_description, split_train_val
+from core.data.corpus import TRAIN_FRACTION, split_description, split_train_val
 from core.analysis.induction import HeadRecorder
-from core.nn.model import ModelConfig, Transformer
+from core.nn.config import ModelConfig
+from core.nn.model import Transformer
 from core.nn.snapshots import snapshot_state, snapshot_steps
-from core.nn.tokenizer import CharTokenizer, Tokenizer
-# re-exported: pages, bench, tests and core.training.job_settings import these from core.training.trainer
-from core.training.recipes import (DEFAULT_RECIPE, OPTIMIZERS, RECIPE_TITLES, RECIPES, SCHEDULES, TrainConfig,  # noqa: F401
-                          describe_recipe, lr_at, lr_scale, make_optimizers, param_groups, train_problems)
-from core.training.train_data import (BPE_CHUNK, DEFAULT_BPE_VOCAB, MAX_PRETOKEN, TOKENIZERS, bpe_pieces,  # noqa: F401
-                             encode_corpus, frequent_tokens, get_batch, get_windows, held_out_score, make_tokenizer,
-                             min_corpus_chars,
-                             mixed_batch, repeat_share, windowed_loss, windowed_total)
+from core.nn.tokenizer import CharTokenizer
+from core.nn.tokenizer_base import Tokenizer
+from core.training.recipes import TrainConfig, lr_scale, make_optimizers
+from core.training.train_data import (encode_corpus, frequent_tokens, get_batch, held_out_score, make_tokenizer,
+                                      min_corpus_chars, mixed_batch, repeat_share, windowed_loss)
 
 
 _INIT_LOCK = threading.Lock()  # one model built at a time in this process: see _seeded
@@ -234,15 +231,3 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
         record["command"] = command
     record.update(extra)
     return record
-
-
-def main(argv=None) -> int:
-    """``python -m core.train``: the command line lives in core.training.train_cli (it checks every argument
-    before any work); this name stays, as core.train and the tests call it."""
-    from core.training.train_cli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from core.nn.checkpoint import save_checkpoint
+from core.nn.model_store import save_checkpoint
 from core.analysis.induction import induction_summary
 from core.training.job_common import BACKGROUND_NICE
 from core.training.job_settings import JobSettings
@@ -32,7 +32,6 @@ from core.nn.tokenizer import Prompt
 from core.training.trainer import Trainer, training_record
 
 SAMPLE_TOKENS = 200             # length of each periodic sample, in tokens (characters on a character model)
-SAMPLE_CHARS = SAMPLE_TOKENS    # the older name, kept for code that imports it
 SAMPLE_TEMPERATURE = 0.8
 TRAINING_NICE = BACKGROUND_NICE  # added to a run's niceness: a student's page run preempts it
 LISTS = ("step_losses", "evals", "samples", "heads")  # progress that grows: the process sends only what is new

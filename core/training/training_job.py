@@ -33,16 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from core.nn.checkpoint import load_checkpoint, read_heads, read_log, read_training, save_checkpoint, user_model_folder
+from core.nn.checkpoint import load_checkpoint
+from core.nn.model_card import read_heads, read_log, read_training
+from core.nn.model_store import save_checkpoint, user_model_folder
 from core.nn.snapshots import snapshot_files
 from core.training.job_common import JobBusyError, JobState, about, exit_words
 from core.training.job_settings import JobSettings
 from core.training.quota import remove_unused_retired, reserve_model_slot
 from core.training import speed
 from core.serve.threads import training_threads
-# re-exported: pages/training.py, tests and bench/run_memory.py import these from core.training.training_job
-from core.training.training_child import (LISTS, SAMPLE_CHARS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, TRAINING_NICE,  # noqa: F401
-                                 _lower_priority, _train_in_process, sample_text, save_failure)
+from core.training.training_child import LISTS, _lower_priority, _train_in_process, save_failure
 
 MAX_RUNNING_JOBS = 4            # concurrent runs per server process; more would only share the same cores
 MAX_RUNS_PER_OWNER = 1          # of them per owner (a browser session): one student never holds every slot

@@ -9,15 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from core.training import corpus
-from core.training.corpus import (PYDOC_NAME, TRAIN_FRACTION, CorpusInfo, check_corpus_bytes, describe_corpus,
+from core.data import corpus
+from core.data.corpus import (PYDOC_NAME, TRAIN_FRACTION, CorpusInfo, check_corpus_bytes, describe_corpus,
                          split_train_val, train_length)
 from core.serve.fmt import clock, gflops, millions, pretty_sci, seconds_or_minutes, size_kib, visible
 from core.serve.folder_files import file_stamp
 from core.training.job_settings import (FORM_FIELDS, INDUCTION_FORMS_NEAR, INDUCTION_PRESET, MAX_BPE_VOCAB, MIN_BPE_VOCAB,
                                JobCost, JobSettings, expects_induction, induction_eta_s, job_cost, validate_settings)
-from core.nn.tokenizer import Tokenizer
-from core.training.trainer import RECIPES, encode_corpus, make_tokenizer
+from core.nn.tokenizer_base import Tokenizer
+from core.training.recipes import RECIPES
+from core.training.train_data import encode_corpus, make_tokenizer
 from core.training.training_job import TrainingJob
 
 # ---------------------------------------------------------------- corpus

@@ -76,7 +76,9 @@ def train_variant(spec: TableSpec) -> dict:
     from core.nn.model import Transformer
     from core.nn.params import count_parameters
     from core.serve.threads import use_threads
-    from core.training.trainer import TrainConfig, Trainer, training_record, windowed_loss
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer, training_record
+    from core.training.train_data import windowed_loss
 
     use_threads(1)  # one thread per worker, as in a scaling study: the same kernels, so the same numbers
     # subnormal floats (below 1.2e-38) flushed to zero: the deep stacks without residual or LayerNorm carry such tiny
@@ -120,7 +122,7 @@ def train_variant(spec: TableSpec) -> dict:
 
 def write_results(out: Path, rows: list[dict]) -> None:
     """variants.csv and curves.csv from the rows, in VARIANTS order (whatever order the runs finished in)."""
-    from core.training.study_files import write_atomic
+    from core.serve.folder_files import write_atomic
 
     rows = STUDY.ordered(rows)
     table, curves = io.StringIO(), io.StringIO()

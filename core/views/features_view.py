@@ -25,18 +25,6 @@ HEALTH = (
 )
 
 
-def duration_words(seconds: float) -> str:
-    """An estimate in round words: "about 4 s", "about 40 s", "about 3 min", "about 1.5 h" (seconds up to two
-    minutes: "under a minute" read 58-85 s)."""
-    if seconds < 10:
-        return f"about {max(1, round(seconds))} s"
-    if seconds < 120:
-        return f"about {round(seconds, -1):.0f} s"
-    if seconds < 5400:
-        return f"about {round(seconds / 60)} min"
-    return f"about {seconds / 3600:.1f} h"
-
-
 def scroll_script(anchor: str, click: int) -> str:
     """A script that scrolls the element of id ``anchor`` into view; ``click`` makes each one new (the browser runs
     a script again only when its element changed)."""

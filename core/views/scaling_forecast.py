@@ -11,7 +11,7 @@ import numpy as np
 from core.analysis import forecast as F
 from core.analysis.scaling import R_STAR_D, ScalingLaw
 from core.serve.fmt import human, pretty_sci, rough_time
-from core.training.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION
 from core.training.forecast_run import WIDTHS, PlannedRun, plan_run
 
 WIDTH_CHOICES = list(WIDTHS)

@@ -14,20 +14,21 @@ from typing import Callable
 
 import numpy as np
 
-from core.training.corpus import TRAIN_FRACTION, pydoc_text, read_text_file
+from core.data.corpus import TRAIN_FRACTION, pydoc_text, read_text_file
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.serve.fmt import g3, human, rough_time, sci
 from core.serve.folder_files import lstamp
 from core.analysis.scaling import CHINCHILLA_RUNS, LAW_PRESETS, FitError, ScalingLaw
 from core.analysis.scaling_runs import MIN_RUNS, Runs, RunsError
 from core.views.scaling_view import split
-from core.training.study import StudyError, comparison_rows, dropped_note, read_fit, rows_to_arrays
+from core.figures.study_figures import UNFITTED
+from core.training.study_grid import StudyError
+from core.training.study import comparison_rows
+from core.training.study_files import dropped_note, read_fit, rows_to_arrays
 from core.training.study_job import StudyJob
 
 Fit = Callable[[str], ScalingLaw]  # the page's cached fit of a CSV of runs
 
-
-UNFITTED = f"the runs so far (the law is fitted from {MIN_RUNS} runs on)"  # a study figure's title before a fit
 
 
 def study_stamp(folder) -> tuple:
@@ -207,7 +208,7 @@ def grid_estimate(grid, text: str, shipped_rows: list[dict]):
     a refit of the law timed, on this server), or where nothing can be timed, the seconds the shipped study's runs
     suggest (core.training.study.estimate_seconds, no fit), or None."""
     from core.training.speed import study_estimate
-    from core.training.study import estimate_seconds
+    from core.training.study_grid import estimate_seconds
     from core.training.study_job import BOOTSTRAP
 
     try:
@@ -242,7 +243,7 @@ def grid_note(grid, estimate, cores: int | None) -> str:
 
 def study_corpora(shakespeare: Path | None) -> dict[str, str]:
     """key -> label of the corpora a grid can train on: Tiny Shakespeare where it was found (``shakespeare``, from
-    core.training.corpus.shakespeare_path), Python's reference documentation always."""
+    core.data.corpus.shakespeare_path), Python's reference documentation always."""
     corpora = {"shakespeare": f"Tiny Shakespeare ({shakespeare.name})"} if shakespeare is not None else {}
     corpora["pydoc"] = "Python's reference documentation (ships with Python)"
     return corpora

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
-from core.training.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION
 from core.figures.common import loss_curve
 from core.serve.fmt import clock, head_label
 from core.analysis.picks import best_of
 from core.analysis.induction import PROBE_SEQS, THRESHOLD, formation_step
 from core.figures.induction_figures import formation_figure
-from core.training.trainer import RECIPE_TITLES
+from core.training.recipes import RECIPE_TITLES
 
 # while a run moves, the live view alone reruns this often (every second cost a quarter of the training speed
 # when the browser shares the two cores); the training process never waits for the page

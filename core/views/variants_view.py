@@ -3,8 +3,8 @@ read back, a verdict per variant, and the claims' numbers, some measured live on
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +14,8 @@ from core.analysis.picks import nan_argmax
 from core.serve.paths import REPO_ROOT
 from core.training.variants import BY_ID, CURVE_FIELDS, VARIANT_FIELDS
 
-# the shipped study the page reads, looked up at each page run (a test points it at a folder of its own)
-STUDY_DIR = REPO_ROOT / "assets" / "variants"
-NUMBERS = ("d_model", "n_heads", "n_layers", "params", "steps", "seconds", "train_loss", "val_loss", "causal_val_loss")
-MAX_CSV_BYTES = 2 * 2**20  # the shipped files are a few KB; a bigger one is refused rather than read
 
-
+# the shipped study read back from its files (the page's figures draw it)
 @dataclass
 class Study:
     rows: dict[str, dict]           # variant id -> its variants.csv row, numbers as numbers
@@ -31,6 +27,12 @@ class Study:
 
     def loss(self, vid: str, key: str = "causal_val_loss") -> float:
         return self.rows[vid][key]
+
+
+# the shipped study the page reads, looked up at each page run (a test points it at a folder of its own)
+STUDY_DIR = REPO_ROOT / "assets" / "variants"
+NUMBERS = ("d_model", "n_heads", "n_layers", "params", "steps", "seconds", "train_loss", "val_loss", "causal_val_loss")
+MAX_CSV_BYTES = 2 * 2**20  # the shipped files are a few KB; a bigger one is refused rather than read
 
 
 def _read_csv(path: Path, problems: list[str]) -> list[dict]:

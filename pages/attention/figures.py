@@ -1,15 +1,8 @@
-"""The Attention page's figures, importable from one place: one head's panels (``core.figures.attention_panels``),
-every head at once (``pages.attention.grid``), and the note on byte pieces below them (the token
-axes' ticks are ``core.figures.ticks``, the panel layouts ``core.figures.common``). Pure functions: arrays and token strings in, figures (or a sentence) out."""
+"""The note on byte pieces below the Attention page's figures. The figures themselves: one head's panels
+(``core.figures.attention_panels``), every head at once (``pages.attention.grid``); the token axes' ticks are
+``core.figures.ticks``, the panel layouts ``core.figures.common``. Pure functions: token ids in, a sentence out."""
 from __future__ import annotations
 
-from pages.attention.grid import (  # noqa: F401 (re-exported: the page imports its figures from here)
-    GRID_ALL_HEADS, GRID_MAX_LAYERS, ROLE_TITLES, all_heads_figure, head_overview_figure, head_roles_figure,
-    role_explanations,
-)
-from core.figures.attention_panels import (  # noqa: F401
-    MAX_WINDOW, OPEN_WINDOW, future_mass_figure, head_panels, mask_order_figure,
-)
 from core.serve.fmt import visible
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
-from core.features.sae import SAEFileError, model_fingerprint
+from core.analysis.sae import SAEFileError, model_fingerprint
 from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers
 from core.serve.folder_files import lstamp
 from core.serve.paths import REPO_ROOT

@@ -14,8 +14,8 @@ import torch
 
 from core.analysis.attribution import BATCH, MAX_LOGITS, Graph, Pruned
 from core.serve.fmt import binary_bytes, visible
-from core.training.job_settings import size_setting
-from core.views.features_view import duration_words
+from core.serve.sizes import size_setting
+from core.serve.fmt import duration_words
 
 MEMORY_ENV = "TE_ATTRIBUTION_MEMORY"
 DEFAULT_GRAPH_MEMORY = 2**30  # one graph's peak; the shipped models' 64-token graphs take about 0.35 GiB

@@ -10,9 +10,10 @@ from core.analysis.attention import head_attention
 from core.analysis.circuit import default_key, path_defaults, read_circuit, share_text
 from core.analysis.induction import head_scores
 from core.analysis.timing import forward_seconds
-from core.analysis.patching import (corrupt_prompt, default_answers, example_pair, match_lengths, patch_head_positions,
-                           patch_heads, patch_residual, patch_sublayers, path_patch, paths_into, score_sources, sources_refusal,
-                           sources_view, top_predictions)
+from core.analysis.prompt_pairs import corrupt_prompt, example_pair, match_lengths
+from core.analysis.patching import (default_answers, patch_head_positions, patch_heads, patch_residual, patch_sublayers,
+                                    path_patch, paths_into, score_sources, sources_refusal, top_predictions)
+from core.analysis.circuit import sources_view
 from core.figures.patching_figures import sources_figure
 from core.serve.fmt import head_label, pos_label
 from ui.caching import model_cache

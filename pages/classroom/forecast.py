@@ -7,9 +7,9 @@ import streamlit as st
 
 from core.analysis.scaling import FitError
 from core.serve.fmt import rough_time
-from core.training.corpus import read_text_file, shakespeare_path
+from core.data.corpus import read_text_file, shakespeare_path
 from core.training.forecast_run import study_grid
-from core.training.study import SHIPPED_STUDY
+from core.training.study_files import SHIPPED_STUDY
 from core.views import scaling_forecast as vf
 from core.views.scaling_study import grid_estimate, study_stamp
 from ui import forecast as fcui

@@ -8,9 +8,9 @@ import os
 import streamlit as st
 
 from core import lesson as LS
-from core.serve.classroom import MAX_CHOICES as MAX_STEP_CHOICES
-from core.serve.classroom import (MIN_CHOICES, STORE_ENV, ClassError, StoreUnavailable, default_sqlite_path,
-                                  normalize_code, store_from_env)
+from core.serve.class_rules import MAX_CHOICES as MAX_STEP_CHOICES
+from core.serve.class_rules import MIN_CHOICES, STORE_ENV, ClassError, StoreUnavailable, normalize_code
+from core.serve.classroom import default_sqlite_path, store_from_env
 from pages.classroom.views import plain, show_question
 from ui.lesson_context import lesson_context
 from ui.models import model_key

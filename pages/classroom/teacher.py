@@ -9,7 +9,7 @@ import time
 import streamlit as st
 
 from core.serve.class_rules import peer_advice
-from core.serve.classroom import ClassError, StoreUnavailable, normalize_code, rounds_csv, shift_rows
+from core.serve.class_rules import ClassError, StoreUnavailable, normalize_code, rounds_csv, shift_rows
 from core.serve.fmt import md_escape
 from pages.classroom.identity import client_address, key_ok, teacher_key, teacher_link
 from pages.classroom.views import show_counts

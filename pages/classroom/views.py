@@ -8,7 +8,7 @@ import io
 import streamlit as st
 
 from core.figures.class_figures import plain_html, vote_bars
-from core.serve.classroom import round_summary
+from core.serve.class_rules import round_summary
 from core.serve.fmt import md_escape
 from ui.charts import shared_chart
 from pages.classroom.forecast import show_forecast_question
@@ -89,7 +89,7 @@ def show_counts(info: dict, key: str, large: bool = False):
 
 @functools.lru_cache(maxsize=256)  # the projector's waiting screen reruns every 2 s: one encoding per link
 def qr_png(link: str, scale: int = 8) -> bytes:
-    import segno  # pinned in requirements.txt: a pure-Python QR encoder
+    import segno  # local: loaded only when a QR code is drawn; pinned in requirements.txt: a pure-Python QR encoder
 
     buf = io.BytesIO()
     segno.make(link, error="m").save(buf, kind="png", scale=scale, border=4)

@@ -7,8 +7,8 @@ import streamlit as st
 
 from core.features import forming
 from core.features.job import MAX_STEPS, SAEBusyError, SAEJob, check_settings
-from core.features.sae import MAX_D_SAE, sae_folder, save_sae
-from core.features.sites import site_words, site_width, sites
+from core.analysis.sae import MAX_D_SAE, sae_folder, save_sae
+from core.analysis.sites import site_words, site_width, sites
 from core.features.train import DEFAULT_K, EXPANSION, SAESettings
 from pages.features.forming import forming_figure, forming_rows
 from core.nn.snapshots import checkpoint_steps

@@ -9,9 +9,9 @@ import hashlib
 import streamlit as st
 
 from core.analysis import generation as G
-from core.features.activations import model_held_out
-from core.features.sae import MAX_D_SAE
-from core.features.sites import site_words
+from core.data.held_out import model_held_out
+from core.analysis.sae import MAX_D_SAE
+from core.analysis.sites import site_words
 from core.features.steering import DEFAULT_ALPHA, FeatureScales, default_feature, feature_hooks, feature_scales
 from core.figures import generation_figures as GF
 from core.serve import fmt

@@ -12,7 +12,7 @@ import numpy as np
 
 from core.serve.fmt import shown_pos
 
-from core.nn.model import silent_units
+from core.nn.config import silent_units
 from core.analysis.sampling import temperature_softmax
 from core.analysis.trace import StreamStep, Trace
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from core.analysis.over_training import MAX_VIEW_SNAPSHOTS, pick_steps, view_memory
 from core.serve.fmt import binary_bytes
-from core.training.job_settings import size_setting
+from core.serve.sizes import size_setting
 
 DEFAULT_VIEW_MEMORY = 384 * 2**20  # the page's work on one prompt; a 9.5 M-parameter model's needs about 170 MiB
 MEMORY_ENV = "TE_OVER_TRAINING_MEMORY"

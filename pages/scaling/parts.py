@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.analysis.scaling import R_STAR_D, R_STAR_N, ScalingLaw
+from core.analysis.scaling_inference import DEFAULT_INFERENCE_TOKENS
 from core.figures.forecast_figures import constrained_split_figure, inference_figure, stock_figure, unique_data_figure
 from core.serve.fmt import human, pretty_sci, sci
 from core.views import scaling_use as su
@@ -59,7 +60,7 @@ def show_inference(law: ScalingLaw):
                              format="%.3f", key="scal_target",
                              help="Nats per token; the default is what this law gives Chinchilla.")
     served = t2.select_slider("Tokens served over the model's life", su.INFERENCE_CHOICES,
-                              value=su.DEFAULT_INFERENCE_TOKENS, format_func=lambda v: human(v) if v else "none",
+                              value=DEFAULT_INFERENCE_TOKENS, format_func=lambda v: human(v) if v else "none",
                               key="scal_served",
                               help="Default: two trillion, about a billion requests of 2,000 tokens.")
     chin_size, best_size = su.sizing(law, target, served)

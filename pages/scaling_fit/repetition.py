@@ -8,7 +8,7 @@ import streamlit as st
 from core.analysis.scaling import R_STAR_D, R_STAR_N, FitError
 from core.analysis.scaling_runs import MIN_RUNS, Runs, RunsError
 from core.figures.forecast_figures import calibration_figure, epochs_figure, forms_figure
-from core.training.study import rows_to_arrays, usable_rows
+from core.training.study_files import rows_to_arrays, usable_rows
 from core.views import scaling_forecast as vf
 from ui import forecast as fcui
 from ui.cached import compared_forms

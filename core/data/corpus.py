@@ -11,6 +11,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.data.budget import corpus_cap
 from core.serve.fmt import binary_bytes
 from core.serve.paths import REPO_ROOT, corpora_dir
 
@@ -41,13 +42,11 @@ def shakespeare_path() -> Path | None:
 
 
 def read_text_file(path, max_bytes: int | None = None) -> str:
-    """Read a UTF-8 corpus of at most ``max_bytes`` bytes (None: ``core.training.job_settings.corpus_cap()``, the
+    """Read a UTF-8 corpus of at most ``max_bytes`` bytes (None: ``core.data.budget.corpus_cap()``, the
     largest text a run's memory budget holds); raises ValueError with a clear reason for anything else: a file
     too large, or one that is not a regular file (a device such as /dev/zero never ends, a FIFO blocks)."""
     path = Path(path)
     if max_bytes is None:
-        from core.training.job_settings import corpus_cap  # the memory estimate's home, which imports this module
-
         max_bytes, why = corpus_cap()
     else:
         why = None
@@ -102,7 +101,7 @@ def split_train_val(ids, train_fraction: float = TRAIN_FRACTION):
 
 def pydoc_text() -> str:
     """The language reference topics that ship inside every Python install, joined in a fixed order."""
-    from pydoc_data.topics import topics
+    from pydoc_data.topics import topics  # local: a large module, read only when Python's documentation is the text
 
     return "\n\n".join(topics[k].strip("\n") for k in sorted(topics)) + "\n"
 

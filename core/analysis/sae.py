@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from core.features.sites import Site, parse_site
+from core.analysis.sites import Site, parse_site
 from core.nn.safetensors_header import read_header
 from core.serve.folder_files import OutsideFolder, inside, is_inside, read_text_inside
 
@@ -131,9 +131,12 @@ class SAE(torch.nn.Module):
     def site(self) -> str:
         return self.config.site
 
-    def pre_acts(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., d_in) -> (..., d_sae): every latent's pre-activation."""
-        return (x - self.b_dec) @ self.W_enc + self.b_enc
+    def pre_acts(self, x: torch.Tensor, latents=None) -> torch.Tensor:
+        """(..., d_in) -> (..., d_sae): every latent's pre-activation; with ``latents`` (an index, or a list of them)
+        only those: (...) or (..., len(latents)), the rest never computed (an attribution target reads one)."""
+        if latents is None:
+            return (x - self.b_dec) @ self.W_enc + self.b_enc
+        return (x - self.b_dec) @ self.W_enc[:, latents] + self.b_enc[latents]
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         if self.config.kind == "relu":
