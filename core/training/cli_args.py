@@ -301,7 +301,7 @@ def _link_tree(src: Path, dst: Path) -> None:
 
 
 def save_model(out, model, tokenizer, training: dict, log, overwrite: bool, **kw) -> Path:
-    """core.nn.checkpoint.save_checkpoint, keeping what else ``out`` holds (its SAEs, transcoders, your notes):
+    """core.nn.model_store.save_checkpoint, keeping what else ``out`` holds (its SAEs, transcoders, your notes):
     replacing a model swaps whole folders (atomically), which would drop them. The new model is saved beside
     ``out`` under a hidden name, the other entries are linked into it, and the two folders are swapped the way
     save_checkpoint swaps them (a process killed half-way leaves the old folder whole, or the new one)."""
