@@ -32,10 +32,10 @@ BAD_PROMPTS = {
 
 
 def _box_wrappers() -> dict[str, tuple[int, str]]:
-    """Helpers of the UI (ui.py, pages/) that pass one of their parameters on as a text box's key, e.g.
-    ui.prompt_input(label, default, key, ...): {name: (position of that parameter, its name)}."""
+    """Helpers of the UI (ui/, pages/ and the page folders) that pass one of their parameters on as a text box's key,
+    e.g. ui.prompt_input(label, default, key, ...): {name: (position of that parameter, its name)}."""
     wrappers = {}
-    for path in [*(ROOT / "ui").glob("*.py"), *(ROOT / "pages").glob("*.py")]:
+    for path in [*(ROOT / "ui").glob("*.py"), *(ROOT / "pages").rglob("*.py")]:
         for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(fn, ast.FunctionDef):
                 continue

@@ -249,7 +249,7 @@ def test_a_studys_points_and_fit_are_drawn_from_its_folder(open_page, tmp_path):
 
 
 def test_a_broken_shipped_study_is_reported_not_crashed(open_page, tmp_path, monkeypatch):
-    from core.training import study
+    from core.training import study_files as study
 
     (tmp_path / "runs.csv").write_text("this is not a study\n")
     (tmp_path / "study.json").write_text("{}")
@@ -339,7 +339,7 @@ def test_an_unreadable_runs_csv_of_your_study_is_named(open_page, tmp_path):
 
 
 def test_a_diverged_run_or_a_bad_fit_json_in_the_shipped_study_loses_only_that(open_page, tmp_path, monkeypatch):
-    from core.training import study
+    from core.training import study_files as study
     from core.analysis.scaling import fit_scaling_law
 
     raw = study_copy(tmp_path, {"d48-D600064": "nan"}, files=("runs.csv", "study.json", "fit.json"))
