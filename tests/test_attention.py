@@ -13,6 +13,7 @@ from core.analysis.attention import (
 from core.figures.attention_grid import all_heads_figure, head_roles_figure
 from core.figures.attention_panels import future_mass_figure, head_panels, mask_order_figure
 from core.nn.model import ModelConfig, Transformer
+from attention_hooks import attention
 
 
 @pytest.fixture
@@ -135,7 +136,7 @@ def test_head_window_cuts_whole_row_softmaxes(model):
     ids = [i % 13 for i in range(30)]
     view = head_window(*head_attention(model, ids, 1, 0), 5, 20)
     with torch.no_grad():
-        s = model(torch.tensor([ids]), return_attn=True).attn[1].scores[0, 0].double()
+        s = attention(model, torch.tensor([ids]))[1].scores[0, 0].double()
     future = torch.ones(30, 30, dtype=torch.bool).triu(1)
     whole = torch.softmax(s, -1)
     assert view.unmasked.shape == (16, 16) and view.future_mass.shape == (16,)
@@ -155,10 +156,10 @@ def test_axis_ticks_turn_only_for_labels_longer_than_two_characters():
 
 
 def forward_attention(model, ids):
-    """Every layer's (scores, pattern) from the model's own forward pass with return_attn, float64: the reference."""
+    """Every layer's (scores, pattern) from the model's own forward pass (its hook points), float64: the reference."""
     with torch.no_grad():
-        out = model(torch.tensor([ids]), return_attn=True)
-    return [(r.scores[0].double().numpy(), r.pattern[0].double().numpy()) for r in out.attn]
+        records = attention(model, torch.tensor([ids]))
+    return [(r.scores[0].double().numpy(), r.pattern[0].double().numpy()) for r in records]
 
 
 def test_run_attention_keeps_float32_and_the_one_layer_and_one_head_paths_agree(model):
