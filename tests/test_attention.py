@@ -341,6 +341,10 @@ class RecordingModel(torch.nn.Module):
         self.seen.append(idx.clone())
         return self.inner(idx, **kw)
 
+    def run_with_cache(self, idx, **kw):  # the way in of an analysis that reads activations
+        self.seen.append(idx.clone())
+        return self.inner.run_with_cache(idx, **kw)
+
 
 def test_induction_scores_probe_with_the_given_period_count_seed_and_tokenizer(model):
     from core.analysis.induction import head_scores, model_probe, repeat_probe
