@@ -8,7 +8,7 @@ NAMES = ("attn.hook_attn_scores", "attn.hook_pattern")
 
 
 def attention(model, idx) -> list[SimpleNamespace]:
-    """One record per layer, ``.scores`` and ``.pattern``, (B, h, n, n) each (``attention_and_logits``: the logits too)."""
+    """One record per layer, ``.scores`` and ``.pattern``, (B, h, n, n) each (with the logits: attention_and_logits)."""
     return attention_and_logits(model, idx)[0]
 
 

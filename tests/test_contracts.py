@@ -79,8 +79,8 @@ def test_each_output_field_holds_what_its_readers_take_it_for():
 
     def rec_pattern():
         future = torch.ones(n, n, dtype=torch.bool).triu(1)
-        torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], scores.masked_fill(future, float("-inf")).softmax(-1),
-                                   atol=1e-6, rtol=1e-5)
+        want = scores.masked_fill(future, float("-inf")).softmax(-1)
+        torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], want, atol=1e-6, rtol=1e-5)
     checks = {"logits": logits, "loss": loss, "present": present}
     rec_checks = {"scores": rec_scores, "pattern": rec_pattern}
     assert {f.name for f in dataclasses.fields(ModelOutput)} == set(checks)        # each field has a check below

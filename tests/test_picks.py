@@ -95,10 +95,12 @@ def test_the_head_that_stares_at_the_future_skips_nan():
 
     def fake(*diags):  # a model whose layer l's attn.hook_pattern is pattern(diags[l])
         cache = ActivationCache({f"blocks.{l}.attn.hook_pattern": pattern(d) for l, d in enumerate(diags)})
-        return SimpleNamespace(config=SimpleNamespace(n_layers=len(diags)), run_with_cache=lambda idx, names: (None, cache))
+        return SimpleNamespace(config=SimpleNamespace(n_layers=len(diags)),
+                               run_with_cache=lambda idx, names: (None, cache))
     (layer, head), weight, _ = future_stare(fake([NAN, 0.4], [0.2, 0.6]), [1, 2, 3])
     assert (layer, head) == (1, 1) and weight == pytest.approx(0.6)
-    assert future_stare(fake([NAN, 0.7], [0.2, 0.1]), [1, 2, 3])[0] == (0, 1)  # layer 0's real head is not lost behind its NaN
+    # layer 0's real head is not lost behind its NaN
+    assert future_stare(fake([NAN, 0.7], [0.2, 0.1]), [1, 2, 3])[0] == (0, 1)
 
 
 def test_the_training_pages_best_head_skips_nan():

@@ -138,7 +138,8 @@ def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0, tokeniz
     model.eval()
     logits, cache = model.run_with_cache(probe, names=lambda name: name.endswith("attn.hook_pattern"))
     model.train(was_training)
-    pats = torch.stack(cache.layer("attn.hook_pattern", model.config.n_layers), dim=1)  # L x (S, h, n, n) -> (S, L, h, n, n)
+    pats = cache.layer("attn.hook_pattern", model.config.n_layers)  # L x (S, h, n, n)
+    pats = torch.stack(pats, dim=1)  # -> (S, L, h, n, n)
     prev, ind = stripe_scores(pats, period)
     # position i predicts token i + 1; copy_slices says which predictions belong to which copy
     loss = F.cross_entropy(logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")  # (S, 2T-1)

@@ -174,10 +174,12 @@ def _layer_off(model, stream: torch.Tensor, layer: int, mode: str, means, target
 
     def off(z, name):  # z: (h, n, h, d/h): batch row k switches head k off
         z = z.clone()
-        z[rows, :, rows] = 0.0 if mode == "zero" else means[:, None, :]  # z[k, :, k] for each k: (h, n, d/h) <- (h, 1, d/h)
+        # z[k, :, k] for every k at once: (h, n, d/h) <- (h, 1, d/h)
+        z[rows, :, rows] = 0.0 if mode == "zero" else means[:, None, :]
         return z
 
-    out = model.blocks_from(stream.expand(h, -1, -1), layer, hooks=HookRun([(z_name(layer), off)]))  # (1, n, d) -> (h, n, d)
+    rows_in = stream.expand(h, -1, -1)  # (1, n, d) -> (h, n, d), one row per head switched off
+    out = model.blocks_from(rows_in, layer, hooks=HookRun([(z_name(layer), off)]))
     return _chunked_losses(model, out, targets)
 
 

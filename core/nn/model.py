@@ -92,11 +92,11 @@ class MultiHeadAttention(nn.Module):
         computed (and cached). For the last block when only the next token's logits are read. hooks: the run's
         HookRun, or NO_HOOKS (core.nn.hooks); its names here are "blocks.{layer}.attn.hook_*"."""
         B, n, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        # (B, n, d) -> (B, n, h, d/h): TransformerLens's shape for q, k, v, where the hooks see them
-        q = q.view(B, n, self.n_heads, self.d_head)
-        k = k.view(B, n, self.n_heads, self.d_head)
-        v = v.view(B, n, self.n_heads, self.d_head)
+        q, k, v = self.qkv(x).split(d, dim=2)  # (B, n, 3d) -> 3 x (B, n, d)
+        # head k owns coordinates k*d/h..(k+1)*d/h; TransformerLens's shape for q, k, v, where the hooks see them
+        q = q.view(B, n, self.n_heads, self.d_head)  # (B, n, d) -> (B, n, h, d/h)
+        k = k.view(B, n, self.n_heads, self.d_head)  # (B, n, d) -> (B, n, h, d/h)
+        v = v.view(B, n, self.n_heads, self.d_head)  # (B, n, d) -> (B, n, h, d/h)
         pre = f"blocks.{layer}.attn."
         q, k, v = hooks(pre + "hook_q", q), hooks(pre + "hook_k", k), hooks(pre + "hook_v", v)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, n, h, d/h) -> (B, h, n, d/h)
@@ -124,6 +124,7 @@ class MultiHeadAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future_mask(n, n_k, device=x.device))
         z = hooks(pre + "hook_z", y.transpose(1, 2))  # (B, h, n, d/h) -> (B, n, h, d/h), TransformerLens's shape
         if hooks.wants(pre + "hook_result"):  # each head's write after W_O, (B, n, h, d): h times the work, when asked
+            # (B, n, h, d/h) x (d, h, d/h) -> (B, n, h, d): head k's z through its own d/h columns of W_O
             result = hooks(pre + "hook_result", torch.einsum("bnhk,dhk->bnhd", z, self.w_o_heads()))
             out = result.sum(dim=2)  # (B, n, h, d) -> (B, n, d)
             return out + self.out.bias if self.out is not None and self.out.bias is not None else out
