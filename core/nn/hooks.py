@@ -185,8 +185,10 @@ def as_run(hooks, known: Callable[[], Iterable[str]]) -> HookRun | NoHooks:
     HookRun whose names are checked against ``known()`` (the model's hook names); None or no pairs: NO_HOOKS."""
     if isinstance(hooks, (HookRun, NoHooks)):
         return hooks
-    run = HookRun(hooks or ())
-    if not run.fns:
+    if not hooks:  # None or []: a plain forward builds no HookRun
+        return NO_HOOKS
+    run = HookRun(hooks)
+    if not run.fns:  # an iterator that gave no pair
         return NO_HOOKS
     run.check_names(known())
     return run

@@ -168,7 +168,7 @@ def layer_norm(ln, x, hooks=NO_HOOKS, name: str = ""):
     """``ln(x)``; written out when a hook asks for ``name``, so that its scale sigma = sqrt(var + eps), (B, n, 1), is
     that hook point (TransformerLens's ``hook_scale``): a hook may read it or freeze it at another run's value. Else the
     fused kernel (the same numbers up to rounding). Identity stays identity."""
-    if not (isinstance(ln, nn.LayerNorm) and hooks.wants(name)):
+    if not (hooks.wants(name) and isinstance(ln, nn.LayerNorm)):
         return ln(x)
     centred = x - x.mean(dim=-1, keepdim=True)
     scale = hooks(name, (centred.pow(2).mean(dim=-1, keepdim=True) + ln.eps).sqrt())  # (B, n, 1)
