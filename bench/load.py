@@ -197,8 +197,8 @@ def disk_pattern(prompt: str, layer: int = 0, head: int = 0, folder: Path = SHIP
     model, tok = load_checkpoint(folder)
     ids = tok.encode(prompt)  # strict: the nonce uses only characters of the vocabulary
     with torch.no_grad():
-        out = model(torch.tensor([ids]), return_attn=True)
-    return out.attn[layer].pattern[0, head].double().numpy()
+        _, cache = model.run_with_cache(torch.tensor([ids]), names=[f"blocks.{layer}.attn.hook_pattern"])
+    return cache[f"blocks.{layer}.attn.hook_pattern"][0, head].double().numpy()
 
 
 def compare_patterns(served: np.ndarray, expected: np.ndarray) -> tuple[bool, float, str]:

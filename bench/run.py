@@ -125,13 +125,14 @@ def bench_train(quick: bool):
 
 @torch.no_grad()
 def bench_forward(quick: bool):
-    print("\nForward pass with the attention returned (batch 1): ours return_attn=True vs peer output_attentions=True")
+    print("\nForward pass with the attention returned (batch 1): ours run_with_cache (every hook_attn_scores and hook_pattern) vs peer output_attentions=True")
     cfg = LECTURE
     ours = Transformer(cfg).eval()
     peer = gpt2_peer(cfg).eval()
+    attn_names = [f"blocks.{l}.attn.hook_{w}" for l in range(cfg.n_layers) for w in ("attn_scores", "pattern")]
     for n in (32, 64, 128):
         idx = torch.randint(cfg.vocab_size, (1, n))
-        t = interleaved({"ours": lambda: ours(idx, return_attn=True),
+        t = interleaved({"ours": lambda: ours.run_with_cache(idx, names=attn_names),
                          "peer": lambda: peer(input_ids=idx, output_attentions=True)},
                         rounds=3 if quick else 5, reps=20 if quick else 50)
         record(f"forward with attention, n={n}", t["ours"] * 1e3, t["peer"] * 1e3, "ms", target=1.0,

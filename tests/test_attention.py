@@ -14,6 +14,7 @@ from pages.attention.grid import all_heads_figure, head_roles_figure
 from core.figures.attention_panels import future_mass_figure, head_panels, mask_order_figure
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
+from attention_hooks import attention
 
 
 @pytest.fixture
@@ -136,7 +137,7 @@ def test_head_window_cuts_whole_row_softmaxes(model):
     ids = [i % 13 for i in range(30)]
     view = head_window(*head_attention(model, ids, 1, 0), 5, 20)
     with torch.no_grad():
-        s = model(torch.tensor([ids]), return_attn=True).attn[1].scores[0, 0].double()
+        s = attention(model, torch.tensor([ids]))[1].scores[0, 0].double()
     future = torch.ones(30, 30, dtype=torch.bool).triu(1)
     whole = torch.softmax(s, -1)
     assert view.unmasked.shape == (16, 16) and view.future_mass.shape == (16,)
@@ -156,10 +157,10 @@ def test_axis_ticks_turn_only_for_labels_longer_than_two_characters():
 
 
 def forward_attention(model, ids):
-    """Every layer's (scores, pattern) from the model's own forward pass with return_attn, float64: the reference."""
+    """Every layer's (scores, pattern) from the model's own forward pass (its hook points), float64: the reference."""
     with torch.no_grad():
-        out = model(torch.tensor([ids]), return_attn=True)
-    return [(r.scores[0].double().numpy(), r.pattern[0].double().numpy()) for r in out.attn]
+        records = attention(model, torch.tensor([ids]))
+    return [(r.scores[0].double().numpy(), r.pattern[0].double().numpy()) for r in records]
 
 
 def test_run_attention_keeps_float32_and_the_one_layer_and_one_head_paths_agree(model):
@@ -340,6 +341,10 @@ class RecordingModel(torch.nn.Module):
     def forward(self, idx, **kw):
         self.seen.append(idx.clone())
         return self.inner(idx, **kw)
+
+    def run_with_cache(self, idx, **kw):  # the way in of an analysis that reads activations
+        self.seen.append(idx.clone())
+        return self.inner.run_with_cache(idx, **kw)
 
 
 def test_induction_scores_probe_with_the_given_period_count_seed_and_tokenizer(model):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.nn.model import AttentionRecord, ModelOutput, Transformer
 from core.nn.config import ModelConfig
+from core.nn.model import ModelOutput, Transformer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,8 +39,9 @@ def test_core_never_imports_streamlit():
 
 
 def test_each_output_field_holds_what_its_readers_take_it_for():
-    """Not a list of names typed again: every field of ModelOutput and AttentionRecord is read by its name here and
-    checked against a computation written out in this test (a field renamed, or one added without a check, fails)."""
+    """Not a list of names typed again: every field of ModelOutput is read by its name here and checked against a
+    computation written out in this test (a field renamed, or one added without a check, fails); so are the two
+    attention hook points the pages read, by their names."""
     import math
 
     import torch.nn.functional as F
@@ -51,7 +52,8 @@ def test_each_output_field_holds_what_its_readers_take_it_for():
     idx = torch.randint(0, cfg.vocab_size, (2, 7))
     B, n, d, dh = 2, 7, cfg.d_model, cfg.d_head
     with torch.no_grad():
-        out = model(idx, targets=idx, return_attn=True, use_cache=True)
+        out = model(idx, targets=idx, use_cache=True)
+        _, cache = model.run_with_cache(idx, names=["blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern"])
         x = model.tok_emb.weight[idx] + model.pos_emb.weight[:n]         # the stream entering block 0
         u = F.layer_norm(x, (d,), model.blocks[0].ln1.weight, model.blocks[0].ln1.bias)
         q, k, _ = (u @ model.blocks[0].attn.qkv.weight.T).split(d, dim=2)
@@ -69,24 +71,20 @@ def test_each_output_field_holds_what_its_readers_take_it_for():
         torch.testing.assert_close(out.logits, model(idx).logits)
         assert out.logits.shape == (B, n, cfg.vocab_size)
 
-    def attn():
-        assert len(out.attn) == cfg.n_layers and all(isinstance(r, AttentionRecord) for r in out.attn)
-
     def present():
         assert filled == n
         torch.testing.assert_close(stepped, whole, atol=1e-5, rtol=1e-5)
 
     def rec_scores():
-        torch.testing.assert_close(out.attn[0].scores, scores, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache["blocks.0.attn.hook_attn_scores"], scores, atol=1e-5, rtol=1e-5)
 
     def rec_pattern():
         future = torch.ones(n, n, dtype=torch.bool).triu(1)
-        torch.testing.assert_close(out.attn[0].pattern, scores.masked_fill(future, float("-inf")).softmax(-1),
-                                   atol=1e-6, rtol=1e-5)
-    checks = {"logits": logits, "loss": loss, "attn": attn, "present": present}
+        want = scores.masked_fill(future, float("-inf")).softmax(-1)
+        torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], want, atol=1e-6, rtol=1e-5)
+    checks = {"logits": logits, "loss": loss, "present": present}
     rec_checks = {"scores": rec_scores, "pattern": rec_pattern}
     assert {f.name for f in dataclasses.fields(ModelOutput)} == set(checks)        # each field has a check below
-    assert {f.name for f in dataclasses.fields(AttentionRecord)} == set(rec_checks)
     for name in checks:
         assert getattr(out, name) is not None, name     # the call above asked for every field
         checks[name]()
@@ -100,20 +98,20 @@ def test_a_forward_pass_fills_them_with_the_documented_shapes():
     model = Transformer(cfg).eval()
     B, n = 2, 7
     idx = torch.randint(0, cfg.vocab_size, (B, n))
-    out = model(idx, return_attn=True)
+    out = model(idx)
     assert isinstance(out, ModelOutput)
     assert out.logits.shape == (B, n, cfg.vocab_size)  # (B, n, m)
     assert out.loss is None and out.present is None  # no targets, no cache asked for
-    assert len(out.attn) == cfg.n_layers
+    _, cache = model.run_with_cache(idx)
     future = torch.ones(n, n, dtype=torch.bool).triu(1)
-    for rec in out.attn:
-        assert isinstance(rec, AttentionRecord)
-        assert rec.scores.shape == rec.pattern.shape == (B, cfg.n_heads, n, n)  # (B, h, n, n)
-        torch.testing.assert_close(rec.pattern.sum(-1), torch.ones(B, cfg.n_heads, n))  # rows sum to 1
-        assert torch.all(rec.pattern[..., future] == 0)  # nothing on the future
-        assert torch.all(rec.scores[..., future] != 0)  # scores are kept before the mask, future included
+    for layer in range(cfg.n_layers):
+        scores, pattern = (cache[f"blocks.{layer}.attn.hook_{w}"] for w in ("attn_scores", "pattern"))
+        assert scores.shape == pattern.shape == (B, cfg.n_heads, n, n)  # (B, h, n, n)
+        torch.testing.assert_close(pattern.sum(-1), torch.ones(B, cfg.n_heads, n))  # rows sum to 1
+        assert torch.all(pattern[..., future] == 0)  # nothing on the future
+        assert torch.all(scores[..., future] != 0)  # scores are kept before the mask, future included
     with_loss = model(idx, targets=idx, use_cache=True)
-    assert with_loss.loss.shape == () and with_loss.attn is None and with_loss.present.length == n
+    assert with_loss.loss.shape == () and with_loss.present.length == n
 
 
 def test_the_app_never_imports_transformers():

@@ -17,6 +17,7 @@ from core.nn.model import Transformer  # noqa: E402
 from core.nn.params import count_parameters  # noqa: E402
 from tests.conftest import SHIPPED  # noqa: E402
 from tests.gpt2_folders import gpt2_config, save_random_gpt2, small_bpe  # noqa: E402
+from tests.attention_hooks import attention_and_logits  # noqa: E402
 
 TEXTS = ["def f(x):\n    return x + 1  # the end", "KING HENRY: 🙂 مرحبا \x01 tabs\tand spaces  ."]
 
@@ -43,7 +44,7 @@ def test_a_gpt2_folder_gives_transformers_logits(tmp_path, kw):
         idx = ids_of(tok, text, c.n_ctx)
         with torch.no_grad():
             expected = theirs(idx).logits
-        for got in (model(idx).logits, model(idx, return_attn=True).logits):
+        for got in (model(idx).logits, attention_and_logits(model, idx)[1]):  # fused, then written out
             torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
         # incremental decoding with the cache gives the same last logits
         out = model(idx[:, :-3], use_cache=True)

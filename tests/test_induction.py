@@ -6,8 +6,9 @@ import torch
 from core.analysis.induction import (HeadRecorder, add_repeats, formation_step, head_scores, model_probe, repeat_probe,
                                      stripe_scores)
 from core.nn.heads_csv import read_heads_csv, write_heads_csv
-from core.nn.model import AttentionRecord, ModelOutput, Transformer
 from core.nn.config import ModelConfig
+from core.nn.hooks import ActivationCache
+from core.nn.model import Transformer
 
 
 def test_probe_rows_are_distinct_tokens_written_twice():
@@ -116,7 +117,8 @@ class CopyingModel(torch.nn.Module):
         self.config = ModelConfig(vocab_size=vocab_size, n_ctx=n_ctx, d_model=8, n_heads=2, n_layers=1)
         self.boost = boost
 
-    def forward(self, idx, return_attn=False):
+    def run_with_cache(self, idx, names=None):
+        """(logits, {"blocks.0.attn.hook_pattern": pattern}): the one forward head_scores asks for."""
         B, n = idx.shape
         pattern = torch.zeros(B, 2, n, n)
         logits = torch.zeros(B, n, self.config.vocab_size)
@@ -130,8 +132,7 @@ class CopyingModel(torch.nn.Module):
                 else:
                     pattern[b, 0, i, i] = 1.0
                 pattern[b, 1, i, max(i - 1, 0)] = 1.0
-        attn = [AttentionRecord(scores=pattern, pattern=pattern)] if return_attn else None
-        return ModelOutput(logits=logits, attn=attn)
+        return logits, ActivationCache({"blocks.0.attn.hook_pattern": pattern})
 
 
 def test_head_scores_of_a_hand_built_copying_model():

@@ -262,16 +262,16 @@ def test_head_losses_cost_matches_counted_flops():
 
 @pytest.mark.parametrize("heads, mode", [((), "zero"), (((0, 1), (1, 3)), "zero"), (((1, 0),), "mean")])
 def test_cached_greedy_continuation_equals_the_plain_loop_even_when_the_window_slides(model, heads, mode):
-    from core.analysis.interventions import ablation_fn, head_means
+    from core.analysis.interventions import ablation_hooks, head_means
 
     n_ctx = model.config.n_ctx  # 24
     for ids in ([1, 2, 3, 4, 5], list(range(11)) * 2):  # 5 tokens: fits; 22 tokens: slides after 2 new ones
         prompt = torch.tensor([ids[-n_ctx:]])
-        fn = ablation_fn(model.config, heads, mode, head_means(model, prompt) if mode == "mean" else None)
+        hooks = ablation_hooks(model.config, heads, mode, head_means(model, prompt) if mode == "mean" else None)
         seq = list(ids)
         for _ in range(8):
             with torch.no_grad():
-                seq.append(int(model(torch.tensor([seq[-n_ctx:]]), head_fn=fn).logits[0, -1].argmax()))
+                seq.append(int(model(torch.tensor([seq[-n_ctx:]]), hooks=hooks).logits[0, -1].argmax()))
         assert greedy_continuation(model, ids, 8, heads, mode) == seq[len(ids):]
 
 
@@ -315,23 +315,24 @@ def test_head_losses_cost_counts_multiply_adds_by_hand():
 
 
 def test_refusals_say_what_is_wrong(model):
-    from core.analysis.interventions import ablation_fn, head_losses, layer_head_losses
+    from core.analysis.interventions import ablation_hooks, head_losses, layer_head_losses
 
     with pytest.raises(ValueError, match=r"^the model has no head \(2, 0\): layers 0\.\.1, heads 0\.\.3$"):
         check_heads(model.config, [(2, 0)])
     with pytest.raises(ValueError, match=r"^mode must be one of zero, mean \(got 'half'\)$"):
         head_losses(model, [1, 2, 3], "half")
     with pytest.raises(ValueError, match=r"^mode must be one of zero, mean \(got 'half'\)$"):
-        ablation_fn(model.config, [(0, 0)], "half")
+        ablation_hooks(model.config, [(0, 0)], "half")
     with pytest.raises(ValueError, match=r"^need at least two tokens: one to read and one to predict$"):
         layer_head_losses(model, [1], 0)
     with pytest.raises(ValueError, match=r"^mean ablation needs the heads' mean outputs \(head_means\)$"):
-        ablation_fn(model.config, [(0, 0)], "mean")
+        ablation_hooks(model.config, [(0, 0)], "mean")
     # zero is the default mode, and two tokens are enough: one loss
-    fn = ablation_fn(model.config, [(0, 1)])
-    y = torch.ones(1, 4, 3, 4)
-    assert fn(0, y)[:, 1].abs().sum() == 0 and torch.equal(fn(0, y)[:, [0, 2, 3]], y[:, [0, 2, 3]])
-    assert torch.equal(fn(1, y), y)
+    [(name, fn)] = ablation_hooks(model.config, [(0, 1)])  # layer 0 alone: layer 1 is left without a hook
+    z = torch.ones(1, 3, 4, 4)  # hook_z: (B, n, h, d/h)
+    assert name == "blocks.0.attn.hook_z"
+    assert fn(z, name)[:, :, 1].abs().sum() == 0 and torch.equal(fn(z, name)[:, :, [0, 2, 3]], z[:, :, [0, 2, 3]])
+    assert ablation_hooks(model.config, []) == ablation_hooks(model.config, [], "mean") == []
     base, per_head = head_losses(model, [1, 2])
     assert base.shape == (1,) and per_head.shape == (2, 4, 1)
 

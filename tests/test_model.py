@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer, future_mask
+from attention_hooks import attention, attention_and_logits
 
 
 def test_config_defaults_and_validation():
@@ -23,13 +24,12 @@ def test_config_defaults_and_validation():
 
 def test_output_names_and_shapes(tiny_model):
     idx = torch.randint(0, 11, (2, 9))
-    out = tiny_model(idx, return_attn=True)
-    assert out.logits.shape == (2, 9, 11)
-    assert len(out.attn) == 2
-    for rec in out.attn:
+    records, logits = attention_and_logits(tiny_model, idx)
+    assert logits.shape == tiny_model(idx).logits.shape == (2, 9, 11)
+    assert len(records) == 2
+    for rec in records:
         assert rec.scores.shape == (2, 3, 9, 9)
         assert rec.pattern.shape == (2, 3, 9, 9)
-    assert tiny_model(idx).attn is None
 
 
 def test_every_linear_map_is_bias_free(tiny_model):
@@ -52,17 +52,15 @@ def test_causality(tiny_model):
 
 
 def test_pattern_rows_sum_to_one_and_zero_above_diagonal(tiny_model):
-    out = tiny_model(torch.randint(0, 11, (3, 16)), return_attn=True)
     future = future_mask(16)
-    for rec in out.attn:
+    for rec in attention(tiny_model, torch.randint(0, 11, (3, 16))):
         assert torch.allclose(rec.pattern.sum(-1), torch.ones(3, 3, 16), atol=1e-6)
         assert (rec.pattern[..., future] == 0).all()
         assert (rec.pattern[..., ~future] > 0).all()
 
 
 def test_pattern_is_softmax_of_masked_scores(tiny_model):
-    out = tiny_model(torch.randint(0, 11, (2, 10)), return_attn=True)
-    for rec in out.attn:
+    for rec in attention(tiny_model, torch.randint(0, 11, (2, 10))):
         expected = F.softmax(rec.scores.masked_fill(future_mask(10), float("-inf")), dim=-1)
         assert torch.allclose(rec.pattern, expected, atol=1e-7)
         # the scores are unmasked: future entries are ordinary finite numbers
@@ -71,18 +69,18 @@ def test_pattern_is_softmax_of_masked_scores(tiny_model):
 
 def test_scores_are_scaled_dot_products(tiny_model):
     idx = torch.randint(0, 11, (1, 7))
-    out = tiny_model(idx, return_attn=True)
+    records = attention(tiny_model, idx)
     block = tiny_model.blocks[0]
     x = tiny_model.tok_emb(idx) + tiny_model.pos_emb(torch.arange(7))
     q, k, _ = block.attn.qkv(block.ln1(x)).split(24, dim=2)
     q0, k0 = q[0, :, :8], k[0, :, :8]  # head 0 is the first d/h = 8 columns
-    assert torch.allclose(out.attn[0].scores[0, 0], q0 @ k0.T / math.sqrt(8), atol=1e-5)
+    assert torch.allclose(records[0].scores[0, 0], q0 @ k0.T / math.sqrt(8), atol=1e-5)
 
 
-def test_return_attn_does_not_change_logits_and_fused_path_agrees(tiny_model):
+def test_reading_the_pattern_does_not_change_logits_and_fused_path_agrees(tiny_model):
     idx = torch.randint(0, 11, (4, 16))
     fused = tiny_model(idx).logits                 # scaled_dot_product_attention path
-    explicit = tiny_model(idx, return_attn=True).logits  # written-out path
+    explicit = attention_and_logits(tiny_model, idx)[1]  # written-out path
     assert torch.allclose(fused, explicit, atol=1e-5)
 
 
@@ -123,8 +121,8 @@ def test_kv_cache_is_preallocated_and_grows_in_place(tiny_model):
     assert out2.present is cache and cache.length == 6
     k0, v0 = cache[0]
     assert k0.shape == (2, 3, 6, 8)
-    full = tiny_model(idx, return_attn=True)
-    assert torch.allclose(out2.logits, full.logits[:, 4:], atol=1e-5)
+    full = attention_and_logits(tiny_model, idx)[1]  # the written-out attention
+    assert torch.allclose(out2.logits, full[:, 4:], atol=1e-5)
     with pytest.raises(ValueError, match="longer than the model's context"):
         tiny_model(torch.zeros(2, 11, dtype=torch.long), past=cache, use_cache=True)
 
@@ -163,7 +161,7 @@ def test_gpt2_style_model_biases_tied_output_and_activation(activation):
         for p in model.parameters():  # non-zero biases and LayerNorm parameters everywhere
             p.add_(0.1 * torch.randn_like(p))
     idx = torch.randint(0, 13, (2, 10))
-    fused, explicit = model(idx).logits, model(idx, return_attn=True).logits
+    fused, explicit = model(idx).logits, attention_and_logits(model, idx)[1]
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=0)
     # the MLP by hand
     mlp, u = model.blocks[1].mlp, torch.randn(3, 16)
@@ -197,7 +195,7 @@ def test_forward_in_steps_matches_the_modules_called_by_hand():
         for start in range(4):
             for stop in range(start, 4):
                 torch.testing.assert_close(model.blocks_from(streams[start], start, stop), streams[stop])
-        full = model(idx, return_attn=True).attn[1]
+        full = attention(model, idx)[1]
         run = HookRun(names=["blocks.1.attn.hook_pattern"], record=True)  # block 1 alone, from the stream entering it
         model.blocks_from(streams[1], 1, 2, hooks=run)
         torch.testing.assert_close(run.store["blocks.1.attn.hook_pattern"], full.pattern)

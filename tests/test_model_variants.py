@@ -13,6 +13,7 @@ from core.nn.checkpoint import load_checkpoint
 from core.nn.model_store import save_checkpoint
 from core.nn.config import ModelConfig, config_problems
 from core.nn.model import Transformer
+from attention_hooks import attention, attention_and_logits
 from core.nn.params import count_parameters, measured_counts, per_block_latex
 from core.nn.tokenizer import CharTokenizer
 
@@ -80,23 +81,23 @@ def test_each_variant_computes_what_its_switches_say(switches):
     idx = torch.randint(11, (2, 9))
     want = hand_forward(model.state_dict(), c, idx)
     with torch.no_grad():
-        for kwargs in (dict(), dict(return_attn=True)):  # the fused kernels and the written-out weights alike
-            got = model(idx, **kwargs).logits
-            assert torch.allclose(got, want, atol=1e-5), (switches, kwargs, (got - want).abs().max())
+        for written in (False, True):  # the fused kernels and the written-out weights alike
+            got = attention_and_logits(model, idx)[1] if written else model(idx).logits
+            assert torch.allclose(got, want, atol=1e-5), (switches, written, (got - want).abs().max())
 
 
 def test_the_mask_variants_weights():
     torch.manual_seed(0)
     idx = torch.randint(11, (1, 6))
     after = Transformer(ModelConfig(**SMALL, mask="after_softmax")).eval()
-    pat = after(idx, return_attn=True).attn[0].pattern[0]       # (h, n, n)
+    pat = attention(after, idx)[0].pattern[0]       # (h, n, n)
     assert (pat.triu(1) == 0).all()
     # row i keeps only the weight the softmax gave keys 0..i: about (i + 1) / n of it at this near-uniform init
     assert torch.allclose(pat.sum(-1), torch.arange(1, 7).float().div(6).expand(3, 6), atol=0.01)
     assert torch.allclose(pat.sum(-1)[:, -1], torch.ones(3))    # the last row has no future
     none = Transformer(ModelConfig(**SMALL, mask="none")).eval()
     future = torch.triu(torch.ones(6, 6, dtype=torch.bool), 1)
-    assert (none(idx, return_attn=True).attn[0].pattern[0][:, future] > 0).all()  # the future is read
+    assert (attention(none, idx)[0].pattern[0][:, future] > 0).all()  # the future is read
 
 
 def test_parameter_counts_follow_every_combination_of_switches():

@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attention_hooks import attention, attention_and_logits
 from core.analysis.over_training import copy_keys, head_patterns, over_training, pick_steps, prompt_induction
 from core.analysis.text_probe import text_copy_losses, text_probe, token_span
 from pages.over_training import figures as OF
@@ -58,16 +59,16 @@ def test_over_training_scores_each_snapshot_like_its_own_forward(two_models):
     x = torch.tensor([ids])
     for i, (_, model) in enumerate(two_models):
         with torch.no_grad():
-            out = model(x, return_attn=True)
-        loss = F.cross_entropy(out.logits[0, :-1], x[0, 1:], reduction="none").numpy()
+            records, logits = attention_and_logits(model, x)
+        loss = F.cross_entropy(logits[0, :-1], x[0, 1:], reduction="none").numpy()
         assert np.allclose(ot.token_loss[i], loss, atol=1e-5)
-        for layer, rec in enumerate(out.attn):
+        for layer, rec in enumerate(records):
             p = rec.pattern[0].double().numpy()  # (h, n, n)
             assert np.allclose(ot.previous_token[i, layer], [np.diag(p[h], -1).mean() for h in range(2)], atol=1e-6)
             assert np.allclose(ot.induction[i, layer], [np.mean([p[h, q, q - 4] for q in range(5, 10)])
                                                         for h in range(2)], atol=1e-6)
         # the lens's last stage is the model itself: its accuracy is the share of right argmaxes
-        right = (out.logits[0, :-1].argmax(-1) == x[0, 1:]).float().mean().item()
+        right = (logits[0, :-1].argmax(-1) == x[0, 1:]).float().mean().item()
         assert ot.lens_accuracy[i, -1] == pytest.approx(right)
     # every step explains the last model's favourite; the shares plus the LayerNorm shift make its logit
     last = two_models[-1][1]
@@ -93,7 +94,7 @@ def test_head_patterns_and_picked_steps(two_models):
     ids = [3, 1, 4, 1, 5, 9]
     pats = head_patterns(two_models, ids, layer=1, head=0)
     with torch.no_grad():
-        want = two_models[1][1](torch.tensor([ids]), return_attn=True).attn[1].pattern[0, 0]
+        want = attention(two_models[1][1], torch.tensor([ids]))[1].pattern[0, 0]
     assert pats.shape == (2, 6, 6) and np.allclose(pats[1], want.numpy())
     assert pick_steps([0, 1, 2, 3, 4, 5, 6], 3) == [0, 3, 6]
     assert pick_steps([0, 5], 12) == [0, 5]

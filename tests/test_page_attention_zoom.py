@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from core.nn.checkpoint import load_checkpoint
+from attention_hooks import attention
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "assets" / "models" / "shakespeare-char"
@@ -43,7 +44,7 @@ def test_zoomed_unmasked_panel_uses_whole_rows(open_page):
 
     model, tok = load_checkpoint(SHIPPED)
     with torch.no_grad():
-        rec = model(torch.tensor([tok.encode(PROMPT)]), return_attn=True).attn[1]
+        rec = attention(model, torch.tensor([tok.encode(PROMPT)]))[1]
     scores = rec.scores[0, 2].double()                                   # (118, 118), future included
     whole_rows = torch.softmax(scores, dim=-1)                           # no mask, whole rows
     future = torch.ones(118, 118, dtype=torch.bool).triu(1)

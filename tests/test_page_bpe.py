@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from conftest import ROOT, app_pages
 from core.nn.checkpoint import load_checkpoint, read_config
 from core.serve.fmt import visible
+from attention_hooks import attention
 
 NAME = "shakespeare-bpe"
 FOLDER = ROOT / "assets" / "models" / NAME
@@ -195,12 +196,12 @@ def test_one_induction_score_per_head_on_both_pages_and_in_the_training_log(open
     T = probe_period(model.config.n_ctx, len(readable))
     probe = repeat_probe(tok.vocab_size, period=T, choices=readable)
     with torch.no_grad():
-        pats = np.stack([r.pattern.numpy() for r in model(probe, return_attn=True).attn], axis=1)  # (S, L, h, n, n)
+        pats = np.stack([r.pattern.numpy() for r in attention(model, probe)], axis=1)  # (S, L, h, n, n)
     rows = np.arange(T, 2 * T)
     want = pats[:, :, :, rows, rows - T + 1].mean(axis=(0, -1))  # (L, h)
     full = repeat_probe(tok.vocab_size, period=T)  # the whole vocabulary: scores this test can tell apart
     with torch.no_grad():
-        pats_full = np.stack([r.pattern.numpy() for r in model(full, return_attn=True).attn], axis=1)
+        pats_full = np.stack([r.pattern.numpy() for r in attention(model, full)], axis=1)
     assert np.abs(pats_full[:, :, :, rows, rows - T + 1].mean(axis=(0, -1)) - want).max() > 5e-3
 
     state = {"te_model_name": "tiny-bpe"}

@@ -7,6 +7,7 @@ from conftest import SHIPPED
 from core.analysis.induction import model_probe
 from core.nn.checkpoint import load_checkpoint
 from hand_forward import edge_path
+from attention_hooks import attention
 
 PAGE = "pages/cause_effect.py"
 CLEAN, CORRUPT = "cause_clean", "cause_corrupt"
@@ -73,7 +74,7 @@ def test_the_example_opens_and_its_measure_is_the_models_logit_difference(page, 
     via_k = {s: path(s, "k") for s in senders}
     found = max(senders, key=via_k.get)
     with torch.no_grad():
-        pats = model(model_probe(model, tok), return_attn=True).attn[found[0]].pattern[:, found[1]]  # (S, n, n)
+        pats = attention(model, model_probe(model, tok))[found[0]].pattern[:, found[1]]  # (S, n, n)
     prev = float(torch.diagonal(pats, -1, -2, -1).mean())
     assert src == (1, 3) and found == (0, 2) and prev > 0.5            # L2 H4's keys, built by L1 H3
     assert via_k[found] > 0.3 and via_k[found] > 3 * abs(path(found, "q"))   # through the keys, not the queries
@@ -148,6 +149,6 @@ def test_the_key_box_opens_on_where_the_head_looks_on_each_new_prompt(page, ship
     l, h = at.selectbox(key="cause_src_head").value
     i = int(at.number_input(key="cause_src_i").value) - 1
     with torch.no_grad():
-        row = model(torch.tensor([tok.encode(clean)]), return_attn=True).attn[l].pattern[0, h, i]
+        row = attention(model, torch.tensor([tok.encode(clean)]))[l].pattern[0, h, i]
     want = int(row[: i + 1].argmax()) + 1
     assert want != 5 and box().value == want and not at.exception

@@ -14,6 +14,7 @@ from core.nn.model_store import save_checkpoint
 from core.serve.fmt import visible
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
+from attention_hooks import attention
 
 PAGE = "pages/inside.py"
 PROMPT = "inside_prompt"
@@ -135,7 +136,7 @@ def test_position_head_and_key_pickers(inside, shipped):
     at.selectbox(key=f"inside_key_{n}_7_1_2").set_value(3).run()
     assert not at.exception
     with torch.no_grad():
-        rec = model(torch.tensor([ids]), return_attn=True).attn[1]
+        rec = attention(model, torch.tensor([ids]))[1]
     shown = charts(at)
     np.testing.assert_allclose(array(shown["inside_neuron"]["data"][2]["x"]), rec.pattern[0, 2, 7, :8].numpy(),
                                atol=1e-6)

@@ -17,6 +17,7 @@ from bench.over_training import SHIPPED, add_empty_snapshots, build_model_folder
 from core.analysis.over_training import MAX_VIEW_SNAPSHOTS, over_training, view_memory
 from core.analysis.trace import trace
 from core.nn.checkpoint import load_checkpoint
+from attention_hooks import attention
 
 PAGE = "pages/over_training.py"
 PROMPT = "the old man sat by the river. the old man sat by the river."
@@ -127,7 +128,7 @@ def test_the_page_reads_its_snapshots_one_at_a_time_and_keeps_no_trace(tmp_path)
     assert all(not isinstance(v, torch.Tensor) for v in vars(ot).values())
     assert ot.strip_steps == [0, 30] and ot.strip_patterns.shape == (2, len(ids), len(ids))
     with torch.no_grad():
-        want = model(torch.tensor([ids]), return_attn=True).attn[ot.strip_head[0]].pattern[0, ot.strip_head[1]]
+        want = attention(model, torch.tensor([ids]))[ot.strip_head[0]].pattern[0, ot.strip_head[1]]
     assert np.allclose(ot.strip_patterns[0], want.numpy(), atol=1e-6)
 
 

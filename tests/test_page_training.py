@@ -8,6 +8,7 @@ from tests.polling import wait_until
 from core.data.corpus import pydoc_text
 from core.nn.params import count_parameters
 from core.training.job_settings import JobSettings
+from attention_hooks import attention
 
 @pytest.fixture
 def page(tmp_path, open_page):
@@ -238,7 +239,7 @@ def test_a_run_with_repeats_shows_every_head_forming_and_saves_heads_csv(page, t
     c = model.config
     period = min(50, c.n_ctx // 2, c.vocab_size)
     probe = repeat_probe(c.vocab_size, period=period)
-    pat = model(probe, return_attn=True).attn[0].pattern.detach().numpy()  # (S, h, n, n)
+    pat = attention(model, probe)[0].pattern.detach().numpy()  # (S, h, n, n)
     i = np.arange(period, 2 * period)
     expected = pat[:, 1, i, i - period + 1].mean()
     final = next(r for r in rows if r["step"] == 20 and r["layer"] == 0 and r["head"] == 1)

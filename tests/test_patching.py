@@ -8,6 +8,7 @@ import torch
 
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
+from attention_hooks import attention
 from core.analysis.patching import (Metric, _forward, check_pair, patch_heads, patch_residual, patch_sublayers, path_patch,
                            score_sources)
 
@@ -77,16 +78,11 @@ def test_sublayers_and_heads(model):
         per = patch_heads(model, CLEAN, CORRUPT, metric, what, per_position=True)
         assert per.shape == (L, h, n)
     # one head's z everywhere, by hand: the model's own forward with that head's output replaced before W_O
-    z_clean = {}
-
-    def keep(layer, y):
-        z_clean[layer] = y.clone()
-        return y
-
+    name = f"blocks.{L - 1}.attn.hook_z"  # (B, n, h, d/h)
     with torch.no_grad():
-        model(torch.tensor([CLEAN]), head_fn=keep)
-        out = model(torch.tensor([CORRUPT]), head_fn=lambda l, y: torch.cat([z_clean[l][:, :1], y[:, 1:]], 1)
-                    if l == L - 1 else y).logits
+        _, z_clean = model.run_with_cache(torch.tensor([CLEAN]), names=[name])
+        out = model(torch.tensor([CORRUPT]),
+                    hooks=[(name, lambda z, _: torch.cat([z_clean[name][:, :, :1], z[:, :, 1:]], 2))]).logits
         m = [float(metric.of_logits(model(torch.tensor([i])).logits)[0]) for i in (CLEAN, CORRUPT)]
     want = (float(metric.of_logits(out)[0]) - m[1]) / (m[0] - m[1])
     assert patch_heads(model, CLEAN, CORRUPT, metric, "z")[L - 1, 0] == pytest.approx(want, abs=1e-5)
@@ -118,7 +114,7 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
     assert table.shape == (len(names), len(names)) and names[0] == "token embedding" and names[-1] == "LN shift"
     assert table.sum() == pytest.approx(score, abs=1e-4)
     with torch.no_grad():  # the model's own score, from its attention record
-        rec = model(torch.tensor([CLEAN]), return_attn=True).attn[layer]
+        rec = attention(model, torch.tensor([CLEAN]))[layer]
     assert score == pytest.approx(float(rec.scores[0, head, i, j]), abs=1e-4)
     # (token embedding, token embedding) by hand: both sides through the frozen LayerNorm and W_Q, W_K
     c, block = model.config, model.blocks[layer]

@@ -85,16 +85,22 @@ def test_the_ranking_puts_nan_last_and_the_second_copys_head_skips_it():
 def test_the_head_that_stares_at_the_future_skips_nan():
     from core.views.variants_view import future_stare
 
-    def record(diag):  # a (1, h, 3, 3) pattern whose superdiagonal weights are ``diag`` per head
+    from core.nn.hooks import ActivationCache
+
+    def pattern(diag):  # a (1, h, 3, 3) pattern whose superdiagonal weights are ``diag`` per head
         p = torch.zeros(1, len(diag), 3, 3)
         for h, w in enumerate(diag):
             p[0, h, 0, 1] = p[0, h, 1, 2] = w
-        return SimpleNamespace(pattern=p)
-    fake = lambda ids, return_attn: SimpleNamespace(attn=[record([NAN, 0.4]), record([0.2, 0.6])])  # noqa: E731
-    (layer, head), weight, _ = future_stare(fake, [1, 2, 3])
+        return p
+
+    def fake(*diags):  # a model whose layer l's attn.hook_pattern is pattern(diags[l])
+        cache = ActivationCache({f"blocks.{l}.attn.hook_pattern": pattern(d) for l, d in enumerate(diags)})
+        return SimpleNamespace(config=SimpleNamespace(n_layers=len(diags)),
+                               run_with_cache=lambda idx, names: (None, cache))
+    (layer, head), weight, _ = future_stare(fake([NAN, 0.4], [0.2, 0.6]), [1, 2, 3])
     assert (layer, head) == (1, 1) and weight == pytest.approx(0.6)
-    fake = lambda ids, return_attn: SimpleNamespace(attn=[record([NAN, 0.7]), record([0.2, 0.1])])  # noqa: E731
-    assert future_stare(fake, [1, 2, 3])[0] == (0, 1)    # layer 0's real head is not lost behind its NaN
+    # layer 0's real head is not lost behind its NaN
+    assert future_stare(fake([NAN, 0.7], [0.2, 0.1]), [1, 2, 3])[0] == (0, 1)
 
 
 def test_the_training_pages_best_head_skips_nan():

@@ -7,6 +7,7 @@ from core.nn.checkpoint import load_checkpoint, read_config
 from core.data.corpus import split_train_val
 from core.nn.params import count_parameters
 from core.training.train_data import windowed_loss
+from attention_hooks import attention_and_logits
 
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "models" / "shakespeare-char"
 
@@ -45,10 +46,10 @@ def _probe_measures(model, heads_off=()):
     with torch.no_grad():
         for layer, head in heads_off:
             m.blocks[layer].attn.out.weight[:, head * d_h:(head + 1) * d_h] = 0
-    out = m(idx, return_attn=True)
+    records, logits = attention_and_logits(m, idx)
     rows = torch.arange(50, 100)
-    stripe = torch.stack([rec.pattern[:, :, rows, rows - 49].mean(dim=(0, 2)) for rec in out.attn])  # (L, h)
-    loss = F.cross_entropy(out.logits[:, :-1].transpose(1, 2), idx[:, 1:], reduction="none")   # (8, 99)
+    stripe = torch.stack([rec.pattern[:, :, rows, rows - 49].mean(dim=(0, 2)) for rec in records])  # (L, h)
+    loss = F.cross_entropy(logits[:, :-1].transpose(1, 2), idx[:, 1:], reduction="none")   # (8, 99)
     return stripe, loss[:, :49].mean().item(), loss[:, 50:].mean().item()
 
 

@@ -1,5 +1,5 @@
 """core.analysis.trace: every field of one traced forward pass checked against the model's own forward pass (its fused
-fast path, its return_attn scores, its modules called one by one) or hand-written math, on random models of
+fast path, its hook_attn_scores, its modules called one by one) or hand-written math, on random models of
 several shapes, to 1e-4."""
 import math
 
@@ -14,6 +14,7 @@ from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from core.analysis.trace import (direct_logit_attribution, lens_logits, lens_stage_names, lens_top, max_trace_tokens, stream_steps,
                         trace, trace_bytes)
+from attention_hooks import attention
 
 TOL = dict(atol=1e-4, rtol=0)
 SHAPES = [  # (vocab_size, n_ctx, d_model, n_heads, n_layers, d_ff), B, n
@@ -80,7 +81,7 @@ def test_logits_are_the_models_own(case):
 def test_scores_and_pattern_are_the_models_own_and_q_dot_k(case):
     model, idx, tr = case
     with torch.no_grad():
-        records = model(idx, return_attn=True).attn
+        records = attention(model, idx)
     for l, rec in enumerate(records):
         by_hand = torch.einsum("bhic,bhjc->bhij", tr.q[l], tr.k[l]) / math.sqrt(model.config.d_head)
         close(by_hand, rec.scores)

@@ -1,5 +1,5 @@
 """core.figures.trace_figures: the figures of the "Inside the model" page, read back from their data and compared with
-numbers computed here from the model's own forward pass (its fused path, return_attn, head_fn, its modules)."""
+numbers computed here from the model's own forward pass (its fused path, its hook points, its modules)."""
 import math
 
 import numpy as np
@@ -12,6 +12,7 @@ from core.serve.fmt import visible
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from core.analysis.trace import direct_logit_attribution, lens_stage_names, lens_top, stream_steps, trace
+from attention_hooks import attention
 
 CHARS = list("ab c\nde.fgh")  # 11 characters, a space and a newline among them
 
@@ -73,7 +74,8 @@ def test_vector_rows_keep_their_order_and_values():
 def test_neuron_view_and_terms_rebuild_the_models_score_and_weight(setup):
     model, ids, tr = setup
     layer, head, pos = 1, 2, 9
-    rec = forward(model, ids, return_attn=True).attn[layer]
+    with torch.no_grad():
+        rec = attention(model, torch.tensor([ids]))[layer]
     q, keys = tr.q[layer][0, head, pos].numpy(), tr.k[layer][0, head, :pos + 1].numpy()
     weights = tr.pattern[layer][0, head, pos, :pos + 1].numpy()
     labels = [TF.char_label(j, CHARS[ids[j]]) for j in range(pos + 1)]
@@ -100,14 +102,10 @@ def test_neuron_view_and_terms_rebuild_the_models_score_and_weight(setup):
 def test_weighted_values_sum_to_the_heads_output_before_w_o(setup):
     model, ids, tr = setup
     layer, head, pos = 0, 1, 11
-    seen = {}
-
-    def capture(l, y):  # the model hands every layer's per-head outputs (B, h, n, d_h) to head_fn before W_O
-        seen[l] = y
-        return y
-
-    forward(model, ids, head_fn=capture)
-    z_model = seen[layer][0, head, pos].numpy()  # the model's own per-head output, captured before W_O
+    name = f"blocks.{layer}.attn.hook_z"  # every head's output before W_O, (B, n, h, d_h)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.tensor([ids]), names=[name])
+    z_model = cache[name][0, pos, head].numpy()  # the model's own per-head output, captured before W_O
     weights = tr.pattern[layer][0, head, pos, :pos + 1].numpy()
     values = tr.v[layer][0, head, :pos + 1].numpy()
     labels = [TF.char_label(j, CHARS[ids[j]]) for j in range(pos + 1)]

@@ -18,6 +18,7 @@ from core.training.study_table import TableSpec
 from core.training.variants import BY_ID, VARIANT_FIELDS, main, train_variant, write_results
 from core.data.corpus import split_train_val
 from tests.snapshot_models import made_up_text
+from attention_hooks import attention
 
 TEXT = made_up_text(20_000)
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +118,7 @@ def test_the_live_claims_on_models_built_here():
     free = _scaled(mask="none")
     (layer, head), w, pat = VV.future_stare(free, ids)
     with torch.no_grad():
-        out = free(torch.tensor([ids]), return_attn=True).attn
+        out = attention(free, torch.tensor([ids]))
     # the weight on the next position, a[i, i+1], of every head: the largest one is the head it names
     by_hand = max((float(torch.diagonal(r.pattern[0, h], 1).mean()), (l, h)) for l, r in enumerate(out)
                   for h in range(3))

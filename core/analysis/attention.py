@@ -45,11 +45,13 @@ def run_attention(model, ids: list[int]) -> AttentionRun:
     ``ids`` must be non-empty and at most n_ctx long. All of it at once: 2 L h n^2 floats, 1.2 GB for GPT-2
     small at 1,024 tokens, so the attention page asks for one head (``head_attention``) or for what it draws
     of every head (``attention_overview``) instead."""
-    out = model(_idx(model, ids), return_attn=True)
+    _, cache = model.run_with_cache(_idx(model, ids),
+                                    names=lambda name: name.endswith(("attn.hook_attn_scores", "attn.hook_pattern")))
+    L = model.config.n_layers
     return AttentionRun(
         ids=list(ids),
-        scores=[rec.scores[0].numpy() for rec in out.attn],
-        pattern=[rec.pattern[0].numpy() for rec in out.attn],
+        scores=[s[0].numpy() for s in cache.layer("attn.hook_attn_scores", L)],  # (1, h, n, n) -> (h, n, n)
+        pattern=[p[0].numpy() for p in cache.layer("attn.hook_pattern", L)],
     )
 
 

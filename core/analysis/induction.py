@@ -133,12 +133,13 @@ def head_scores(model, probe: torch.Tensor | None = None, seed: int = 0, tokeniz
     period = probe.shape[1] // 2
     was_training = model.training
     model.eval()
-    out = model(probe, return_attn=True)
+    logits, cache = model.run_with_cache(probe, names=lambda name: name.endswith("attn.hook_pattern"))
     model.train(was_training)
-    pats = torch.stack([rec.pattern for rec in out.attn], dim=1)  # (S, L, h, n, n)
+    pats = cache.layer("attn.hook_pattern", model.config.n_layers)  # L x (S, h, n, n)
+    pats = torch.stack(pats, dim=1)  # -> (S, L, h, n, n)
     prev, ind = stripe_scores(pats, period)
     # position i predicts token i + 1; copy_slices says which predictions belong to which copy
-    loss = F.cross_entropy(out.logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")  # (S, 2T-1)
+    loss = F.cross_entropy(logits[:, :-1].transpose(1, 2), probe[:, 1:], reduction="none")  # (S, 2T-1)
     first, second = copy_slices(period)
     return HeadScores(previous_token=prev, induction=ind, first_copy_loss=loss[:, first].mean().item(),
                       second_copy_loss=loss[:, second].mean().item())

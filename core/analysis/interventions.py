@@ -1,8 +1,9 @@
 """Switching heads off: what a head is for, measured by what breaks when it is gone.
 
-``ablate_heads`` runs the model with chosen heads' outputs removed before W_O mixes them: set to zero
-("zero"), or replaced by their mean over the batch and positions ("mean", which keeps the head's average
-push on the residual stream and removes only what depends on the tokens). Layers and heads count from 0.
+``ablate_heads`` runs the model with chosen heads' outputs removed before W_O mixes them (hooks on
+``blocks.{l}.attn.hook_z``, (B, n, h, d/h)): set to zero ("zero"), or replaced by their mean over the batch and
+positions ("mean", which keeps the head's average push on the residual stream and removes only what depends on the
+tokens). Layers and heads count from 0.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import torch.nn.functional as F
 from core.analysis.induction import copy_slices  # which losses belong to which copy: one definition, core.analysis.induction's
 from core.analysis.picks import nan_last
 from core.nn.hooks import HookRun
-from core.nn.model import head_hooks
 
 MODES = ("zero", "mean")
 Head = tuple[int, int]
@@ -33,53 +33,48 @@ def check_heads(config, heads) -> list[Head]:
     return sorted(out)
 
 
+def z_name(layer: int) -> str:
+    """The hook point of every head's output of ``layer`` before W_O mixes them: (B, n, h, d/h)."""
+    return f"blocks.{layer}.attn.hook_z"
+
+
 @torch.no_grad()
 def head_means(model, idx: torch.Tensor) -> list[torch.Tensor]:
     """Per layer, every head's output averaged over the batch and positions of ``idx``: (h, d/h) each."""
-    means = [None] * model.config.n_layers
-
-    def keep(layer, y):  # y: (B, h, n, d/h)
-        means[layer] = y.mean(dim=(0, 2))  # (h, d/h)
-        return y
-
-    model(idx, head_fn=keep)
-    return means
+    L = model.config.n_layers
+    _, cache = model.run_with_cache(idx, names=[z_name(l) for l in range(L)])
+    return [cache[z_name(l)].mean(dim=(0, 1)) for l in range(L)]  # (B, n, h, d/h) -> (h, d/h)
 
 
-def ablation_fn(config, heads, mode: str = "zero", means: list[torch.Tensor] | None = None):
-    """The ``head_fn`` for ``Transformer.forward`` that switches ``heads`` off (None when there are none)."""
+def ablation_hooks(config, heads, mode: str = "zero", means: list[torch.Tensor] | None = None) -> list:
+    """The (name, fn) hooks for ``Transformer.forward`` that switch ``heads`` off: one on each concerned layer's
+    ``attn.hook_z`` ([] when there are none)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
     heads = check_heads(config, heads)
-    if not heads:
-        return None
-    if mode == "mean" and means is None:
+    if mode == "mean" and heads and means is None:
         raise ValueError("mean ablation needs the heads' mean outputs (head_means)")
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
 
-    def fn(layer, y):  # y: (B, h, n, d/h)
-        if layer not in by_layer:
-            return y
-        y = y.clone()
+    def off(z, name, layer):  # z: (B, n, h, d/h)
+        z = z.clone()  # not in place: a kept hook_z (or a caller's tensor) keeps its values
         for h in by_layer[layer]:
-            y[:, h] = 0.0 if mode == "zero" else means[layer][h]  # (d/h,) broadcast over (B, n, d/h)
-        return y
+            z[:, :, h] = 0.0 if mode == "zero" else means[layer][h]  # (d/h,) broadcast over (B, n, d/h)
+        return z
 
-    return fn
+    return [(z_name(layer), lambda z, name, layer=layer: off(z, name, layer)) for layer in sorted(by_layer)]
 
 
 @torch.no_grad()
-def ablate_heads(model, idx: torch.Tensor, heads=(), mode: str = "zero", targets: torch.Tensor | None = None,
-                 return_attn: bool = False):
+def ablate_heads(model, idx: torch.Tensor, heads=(), mode: str = "zero", targets: torch.Tensor | None = None):
     """The model's ``ModelOutput`` on ``idx`` (B, n) with ``heads`` [(layer, head), ...] switched off.
     zero: the head's output is 0 before W_O; mean: its mean over the batch and positions of ``idx``.
     ``heads=[]`` is exactly the normal forward pass."""
     heads = check_heads(model.config, heads)
     means = head_means(model, idx) if heads and mode == "mean" else None
-    fn = ablation_fn(model.config, heads, mode, means)
-    return model(idx, targets=targets, return_attn=return_attn, head_fn=fn)
+    return model(idx, targets=targets, hooks=ablation_hooks(model.config, heads, mode, means))
 
 
 @torch.no_grad()
@@ -130,15 +125,15 @@ def greedy_continuation(model, ids: list[int], steps: int, heads=(), mode: str =
     prompt = torch.tensor([ids[-n_ctx:]], dtype=torch.long)
     heads = check_heads(model.config, heads)
     means = head_means(model, prompt) if heads and mode == "mean" else None
-    fn = ablation_fn(model.config, heads, mode, means)
+    run = HookRun(ablation_hooks(model.config, heads, mode, means))  # one run for every step: it keeps nothing
     seq = list(ids)
     past, pending = None, []  # pending: tokens the model has not read yet
     for _ in range(steps):
         if past is not None and past.length + len(pending) <= n_ctx:
-            out = model(torch.tensor([pending]), past=past, use_cache=True, head_fn=fn, last_only=True)
+            out = model(torch.tensor([pending]), past=past, use_cache=True, hooks=run, last_only=True)
         else:  # the first step, or the window slid: read the whole window again
             window = seq[-n_ctx:]
-            out = model(torch.tensor([window]), use_cache=len(window) < n_ctx, head_fn=fn, last_only=True)
+            out = model(torch.tensor([window]), use_cache=len(window) < n_ctx, hooks=run, last_only=True)
         past = out.present
         seq.append(int(out.logits[0, -1].argmax()))
         pending = seq[-1:]
@@ -177,20 +172,15 @@ def _layer_off(model, stream: torch.Tensor, layer: int, mode: str, means, target
     h = model.config.n_heads
     rows = torch.arange(h)
 
-    def off(l, y):  # y: (h, h, n, d/h): batch row k switches head k off
-        if l != layer:
-            return y
-        y = y.clone()
-        y[rows, rows] = 0.0 if mode == "zero" else means[:, None, :]  # (h, n, d/h) <- (h, 1, d/h)
-        return y
+    def off(z, name):  # z: (h, n, h, d/h): batch row k switches head k off
+        z = z.clone()
+        # z[k, :, k] for every k at once: (h, n, d/h) <- (h, 1, d/h)
+        z[rows, :, rows] = 0.0 if mode == "zero" else means[:, None, :]
+        return z
 
-    out = model.blocks_from(stream.expand(h, -1, -1), layer, hooks=_head_run(model, off))
+    rows_in = stream.expand(h, -1, -1)  # (1, n, d) -> (h, n, d), one row per head switched off
+    out = model.blocks_from(rows_in, layer, hooks=HookRun([(z_name(layer), off)]))
     return _chunked_losses(model, out, targets)
-
-
-def _head_run(model, head_fn) -> HookRun:
-    """A run of some blocks with ``head_fn`` on every head's output before W_O (through the hook attn.hook_z)."""
-    return HookRun(head_hooks(model.config.n_layers, head_fn))
 
 
 def _check(ids, mode):
@@ -212,14 +202,12 @@ def head_losses(model, ids: list[int], mode: str = "zero") -> tuple[np.ndarray, 
     L = model.config.n_layers
     means = [None] * L
 
-    def keep(layer, y):  # y: (1, h, n, d/h); the heads' mean outputs, for a mean ablation
-        means[layer] = y.mean(dim=(0, 2))  # (h, d/h)
-        return y
-
     x, streams = model.embed(idx), []
     for layer in range(L):
         streams.append(x)  # (1, n, d) entering block ``layer``
-        x = model.blocks_from(x, layer, layer + 1, hooks=_head_run(model, keep))
+        run = HookRun(names=[z_name(layer)], record=True)  # the heads' outputs, for a mean ablation's means
+        x = model.blocks_from(x, layer, layer + 1, hooks=run)
+        means[layer] = run.store[z_name(layer)].mean(dim=(0, 1))  # (1, n, h, d/h) -> (h, d/h)
     base = _chunked_losses(model, x, idx[0, 1:])[0]
     per_head = np.stack([_layer_off(model, streams[l], l, mode, means[l], idx[0, 1:]) for l in range(L)])
     return base, per_head
@@ -237,10 +225,9 @@ def layer_head_losses(model, ids: list[int], layer: int, mode: str = "zero") -> 
 
 def head_means_from(model, stream: torch.Tensor, layer: int) -> torch.Tensor:
     """(h, d/h) the heads of ``layer``'s mean outputs over the batch and positions of the stream entering it."""
-    kept = []
-    model.blocks_from(stream, layer, layer + 1,
-                      hooks=_head_run(model, lambda l, y: kept.append(y.mean(dim=(0, 2))) or y))
-    return kept[0]
+    run = HookRun(names=[z_name(layer)], record=True)
+    model.blocks_from(stream, layer, layer + 1, hooks=run)
+    return run.store[z_name(layer)].mean(dim=(0, 1))  # (B, n, h, d/h) -> (h, d/h)
 
 
 def rank_from_losses(base: np.ndarray, per_head: np.ndarray, positions: slice | None = None) -> list[HeadEffect]:

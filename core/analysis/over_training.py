@@ -160,8 +160,8 @@ def over_training(models: list[tuple[int, object]], ids: list[int], target: int 
 def head_patterns(models: list[tuple[int, object]], ids: list[int], layer: int, head: int) -> np.ndarray:
     """(S, n, n) one head's attention pattern on ``ids`` at every snapshot (a model or a loader each, as for
     ``over_training``, one in memory at a time; a loader's CheckpointError is raised)."""
-    x = torch.tensor([ids])
-    return np.stack([_model(m)(x, return_attn=True).attn[layer].pattern[0, head].numpy() for _, m in models])
+    x, name = torch.tensor([ids]), f"blocks.{layer}.attn.hook_pattern"
+    return np.stack([_model(m).run_with_cache(x, names=[name])[1][name][0, head].numpy() for _, m in models])
 
 
 def view_memory(config, snapshots: int, n_tokens: int, held: int = 1, strip: int = 12) -> int:

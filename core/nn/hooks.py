@@ -5,7 +5,10 @@ by name: ``Transformer.run_with_cache`` keeps the named activations, ``Transform
 read, replace or add to one. Shapes are TransformerLens's (batch first; per-head tensors (batch, pos, head, d_head),
 attention (batch, head, query, key)), so a TransformerLens user reads our cache without a dictionary.
 
-A run with no hook costs nothing: the model checks ``hooks is None`` and takes its fused path.
+Every hook point is called on every forward, as in TransformerLens. A run with no hook is ``NO_HOOKS``, whose hook
+points hand their input back and which wants nothing, so the model takes its fused paths (attention, LayerNorm, an
+in-place ReLU). Unlike TransformerLens, hooks are not attached to the modules but travel with one call (a ``HookRun``):
+one model object serves every session of the app at once, and a hook on the module would reach them all.
 """
 from __future__ import annotations
 
@@ -153,3 +156,39 @@ class HookRun:
         unknown = sorted(set(self.fns) - known)
         if unknown:
             raise ValueError(f"this model has no hook {unknown[0]!r} (model.hook_names() lists its {len(known)} hooks)")
+
+
+class NoHooks:
+    """The run of a forward no hook reads or changes: every hook point returns its input unchanged (TransformerLens's
+    HookPoint with no hook attached), and nothing is wanted, so no work is done for a hook."""
+
+    __slots__ = ()
+
+    def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def wants(self, name: str) -> bool:
+        return False
+
+    def wants_any(self, prefix: str, names: Iterable[str]) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "NO_HOOKS"
+
+
+NO_HOOKS = NoHooks()
+
+
+def as_run(hooks, known: Callable[[], Iterable[str]]) -> HookRun | NoHooks:
+    """The run a forward gets from its ``hooks`` argument: a HookRun (or NO_HOOKS) as it is; (name, fn) pairs as a new
+    HookRun whose names are checked against ``known()`` (the model's hook names); None or no pairs: NO_HOOKS."""
+    if isinstance(hooks, (HookRun, NoHooks)):
+        return hooks
+    if not hooks:  # None or []: a plain forward builds no HookRun
+        return NO_HOOKS
+    run = HookRun(hooks)
+    if not run.fns:  # an iterator that gave no pair
+        return NO_HOOKS
+    run.check_names(known())
+    return run

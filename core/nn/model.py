@@ -2,8 +2,10 @@
 
 Order as in nanoGPT: config, attention, MLP, block, model. This is the one forward pass: every analysis reads or
 changes an activation through its hook points (core.nn.hooks, TransformerLens's names: ``run_with_cache``,
-``run_with_hooks``), never through a copy of a sublayer. Attention is written out when someone asks for the scores
-(before the causal mask) or the pattern (after the masked softmax); otherwise a fused kernel runs.
+``run_with_hooks``), never through a copy of a sublayer. Every hook point is called on every forward: with no hook
+asked for, the run is core.nn.hooks.NO_HOOKS, whose hook points hand their input back. Attention is written out when
+someone asks for the scores (before the causal mask) or the pattern (after the masked softmax); otherwise a fused
+kernel runs.
 """
 from __future__ import annotations
 
@@ -15,20 +17,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from core.nn.config import ModelConfig
-from core.nn.hooks import ActivationCache, HookRun, block_hook_names, hook_names
-
-
-@dataclass
-class AttentionRecord:
-    scores: torch.Tensor   # (B, h, n, n) scaled dot products q_i.k_j/sqrt(d_k) for all i, j, before the mask
-    pattern: torch.Tensor  # (B, h, n, n) weights after the masked softmax; rows sum to 1, zero above the diagonal
+from core.nn.hooks import NO_HOOKS, ActivationCache, HookRun, as_run, block_hook_names, hook_names
 
 
 @dataclass
 class ModelOutput:
     logits: torch.Tensor                      # (B, n, m)
     loss: torch.Tensor | None = None          # mean cross-entropy when targets were given
-    attn: list[AttentionRecord] | None = None  # one record per layer when return_attn=True
     present: "KVCache | None" = field(default=None, repr=False)  # key/value cache after this call
 
 
@@ -89,34 +84,31 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(d, d, bias=config.bias) if config.w_o else None
         self.mask = config.mask
 
-    def forward(self, x, cache=None, layer=0, last_query=False, hooks=None):
+    def forward(self, x, cache=None, layer=0, last_query=False, hooks=NO_HOOKS):
         """x: (B, n, d), the stream as the attention reads it (after ln1 in a pre-norm block). Returns (B, n, d).
         last_query: the output of the last position only, (B, 1, d); the keys and values of every position are still
         computed (and cached). For the last block when only the next token's logits are read. hooks: the run's
-        HookRun (core.nn.hooks); its names here are "blocks.{layer}.attn.hook_*"."""
+        HookRun, or NO_HOOKS (core.nn.hooks); its names here are "blocks.{layer}.attn.hook_*"."""
         B, n, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        # (B, n, d) -> (B, n, h, d/h): TransformerLens's shape for q, k, v, where the hooks see them
-        q = q.view(B, n, self.n_heads, self.d_head)
-        k = k.view(B, n, self.n_heads, self.d_head)
-        v = v.view(B, n, self.n_heads, self.d_head)
-        pre = f"blocks.{layer}.attn." if hooks is not None else ""
-        if hooks is not None:
-            q, k, v = hooks(pre + "hook_q", q), hooks(pre + "hook_k", k), hooks(pre + "hook_v", v)
+        q, k, v = self.qkv(x).split(d, dim=2)  # (B, n, 3d) -> 3 x (B, n, d)
+        # head k owns coordinates k*d/h..(k+1)*d/h; TransformerLens's shape for q, k, v, where the hooks see them
+        q = q.view(B, n, self.n_heads, self.d_head)  # (B, n, d) -> (B, n, h, d/h)
+        k = k.view(B, n, self.n_heads, self.d_head)  # (B, n, d) -> (B, n, h, d/h)
+        v = v.view(B, n, self.n_heads, self.d_head)  # (B, n, d) -> (B, n, h, d/h)
+        pre = f"blocks.{layer}.attn."
+        q, k, v = hooks(pre + "hook_q", q), hooks(pre + "hook_k", k), hooks(pre + "hook_v", v)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, n, h, d/h) -> (B, h, n, d/h)
         if cache is not None:  # incremental decoding: the cached keys and values come first
             k, v = cache.append(layer, k, v)  # (B, h, n_past + n, d/h) each
-        written = hooks is not None and hooks.wants_any(pre, ("hook_attn_scores", "hook_pattern"))
+        written = hooks.wants_any(pre, ("hook_attn_scores", "hook_pattern"))  # the fused kernel never forms them
         if last_query and not written:
             q, n = q[:, :, -1:], 1  # (B, h, n, d/h) -> (B, h, 1, d/h): the last query sees every key
         n_k = k.shape[2]
         if written or self.mask == "after_softmax":  # the weights written out (the variant has no fused kernel)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, h, n, d/h) x (B, h, d/h, n_k) -> (B, h, n, n_k)
-            if hooks is not None:  # before the mask, as the Attention page shows them (TransformerLens: after it)
-                scores = hooks(pre + "hook_attn_scores", scores)
-            pattern = attention_weights(scores, self.mask)
-            if hooks is not None:
-                pattern = hooks(pre + "hook_pattern", pattern)
+            # before the mask, as the Attention page shows them (TransformerLens: after it)
+            scores = hooks(pre + "hook_attn_scores", scores)
+            pattern = hooks(pre + "hook_pattern", attention_weights(scores, self.mask))  # (B, h, n, n_k)
             y = pattern @ v  # (B, h, n, n_k) x (B, h, n_k, d/h) -> (B, h, n, d/h)
             if last_query:
                 y, n = y[:, :, -1:], 1  # the scores were asked for in full; only the last query goes on
@@ -128,13 +120,12 @@ class MultiHeadAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future_mask(n, n_k, device=x.device))
-        z = y.transpose(1, 2)  # (B, h, n, d/h) -> (B, n, h, d/h), TransformerLens's hook_z
-        if hooks is not None:
-            z = hooks(pre + "hook_z", z)
-            if hooks.wants(pre + "hook_result"):  # each head's write after W_O, (B, n, h, d): only when asked
-                result = hooks(pre + "hook_result", torch.einsum("bnhk,dhk->bnhd", z, self.w_o_heads()))
-                out = result.sum(dim=2)  # (B, n, h, d) -> (B, n, d)
-                return out + self.out.bias if self.out is not None and self.out.bias is not None else out
+        z = hooks(pre + "hook_z", y.transpose(1, 2))  # (B, h, n, d/h) -> (B, n, h, d/h), TransformerLens's shape
+        if hooks.wants(pre + "hook_result"):  # each head's write after W_O, (B, n, h, d): h times the work, when asked
+            # (B, n, h, d/h) x (d, h, d/h) -> (B, n, h, d): head k's z through its own d/h columns of W_O
+            result = hooks(pre + "hook_result", torch.einsum("bnhk,dhk->bnhd", z, self.w_o_heads()))
+            out = result.sum(dim=2)  # (B, n, h, d) -> (B, n, d)
+            return out + self.out.bias if self.out is not None and self.out.bias is not None else out
         y = z.reshape(B, n, d)  # concatenate heads: (B, n, h, d/h) -> (B, n, d)
         return self.out(y) if self.out is not None else y
 
@@ -162,19 +153,20 @@ class MLP(nn.Module):
         # GELU needs its input for the backward pass, so it cannot work in place
         return F.gelu(h, approximate="tanh" if self.activation == "gelu_tanh" else "none")
 
-    def forward(self, x, hooks=None, layer=0):
-        if hooks is None:
-            return self.w2(self.act(self.w1(x)))  # W2^T f(W1^T u) at every position
-        pre = hooks(f"blocks.{layer}.mlp.hook_pre", self.w1(x))  # (B, n, d_ff) before the nonlinearity
-        # not in place: the recorded hook_pre must keep its values
-        post = self.act(pre.clone()) if self.activation == "relu" else self.act(pre)
+    def forward(self, x, hooks=NO_HOOKS, layer=0):
+        """W2^T f(W1^T u) at every position: (B, n, d) -> (B, n, d)."""
+        name = f"blocks.{layer}.mlp.hook_pre"
+        pre = hooks(name, self.w1(x))  # (B, n, d_ff) before the nonlinearity
+        # the in-place ReLU would overwrite hook_pre under a hook that kept or read it: then it works on a copy
+        post = self.act(pre.clone() if self.activation == "relu" and hooks.wants(name) else pre)
         return self.w2(hooks(f"blocks.{layer}.mlp.hook_post", post))
 
 
-def layer_norm(ln, x, hooks=None, name: str = ""):
-    """``ln(x)``; with hooks, written out so that its scale sigma = sqrt(var + eps), (B, n, 1), is the hook ``name``
-    (TransformerLens's ``hook_scale``): a hook may read it or freeze it at another run's value. Identity stays identity."""
-    if hooks is None or not isinstance(ln, nn.LayerNorm) or not hooks.wants(name):
+def layer_norm(ln, x, hooks=NO_HOOKS, name: str = ""):
+    """``ln(x)``; written out when a hook asks for ``name``, so that its scale sigma = sqrt(var + eps), (B, n, 1), is
+    that hook point (TransformerLens's ``hook_scale``): a hook may read it or freeze it at another run's value. Else the
+    fused kernel (the same numbers up to rounding). Identity stays identity."""
+    if not (hooks.wants(name) and isinstance(ln, nn.LayerNorm)):
         return ln(x)
     centred = x - x.mean(dim=-1, keepdim=True)
     scale = hooks(name, (centred.pow(2).mean(dim=-1, keepdim=True) + ln.eps).sqrt())  # (B, n, 1)
@@ -191,49 +183,32 @@ class Block(nn.Module):
         self.mlp = MLP(config) if config.mlp else None
         self.residual, self.post = config.residual, config.norm == "post"
 
-    def forward(self, x, cache=None, layer=0, last_only=False, hooks=None):
+    def forward(self, x, cache=None, layer=0, last_only=False, hooks=NO_HOOKS):
         """x: (B, n, d) the stream entering the block. last_only: return the stream at the last position only,
         (B, 1, d). Its attention still reads every position's keys and values, but the queries, W_O and the MLP of
         the other positions are skipped. hooks: the run's HookRun, names "blocks.{layer}.hook_*"."""
-        pre = f"blocks.{layer}." if hooks is not None else ""
-        if hooks is not None:
-            x = hooks(pre + "hook_resid_pre", x)
+        pre = f"blocks.{layer}."
+        x = hooks(pre + "hook_resid_pre", x)
         # pre-norm residual updates: the stream x is read from and added to, never overwritten
         u = x if self.post else layer_norm(self.ln1, x, hooks, pre + "ln1.hook_scale")
         a = self.attn(u, cache=cache, layer=layer, last_query=last_only, hooks=hooks)
         if last_only:
             x = x[:, -1:]  # (B, n, d) -> (B, 1, d)
-        if hooks is not None:
-            a = hooks(pre + "hook_attn_out", a)
+        a = hooks(pre + "hook_attn_out", a)
         x = self._add(x, a, self.ln1, hooks, pre + "ln1.hook_scale")
         if self.mlp is not None:
-            if hooks is not None:
-                x = hooks(pre + "hook_resid_mid", x)
+            x = hooks(pre + "hook_resid_mid", x)
             u = x if self.post else layer_norm(self.ln2, x, hooks, pre + "ln2.hook_scale")
-            if hooks is not None:  # what the MLP reads (a transcoder's input): TransformerLens's hook_mlp_in
-                u = hooks(pre + "hook_mlp_in", u)
-            m = self.mlp(u, hooks, layer)
-            if hooks is not None:
-                m = hooks(pre + "hook_mlp_out", m)
+            u = hooks(pre + "hook_mlp_in", u)  # what the MLP reads (a transcoder's input)
+            m = hooks(pre + "hook_mlp_out", self.mlp(u, hooks, layer))
             x = self._add(x, m, self.ln2, hooks, pre + "ln2.hook_scale")
-        if hooks is not None:
-            x = hooks(pre + "hook_resid_post", x)
-        return x
+        return hooks(pre + "hook_resid_post", x)
 
-    def _add(self, x, update, ln, hooks=None, name=""):
+    def _add(self, x, update, ln, hooks=NO_HOOKS, name=""):
         """The stream after a sublayer wrote ``update``: x + update (pre-norm), LN(x + update) (post-norm), or the
         update alone without the residual connection."""
         x = x + update if self.residual else update
         return layer_norm(ln, x, hooks, name) if self.post else x
-
-
-def head_hooks(n_layers: int, head_fn) -> list[tuple[str, object]]:
-    """``head_fn(layer, y) -> y`` (y: (B, h, n, d/h), every head's output before W_O) as hooks on each layer's
-    ``attn.hook_z`` ((B, n, h, d/h): head and position swapped there and back); [] for None."""
-    if head_fn is None:
-        return []
-    return [(f"blocks.{l}.attn.hook_z", lambda z, name, l=l: head_fn(l, z.transpose(1, 2)).transpose(1, 2))
-            for l in range(n_layers)]
 
 
 class Transformer(nn.Module):
@@ -244,6 +219,7 @@ class Transformer(nn.Module):
         # learned absolute positions; without them the model sees a bag of tokens (a causal mask still orders them)
         self.pos_emb = nn.Embedding(config.n_ctx, config.d_model) if config.positions else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self._block_hooks = tuple(block_hook_names(config))  # asked per block per forward: built once
         # pre-norm leaves the stream's scale to grow, so it is normalised before the output map; post-norm's stream
         # leaves a LayerNorm already, and "none" has none
         self.ln_f = nn.LayerNorm(config.d_model, eps=config.ln_eps) if config.norm == "pre" else nn.Identity()
@@ -266,33 +242,31 @@ class Transformer(nn.Module):
     # forward in three steps, each callable alone: interventions that change only block l onwards run the
     # blocks before l once and start the rest from the stream they leave (core.analysis.interventions.head_losses)
 
-    def embed(self, idx, offset: int = 0, hooks=None) -> torch.Tensor:
+    def embed(self, idx, offset: int = 0, hooks=NO_HOOKS) -> torch.Tensor:
         """The residual stream entering block 0: (B, n) token ids at positions offset.. -> (B, n, d). The ids are
         moved to the device of the weights here, once for every analysis (CPU here, a GPU where the model is on one)."""
-        tok = self.tok_emb(idx.to(self.tok_emb.weight.device))  # (B, n, d)
-        if hooks is not None:
-            tok = hooks("hook_embed", tok)
+        tok = hooks("hook_embed", self.tok_emb(idx.to(self.tok_emb.weight.device)))  # (B, n, d)
         if self.pos_emb is None:
             return tok  # the same vector for a token wherever it stands
         # a slice of the position table, not a lookup: same values, one op fewer per decoding step
         pos = self.pos_emb.weight[offset:offset + idx.shape[1]]  # (n, d)
-        if hooks is not None and hooks.wants("hook_pos_embed"):
+        if hooks.wants("hook_pos_embed"):  # the expand costs a decoding step about what the add does: when asked
             pos = hooks("hook_pos_embed", pos.expand(idx.shape[0], -1, -1))  # (n, d) -> (B, n, d), as TransformerLens
         return tok + pos  # (B, n, d) + (n, d) or (B, n, d)
 
-    def blocks_from(self, x, start: int = 0, stop: int | None = None, cache=None, last_only=False, hooks=None):
+    def blocks_from(self, x, start: int = 0, stop: int | None = None, cache=None, last_only=False, hooks=NO_HOOKS):
         """Blocks start..stop-1 (stop: default all) on the stream x (B, n, d) entering block ``start``; returns the
         stream leaving block stop-1. last_only: the last block run computes the last position only (its stream comes
         back as (B, 1, d)). hooks: a HookRun (core.nn.hooks) whose hook points of these blocks run."""
         stop = len(self.blocks) if stop is None else stop
         for i in range(start, stop):
-            # a block no hook reads or changes runs its plain path (fused MLP, no hook calls): the same numbers, and
-            # a steered generation step costs what a plain one does outside the steered block
-            run = hooks if hooks is None or self._hooks_touch(hooks, i) else None
+            # a block no hook reads or changes runs with the identity hooks, whose questions cost no lookup: a steered
+            # generation step costs what a plain one does outside the steered block
+            run = hooks if self._hooks_touch(hooks, i) else NO_HOOKS
             x = self.blocks[i](x, cache=cache, layer=i, last_only=last_only and i == stop - 1, hooks=run)
         return x
 
-    def readout(self, x, hooks=None) -> torch.Tensor:
+    def readout(self, x, hooks=NO_HOOKS) -> torch.Tensor:
         """Final LayerNorm and output map: the stream leaving the last block (..., d) -> logits (..., m)."""
         return self.head(layer_norm(self.ln_f, x, hooks, "ln_final.hook_scale"))
 
@@ -300,18 +274,15 @@ class Transformer(nn.Module):
         """Every hook point of this model's forward, TransformerLens's names, in the order the forward meets them."""
         return hook_names(self.config)
 
-    def forward(self, idx, targets=None, return_attn=False, past=None, use_cache=False, head_fn=None, last_only=False,
-                hooks=None):
+    def forward(self, idx, targets=None, past=None, use_cache=False, last_only=False, hooks=None):
         """idx: (B, n) token ids. Returns a ModelOutput with logits (B, n, m).
 
         last_only: logits of the last position only, (B, 1, m): all that generation reads. The output map is the
         largest matrix of a GPT-2-sized model, and (B, n, m) logits of a long prompt are gigabytes (nanoGPT's
         inference-time shortcut). Not with targets, whose loss needs every position.
-        return_attn: also return per layer the scores before the mask and the pattern after it (read from the hooks
-        ``attn.hook_attn_scores`` and ``attn.hook_pattern``).
-        hooks: a HookRun (core.nn.hooks), or a list of (name, fn) pairs as ``run_with_hooks`` takes.
-        head_fn: ``f(layer, y) -> y`` on each layer's per-head outputs y (B, h, n, d/h) before W_O mixes them; the
-        older form of a hook on ``attn.hook_z`` (y is hook_z with head and position swapped), kept for its callers.
+        hooks: a HookRun (core.nn.hooks), or a list of (name, fn) pairs as ``run_with_hooks`` takes (None or []: none).
+        The attention of every layer is ``run_with_cache``'s ``attn.hook_attn_scores`` and ``attn.hook_pattern``; a
+        head's output before W_O, to read or change, ``attn.hook_z`` (B, n, h, d/h).
         use_cache / past: incremental decoding. use_cache=True returns ``out.present``, a KVCache; pass it
         back as ``past`` with the next token(s), whose positions continue after it. It is updated in place.
         """
@@ -323,14 +294,14 @@ class Transformer(nn.Module):
             )
         if last_only and targets is not None:
             raise ValueError("last_only gives no loss: the loss needs the logits of every position")
-        hooks = self._hook_run(hooks, head_fn, return_attn)
+        hooks = as_run(hooks, self.hook_names)
         cache = past
         if cache is None and use_cache:
             cache = KVCache(self.config, B, dtype=self.tok_emb.weight.dtype, device=self.tok_emb.weight.device)
         # with last_only, the last block skips what no later block reads: the queries, W_O and MLP of every position
         # but the last (about 40% of a slid generation step for the lecture's two-layer model). Not when a hook reads
         # or changes that block (a hook sees every position); hooks on earlier blocks keep it (steering, for one).
-        shortcut = last_only and (hooks is None or not self._hooks_touch(hooks, self.config.n_layers - 1))
+        shortcut = last_only and not self._hooks_touch(hooks, self.config.n_layers - 1)
         x = self.blocks_from(self.embed(idx, offset, hooks), 0, cache=cache, last_only=shortcut, hooks=hooks)
         if cache is not None:
             cache.length += n
@@ -338,33 +309,11 @@ class Transformer(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n).to(logits.device))  # (B*n, m) vs (B*n,)
-        records = None
-        if return_attn:
-            records = [AttentionRecord(scores=hooks.store[f"blocks.{l}.attn.hook_attn_scores"],
-                                       pattern=hooks.store[f"blocks.{l}.attn.hook_pattern"])
-                       for l in range(self.config.n_layers)]
-        return ModelOutput(logits=logits, loss=loss, attn=records, present=cache if use_cache else None)
+        return ModelOutput(logits=logits, loss=loss, present=cache if use_cache else None)
 
-    def _hooks_touch(self, hooks: HookRun, layer: int) -> bool:
+    def _hooks_touch(self, hooks, layer: int) -> bool:
         """Whether ``hooks`` reads or changes any hook point of block ``layer``."""
-        return hooks.wants_any(f"blocks.{layer}.", block_hook_names(self.config))
-
-    def _hook_run(self, hooks, head_fn, return_attn) -> HookRun | None:
-        """One HookRun for a call, from ``hooks`` and the older ways in (head_fn, return_attn); None for none."""
-        if hooks is not None and not isinstance(hooks, HookRun):
-            hooks = HookRun(hooks)
-            hooks.check_names(self.hook_names())
-        if head_fn is None and not return_attn:
-            return hooks
-        hooks = hooks or HookRun()
-        for name, fn in head_hooks(self.config.n_layers, head_fn):
-            hooks.fns.setdefault(name, []).append(fn)
-        if return_attn:
-            kept = {f"blocks.{l}.attn.hook_{w}" for l in range(self.config.n_layers) for w in ("attn_scores", "pattern")}
-            old = hooks.keep
-            hooks.keep = lambda name: name in kept or old(name)
-        hooks._wants.clear()
-        return hooks
+        return hooks.wants_any(f"blocks.{layer}.", self._block_hooks)
 
     def run_with_cache(self, idx, names=None, hooks=(), **kwargs):
         """(logits (B, n, m), ActivationCache): the forward with the activations named in ``names`` kept (a list of

@@ -118,23 +118,28 @@ def best_heads(study: Study) -> tuple[int, float] | None:
 def future_stare(model, ids: list[int]) -> tuple[tuple[int, int], float, np.ndarray]:
     """((layer, head), mean weight, its (n, n) pattern) of the head that puts most weight on the next position,
     a[i, i+1]: where a model trained without the mask finds the answer it is asked for."""
-    out = model(torch.tensor([ids]), return_attn=True)
+    pats = _patterns(model, ids)
     best, weight = (0, 0), -1.0
-    for layer, rec in enumerate(out.attn):
-        diag = torch.diagonal(rec.pattern[0], offset=1, dim1=-2, dim2=-1).mean(-1)  # (h,) over queries 0..n-2
+    for layer, pat in enumerate(pats):
+        diag = torch.diagonal(pat[0], offset=1, dim1=-2, dim2=-1).mean(-1)  # (h,) over queries 0..n-2
         h = (nan_argmax(diag) or (0,))[0]  # NaN skipped (torch's argmax picks a NaN)
         if float(diag[h]) > weight:
             best, weight = (layer, h), float(diag[h])
-    return best, weight, out.attn[best[0]].pattern[0, best[1]].numpy()
+    return best, weight, pats[best[0]][0, best[1]].numpy()
+
+
+def _patterns(model, ids: list[int]) -> list[torch.Tensor]:
+    """Every layer's attention pattern on ``ids``, (1, h, n, n) each, from the hooks ``attn.hook_pattern``."""
+    _, cache = model.run_with_cache(torch.tensor([ids]), names=lambda name: name.endswith("attn.hook_pattern"))
+    return cache.layer("attn.hook_pattern", model.config.n_layers)
 
 
 @torch.no_grad()
 def earlier_rows_change(model, ids: list[int], other_last: int) -> float:
     """The largest change, over every layer and head, in the attention weights of rows 0..n-2 when only the last
     token changes: 0 for a causal model, more when the mask comes after the softmax."""
-    a = model(torch.tensor([ids]), return_attn=True).attn
-    b = model(torch.tensor([[*ids[:-1], other_last]]), return_attn=True).attn
-    return max(float((x.pattern[0, :, :-1] - y.pattern[0, :, :-1]).abs().max()) for x, y in zip(a, b))
+    a, b = _patterns(model, ids), _patterns(model, [*ids[:-1], other_last])
+    return max(float((x[0, :, :-1] - y[0, :, :-1]).abs().max()) for x, y in zip(a, b))
 
 
 @torch.no_grad()
