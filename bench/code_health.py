@@ -5,9 +5,9 @@ and caching in pages.
     python -m bench.code_health --brief    # only the files that break a limit or are excused (what CI prints)
     python -m bench.code_health core/training/trainer.py core/training/study.py
 
-Limits (exit status 1 when one is broken and not excused in ``EXCEPTIONS``, else 0): a page (``pages/<x>.py`` or
-``pages/<x>/page.py``) over 250 lines; a page folder (``pages/<x>/``, all its Python files together) over 700; a
-core module, or a page folder's module other than its page, over 450; a ui module over 200; a function in app.py,
+Limits (exit status 1 when one is broken and not excused in ``EXCEPTIONS``, else 0): a page (``pages/<x>.py``) over 250
+lines; a page with its folder (``pages/<x>.py`` and every Python file in ``pages/<x>/`` together) over 700; a core
+module, or a module in a page's folder, over 450; a ui module over 200; a function in app.py,
 pages/, core/ or ui/ over 60 lines (``def`` to its last line, decorators not counted); a page that calls
 ``st.cache_data`` / ``st.cache_resource`` itself (a cache keyed by hand in a page: caching rules live behind ``ui/``
 helpers). A break named in ``EXCEPTIONS`` is printed with its reason and does not fail; an exception that matches no
@@ -51,6 +51,10 @@ EXCEPTIONS = {
     "pages/attribution/figures.py::graph_figure": "the attribution graph's traces and layout in one figure",
     "core/figures/scaling_figures.py::loss_map": "the loss map's contours, compute lines, frontier and models in "
                                                  "one figure",
+    "core/analysis/attribution.py": "the graph, its head and query-key splits, pruning and scores: 451-455 lines with "
+                                    "shape comments; issue 57 reworks the graph and moves pruning out",
+    "pages/classroom/": "the Class page's three screens (teacher, student, projector) with the identity of a voter and "
+                        "the store's faults in words (issue 54); each module is under its own limit",
     "pages/classroom.py::teacher": "the teacher's screen in the order it shows (issue 56: into the page's "
                                    "parts.py)",
     "pages/scaling_fit/forecast.py::_bet": "the forecast bet's form in the order it shows",
@@ -112,14 +116,13 @@ def files(args: list[str], root: Path = ROOT) -> list[Path]:
     found += sorted((root / "core").rglob("*.py"))
     ui = root / "ui"
     found += sorted(ui.rglob("*.py")) if ui.is_dir() else [root / "ui.py"]
-    # an old flat name kept importable (core/model.py is core.nn.model itself) is not a module of its own
-    return [f for f in found if f.exists() and "sys.modules[__name__] = _moved" not in f.read_text()]
+    return [f for f in found if f.exists()]
 
 
 def is_page(rel: str) -> bool:
-    """A page: a file directly in pages/, or the page.py of a page folder."""
+    """A page: a script directly in pages/ (its own modules are in the folder of its name beside it)."""
     parts = rel.split("/")
-    return parts[0] == "pages" and (len(parts) == 2 or (len(parts) == 3 and parts[2] == "page.py"))
+    return parts[0] == "pages" and len(parts) == 2
 
 
 def limit(rel: str) -> int | None:
@@ -150,8 +153,8 @@ def check(args: list[str] | None = None, root: Path = ROOT) -> list[dict]:
         if top in FUNCTION_TOPS:
             breaks += [(f"{rel}::{name}", f"function {name} (line {line}) is {k} lines, over {FUNCTION}")
                        for name, line, k in long_functions(f)]
-        if rel.count("/") == 2 and top == "pages":  # pages/<x>/<file>.py: counted into its folder
-            folder = rel.rsplit("/", 1)[0] + "/"
+        if top == "pages":  # pages/<x>.py and pages/<x>/<file>.py: counted together as the page's folder
+            folder = "pages/" + rel.split("/")[1].removesuffix(".py") + "/"
             folders[folder] = [a + b for a, b in zip(folders.get(folder, (0, 0, 0)), (n, nonblank, comments))]
         stem = f.stem
         if top == "core" and any(stem == c or stem.startswith(c + "_") for c in COMMENTED) \
@@ -159,6 +162,8 @@ def check(args: list[str] | None = None, root: Path = ROOT) -> list[dict]:
             advice.append(f"comments under {COMMENT_TARGET:.0%}")
         rows.append(row(rel, n, share, breaks, advice))
     for folder, (n, nonblank, comments) in folders.items():
+        if not (root / folder).is_dir():
+            continue  # a page without modules of its own: its row is the page's
         breaks = [(folder, f"page folder over {PAGE_FOLDER} lines")] if n > PAGE_FOLDER else []
         rows.append(row(folder, n, comments / max(nonblank, 1), breaks, []))
     rows.sort(key=lambda r: (r["lines"], r["path"]), reverse=True)

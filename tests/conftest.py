@@ -21,12 +21,9 @@ APP = str(ROOT / "app.py")
 
 
 def page_file(page: str) -> str:
-    """The file of a page, from its name ("attention") or either layout's path ("pages/attention.py",
-    "pages/attention/page.py"): the one this checkout has, relative to the repository (a page's file moves into
-    its folder in issue 56; tests name pages through here, so only this function knows the layout)."""
-    name = page.removeprefix("pages/").removesuffix(".py").removesuffix("/page")
-    folder = f"pages/{name}/page.py"
-    return folder if (ROOT / folder).exists() else f"pages/{name}.py"
+    """The script of a page from its name ("attention") or its path ("pages/attention.py"); the page's own modules
+    live in the folder beside it (pages/attention/)."""
+    return f"pages/{page.removeprefix('pages/').removesuffix('.py')}.py"
 
 
 HOME = page_file("home")  # app.py's default page: the first run already shows it

@@ -15,11 +15,9 @@ It all runs through hooks on the model's one forward (core.nn.hooks): the frozen
 one backward pass.
 
 Nodes, in order: active features (layer, position, feature), error nodes (layer, position), token embeddings
-(position), position embeddings (position), logits. ``adjacency[t, s]`` is the edge from s to t (rows targets).
-
-A graph of N nodes holds N x N float64 numbers (densely firing transcoders make N features x positions; the page
-estimates it first, pages.attribution.view). ``max_feature_nodes`` caps the feature nodes as circuit-tracer
-does: the most influential are kept, what the others write joins their block's error node, and the graph stays exact.
+(position), position embeddings (position), logits; ``adjacency[t, s]`` is the edge from s to t. N nodes hold N x N
+float64 numbers (the page estimates it first, pages.attribution.view); ``max_feature_nodes`` keeps the most
+influential features, as circuit-tracer does, and what the others write joins their block's error node (still exact).
 """
 from __future__ import annotations
 
