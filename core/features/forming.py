@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from core.features.activations import collect, model_held_out
-from core.features.job import BackgroundJob, Progress
+from core.features.job import BackgroundJob
+from core.jobs.thread import Progress
 from core.features.sae import SAE
 from core.features.train import SAESettings, memory_estimate, split_held_out, train_on
 from core.nn.checkpoint import load_checkpoint, read_config
