@@ -71,7 +71,7 @@ def _live(kind: str, polling: bool):
         else:
             st.session_state.setdefault(FORMING_KEY, {})[(rec["path"], rec["label"])] = job.result
         st.rerun(scope="app")
-    if s.moving != polling:  # started, or ended between two polls: rerun so that the polling matches
+    if s.active != polling:  # started, or ended between two polls: rerun so that the polling matches
         st.rerun(scope="app")
 
 
