@@ -8,6 +8,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from core.features import job as job_mod
+from core.jobs import jobs
 from core.nn.model import ModelConfig, Transformer
 from core.nn.model_store import save_checkpoint
 from core.nn.snapshots import snapshot_state
@@ -58,7 +59,7 @@ def tiny_folder(root, snapshots: bool):
 @pytest.fixture(autouse=True)
 def _no_jobs_left():
     yield
-    for j in list(job_mod._JOBS):
+    for j in jobs("sae"):
         j.stop(wait=30)
 
 
