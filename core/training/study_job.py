@@ -161,14 +161,14 @@ class StudyJob(Job):
         """Wait in line for the server's cores, then start the study's process on them."""
         self._register()
         self._stopping = False
-        if self.folder is None:  # nothing is written before a study really starts
-            self.folder = self.new_folder()
-            self._own[0] = str(self.folder)
         self._claim_cores(self._spawn)
 
     def _spawn(self):
         if self.queued or self._stopping or self._alive():
             return
+        if self.folder is None:  # nothing is written before a study really starts (a queued one waits first)
+            self.folder = self.new_folder()
+            self._own[0] = str(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         # appended: a resumed study keeps the log of its earlier sessions; status() reads its tail on failure
         log = open(self.folder / "study.log", "ab")
