@@ -80,7 +80,7 @@ def _peak_bytes() -> int:
 def _one(corpus_name: str, fields: dict, steps: int) -> dict:
     from core.training.job_settings import JobSettings
     from core.serve.threads import training_threads
-    from core.training.training_job import _train_in_process
+    from core.training.training_child import _train_in_process
 
     text = corpus(corpus_name)
     settings = JobSettings(**{**fields, "steps": steps})

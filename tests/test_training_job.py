@@ -18,6 +18,7 @@ import core.nn.checkpoint as checkpoint
 import core.training.speed as speed
 import core.training.training_job as tj
 from core.jobs import BACKGROUND_NICE
+from core.training.training_child import SAMPLE_TOKENS
 from core.nn.checkpoint import checkpoint_zip, load_checkpoint, sanitise_model_name, user_model_folder
 from core.nn.snapshots import DEFAULT_SNAPSHOTS, snapshot_steps
 from core.training.job_settings import JobSettings, validate_settings
@@ -73,7 +74,7 @@ def test_job_trains_in_the_background_and_loss_falls():
     assert s.evals[0]["train_loss"] == pytest.approx(math.log(s.vocab_size), abs=0.2)  # untrained: near uniform
     # samples at step 0 and at the end, each SAMPLE_TOKENS characters after the fixed prompt
     assert s.samples[0][0] == 0 and s.samples[-1][0] == 50
-    assert all(len(text) == tj.SAMPLE_TOKENS for _, text in s.samples)
+    assert all(len(text) == SAMPLE_TOKENS for _, text in s.samples)
     assert s.sample_prompt == "To "
     assert s.tokens_per_s > 0 and s.elapsed_s > 0 and s.can_save and not s.can_resume
 

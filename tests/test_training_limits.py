@@ -9,10 +9,10 @@ import pytest
 from safetensors import SafetensorError
 
 import core.nn.checkpoint as checkpoint
-import core.training.training_job as tj
 from core.nn.checkpoint import load_checkpoint
 from core.training.quota import QuotaError
 from core.jobs import JobBusy
+from core.training.training_child import save_failure
 from core.training.training_job import TrainingJob
 from tests.polling import wait_until
 from tests.test_training_job import TEXT, start_process, tiny
@@ -119,8 +119,8 @@ def test_a_full_disk_while_saving_a_finished_run_says_so_and_writes_nothing(tmp_
         job.save(tmp_path, "full")
     assert list(tmp_path.iterdir()) == []  # no half-written model, no temporary folder
     # the child's path words it the same way
-    assert str(tj.save_failure(SafetensorError("... No space left on device ..."))) == \
-        str(tj.save_failure(OSError(28, "No space left on device")))
+    assert str(save_failure(SafetensorError("... No space left on device ..."))) == \
+        str(save_failure(OSError(28, "No space left on device")))
     monkeypatch.undo()
     load_checkpoint(job.save(tmp_path, "full"))  # room again: the run was kept
 
