@@ -229,6 +229,7 @@ def _watch_all():
             except Exception:  # noqa: BLE001 - one broken handle must not end the watch over the others
                 pass
         job = None  # no strong reference to the last handle between two rounds: it must stay collectable
+        server_budget().regrant()  # cores of page threads that died holding them go to the jobs in line
         time.sleep(min(1.0, limit / 4))
 
 

@@ -54,7 +54,7 @@ class CoreBudget:
         self.cores = max(1, int(cores or os.cpu_count() or 1))
         self.job_cores = max(1, min(self.cores, int(job_cores or max(1, self.cores - 1))))
         self._lock = threading.Lock()
-        self._pages = 0                  # cores held by page runs
+        self._pages: list[threading.Thread] = []  # a page run's thread per core it holds
         self._held: list[Claim] = []     # granted job claims
         self._line: list[Claim] = []     # waiting job claims, first come first
         self._numbers = itertools.count()
@@ -73,7 +73,8 @@ class CoreBudget:
     @property
     def page_held(self) -> int:
         with self._lock:
-            return self._pages
+            self._reclaim()
+            return len(self._pages)
 
     @property
     def waiting(self) -> int:
@@ -88,8 +89,13 @@ class CoreBudget:
         with self._lock:
             return self._line.index(claim) if claim in self._line else None
 
+    def _reclaim(self):
+        """Under the lock: cores of page threads that ended without giving them back are free again."""
+        self._pages = [t for t in self._pages if t.is_alive()]
+
     def _free(self) -> int:
-        return self.cores - self._pages - sum(c.n for c in self._held)
+        self._reclaim()
+        return self.cores - len(self._pages) - sum(c.n for c in self._held)
 
     def _reserved(self) -> int:
         """Under the lock: cores kept for the head of the line when only page runs stand in its way."""
@@ -101,16 +107,26 @@ class CoreBudget:
 
     # --- page runs
     def try_take_page(self) -> bool:
-        """One core for a page run, if one is free and not kept for a waiting job. True if taken."""
+        """One core for this thread's page run, if one is free and not kept for a waiting job. True if taken."""
         with self._lock:
             if self._free() - self._reserved() < 1:
                 return False
-            self._pages += 1
+            self._pages.append(threading.current_thread())
             return True
 
-    def give_page(self):
+    def give_page(self, thread: threading.Thread | None = None):
+        """Give back a core ``thread`` (default: this one) holds for a page run; nothing if it holds none (a core
+        of a thread that ended is taken back by the budget itself)."""
+        thread = thread or threading.current_thread()
         with self._lock:
-            self._pages = max(0, self._pages - 1)
+            if thread in self._pages:
+                self._pages.remove(thread)
+            granted = self._grant()
+        _notify(granted)
+
+    def regrant(self):
+        """Grant what the line can get now (cores of ended page threads included); the job watchdog calls it."""
+        with self._lock:
             granted = self._grant()
         _notify(granted)
 

@@ -99,9 +99,9 @@ class Gate:
         self._owners[threading.get_ident()] = threading.current_thread()
         return True
 
-    def _give_core(self):
+    def _give_core(self, thread: threading.Thread | None = None):
         if self.budget is not None:
-            self.budget.give_page()
+            self.budget.give_page(thread)
 
     def _reclaim(self):
         """Under the lock: slots of threads that ended without giving them back are free again."""
@@ -109,7 +109,7 @@ class Gate:
             if not thread.is_alive():
                 del self._owners[ident]
                 self._running -= 1
-                self._give_core()
+                self._give_core(thread)
 
     @contextmanager
     def enter(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.2) -> Iterator[int]:
