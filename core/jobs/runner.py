@@ -174,20 +174,21 @@ class Job:
             _JOBS.add(self)
         _start_watchdog()
 
-    def _claim_cores(self, then: Callable[[], None]) -> bool:
-        """Ask for the job's cores; ``then()`` runs once they are granted: here if they are free (True), else later
-        on the thread that frees them (False: the job is queued)."""
+    def _claim_cores(self, then: Callable[["Job"], None]) -> bool:
+        """Ask for the job's cores; ``then(job)`` runs once they are granted: here if they are free (True), else
+        later on the thread that frees them (False: the job is queued). ``then`` takes the job as its argument and
+        the budget holds only a weak reference to it: a handle whose session has gone must stay collectable."""
         self._free_cores()
         ref = weakref.ref(self)
 
         def granted():
             job = ref()
             if job is not None and job._claim_box[0] is claim:
-                then()
+                then(job)
         claim = server_budget().claim(self.want_cores, on_grant=granted)
         self._claim_box[0] = claim
         if claim.granted:
-            then()
+            then(self)
         return claim.granted
 
     def _free_cores(self):

@@ -127,7 +127,7 @@ class ThreadJob(Job):
         self._register()
         with self._lock:
             self._p.update(state="queued", t0=time.monotonic())
-        self._claim_cores(self._launch)
+        self._claim_cores(ThreadJob._launch)
         return self
 
     def _launch(self):
@@ -192,7 +192,7 @@ class ThreadJob(Job):
                 self._go.set()
                 return
             self._p["state"] = "queued"
-        self._claim_cores(self._go.set)
+        self._claim_cores(lambda job: job._go.set())
 
     def stop(self, wait: float | None = None) -> bool:
         """Ask it to end at its next check (between two optimiser steps); ``wait`` seconds for it (None: at once).

@@ -161,7 +161,7 @@ class StudyJob(Job):
         """Wait in line for the server's cores, then start the study's process on them."""
         self._register()
         self._stopping = False
-        self._claim_cores(self._spawn)
+        self._claim_cores(StudyJob._spawn)
 
     def _spawn(self):
         if self.queued or self._stopping or self._alive():
@@ -218,7 +218,7 @@ class StudyJob(Job):
             return
         if self._alive():
             if self._paused:  # SIGCONT: the runs under way go on from where they froze, their results unchanged
-                self._claim_cores(self._thaw)
+                self._claim_cores(StudyJob._thaw)
         elif self.proc is not None:  # ended: a new process on the same folder, which skips the runs in runs.csv
             self._launch()
 

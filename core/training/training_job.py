@@ -202,7 +202,7 @@ class TrainingJob(Job):
             return  # waiting for cores already, or still stopping: resume once it has stopped
         if state == "paused" or (state in ("preparing", "running") and not self._go):
             self._go = True
-            self._claim_cores(lambda: self._send("resume"))
+            self._claim_cores(lambda job: job._send("resume"))
         elif state == "stopped" and self._p["step"] < self._tc.steps and self._p["retired"] is None:
             self._launch()
 
@@ -290,7 +290,7 @@ class TrainingJob(Job):
         with self._lock:
             self._stop, self._go = False, True
             self._p["state"] = "preparing" if self._proc is None else self._p["state"]
-        self._claim_cores(self._run_on_cores)
+        self._claim_cores(TrainingJob._run_on_cores)
 
     def _run_on_cores(self):
         """Its cores are granted: start the process, or tell a stopped one to go on."""
