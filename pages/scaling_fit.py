@@ -15,8 +15,9 @@ from core.analysis.scaling_runs import MAX_RUNS, MIN_RUNS, RunsError, parse_runs
 from core.training.study_grid import GRIDS, StudyError, corpus_problem
 from core.training.study_files import SHIPPED_STUDY, dropped_note, usable_rows
 from core.figures.study_figures import frontier_figure, residual_figure, study_figure
-from core.training.study_job import BusyError as StudyBusy, StudyJob, grid_choices
-from ui import chart, ensure_frame, gated, job_controls, offer_shakespeare_fetch
+from core.jobs import JobBusy
+from core.training.study_job import StudyJob, grid_choices
+from ui import chart, ensure_frame, gated, job_controls, keep_alive, offer_shakespeare_fetch, session_alive, session_id
 from ui.cached import fitted_law, forecast_analysis, shipped_study
 from pages.scaling_fit.forecast import show_forecast
 from pages.scaling_fit.repetition import show_calibration, show_repetition
@@ -191,13 +192,14 @@ if problem:
     st.error(problem, icon="⚠️")
 
 job: StudyJob | None = st.session_state.get("scal_study_job")
+keep_alive(job)  # a study this tab stops touching is stopped (core.jobs.runner)
 busy = job is not None and job.status().active  # one study per session: no second start while one runs
 if st.button("Start the study", type="primary", key="scal_study_start", disabled=busy or bool(problem),
              help="Trains every run of the grid in the background; starting again replaces your previous study."):
     try:
         st.session_state["scal_study_job"] = ss.start_study(grid_name, corpus_name, corpus_text, path=corpus_path,
-                                                            old=job)
-    except (StudyBusy, StudyError) as e:
+                                                            old=job).watch(session_id(), session_alive)
+    except (JobBusy, StudyError) as e:
         st.error(str(e), icon="⚠️")
     else:
         st.rerun()
@@ -207,7 +209,7 @@ if busy:
 
 def study_view(job: StudyJob, polling: bool):
     s = job.status()
-    job_controls(job, s, polling, "scal_study", StudyBusy,
+    job_controls(job, s, polling, "scal_study",
                  resume_help="A paused study goes on; a stopped one starts again and trains only the runs it lacks.",
                  stop_help="Ends the runs under way; the finished runs stay.")
     done, text = ss.progress(s, job.grid_name, job.corpus_name)

@@ -12,8 +12,10 @@ from core.training.train_data import DEFAULT_BPE_VOCAB
 from core.training.recipes import DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
 from core.training.training_child import SAMPLE_TEMPERATURE, SAMPLE_TOKENS
 from core.training.training_job import BusyError, TrainingJob, release_abandoned
+from core.jobs import JobBusy
+from core.training.training_job import TrainingJob
 from ui.cached import builtin_corpus, checked_corpus, learned_bpe
-from ui import chart, ensure_frame, gated, job_controls, metric_row, offer_shakespeare_fetch, reset_save_form, \
+from ui import chart, ensure_frame, gated, job_controls, keep_alive, metric_row, offer_shakespeare_fetch, reset_save_form, \
     save_form, session_alive, session_id, session_owner, upload_limit_mb
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -166,8 +168,8 @@ elif info is not None and not errors:
 
 # ---------------------------------------------------------------- run
 st.header("3. Train")
-release_abandoned(session_alive)  # runs of sessions that have ended (tabs closed minutes ago) give their slots back
 job: TrainingJob | None = st.session_state.get("train_job")
+keep_alive(job)  # a run this tab stops touching is stopped (core.jobs.runner)
 status = job.status() if job else None
 busy = status is not None and not status.can_start
 if info is None:
@@ -184,7 +186,7 @@ if start_clicked and startable:
         job = st.session_state["train_job"] = setup.start_run(
             job, text, info.name, settings, sample_prompt=prompt_text, owner=session_owner(), session=session_id(),
             alive=session_alive, pace=pace)
-    except BusyError as e:
+    except JobBusy as e:
         st.error(str(e))
     else:  # a name of its own for every run, the corpus and a time stamp, never one shared default
         reset_save_form("train", "train_save_name", default_model_name(setup.name_stem(source, info.name)))
@@ -193,7 +195,7 @@ if start_clicked and startable:
 
 def live_view(job: TrainingJob, polling: bool):
     s = job.status()
-    job_controls(job, s, polling, "train", BusyError,
+    job_controls(job, s, polling, "train",
                  stop_help="End the run here; the weights trained so far are kept and can be saved.")
     st.caption(view.run_summary(job.corpus_name, job.settings, s.vocab_size, job.threads))
     st.progress(s.fraction, text=f"{view.STATE_LABELS[s.state]}: step {s.step:,} of {s.total_steps:,}")

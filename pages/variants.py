@@ -8,9 +8,9 @@ from core.nn.model_store import default_model_name
 from core.serve.fmt import head_label
 from core.data.corpus import shakespeare_path
 from core.training.job_settings import JobSettings
-from core.training.training_job import BusyError, release_abandoned
+from core.jobs import JobBusy
 from core.training.variants import BY_ID, VARIANTS
-from ui import (chart, ensure_frame, job_controls, load_folder, reset_save_form, save_form, session_alive,
+from ui import (chart, ensure_frame, job_controls, keep_alive, load_folder, reset_save_form, save_form, session_alive,
                 session_id, session_owner)
 from core.training import training_setup as setup
 
@@ -145,12 +145,12 @@ if "positions" in nums:
 
 # ------------------------------------------------------------------ your own run
 st.header("Train a variant yourself")
-release_abandoned(session_alive)
 c1, c2 = st.columns([3, 1])
 vid = c1.selectbox("Variant", [v.id for v in VARIANTS], key="var_train_variant", format_func=lambda v: f"{v}: {VV.title(v)}")
 n_steps = c2.number_input("Steps", 50, 3000, 600, 50, key="var_train_steps", help="600 steps take about a minute on "
                           "one core for the lecture's shape; the deep stacks take longer per step.")
 job = st.session_state.get("var_job")
+keep_alive(job)  # a run this tab stops touching is stopped (core.jobs.runner)
 status = job.status() if job else None
 # the study's text where it is here, so the run compares with the shipped curves; else Python's own documentation
 kind = "shakespeare" if shakespeare_path() is not None else "pydoc"
@@ -167,7 +167,7 @@ if st.button("Start", type="primary", key="var_start", disabled=bool(status and 
             owner=session_owner(), session=session_id(), alive=session_alive)
         st.session_state["var_train_of"] = vid
         reset_save_form("var", "var_save_name", default_model_name(vid))  # a name of its own: the variant, a stamp
-    except (BusyError, ValueError) as e:  # the server (or this session) is busy, or the corpus could not be read
+    except (JobBusy, ValueError) as e:  # the server (or this session) is busy, or the corpus could not be read
         st.error(f"The run could not start: {e}")
     else:
         st.rerun()
@@ -175,7 +175,7 @@ if st.button("Start", type="primary", key="var_start", disabled=bool(status and 
 
 def live(job, polling: bool):
     s = job.status()
-    job_controls(job, s, polling, "var", BusyError)
+    job_controls(job, s, polling, "var")
     st.progress(s.fraction, text=f"{view.STATE_LABELS[s.state]}: step {s.step:,} of {s.total_steps:,}")
     mine = st.session_state.get("var_train_of", "your run")
     chart(VF.curves_figure(study, ["lecture", mine] if mine in study.rows else ["lecture"], s.evals,

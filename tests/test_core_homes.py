@@ -13,7 +13,7 @@ from core.analysis.generation import decoding_notes, text_measures
 from core.training.job_settings import JobSettings, job_cost, validate_settings
 from core.nn.config import LECTURE, MODEL_PRESETS, ModelConfig, config_problems
 from core.analysis.scaling import FitError, fit_scaling_law
-from core.training.training_job import JobStatus
+from core.training.training_job import TrainingStatus
 
 
 def test_job_cost_counts_by_hand_even_when_heads_do_not_divide():
@@ -46,7 +46,7 @@ def test_one_validation_for_model_shapes():
 
 
 def status(state, step=5, total=10):
-    return JobStatus(state=state, message=None, step=step, total_steps=total, tokens_seen=0, tokens_per_s=None,
+    return TrainingStatus(state=state, message=None, step=step, total_steps=total, tokens_seen=0, tokens_per_s=None,
                      elapsed_s=0, eta_s=None, step_losses=[], evals=[], samples=[])
 
 

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from core.features import job as job_mod
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
+from core.jobs import jobs
 from core.nn.model_store import save_checkpoint
 from core.nn.snapshots import snapshot_state
 from core.nn.tokenizer import CharTokenizer
@@ -59,7 +60,7 @@ def tiny_folder(root, snapshots: bool):
 @pytest.fixture(autouse=True)
 def _no_jobs_left():
     yield
-    for j in list(job_mod._JOBS):
+    for j in jobs("sae"):
         j.stop(wait=30)
 
 

@@ -93,7 +93,7 @@ def test_a_broken_sae_folder_is_refused_by_name(open_page, tmp_path):
 @pytest.mark.slow
 def test_an_sae_trained_on_the_page_joins_the_picker_and_its_numbers_show(open_page):
     """The whole loop on the real page: a small run started from the training panel, to its end, then picked."""
-    from core.features import job as job_mod
+    from core.jobs import jobs
 
     at = open_page(PAGE, timeout=300)
     at.number_input(key="te_sae_latents").set_value(64)
@@ -116,7 +116,7 @@ def test_an_sae_trained_on_the_page_joins_the_picker_and_its_numbers_show(open_p
         l0 = float({m.label: m.value for m in at.metric}["L0"])
         assert 0 < l0 <= 4
     finally:
-        for j in list(job_mod._JOBS):
+        for j in jobs("sae"):
             j.stop(wait=30)
 
 

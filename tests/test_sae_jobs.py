@@ -10,8 +10,9 @@ import torch
 
 from core.features import job as job_mod
 from core.features.forming import Forming, formation_steps, forming_job, match_features, pick_steps
-from core.features.job import SAEBusyError, SAEJob
 from core.analysis.sae import SAE, SAEConfig
+from core.features.job import SAEJob
+from core.jobs import JobBusy, jobs, running_jobs
 from core.features.train import SAESettings
 from core.nn.checkpoint import load_checkpoint, read_config
 from core.nn.config import ModelConfig
@@ -52,7 +53,7 @@ def loaded(folder):
 @pytest.fixture(autouse=True)
 def _no_jobs_left():
     yield
-    for j in list(job_mod._JOBS):  # a failed test must not leave its job holding a slot for the next
+    for j in jobs("sae"):  # a failed test must not leave its job holding a slot for the next
         j.stop(wait=30)
 
 
@@ -68,7 +69,7 @@ def test_job_trains_and_finishes_with_metrics(loaded):
     for name in ("l0", "explained_variance", "dead_fraction", "ce_loss_score", "mse"):
         assert np.isfinite(trained.metrics[name]), name
     assert trained.metrics["l0"] <= 4  # TopK k=4: never more than four latents at a token
-    assert job_mod.running_jobs() == 0  # the slot was given back
+    assert running_jobs("sae") == 0  # the cores were given back
 
 
 def test_job_stops_mid_run_with_no_result(loaded):
@@ -86,20 +87,26 @@ def test_job_stops_mid_run_with_no_result(loaded):
 def test_second_job_of_a_session_is_refused(loaded):
     model, tok, training = loaded
     first = SAEJob(model, tok, SITE, training, LONG, owner="a").start()
-    with pytest.raises(SAEBusyError, match="one SAE job per person"):
+    with pytest.raises(JobBusy, match="one person may have 1 such job"):
         SAEJob(model, tok, SITE, training, QUICK, owner="a").start()
     first.stop(wait=60)
     again = SAEJob(model, tok, SITE, training, QUICK, owner="a").start()  # once it ended, the session may start
     assert again.join(120) and again.status().state == "finished"
 
 
-def test_server_slots_are_bounded(loaded, monkeypatch):
+def test_a_job_past_the_cores_waits_in_line(loaded):
+    from core.serve import cores
+    previous = cores.set_server_budget(cores.CoreBudget(cores=2, job_cores=1))
     model, tok, training = loaded
-    monkeypatch.setattr(job_mod, "MAX_JOBS", 1)
     first = SAEJob(model, tok, SITE, training, LONG, owner="a").start()
-    with pytest.raises(SAEBusyError, match="this server runs 1 SAE jobs already"):
-        SAEJob(model, tok, SITE, training, QUICK, owner="b").start()
-    first.stop(wait=60)
+    second = SAEJob(model, tok, SITE, training, QUICK, owner="b").start()
+    try:
+        assert second.status().state == "queued" and "next" in second.status().words
+        first.stop(wait=60)
+        assert second.join(120) and second.status().state == "finished"
+    finally:
+        first.stop(wait=60)
+        cores.set_server_budget(previous)
 
 
 def test_job_over_the_memory_budget_is_refused(loaded, monkeypatch):
@@ -110,7 +117,7 @@ def test_job_over_the_memory_budget_is_refused(loaded, monkeypatch):
     job = SAEJob(model, tok, SITE, training, big, owner="a")
     with pytest.raises(ValueError, match=r"needs about .* the server allows 400 MiB"):
         job.start()
-    assert job_mod.running_jobs() == 0 and job.status().state == "new"
+    assert running_jobs("sae") == 0 and job.status().state == "new"
 
 
 def test_bad_settings_are_refused_in_words(loaded):
@@ -214,36 +221,3 @@ def test_forming_figure_marks_the_formation_step():
     assert len(stars) == 1 and list(stars[0].x) == [100] and list(stars[0].y) == [0.75]
     assert {s.y0 for s in fig.layout.shapes} == {0.7, 0.37}  # the threshold line and chance
     assert [row["formed at step"] for row in forming_rows(r)] == [100, None]
-
-
-def test_a_job_whose_session_ended_gives_its_slot_to_the_next_one():
-    """A closed tab's job is stopped when another job asks for a slot; a live session's is kept; in doubt, kept."""
-    import threading
-
-    from core.features import job as J
-
-    gate = threading.Event()
-
-    def endless(progress):
-        while not progress.stopped():
-            gate.wait(0.01)
-        progress.check()
-
-    alive = {"a": True, "b": True}
-    jobs = [J.BackgroundJob(endless, f"job {s}", 10, 1, owner=s).watch(s, lambda s: alive[s]).start()
-            for s in ("a", "b")]
-    try:
-        assert J.running_jobs() == J.MAX_JOBS == 2
-        with pytest.raises(J.SAEBusyError):
-            J.BackgroundJob(endless, "job c", 10, 1, owner="c").start()
-        alive["a"] = False  # a's tab closed
-        c = J.BackgroundJob(endless, "job c", 10, 1, owner="c").watch("c", lambda s: 1 / 0).start()
-        assert jobs[0].join(10) and jobs[0].status().state == "stopped"
-        assert jobs[1].status().active  # b's session lives: kept
-        alive["b"] = False
-        assert J.release_abandoned() == 1 and jobs[1].join(10)
-        assert J.release_abandoned() == 0 and c.status().active  # c's liveness raises: kept
-        c.stop(wait=10)
-    finally:
-        for j in list(J._JOBS):
-            j.stop(wait=10)

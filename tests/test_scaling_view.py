@@ -15,7 +15,8 @@ from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from core.analysis.scaling import CHINCHILLA, EPOCH_2024, FAMOUS_MODELS, N_STARTS, FitError, ScalingLaw, start_grid
 from core.analysis.scaling_runs import MIN_RUNS, parse_runs
-from core.training.study_job import ACTIVE, STATES, BusyError
+from core.jobs import JobBusy
+from core.training.study_job import ACTIVE, STATES
 
 
 def brute_optimum(law: ScalingLaw, C: float) -> tuple[float, float]:
@@ -407,10 +408,10 @@ def test_starting_a_study_writes_its_corpus_and_then_stops_the_old_one(tmp_path,
 
 def test_a_refused_study_leaves_the_old_one_running(tmp_path, monkeypatch):
     monkeypatch.setattr(ss, "StudyJob", FakeJob)
-    FakeJob.folder, FakeJob.refuse, FakeJob.made = tmp_path, BusyError("the server runs 1 study"), []
+    FakeJob.folder, FakeJob.refuse, FakeJob.made = tmp_path, JobBusy("the server runs 1 study"), []
     old = FakeJob("old.txt", "tiny")
     old.stopped = "running"
-    with pytest.raises(BusyError):
+    with pytest.raises(JobBusy):
         ss.start_study("small", "pydoc", "text", old=old)
     assert old.stopped == "running"
 

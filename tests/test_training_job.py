@@ -20,6 +20,8 @@ import core.training.training_job as tj
 from core.nn.model_store import checkpoint_zip, sanitise_model_name, user_model_folder
 from core.nn.checkpoint import load_checkpoint
 from core.nn.model_card import read_card, read_log
+from core.jobs import BACKGROUND_NICE
+from core.training.training_child import SAMPLE_TOKENS
 from core.nn.snapshots import DEFAULT_SNAPSHOTS, snapshot_steps
 from core.training.job_settings import JobSettings, validate_settings
 from core.serve.threads import torch_threads
@@ -89,7 +91,7 @@ def test_pause_resume_stop():
     wait_until(lambda: job.status().step >= 3)
     assert proc.pid != os.getpid()
     nice = os.getpriority(os.PRIO_PROCESS, 0)
-    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, nice + TRAINING_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, proc.pid) == min(19, nice + BACKGROUND_NICE)
     assert threading.active_count() == threads  # no thread of this process trains, or waits for the run
     job.pause()
     wait_until(lambda: job.status().state == "paused")
@@ -248,15 +250,23 @@ def test_two_jobs_at_once_do_not_interfere():
     assert a.status().vocab_size != b.status().vocab_size
 
 
-def test_too_many_runs_are_refused(monkeypatch):
-    monkeypatch.setattr(tj, "MAX_RUNNING_JOBS", 1)
-    a = TrainingJob(TEXT, "a", tiny(steps=100_000))
-    a.start()
+def test_a_run_past_the_cores_waits_in_line_then_starts_by_itself():
+    from core.serve import cores
+    previous = cores.set_server_budget(cores.CoreBudget(cores=2, job_cores=1))
+    a, b = TrainingJob(TEXT, "a", tiny(steps=100_000)), TrainingJob(TEXT, "b", tiny(steps=100_000))
     try:
-        with pytest.raises(tj.BusyError, match="training slots are all taken"):
-            TrainingJob(TEXT, "b", tiny()).start()
+        a.start()
+        b.start()
+        s = b.status()
+        assert (s.state, s.ahead, s.active, s.moving, s.can_stop) == ("queued", 0, True, True, True)
+        assert b._proc is None  # no process before it has its cores
+        a.stop(wait=60)
+        wait_until(lambda: b.status().step >= 1, timeout=120)  # a's core went to b, which started by itself
+        assert b.cores == 1
     finally:
         a.stop(wait=None)
+        b.stop(wait=30)
+        cores.set_server_budget(previous)
 
 
 @pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI

@@ -4,79 +4,53 @@ import os
 import signal
 import threading
 import types
-from pathlib import Path
 
 import pytest
 from safetensors import SafetensorError
 
 import core.nn.checkpoint as checkpoint
-import core.training.training_job as tj
 from core.nn.checkpoint import load_checkpoint
 from core.training.quota import QuotaError
-from core.training.training_job import BusyError, JobStatus, TrainingJob, busy_message
+from core.jobs import JobBusy
+from core.training.training_child import save_failure
+from core.training.training_job import TrainingJob
 from tests.polling import wait_until
 from tests.test_training_job import TEXT, start_process, tiny
 
 
-def status(state: str, eta_s: float | None) -> JobStatus:
-    return JobStatus(state=state, message=None, step=10, total_steps=100, tokens_seen=0, tokens_per_s=None,
-                     elapsed_s=1.0, eta_s=eta_s, step_losses=[], evals=[], samples=[])
-
-
-def test_the_refusal_says_who_holds_the_slots_and_when_the_next_frees():
-    text = busy_message([status("running", 400), status("running", 170), status("paused", 10), status("paused", None)])
-    assert "training slots are all taken (2 training and 2 paused)" in text
-    assert "the next should free in about 3 min" in text  # the soonest of the training runs, paused ones aside
-    assert "under a minute" in busy_message([status("stopping", 5)])
-    assert "few minutes after its tab is closed" in busy_message([status("paused", None)] * 4)
-    assert "cannot yet tell" in busy_message([status("preparing", None)])
-
-
-@pytest.mark.slow  # three training processes
-def test_a_run_whose_session_ended_gives_its_slot_back_and_its_weights_are_discarded(monkeypatch):
-    monkeypatch.setattr(tj, "MAX_RUNNING_JOBS", 1)
-    live = {"finished-tab", "paused-tab", "new-tab"}
-
-    def alive(session):
-        return session in live
-
-    done = TrainingJob(TEXT, "done", tiny(steps=3), session="finished-tab", alive=alive)
-    done.start()
-    assert done.join(120)
-    wait_until(lambda: done.status().state == "finished" and done._p["retired"])
-    handed_over = Path(done._p["retired"]).parent
-    paused = TrainingJob(TEXT, "paused", tiny(steps=100_000), session="paused-tab", alive=alive)
+@pytest.mark.slow  # two training processes
+def test_a_run_whose_session_ended_gives_its_cores_back_and_its_weights_are_discarded():
+    from core.serve import cores
+    previous = cores.set_server_budget(cores.CoreBudget(cores=2, job_cores=1))
+    live = {"paused-tab", "new-tab"}
+    paused = TrainingJob(TEXT, "paused", tiny(steps=100_000), session="paused-tab", alive=lambda s: s in live)
     proc = start_process(paused)
-    wait_until(lambda: paused.status().step >= 1)
-    paused.pause()
-    wait_until(lambda: paused.status().state == "paused")
-    new = TrainingJob(TEXT, "new", tiny(steps=100_000, seed=4), session="new-tab", alive=alive)
-    with pytest.raises(BusyError, match=r"slots are all taken \(1 paused\)"):
-        new.start()  # the paused run's tab is still open: it keeps its slot
-    doubtful = TrainingJob(TEXT, "x", tiny(), session="new-tab", alive=lambda s: 1 / 0)
-    with pytest.raises(BusyError):
-        doubtful.start()  # liveness that cannot be told keeps every run
-    live -= {"finished-tab", "paused-tab"}  # both tabs closed, and Streamlit has forgotten their sessions
+    new = TrainingJob(TEXT, "new", tiny(steps=100_000, seed=4), session="new-tab", alive=lambda s: s in live)
     try:
+        wait_until(lambda: paused.status().step >= 1)
         new.start()
-        wait_until(lambda: not proc.is_alive())
+        assert new.status().state == "queued"  # the running run's tab is open: it keeps its core
+        live.discard("paused-tab")  # its tab closed, and Streamlit has forgotten its session
+        wait_until(lambda: not proc.is_alive(), timeout=60)  # the runner's watchdog abandoned it
         s = paused.status()
         assert s.state == "failed" and "browser session ended" in s.message and not s.can_save and not s.active
-        assert not handed_over.exists()  # the finished run's weights, which only its session could save
-        assert new.status().active
+        wait_until(lambda: new.status().state in ("preparing", "running"), timeout=60)  # its core went to new
     finally:
         new.stop()
+        cores.set_server_budget(previous)
 
 
 def test_one_person_trains_one_run_at_a_time():
     mine = TrainingJob(TEXT, "a", tiny(steps=100_000), owner="me")
     mine.start()
     try:
-        with pytest.raises(BusyError, match="you have 1 run training or paused"):
+        with pytest.raises(JobBusy, match="you are training a model on a already"):
             TrainingJob(TEXT, "b", tiny(), owner="me").start()
     finally:
         assert mine.stop(wait=120)  # a guard against a hang: on 2 busy cores a niced child can take a while
-    tj._check_slot(TrainingJob(TEXT, "b", tiny(), owner="me"))  # the first has stopped: its owner may start another
+    other = TrainingJob(TEXT, "b", tiny(), owner="me")
+    other.start()  # the first has stopped: its owner may start another
+    assert other.stop(wait=120)
 
 
 def test_session_alive_asks_streamlits_session_manager(monkeypatch):
@@ -145,8 +119,8 @@ def test_a_full_disk_while_saving_a_finished_run_says_so_and_writes_nothing(tmp_
         job.save(tmp_path, "full")
     assert list(tmp_path.iterdir()) == []  # no half-written model, no temporary folder
     # the child's path words it the same way
-    assert str(tj.save_failure(SafetensorError("... No space left on device ..."))) == \
-        str(tj.save_failure(OSError(28, "No space left on device")))
+    assert str(save_failure(SafetensorError("... No space left on device ..."))) == \
+        str(save_failure(OSError(28, "No space left on device")))
     monkeypatch.undo()
     load_checkpoint(job.save(tmp_path, "full"))  # room again: the run was kept
 

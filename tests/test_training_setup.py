@@ -12,7 +12,7 @@ from core.training.job_settings import (FORM_FIELDS, FORM_HELP, INDUCTION_PRESET
                                induction_eta_s)
 from core.training.recipes import TrainConfig
 from core.nn.bpe import BPETokenizer
-from core.training.training_job import BusyError
+from core.jobs import JobBusy
 
 # ---------------------------------------------------------------- formats and the split
 
@@ -257,7 +257,7 @@ class _Job:
 
     def start(self):
         if _Job.busy:
-            raise BusyError("the server is full")
+            raise JobBusy("the server is full")
 
     def stop(self, wait=True):
         self.stops.append(wait)
@@ -271,6 +271,6 @@ def test_a_new_run_replaces_the_last_one_only_once_it_has_started(monkeypatch):
     assert old.stops == [None] and new.stops == []  # stopped without waiting for its step to end
     assert setup.start_run(None, "text", "corpus", JobSettings()).stops == []  # a first run replaces nothing
     monkeypatch.setattr(_Job, "busy", True)
-    with pytest.raises(BusyError):
+    with pytest.raises(JobBusy):
         setup.start_run(new, "text", "corpus", JobSettings())
     assert new.stops == []  # refused: the last run goes on as it was

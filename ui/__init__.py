@@ -21,7 +21,7 @@ from ui.charts import _containers, _Encoded, _FIGURE_CACHES, _FIGURE_CACHES_LOCK
 from ui.compute import _computed, _GATED, _GATED_LOCK, _max_entries, approved, compute_gate, compute_slot, gated, in_steps, \
     release_compute_slot, session_alive, session_id, work_finished
 from ui.frame import _calling_page, _DEEP_LINK, ensure_frame, PAGES_DIR, resume_deep_link, ROOT, show_page_menu
-from ui.jobs import job_controls, offer_shakespeare_fetch, reset_save_form, save_form, session_owner, \
+from ui.jobs import job_controls, keep_alive, offer_shakespeare_fetch, reset_save_form, save_form, session_owner, \
     upload_limit_mb
 from ui.models import (_load, _load_step, _stamp, at_step, current, DEFAULT_MODEL, load_folder, load_model, model_key,
                        model_label, require_model, scan_models, shipped_config, shipped_names, SHIPPED_DIR)

@@ -7,6 +7,7 @@ import threading
 
 import streamlit as st
 
+from core.serve.cores import server_budget
 from core.serve.gate import Gate, GateFull, gate_slots
 
 
@@ -15,11 +16,12 @@ def compute_gate(lane: str = "short") -> Gate | None:
     """The server's gates of page work (core.serve.gate), one per lane. "short": a page's analysis of a new prompt
     (a few hundred ms), as many at once as cores. "long": generating text (seconds), one fewer: with a single
     line, a quick attention rerun waited behind every text being generated (measured: attention p50 8 -> 15 s
-    with 30 students), so long work never takes every core."""
+    with 30 students), so long work never takes every core. Both draw their cores from the server's one budget
+    (core.serve.cores), which background jobs draw from too."""
     slots = gate_slots()
     if not slots:  # TE_COMPUTE_SLOTS=0: no gate, every page computes at once
         return None
-    return Gate(slots if lane == "short" else max(1, slots - 1))
+    return Gate(slots if lane == "short" else max(1, slots - 1), budget=server_budget())
 
 
 @st.cache_resource

@@ -14,7 +14,8 @@ from core.analysis.scaling_runs import MIN_RUNS, Runs
 from core.training.forecast_run import PlannedRun, start_run
 from core.training.study_grid import StudyError
 from core.training.study_files import read_meta, rows_to_arrays, usable_rows
-from core.training.study_job import BusyError, StudyJob
+from core.jobs import JobBusy
+from core.training.study_job import StudyJob
 from core.views import scaling_forecast as vf
 from ui.cached import bootstrapped
 from ui.compute import gated
@@ -80,7 +81,7 @@ def start(base: Base, plan: PlannedRun, record: dict) -> str | None:
         return base.corpus_note
     try:
         job = start_run(base.meta, plan, base.corpus)
-    except (StudyError, BusyError) as e:
+    except (StudyError, JobBusy) as e:
         return str(e)
     st.session_state["scal_fc_job"] = job
     st.session_state["scal_fc_pending"] = record

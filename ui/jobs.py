@@ -1,11 +1,13 @@
-"""Background jobs and uploads: a job's Pause/Resume/Stop, saving a trained run, the corpus fetch button, the
-upload cap, the owner id."""
+"""Background jobs and uploads: a job's Pause/Resume/Stop, where a queued job stands, the heartbeat that keeps a job
+of an open tab alive (core.jobs.runner), saving a trained run, the corpus fetch button, the upload cap, the owner
+id."""
 from __future__ import annotations
 
 import secrets
 
 import streamlit as st
 
+from core.jobs.runner import heartbeat_s
 from core.training import model_export
 from core.serve.paths import user_models_dir
 from ui.models import shipped_names
@@ -46,22 +48,31 @@ def offer_shakespeare_fetch(key: str) -> bool:
     return True
 
 
-def job_controls(job, s, polling: bool, prefix: str, busy: type[Exception], resume_help: str | None = None,
+def keep_alive(job) -> None:
+    """Touch ``job`` now and, while this tab is open, every third of the heartbeat (core.jobs.runner.heartbeat_s):
+    a job a page stops touching is abandoned, and a paused or queued job's page does not otherwise rerun."""
+    if job is None:
+        return
+    job.touch()
+    st.fragment(run_every=max(1.0, heartbeat_s() / 3))(job.touch)()
+
+
+def job_controls(job, s, polling: bool, prefix: str, resume_help: str | None = None,
                  stop_help: str | None = None) -> None:
-    """Pause, Resume and Stop for a background job (a training run, a study) whose status is ``s``; each click
-    reruns the page. Also reruns when the job started, paused or ended between two polls, so that the controls
-    and the polling match its state. ``busy``: the error a resume raises when the server is full."""
+    """Pause, Resume and Stop for a background job (a training run, a study) whose status is ``s``, and where it
+    stands while it waits for the server's cores; each click reruns the page. Also reruns when the job started,
+    paused or ended between two polls, so that the controls and the polling match its state. A resume never
+    fails for a full server: the job waits in line."""
+    job.touch()
+    if s.state == "queued":
+        st.info(s.queue_words, icon=":material/hourglass_top:")
     b1, b2, b3, _ = st.columns([1, 1, 1, 4])
     if b1.button("Pause", key=f"{prefix}_pause", disabled=not s.can_pause):
         job.pause()
         st.rerun()
     if b2.button("Resume", key=f"{prefix}_resume", disabled=not s.can_resume, help=resume_help):
-        try:
-            job.resume()
-        except busy as e:  # the server is full: say so, and the job stays paused
-            st.error(str(e), icon="⚠️")
-        else:
-            st.rerun()
+        job.resume()
+        st.rerun()
     if b3.button("Stop", key=f"{prefix}_stop", disabled=not s.can_stop, help=stop_help):
         job.stop(wait=None)  # the worker ends what is under way; the polling shows when it has
         st.rerun()

@@ -24,8 +24,9 @@ import torch
 
 from core.features.activations import collect
 from core.data.held_out import model_held_out
-from core.features.job import BackgroundJob, Progress
 from core.analysis.sae import SAE
+from core.features.job import BackgroundJob
+from core.jobs.thread import Progress
 from core.features.train import SAESettings, memory_estimate, split_held_out, train_on
 from core.nn.checkpoint import load_checkpoint, read_config
 from core.nn.snapshots import checkpoint_steps

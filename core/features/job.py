@@ -1,25 +1,21 @@
 """SAE work in the background of a page: training one autoencoder (``SAEJob``), or the features-forming study
 (core.features.forming), each in a thread of the server, polled by the page.
 
-Thread, not process (the training page's runs are processes, core.training.training_job): an SAE run is 15-60 s
-of large matrix products, during which torch releases the GIL, so the pages stay responsive (measured on a shared
-two-core machine: a 128-token forward of the shipped model took a median 2.0 ms with a job running, 1.2 and 2.4 ms
-without, before and after). A thread reads the model the page already holds (no second copy, no 340 MB interpreter, no 2-3 s spawn),
-and its result is an SAE the page can use at once, with nothing pickled. What a process buys does not apply: a run
-this short needs no pause, and its stop is a flag read between two optimiser steps. The thread lowers its own
-priority (Linux's niceness is per thread) and sets its own torch threads (core.serve.threads.training_threads;
-the setting is per thread, and every page run sets its own again, app.py).
+A thread (core.jobs.thread.ThreadJob), not a process: an SAE run is 15-60 s of large matrix products, during which
+torch releases the GIL, so the pages stay responsive (measured on a shared two-core machine: a 128-token forward of
+the shipped model took a median 2.0 ms with a job running, 1.2 and 2.4 ms without, before and after). A thread reads
+the model the page already holds (no second copy, no 340 MB interpreter, no 2-3 s spawn), and its result is an SAE
+the page can use at once, with nothing pickled. Its stop and pause are read between two optimiser steps.
 
 Rules, checked before a job starts: its memory (core.features.train.memory_estimate) within the budget a training
-run has (TE_RUN_MEMORY, core.training.job_settings.memory_budget), at most MAX_JOBS_PER_OWNER of them per owner (a
-browser session) and MAX_JOBS per server; a refusal says which rule in words (``SAEBusyError``, ``ValueError``)."""
+run has (TE_RUN_MEMORY, core.training.job_settings.memory_budget), one SAE job per owner (a browser session,
+core.jobs.JobBusy); its cores come from the server's one budget (core.serve.cores), and it waits in line for them
+when none are free."""
 from __future__ import annotations
 
 import math
-import os
-import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -28,241 +24,31 @@ from core.analysis.sae import SAE
 from core.analysis.sites import check_site, site_width
 from core.features.train import SAESettings, memory_estimate, train_on, train_sae
 from core.serve.fmt import binary_bytes
-from core.serve.threads import training_threads, use_threads
 from core.data.corpus import TRAIN_FRACTION
-from core.training.job_common import BACKGROUND_NICE, JobBusyError, JobState, about
 from core.training.job_settings import allowance_words
 from core.data.budget import memory_budget
+from core.jobs.thread import Progress, ThreadJob
+from core.serve.threads import training_threads
 
-MAX_JOBS = 2             # SAE jobs per server at once: each takes half the cores (training_threads)
-MAX_JOBS_PER_OWNER = 1   # per browser session: training an SAE or following features forming, one at a time
 MAX_STEPS = 20_000       # a form's ceiling: at the default batch, about 15 minutes on one core
 
-ACTIVE = ("starting", "running", "stopping")  # holds its slot; its state changes by itself, so a page polls
 
-
-class SAEBusyError(JobBusyError):
-    """This session, or this server, runs as many SAE jobs as it may."""
-
-
-class JobStopped(Exception):
-    """Raised inside a job's work when its stop was asked for: it ends as "stopped", with no result."""
-
-
-@dataclass(frozen=True)
-class SAEJobStatus(JobState):
-    """A copy of a job's progress, safe to read from any thread. ``state``: starting, running, stopping, then
-    finished, stopped or failed (``message`` says why, in words)."""
-    ACTIVE = ACTIVE
-    MOVING = ACTIVE
-    state: str
-    what: str                 # the job in words: "training an SAE on blocks.0.hook_resid_post"
-    phase: str                # what it does now: "collecting activations", "training", "measuring", ...
-    step: int
-    steps: int
-    loss: float | None        # the last reported loss (an SAE's: its reconstruction error / the variance)
-    elapsed_s: float
-    eta_s: float | None       # from the pace of the steps so far; None before the first
-    message: str | None = None
-
-    @property
-    def fraction(self) -> float:
-        return min(1.0, self.step / max(1, self.steps))
-
-    @property
-    def can_stop(self) -> bool:
-        return self.state in ("starting", "running")
-
-    @property
-    def words(self) -> str:
-        """One line for a progress bar."""
-        if self.state == "failed":
-            return f"failed: {self.message}"
-        left = f", {about(self.eta_s)} left" if self.eta_s is not None and self.active else ""
-        loss = f", loss {self.loss:.3f}" if self.loss is not None else ""
-        return f"{self.state}: {self.phase}, step {self.step:,} of {self.steps:,}{loss}{left}"
-
-
-_JOBS: list["BackgroundJob"] = []  # the jobs holding a slot (starting, running or stopping)
-_LOCK = threading.Lock()           # the check "a slot is free" and the taking of it are one step
-
-
-def running_jobs() -> int:
-    with _LOCK:
-        return len(_JOBS)
-
-
-def release_abandoned(exclude=None) -> int:
-    """Stop every job whose browser session has ended (its ``alive(session)`` is False): only that session could
-    have used its result. A job that recorded no session is left alone, and so is one whose liveness cannot be told
-    (``alive`` raises). Stopped jobs leave the count at once, before their thread has quite ended. Returns how many."""
-    released = 0
-    for job in list(_JOBS):
-        if job is exclude or job.session is None or job.alive is None or job._stop.is_set():
-            continue
-        try:
-            gone = not job.alive(job.session)
-        except Exception:  # noqa: BLE001 - in doubt, a job is kept
-            gone = False
-        if gone:
-            job.stop()
-            _give_slot(job)  # its thread gives it back again when it ends: removing twice is harmless
-            released += 1
-    return released
-
-
-def _take_slot(job: "BackgroundJob"):
-    release_abandoned(exclude=job)  # a closed tab's job must not hold the server's slots until its steps run out
-    with _LOCK:
-        mine = [j for j in _JOBS if job.owner is not None and j.owner == job.owner]
-        if len(mine) >= MAX_JOBS_PER_OWNER:
-            left = mine[0].status()
-            wait = f" (it should end in {about(left.eta_s)})" if left.eta_s is not None else ""
-            raise SAEBusyError(f"you are {left.what} already{wait}; one SAE job per person at a time: stop it or "
-                               "wait for it to end")
-        if len(_JOBS) >= MAX_JOBS:
-            ends = [j.status().eta_s for j in _JOBS]
-            ends = [e for e in ends if e is not None]
-            when = f"the next should free in {about(min(ends))}" if ends else "they take about a minute"
-            raise SAEBusyError(f"this server runs {len(_JOBS)} SAE jobs already, as many as it runs at once; {when}: "
-                               "try again then")
-        _JOBS.append(job)
-
-
-def _give_slot(job: "BackgroundJob"):
-    with _LOCK:
-        if job in _JOBS:
-            _JOBS.remove(job)
-
-
-def _lower_priority():
-    """This thread's niceness raised by BACKGROUND_NICE: page runs get the cores first (Linux: per thread)."""
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICE)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the job runs at the page's priority
-        pass
-
-
-class Progress:
-    """What a job's work reports to its handle: ``phase(words)``, ``step(step, steps, loss)``; ``stopped()``
-    True once a stop is asked for, and ``check()`` raises JobStopped then."""
-
-    def __init__(self, job: "BackgroundJob"):
-        self._job = job
-
-    def phase(self, words: str, steps: int | None = None):
-        with self._job._lock:
-            self._job._p["phase"] = words
-            if steps is not None:
-                self._job._p["steps"] = steps
-
-    def step(self, step: int, steps: int | None = None, loss: float | None = None):
-        with self._job._lock:
-            p = self._job._p
-            p["step"], p["loss"] = step, loss
-            if steps is not None:
-                p["steps"] = steps
-            if p["paced_from"] is None:  # the pace is measured from the first step on: collection is not a step
-                p["paced_from"] = (time.monotonic(), step)
-
-    def stopped(self) -> bool:
-        return self._job._stop.is_set()
-
-    def check(self):
-        if self.stopped():
-            raise JobStopped()
-
-
-class BackgroundJob:
-    """A thread running ``work(progress) -> result``; ``start()``, poll ``status()``, ``stop()``, then
-    ``result`` once finished. ``memory``: bytes it will hold at its peak, checked against the server's budget
-    at ``start``; ``owner``: who it counts against. ``watch(session, alive)`` lets a later job's start stop this one
-    once its browser session has ended (``release_abandoned``)."""
-    session: str | None = None
-    alive: Callable[[str], bool] | None = None
+class BackgroundJob(ThreadJob):
+    """An SAE job (core.jobs.thread.ThreadJob): ``memory``, the bytes it will hold at its peak, is checked against
+    the server's budget at ``start`` (ValueError in words); one per owner (training an SAE or following features
+    forming), cores from the server's budget (core.serve.cores), queued when none are free."""
+    kind = "sae"
 
     def __init__(self, work: Callable[[Progress], object], what: str, steps: int, memory: int,
                  owner: str | None = None, threads: int | None = None):
-        self.what, self.owner, self.memory = what, owner, memory
-        self.threads = threads or training_threads()
-        self._work = work
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._p = dict(state="new", phase="waiting", step=0, steps=steps, loss=None, message=None, t0=None,
-                       t1=None, paced_from=None)
-        self._result = None
-        self._thread: threading.Thread | None = None
-
-    def watch(self, session: str | None, alive: Callable[[str], bool] | None) -> "BackgroundJob":
-        self.session, self.alive = session, alive
-        return self
+        super().__init__(work, what, steps, owner, threads or training_threads())
+        self.memory = memory
 
     def start(self) -> "BackgroundJob":
-        """Start it; ValueError when its memory is over the server's budget, SAEBusyError when no slot is free."""
-        if self._thread is not None:
-            raise RuntimeError("this job was started already")
         problem = memory_problem(self.memory, self.what)
         if problem:
             raise ValueError(problem)
-        _take_slot(self)
-        with self._lock:
-            self._p.update(state="starting", t0=time.monotonic())
-        self._thread = threading.Thread(target=self._run, name=f"te-sae-job:{self.what}", daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self):
-        _lower_priority()
-        use_threads(self.threads)
-        end, message, result = "finished", None, None
-        try:
-            with self._lock:
-                self._p["state"] = "running" if not self._stop.is_set() else "stopping"
-            result = self._work(Progress(self))
-            if self._stop.is_set():  # a stop asked for after its last check: the result is not kept either
-                end, result = "stopped", None
-        except JobStopped:
-            end = "stopped"
-        except MemoryError:
-            end, message = "failed", "the machine ran out of memory; try fewer latents or a smaller batch"
-        except Exception as e:  # noqa: BLE001 - a job's failure is shown in words, never a traceback
-            end, message = "failed", f"{type(e).__name__}: {e}"
-        finally:
-            self._result = result
-            with self._lock:
-                self._p.update(state=end, message=message, t1=time.monotonic())
-            _give_slot(self)
-
-    def status(self) -> SAEJobStatus:
-        with self._lock:
-            p = dict(self._p)
-        state = "stopping" if p["state"] in ("starting", "running") and self._stop.is_set() else p["state"]
-        now = p["t1"] or time.monotonic()
-        elapsed = 0.0 if p["t0"] is None else now - p["t0"]
-        eta = None
-        if p["paced_from"] is not None and state in ACTIVE:
-            t, s = p["paced_from"]
-            if p["step"] > s:
-                eta = (time.monotonic() - t) / (p["step"] - s) * max(0, p["steps"] - p["step"])
-        return SAEJobStatus(state=state, what=self.what, phase=p["phase"], step=p["step"], steps=p["steps"],
-                            loss=p["loss"], elapsed_s=elapsed, eta_s=eta, message=p["message"])
-
-    def stop(self, wait: float | None = None) -> bool:
-        """Ask it to end at its next check (between two optimiser steps); ``wait`` seconds for it (None: at once).
-        True once it has ended."""
-        self._stop.set()
-        return self.join(wait) if wait else not self.status().active
-
-    def join(self, timeout: float | None = None) -> bool:
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return not self.status().active
-
-    @property
-    def result(self):
-        """What the work returned, once finished; None before, and for a job stopped or failed."""
-        return self._result if self.status().state == "finished" else None
+        return super().start()
 
 
 def memory_problem(need: int, what: str = "this job") -> str | None:

@@ -13,6 +13,9 @@ thread has ended without giving it back (a script thread that died) is taken bac
 page takes it where its heavy part begins; the app's frame gives it back when the page's run ends, however it ends).
 
 ``TE_COMPUTE_SLOTS`` sets the slots of the app's gate (default: the CPU count; 0 turns the gate off).
+
+With a ``budget`` (core.serve.cores.CoreBudget, the server's one budget of cores), a slot also takes one of the
+budget's cores, and waits while background jobs hold them all: the gate's lanes and the jobs share the cores.
 """
 from __future__ import annotations
 
@@ -40,7 +43,8 @@ class GateFull(RuntimeError):
 
 
 class Gate:
-    def __init__(self, slots: int | None = None, max_waiting: int = 64):
+    def __init__(self, slots: int | None = None, max_waiting: int = 64, budget=None):
+        self.budget = budget  # a CoreBudget, or None: the gate's slots alone limit it
         self.slots = max(1, int(slots or os.cpu_count() or 1))
         self.max_waiting = max_waiting
         self._cond = threading.Condition()
@@ -84,12 +88,20 @@ class Gate:
         with self._cond:
             if self._owners.pop(threading.get_ident(), None) is not None:
                 self._running -= 1
+                self._give_core()
             self._cond.notify_all()
 
-    def _take(self):
-        """Under the lock: this thread takes a free slot."""
+    def _try_take(self) -> bool:
+        """Under the lock: this thread takes a free slot (and a core of the budget) if there is one."""
+        if self._running >= self.slots or (self.budget is not None and not self.budget.try_take_page()):
+            return False
         self._running += 1
         self._owners[threading.get_ident()] = threading.current_thread()
+        return True
+
+    def _give_core(self, thread: threading.Thread | None = None):
+        if self.budget is not None:
+            self.budget.give_page(thread)
 
     def _reclaim(self):
         """Under the lock: slots of threads that ended without giving them back are free again."""
@@ -97,6 +109,7 @@ class Gate:
             if not thread.is_alive():
                 del self._owners[ident]
                 self._running -= 1
+                self._give_core(thread)
 
     @contextmanager
     def enter(self, on_wait: Callable[[int], None] | None = None, poll_s: float = 0.2) -> Iterator[int]:
@@ -115,8 +128,7 @@ class Gate:
         """Take a slot, waiting in line if need be; returns how many callers were in line ahead on arrival."""
         with self._cond:
             self._reclaim()
-            if not self._queue and self._running < self.slots:
-                self._take()
+            if not self._queue and self._try_take():
                 return 0
             if len(self._queue) >= self.max_waiting:
                 raise GateFull(f"{len(self._queue)} computations are already waiting")
@@ -129,16 +141,17 @@ class Gate:
                 with self._cond:
                     self._reclaim()
                     ahead = self._queue.index(ticket)
-                    if ahead == 0 and self._running < self.slots:
+                    if ahead == 0 and self._try_take():
                         self._queue.popleft()
-                        self._take()
                         self._cond.notify_all()  # the next in line may fit in a slot too
                         return arrived_behind
                 if on_wait is not None and ahead != told:
                     on_wait(ahead)  # outside the lock: it may draw, or raise to give up
                     told = ahead
                 with self._cond:
-                    if self._queue.index(ticket) == ahead and not (ahead == 0 and self._running < self.slots):
+                    # a core the budget refused frees without a notify here: the wait's poll_s finds it
+                    if self._queue.index(ticket) == ahead and not (ahead == 0 and self._running < self.slots
+                                                                   and self.budget is None):
                         self._cond.wait(poll_s)
         except BaseException:
             with self._cond:

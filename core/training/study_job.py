@@ -7,9 +7,11 @@ Pause and resume are SIGSTOP and SIGCONT to the whole group (the runs under way 
 from there, so their results do not change); stop is SIGTERM, after which the study ends its workers and keeps
 the runs finished so far, and resume starts it again on the same folder, which trains only what is missing.
 
-One study per browser session (the page keeps the handle in its session state) and at most MAX_RUNNING_STUDIES
-per server: each uses every core. A handle that is garbage-collected (its session ended) ends its study, and the
-study itself stops when the server's process is gone.
+One study per browser session (the page keeps the handle in its session state). A study is a core.jobs.runner.Job:
+it asks the server's budget (core.serve.cores) for every core jobs may hold, and trains with as many workers as it
+was granted; it waits in line ("queued") while they are taken, gives them back when paused or ended, and is
+abandoned (stopped) when its page stops touching it. A handle that is garbage-collected (its session ended) ends
+its study, and the study itself stops when the server's process is gone.
 """
 from __future__ import annotations
 
@@ -19,47 +21,39 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.training.job_common import BACKGROUND_NICE, JobBusyError, JobState, signal_name
+from core.jobs.process import signal_name
+from core.jobs.runner import BACKGROUND_NICE, Job, JobStatus
+from core.serve.cores import server_budget
 from core.serve.paths import REPO_ROOT
 from core.training.study_grid import GRIDS, StudyError, corpus_problem, resolve_grid
 from core.training.study import PARENT_ENV
 from core.training.study_files import RUNS_CSV, read_progress, read_rows
 from core.training.study_live import seconds_left, slowest
 
-MAX_RUNNING_STUDIES = 1  # each study keeps every core busy; a second would only halve the speed of both
 NICE = BACKGROUND_NICE   # below the server's own work: the pages stay responsive while a study trains
 BOOTSTRAP = 100          # refits for the intervals at the end (the shipped study used 200)
 # every state status() gives; pausing is immediate (SIGSTOP to the group), so there is no "pausing" between
 # "fitting": every run is in, and the study fits the law and refits resampled runs for its intervals (a minute or two)
-STATES = ("new", "starting", "running", "fitting", "paused", "stopping", "stopped", "finished", "failed")
-ACTIVE = ("starting", "running", "fitting", "paused", "stopping")  # the process is alive
-MOVING = ("starting", "running", "fitting", "stopping")  # changes by itself: a page keeps polling (not "paused")
-
-_JOBS: "weakref.WeakSet[StudyJob]" = weakref.WeakSet()  # weak: a handle whose session ended must be collectable
-_LOCK = threading.Lock()  # the count of running studies and the start are one step, or two sessions both pass
+STATES = ("new", "queued", "starting", "running", "fitting", "paused", "stopping", "stopped", "finished", "failed")
+# "queued": waiting for the server's cores (a first start, or a resume); the process is alive in the others
+ACTIVE = ("queued", "starting", "running", "fitting", "paused", "stopping")
+MOVING = ("queued", "starting", "running", "fitting", "stopping")  # changes by itself: a page keeps polling
 
 
-class BusyError(JobBusyError):
-    """The server runs as many studies as it allows."""
-
-
-@dataclass(frozen=True)
-class StudyStatus(JobState):
-    ACTIVE = ACTIVE  # JobState.active and .moving read these; no annotation, so they are not fields
+@dataclass(frozen=True, kw_only=True)
+class StudyStatus(JobStatus):
+    ACTIVE = ACTIVE  # JobStatus.active and .moving read these; no annotation, so they are not fields
     MOVING = MOVING
     state: str               # one of STATES
     done: int                # runs in runs.csv
     total: int               # runs in the grid
     rows: list[dict] = field(repr=False)
     message: str = ""
-    elapsed_s: float = 0.0
-    eta_s: float | None = None
     problem: str = ""        # why runs.csv cannot be read (it names the file); rows is then empty
     # the run under way, step by step (progress.json's "live", core.training.study_live): the one that ends last
     # when several train; None before its first report and once no run trains. A run of minutes needs them: runs
@@ -79,7 +73,7 @@ class StudyStatus(JobState):
 
     @property
     def can_stop(self) -> bool:
-        return self.state in ("starting", "running", "fitting", "paused")
+        return self.state in ("queued", "starting", "running", "fitting", "paused")
 
 
 def _signal_group(pid: int, sig: int):
@@ -101,14 +95,17 @@ def _end(pid_box: list, folder_box: list):
         shutil.rmtree(folder_box[0], ignore_errors=True)
 
 
-class StudyJob:
+class StudyJob(Job):
     """Handle of one study started from the app. ``corpus_path``: the text file to train on (a built-in corpus is
     written into the study folder first by the page); ``folder``: where runs.csv goes (default: a new temporary
     folder, made only when the study starts: None until then); ``temporary``: remove the folder with the handle
-    (always so for a folder made here), or as soon as a first start is refused."""
+    (always so for a folder made here), or as soon as a first start is refused. ``workers``: at most this many
+    (default: every core the server lets jobs hold)."""
+    kind = "study"
 
     def __init__(self, corpus_path, grid: str, folder=None, workers: int | None = None, nice: int = NICE,
                  temporary: bool = False, corpus_name: str | None = None):
+        super().__init__(f"running the scaling study {grid}", workers or server_budget().job_cores)
         self.grid = resolve_grid(grid)
         self.grid_name = grid
         self.corpus_path = Path(corpus_path)
@@ -139,8 +136,7 @@ class StudyJob:
         # the command line of a study run by hand (README): the page's study and a teacher's are one program
         cmd = [sys.executable, "-m", "core.study", "--corpus", str(self.corpus_path), "--grid", self.grid_name,
                "--engine", "local", "--out", str(self.folder), "--bootstrap", str(BOOTSTRAP)]
-        if self.workers:
-            cmd += ["--workers", str(self.workers)]
+        cmd += ["--workers", str(self.cores)]  # as many as the server granted it cores
         if self.nice:  # the study lowers its own priority, before it starts any worker: they inherit it
             cmd += ["--nice", str(self.nice)]
         return cmd
@@ -153,32 +149,41 @@ class StudyJob:
         if self._pid[0]:  # just ended: end what is left of its group (the workers of a study killed outright)
             _signal_group(self._pid[0], signal.SIGKILL)
             self._pid[0] = None  # once only: the number may be reused once the group is empty
+            self._free_cores()
         return False
 
+    def holds_place(self) -> bool:
+        return self.queued or self._alive()
+
+    def _poll(self):
+        self._alive()  # an ended study gives its cores back even when no page polls it
+
     def _launch(self):
-        with _LOCK:
-            running = sum(1 for j in list(_JOBS) if j is not self and j._alive())
-            if running >= MAX_RUNNING_STUDIES:
-                raise BusyError(f"{running} scaling stud{'y is' if running == 1 else 'ies are'} already running on "
-                                "this server (each keeps every core busy); wait for it to finish or stop yours")
-            if self.folder is None:  # nothing is written before a study really starts
-                self.folder = self.new_folder()
-                self._own[0] = str(self.folder)
-            self.folder.mkdir(parents=True, exist_ok=True)
-            # appended: a resumed study keeps the log of its earlier sessions; status() reads its tail on failure
-            log = open(self.folder / "study.log", "ab")
-            try:
-                # a session of its own: its pid names a process group holding the study and its workers, so pause,
-                # resume and stop reach them all (_signal_group); PARENT_ENV: the study ends if this server dies
-                self.proc = subprocess.Popen(self.command(), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=log, start_new_session=True,
-                                             env={**os.environ, PARENT_ENV: str(os.getpid())})
-            finally:
-                log.close()  # the child has its own descriptor
-            self._pid[0] = self.proc.pid
-            self._paused = self._stopping = False
-            self._started = time.time()
-            _JOBS.add(self)
+        """Wait in line for the server's cores, then start the study's process on them."""
+        self._register()
+        self._stopping = False
+        self._claim_cores(StudyJob._spawn)
+
+    def _spawn(self):
+        if self.queued or self._stopping or self._alive():
+            return
+        if self.folder is None:  # nothing is written before a study really starts (a queued one waits first)
+            self.folder = self.new_folder()
+            self._own[0] = str(self.folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        # appended: a resumed study keeps the log of its earlier sessions; status() reads its tail on failure
+        log = open(self.folder / "study.log", "ab")
+        try:
+            # a session of its own: its pid names a process group holding the study and its workers, so pause,
+            # resume and stop reach them all (_signal_group); PARENT_ENV: the study ends if this server dies
+            self.proc = subprocess.Popen(self.command(), cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=log, start_new_session=True,
+                                         env={**os.environ, PARENT_ENV: str(os.getpid())})
+        finally:
+            log.close()  # the child has its own descriptor
+        self._pid[0] = self.proc.pid
+        self._paused = self._stopping = False
+        self._started = time.time()
 
     def start(self):
         """Check the corpus against the grid (StudyError), then start the study. BusyError at the server's limit.
@@ -191,7 +196,7 @@ class StudyJob:
             problem = corpus_problem(self.grid, text, self.corpus_path.name)
             if problem:
                 raise StudyError(problem)
-            if self._alive():
+            if self._alive() or self.queued:
                 raise RuntimeError("this study is running already")
             self._launch()
         except BaseException:
@@ -201,21 +206,32 @@ class StudyJob:
             raise
 
     def pause(self):
-        if self._alive() and not self._stopping:
+        """Freeze the study (SIGSTOP to its group) and give its cores back."""
+        if self._alive() and not self._stopping and not self._paused:
             _signal_group(self.proc.pid, signal.SIGSTOP)
             self._paused = True
+            self._free_cores()
 
     def resume(self):
-        """Continue a paused study, or start a stopped one again on its folder (only the missing runs)."""
+        """Continue a paused study once its cores are free again, or start a stopped one again on its folder (only
+        the missing runs)."""
+        if self.queued:
+            return
         if self._alive():
             if self._paused:  # SIGCONT: the runs under way go on from where they froze, their results unchanged
-                _signal_group(self.proc.pid, signal.SIGCONT)
-                self._paused = False
+                self._claim_cores(StudyJob._thaw)
         elif self.proc is not None:  # ended: a new process on the same folder, which skips the runs in runs.csv
             self._launch()
 
+    def _thaw(self):
+        if self._paused and self._alive():
+            _signal_group(self.proc.pid, signal.SIGCONT)
+            self._paused = False
+
     def stop(self, wait: float | None = 10.0):
-        """End the study; the runs finished so far stay in runs.csv."""
+        """End the study; the runs finished so far stay in runs.csv. A study waiting in line leaves it."""
+        if self.queued:
+            self._free_cores()
         if not self._alive():
             return
         self._stopping = True
@@ -250,7 +266,11 @@ class StudyJob:
         progress = (read_progress(self.folder) if self.folder else None) or {}
         total = len(self.grid.widths) * len(self.grid.tokens)
         elapsed = time.time() - self._started if self._started else 0.0
-        if self.proc is None:
+        if self.queued and not self._paused and (self.proc is None or not self._alive()):
+            state, message = "queued", ""
+        elif self.queued:  # a paused study waiting for its cores to go on
+            state, message = "queued", ""
+        elif self.proc is None:
             state, message = "stopped" if rows else "new", ""
         elif self._alive():
             # the handle knows pause and stop itself (they were its signals); starting, running or fitting is read
@@ -287,7 +307,7 @@ class StudyJob:
         live = (progress.get("live") or []) if state in ("running", "paused", "stopping") else []
         run = slowest(live) or {}
         eta = self._time_left(state, progress, total, len(rows), live)
-        return StudyStatus(state=state, done=len(rows), total=total, rows=rows, message=message, elapsed_s=elapsed,
+        return StudyStatus(state=state, ahead=self.ahead() if state == "queued" else None, done=len(rows), total=total, rows=rows, message=message, elapsed_s=elapsed,
                            eta_s=eta, problem=problem, step=run.get("step"), steps=run.get("steps"),
                            loss=run.get("loss"))
 
@@ -314,9 +334,3 @@ def grid_choices() -> dict[str, str]:
     """Grid name -> a label with its number of runs and sizes."""
     return {name: f"{name}: {len(g.widths)} sizes x {len(g.tokens)} budgets = {len(g.widths) * len(g.tokens)} runs"
             for name, g in GRIDS.items()}
-
-
-def running_studies() -> int:
-    # _alive also ends what is left of the group of a study that has just ended (its workers)
-    return sum(1 for j in list(_JOBS) if j._alive())
-

@@ -22,7 +22,7 @@ import torch
 
 from core.nn.model_store import save_checkpoint
 from core.analysis.induction import induction_summary
-from core.training.job_common import BACKGROUND_NICE
+from core.jobs.process import lower_priority
 from core.training.job_settings import JobSettings
 from core.nn.params import count_parameters
 from core.training.quota import RETIRED_PREFIX
@@ -33,7 +33,6 @@ from core.training.trainer import Trainer, training_record
 
 SAMPLE_TOKENS = 200             # length of each periodic sample, in tokens (characters on a character model)
 SAMPLE_TEMPERATURE = 0.8
-TRAINING_NICE = BACKGROUND_NICE  # added to a run's niceness: a student's page run preempts it
 LISTS = ("step_losses", "evals", "samples", "heads")  # progress that grows: the process sends only what is new
 
 
@@ -46,21 +45,11 @@ def sample_text(model, prompt_ids: list[int], n_new: int, temperature: float, se
     return out[0, len(prompt_ids):].tolist()
 
 
-def _lower_priority(pid: int, parent_nice: int):
-    """Set process ``pid`` to TRAINING_NICE more than its parent's niceness (19 at most), unless it is lower already."""
-    target = min(19, parent_nice + TRAINING_NICE)
-    try:
-        if os.getpriority(os.PRIO_PROCESS, pid) < target:
-            os.setpriority(os.PRIO_PROCESS, pid, target)
-    except OSError:  # gone already, or not ours to change: the run then trains at the priority it has
-        pass
-
-
 def _train_in_process(conn, corpus_path: str, corpus_name: str, settings: JobSettings, sample_prompt: str,
                       threads: int):
     """Main function of a run's process: train, obey the parent's commands, report through ``conn``."""
-    _lower_priority(os.getpid(), os.getpriority(os.PRIO_PROCESS, os.getppid()))  # the parent did, unless it could not
-    use_threads(threads)  # half the cores (core.serve.threads.training_threads): the pages keep the rest
+    lower_priority(os.getpid(), os.getpriority(os.PRIO_PROCESS, os.getppid()))  # the parent did, unless it could not
+    use_threads(threads)  # the cores the run was granted (core.serve.cores): the pages and other jobs keep the rest
     outbox = queue.SimpleQueue()  # sent by a thread of its own: the run never waits for a page to poll
     sender = threading.Thread(target=_forward, args=(outbox, conn), daemon=True)
     sender.start()

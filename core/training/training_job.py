@@ -1,83 +1,66 @@
 """Training in the background: one process per run, at low priority, polled by the UI.
 
-A ``TrainingJob`` starts a process of its own (multiprocessing's "spawn": a fresh interpreter, since forking a
-threaded server is unsafe) that builds a ``core.training.trainer.Trainer`` and trains it outside the server's GIL, at a
-lower priority (``TRAINING_NICE``), so the students' page runs get the cores first. That process's side is
-``core.training.training_child``: it reports its progress over a pipe as small messages, and obeys pause, resume, stop and
-save between two steps. This module is the handle a page holds (``status()`` applies the messages that have
-arrived and returns a copy), the server's slots, and the save paths.
+A ``TrainingJob`` (a core.jobs.runner.Job) starts a process of its own (a spawned interpreter, core.jobs.process:
+forking a threaded server is unsafe) that builds a ``core.training.trainer.Trainer`` and trains it outside the
+server's GIL, at a lower priority, on the cores the server's budget granted it (core.serve.cores), so the students'
+page runs get the cores first. That process's side is ``core.training.training_child``: it reports its progress over
+a pipe as small messages, and obeys pause, resume, stop and save between two steps. This module is the handle a page
+holds (``status()`` applies the messages that have arrived and returns a copy) and the save paths.
 
 Each job builds its own model from its own seed, so two jobs share nothing but the CPU. A process that dies
-(an exception, or killed) shows as "failed" with the reason. If the handle is garbage-collected (its browser
-session ended) the pipe closes and the process ends.
+(an exception, or killed) shows as "failed" with the reason. If the handle is garbage-collected the pipe closes
+and the process ends.
 
-Slots: at most MAX_RUNNING_JOBS runs train or wait paused at once, MAX_RUNS_PER_OWNER of them per owner (a browser
-session). Garbage collection of a closed tab's handle comes late (minutes), so a job may record its Streamlit
-session id and a liveness function (both opaque here): before a slot is refused, every run whose session has
-ended is stopped, its process ended and its weights discarded (``release_abandoned``): only its session could
-have saved it. Every wait on a process has a time limit: a process that is stopped (SIGSTOP) or starved makes a
-save fail in words after SAVE_TIMEOUT_S, and the run stays savable.
+Cores: a run waits in line ("queued") until its cores are free; a paused or stopped run gives them back, and a
+resume waits for them again. One run per owner (a browser session; core.jobs.JobBusy past it). A run whose page has
+stopped touching it (core.jobs.runner's heartbeat), or whose session has ended, is abandoned: its process is ended
+and its weights discarded (only its session could have saved them). Every wait on a process has a time limit: a
+process that is stopped (SIGSTOP) or starved makes a save fail in words after SAVE_TIMEOUT_S, and the run stays
+savable.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
-import types
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from core.nn.checkpoint import load_checkpoint
 from core.nn.model_card import read_heads, read_log, read_training
 from core.nn.model_store import save_checkpoint, user_model_folder
+from core.jobs.process import SPAWN, exit_words, start as start_process
+from core.jobs.runner import Job, JobStatus, jobs
 from core.nn.snapshots import snapshot_files
-from core.training.job_common import JobBusyError, JobState, about, exit_words
 from core.training.job_settings import JobSettings
 from core.training.quota import remove_unused_retired, reserve_model_slot
 from core.training import speed
 from core.serve.threads import training_threads
-from core.training.training_child import LISTS, _lower_priority, _train_in_process, save_failure
+from core.training.training_child import LISTS, _train_in_process, save_failure
 
-MAX_RUNNING_JOBS = 4            # concurrent runs per server process; more would only share the same cores
-MAX_RUNS_PER_OWNER = 1          # of them per owner (a browser session): one student never holds every slot
 SAVE_TIMEOUT_S = 20.0           # a save the training process has not answered by then is given up, in words
 MAX_PROCESSES = 6               # live training processes per server; beyond it the oldest stopped run is retired
 
-# preparing -> running <-> paused, then stopped or finished (or failed); "pausing" and "stopping" are a
-# request the process has not acted on yet (it finishes the step under way first)
-ACTIVE_STATES = ("preparing", "running", "pausing", "paused", "stopping")  # training, or may resume by itself
-MOVING_STATES = ("preparing", "running", "pausing", "stopping")            # worth polling
+# queued -> preparing -> running <-> paused, then stopped or finished (or failed); "pausing" and "stopping" are a
+# request the process has not acted on yet (it finishes the step under way first); "queued": waiting for cores
+ACTIVE_STATES = ("queued", "preparing", "running", "pausing", "paused", "stopping")  # may go on by itself
+MOVING_STATES = ("queued", "preparing", "running", "pausing", "stopping")            # worth polling
 SAVABLE_STATES = ("paused", "stopped", "finished")
-
-_JOBS: "weakref.WeakSet[TrainingJob]" = weakref.WeakSet()
-_SLOTS_LOCK = threading.Lock()  # the check "fewer than MAX_RUNNING_JOBS train" and the start are one step
-_SPAWN = multiprocessing.get_context("spawn")
-_START_LOCK = threading.Lock()  # guards the swap of __main__ in _start
+COMPUTING = ("preparing", "running")  # the states in which the run holds its cores
 
 
-class BusyError(JobBusyError):
-    """Too many runs are training in this server process already."""
-
-
-@dataclass(frozen=True)
-class JobStatus(JobState):
-    """A consistent copy of a job's progress; safe to read from any thread."""
-    ACTIVE = ACTIVE_STATES  # JobState.active and .moving read these; no annotation, so they are not fields
+@dataclass(frozen=True, kw_only=True)
+class TrainingStatus(JobStatus):
+    """A consistent copy of a run's progress; safe to read from any thread."""
+    ACTIVE = ACTIVE_STATES  # JobStatus.active and .moving read these; no annotation, so they are not fields
     MOVING = MOVING_STATES
-    state: str
-    message: str | None
     step: int
     total_steps: int
     tokens_seen: int
     tokens_per_s: float | None   # recent optimisation steps only
-    elapsed_s: float             # time spent training, pauses excluded
-    eta_s: float | None
     step_losses: list[float] = field(repr=False)   # the batch loss of every step
     evals: list[dict] = field(repr=False)          # Trainer.log rows: step, train_loss, val_loss, tokens_per_s
     samples: list[tuple[int, str]] = field(repr=False)
@@ -95,7 +78,7 @@ class JobStatus(JobState):
 
     @property
     def can_stop(self) -> bool:
-        return self.state in ("preparing", "running", "pausing", "paused")
+        return self.state in ("queued", "preparing", "running", "pausing", "paused")
 
     @property
     def can_start(self) -> bool:
@@ -115,94 +98,46 @@ class JobStatus(JobState):
         return min(1.0, self.step / max(1, self.total_steps))
 
 
-# ------------------------------------------------------------------ the server's side
-def running_jobs() -> int:
-    return sum(1 for job in list(_JOBS) if job._state() in ("preparing", "running"))
-
-
-def _check_slot(job: "TrainingJob"):
-    """BusyError unless ``job`` may train now. First, runs whose session has ended give their slots back."""
-    if job._alive is not None:
-        release_abandoned(job._alive, exclude=job)
-    # paused runs hold a slot too: resuming them must not push the server past the limit
-    active = [other for other in list(_JOBS) if other is not job and other._state() in ACTIVE_STATES]
-    if job._owner is not None and sum(other._owner == job._owner for other in active) >= MAX_RUNS_PER_OWNER:
-        runs = f"{MAX_RUNS_PER_OWNER} run{'s' if MAX_RUNS_PER_OWNER != 1 else ''}"
-        raise BusyError(f"you have {runs} training or paused already (in another tab?), as many as one person may "
-                        "have at a time; stop it to start this one")
-    if len(active) >= MAX_RUNNING_JOBS:
-        raise BusyError(busy_message([other.status() for other in active]))
-
-
-def busy_message(held: list[JobStatus]) -> str:
-    """Why a run cannot start: who holds the slots (``held``: the active runs' statuses) and when one should free."""
-    paused = sum(s.state in ("paused", "pausing") for s in held)
-    training = len(held) - paused
-    who = (f"{training} training" if not paused else f"{paused} paused" if not training
-           else f"{training} training and {paused} paused")
-    text = f"This server's training slots are all taken ({who})"
-    ends = [s.eta_s for s in held if s.state not in ("paused", "pausing") and s.eta_s is not None]
-    if ends:
-        return f"{text}; the next should free in {about(min(ends))}: try again then."
-    if training:
-        return f"{text}; the runs cannot yet tell when they will end: try again in a few minutes."
-    return (f"{text}; a paused run frees its slot when it is stopped, or a few minutes after its tab is closed: "
-            "try again later.")
-
-
-def release_abandoned(alive: Callable[[str], bool], exclude=None) -> int:
-    """Stop every run whose browser session has ended (``alive(session id)`` is False): its process is ended and
-    its weights are discarded, since only that session could have saved them; its slot is free at once. Runs that
-    recorded no session are left alone, and so is a run whose liveness cannot be told (``alive`` raises).
-    Returns how many were released."""
-    released = 0
-    for job in list(_JOBS):
-        if job is exclude or job._session is None:
-            continue
-        try:
-            gone = not alive(job._session)
-        except Exception:  # noqa: BLE001 - in doubt, a run is kept
-            gone = False
-        if gone:
-            job._abandon()
-            released += 1
-    return released
+def _training_jobs() -> list["TrainingJob"]:
+    return [j for j in jobs("training") if isinstance(j, TrainingJob)]
 
 
 def _retired_in_use() -> set[str]:
     """The handed-over folders some live handle may still save from (every handle's messages read first)."""
     used = set()
-    for job in list(_JOBS):
+    for job in _training_jobs():
         job._pump()
         if job._p["retired"]:
             used.add(str(Path(job._p["retired"]).parent))
     return used
 
 
-class TrainingJob:
+class TrainingJob(Job):
     """Handle of one background training run. Create, ``start()``, then poll ``status()``."""
+    kind = "training"
 
     def __init__(self, text: str, corpus_name: str, settings: JobSettings | None = None, sample_prompt: str = "The ",
-                 owner: str | None = None, session: str | None = None, alive: Callable[[str], bool] | None = None,
-                 pace: "speed.Pace | None" = None):
-        """``owner``: who the run counts against (MAX_RUNS_PER_OWNER). ``session``: the id of the browser session
-        that holds this handle, and ``alive``: a function telling whether a session id still lives; with them, a
-        run whose session has ended gives its slot back when another run asks for one (``release_abandoned``).
-        ``pace``: the one its estimate was made at (core.training.speed.estimate_run), for its time left."""
-        self._text, self._corpus_name, self._sample_prompt = text, corpus_name, sample_prompt
-        self._owner, self._session, self._alive = owner, session, alive
+                 owner: str | None = None, session: str | None = None, alive=None, pace: "speed.Pace | None" = None):
+        """``owner``: who the run counts against (one run per owner). ``session``: the id of the browser session
+        that holds this handle, and ``alive``: a function telling whether a session id still lives; with them, the
+        run is abandoned once its page stops touching it (core.jobs.runner). ``pace``: the one its estimate was
+        made at (core.training.speed.estimate_run), for its time left."""
         self._settings = settings or JobSettings()
+        super().__init__(f"training a model on {corpus_name}", self._settings.threads or training_threads(), owner)
+        if session is not None:
+            self.watch(session, alive)
+        self._text, self._corpus_name, self._sample_prompt = text, corpus_name, sample_prompt
         self._tc, self._pace = self._settings.train_config(), pace
-        self._threads = self._settings.threads or training_threads()
         # what the process has reported so far; the lists grow by the parts it sends
         self._p = dict(state="preparing", message=None, step=0, tokens_seen=0, tokens_per_s=None, elapsed=0.0,
                        sample_prompt=sample_prompt, n_params=0, vocab_size=0, reply=None, val_chars_per_token=1.0,
                        units="tokens" if self._settings.tokenizer == "bpe" else "characters", retired=None,
                        **{k: [] for k in LISTS})
         self._stop, self._go = False, True  # requests not yet acknowledged show as "stopping" / "pausing"
+        self._launched = False              # asked to start (it may still wait in line for its cores)
         self._proc = self._conn = None
         self._started = time.monotonic()  # the oldest stopped run is the first retired (MAX_PROCESSES)
-        self._lock = threading.Lock()       # guards _p and the pipe
+        self._lock = threading.RLock()      # guards _p and the pipe
         self._save_lock = threading.Lock()  # one save at a time: they share the reply slot
         self._saves = 0                     # numbers each save, so that a late reply is never taken for the next's
         self._finalizer = None              # _close, once a process has started
@@ -217,23 +152,25 @@ class TrainingJob:
 
     @property
     def threads(self) -> int:
-        return self._threads
+        return self.cores
 
     @property
     def train_config(self):
         return self._tc
 
-    def status(self) -> JobStatus:
+    def status(self) -> TrainingStatus:
         self._pump()
         with self._lock:
             p, steps = self._p, self._tc.steps
             state = p["state"]
-            if state in ("preparing", "running", "paused") and self._stop:
+            if self.queued and not self._stop:
+                state = "queued"
+            elif state in ("preparing", "running", "paused") and self._stop:
                 state = "stopping"
             elif state in ("preparing", "running") and not self._go:
                 state = "pausing"
-            return JobStatus(
-                state=state, message=p["message"], step=p["step"], total_steps=steps, tokens_seen=p["tokens_seen"],
+            return TrainingStatus(
+                state=state, ahead=self.ahead() if state == "queued" else None, message=p["message"], step=p["step"], total_steps=steps, tokens_seen=p["tokens_seen"],
                 tokens_per_s=p["tokens_per_s"], elapsed_s=p["elapsed"],
                 eta_s=speed.job_time_left(self._settings, self._pace, len(self._text), p),
                 step_losses=list(p["step_losses"]), evals=[dict(r) for r in p["evals"]], samples=list(p["samples"]),
@@ -243,31 +180,44 @@ class TrainingJob:
             )
 
     def start(self):
-        if self._proc is not None:
+        """Start the run, or queue it until the server has cores for it; JobBusy when its owner has a run."""
+        if self._launched:
             raise RuntimeError("this job was started already; use resume()")
         self._launch()
 
+    def holds_place(self) -> bool:
+        return self._launched and (self.queued or self._state() in ACTIVE_STATES)
+
     def pause(self):
-        """Stop after the current step and wait; the process and the optimiser state stay."""
-        if self._state() in ("preparing", "running") and not self._stop:
+        """Stop after the current step and wait; the process and the optimiser state stay, its cores are given
+        back (a resume waits for them again)."""
+        if self._state() in ("preparing", "running") and not self._stop and not self.queued:
             self._go = False
             self._send("pause")
+            self._free_cores()
 
     def resume(self):
-        """Continue a paused run, or a stopped one from the step where it stopped. Raises BusyError when
-        a stopped run would exceed the server's limit of concurrent runs."""
+        """Continue a paused run, or a stopped one from the step where it stopped, once its cores are free (it
+        waits in line for them meanwhile)."""
         state = self._state()
-        if self._stop and state != "stopped":
-            return  # still stopping: resume once it has stopped
+        if self.queued or (self._stop and state != "stopped"):
+            return  # waiting for cores already, or still stopping: resume once it has stopped
         if state == "paused" or (state in ("preparing", "running") and not self._go):
             self._go = True
-            self._send("resume")
+            self._claim_cores(lambda job: job._send("resume"))
         elif state == "stopped" and self._p["step"] < self._tc.steps and self._p["retired"] is None:
             self._launch()
 
     def stop(self, wait: float | None = 30.0) -> bool:
         """End the run after the current step; the weights trained so far are kept. ``wait``: seconds to
-        wait for it to end (None: return at once; the status says "stopping" until it has). True if it has ended."""
+        wait for it to end (None: return at once; the status says "stopping" until it has). True if it has ended.
+        A run still waiting for its cores ends at once."""
+        if self.queued:
+            self._free_cores()
+            with self._lock:
+                if self._proc is None:  # never started: nothing to wait for
+                    self._p["state"] = "stopped"
+                    return True
         self._stop, self._go = True, True
         self._send("stop")
         return self.join(wait) if wait else self._state() not in ACTIVE_STATES
@@ -275,7 +225,7 @@ class TrainingJob:
     def join(self, timeout: float | None = None) -> bool:
         """Wait until the run has stopped, finished or failed (a paused run has not); True if it has."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._proc is not None and self._state() in ACTIVE_STATES:
+        while self._proc is not None and self._state() in ACTIVE_STATES and not self.queued:
             left = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
             if left <= 0:
                 return False
@@ -336,14 +286,19 @@ class TrainingJob:
 
     # --- the pipe ------------------------------------------------------------------------------------
     def _launch(self):
-        with _SLOTS_LOCK:
-            _check_slot(self)
-            _retire_oldest_stopped(keep=MAX_PROCESSES - 1, exclude=self)
-            with self._lock:
-                self._stop, self._go = False, True
-                self._p["state"] = "preparing" if self._proc is None else "running"
-            _JOBS.add(self)
+        self._register()  # JobBusy when the owner has a run already
+        self._launched = True
+        _retire_oldest_stopped(keep=MAX_PROCESSES - 1, exclude=self)
+        with self._lock:
+            self._stop, self._go = False, True
+            self._p["state"] = "preparing" if self._proc is None else self._p["state"]
+        self._claim_cores(TrainingJob._run_on_cores)
+
+    def _run_on_cores(self):
+        """Its cores are granted: start the process, or tell a stopped one to go on."""
         if self._proc is not None:
+            with self._lock:
+                self._p["state"] = "running"
             self._send("resume")
             return
         remove_unused_retired(_retired_in_use())  # temporary folders of runs nobody can save any more
@@ -352,22 +307,25 @@ class TrainingJob:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(self._text)
         with self._lock:
-            self._conn, child_end = _SPAWN.Pipe()
-            self._proc = _SPAWN.Process(target=_train_in_process, name="te-training", daemon=True, args=(
-                child_end, corpus, self._corpus_name, self._settings, self._sample_prompt, self._threads))
-            _start(self._proc)
+            self._conn, child_end = SPAWN.Pipe()
+            self._proc = SPAWN.Process(target=_train_in_process, name="te-training", daemon=True, args=(
+                child_end, corpus, self._corpus_name, self._settings, self._sample_prompt, self.cores))
+            start_process(self._proc)
             child_end.close()  # the process has its own copy; ours would hide its end from us
         # the session that owned this handle is gone: closing the pipe ends the process
         self._finalizer = weakref.finalize(self, _close, self._conn, corpus, self._p)
 
-    def _abandon(self):
+    def _poll(self):
+        self._pump()
+
+    def _abandon(self, why: str = "its browser session ended"):
         """The run's session has ended: end its process at once (it may be stopped, or mid-step) and discard what
         it trained, handed-over folder included; the run shows as failed, with the reason."""
-        _JOBS.discard(self)
+        self._free_cores()
         with self._lock:
             proc, conn, self._conn = self._proc, self._conn, None
-            self._p.update(state="failed", message="its browser session ended, so the run was stopped and its "
-                                                   "weights discarded")
+            self._launched = False
+            self._p.update(state="failed", message=f"{why}, so the run was stopped and its weights discarded")
         if proc is not None and proc.is_alive():
             proc.kill()
             proc.join(5)
@@ -390,7 +348,9 @@ class TrainingJob:
                     pass  # the process has died: the next _pump says so
 
     def _pump(self, wait: float = 0.0):
-        """Apply the messages the process has sent, waiting up to ``wait`` seconds for the first."""
+        """Apply the messages the process has sent, waiting up to ``wait`` seconds for the first; a run that
+        computes no more gives its cores back (outside the lock: the next in line may start on this thread)."""
+        ended = False
         with self._lock:
             try:
                 while self._conn is not None and self._conn.poll(wait):
@@ -405,35 +365,22 @@ class TrainingJob:
                             self._p[key] = value
                     for row in msg.get("evals", ()):
                         speed.observe_rate(self._p["n_params"], row["tokens_per_s"])  # for the next run's estimate
+                    ended |= msg.get("state") in ("stopped", "finished", "failed") and not self.queued
             except (EOFError, OSError):  # the process has ended: while its handle lives, only by dying
                 self._conn.close()
                 self._conn = None
                 self._proc.join(5)
                 if self._p["state"] != "failed" and self._p["retired"] is None:
                     self._p.update(state="failed", message=f"the training process ended ({exit_words(self._proc.exitcode)})")
-
-
-def _start(proc):
-    """``proc.start()`` with nothing for the new interpreter to re-run as its main module. Spawn runs the
-    parent's ``__main__`` file again in the child, and during a script run Streamlit installs the app script
-    there: the child would first build the whole app (import Streamlit, load the shipped model) in bare mode."""
-    with _START_LOCK:
-        main, bare = sys.modules["__main__"], types.ModuleType("__main__")
-        sys.modules["__main__"] = bare
-        try:
-            proc.start()
-            # lowered at once, from here: the new interpreter spends its first seconds importing torch, which at
-            # normal priority competed with a class's first page visits (its own call comes after the imports)
-            _lower_priority(proc.pid, os.getpriority(os.PRIO_PROCESS, 0))
-        finally:
-            if sys.modules["__main__"] is bare:  # a script run that started meanwhile installed its own
-                sys.modules["__main__"] = main
+                ended = True
+        if ended:
+            self._free_cores()
 
 
 def _retire_oldest_stopped(keep: int, exclude=None):
     """With ``keep`` or more training processes alive, ask the oldest stopped run's process to hand over its
     weights and end (each idle process holds a few hundred MB). Its run can still be saved, not resumed."""
-    live = sorted((job for job in list(_JOBS) if job._conn is not None and job is not exclude),
+    live = sorted((job for job in _training_jobs() if job._conn is not None and job is not exclude),
                   key=lambda job: job._started)
     stopped = [job for job in live if job._state() == "stopped"]
     for job in stopped[:max(0, len(live) - keep)]:

@@ -275,7 +275,8 @@ def start_study(grid_name: str, corpus_name: str, text: str, path: Path | None =
 
 
 # one label per core.training.study_job.STATES, for the progress bar
-STATE_LABELS = {"new": "Not started", "starting": "Starting the workers", "running": "Training",
+STATE_LABELS = {"new": "Not started", "queued": "Waiting for the server's cores", "starting": "Starting the workers",
+                "running": "Training",
                 "fitting": "Fitting the law and its intervals", "paused": "Paused",
                 "stopping": "Stopping", "stopped": "Stopped", "finished": "Finished", "failed": "Failed"}
 

@@ -17,7 +17,8 @@ from core.training.recipes import RECIPE_TITLES
 # when the browser shares the two cores); the training process never waits for the page
 LIVE_POLL_S = 2.0
 
-STATE_LABELS = {"preparing": "Preparing the data and the model ...", "running": "Training",
+STATE_LABELS = {"queued": "Waiting for the server's cores", "preparing": "Preparing the data and the model ...",
+                "running": "Training",
                 "pausing": "Pausing after this step", "paused": "Paused",
                 "stopping": "Stopping: finishing the step and a last evaluation", "stopped": "Stopped",
                 "finished": "Finished", "failed": "Failed"}

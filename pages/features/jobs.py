@@ -6,13 +6,13 @@ from __future__ import annotations
 import streamlit as st
 
 from core.features import forming
-from core.features.job import MAX_STEPS, SAEBusyError, SAEJob, check_settings
 from core.analysis.sae import MAX_D_SAE, sae_folder, save_sae
 from core.analysis.sites import site_words, site_width, sites
+from core.features.job import MAX_STEPS, SAEJob, check_settings
 from core.features.train import DEFAULT_K, EXPANSION, SAESettings
 from pages.features.forming import forming_figure, forming_rows
 from core.nn.snapshots import checkpoint_steps
-from core.training.job_common import about
+from core.jobs import JobBusy, about
 from ui.charts import chart
 from ui.compute import session_alive, session_id
 from ui.jobs import session_owner
@@ -33,7 +33,7 @@ def _record():
 def _start(make, kind: str, entry, label: str = ""):
     try:
         job = make().watch(session_id(), session_alive).start()
-    except (SAEBusyError, ValueError) as e:
+    except (JobBusy, ValueError) as e:
         st.error(str(e), icon="⚠️")
         return
     st.session_state[JOB_KEY] = {"job": job, "kind": kind, "path": str(entry.path), "entry": entry, "label": label,
@@ -57,6 +57,7 @@ def _live(kind: str, polling: bool):
     """The job's progress and Stop; reruns the whole page when it ends (and hands its result over once)."""
     rec = _record()
     job = rec["job"]
+    job.touch()  # a job this tab stops touching is stopped (core.jobs.runner)
     s = job.status()
     st.progress(s.fraction, text=s.words)
     if st.button("Stop", key=f"te_sae_{kind}_stop", disabled=not s.can_stop,
@@ -70,7 +71,7 @@ def _live(kind: str, polling: bool):
         else:
             st.session_state.setdefault(FORMING_KEY, {})[(rec["path"], rec["label"])] = job.result
         st.rerun(scope="app")
-    if s.moving != polling:  # started, or ended between two polls: rerun so that the polling matches
+    if s.active != polling:  # started, or ended between two polls: rerun so that the polling matches
         st.rerun(scope="app")
 
 
@@ -84,7 +85,7 @@ def _progress(kind: str, entry) -> None:
     elif s.state == "failed":
         st.error(f"The job failed: {s.message}")
     if s.active or s.state == "finished":
-        polling = s.moving
+        polling = s.active  # a queued or paused job too: each poll is the heartbeat that keeps it alive
         st.fragment(run_every=POLL_S if polling else None)(_live)(kind, polling)
 
 

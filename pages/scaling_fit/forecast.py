@@ -8,7 +8,6 @@ import streamlit as st
 from core.analysis.scaling import FitError
 from core.analysis.scaling_runs import MIN_RUNS
 from core.figures.forecast_figures import forecast_figure
-from core.training.study_job import BusyError
 from core.views import scaling_forecast as vf
 from ui import forecast as fcui
 from ui.charts import chart
@@ -124,7 +123,7 @@ def _run_view(polling: bool):
     fcui.show_lost()
     if job is None:
         return
-    job_controls(job, s, polling, "scal_fc", BusyError, stop_help="Ends the run; its forecast is dropped.")
+    job_controls(job, s, polling, "scal_fc", stop_help="Ends the run; its forecast is dropped.")
     pending = st.session_state["scal_fc_pending"]
     share, words = vf.run_progress(s, pending["d_model"], pending["D"])  # step by step, as on the Class page
     st.progress(share, text=words)
