@@ -11,9 +11,8 @@ from core.training.speed import form_estimate, with_estimate
 from core.training.train_data import DEFAULT_BPE_VOCAB
 from core.training.recipes import DEFAULT_RECIPE, RECIPE_TITLES, RECIPES, describe_recipe
 from core.training.training_child import SAMPLE_TEMPERATURE, SAMPLE_TOKENS
-from core.training.training_job import BusyError, TrainingJob, release_abandoned
-from core.jobs import JobBusy
 from core.training.training_job import TrainingJob
+from core.jobs import JobBusy
 from ui.cached import builtin_corpus, checked_corpus, learned_bpe
 from ui import chart, ensure_frame, gated, job_controls, keep_alive, metric_row, offer_shakespeare_fetch, reset_save_form, \
     save_form, session_alive, session_id, session_owner, upload_limit_mb

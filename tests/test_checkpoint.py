@@ -54,7 +54,7 @@ def test_save_is_atomic_and_refuses_overwrite(saved, monkeypatch):
     path, model, tok = saved
     with pytest.raises(FileExistsError):
         save_checkpoint(path, model, tok)
-    
+
     def boom(*a, **k):
         raise RuntimeError("disk full")
     monkeypatch.setattr("core.nn.model_store.save_file", boom)

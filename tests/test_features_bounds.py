@@ -71,7 +71,7 @@ def test_the_index_estimate_bounds_the_index_and_the_build_reports_progress(ship
         sae = load_sae(SHIPPED / "sae" / SITE) if name == "shipped" else large_sae(model, 4096, "relu")
         cost = index_cost(model, feature_units(model, sae), part)
         got = fresh_peak(
-            "from tests.test_features_bounds import *\nfrom core.features.activations import HeldOut, model_held_out"
+            "from tests.test_features_bounds import *\nfrom core.data.held_out import HeldOut, model_held_out"
             "\nfrom core.features.index import build_index\nmodel, tok = load_checkpoint(SHIPPED); model.eval()\n"
             "held = model_held_out(model, tok, read_config(SHIPPED)[2], max_tokens=100_000)\n"
             "part = HeldOut(held.windows[:160], held.targets[:160], held.corpus)\n"

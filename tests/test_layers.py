@@ -16,7 +16,7 @@ CORE, UI, PAGES = ROOT / "core", ROOT / "ui", ROOT / "pages"
 # training: runs, studies and their jobs; features: SAEs and transcoders trained on a trained model, their jobs and
 # browsing; lesson: the lesson's questions; figures: Plotly figures; views: page view-models. A package named here
 # that is not (yet, or any more) in core/ is skipped; a package of core/ not named here fails the first test.
-ORDER = ["serve", "nn", "data", "analysis", "training", "features", "lesson", "figures", "views"]
+ORDER = ["serve", "jobs", "nn", "data", "analysis", "training", "features", "lesson", "figures", "views"]
 ENTRIES = {"study", "train", "variants", "bpe_induction", "forecast_study"}  # core/<x>.py: `python -m core.x` only
 
 

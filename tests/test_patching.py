@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from core.analysis.prompt_pairs import corrupt_one, match_lengths
+from core.analysis.patching import default_answers, top_predictions
+from core.analysis.circuit import read_sources, top_sources
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
 from attention_hooks import attention
@@ -135,9 +138,6 @@ def test_score_sources_add_up_and_each_entry_is_its_bilinear_term(model):
 
 
 # ---------------------------------------------------------------- the page's helpers
-from core.analysis.prompt_pairs import corrupt_one, match_lengths
-from core.analysis.patching import default_answers, top_predictions
-from core.analysis.circuit import read_sources, top_sources
 
 
 def test_the_corrupted_copy_changes_the_earlier_occurrence_of_the_last_token():

@@ -26,7 +26,7 @@ from core.nn.snapshots import DEFAULT_SNAPSHOTS, snapshot_steps
 from core.training.job_settings import JobSettings, validate_settings
 from core.serve.threads import torch_threads
 from core.training.trainer import Trainer
-from core.training.training_child import SAMPLE_TOKENS, TRAINING_NICE
+from core.training.training_child import SAMPLE_TOKENS
 from core.training.training_job import TrainingJob
 from tests.polling import stays, wait_until
 

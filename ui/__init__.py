@@ -24,8 +24,8 @@ from ui.frame import _calling_page, _DEEP_LINK, ensure_frame, PAGES_DIR, resume_
 from ui.jobs import job_controls, keep_alive, offer_shakespeare_fetch, reset_save_form, save_form, session_owner, \
     upload_limit_mb
 from ui.models import (_load, _load_step, _stamp, at_step, current, DEFAULT_MODEL, load_folder, load_model, model_key,
-                       model_label, require_model, scan_models, shipped_config, shipped_names, SHIPPED_DIR)
-from ui.steps import final_step, snapshot_steps_of, step_picker, step_words
+                       model_label, scan_models, shipped_config, shipped_names, SHIPPED_DIR)
+from ui.steps import final_step, require_model, snapshot_steps_of, step_picker, step_words
 from ui.prompts import _SURROGATE, _vocab_tag, accept_lone_surrogates, IDS_SUFFIX, prompt_ids_now, prompt_input, \
     REPLACED, repair_surrogates, set_prompt_ids
 
@@ -33,7 +33,7 @@ __all__ = ["model_cache", "_containers", "_Encoded", "_FIGURE_CACHES", "_FIGURE_
            "encoded", "metric_row", "shared_chart", "_computed", "_GATED", "_GATED_LOCK", "_max_entries", "approved",
            "compute_gate", "compute_slot", "gated", "in_steps", "release_compute_slot", "session_alive", "session_id",
            "work_finished", "_calling_page", "_DEEP_LINK", "ensure_frame", "PAGES_DIR", "resume_deep_link", "ROOT",
-           "show_page_menu", "job_controls", "offer_shakespeare_fetch", "reset_save_form", "save_form",
+           "show_page_menu", "job_controls", "keep_alive", "offer_shakespeare_fetch", "reset_save_form", "save_form",
            "session_owner", "upload_limit_mb", "_load", "_load_step", "_stamp", "at_step", "current", "DEFAULT_MODEL",
            "load_folder", "load_model", "model_key", "model_label", "require_model", "scan_models", "shipped_config",
            "shipped_names", "SHIPPED_DIR", "final_step", "snapshot_steps_of", "step_picker", "step_words",

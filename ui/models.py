@@ -132,20 +132,6 @@ def current():
     return st.session_state.get("te_current", (None, None, None))
 
 
-def require_model(why: str = "") -> tuple:
-    """(entry, model, tokenizer) of the selected model, or stop the page with a message (``why`` says what
-    the page would have shown)."""
-    entry, model, tok = current()
-    if model is None:
-        st.info(f"No model is loaded{why}. Pick one in the sidebar (or see there why none could be loaded).")
-        st.stop()
-    words = step_words(entry)
-    if words:  # every analysis page says, first, that it does not show the finished model
-        st.info(f"This page shows **{words}**. Drag *Model at training step* in the sidebar to *final* for the "
-                "trained model.", icon=":material/history:")
-    return entry, model, tok
-
-
 def model_label(entry: ModelEntry, me: str) -> str:
     """How the picker names a model: shipped, yours (saved by the session ``me``) or a classmate's."""
     if entry.shipped:
@@ -162,8 +148,3 @@ def shipped_config():
         st.warning(f"The shipped model's configuration could not be read: {e}", icon="⚠️")
         return None, {}
     return config, training
-
-
-# a model's training steps (the sidebar's step slider, a link's step=, the snapshot listing): their own module, these
-# names kept (imported last: ui.steps reads the loaders above)
-from ui.steps import step_words

@@ -1,5 +1,6 @@
 """A model's training steps on screen: the snapshots a folder kept (a bounded listing), the sidebar's step slider,
-a link's step=, and the words for a snapshot. ``ui.models`` uses step_words."""
+a link's step=, and the words for a snapshot; ``require_model`` (an analysis page's first call) says which step it
+shows."""
 from __future__ import annotations
 
 import streamlit as st
@@ -7,7 +8,7 @@ import streamlit as st
 from core.nn.model_discovery import ModelEntry
 from core.nn.model_card import read_training
 from core.nn.snapshots import MAX_NAMES, Listing, snapshot_listing, snapshot_losses
-from ui.models import at_step, load_model
+from ui.models import at_step, current, load_model
 
 
 def snapshot_steps_of(entry: ModelEntry) -> list[int]:
@@ -101,3 +102,17 @@ def step_words(entry: ModelEntry) -> str | None:
     of = f" of {last:,}" if last else ""
     return (f"the model at training step {entry.step:,}{of}" +
             (f" (validation loss {loss:.3f} nats per {unit}, estimated when the snapshot was taken)" if loss else ""))
+
+
+def require_model(why: str = "") -> tuple:
+    """(entry, model, tokenizer) of the selected model, or stop the page with a message (``why`` says what
+    the page would have shown)."""
+    entry, model, tok = current()
+    if model is None:
+        st.info(f"No model is loaded{why}. Pick one in the sidebar (or see there why none could be loaded).")
+        st.stop()
+    words = step_words(entry)
+    if words:  # every analysis page says, first, that it does not show the finished model
+        st.info(f"This page shows **{words}**. Drag *Model at training step* in the sidebar to *final* for the "
+                "trained model.", icon=":material/history:")
+    return entry, model, tok
