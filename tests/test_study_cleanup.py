@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from core.serve.cores import CoreBudget, set_server_budget
 from core.training.study_grid import StudyError
 from core.training.study_job import StudyJob
 from tests.polling import wait_until
@@ -50,9 +51,18 @@ def end_group(pid: int):
         pass
 
 
+@pytest.fixture
+def two_job_cores():
+    """A server budget whose jobs may hold two cores (the default on 2 cores keeps one for pages): the study below
+    runs two workers."""
+    previous = set_server_budget(CoreBudget(cores=3, job_cores=2))
+    yield
+    set_server_budget(previous)
+
+
 @linux_only
 @pytest.mark.slow  # starts Python, torch and two workers
-def test_a_killed_study_takes_its_workers_with_it_and_says_so(micro, tmp_path):
+def test_a_killed_study_takes_its_workers_with_it_and_says_so(micro, tmp_path, two_job_cores):
     corpus, grid = micro
     job = StudyJob(corpus, grid, folder=tmp_path / "study", workers=2, nice=0)
     job.start()
