@@ -7,8 +7,9 @@ import secrets
 
 import streamlit as st
 
+from core.data import corpus
 from core.jobs.runner import heartbeat_s
-from core.training import model_export
+from core.training import fetch, model_export
 from core.serve.paths import user_models_dir
 from ui.models import shipped_names
 
@@ -29,12 +30,11 @@ def offer_shakespeare_fetch(key: str) -> bool:
     public source, on this click only, checked against its SHA-256 and saved in the corpora folder beside the
     models (core.training.fetch). True once it is saved: the caller reruns, and shakespeare_path() finds it from then
     on. Any failure is shown with the same where-to-put-it advice."""
-    from core.training import fetch  # local: looked up at each click: a test points the corpus lookups elsewhere
-    from core.data.corpus import CORPUS_ENV, fetched_shakespeare_path, shakespeare_candidates
-
-    source, dest = fetch.SHAKESPEARE, fetched_shakespeare_path()
-    by_hand = f"save {source.url} as `{dest}` yourself, or set the {CORPUS_ENV} environment variable to the file's path"
-    looked = " and ".join(f"`{p}`" for p in shakespeare_candidates())
+    # the corpus module's functions looked up at each click, not bound at import: tests point them elsewhere
+    source, dest = fetch.SHAKESPEARE, corpus.fetched_shakespeare_path()
+    by_hand = (f"save {source.url} as `{dest}` yourself, or set the {corpus.CORPUS_ENV} environment variable to the "
+               "file's path")
+    looked = " and ".join(f"`{p}`" for p in corpus.shakespeare_candidates())
     st.caption(f"{source.name} was not found (looked for {looked}). Fetch it with the button, or {by_hand}.")
     if not st.button(f"Fetch {source.name} ({source.size_label})", key=key, icon=":material/download:",
                      help=f"Downloads {source.url} once, checks its SHA-256 and saves it in {dest.parent}."):

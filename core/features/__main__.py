@@ -118,8 +118,8 @@ def main(argv=None) -> int:
         p.error(problem)
     if args.transcoder:
         return transcoders_main(args)
-    import torch  # local: the command line answers a bad argument before torch and the models load
-
+    # local: the command line answers a bad argument before torch and the models load (tests patch train_sae there)
+    import torch
     from core.features.activations import MAX_BYTES, MAX_VECTORS
     from core.data.held_out import model_held_out
     from core.analysis.sae import sae_folder, save_sae
@@ -164,8 +164,8 @@ def main(argv=None) -> int:
 def transcoders_main(args) -> int:
     """--transcoder: one transcoder per block (or --layer's), each saved as it finishes, with its numbers and the
     loss of the model with every saved transcoder spliced in."""
-    import torch  # local: the command line answers a bad argument before torch and the models load
-
+    # local: the command line answers a bad argument before torch and the models load
+    import torch
     from core.features.activations import MAX_VECTORS
     from core.data.held_out import model_held_out
     from core.features.transcoder import (MAX_PAIRS, load_transcoders, replacement_losses, save_transcoder,

@@ -22,7 +22,7 @@ import torch
 
 from core.analysis.sae import SAE
 from core.analysis.sites import check_site, site_width
-from core.features.train import SAESettings, memory_estimate, train_on, train_sae
+from core.features.train import EVAL_EVERY, EVAL_TOKENS, SAESettings, memory_estimate, train_on, train_sae
 from core.serve.fmt import binary_bytes
 from core.data.corpus import TRAIN_FRACTION
 from core.training.job_settings import allowance_words
@@ -123,8 +123,6 @@ def job_seconds(model, settings: SAESettings, held_tokens: int, step_s: float) -
     """Seconds an SAE job of ``settings`` should take on ``model``, whose held-out text has at most ``held_tokens``
     tokens: its steps at ``step_s`` each (``pace``), and the model's passes over the held-out text: the four fifths it
     trains on collected, then the evaluation's three runs and its activations collected again."""
-    from core.features.train import EVAL_EVERY, EVAL_TOKENS
-
     params = sum(p.numel() for p in model.parameters())
     collected = min(settings.max_vectors, held_tokens * (EVAL_EVERY - 1) // EVAL_EVERY)
     measured = 4 * min(EVAL_TOKENS, held_tokens // EVAL_EVERY)

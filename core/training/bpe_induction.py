@@ -18,9 +18,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.analysis.induction import THRESHOLD
+import torch
+
+from core.analysis.induction import THRESHOLD, formation_step, head_scores, model_probe
+from core.analysis.interventions import copy_losses
+from core.analysis.text_probe import text_copy_losses, text_probe, token_span
+from core.nn.heads_csv import write_heads_csv
+from core.nn.params import count_parameters
+from core.serve.folder_files import write_atomic
+from core.serve.threads import use_threads
 from core.training.cli_args import Outputs, study_parser, study_problem
+from core.training.recipes import TrainConfig
 from core.training.study_table import TableSpec, TableStudy
+from core.training import trainer  # as a module: Trainer is looked up at each run (tests replace it)
+from core.training.train_data import held_out_score
 
 # the BPE recipe shipped before issue 43 (assets/models/shakespeare-bpe then): what every run starts from
 BASE_SHAPE = dict(n_ctx=128, d_model=64, n_heads=4, n_layers=2, d_ff=256)
@@ -84,11 +95,6 @@ def copy_measures(model, tok, probe, val_ids=None) -> dict:
     """``bench.induction_text``'s numbers for one set of weights: natural text written twice (second copy / first,
     and the second copy with the best induction head switched off), the random probe's best stripe and second /
     first, and with ``val_ids`` the held-out loss and bits per character."""
-    from core.analysis.induction import head_scores, model_probe
-    from core.analysis.interventions import copy_losses
-    from core.analysis.text_probe import text_copy_losses
-    from core.training.train_data import held_out_score
-
     first, second = text_copy_losses(model, probe)
     s = head_scores(model, tokenizer=tok)
     best = s.best_head()
@@ -107,16 +113,12 @@ def copy_measures(model, tok, probe, val_ids=None) -> dict:
 def natural_probe(tok, val_ids, n_ctx: int):
     """The natural-text probe of ``bench.induction_text`` for a tokenizer: spans of about 40-60 characters of the
     held-out ids, in tokens by the tokenizer's characters per token there."""
-    from core.analysis.text_probe import text_probe, token_span
-
     cpt = len(tok.decode(val_ids.tolist())) / len(val_ids)
     return text_probe(val_ids, n_ctx, token_span(tok, chars_per_token=cpt))
 
 
 def run_settings(f: Factor, steps: int, seed: int = 1337):
     """(the model's shape without its vocabulary, the TrainConfig) of run ``f``: the base recipe with its changes."""
-    from core.training.recipes import TrainConfig
-
     train = dict(BASE_TRAIN, **f.train)
     recipe = train.pop("recipe", "muon")  # "adamw": that named recipe, the repeat mixture kept
     tc = TrainConfig.recipe(recipe, steps=steps, seed=seed, heads_interval=100, snapshots=0,
@@ -126,19 +128,12 @@ def run_settings(f: Factor, steps: int, seed: int = 1337):
 
 def train_factor(spec: TableSpec) -> dict:
     """Train one run from its seed on one thread: its runs.csv row, its heads.csv rows under "heads"."""
-    import torch
-
-    from core.analysis.induction import formation_step
-    from core.nn.params import count_parameters
-    from core.serve.threads import use_threads
-    from core.training.trainer import Trainer
-
     use_threads(1)  # one thread per worker: the same kernels, so the same numbers on either engine
     torch.set_flush_denormal(True)
     f = BY_ID[spec.run]
     t0 = time.perf_counter()
     shape, tc = run_settings(f, spec.steps, spec.seed)
-    tr = Trainer(spec.text, shape, tc, bpe_vocab_size=f.vocab)
+    tr = trainer.Trainer(spec.text, shape, tc, bpe_vocab_size=f.vocab)
     while not tr.done:
         tr.step()
     seconds = time.perf_counter() - t0
@@ -161,9 +156,6 @@ def train_factor(spec: TableSpec) -> dict:
 
 def write_results(out: Path, rows: list[dict]) -> None:
     """runs.csv (in RUNS order, whatever order the runs finished in) and heads/<run>.csv."""
-    from core.nn.heads_csv import write_heads_csv
-    from core.serve.folder_files import write_atomic
-
     rows = STUDY.ordered(rows)
     table = io.StringIO()
     w = csv.DictWriter(table, FIELDS, extrasaction="ignore")

@@ -17,7 +17,7 @@ from pathlib import Path
 from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
 from core.data.corpus import TRAIN_FRACTION
-from core.training.study_grid import Grid, StudyError, _runs_problem, estimate_seconds, non_embedding
+from core.training.study_grid import Grid, StudyError, _runs_problem, corpus_sha256, estimate_seconds, non_embedding
 from core.training.study_job import StudyJob
 
 WIDTH_STEP = 8
@@ -81,7 +81,6 @@ def plan_run(meta: dict, N: float, D: float, reference: list[dict], d_model: int
 def start_run(meta: dict, plan: PlannedRun, corpus_path) -> StudyJob:
     """Train ``plan`` in the background on the study's corpus (checked against study.json's checksum first: the
     same text, or the point would not belong to the fit). Raises StudyError or core.training.study_job.BusyError."""
-    from core.training.study_grid import corpus_sha256
 
     if plan.problem:
         raise StudyError(plan.problem)

@@ -25,12 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from core.analysis import forecast as F
-from core.analysis.scaling import R_STAR_D, ScalingLaw, effective_data, fit_scaling_law
+from core.analysis.scaling import R_STAR_D, FitError, ScalingLaw, effective_data, fit_scaling_law
 from core.analysis.scaling_repeat import R_STAR_GRID, epochs_worth_it, fit_effective, profile_r_star
 from core.serve.paths import REPO_ROOT
 from core.data.corpus import TRAIN_FRACTION
 from core.training.study_files import SHIPPED_STUDY, _read_json, read_meta, read_rows, usable_rows
 from core.serve.folder_files import write_atomic
+from core.training.cli_args import Outputs, json_with, out_problem, study_parser
 from core.training.study_grid import StudyError
 
 EPOCHS_STUDY = REPO_ROOT / "assets" / "studies" / "shakespeare-char-epochs"
@@ -221,16 +222,11 @@ MAX_RESAMPLES = 2000  # refitted in one batch (core.analysis.forecast.bootstrap_
 def outputs():
     """What this command writes into --out (core.training.cli_args.Outputs): forecast.json, and only one it made
     (a forecast run's folder holds a grid file of that name)."""
-    from core.training.cli_args import Outputs, json_with
-
     return Outputs(PROG, "a forecast analysis", files=((FORECAST_JSON, lambda p: json_with(p, "calibration", "forms",
                                                                                            "r_star")),))
 
 
 def main(argv=None) -> int:
-    from core.analysis.scaling import FitError
-    from core.training.cli_args import out_problem, study_parser
-
     p = study_parser(PROG, __doc__.split("\n\n")[0], engine=False, out_required=False,
                      out_help="the folder to write forecast.json in; without it nothing is written (no default: the "
                      "shipped study's forecast.json is a shipped result; to remake it, --out "

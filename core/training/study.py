@@ -27,9 +27,12 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
+from core.analysis import scaling_runs  # as a module: MIN_RUNS read at each fit (tests lower it)
+from core.analysis.scaling import CHINCHILLA, EPOCH_2024, FitError, ScalingLaw, bootstrap_fit, fit_scaling_law
 from core.training.cli_args import Outputs, json_with, out_problem, study_parser, study_problem
 from core.data.corpus import TRAIN_FRACTION, read_text_file
 from core.training.study_engines import StudyStopped, make_engine
@@ -52,10 +55,6 @@ def fit_study(rows: list[dict], resamples: int = 200, seed: int = 0, on_fit=None
     """The Hoffmann et al. fit of L(N, D) to the rows, with bootstrap intervals over runs (core.analysis.scaling).
     ``on_fit(seconds)``: called once the full fit is done, with the seconds the refits should take (from its own
     time), before they start."""
-    import time
-
-    from core.analysis.scaling import bootstrap_fit, fit_scaling_law
-
     good, bad = usable_rows(rows)  # a diverged run is left out, and named in "dropped"
     N, D, loss = rows_to_arrays(good)  # (R,) each, R = the usable runs
     t0 = time.perf_counter()
@@ -75,8 +74,6 @@ COMPARED = (("alpha", "α (capacity exponent)"), ("beta", "β (data exponent)"),
 
 def comparison_rows(law, intervals: dict | None = None) -> list[dict]:
     """The fitted constants (a ScalingLaw or its dict) with their intervals beside Chinchilla's and Epoch's."""
-    from core.analysis.scaling import CHINCHILLA, EPOCH_2024, ScalingLaw
-
     law = law if isinstance(law, ScalingLaw) else ScalingLaw(**law)  # fit.json holds the law as a dict
 
     def value(l: ScalingLaw, key: str) -> float:
@@ -92,8 +89,6 @@ def comparison_rows(law, intervals: dict | None = None) -> list[dict]:
 
 def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
     """The study's card (README.md): what was trained, how, on what, how long it took, and the fit."""
-    from core.analysis.scaling import CHINCHILLA, EPOCH_2024
-
     g = meta["grid"]
     sessions = meta.get("sessions", [])
     # seconds: the sessions' wall time against the runs' summed CPU time shows how many cores the study had
@@ -161,14 +156,12 @@ def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
 
 def finish_study(folder, resamples: int = 200) -> dict | None:
     """Once every run is in: fit.json and the card. Returns the fit (None when the runs pin down no law)."""
-    from core.analysis.scaling import FitError
-    from core.analysis.scaling_runs import MIN_RUNS
-
     folder = Path(folder)
     meta = json.loads((folder / STUDY_JSON).read_text())
     rows = read_rows(folder / RUNS_CSV)
     fit, error = None, None
-    if len(usable_rows(rows)[0]) >= MIN_RUNS:  # fewer runs cannot pin down the law's five constants: no fit
+    # fewer runs cannot pin down the law's five constants: no fit
+    if len(usable_rows(rows)[0]) >= scaling_runs.MIN_RUNS:
         _fitting(folder, None)  # the page says so, rather than "starting" while the refits run for a minute
         try:
             fit = fit_study(rows, resamples=resamples, on_fit=lambda seconds: _fitting(folder, seconds))
@@ -194,8 +187,6 @@ def finish_study(folder, resamples: int = 200) -> dict | None:
 def _fitting(folder: Path, eta_s: float | None):
     """progress.json says the study is fitting the law (``eta_s``: the seconds its refits should take, None while
     the full fit runs); best effort: the fit goes on even where the file cannot be written."""
-    import time
-
     progress = read_progress(folder) or {}
     progress.update(state="fitting", message="fitting the law and its intervals", eta_s=eta_s, time=time.time())
     try:

@@ -8,10 +8,14 @@ An engine is any object with ``name``, ``check()`` (raise StudyError before anyt
 """
 from __future__ import annotations
 
+import ctypes
+import multiprocessing as mp
 import os
 import signal
 import socket
 import sys
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from typing import Callable, Iterator
 
@@ -41,10 +45,6 @@ class LocalEngine:
         pass  # nothing to reach: this machine is there (RayEngine.check looks for its cluster)
 
     def run(self, specs: list[RunSpec], should_stop: ShouldStop) -> Iterator[dict]:
-        import multiprocessing as mp
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-        from concurrent.futures.process import BrokenProcessPool
-
         if not specs:
             return
         # spawn, not fork: the parent may be a threaded server, and a forked torch can deadlock. Spawned workers
@@ -92,7 +92,6 @@ def die_with_parent(parent: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)  # None: the C library this process has already loaded
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
             return False
@@ -109,9 +108,8 @@ def _train_with_text(spec: RunSpec, text: str, task: Callable[..., dict] | None 
 
 
 def _ray_module():
-    # Ray is optional (requirements-dev.txt): imported only when the ray engine is used
     try:
-        import ray
+        import ray  # local: Ray is optional (requirements-dev.txt), imported only when the ray engine is used
     except ImportError:
         raise StudyError("the ray engine needs Ray, which is not installed: pip install ray==2.60.0 (it is in "
                          "requirements-dev.txt), or use --engine local") from None

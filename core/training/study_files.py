@@ -9,10 +9,12 @@ import csv
 import io
 import json
 import math
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
+from core.analysis.scaling import ScalingLaw
 from core.serve.paths import REPO_ROOT
 from core.training.study_grid import FLOAT_FIELDS, INT_FIELDS, ROW_FIELDS, StudyError
 
@@ -144,10 +146,6 @@ def read_meta(folder) -> dict:
 def read_fit(folder) -> dict | None:
     """fit.json of a study folder; None when there is none (the study has not finished). StudyError naming the
     file when it cannot be read or lacks the law and its bootstrap intervals."""
-    from dataclasses import fields
-
-    from core.analysis.scaling import ScalingLaw
-
     path = Path(folder) / FIT_JSON
     if not path.is_file():
         return None

@@ -20,10 +20,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from core.data.corpus import TRAIN_FRACTION
+from core.data.corpus import TRAIN_FRACTION, read_text_file
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
+from core.serve.threads import use_threads
+from core.training.job_settings import JobSettings, MAX_STEPS, validate_settings
+from core.training.recipes import RECIPES, TrainConfig
+from core.training.study_live import StepReport
+from core.training import trainer  # as a module: Trainer is looked up at each run (tests replace it)
+from core.training.train_data import windowed_loss
 
 # Muennighoff et al. 2023 ("Scaling Data-Constrained Language Models", arXiv:2305.16264): up to about four passes
 # over the same text cost little against fresh text; beyond that a run measures repetition rather than data.
@@ -117,8 +123,6 @@ def grid_from_file(path) -> Grid:
     """A grid of one's own: a JSON object with Grid's fields (name, widths and tokens at least), every one checked
     (StudyError, in one line, for anything else), and every run held to the Training page's limits for a live
     run: its shape, parameters, tokens a step, steps and memory (core.training.job_settings)."""
-    from core.data.corpus import read_text_file
-
     where = f"--grid {path}"
     try:
         raw = read_text_file(path, MAX_GRID_FILE_BYTES)  # a regular file, and a small one
@@ -148,8 +152,6 @@ def _whole(v) -> bool:
 
 def _grid_problem(data) -> str | None:
     """Why ``data`` (a grid file's JSON) is no grid; None when its fields have the right types and ranges."""
-    from core.training.recipes import RECIPES
-
     if not isinstance(data, dict):
         return f"a grid is a JSON object with widths and tokens, not a {type(data).__name__}"
     fields = {f.name for f in Grid.__dataclass_fields__.values()}
@@ -176,8 +178,6 @@ def _grid_problem(data) -> str | None:
 
 def _runs_problem(grid: Grid) -> str | None:
     """Why a run of ``grid`` may not train (the largest width, the largest budget): the Training page's limits."""
-    from core.training.job_settings import JobSettings, MAX_STEPS, validate_settings
-
     steps = max(grid.steps(t) for t in grid.tokens)
     if steps > MAX_STEPS:
         return (f"its largest budget is {steps:,} steps of {grid.tokens_per_step:,} tokens; a run has at most "
@@ -272,13 +272,6 @@ def non_embedding(counts: dict) -> int:
 
 def train_one(spec: RunSpec) -> dict:
     """Train one model of ``spec`` from its seed on one thread and measure it: a runs.csv row."""
-    # imported here: the page and the study job import this module for the grid alone, not the training stack
-    from core.serve.threads import use_threads
-    from core.training.study_live import StepReport
-    from core.training.trainer import Trainer
-    from core.training.recipes import TrainConfig
-    from core.training.train_data import windowed_loss
-
     use_threads(1)  # one thread per worker, whatever the engine: the same kernels, so the same numbers
     if not spec.text:
         raise StudyError(f"run {spec.run_id}: the spec carries no corpus")
@@ -287,21 +280,21 @@ def train_one(spec: RunSpec) -> dict:
     # row needs neither, and both cost time
     tc = TrainConfig.recipe(spec.recipe, steps=spec.steps, batch_size=spec.batch_size, seed=spec.seed,
                             heads_interval=0, eval_interval=spec.steps)
-    trainer = Trainer(spec.text, dict(n_ctx=spec.n_ctx, d_model=spec.d_model, n_heads=spec.n_heads,
-                                      n_layers=spec.n_layers), tc)
+    tr = trainer.Trainer(spec.text, dict(n_ctx=spec.n_ctx, d_model=spec.d_model, n_heads=spec.n_heads,
+                                         n_layers=spec.n_layers), tc)
     report = StepReport(spec.live_file, spec.run_id, spec.steps)
-    while not trainer.done:
-        out = trainer.step()
+    while not tr.done:
+        out = tr.step()
         report(out["step"], out["loss"])  # at most once a second: a page's bar moves while the run trains
-    val = windowed_loss(trainer.model, trainer.val_data)
+    val = windowed_loss(tr.model, tr.val_data)
     # the training loss over as many characters as the held-out part: the two are comparable, a gap is overfitting
-    train = windowed_loss(trainer.model, trainer.train_data[: len(trainer.val_data)])
-    counts = count_parameters(trainer.config)
+    train = windowed_loss(tr.model, tr.train_data[: len(tr.val_data)])
+    counts = count_parameters(tr.config)
     n = non_embedding(counts)
     return {"run_id": spec.run_id, "d_model": spec.d_model, "n_heads": spec.n_heads, "n_layers": spec.n_layers,
             "n_ctx": spec.n_ctx, "batch_size": spec.batch_size, "steps": spec.steps, "N": n,
-            "N_total": counts["total"], "D": trainer.tokens_seen, "loss": round(val, 6), "train_loss": round(train, 6),
-            "flops": float(FLOPS_PER_PARAM_TOKEN * n * trainer.tokens_seen), "seed": spec.seed, "recipe": spec.recipe,
+            "N_total": counts["total"], "D": tr.tokens_seen, "loss": round(val, 6), "train_loss": round(train, 6),
+            "flops": float(FLOPS_PER_PARAM_TOKEN * n * tr.tokens_seen), "seed": spec.seed, "recipe": spec.recipe,
             # seconds; the only columns an engine or a busy machine may change (TIMING_FIELDS)
             "wall_s": round(time.perf_counter() - wall0, 2), "cpu_s": round(time.process_time() - cpu0, 2)}
 

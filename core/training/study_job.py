@@ -26,6 +26,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.analysis import scaling_runs
 from core.jobs.process import signal_name
 from core.jobs.runner import BACKGROUND_NICE, Job, JobStatus
 from core.serve.cores import server_budget
@@ -34,6 +35,7 @@ from core.training.study_grid import GRIDS, StudyError, corpus_problem, resolve_
 from core.training.study import PARENT_ENV
 from core.training.study_files import RUNS_CSV, read_progress, read_rows
 from core.training.study_live import seconds_left, slowest
+from core.training.speed import fit_seconds
 
 NICE = BACKGROUND_NICE   # below the server's own work: the pages stay responsive while a study trains
 BOOTSTRAP = 100          # refits for the intervals at the end (the shipped study used 200)
@@ -281,8 +283,7 @@ class StudyJob(Job):
             elif self._paused:
                 state = "paused"
             else:
-                from core.analysis.scaling_runs import MIN_RUNS  # a grid of fewer runs is never fitted
-                fits = "fitting" if total >= MIN_RUNS else "running"
+                fits = "fitting" if total >= scaling_runs.MIN_RUNS else "running"  # fewer runs are never fitted
                 state = {"running": "running", "trained": fits, "fitting": "fitting"}.get(progress.get("state"),
                                                                                          "starting")
             message = ""
@@ -319,11 +320,9 @@ class StudyJob(Job):
         otherwise (a paused study's estimate would go stale)."""
         eta = progress.get("eta_s")
         if state == "running" and live and total - done <= len(live):
-            from core.training.speed import fit_seconds
             left = seconds_left(slowest(live))
             return None if left == float("inf") else left + fit_seconds(BOOTSTRAP, total, self.grid)
         if state == "running" and eta is not None:
-            from core.training.speed import fit_seconds
             return eta + fit_seconds(BOOTSTRAP, total, self.grid)
         if state == "fitting" and eta is not None:
             return max(1.0, eta - (time.time() - progress.get("time", time.time())))

@@ -17,6 +17,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.data import corpus as corpora  # as a module: tests point shakespeare_path elsewhere
+from core.data.corpus import read_text_file
+from core.training import study_engines  # as a module: tests put an engine of their own in its place
+from core.training.cli_args import chosen_runs, out_problem
+from core.training.study_grid import StudyError
+from core.training.study_run import each_row
+from core.training.train_data import min_corpus_chars
+
 MAX_TABLE_BYTES = 2 * 2**20  # the shipped tables are a few KB; a reader takes no more (core.views.variants_view)
 
 
@@ -122,13 +130,6 @@ class TableStudy:
     def run(self, args) -> int:
         """Train the runs of parsed ``args`` (core.training.cli_args.study_parser's, checked by study_problem)
         into ``args.out``; 0 once every run is in, 2 with one line on stderr for input it cannot use."""
-        from core.training import study_engines  # as a module: tests put an engine of their own in its place
-        from core.training.cli_args import chosen_runs, out_problem
-        from core.data.corpus import read_text_file, shakespeare_path
-        from core.training.study_grid import StudyError
-        from core.training.study_run import each_row
-        from core.training.train_data import min_corpus_chars
-
         steps = self.steps if args.steps is None else args.steps
         chosen = chosen_runs(args.only, self.ids)
         out = Path(args.out)
@@ -136,7 +137,7 @@ class TableStudy:
         problem = out_problem(out, self.outputs(), args.overwrite, inputs=[args.corpus])
         if problem:
             return self.refuse(problem)
-        corpus = args.corpus or shakespeare_path()
+        corpus = args.corpus or corpora.shakespeare_path()
         if corpus is None:
             return self.refuse("no --corpus given and Tiny Shakespeare not found (set TE_CORPUS)")
         try:

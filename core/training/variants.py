@@ -20,8 +20,18 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
+from core.analysis.sampling import generate
+from core.nn.model import Transformer
+from core.nn.params import count_parameters
+from core.serve.folder_files import write_atomic
+from core.serve.threads import use_threads
 from core.training.cli_args import MODEL_BY_NAME, Outputs, remove_own, save_model, study_parser, study_problem
+from core.training.recipes import TrainConfig
+from core.training import trainer  # as a module: Trainer is looked up at each run (tests replace it)
 from core.training.study_table import TableSpec, TableStudy, read_table
+from core.training.train_data import windowed_loss
 
 VARIANT_FIELDS = ("variant", "title", "removed", "d_model", "n_heads", "n_layers", "params", "steps", "seconds",
                   "train_loss", "val_loss", "causal_val_loss", "sample")
@@ -70,16 +80,6 @@ def model_shape(v: Variant) -> dict:
 
 def train_variant(spec: TableSpec) -> dict:
     """Train one variant from its seed on one thread: its variants.csv row, with its curve under "curve"."""
-    import torch
-
-    from core.analysis.sampling import generate
-    from core.nn.model import Transformer
-    from core.nn.params import count_parameters
-    from core.serve.threads import use_threads
-    from core.training.recipes import TrainConfig
-    from core.training.trainer import Trainer, training_record
-    from core.training.train_data import windowed_loss
-
     use_threads(1)  # one thread per worker, as in a scaling study: the same kernels, so the same numbers
     # subnormal floats (below 1.2e-38) flushed to zero: the deep stacks without residual or LayerNorm carry such tiny
     # activations and gradients, and x86 arithmetic on them is many times slower (bench/denormals.py: deep-L6-bare
@@ -89,7 +89,7 @@ def train_variant(spec: TableSpec) -> dict:
     t0 = time.perf_counter()
     tc = TrainConfig.recipe(RECIPE, steps=spec.steps, seed=spec.seed, heads_interval=0, snapshots=0,
                             eval_interval=max(1, spec.steps // 20), eval_batches=8)
-    tr = Trainer(spec.text, model_shape(v), tc)
+    tr = trainer.Trainer(spec.text, model_shape(v), tc)
     tr.log_eval()
     while not tr.done:
         tr.step()
@@ -109,7 +109,8 @@ def train_variant(spec: TableSpec) -> dict:
     if spec.keep_weights:
         # the model's own files replaced, anything else kept beside it (an SAE trained on it) stays
         save_model(spec.keep_weights, model, tr.tokenizer,
-                   training_record(tr, spec.corpus, len(spec.text), seconds, source=f"core.variants: {v.title}"),
+                   trainer.training_record(tr, spec.corpus, len(spec.text), seconds,
+                                           source=f"core.variants: {v.title}"),
                    tr.log, overwrite=True)
     return {"variant": v.id, "title": v.title, "removed": ", ".join(f"{k}={val!r}" for k, val in v.switches.items()),
             "d_model": model.config.d_model, "n_heads": model.config.n_heads, "n_layers": model.config.n_layers,
@@ -122,8 +123,6 @@ def train_variant(spec: TableSpec) -> dict:
 
 def write_results(out: Path, rows: list[dict]) -> None:
     """variants.csv and curves.csv from the rows, in VARIANTS order (whatever order the runs finished in)."""
-    from core.serve.folder_files import write_atomic
-
     rows = STUDY.ordered(rows)
     table, curves = io.StringIO(), io.StringIO()
     w = csv.DictWriter(table, VARIANT_FIELDS, extrasaction="ignore")

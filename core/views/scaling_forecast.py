@@ -13,6 +13,8 @@ from core.analysis.scaling import R_STAR_D, ScalingLaw
 from core.serve.fmt import human, pretty_sci, rough_time
 from core.data.corpus import TRAIN_FRACTION
 from core.training.forecast_run import WIDTHS, PlannedRun, plan_run
+from core.training.forecast_study import NEAR_BEST, doubling_gains
+from core.views.scaling_study import STATE_LABELS
 
 WIDTH_CHOICES = list(WIDTHS)
 FACTOR = 2.0  # the proposal: the compute-optimal run at twice the largest compute so far
@@ -56,8 +58,6 @@ def run_progress(s, d_model: int, D: int) -> tuple[float, str]:
     """(the bar's share, its text) of a forecast run under way, from its core.training.study_job.StudyStatus: the
     step of its steps, its last training loss and the time left at its own pace once it reports them (issue 54:
     before, the bar stood at 0 % through the whole run)."""
-    from core.views.scaling_study import STATE_LABELS
-
     what = f"Training d = {d_model} on {D:,} characters"
     if s.state == "finished" or (s.state == "running" and getattr(s, "total", 0) and s.done >= s.total):
         return 1.0, f"{what}: done"  # running yet done: the run is in, its process is ending (the bar stays full)
@@ -223,8 +223,6 @@ def forms_verdict(forms: dict) -> str:
 def epochs_answer(data: dict) -> str:
     """How many passes over the corpus are worth it, from our own runs: what each doubling of passes bought each
     width, and what the fitted R* can and cannot say."""
-    from core.training.forecast_study import NEAR_BEST, doubling_gains
-
     rs = data["r_star"]
     lo, hi = rs["near_best"]
     parts, worth = [], []

@@ -25,7 +25,9 @@ from core.figures.study_figures import UNFITTED
 from core.training.study_grid import StudyError
 from core.training.study import comparison_rows
 from core.training.study_files import dropped_note, read_fit, rows_to_arrays
-from core.training.study_job import StudyJob
+from core.training.speed import study_estimate
+from core.training.study_grid import estimate_seconds
+from core.training.study_job import BOOTSTRAP, StudyJob
 
 Fit = Callable[[str], ScalingLaw]  # the page's cached fit of a CSV of runs
 
@@ -207,10 +209,6 @@ def grid_estimate(grid, text: str, shipped_rows: list[dict]):
     """How long ``grid`` takes on ``text`` here: core.training.speed.study_estimate (each width timed on a few steps,
     a refit of the law timed, on this server), or where nothing can be timed, the seconds the shipped study's runs
     suggest (core.training.study.estimate_seconds, no fit), or None."""
-    from core.training.speed import study_estimate
-    from core.training.study_grid import estimate_seconds
-    from core.training.study_job import BOOTSTRAP
-
     try:
         return study_estimate(grid, len(text), len(set(text)), None, BOOTSTRAP)
     except Exception:  # noqa: BLE001 - no timing possible here: the shipped study's runs still give an idea

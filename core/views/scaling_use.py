@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.analysis.scaling import FAMOUS_MODELS, ScalingLaw
+from core.analysis.scaling import FAMOUS_MODELS, R_STAR_D, R_STAR_N, ScalingLaw, effective_data
 from core.analysis.scaling_inference import DEFAULT_INFERENCE_TOKENS, famous_inference_table, inference_optimal
-from core.analysis.scaling_repeat import repeated_loss, repeated_optimum
+from core.analysis.scaling_repeat import MUENNIGHOFF_2023, WORKED_EXAMPLE, epoch_worth, repeated_loss, repeated_optimum
 from core.figures.forecast_figures import MAX_PASSES
 from core.serve.fmt import human, pretty_sci
 
@@ -101,9 +101,6 @@ def famous_rows(law: ScalingLaw, inference_tokens: float) -> list[dict]:
 
 def worth_caption() -> str:
     """What four and sixteen passes are worth, computed (Muennighoff et al.'s R*)."""
-    from core.analysis.scaling import effective_data
-    from core.analysis.scaling_repeat import epoch_worth
-
     w4, w16 = float(epoch_worth(4)), float(epoch_worth(16))
     a4, a16 = effective_data(1.0, 4.0) / 4, effective_data(1.0, 16.0) / 16
     return (f"Left: the model above on more and more passes over the stock; the plain law (dashed) counts every pass "
@@ -115,9 +112,7 @@ def worth_caption() -> str:
 def split_caption() -> str:
     """Why the limited split has fewer parameters and more passes, with Muennighoff et al.'s worked example computed
     from their own law."""
-    from core.analysis.scaling import R_STAR_D, R_STAR_N
-    from core.analysis.scaling_repeat import MUENNIGHOFF_2023, WORKED_EXAMPLE as W
-
+    W = WORKED_EXAMPLE
     C = 6 * W["N"] * W["D"]
     n0, _ = MUENNIGHOFF_2023.compute_optimal(C)
     n, d = repeated_optimum(MUENNIGHOFF_2023, C, W["unique"])

@@ -14,6 +14,8 @@ from core.nn.params import count_parameters
 from core.analysis.scaling import BUDGET_DEFAULTS, FAMOUS_MODELS, LAW_PRESETS, ScalingLaw, budget_flops, famous_table, \
     fit_scaling_law
 from core.analysis.scaling_runs import Runs, parse_runs, synthetic_runs
+from core.analysis.forecast import bootstrap_laws, holdout
+from core.training.forecast_study import FIT_SHARE, compare_forms
 
 # ---------------------------------------------------------------- the constants' sliders
 
@@ -178,8 +180,6 @@ def fit_csv(csv_text: str) -> ScalingLaw:
 
 def bootstrap_csv(csv_text: str):
     """(the law, its bootstrap) of the runs in a CSV: core.analysis.forecast.bootstrap_laws from the full fit."""
-    from core.analysis.forecast import bootstrap_laws
-
     runs = parse_runs(csv_text)
     law = fit_scaling_law(runs.N, runs.D, runs.loss, threads=None)
     return law, bootstrap_laws(runs.N, runs.D, runs.loss, law, threads=None)
@@ -188,9 +188,6 @@ def bootstrap_csv(csv_text: str):
 def forms_csv(csv_text: str, unique_tokens: int) -> dict:
     """Plain L(N, D) and L(N, D') fitted to the smaller runs of a CSV (core.analysis.forecast.holdout), both judged
     on the larger ones: core.training.forecast_study.compare_forms on rows without names."""
-    from core.analysis.forecast import holdout
-    from core.training.forecast_study import FIT_SHARE, compare_forms
-
     runs = parse_runs(csv_text)
     fit = holdout(runs.N, runs.D, runs.loss, FIT_SHARE)
     rows = [{"run_id": f"N {human(n)}, D {human(d)}", "N": n, "D": d, "loss": l}
