@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 
 from core.analysis.sae import SAE
-from core.analysis.sites import check_site, site_width
+from core.analysis.sites import Site, as_site
 from core.features.train import EVAL_EVERY, EVAL_TOKENS, SAESettings, memory_estimate, train_on, train_sae
 from core.serve.fmt import binary_bytes
 from core.data.corpus import TRAIN_FRACTION
@@ -77,10 +77,10 @@ def held_tokens_bound(held_chars: int) -> int:
     return math.ceil(held_chars * (1 - TRAIN_FRACTION))
 
 
-def check_settings(config, site: str, settings: SAESettings) -> SAESettings:
+def check_settings(config, site: Site | str, settings: SAESettings) -> SAESettings:
     """``settings`` if an SAE of them can be trained on ``site``; ValueError in words otherwise."""
-    check_site(config, site)
-    settings.config(site, site_width(config, site))
+    site = as_site(config, site)  # a Site passes as it is; a name is checked here, once
+    settings.config(site, site.width)
     if settings.steps > MAX_STEPS:
         raise ValueError(f"steps must be at most {MAX_STEPS:,}, got {settings.steps:,}")
     return settings
@@ -91,7 +91,7 @@ class SAEJob(BackgroundJob):
     its TrainedSAE (sae, metrics, curve). ``corpus_chars``: the length of the corpus its held-out text comes from,
     for the memory estimate (None: the cap on collected vectors)."""
 
-    def __init__(self, model, tokenizer, site: str, training: dict | None, settings: SAESettings,
+    def __init__(self, model, tokenizer, site: Site | str, training: dict | None, settings: SAESettings,
                  owner: str | None = None, corpus_chars: int | None = None, threads: int | None = None):
         check_settings(model.config, site, settings)
         held = settings.max_vectors if corpus_chars is None else held_tokens_bound(corpus_chars)

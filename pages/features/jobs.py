@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.features import forming
 from core.analysis.sae import MAX_D_SAE, sae_folder, save_sae
-from core.analysis.sites import site_words, site_width, sites
+from core.analysis.sites import Site, site_words, sites
 from core.features.job import MAX_STEPS, SAEJob, check_settings
 from core.features.train import DEFAULT_K, EXPANSION, SAESettings
 from pages.features.forming import forming_figure, forming_rows
@@ -93,9 +93,10 @@ def _progress(kind: str, entry) -> None:
 def _training_form(model):
     names = sites(model.config)
     c1, c2, c3, c4 = st.columns(4)
-    site = c1.selectbox("Site", names, index=names.index(DEFAULT_SITE) if DEFAULT_SITE in names else 0,
+    name = c1.selectbox("Site", names, index=names.index(DEFAULT_SITE) if DEFAULT_SITE in names else 0,
                         key="te_sae_site", help="Where in the forward pass the SAE reads its activations.")
-    width = site_width(model.config, site)
+    site = Site.of(model.config, name)  # checked once here; everything below takes it as it is
+    width = site.width
     d_sae = c2.number_input("Latents", 1, MAX_D_SAE, min(MAX_D_SAE, EXPANSION * width), step=64, key="te_sae_latents",
                             help=f"The SAE's dictionary size; {EXPANSION}× the site's width ({width}) by default.")
     k = c3.number_input("k (active per token)", 1, 256, DEFAULT_K, key="te_sae_k",
