@@ -51,8 +51,6 @@ EXCEPTIONS = {
     "pages/attribution/figures.py::graph_figure": "the attribution graph's traces and layout in one figure",
     "core/figures/scaling_figures.py::loss_map": "the loss map's contours, compute lines, frontier and models in "
                                                  "one figure",
-    "core/analysis/attribution.py": "the graph, its head and query-key splits, pruning and scores: 451-455 lines with "
-                                    "shape comments; issue 57 reworks the graph and moves pruning out",
     "pages/classroom/": "the Class page's three screens (teacher, student, projector) with the identity of a voter and "
                         "the store's faults in words (issue 54); each module is under its own limit",
     "pages/classroom.py::teacher": "the teacher's screen in the order it shows (issue 56: into the page's "

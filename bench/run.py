@@ -793,6 +793,7 @@ def _graph_bounds(A, model, tok, tcs, ids, quick: bool):
     """Issue 55's rows: the graph's estimate (one forward pass, no graph) and its refusal of densely firing
     transcoders (ReLU, b_enc = 5; target: the words within 1 s) against building the shipped graph; the estimate
     against the real peak and time of the shipped 64-token graph, pruned and scored."""
+    from core.analysis import attribution_prune as P
     from pages.attribution import view as av
     from core.analysis.sae import SAE, SAEConfig
 
@@ -809,7 +810,7 @@ def _graph_bounds(A, model, tok, tcs, ids, quick: bool):
 
     def build():
         g = A.attribution_graph(model, tcs, ids, batch=plan.batch)
-        return A.prune(g), A.scores(g)
+        return P.prune(g), P.scores(g)
     _, built_s, grew = _peak_growth(build)
     refusal = av.plan_graph(model, dense, ids, budget=av.graph_budget())
     refuse_s = median_time(lambda: av.plan_graph(model, dense, ids, budget=av.graph_budget()), 3 if quick else 7)

@@ -1,6 +1,7 @@
 import streamlit as st
 
 from core.analysis import attribution as A
+from core.analysis.attribution_prune import prune, scores
 from core.analysis import attribution_probes as P
 from core.analysis.picks import nan_argmax
 from pages.attribution.figures import graph_figure
@@ -102,9 +103,9 @@ node_share = st.slider("Keep the nodes that carry this share of the influence on
                        key="attr_nodes", help="circuit-tracer's pruning: 0.8 by default; edges are then kept up "
                                               "to 98 % of what flows through the kept nodes.")
 # pruning and the scores read the whole N x N adjacency: once per graph and share, not on every rerun
-pr = model_cache(lambda ids, token, cap, batch, share: A.prune(graph_of(mkey, ids, token, cap, batch), share), 4,
+pr = model_cache(lambda ids, token, cap, batch, share: prune(graph_of(mkey, ids, token, cap, batch), share), 4,
                  what="pruning the graph", resource=True)(mkey, ids, token, *at, node_share)
-replacement, completeness = model_cache(lambda ids, token, cap, batch: A.scores(graph_of(mkey, ids, token, cap, batch)),
+replacement, completeness = model_cache(lambda ids, token, cap, batch: scores(graph_of(mkey, ids, token, cap, batch)),
                                         8, what="the graph's scores")(mkey, ids, token, *at)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Replacement score", av.fmt_score(replacement),

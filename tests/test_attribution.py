@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from core.analysis import attribution as A
+from core.analysis import attribution_prune as P
 from core.analysis.sae import SAE, SAEConfig
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
@@ -117,7 +118,7 @@ def test_a_model_built_so_the_graph_is_known():
     want[sl["logits"].start + 1, tok + 1] = 1.0  # logit of token 1 <- e1, straight along the stream
     np.testing.assert_allclose(g.adjacency, want, atol=1e-6)
     assert not g.constants.any()
-    assert A.scores(g) == pytest.approx((1.0, 1.0))  # no error node carries anything
+    assert P.scores(g) == pytest.approx((1.0, 1.0))  # no error node carries anything
 
 
 def gated_edges(model, tcs, g, targets, gates) -> np.ndarray:
@@ -176,20 +177,20 @@ def test_influence_and_pruning_on_a_hand_made_chain():
     # nodes: 0 feature, 1 error, 2 token, 3 position, 4 logit
     g.adjacency[0, 2] = 2.0
     g.adjacency[4, 0], g.adjacency[4, 1] = 3.0, 0.1
-    na = A.normalize(g.adjacency)
-    inf = A.influence(na, np.array([0, 0, 0, 0, 1.0]))
+    na = P.normalize(g.adjacency)
+    inf = P.influence(na, np.array([0, 0, 0, 0, 1.0]))
     assert inf[:3] == pytest.approx([3 / 3.1, 0.1 / 3.1, 3 / 3.1])
-    rep, comp = A.scores(g)
+    rep, comp = P.scores(g)
     assert rep == pytest.approx((3 / 3.1) / (3 / 3.1 + 0.1 / 3.1))
     # completeness: each node's share of input not from errors (1 for a node with no input at all, as
     # circuit-tracer counts it; 3/3.1 for the logit), weighted by its influence plus its logit weight:
     # (3 + 0.1 + 3 + 3) / 3.1 over (3 + 0.1 + 3 + 3.1) / 3.1
     assert comp == pytest.approx(9.1 / 9.2)
-    pr = A.prune(g, node_threshold=0.9, edge_threshold=0.9)
+    pr = P.prune(g, node_threshold=0.9, edge_threshold=0.9)
     assert pr.node_mask.tolist() == [True, False, True, True, True]  # the error node carries under 10 %
     assert pr.edge_mask[4, 0] and pr.edge_mask[0, 2] and not pr.edge_mask[4, 1]
     with pytest.raises(ValueError):
-        A.prune(g, node_threshold=1.5)
+        P.prune(g, node_threshold=1.5)
 
 
 def test_a_graph_needs_every_blocks_transcoder(shipped):

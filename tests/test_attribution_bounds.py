@@ -15,6 +15,7 @@ import torch
 
 from conftest import SHIPPED
 from core.analysis import attribution as A
+from core.analysis import attribution_prune as P
 from core.analysis.sae import SAE, SAEConfig, SAEFileError, model_fingerprint, save_sae
 from core.features.transcoder import load_transcoders, transcoder_folder, writes
 from core.nn.checkpoint import load_checkpoint
@@ -87,7 +88,7 @@ def test_the_estimate_bounds_the_graph_it_describes(shipped):
             "model, tok = load_checkpoint(SHIPPED); model.eval(); tcs = load_transcoders(SHIPPED, model.config)\n"
             f"tcs = tcs if {name!r} == 'shipped' else dense(model, tcs); ids = {list(ids)}\n"
             "A.attribution_graph(model, tcs, ids[:3])  # kernels and allocator warmed up first",
-            f"g = A.attribution_graph(model, tcs, ids, batch={plan.batch}); A.prune(g); A.scores(g)\n"
+            f"g = A.attribution_graph(model, tcs, ids, batch={plan.batch}); P.prune(g); P.scores(g)\n"
             "out['features'] = g.n_features")
         assert got["features"] == plan.features
         assert got["grew"] <= plan.memory, (name, got, plan.memory)
@@ -205,8 +206,8 @@ def test_pruning_and_scores_are_cached_and_the_graph_waits_in_the_long_lane(open
     monkeypatch.setattr(ui.compute, "compute_slot", lambda what, key=None, lane="short": lanes.append((what, lane))
                         or slot(what, key, lane))
     for name in calls:
-        real = getattr(A, name)
-        monkeypatch.setattr(A, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls[_name] + 1)
+        real = getattr(P, name)
+        monkeypatch.setattr(P, name, lambda *a, _real=real, _name=name, **k: calls.__setitem__(_name, calls[_name] + 1)
                             or _real(*a, **k))
     copy_model(tmp_path, name="lanes")  # a model of its own: nothing of it is cached yet
     at = open_copy(open_page, tmp_path, name="lanes")

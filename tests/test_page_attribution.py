@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from core.analysis import attribution as A
+from core.analysis import attribution_prune as P
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 from pages.attribution import view as av
@@ -33,10 +34,10 @@ def test_the_page_shows_the_cores_graph(page):
     tcs = load_transcoders(SHIPPED, model.config)
     ids = tok.encode(PROMPT)[-64:]
     g = A.attribution_graph(model.eval(), tcs, ids)
-    rep, comp = A.scores(g)
+    rep, comp = P.scores(g)
     assert metric(at, "Replacement score") == f"{rep:.2f}" and metric(at, "Completeness score") == f"{comp:.2f}"
     assert metric(at, "Active features") == f"{g.n_features:,}"
-    pr = A.prune(g, 0.8)
+    pr = P.prune(g, 0.8)
     assert metric(at, "Features · edges kept") == f"{int(pr.node_mask[:g.n_features].sum())} · {int(pr.edge_mask.sum())}"
     # the inspected node opens on the output, and its strongest edge is the core's
     table = next(df.value for df in at.dataframe if "through" in df.value.columns)

@@ -12,7 +12,8 @@ import numpy as np
 
 import torch
 
-from core.analysis.attribution import BATCH, MAX_LOGITS, Graph, Pruned
+from core.analysis.attribution import BATCH, MAX_LOGITS, Graph
+from core.analysis.attribution_prune import Pruned
 from core.serve.fmt import binary_bytes, visible
 from core.serve.sizes import size_setting
 from core.serve.fmt import duration_words
