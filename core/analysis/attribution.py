@@ -7,17 +7,29 @@ frozen at the real run's values and each MLP's output replaced by its transcoder
 patterns and scales frozen and the features' activations held as they are, everything between two nodes is
 linear: the residual stream, attention's OV maps, the LayerNorms. An edge s -> t is the source's activation times
 the derivative of the target's input along those paths; a target's incoming edges plus its constant terms (biases,
-LayerNorm shifts, transcoder decoder biases) add up to its real input.
+LayerNorm shifts, transcoder decoder biases, the position embeddings) add up to its real input.
+
+The conventions are circuit-tracer's (``attribute``), so that its scores and pruning come out the same:
+- a logit target is the logit minus the mean logit over the vocabulary (``target="demeaned"``, the default):
+  circuit-tracer injects the unembedding column minus the mean column (``compute_salient_logits``), whose
+  derivative this is; the bias part b_U[t] - mean(b_U) is a constant. ``target="raw"``, ours, attributes the logit
+  itself (the shift every logit shares then counts in every edge);
+- an input node is a position's token embedding alone (kind "tokens", circuit-tracer's "embedding" node):
+  circuit-tracer lets gradients into ``hook_embed`` only, so a learned position embedding is a constant, like a
+  bias, and its part of every target sits in ``constants``.
+Not copied: circuit-tracer zeroes the features and error at position 0 when the first token is a special one (a
+BOS; the shipped models have none); and a capped graph's left-out features join their block's error node here,
+where circuit-tracer drops them.
 
 It all runs through hooks on the model's one forward (core.nn.hooks): the frozen values replace ``hook_scale`` and
-``attn.hook_pattern``, the replacement MLP output replaces ``hook_mlp_out``, and the inputs are leaves fed at
-``hook_embed`` and ``hook_pos_embed``. A batch of B copies of the prompt computes the derivatives of B targets in
-one backward pass.
+``attn.hook_pattern``, the replacement MLP output replaces ``hook_mlp_out``, and the token embeddings are leaves
+fed at ``hook_embed``. A batch of B copies of the prompt computes the derivatives of B targets in one backward pass.
 
-Nodes, in order: active features (layer, position, feature), error nodes (layer, position), token embeddings
-(position), position embeddings (position), logits; ``adjacency[t, s]`` is the edge from s to t. N nodes hold N x N
-float64 numbers (the page estimates it first, pages.attribution.view; pruned in core.analysis.attribution_prune); ``max_feature_nodes`` keeps the most
-influential features, as circuit-tracer does, and what the others write joins their block's error node (still exact).
+Nodes, in order (circuit-tracer's): active features (layer, position, feature), error nodes (layer, position),
+token embeddings (position), logits; ``adjacency[t, s]`` is the edge from s to t. N nodes hold N x N float64
+numbers (the page estimates it first, pages.attribution.view; pruned in core.analysis.attribution_prune);
+``max_feature_nodes`` keeps the most influential features, as circuit-tracer does, and what the others write joins
+their block's error node (still exact).
 """
 from __future__ import annotations
 
@@ -32,6 +44,7 @@ from core.analysis.sae import SAE
 BATCH = 128             # targets per backward pass
 MAX_LOGITS = 10         # the most output tokens attributed
 LOGIT_MASS = 0.95       # ... or fewer, once they cover this much probability
+TARGETS = ("demeaned", "raw")  # a logit target: minus the mean logit (circuit-tracer's), or the logit itself (ours)
 
 
 @dataclass
@@ -43,10 +56,12 @@ class Graph:
     logit_tokens: list[int]
     logit_probs: np.ndarray       # (K,)
     adjacency: np.ndarray         # (N, N): rows targets, columns sources; zero rows for errors and embeddings
-    inputs: np.ndarray            # (N,): each target's real input (a feature's pre-activation, a logit); 0 otherwise
-    constants: np.ndarray         # (N,): each target's input not carried by any edge (biases, LayerNorm shifts)
+    inputs: np.ndarray            # (N,): each target's real input (a feature's pre-activation, a logit target); 0
+    #                               otherwise. A logit target: the logit minus the mean logit, or the logit ("raw")
+    constants: np.ndarray         # (N,): each target's input no edge carries (biases, LayerNorm shifts, position embeddings)
     logits: np.ndarray = field(repr=False, default=None)  # (m,) the model's logits at the last position
     dropped: int = 0              # active features left out by max_feature_nodes (folded into the error nodes)
+    target: str = "demeaned"      # what a logit node is (TARGETS): the logit minus the mean logit, or the logit
 
     @property
     def n_pos(self) -> int:
@@ -59,7 +74,7 @@ class Graph:
     def slices(self) -> dict[str, slice]:
         f, e, n = self.n_features, self.n_layers * self.n_pos, self.n_pos
         return {"features": slice(0, f), "errors": slice(f, f + e), "tokens": slice(f + e, f + e + n),
-                "positions": slice(f + e + n, f + e + 2 * n), "logits": slice(f + e + 2 * n, None)}
+                "logits": slice(f + e + n, None)}
 
     @property
     def n_nodes(self) -> int:
@@ -85,15 +100,13 @@ def _record(model, ids: torch.Tensor, transcoders: dict[int, SAE]):
 def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_grad: bool,
                  zero_embeddings: bool = False, gates: dict | None = None, capture=(), live: dict | None = None):
     """B copies of the replacement run, from leaves: (leaves, mlp inputs by layer, logits (B, n, m)). ``live``: {layer:
-    (n, F) 0/1 active mask}: an activation is also mask x pre-activation, its gradient through later features."""
-    n = len(ids)
+    (n, F) 0/1 active mask}: an activation is also mask x pre-activation, its gradient through later features.
+    The position embedding is no leaf: the model adds its own, a constant (circuit-tracer's convention), also
+    when ``zero_embeddings`` zeroes the token embeddings."""
     tok = model.tok_emb.weight[ids].detach()  # (n, d)
-    pos = model.pos_emb.weight[:n].detach() if model.pos_emb is not None else None
     if zero_embeddings:
-        tok, pos = torch.zeros_like(tok), None if pos is None else torch.zeros_like(pos)
+        tok = torch.zeros_like(tok)
     leaves = {"tok": tok.expand(B, -1, -1).clone().requires_grad_(requires_grad)}
-    if pos is not None:
-        leaves["pos"] = pos.expand(B, -1, -1).clone().requires_grad_(requires_grad)
     for l in range(model.config.n_layers):
         leaves[f"a{l}"] = acts[l].detach().expand(B, -1, -1).clone().requires_grad_(requires_grad)
         leaves[f"e{l}"] = errors[l].detach().expand(B, -1, -1).clone().requires_grad_(requires_grad)
@@ -104,8 +117,6 @@ def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_
         return lambda x, name: value.expand_as(x) if value.shape[0] == 1 and x.shape[0] != 1 else value
 
     hooks = [("hook_embed", lambda x, name: leaves["tok"])]
-    if "pos" in leaves:
-        hooks.append(("hook_pos_embed", lambda x, name: leaves["pos"]))
     for name in cache:
         if name.endswith("hook_scale") or name.endswith("attn.hook_pattern"):
             hooks.append((name, frozen(name)))
@@ -134,12 +145,20 @@ def replacement_logits(model, transcoders: dict[int, SAE], ids) -> tuple[torch.T
 
 
 def _target(kind: str, key, mlp_in: dict, logits: torch.Tensor, b: int, transcoders: dict[int, SAE],
-            n: int) -> torch.Tensor:
-    """A target's input in row ``b`` of a replacement run: a feature's pre-activation, or a logit at the last position."""
+            n: int, target: str = "demeaned") -> torch.Tensor:
+    """A target's input in row ``b`` of a replacement run: a feature's pre-activation, or a logit at the last position
+    (``target`` "demeaned": minus the mean logit over the vocabulary, as circuit-tracer's; "raw": the logit)."""
     if kind == "f":
         l, p, f = key
         return transcoders[l].pre_acts(mlp_in[l][b, p], f)  # the feature's own encoder row: (d,) -> ()
-    return logits[b, n - 1, key]
+    row = logits[b, n - 1]  # (m,)
+    return row[key] - row.mean() if target == "demeaned" else row[key]
+
+
+def _check_target(target: str) -> str:
+    if target not in TARGETS:
+        raise ValueError(f"a logit target is one of {TARGETS}, not {target!r}")
+    return target
 
 
 def _targets(acts, logit_row: torch.Tensor, max_logits: int, mass: float):
@@ -162,28 +181,32 @@ class _Run:
     tokens: list
     by_layer: dict
     dropped: int = 0  # active features left out (by a cap), written through the error nodes
+    target: str = "demeaned"  # what a logit target is (TARGETS)
 
     @property
     def n_sources(self) -> int:
-        return len(self.feats) + (len(self.acts) + 2) * len(self.ids)
+        return len(self.feats) + (len(self.acts) + 1) * len(self.ids)  # features, errors, token embeddings
 
 
-def _influence(model, transcoders, ids, cache, acts, errors, tokens, probs) -> torch.Tensor:
+def _influence(model, transcoders, ids, cache, acts, errors, tokens, probs, target="demeaned") -> torch.Tensor:
     """(F,) per active feature (``_targets``' order) |activation x d(output)/d(activation)|, the output the explained
-    logits weighted by their probabilities, the derivative through the later features too (each linear in its
+    logit targets weighted by their probabilities, the derivative through the later features too (each linear in its
     pre-activation, its active set frozen): circuit-tracer's influence ranking to first order, in one backward pass."""
     leaves, _, logits = _replacement(model, ids, transcoders, cache, [torch.zeros_like(a) for a in acts], errors, 1,
                                      True, live={l: (a > 0).to(a.dtype) for l, a in enumerate(acts)})
-    out = (logits[0, -1, list(tokens)] * torch.as_tensor(np.asarray(probs), dtype=logits.dtype)).sum()
+    row = logits[0, -1] - (logits[0, -1].mean() if target == "demeaned" else 0)  # (m,) the logit targets' row
+    out = (row[list(tokens)] * torch.as_tensor(np.asarray(probs), dtype=logits.dtype)).sum()
     grads = torch.autograd.grad(out, [leaves[f"a{l}"] for l in range(len(acts))], allow_unused=True)
     # [a > 0] reads row-major (position, feature): the order of _targets' features
     return torch.cat([(a * (0 if g is None else g[0])).abs()[a > 0] for a, g in zip(acts, grads)]).detach()
 
 
 def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, logit_tokens=None, cap=None,
-         keep=None):
+         keep=None, target="demeaned"):
     """The graph's run; ``cap``: keep at most that many features, those of most influence (``_influence``);
-    ``keep``: exactly these (layer, position, feature) triples (a capped graph's, to split its edges again)."""
+    ``keep``: exactly these (layer, position, feature) triples (a capped graph's, to split its edges again);
+    ``target``: what a logit target is (TARGETS)."""
+    _check_target(target)
     logit_row, cache, acts, errors = _record(model, ids, transcoders)
     feats, tokens, probs = _targets(acts, logit_row, max_logits, logit_mass)
     if logit_tokens is not None:
@@ -191,7 +214,7 @@ def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, 
         probs = torch.softmax(logit_row.double(), -1)[tokens].numpy()
     if keep is None and cap is not None and len(feats) > cap:
         with torch.enable_grad():
-            score = _influence(model, transcoders, ids, cache, acts, errors, tokens, probs)
+            score = _influence(model, transcoders, ids, cache, acts, errors, tokens, probs, target)
         keep = [feats[int(i)] for i in torch.argsort(score, descending=True, stable=True)[:max(0, int(cap))]]
     active = len(feats)
     if keep is not None:  # the features left out write through their block's error node: the run is unchanged
@@ -206,7 +229,7 @@ def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, 
     fa = np.array(feats, dtype=np.int64).reshape(-1, 3)  # (F, 3): (layer, position, latent); (0, 3) if none
     by_layer = {l: (np.flatnonzero(fa[:, 0] == l), torch.as_tensor(fa[fa[:, 0] == l, 1]),
                     torch.as_tensor(fa[fa[:, 0] == l, 2])) for l in range(len(acts))}
-    return _Run(ids, cache, acts, errors, feats, tokens, by_layer, active - len(feats)), logit_row, probs
+    return _Run(ids, cache, acts, errors, feats, tokens, by_layer, active - len(feats), target), logit_row, probs
 
 
 def _source_row(run: _Run, grads: dict, leaves: dict) -> np.ndarray:
@@ -219,9 +242,7 @@ def _source_row(run: _Run, grads: dict, leaves: dict) -> np.ndarray:
         out[:, sel[0]] = (grads[f"a{l}"] * run.acts[l])[:, sel[1], sel[2]].numpy()  # (B, n, F_l) -> (B, k_l)
         out[:, F_n + l * n: F_n + (l + 1) * n] = (grads[f"e{l}"] * run.errors[l]).sum(-1).numpy()
     at = F_n + L * n
-    out[:, at: at + n] = (grads["tok"] * leaves["tok"]).sum(-1).numpy()
-    if "pos" in leaves:
-        out[:, at + n: at + 2 * n] = (grads["pos"] * leaves["pos"]).sum(-1).numpy()
+    out[:, at: at + n] = (grads["tok"] * leaves["tok"]).sum(-1).numpy()  # (B, n, d) -> (B, n)
     return out
 
 
@@ -240,7 +261,8 @@ def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=
         chunk = rows[start:start + batch]
         leaves, mlp_in, logits = _replacement(model, run.ids, transcoders, run.cache, run.acts, run.errors, len(chunk),
                                               True, gates=gates)
-        z = torch.stack([_target(kind, key, mlp_in, logits, b, transcoders, n) for b, (kind, key) in enumerate(chunk)])
+        z = torch.stack([_target(kind, key, mlp_in, logits, b, transcoders, n, run.target)
+                         for b, (kind, key) in enumerate(chunk)])
         names = list(leaves)
         grads = dict(zip(names, torch.autograd.grad(z.sum(), [leaves[k] for k in names], allow_unused=True)))
         # a leaf no target of this batch depends on (the last block's features, for targets in block 0) has none
@@ -248,24 +270,28 @@ def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=
         with torch.no_grad():
             edges[start:start + len(chunk)] = _source_row(run, grads, leaves)
             inputs[start:start + len(chunk)] = z.detach().numpy()
-            constants[start:start + len(chunk)] = [float(_target(kind, key, mlp0, logits0, 0, transcoders, n))
-                                                   for kind, key in chunk]
+            constants[start:start + len(chunk)] = [float(_target(kind, key, mlp0, logits0, 0, transcoders, n,
+                                                                 run.target)) for kind, key in chunk]
     return edges, inputs, constants
 
 
 def attribution_graph(model, transcoders: dict[int, SAE], ids, max_logits: int = MAX_LOGITS,
                       logit_mass: float = LOGIT_MASS, batch: int = BATCH, logit_tokens: list[int] | None = None,
-                      max_feature_nodes: int | None = None) -> Graph:
+                      max_feature_nodes: int | None = None, target: str = "demeaned") -> Graph:
     """The attribution graph of ``model`` on ``ids`` with a transcoder for every block (``transcoders``: {layer: SAE}).
     ``logit_tokens``: the outputs to explain (default: the top ones covering ``logit_mass``, at most ``max_logits``);
-    ``max_feature_nodes``: at most that many feature nodes, those of most influence on them (None: every one)."""
+    ``max_feature_nodes``: at most that many feature nodes, those of most influence on them (None: every one);
+    ``target``: a logit node is the logit minus the mean logit over the vocabulary ("demeaned", circuit-tracer's), or
+    the logit itself ("raw", ours)."""
+    _check_target(target)
     ids = torch.as_tensor(ids, dtype=torch.long)
     L = model.config.n_layers
     if sorted(transcoders) != list(range(L)):
         raise ValueError(f"the graph needs a transcoder for every block (0 to {L - 1}); it has {sorted(transcoders)}")
     was = model.training
     model.eval()
-    run, logit_row, probs = _run(model, transcoders, ids, max_logits, logit_mass, logit_tokens, cap=max_feature_nodes)
+    run, logit_row, probs = _run(model, transcoders, ids, max_logits, logit_mass, logit_tokens, cap=max_feature_nodes,
+                                 target=target)
     F, S, N = len(run.feats), run.n_sources, run.n_sources + len(run.tokens)
     adjacency, inputs, constants = np.zeros((N, N)), np.zeros(N), np.zeros(N)
     # the features' rows, then the logits': each written straight into its block of the adjacency, not held twice
@@ -278,7 +304,8 @@ def attribution_graph(model, transcoders: dict[int, SAE], ids, max_logits: int =
     return Graph(ids=ids.tolist(), features=np.array(run.feats, dtype=np.int64).reshape(-1, 3),
                  activations=np.array([float(run.acts[l][p, f]) for l, p, f in run.feats]), n_layers=L,
                  logit_tokens=run.tokens, logit_probs=np.asarray(probs, dtype=float), adjacency=adjacency,
-                 inputs=inputs, constants=constants, logits=logit_row.detach().numpy(), dropped=run.dropped)
+                 inputs=inputs, constants=constants, logits=logit_row.detach().numpy(), dropped=run.dropped,
+                 target=target)
 
 
 def _rows_of(g: Graph, targets) -> list:
@@ -301,7 +328,7 @@ def head_split(model, transcoders: dict[int, SAE], g: Graph, targets) -> dict:
     part is the graph with every head but those switched off."""
     ids = torch.as_tensor(g.ids, dtype=torch.long)
     L, h = model.config.n_layers, model.config.n_heads
-    run, _, _ = _run(model, transcoders, ids, logit_tokens=g.logit_tokens, keep=g.features.tolist())
+    run, _, _ = _run(model, transcoders, ids, logit_tokens=g.logit_tokens, keep=g.features.tolist(), target=g.target)
     rows, S = _rows_of(g, targets), run.n_sources
 
     def part(gates):
@@ -325,8 +352,8 @@ def qk_split(model, transcoders: dict[int, SAE], ids, layer: int, head: int, que
     """Why head ``head`` of block ``layer`` (counted from 0) scores key position ``key`` from query position
     ``query``: the score q . k / sqrt(d_head) written as sum over (query-side source s, key-side source t) of
     q_s . k_t / sqrt(d_head), plus the constant parts (q_0 . k_t, q_s . k_0, q_0 . k_0); the sources are the
-    graph's (features of the blocks below, error nodes, token and position embeddings; ``features``: a capped
-    graph's)."""
+    graph's (features of the blocks below, error nodes, token embeddings; ``features``: a capped graph's); the
+    position embeddings are in the constant parts, as in the graph."""
     ids = torch.as_tensor(ids, dtype=torch.long)
     if not (0 <= key <= query < len(ids)):
         raise ValueError("the key position must be at or before the query position, both inside the prompt")

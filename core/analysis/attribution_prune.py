@@ -91,14 +91,18 @@ def prune(g: Graph, node_threshold: float = NODE_THRESHOLD, edge_threshold: floa
 
 
 def scores(g: Graph) -> tuple[float, float]:
-    """(replacement score, completeness score), as circuit-tracer defines them: the share of the embeddings'
-    influence on the logits that flows through features rather than error nodes; and the share of every node's
-    input (weighted by its influence on the output) that comes from features or embeddings, not errors."""
+    """(replacement score, completeness score), circuit-tracer's ``compute_graph_scores``: with the logit nodes
+    weighted by their probabilities and ``influence`` of the normalized |A|, the replacement score is the token
+    embeddings' influence over that of the token embeddings and error nodes together (how much of the input's
+    influence on the output reaches it through features alone); the completeness score is the mean, weighted by
+    each node's influence plus its logit weight, of the share of its normalized input that comes from no error node
+    (a node with no input counts 1). Equal to circuit-tracer's on the same graph; on the same model and transcoders
+    when the graph was built with its conventions (``target="demeaned"``, the default; position embeddings constant)."""
     sl = g.slices()
     w = _logit_weights(g)
     na = normalize(g.adjacency)
     inf = influence(na, w)
-    embed = inf[sl["tokens"].start:sl["positions"].stop].sum()
+    embed = inf[sl["tokens"]].sum()
     err = inf[sl["errors"]].sum()
     replacement = float(embed / (embed + err)) if embed + err > 0 else math.nan
     out = inf + w

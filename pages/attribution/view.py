@@ -52,7 +52,7 @@ def _per_copy(config, widths, features: int, n: int) -> int:
     in float32, each block's feature leaves, their gradients and products (3 x width), about 40 d-wide activations
     and gradients per block, the logits and their gradient, the frozen patterns; and its row of edges (float64)."""
     L = config.n_layers
-    S = features + (L + 2) * n
+    S = features + (L + 1) * n  # sources: features, error nodes, token embeddings
     return 4 * n * (3 * sum(widths) + 40 * L * config.d_model + 2 * config.vocab_size + 2 * L * config.n_heads * n) \
         + 16 * S
 
@@ -62,7 +62,7 @@ def graph_cost(config, widths, features: int, n: int, batch: int = BATCH, logits
     ``config`` whose transcoders have ``widths`` latents per block. The peak is the larger of building it (the
     adjacency, then ``batch`` copies of the replacement run) and pruning it (PEAK_COPIES x the adjacency)."""
     L, d, m = config.n_layers, config.d_model, config.vocab_size
-    S = features + (L + 2) * n
+    S = features + (L + 1) * n
     N, R = S + logits, features + logits
     B = max(1, min(batch, R))
     memory = max(8 * N * N + B * _per_copy(config, widths, features, n), PEAK_COPIES * 8 * N * N)
@@ -164,7 +164,7 @@ def graph_refusal(config, active, features, n, memory, seconds, budget, max_seco
             f"about {binary_bytes(memory)} of memory at its peak and {duration_words(seconds)}, where one graph may "
             f"take {allowed} and {max_seconds:.0f} s.{dense}{fix}")
 
-KIND_ROW = {"tokens": 0, "positions": 0}  # the embeddings sit at the bottom; block l's features at l + 1
+KIND_ROW = {"tokens": 0}  # the embeddings sit at the bottom; block l's features at l + 1
 
 
 def node_kind(g: Graph, i: int) -> str:
@@ -175,7 +175,7 @@ def node_kind(g: Graph, i: int) -> str:
 
 
 def node_label(g: Graph, i: int, token_text) -> str:
-    """A node in words: "L1 #87 at 'v' (63)", "error L2 at 'v' (63)", "token 'e' (26)", "position 26", "logit 'e'"."""
+    """A node in words: "L1 #87 at 'v' (63)", "error L2 at 'v' (63)", "token 'e' (26)", "logit 'e'"."""
     sl, n = g.slices(), g.n_pos
     kind = node_kind(g, i)
     if kind == "features":
@@ -187,8 +187,6 @@ def node_label(g: Graph, i: int, token_text) -> str:
     if kind == "tokens":
         p = i - sl["tokens"].start
         return f"token {visible(token_text(g.ids[p]))!r} ({p + 1})"
-    if kind == "positions":
-        return f"position {i - sl['positions'].start + 1}"
     return f"logit {visible(token_text(g.logit_tokens[i - sl['logits'].start]))!r}"
 
 
@@ -205,8 +203,6 @@ def node_place(g: Graph, i: int) -> tuple[float, float]:
         return float(k % n), k // n + 0.75
     if kind == "tokens":
         return float(i - sl["tokens"].start), 0.0
-    if kind == "positions":
-        return float(i - sl["positions"].start), -0.25
     return float(n - 1) + 1.0 + 0.15 * (i - sl["logits"].start), float(g.n_layers + 1)
 
 
@@ -253,7 +249,7 @@ def qk_rows(split: dict, labels: list[str], k: int = 8) -> list[dict]:
 
 
 def source_labels(g: Graph, token_text) -> list[str]:
-    """Labels of the graph's sources in node order (features, errors, tokens, positions)."""
+    """Labels of the graph's sources in node order (features, errors, token embeddings)."""
     return [node_label(g, i, token_text) for i in range(g.slices()["logits"].start)]
 
 
