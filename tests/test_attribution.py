@@ -1,7 +1,9 @@
 """Attribution graphs (issue 46): the replacement model gives the model's logits; every target's edges and constant
 terms add up to its input; an edge is the change of its target when its source grows by (1 + eps), over eps; a
 model built so the graph is known by hand gives that graph; the head split and the query-key split add up to what
-the model computes; pruning and the two scores on hand-made graphs."""
+the model computes; pruning and the two scores on hand-made graphs. Issue 57: the conventions are circuit-tracer's
+(a logit target is the logit minus the mean logit, a position embedding a constant), and its scores and pruning,
+written out here from its code, agree with ours on the shipped model."""
 from pathlib import Path
 
 import numpy as np
@@ -47,16 +49,46 @@ def graph(shipped):
     return A.attribution_graph(model, tcs, ids)
 
 
-def test_every_targets_edges_and_constants_add_up_to_its_input(graph):
-    g = graph
+@pytest.fixture(scope="module")
+def raw_graph(shipped):
+    model, _, tcs, ids = shipped
+    return A.attribution_graph(model, tcs, ids, target="raw")
+
+
+def plain_logits(model, ids) -> torch.Tensor:
+    """(m,) the model's own logits at the last position: a plain forward, no hooks."""
+    with torch.no_grad():
+        return model(torch.as_tensor(ids)[None]).logits[0, -1].double()
+
+
+@pytest.mark.parametrize("which", ["demeaned", "raw"])
+def test_every_targets_edges_and_constants_add_up_to_its_input(shipped, graph, raw_graph, which):
+    model, _, _, ids = shipped
+    g = graph if which == "demeaned" else raw_graph
     sl = g.slices()
+    assert list(sl) == ["features", "errors", "tokens", "logits"] and g.target == which
+    assert g.n_nodes == g.n_features + (g.n_layers + 1) * g.n_pos + len(g.logit_tokens)
     targets = list(range(g.n_features)) + list(range(sl["logits"].start, g.n_nodes))
     total = g.adjacency[targets].sum(1) + g.constants[targets]
     np.testing.assert_allclose(total, g.inputs[targets], atol=1e-4)
     # the inputs are the real ones: a feature's pre-activation is at least its activation (TopK keeps the ReLU of it)
     np.testing.assert_allclose(g.inputs[:g.n_features], g.activations, atol=1e-5)
-    np.testing.assert_allclose(g.inputs[sl["logits"]], g.logits[g.logit_tokens], atol=1e-4)
+    # a logit target from a plain forward: the logit minus the mean over the vocabulary (circuit-tracer's), or the logit
+    logits = plain_logits(model, ids)
+    want = logits[g.logit_tokens] - (logits.mean() if which == "demeaned" else 0)
+    assert abs(float(logits.mean())) > 0.1  # the two conventions differ here: something to check
+    np.testing.assert_allclose(g.inputs[sl["logits"]], want.numpy(), atol=1e-4)
+    np.testing.assert_allclose(total[g.n_features:], want.numpy(), atol=1e-4)
     assert not g.adjacency[sl["errors"].start:sl["logits"].start].any()  # errors and embeddings have no inputs
+
+
+def test_the_two_targets_share_every_feature_row(graph, raw_graph):
+    """Only the logit rows differ: a feature's input is its pre-activation under either convention."""
+    F, top = graph.n_features, graph.slices()["logits"].start
+    np.testing.assert_array_equal(graph.adjacency[:F], raw_graph.adjacency[:F])
+    assert np.abs(graph.adjacency[top:] - raw_graph.adjacency[top:]).max() > 1e-3
+    with pytest.raises(ValueError, match="a logit target is one of"):
+        A.attribution_graph(None, {}, [0], target="centred")
 
 
 def test_an_edge_is_the_change_when_its_source_grows(shipped, graph):
@@ -64,6 +96,10 @@ def test_an_edge_is_the_change_when_its_source_grows(shipped, graph):
     model, _, tcs, ids = shipped
     g, eps = graph, 1e-2
     ids_t = torch.as_tensor(ids)
+    t = g.logit_tokens[0]
+
+    def target(logits):  # (1, n, m) -> the demeaned logit of t at the last position
+        return float(logits[0, -1, t] - logits[0, -1].mean())
     _, cache, acts, errors = A._record(model, ids_t, tcs)
     top = g.slices()["logits"].start
     strongest = [int(i) for i in np.argsort(-np.abs(g.adjacency[top, :g.n_features]))[:3]]
@@ -74,14 +110,16 @@ def test_an_edge_is_the_change_when_its_source_grows(shipped, graph):
         with torch.no_grad():
             _, _, base = A._replacement(model, ids_t, tcs, cache, acts, errors, 1, False)
             _, _, moved = A._replacement(model, ids_t, tcs, cache, grown, errors, 1, False)
-        change = float(moved[0, -1, g.logit_tokens[0]] - base[0, -1, g.logit_tokens[0]]) / eps
+        change = (target(moved) - target(base)) / eps
         assert change == pytest.approx(g.adjacency[top, src], rel=1e-3, abs=1e-4)
 
 
-def hand_model():
+def hand_model(positions: bool = False):
     """One block, no LayerNorm, attention that writes nothing (W_O = 0), one-hot embeddings; the MLP writes 2 e2 for
-    coordinate 0 of its input and 3 e3 for coordinate 1, and a transcoder that does exactly the same."""
-    cfg = ModelConfig(vocab_size=4, n_ctx=4, d_model=4, n_heads=1, n_layers=1, d_ff=4, norm="none", positions=False)
+    coordinate 0 of its input and 3 e3 for coordinate 1, and a transcoder that does exactly the same. ``positions``:
+    with a position embedding, zero until the caller sets it."""
+    cfg = ModelConfig(vocab_size=4, n_ctx=4, d_model=4, n_heads=1, n_layers=1, d_ff=4, norm="none",
+                      positions=positions)
     model = Transformer(cfg)
     with torch.no_grad():
         for p in model.parameters():
@@ -104,21 +142,48 @@ def hand_model():
     return model.eval(), {0: tc.requires_grad_(False)}
 
 
-def test_a_model_built_so_the_graph_is_known():
+@pytest.mark.parametrize("which", ["raw", "demeaned"])
+def test_a_model_built_so_the_graph_is_known(which):
     model, tcs = hand_model()
-    g = A.attribution_graph(model, tcs, [0, 1], logit_tokens=[3, 1])
+    g = A.attribution_graph(model, tcs, [0, 1], logit_tokens=[3, 1], target=which)
     # two active features: coordinate 0 at position 0, coordinate 1 at position 1, each of activation 1
     assert g.features.tolist() == [[0, 0, 0], [0, 1, 1]] and g.activations.tolist() == pytest.approx([1, 1])
     sl = g.slices()
-    tok = sl["tokens"].start
+    tok, out = sl["tokens"].start, sl["logits"].start
+    # the last position's stream is e1 + 3 e3 (its token, the feature's write); W_U = I, so the logits are the stream
+    # and their mean over the 4 tokens is a quarter of its sum: the demeaned logit of t reads e_t - (1, 1, 1, 1) / 4
+    m = 0.25 if which == "demeaned" else 0.0
     want = np.zeros_like(g.adjacency)
     want[0, tok + 0] = 1.0   # feature (pos 0) <- its token's embedding e0
     want[1, tok + 1] = 1.0   # feature (pos 1) <- e1
-    want[sl["logits"].start, 1] = 3.0      # logit of token 3 <- the feature writing 3 e3 at the last position
-    want[sl["logits"].start + 1, tok + 1] = 1.0  # logit of token 1 <- e1, straight along the stream
+    want[out, 1] = 3.0 * (1 - m)        # logit of token 3 <- the feature writing 3 e3 at the last position
+    want[out, tok + 1] = -m             # ... and e1 (only the mean reads it)
+    want[out + 1, tok + 1] = 1.0 - m    # logit of token 1 <- e1, straight along the stream
+    want[out + 1, 1] = -3.0 * m         # ... and the feature's 3 e3 (only the mean)
     np.testing.assert_allclose(g.adjacency, want, atol=1e-6)
     assert not g.constants.any()
     assert P.scores(g) == pytest.approx((1.0, 1.0))  # no error node carries anything
+
+
+def test_a_position_embedding_is_a_constant_as_in_circuit_tracer():
+    """The hand model with a position embedding in the coordinates no MLP unit writes from (2 and 3): the features
+    and errors are unchanged, no node carries the position embedding, and each logit target's constant is its part,
+    p[t] - mean(p) at the last position (W_U = I)."""
+    model, tcs = hand_model(positions=True)
+    pos = torch.zeros(4, 4)
+    pos[:, 2], pos[:, 3] = torch.tensor([0.5, -1.0, 2.0, 0.7]), torch.tensor([1.5, 0.25, -0.5, 3.0])
+    with torch.no_grad():
+        model.pos_emb.weight.copy_(pos)
+    g = A.attribution_graph(model, tcs, [0, 1], logit_tokens=[3, 1])
+    no_pos = A.attribution_graph(hand_model()[0], tcs, [0, 1], logit_tokens=[3, 1])
+    assert g.features.tolist() == no_pos.features.tolist() and g.n_nodes == no_pos.n_nodes
+    np.testing.assert_allclose(g.adjacency, no_pos.adjacency, atol=1e-6)  # the same edges: no node of its own
+    last = pos[1].double()
+    out = g.slices()["logits"].start
+    np.testing.assert_allclose(g.constants[out:], (last[[3, 1]] - last.mean()).numpy(), atol=1e-6)
+    assert not g.constants[:out].any()  # the features read coordinates 0 and 1, where it writes nothing
+    logits = plain_logits(model, [0, 1])
+    np.testing.assert_allclose(g.inputs[out:], (logits[[3, 1]] - logits.mean()).numpy(), atol=1e-6)
 
 
 def gated_edges(model, tcs, g, targets, gates) -> np.ndarray:
@@ -173,12 +238,12 @@ def test_the_query_key_split_adds_up_to_the_heads_score(shipped):
 def test_influence_and_pruning_on_a_hand_made_chain():
     # token -> feature -> logit with weights 2 and 3, and a weak error -> logit edge of 0.1
     g = A.Graph(ids=[0], features=np.array([[0, 0, 0]]), activations=np.array([1.0]), n_layers=1, logit_tokens=[5],
-                logit_probs=np.array([1.0]), adjacency=np.zeros((5, 5)), inputs=np.zeros(5), constants=np.zeros(5))
-    # nodes: 0 feature, 1 error, 2 token, 3 position, 4 logit
+                logit_probs=np.array([1.0]), adjacency=np.zeros((4, 4)), inputs=np.zeros(4), constants=np.zeros(4))
+    # nodes: 0 feature, 1 error, 2 token, 3 logit
     g.adjacency[0, 2] = 2.0
-    g.adjacency[4, 0], g.adjacency[4, 1] = 3.0, 0.1
+    g.adjacency[3, 0], g.adjacency[3, 1] = 3.0, 0.1
     na = P.normalize(g.adjacency)
-    inf = P.influence(na, np.array([0, 0, 0, 0, 1.0]))
+    inf = P.influence(na, np.array([0, 0, 0, 1.0]))
     assert inf[:3] == pytest.approx([3 / 3.1, 0.1 / 3.1, 3 / 3.1])
     rep, comp = P.scores(g)
     assert rep == pytest.approx((3 / 3.1) / (3 / 3.1 + 0.1 / 3.1))
@@ -187,10 +252,122 @@ def test_influence_and_pruning_on_a_hand_made_chain():
     # (3 + 0.1 + 3 + 3) / 3.1 over (3 + 0.1 + 3 + 3.1) / 3.1
     assert comp == pytest.approx(9.1 / 9.2)
     pr = P.prune(g, node_threshold=0.9, edge_threshold=0.9)
-    assert pr.node_mask.tolist() == [True, False, True, True, True]  # the error node carries under 10 %
-    assert pr.edge_mask[4, 0] and pr.edge_mask[0, 2] and not pr.edge_mask[4, 1]
+    assert pr.node_mask.tolist() == [True, False, True, True]  # the error node carries under 10 %
+    assert pr.edge_mask[3, 0] and pr.edge_mask[0, 2] and not pr.edge_mask[3, 1]
     with pytest.raises(ValueError):
         P.prune(g, node_threshold=1.5)
+
+
+# ---------------------------------------------------------------- circuit-tracer's scores and pruning (issue 57)
+# Written out from circuit-tracer's circuit_tracer/graph.py (normalize_matrix, compute_influence, find_threshold,
+# prune_graph, compute_graph_scores), in torch as there, on its node order [features, errors, tokens, logits]; none
+# of it calls ours. The logit weights are the logit nodes' probabilities, the last n_logits nodes.
+def ct_normalize_matrix(matrix):
+    normalized = matrix.abs()
+    return normalized / normalized.sum(dim=1, keepdim=True).clamp(min=1e-10)
+
+
+def ct_compute_influence(A_, logit_weights, max_iter=1000):
+    current_influence = logit_weights @ A_
+    influence = current_influence.clone()
+    iterations = 0
+    while current_influence.any():
+        assert iterations < max_iter
+        current_influence = current_influence @ A_
+        influence += current_influence
+        iterations += 1
+    return influence
+
+
+def ct_find_threshold(scores, threshold):
+    sorted_scores = torch.sort(scores, descending=True).values
+    cumulative_score = torch.cumsum(sorted_scores, dim=0) / torch.sum(sorted_scores)
+    threshold_index = int(torch.searchsorted(cumulative_score, threshold).item())
+    threshold_index = min(threshold_index, len(cumulative_score) - 1)
+    return sorted_scores[threshold_index]
+
+
+def ct_logit_weights(adjacency, probs):
+    w = torch.zeros(adjacency.shape[0], dtype=adjacency.dtype)
+    w[-len(probs):] = probs
+    return w
+
+
+def ct_graph_scores(adjacency, probs, n_features, n_tokens, n_layers):
+    error_start = n_features
+    error_end = error_start + n_tokens * n_layers
+    token_end = error_end + n_tokens
+    logit_weights = ct_logit_weights(adjacency, probs)
+    normalized_matrix = ct_normalize_matrix(adjacency)
+    node_influence = ct_compute_influence(normalized_matrix, logit_weights)
+    token_influence = node_influence[error_end:token_end].sum()
+    error_influence = node_influence[error_start:error_end].sum()
+    replacement_score = token_influence / (token_influence + error_influence)
+    non_error_fractions = 1 - normalized_matrix[:, error_start:error_end].sum(dim=-1)
+    output_influence = node_influence + logit_weights
+    completeness_score = (non_error_fractions * output_influence).sum() / output_influence.sum()
+    return replacement_score.item(), completeness_score.item()
+
+
+def ct_prune_graph(adjacency, probs, n_features, n_tokens, node_threshold=0.8, edge_threshold=0.98):
+    n_logits = len(probs)
+    logit_weights = ct_logit_weights(adjacency, probs)
+    node_influence = ct_compute_influence(ct_normalize_matrix(adjacency), logit_weights)
+    node_mask = node_influence >= ct_find_threshold(node_influence, node_threshold)
+    node_mask[-n_logits - n_tokens:] = True
+    pruned_matrix = adjacency.clone()
+    pruned_matrix[~node_mask] = 0
+    pruned_matrix[:, ~node_mask] = 0
+    normalized_pruned = ct_normalize_matrix(pruned_matrix)
+    pruned_influence = ct_compute_influence(normalized_pruned, logit_weights) + logit_weights
+    edge_scores = normalized_pruned * pruned_influence[:, None]
+    edge_mask = edge_scores >= ct_find_threshold(edge_scores.flatten(), edge_threshold)
+    old_node_mask = node_mask.clone()
+    node_mask[: -n_logits - n_tokens] &= edge_mask[:, : -n_logits - n_tokens].any(0)
+    node_mask[:n_features] &= edge_mask[:n_features].any(1)
+    while not torch.all(node_mask == old_node_mask):
+        old_node_mask[:] = node_mask
+        edge_mask[~node_mask] = False
+        edge_mask[:, ~node_mask] = False
+        node_mask[: -n_logits - n_tokens] &= edge_mask[:, : -n_logits - n_tokens].any(0)
+        node_mask[:n_features] &= edge_mask[:n_features].any(1)
+    return node_mask, edge_mask
+
+
+PROMPT = "Long live the king! Long live the queen! Long live the k"  # the page's default
+
+
+@pytest.fixture(scope="module")
+def default_graph(shipped):
+    model, tok, tcs, _ = shipped
+    return A.attribution_graph(model, tcs, tok.encode(PROMPT)[-64:])
+
+
+def ct_args(g):
+    return torch.as_tensor(g.adjacency), torch.as_tensor(g.logit_probs), g.n_features, g.n_pos
+
+
+def test_the_scores_and_pruning_are_circuit_tracers(default_graph, raw_graph):
+    """Ours against circuit-tracer's formulas above, on the default prompt's graph (and on a raw-logit graph: the
+    formulas are the same whatever the targets)."""
+    for g in (default_graph, raw_graph):
+        adjacency, probs, F, n = ct_args(g)
+        want = ct_graph_scores(adjacency, probs, F, n, g.n_layers)
+        assert P.scores(g) == pytest.approx(want, abs=1e-9)
+        node_mask, edge_mask = ct_prune_graph(adjacency, probs, F, n)
+        pr = P.prune(g)
+        np.testing.assert_array_equal(pr.node_mask, node_mask.numpy())
+        np.testing.assert_array_equal(pr.edge_mask, edge_mask.numpy())
+
+
+def test_the_default_graph_gives_circuit_tracers_numbers(default_graph):
+    """Issue 57: circuit-tracer's ``attribute`` on the shipped character model and transcoders, default prompt,
+    gave replacement / completeness 0.791 / 0.920 and kept 237 edges at node share 0.8 (edge share 0.98); the
+    raw-logit convention with position embedding nodes gave 0.765 / 0.906 and 497 edges."""
+    g = default_graph
+    rep, comp = P.scores(g)
+    assert (round(rep, 3), round(comp, 3)) == (0.791, 0.920)
+    assert int(P.prune(g, 0.8).edge_mask.sum()) == 237
 
 
 def test_a_graph_needs_every_blocks_transcoder(shipped):
