@@ -16,6 +16,8 @@ from ui import cached_figure, ensure_frame, model_cache, model_key, prompt_input
 from core.serve.fmt import shown_pos
 from core.serve.links import Field, LinkSpec
 from ui.links import frame_params, link_box, use_link
+from ui.code_box import code_box
+from core.views import snippets as SN
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -244,3 +246,4 @@ for name, text in role_explanations().items():
 
 st.divider()
 link_box(LINK)
+code_box(SN.attention(entry.path, entry.step, tok, prompt.text, ids, layer, head, st.session_state.get("attn_pos")))

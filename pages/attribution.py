@@ -11,6 +11,8 @@ from pages.attribution import view as av
 from ui import chart, ensure_frame, model_key, prompt_input, require_model
 from pages.attribution.parts import transcoders_of
 from ui.caching import model_cache
+from ui.code_box import code_box
+from core.views import snippets as SN
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -189,3 +191,4 @@ st.caption("Each term is a query-side source's part of the query dotted with a k
            "over the square root of the head's width; with the constant terms they add up to the score. An induction "
            "head's signature: on the key side, the token *before* the key position (moved there by a block-1 head "
            "that looks one back), matched on the query side by the same token at the end of the prompt.")
+code_box(SN.attribution(entry.path, entry.step, tok, prompt.text, ids, token, cap, node_share, g, sel))

@@ -7,6 +7,8 @@ from core.analysis.prompt_pairs import stack_rows, strongest_head
 from core.serve.fmt import head_label, shown_pos
 from core.serve.links import Field, LinkSpec
 from ui.links import link_box, use_link
+from ui.code_box import code_box
+from core.views import snippets as SN
 from ui import approved, cached_figure, ensure_frame, in_steps, model_key, prompt_input, require_model, shared_chart
 from pages.cause_effect.parts import make_corrupted, make_example, make_one_length, path_section, patching_runs, sources_section
 
@@ -231,3 +233,4 @@ sl, i = sources_section(R, mkey, c, a_ids, b_ids, metric, tokens, (hl, hh), pair
 
 st.divider()
 link_box(LINK, {"layer": sl[0], "head": sl[1], "pos": i})
+code_box(SN.cause_effect(entry.path, entry.step, tok, clean.text, a_ids, corrupt.text, b_ids, metric, what))

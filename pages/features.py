@@ -9,6 +9,8 @@ from pages.features import cards as FC
 from pages.features.jobs import forming_panel, training_panel
 from ui.features import Browser, training_record
 from ui.saes import PICK_KEY, available_saes
+from ui.code_box import code_box
+from core.views import snippets as SN
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -136,6 +138,8 @@ if len(ids) < 2:
     st.info("Your prompt needs at least two tokens for a loss.")
 else:
     FC.draw_off(browser.off(spec, int(unit), ids), tokens, word)
+code_box(SN.features(entry.path, entry.step, tok, prompt.text, ids, int(unit), spec[1] if word == "neuron" else None,
+                     choice.site if choice and choice.source == "saved" else None), SN.UNSAVED_SAE)
 
 if choice:
     st.subheader("When the features formed")
