@@ -167,6 +167,14 @@ def graph_json_bytes(*args, **kwargs) -> bytes:
     return json.dumps(graph_json(*args, **kwargs), ensure_ascii=False).encode("utf-8")
 
 
+def graph_file(g: Graph, pr: Pruned, token_text, model_name: str, prompt: str, explain: int | None, share: float,
+               clicked: int | None = None, pinned=()) -> bytes:
+    """The file the Attribution page offers: ``graph_json_bytes`` with our slug and scan for ``model_name``, the
+    output ``explain`` and the pruning ``share``; its name is ``slug_for(model_name, g.ids, explain) + ".json"``."""
+    return graph_json_bytes(g, pr, token_text, slug=slug_for(model_name, g.ids, explain), scan=scan_name(model_name),
+                            prompt=prompt, node_threshold=share, clicked=clicked, pinned=pinned)
+
+
 # ------------------------------------------------------------------ stable node names, for links
 
 def node_name(g: Graph, i: int) -> str | None:
@@ -202,3 +210,41 @@ def find_node(g: Graph, name: str) -> int | None:
         return g.slices()["logits"].start + g.logit_tokens.index(parsed[1]) if parsed[1] in g.logit_tokens else None
     hit = np.flatnonzero((g.features == np.array(parsed[1:])).all(1)) if g.n_features else []
     return int(hit[0]) if len(hit) else None
+
+
+def link_output(token: int, choices, token_text) -> str | None:
+    """Why a link's output= cannot be explained on this prompt (None: it can)."""
+    if token in choices:
+        return None
+    try:
+        shown = f" ({token_text(token)!r})"
+    except (ValueError, IndexError, KeyError):  # an id outside the vocabulary: no text to show
+        shown = ""
+    return f"token {token}{shown} is not one of this prompt's likeliest outputs: the likeliest is explained"
+
+
+def _resolve(g: Graph, name: str, allowed) -> tuple[int | None, str | None]:
+    try:
+        i = find_node(g, name)
+    except ValueError as e:
+        return None, str(e)
+    if i is None:
+        return None, f"this graph has no node {name}"
+    return (i, None) if i in allowed else (None, f"{name} is pruned away at this share")
+
+
+def link_nodes(g: Graph, node: str | None, off: str | None, pickable: list[dict], most: int = 12):
+    """A link's node= and off= on ``g``: (the node to inspect or None, the features to switch off, [(key, why)] for
+    what ``g`` lacks); the node one of ``pickable`` (the page's kept nodes, {"node": index, "kind": ...}), the
+    features of those, at most ``most``."""
+    ignored, i = [], None
+    switchable = {n["node"] for n in pickable if n["kind"] == "features"}
+    if node is not None:
+        i, why = _resolve(g, node, {n["node"] for n in pickable})
+        if why:
+            ignored.append(("node", f"{why}: the page inspects its default node"))
+    found = [_resolve(g, s.strip(), switchable) for s in (off or "").split(",") if s.strip()][:most]
+    bad = [why for _, why in found if why]
+    if bad:
+        ignored.append(("off", "; ".join(bad) + (": those stay on" if len(bad) > 1 else ": it stays on")))
+    return i, list(dict.fromkeys(j for j, why in found if why is None)), ignored
