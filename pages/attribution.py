@@ -7,7 +7,7 @@ from core.analysis.picks import nan_argmax
 from pages.attribution.figures import graph_figure
 from core.nn.tokenizer_base import fragment_note
 from core.serve.fmt import head_label, visible
-from pages.attribution import view as av
+from pages.attribution import share as ash, view as av
 from ui import chart, ensure_frame, model_key, prompt_input, require_model
 from pages.attribution.parts import transcoders_of
 from ui.caching import model_cache
@@ -44,6 +44,7 @@ if found.problem:
     st.stop()
 tcs = found.tcs
 mkey = f"{model_key(entry)}|{found.key}"  # the model's weights and its transcoders': a retrained one is another graph
+LINK = ash.read_link(tok, model.config.n_ctx)  # prompt, share, cap now; output, node, off once the graph is built
 prompt = prompt_input("Prompt", DEFAULT, "attr_prompt", tok, model.config.n_ctx, height=80)
 if prompt.empty or len(prompt.ids) < 2:
     st.info(f"Type a prompt of at least two {tok.units}: the graph explains the prediction after its last one.")
@@ -89,7 +90,7 @@ def _sources(ids, token, cap, batch):
 
 first = graph_of(mkey, ids, None, *at)
 text = lambda t: tok.shown_text([t])  # noqa: E731  one token id -> its text (a byte fragment as ⟨f0⟩, never �)
-choices = first.logit_tokens
+choices = ash.apply_output(first.logit_tokens, text)  # a link's output applied, after the reset on a new prompt
 if note := fragment_note(" ".join(text(t) for t in [*ids, *choices])):  # said once, where a byte piece first shows
     st.caption(note)
 explain = st.selectbox("Output to explain", choices, format_func=lambda t: f"{visible(text(t))!r}  "
@@ -120,6 +121,7 @@ m4.metric("Features · edges kept", f"{int(pr.node_mask[:g.n_features].sum())} �
 nodes, edges = av.pruned_lists(g, pr, text)
 ticks = [f"{visible(text(t))}" for t in g.ids] + ["→"]
 pickable = sorted((n for n in nodes if n["kind"] in ("features", "logits")), key=lambda n: -n["influence"])
+ash.apply_nodes(g, pickable)  # a link's node and features off, after the reset on a new output
 sel = st.selectbox("Node to inspect", [n["node"] for n in pickable],
                    format_func=lambda i: av.node_label(g, i, text), key="attr_node",
                    index=next((k for k, n in enumerate(pickable) if n["kind"] == "logits"), 0))
@@ -139,6 +141,7 @@ def _clicked():
 chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel, pinned=st.session_state.get("attr_pinned", ())),
       width="stretch", key="attr_fig", on_select=_clicked, selection_mode="points")
 st.caption("Click a feature or the output to inspect it below; hover an edge's middle for its ends and weight.")
+ash.share_row(LINK, g, pr, text, entry.name, tok.decode(list(ids)), explain, node_share, sel)
 if av.node_kind(g, sel) == "features":
     l, p, f = (int(v) for v in g.features[sel])
     prof = model_cache(lambda ids, l, f: P.feature_profile(model, tcs, list(ids), l, f), 32)(mkey, ids, l, f)

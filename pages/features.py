@@ -5,7 +5,7 @@ from core.analysis.sites import site_words
 from core.serve.fmt import md_escape
 from core.views import features_view as FV
 from ui import ensure_frame, metric_row, model_key, prompt_input, require_model
-from pages.features import cards as FC
+from pages.features import cards as FC, share as FS
 from pages.features.jobs import forming_panel, training_panel
 from ui.features import Browser, training_record
 from ui.saes import PICK_KEY, available_saes
@@ -32,6 +32,8 @@ entry, model, tok = require_model(" to look inside")
 c = model.config
 key = model_key(entry)
 choices, refused = available_saes(entry, model)
+LINK = FS.link_spec(tok, c.n_ctx)
+FS.read_link(LINK, choices)  # before the SAE picker and the prompt box: a link sets them, and the card's feature
 for line in refused:
     st.warning(f"An SAE was not used: {md_escape(line)}", icon="⚠️")
 
@@ -163,3 +165,4 @@ if st.button("Measure every unit", key="feat_compare", help="Indexes every unit 
     st.session_state["feat_compared"] = key
     purities = {name: browser.purity(s) for name, s in sets}
     FC.draw_comparison(purities, {name: purity_summary(p) for name, p in purities.items()})
+FS.copy_link(LINK, kind)

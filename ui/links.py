@@ -16,6 +16,7 @@ from ui.long_links import read_long_links, say_cut
 read_long_links()  # once per process, at the first import (app.py's): a link over the server's limits is cut, not lost
 
 _SEEN = "te_link_seen::"  # session key + page: the query string this page last read or wrote
+_HELD = "te_link_held::"  # session key + page: a link's values held until the page applies them (hold, take)
 FRAME_KEYS = ("model", "step")  # read by the frame (frame_link), written by every page's link box
 
 
@@ -85,14 +86,35 @@ def frame_params() -> dict:
     return {"model": entry.name, "step": entry.step}
 
 
-def use_link(spec: LinkSpec, page: str | None = None) -> Link:
+def use_link(spec: LinkSpec, page: str | None = None, check=None) -> Link:
     """Read a page's link (once per query string, ``read_link``), put each valid value into the session state of
-    the widget it sets (``LinkSpec.updates``) and name what was ignored. Call it before the widgets are drawn."""
+    the widget it sets (``LinkSpec.updates``) and name what was ignored. Call it before the widgets are drawn.
+    ``check(values)``: the page's own test of the parsed values (a feature its SAE lacks), [(key, why)] to drop."""
     link = read_link(spec.kinds, page or _page())
+    for key, why in (check(link.values) if check and link.values else []):
+        link.values.pop(key, None)
+        link.ignored.append((key, why))
     st.session_state.update(spec.updates(link.values))
     say_cut()
     link.show_ignored()
     return link
+
+
+def hold(link: Link, keys, page: str | None = None):
+    """Keep the link's ``keys`` until the page can apply them (``take``): values that wait for what the page
+    computes first (a graph's nodes) and for its own resets of those widgets."""
+    held = {k: link.values[k] for k in keys if k in link.values}
+    if held:
+        st.session_state[_HELD + (page or _page())] = held
+
+
+def take(key: str, page: str | None = None):
+    """A held value of the link, once; None when there is none."""
+    return (st.session_state.get(_HELD + (page or _page())) or {}).pop(key, None)
+
+
+def say_ignored(ignored):
+    Link(ignored=list(ignored)).show_ignored()
 
 
 def link_box(spec: LinkSpec, overrides: dict | None = None, page: str | None = None):

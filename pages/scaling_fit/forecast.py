@@ -12,6 +12,7 @@ from core.views import scaling_forecast as vf
 from ui import forecast as fcui
 from ui.charts import chart
 from ui.jobs import job_controls
+from pages.scaling_fit import share
 
 SCORE_FORMATS = {**{k: "%.4f" for k in ("loss", "law", "yours", "law's score", "your score")},
                  **{k: "%+.4f" for k in ("law's log error", "your log error")}}
@@ -29,6 +30,7 @@ def show_forecast(shipped_meta, shipped_rows, shakespeare, calibration: dict | N
         "more than an honest wide one.")
     st.latex(r"\mathrm{IS}_\alpha(l, u; y) = (u - l) + \frac{2}{\alpha}(l - y)\,\mathbb{1}[y < l] + "
              r"\frac{2}{\alpha}(y - u)\,\mathbb{1}[y > u], \qquad \alpha = 0.2")
+    link = share.read_link()  # base, width and D: applied as the widgets they set are drawn
     bases = fcui.bases(shipped_meta, shipped_rows, shakespeare, st.session_state.get("scal_study_job"))
     job, status = fcui.poll()
     fcui.show_lost()
@@ -37,6 +39,7 @@ def show_forecast(shipped_meta, shipped_rows, shakespeare, calibration: dict | N
                 f"{MIN_RUNS} runs so far.")
     else:
         _bet(bases, job, calibration)
+        share.copy_link(link)
     if job is not None:
         st.fragment(run_every=2.0 if status.moving else None)(_run_view)(status.moving)
     records = fcui.records()
@@ -51,6 +54,7 @@ def show_forecast(shipped_meta, shipped_rows, shakespeare, calibration: dict | N
 
 
 def _bet(bases: dict, job, calibration: dict | None):
+    share.apply_base(bases)
     key = st.radio("Forecast from", list(bases), format_func=lambda k: bases[k].label, horizontal=True,
                    key="scal_fc_base", disabled=job is not None)
     base = bases[key]
@@ -66,6 +70,7 @@ def _bet(bases: dict, job, calibration: dict | None):
                + f", refitted to {len(boot.params)} resamples of them for the intervals"
                + (f" ({boot.failed} gave no law)" if boot.failed else "") + ". " + prop.note)
     vf.reset_widgets(st.session_state, prop, key, len(rows))
+    share.apply_run()  # a link's width and D, over the proposal's
     w1, w2, w3 = st.columns([1, 1, 2])
     width = w1.selectbox("Width d", vf.WIDTH_CHOICES, key="scal_fc_width", disabled=job is not None,
                          help="The model's width; depth, context, batch, recipe and seed are the study's.")
