@@ -1,0 +1,697 @@
+"""What a unit is, in words, and how far to believe it: explanations without a language model (issue 58).
+
+A unit (an SAE latent, a transcoder feature, an MLP neuron) is explained by a **rule** over the context, searched in
+a small grammar on held-out text, and the rule is **scored** on other held-out text the search never saw.
+
+Rules are JSON, and ``matches(rule, ids, tokenizer)`` applies one to any text (one bool per position):
+
+    {"kind": "token_in", "tokens": ["a", "e"]}           the current token is one of these (its decoded text)
+    {"kind": "prev", "offset": 1, "tokens": ["o"]}        the token ``offset`` places back is one of these
+    {"kind": "class", "class": "capital", "offset": 0}    the token (``offset`` back) is of a class, read from its
+                                                          decoded text's first non-space character: capital, vowel,
+                                                          digit, punctuation; space: its text starts with a space or
+                                                          tab; newline: its text holds a line break
+    {"kind": "line_start"}                                the text before it ends in a line break
+    {"kind": "word_start"}                                it starts a word: its text is a letter after optional
+                                                          spaces, and it has a leading space or follows a non-letter
+    {"kind": "after", "ngram": "th"}                      the text before it ends with these characters
+    {"kind": "inside", "pair": "quotes"}                  an opened double quote (or bracket: "brackets") before it
+                                                          is not yet closed
+    {"kind": "position", "lo": 0, "hi": 4}                its position in the context is lo <= p < hi
+    {"kind": "and", "rules": [a, b]}                      both
+
+Only the ids given are read: position 0 has no text before it (no line start, no "after"; a word start when it
+begins with a letter). Classes come from each token's decoded text, so the same rules read a BPE model.
+
+**Search** (``explain``): the held-out windows alternate between a search split and a scoring split. On the search
+split every atomic rule's detection score is computed for every unit at once (per-category sums of the firing
+weights: ``index_add_`` over token ids, n-grams and positions, a matrix product for the rest); the token families
+(current, previous, two back) also give each unit its best token set (tokens in order of gain, each kept while it adds
+MIN_TOKEN_GAIN); then the best conjunction of two of its TOP_PAIRS best rules is kept when it beats the best single
+rule by CONJ_GAIN.
+
+**Scores** (Paulo et al. 2024, "Automatically interpreting millions of features in LLMs"), on the scoring split. A
+context is a position with the text before it; the unit fires there when its activation is > 0.
+
+    detection       balanced accuracy = (TPR + TNR) / 2, where TPR is the mean, over the unit's QUANTILES activation
+                    quantiles (its firing positions sorted by activation, cut in equal parts), of the share of that
+                    part the rule matches, and TNR the share of the positions where it does not fire that the rule
+                    does not match: the expected score of drawing equally many firing contexts from every quantile and
+                    as many non-firing contexts at random, computed exactly (no sampling noise)
+    fuzz_precision  on the unit's firing contexts (the CONTEXT-token pieces of the windows that hold a firing
+                    position): of the positions the rule matches, the share where the unit fires
+    fuzz_recall     of the positions where the unit fires, the share the rule matches
+    control         the detection score, for this unit, of the rule found for one other unit: v drawn uniformly from
+                    the other units that have a rule, with numpy's default_rng(seed + unit)
+
+A unit whose detection is not above max(control, 0.5) by MARGIN keeps its rule and scores but its words are
+"unexplained", never a made-up label; one that fires fewer than MIN_FIRES times in either split cannot be scored:
+rule null, words "unexplained", detection and control 0.5 (chance), fuzzing 0.
+
+Stored beside an SAE or transcoder as ``explanations.json`` (a list of {"unit", "rule", "words", "detection",
+"fuzz_precision", "fuzz_recall", "control"}), read back by ``load_explanations``, checked.
+
+    python -m core.features.explain FOLDER [--overwrite]    (an sae/<site> or transcoders/layer-L folder)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from core.serve.fmt import visible
+
+FILE = "explanations.json"
+FIELDS = ("unit", "rule", "words", "detection", "fuzz_precision", "fuzz_recall", "control")
+UNEXPLAINED = "unexplained"
+QUANTILES = 10          # activation quantiles the firing contexts are drawn across
+CONTEXT = 32            # tokens of a fuzzing context (Paulo et al. show 32-token contexts)
+MARGIN = 0.1            # detection must beat max(control, chance) by this to count as explained
+MIN_FIRES = 3           # fewer firing positions in a split: the unit cannot be scored
+MAX_SET = 8             # tokens a token-set rule lists at most (a longer list is not words a learner reads)
+MIN_TOKEN_GAIN = 0.01   # a token joins a set when it adds this much to TPR - FPR (0.005 detection)
+TOP_PAIRS = 6           # a unit's best rules whose pairs are tried as conjunctions
+CONJ_GAIN = 0.005       # a conjunction is kept when it beats the best single rule by this much detection
+MAX_NGRAMS = 1500       # "after" candidates: the commonest 2- and 3-character endings of the text before a token
+MIN_NGRAM = 5           # an ending seen fewer times in the search split is no candidate
+MAX_WINDOWS = 512       # held-out windows read: half search, half scoring
+MAX_FILE_BYTES = 32 * 2**20
+CLASSES = ("capital", "vowel", "digit", "space", "punctuation", "newline")
+PAIRS = {"quotes": ('"“', '"”'), "brackets": ("([{", ")]}")}
+POSITIONS = ((0, 1), (1, 4), (4, 16), (16, 32), (32, 64), (64, 1 << 30))
+CLASS_WORDS = {"capital": "a capital letter", "vowel": "a vowel", "digit": "a digit", "space": "a space",
+               "punctuation": "punctuation", "newline": "a line break"}
+
+
+# ------------------------------------------------------------------ rules: checked, applied, said
+def check_rule(rule) -> dict:
+    """``rule`` if it is a rule of the grammar above; ValueError saying what is wrong otherwise."""
+    if not isinstance(rule, dict) or not isinstance(rule.get("kind"), str):
+        raise ValueError(f"a rule is a JSON object with a kind, got {str(rule)[:80]!r}")
+    kind = rule["kind"]
+
+    def whole(name, lo, hi):
+        v = rule.get(name)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"a {kind} rule's {name} must be a whole number from {lo} to {hi}, got {v!r}")
+
+    def tokens():
+        t = rule.get("tokens")
+        if not isinstance(t, list) or not t or len(t) > 256 or not all(isinstance(s, str) and s for s in t):
+            raise ValueError(f"a {kind} rule's tokens must be a list of 1 to 256 token texts")
+    if kind == "token_in":
+        tokens()
+    elif kind == "prev":
+        tokens()
+        whole("offset", 1, 64)
+    elif kind == "class":
+        if rule.get("class") not in CLASSES:
+            raise ValueError(f"a class rule's class must be one of {', '.join(CLASSES)}, got {rule.get('class')!r}")
+        whole("offset", 0, 64)
+    elif kind == "after":
+        if not isinstance(rule.get("ngram"), str) or not 1 <= len(rule["ngram"]) <= 16:
+            raise ValueError("an after rule's ngram must be text of 1 to 16 characters")
+    elif kind == "inside":
+        if rule.get("pair") not in PAIRS:
+            raise ValueError(f"an inside rule's pair must be one of {', '.join(PAIRS)}, got {rule.get('pair')!r}")
+    elif kind == "position":
+        whole("lo", 0, 1 << 30)
+        whole("hi", 1, 1 << 30)
+        if rule["hi"] <= rule["lo"]:
+            raise ValueError("a position rule's hi must be above its lo")
+    elif kind == "and":
+        parts = rule.get("rules")
+        if not isinstance(parts, list) or len(parts) != 2 or any(p.get("kind") == "and" for p in parts
+                                                                 if isinstance(p, dict)):
+            raise ValueError("an and rule joins exactly two rules, neither itself an and")
+        for p in parts:
+            check_rule(p)
+    elif kind not in ("line_start", "word_start"):
+        raise ValueError(f"unknown rule kind {kind!r}")
+    return rule
+
+
+def key(rule) -> str:
+    return json.dumps(rule, sort_keys=True, ensure_ascii=False)
+
+
+class Context:
+    """What the rules read at every position of token windows ``ids`` (W, T): the tokens a few places back, each
+    token's class, and the text before it (its last characters, open quotes and brackets). ``mask(rule)`` is the
+    rule's (W, T) bool matches; masks are cached by the rule."""
+
+    def __init__(self, ids, tokenizer):
+        self.ids = np.asarray(ids, dtype=np.int64)
+        if self.ids.ndim != 2:
+            raise ValueError("ids must be (windows, positions)")
+        pieces = list(tokenizer.pieces)
+        self.by_text: dict[str, list[int]] = {}
+        for i, p in enumerate(pieces):
+            self.by_text.setdefault(p, []).append(i)
+        lead = [p.lstrip(" \t") for p in pieces]
+        first = [s[:1] for s in lead]
+        self.cls = {  # (V,) bool per class, from each token's decoded text
+            "capital": np.array([c.isalpha() and c.isupper() for c in first]),
+            "vowel": np.array([c in "aeiouAEIOU" for c in first]),
+            "digit": np.array([c.isdigit() for c in first]),
+            "space": np.array([p[:1] in (" ", "\t") for p in pieces]),
+            "punctuation": np.array([bool(c) and not c.isalnum() and not c.isspace() for c in first]),
+            "newline": np.array(["\n" in p for p in pieces]),
+        }
+        letter = np.array([c.isalpha() for c in first])
+        spaced = np.array([len(s) < len(p) for s, p in zip(lead, pieces)])
+        W, T = self.ids.shape
+        tail = np.empty((W, T), dtype=object)       # the last 3 characters of the text before each position
+        quote = np.zeros((W, T), dtype=bool)        # inside double quotes
+        bracket = np.zeros((W, T), dtype=bool)      # inside brackets
+        prev_letter = np.zeros((W, T), dtype=bool)  # the character just before is a letter
+        for w in range(W):
+            text, q, depth = "", False, 0
+            for t, i in enumerate(self.ids[w].tolist()):
+                tail[w, t], quote[w, t], bracket[w, t] = text, q, depth > 0
+                prev_letter[w, t] = text[-1:].isalpha()
+                p = pieces[i]
+                for ch in p:
+                    if ch in PAIRS["quotes"][0] and (ch != '"' or not q):
+                        q = True
+                    elif ch in PAIRS["quotes"][1] and q:
+                        q = False
+                    elif ch in PAIRS["brackets"][0]:
+                        depth += 1
+                    elif ch in PAIRS["brackets"][1]:
+                        depth = max(0, depth - 1)
+                text = (text + p)[-3:]
+        # (W, T) the last 1, 2, 3 characters of the text before each position, as fixed-width text arrays: an
+        # "after" rule is then one vectorised comparison
+        self.ends = {n: np.array([s[-n:] for s in tail.reshape(-1)], dtype=f"<U{n}").reshape(W, T)
+                     for n in (1, 2, 3)}
+        self.inside = {"quotes": quote, "brackets": bracket}
+        self.line_start = self.ends[1] == "\n"
+        self.word_start = letter[self.ids] & (spaced[self.ids] | ~prev_letter)
+        self.position = np.broadcast_to(np.arange(T), (W, T))
+        self.V = len(pieces)
+        self._cache: dict[str, np.ndarray] = {}
+        self._back: dict[int, np.ndarray] = {}
+
+    def back(self, offset: int) -> np.ndarray:
+        """(W, T) the token id ``offset`` places back, -1 where the window has none."""
+        if offset not in self._back:
+            out = np.full_like(self.ids, -1)
+            if offset < self.ids.shape[1]:
+                out[:, offset:] = self.ids[:, :self.ids.shape[1] - offset]
+            self._back[offset] = out
+        return self._back[offset]
+
+    def member(self, texts) -> np.ndarray:
+        """(V + 1,) bool: which token ids have one of ``texts``; the last entry (id -1: no token) is False."""
+        out = np.zeros(self.V + 1, dtype=bool)
+        out[[i for s in texts for i in self.by_text.get(s, [])]] = True
+        return out
+
+    def mask(self, rule) -> np.ndarray:
+        k = key(rule)
+        if k not in self._cache:
+            self._cache[k] = self._mask(rule)
+        return self._cache[k]
+
+    def _mask(self, rule) -> np.ndarray:
+        kind = rule["kind"]
+        if kind in ("token_in", "prev"):
+            return self.member(rule["tokens"])[self.back(rule.get("offset", 0))]  # id -1 reads the False at the end
+        if kind == "class":
+            return np.append(self.cls[rule["class"]], False)[self.back(rule["offset"])]
+        if kind == "line_start":
+            return self.line_start
+        if kind == "word_start":
+            return self.word_start
+        if kind == "after":
+            ng = rule["ngram"]
+            if len(ng) > 3:  # the ends keep 3 characters: a longer ending is read from the decoded text
+                return self._after_long(ng)
+            return self.ends[len(ng)] == ng
+        if kind == "inside":
+            return self.inside[rule["pair"]]
+        if kind == "position":
+            return (self.position >= rule["lo"]) & (self.position < rule["hi"])
+        a, b = rule["rules"]
+        return self.mask(a) & self.mask(b)
+
+    def _after_long(self, ng: str) -> np.ndarray:
+        pieces = {i: s for s, ids in self.by_text.items() for i in ids}
+        out = np.zeros(self.ids.shape, dtype=bool)
+        for w in range(len(self.ids)):
+            text = ""
+            for t, i in enumerate(self.ids[w].tolist()):
+                out[w, t] = text.endswith(ng)
+                text = (text + pieces[i])[-len(ng):]
+        return out
+
+
+def matches(rule, ids, tokenizer) -> np.ndarray:
+    """One bool per position of the token ids ``ids`` (a text of len(ids) tokens, from position 0): where ``rule``
+    holds. Anyone can score a rule with it, without this module's scorer."""
+    check_rule(rule)
+    ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (n,) -> (1, n): one window
+    return Context(ids, tokenizer).mask(rule)[0].copy()
+
+
+def _quoted(texts) -> str:
+    def one(t):
+        if t == "\n":
+            return "a line break"
+        if t == " ":
+            return "a space"
+        return f"'{visible(t)}'"
+    said = [one(t) for t in texts]
+    return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " or " + said[-1]
+
+
+def _noun(rule) -> str | None:
+    """The thing a rule names, when it names the current token itself."""
+    if rule["kind"] == "token_in":
+        return _quoted(rule["tokens"])
+    if rule["kind"] == "class" and rule["offset"] == 0:
+        return CLASS_WORDS[rule["class"]]
+    return None
+
+
+def _modifier(rule) -> str:
+    """A phrase placing a token: 'after ...', 'at the start of a line'."""
+    kind = rule["kind"]
+    if kind == "prev":
+        back = "" if rule["offset"] == 1 else f"{rule['offset']} tokens "
+        return f"{back}after {_quoted(rule['tokens'])}"
+    if kind == "class":
+        return f"{'' if rule['offset'] == 1 else str(rule['offset']) + ' tokens '}after {CLASS_WORDS[rule['class']]}"
+    if kind == "line_start":
+        return "at the start of a line"
+    if kind == "word_start":
+        return "at the start of a word"
+    if kind == "after":
+        ng = rule["ngram"]
+        said = {"\n": "a line break", "\n\n": "a blank line"}.get(ng, f"'{visible(ng)}'")
+        return f"after {said}"
+    if kind == "inside":
+        return f"inside {rule['pair']}"
+    if kind == "position":
+        lo, hi = rule["lo"], rule["hi"]
+        if (lo, hi) == (0, 1):
+            return "at the context's first position"
+        return f"at positions {lo} to {hi - 1} of the context" if hi < 1 << 30 else f"from position {lo} on"
+    if kind == "token_in":
+        return f"that is {_quoted(rule['tokens'])}"
+    return f"that is {CLASS_WORDS[rule['class']]}"
+
+
+def words(rule, unit: str = "token") -> str:
+    """What ``rule`` says, in words a learner reads: "'u' after 'o'", "a line break after a blank line"."""
+    if rule is None:
+        return UNEXPLAINED
+    if rule["kind"] == "and":
+        a, b = rule["rules"]
+        if _noun(a) is None and _noun(b) is not None:
+            a, b = b, a
+        noun = _noun(a)
+        if noun is None:
+            return f"any {unit} {_modifier(a)} and {_modifier(b)}"
+        return f"{noun} {_modifier(b)}"
+    noun = _noun(rule)
+    return noun if noun is not None else f"any {unit} {_modifier(rule)}"
+
+
+# ------------------------------------------------------------------ the units' firing on one split
+class Split:
+    """One split's windows and the units' activations on them: where each unit fires (``pos[u]``, sorted by
+    activation) and each firing position's weight (1 / (quantiles x positions in its quantile), so that TPR is a
+    weighted count); and the same as flat entries (``ent_pos``, ``ent_unit``, ``ent_w``) for sums over every unit."""
+
+    def __init__(self, ids, acts, tokenizer):
+        W, T = ids.shape
+        self.ctx = Context(ids, tokenizer)
+        self.n = W * T
+        a = np.asarray(acts, dtype=np.float32).reshape(self.n, -1)  # (W, T, U) -> (N, U)
+        self.U = a.shape[1]
+        self.pos, self.weight = [], []
+        for u in range(self.U):
+            p = np.flatnonzero(a[:, u] > 0)
+            p = p[np.argsort(a[p, u], kind="stable")]  # by activation: rank r is in quantile r * Q // n
+            q = np.arange(len(p)) * QUANTILES // max(len(p), 1)
+            counts = np.bincount(q, minlength=QUANTILES)
+            self.pos.append(p)
+            self.weight.append(1.0 / (np.count_nonzero(counts) * counts[q]) if len(p) else np.zeros(0))
+        self.n_fire = np.array([len(p) for p in self.pos])
+        self.ent_pos = np.concatenate(self.pos) if self.U else np.zeros(0, dtype=np.int64)
+        self.ent_unit = np.repeat(np.arange(self.U), self.n_fire)
+        self.ent_w = np.concatenate(self.weight) if self.U else np.zeros(0)
+        # the CONTEXT-token piece of its window each position is in (a fuzzing context)
+        per = -(-T // CONTEXT)
+        self.piece = ((np.arange(T) // CONTEXT)[None, :] + (np.arange(W) * per)[:, None]).reshape(-1)
+        self.n_pieces = W * per
+
+    def flat(self, rule) -> np.ndarray:
+        return self.ctx.mask(rule).reshape(-1)
+
+    def detection(self, m: np.ndarray, u: int) -> float:
+        p = self.pos[u]
+        tpr = float(self.weight[u] @ m[p])
+        fp = int(m.sum()) - int(m[p].sum())
+        return 0.5 * (tpr + 1.0 - fp / max(self.n - len(p), 1))
+
+    def fuzz(self, m: np.ndarray, u: int) -> tuple[float, float]:
+        p = self.pos[u]
+        hit = int(m[p].sum())
+        firing_piece = np.zeros(self.n_pieces, dtype=bool)
+        firing_piece[self.piece[p]] = True
+        marked = int((m & firing_piece[self.piece]).sum())
+        return (hit / marked if marked else 0.0), (hit / len(p) if len(p) else 0.0)
+
+
+# ------------------------------------------------------------------ the search
+def _atoms(split: Split) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, dict]:
+    """Every atomic rule on the search split with, per unit, its weighted firing count (TPR), its firing count and
+    its count of positions: (rules, tpw (R, U), tpc (R, U), cnt (R,), {offset: rows of that token family}). A family
+    of rules that puts each position in at most one category (tokens, endings, positions) is summed over the firing
+    entries with one bincount; the other rules one by one."""
+    ctx, U = split.ctx, split.U
+    rules, tpw, tpc, cnt, families = [], [], [], [], {}
+
+    def family(cats: np.ndarray, labels: list, make):
+        K = len(labels)
+        c = cats[split.ent_pos]
+        ok = c >= 0
+        flat = c[ok] * U + split.ent_unit[ok]  # (category, unit) of each firing entry, as one index
+        tpw.append(np.bincount(flat, split.ent_w[ok], minlength=K * U).reshape(K, U))
+        tpc.append(np.bincount(flat, minlength=K * U).reshape(K, U).astype(np.float64))
+        cnt.append(np.bincount(cats[cats >= 0], minlength=K).astype(np.float64))
+        start = len(rules)
+        rules.extend(make(lab) for lab in labels)
+        return list(range(start, len(rules)))
+
+    pieces = {i: s for s, ids in ctx.by_text.items() for i in ids}
+    for off in (0, 1, 2):
+        ids = ctx.back(off).reshape(-1)
+        seen = np.unique(ids[ids >= 0])
+        remap = np.full(ctx.V + 1, -1)  # id -1 (no token) stays -1
+        remap[seen] = np.arange(len(seen))
+        texts = [pieces[int(i)] for i in seen]
+        families[off] = family(remap[ids], texts, (lambda t: {"kind": "token_in", "tokens": [t]}) if off == 0 else
+                               (lambda t, o=off: {"kind": "prev", "offset": o, "tokens": [t]}))
+    for length in (2, 3):
+        ends = ctx.ends[length].reshape(-1)
+        uniq, inv, counts = np.unique(ends, return_inverse=True, return_counts=True)
+        keep = [j for j in np.argsort(-counts, kind="stable")
+                if counts[j] >= MIN_NGRAM and len(uniq[j]) == length][:MAX_NGRAMS // 2]
+        remap = np.full(len(uniq), -1)
+        remap[keep] = np.arange(len(keep))
+        family(remap[inv.reshape(-1)], [str(uniq[j]) for j in keep], lambda t: {"kind": "after", "ngram": t})
+    flat_pos = ctx.position.reshape(-1)
+    pos = np.full(split.n, -1)
+    for j, (lo, hi) in enumerate(POSITIONS):
+        pos[(flat_pos >= lo) & (flat_pos < hi)] = j
+    family(pos, list(POSITIONS), lambda p: {"kind": "position", "lo": p[0], "hi": p[1]})
+    binary = [{"kind": "class", "class": c, "offset": o} for o in (0, 1) for c in CLASSES]
+    binary += [{"kind": "line_start"}, {"kind": "word_start"}]
+    binary += [{"kind": "inside", "pair": p} for p in PAIRS]
+    for r in binary:
+        m = split.flat(r)
+        hit = m[split.ent_pos]
+        tpw.append(np.bincount(split.ent_unit[hit], split.ent_w[hit], minlength=U)[None])
+        tpc.append(np.bincount(split.ent_unit[hit], minlength=U)[None].astype(np.float64))
+        cnt.append(np.array([m.sum()], dtype=np.float64))
+        rules.append(r)
+    return rules, np.concatenate(tpw), np.concatenate(tpc), np.concatenate(cnt), families
+
+
+def _search(split: Split, progress=None) -> list:
+    """The best rule of each unit on the search split (None for a unit that fires fewer than MIN_FIRES times)."""
+    rules, tpw, tpc, cnt, families = _atoms(split)
+    n_neg = np.maximum(split.n - split.n_fire, 1)
+    gain = tpw - (cnt[:, None] - tpc) / n_neg[None, :]  # (R, U): TPR - FPR = 2 x detection - 1
+    token_rows = {off: np.array(rows) for off, rows in families.items()}
+    single = np.ones(len(rules), dtype=bool)
+    for rows in token_rows.values():
+        single[rows] = False  # the token families enter through their sets
+    other = np.flatnonzero(single)
+    pair_counts: dict = {}
+    out = []
+    for u in range(split.U):
+        if split.n_fire[u] < MIN_FIRES:
+            out.append(None)
+            continue
+        cands = []  # (gain, complexity, rule)
+        for off, rows in token_rows.items():
+            g = gain[rows, u]
+            top = np.argsort(-g, kind="stable")[:MAX_SET]
+            k = 1 + int(np.cumprod(g[top[1:]] >= MIN_TOKEN_GAIN).sum())
+            toks = [rules[rows[j]]["tokens"][0] for j in top[:k]]
+            rule = {"kind": "token_in", "tokens": toks} if off == 0 else {"kind": "prev", "offset": off,
+                                                                          "tokens": toks}
+            cands.append((float(g[top[:k]].sum()), k, rule))
+        g = gain[other, u]
+        for j in np.argsort(-g, kind="stable")[:TOP_PAIRS]:
+            cands.append((float(g[j]), 1, rules[other[j]]))
+        cands.sort(key=lambda c: (-round(c[0], 9), c[1]))  # best first; the simpler of two equals
+        best_gain, best = cands[0][0], cands[0][2]
+        top = [c[2] for c in cands[:TOP_PAIRS]]
+        masks = [split.flat(r) for r in top]
+        p, w = split.pos[u], split.weight[u]
+        n_neg_u = max(split.n - len(p), 1)
+        pair_gain, pair = -np.inf, None
+        for i in range(len(top)):
+            for j in range(i + 1, len(top)):
+                pk = (key(top[i]), key(top[j]))
+                m_p = masks[i][p] & masks[j][p]
+                if pk not in pair_counts:
+                    pair_counts[pk] = int(np.count_nonzero(masks[i] & masks[j]))
+                g = float(w @ m_p) - (pair_counts[pk] - int(m_p.sum())) / n_neg_u
+                if g > pair_gain:
+                    pair_gain, pair = g, {"kind": "and", "rules": [top[i], top[j]]}
+        # gain = 2 x detection - 1: CONJ_GAIN of detection is twice that of gain
+        out.append(pair if pair_gain > best_gain + 2 * CONJ_GAIN else best)
+        if progress is not None and u % 64 == 63:
+            progress(u + 1, split.U)
+    return out
+
+
+def explain(ids, acts, tokenizer, seed: int = 0, progress=None) -> list[dict]:
+    """One explanation per unit: ``ids`` (W, T) token windows of held-out text and ``acts`` (W, T, U) the units'
+    activations on them. Even windows are the search split, odd ones the scoring split (disjoint); each dict has
+    FIELDS. ``progress(done, total)`` is called as the search goes."""
+    ids = np.asarray(ids, dtype=np.int64)
+    acts = acts.numpy() if isinstance(acts, torch.Tensor) else np.asarray(acts)
+    if ids.ndim != 2 or acts.shape[:2] != ids.shape or acts.ndim != 3:
+        raise ValueError(f"ids must be (W, T) and acts (W, T, units); got {ids.shape} and {acts.shape}")
+    if len(ids) < 2:
+        raise ValueError("explaining needs at least two windows: one to search on, one to score on")
+    unit = getattr(tokenizer, "unit", "token")
+    search = Split(ids[0::2], acts[0::2], tokenizer)
+    score = Split(ids[1::2], acts[1::2], tokenizer)
+    found = _search(search, progress)
+    have = [u for u, r in enumerate(found) if r is not None]
+    out = []
+    for u, rule in enumerate(found):
+        if rule is None or score.n_fire[u] < MIN_FIRES:
+            out.append({"unit": u, "rule": None, "words": UNEXPLAINED, "detection": 0.5, "fuzz_precision": 0.0,
+                        "fuzz_recall": 0.0, "control": 0.5})
+            continue
+        m = score.flat(rule)
+        det = score.detection(m, u)
+        prec, rec = score.fuzz(m, u)
+        others = [v for v in have if v != u]
+        control = 0.5
+        if others:
+            v = others[int(np.random.default_rng(seed + u).integers(len(others)))]
+            control = score.detection(score.flat(found[v]), u)
+        said = words(rule, unit) if det >= max(control, 0.5) + MARGIN else UNEXPLAINED
+        out.append({"unit": u, "rule": rule, "words": said, "detection": round(det, 4),
+                    "fuzz_precision": round(prec, 4), "fuzz_recall": round(rec, 4), "control": round(control, 4)})
+    return out
+
+
+# ------------------------------------------------------------------ units of a model
+@torch.no_grad()
+def unit_activations(model, windows: torch.Tensor, site: str, encode=None, batch: int = 64) -> np.ndarray:
+    """(W, T, U) float32: ``encode`` (None: identity) of the activations at hook ``site`` (blocks.L.*) over
+    ``windows`` (W, T), each batch run only up to block L."""
+    from core.nn.hooks import HookRun
+
+    layer = int(site.split(".")[1])
+    out = []
+    for i in range(0, len(windows), batch):
+        run = HookRun(names=[site], record=True)
+        model.blocks_from(model.embed(windows[i:i + batch], hooks=run), 0, layer + 1, hooks=run)
+        a = run.store[site]
+        out.append((encode(a) if encode is not None else a).float().numpy())
+    return np.concatenate(out)
+
+
+def held_windows(model, tokenizer, training, held=None) -> torch.Tensor:
+    """The held-out windows explanations read: at most MAX_WINDOWS of them."""
+    if held is None:
+        from core.data.held_out import model_held_out
+
+        held = model_held_out(model, tokenizer, training)
+    return held.windows[:MAX_WINDOWS]
+
+
+def explain_sae(model, tokenizer, sae, training=None, held=None, reads: str | None = None, progress=None) -> list:
+    """Explanations of every latent of ``sae`` (a transcoder: ``reads``, the MLP input it encodes)."""
+    windows = held_windows(model, tokenizer, training, held)
+    acts = unit_activations(model, windows, reads or sae.site, sae.encode)
+    return explain(windows.numpy(), acts, tokenizer, progress=progress)
+
+
+def explain_neurons(model, tokenizer, layer: int, training=None, held=None) -> list:
+    """Explanations of every MLP neuron of block ``layer`` (its activation after the nonlinearity)."""
+    windows = held_windows(model, tokenizer, training, held)
+    acts = unit_activations(model, windows, f"blocks.{layer}.mlp.hook_post")
+    return explain(windows.numpy(), acts, tokenizer)
+
+
+def summary(explanations: list) -> dict:
+    """Median and quartiles of detection and control over the units that could be scored (alive), the median
+    fuzzing numbers, and the share of them unexplained."""
+    alive = [e for e in explanations if e["rule"] is not None]
+    if not alive:
+        return {"units": len(explanations), "alive": 0}
+    det = np.array([e["detection"] for e in alive])
+    q = np.quantile(det, [0.25, 0.5, 0.75])
+    return {"units": len(explanations), "alive": len(alive), "detection_q1": round(float(q[0]), 3),
+            "detection_median": round(float(q[1]), 3), "detection_q3": round(float(q[2]), 3),
+            "control_median": round(float(np.median([e["control"] for e in alive])), 3),
+            "fuzz_precision_median": round(float(np.median([e["fuzz_precision"] for e in alive])), 3),
+            "fuzz_recall_median": round(float(np.median([e["fuzz_recall"] for e in alive])), 3),
+            "unexplained_share": round(sum(e["words"] == UNEXPLAINED for e in alive) / len(alive), 3)}
+
+
+# ------------------------------------------------------------------ the file
+def check_explanations(data, n_units: int | None = None, name: str = FILE) -> list:
+    """``data`` if it is a valid explanations list (for ``n_units`` units, when given); ValueError naming ``name``
+    and the first problem otherwise."""
+    def bad(problem):
+        return ValueError(f"{name}: {problem}")
+    if not isinstance(data, list):
+        raise bad("not a JSON list of explanations")
+    if n_units is not None and len(data) != n_units:
+        raise bad(f"it explains {len(data):,} units, but there are {n_units:,}")
+    seen = set()
+    for i, e in enumerate(data):
+        if not isinstance(e, dict) or set(e) != set(FIELDS):
+            raise bad(f"entry {i} must have exactly the fields {', '.join(FIELDS)}")
+        u = e["unit"]
+        if isinstance(u, bool) or not isinstance(u, int) or u < 0 or (n_units is not None and u >= n_units):
+            raise bad(f"entry {i}'s unit {u!r} is not a unit number")
+        if u in seen:
+            raise bad(f"unit {u} is explained twice")
+        seen.add(u)
+        if e["rule"] is not None:
+            try:
+                check_rule(e["rule"])
+            except ValueError as err:
+                raise bad(f"unit {u}'s rule: {err}") from None
+        if not isinstance(e["words"], str) or not 0 < len(e["words"]) <= 500:
+            raise bad(f"unit {u}'s words must be text of 1 to 500 characters")
+        for f in FIELDS[3:]:
+            v = e[f]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1:
+                raise bad(f"unit {u}'s {f} must be a finite number from 0 to 1, got {v!r}")
+    return data
+
+
+def load_explanations(folder, n_units: int | None = None) -> list | None:
+    """The explanations saved in ``folder`` (None when there is no file), checked: at most MAX_FILE_BYTES, inside
+    the folder, valid JSON, ``check_explanations``. ValueError naming the file otherwise."""
+    from core.serve.folder_files import read_text_inside
+
+    path = Path(folder) / FILE
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        data = json.loads(read_text_inside(folder, FILE, MAX_FILE_BYTES))
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deep") from None
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable explanations file ({e})") from None
+    return check_explanations(data, n_units, str(path))
+
+
+def write_explanations(folder, explanations: list, replace: bool = True) -> Path:
+    """Write ``explanations`` (checked first) as ``folder``/explanations.json, atomically. A file already there is
+    replaced only with ``replace`` and only when it is itself an explanations file (one this module writes): any
+    other file of that name is refused (FileExistsError), never overwritten."""
+    folder = Path(folder)
+    check_explanations(explanations)
+    path = folder / FILE
+    if path.exists() or path.is_symlink():
+        if not replace:
+            raise FileExistsError(f"{path} exists (replace it with --overwrite)")
+        try:
+            load_explanations(folder)
+        except ValueError:
+            raise FileExistsError(f"{path} is not an explanations file this app wrote; it is left as it is") from None
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{FILE}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(explanations, f, ensure_ascii=False, indent=0)
+            f.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def explain_folder(folder, progress=None) -> list:
+    """The explanations of the SAE or transcoder saved in ``folder`` (``<model>/sae/<site>`` or
+    ``<model>/transcoders/layer-L``), its model read from two folders up."""
+    from core.analysis.sae import load_sae, model_fingerprint
+    from core.nn.checkpoint import load_checkpoint, read_config
+
+    folder = Path(folder)
+    model_folder = folder.parent.parent
+    model, tokenizer = load_checkpoint(model_folder)
+    _, _, training = read_config(model_folder)
+    if folder.parent.name == "transcoders":
+        from core.features.transcoder import reads
+
+        layer = int(folder.name.removeprefix("layer-"))
+        sae = load_sae(folder, trained_on=model_fingerprint(model), root=model_folder, what="transcoder")
+        return explain_sae(model, tokenizer, sae, training, reads=reads(layer), progress=progress)
+    sae = load_sae(folder, trained_on=model_fingerprint(model), root=model_folder)
+    return explain_sae(model, tokenizer, sae, training, progress=progress)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m core.features.explain",
+                                description="Explain every unit of a saved SAE or transcoder and write "
+                                            f"{FILE} beside it.")
+    p.add_argument("folder", help="an SAE's folder (MODEL/sae/SITE) or a transcoder's (MODEL/transcoders/layer-L)")
+    p.add_argument("--overwrite", action="store_true", help=f"replace an {FILE} this command wrote before")
+    args = p.parse_args(argv)
+    folder = Path(args.folder)
+    if (folder / FILE).exists() and not args.overwrite:
+        print(f"{p.prog}: error: {folder / FILE} exists; --overwrite replaces it", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        out = explain_folder(folder)
+        write_explanations(folder, out, replace=args.overwrite)
+    except (OSError, ValueError) as e:
+        print(f"{p.prog}: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({**summary(out), "seconds": round(time.perf_counter() - t0, 1)}))
+    print(f"saved {folder / FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
