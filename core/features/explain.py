@@ -28,13 +28,15 @@ split every atomic rule's detection score is computed for every unit at once (pe
 weights: ``index_add_`` over token ids, n-grams and positions, a matrix product for the rest); the token families
 (current, previous, two back) also give each unit its best token set (tokens in order of gain, each kept while it adds
 MIN_TOKEN_GAIN); then the best conjunction of two of its TOP_PAIRS best rules is kept when it beats the best single
-rule by CONJ_GAIN.
+rule by CONJ_GAIN. "Best" is by ``objective``: the detection score, with a little weight on precision (balanced
+accuracy hardly tells "'u'" from "'u' after 'o'" for a rare unit) and a little against long token lists.
 
 **Scores** (Paulo et al. 2024, "Automatically interpreting millions of features in LLMs"), on the scoring split. A
 context is a position with the text before it; the unit fires there when its activation is > 0.
 
     detection       balanced accuracy = (TPR + TNR) / 2, where TPR is the mean, over the unit's QUANTILES activation
-                    quantiles (its firing positions sorted by activation, cut in equal parts), of the share of that
+                    quantiles (its firing positions sorted by activation, cut as np.array_split cuts them; the empty
+                    ones of a unit that fires fewer than QUANTILES times left out), of the share of that
                     part the rule matches, and TNR the share of the positions where it does not fire that the rule
                     does not match: the expected score of drawing equally many firing contexts from every quantile and
                     as many non-firing contexts at random, computed exactly (no sampling noise)
@@ -79,7 +81,9 @@ MIN_FIRES = 3           # fewer firing positions in a split: the unit cannot be 
 MAX_SET = 8             # tokens a token-set rule lists at most (a longer list is not words a learner reads)
 MIN_TOKEN_GAIN = 0.01   # a token joins a set when it adds this much to TPR - FPR (0.005 detection)
 TOP_PAIRS = 6           # a unit's best rules whose pairs are tried as conjunctions
-CONJ_GAIN = 0.005       # a conjunction is kept when it beats the best single rule by this much detection
+CONJ_GAIN = 0.005       # a conjunction is kept when it beats the best single rule's objective by this much
+PRECISION_WEIGHT = 0.05  # the search's objective: detection + this x precision (see ``objective``)
+SIZE_COST = 0.001       # and less this per token listed beyond one (a class beats a list of its members)
 MAX_NGRAMS = 1500       # "after" candidates: the commonest 2- and 3-character endings of the text before a token
 MIN_NGRAM = 5           # an ending seen fewer times in the search split is no candidate
 MAX_WINDOWS = 512       # held-out windows read: half search, half scoring
@@ -160,7 +164,7 @@ class Context:
         first = [s[:1] for s in lead]
         self.cls = {  # (V,) bool per class, from each token's decoded text
             "capital": np.array([c.isalpha() and c.isupper() for c in first]),
-            "vowel": np.array([c in "aeiouAEIOU" for c in first]),
+            "vowel": np.array([bool(c) and c in "aeiouAEIOU" for c in first]),
             "digit": np.array([c.isdigit() for c in first]),
             "space": np.array([p[:1] in (" ", "\t") for p in pieces]),
             "punctuation": np.array([bool(c) and not c.isalnum() and not c.isspace() for c in first]),
@@ -265,11 +269,8 @@ def matches(rule, ids, tokenizer) -> np.ndarray:
 
 def _quoted(texts) -> str:
     def one(t):
-        if t == "\n":
-            return "a line break"
-        if t == " ":
-            return "a space"
-        return f"'{visible(t)}'"
+        named = {"\n": "a line break", " ": "a space", "'": "an apostrophe", "\n\n": "a blank line"}
+        return named.get(t, f"'{visible(t)}'")
     said = [one(t) for t in texts]
     return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " or " + said[-1]
 
@@ -286,19 +287,17 @@ def _noun(rule) -> str | None:
 def _modifier(rule) -> str:
     """A phrase placing a token: 'after ...', 'at the start of a line'."""
     kind = rule["kind"]
-    if kind == "prev":
-        back = "" if rule["offset"] == 1 else f"{rule['offset']} tokens "
-        return f"{back}after {_quoted(rule['tokens'])}"
-    if kind == "class":
-        return f"{'' if rule['offset'] == 1 else str(rule['offset']) + ' tokens '}after {CLASS_WORDS[rule['class']]}"
+    if kind in ("prev", "class") and rule["offset"] > 0:
+        back = "" if rule["offset"] == 1 else f"{rule['offset']} places "
+        what = _quoted(rule["tokens"]) if kind == "prev" else CLASS_WORDS[rule["class"]]
+        return f"{back}after {what}"
     if kind == "line_start":
         return "at the start of a line"
     if kind == "word_start":
         return "at the start of a word"
     if kind == "after":
         ng = rule["ngram"]
-        said = {"\n": "a line break", "\n\n": "a blank line"}.get(ng, f"'{visible(ng)}'")
-        return f"after {said}"
+        return f"after {_quoted([ng])}"
     if kind == "inside":
         return f"inside {rule['pair']}"
     if kind == "position":
@@ -342,11 +341,11 @@ class Split:
         self.pos, self.weight = [], []
         for u in range(self.U):
             p = np.flatnonzero(a[:, u] > 0)
-            p = p[np.argsort(a[p, u], kind="stable")]  # by activation: rank r is in quantile r * Q // n
-            q = np.arange(len(p)) * QUANTILES // max(len(p), 1)
-            counts = np.bincount(q, minlength=QUANTILES)
+            p = p[np.argsort(a[p, u], kind="stable")]  # by activation, then cut in QUANTILES parts as
+            sizes = len(p) // QUANTILES + (np.arange(QUANTILES) < len(p) % QUANTILES)  # np.array_split cuts
             self.pos.append(p)
-            self.weight.append(1.0 / (np.count_nonzero(counts) * counts[q]) if len(p) else np.zeros(0))
+            # each position's weight: 1 / (non-empty parts x its part's size)
+            self.weight.append(np.repeat(1.0 / (max(np.count_nonzero(sizes), 1) * np.maximum(sizes, 1)), sizes))
         self.n_fire = np.array([len(p) for p in self.pos])
         self.ent_pos = np.concatenate(self.pos) if self.U else np.zeros(0, dtype=np.int64)
         self.ent_unit = np.repeat(np.arange(self.U), self.n_fire)
@@ -431,7 +430,8 @@ def _atoms(split: Split) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, dict
 
 
 def _search(split: Split, progress=None) -> list:
-    """The best rule of each unit on the search split (None for a unit that fires fewer than MIN_FIRES times)."""
+    """The best rule of each unit on the search split (None for a unit that fires fewer than MIN_FIRES times), by
+    ``objective``."""
     rules, tpw, tpc, cnt, families = _atoms(split)
     n_neg = np.maximum(split.n - split.n_fire, 1)
     gain = tpw - (cnt[:, None] - tpc) / n_neg[None, :]  # (R, U): TPR - FPR = 2 x detection - 1
@@ -446,7 +446,7 @@ def _search(split: Split, progress=None) -> list:
         if split.n_fire[u] < MIN_FIRES:
             out.append(None)
             continue
-        cands = []  # (gain, complexity, rule)
+        cands = []  # (objective, rule)
         for off, rows in token_rows.items():
             g = gain[rows, u]
             top = np.argsort(-g, kind="stable")[:MAX_SET]
@@ -454,31 +454,45 @@ def _search(split: Split, progress=None) -> list:
             toks = [rules[rows[j]]["tokens"][0] for j in top[:k]]
             rule = {"kind": "token_in", "tokens": toks} if off == 0 else {"kind": "prev", "offset": off,
                                                                           "tokens": toks}
-            cands.append((float(g[top[:k]].sum()), k, rule))
+            chosen = rows[top[:k]]
+            cands.append((objective(g[top[:k]].sum(), tpc[chosen, u].sum(), cnt[chosen].sum(), k), rule))
         g = gain[other, u]
         for j in np.argsort(-g, kind="stable")[:TOP_PAIRS]:
-            cands.append((float(g[j]), 1, rules[other[j]]))
-        cands.sort(key=lambda c: (-round(c[0], 9), c[1]))  # best first; the simpler of two equals
-        best_gain, best = cands[0][0], cands[0][2]
-        top = [c[2] for c in cands[:TOP_PAIRS]]
+            r = other[j]
+            cands.append((objective(g[j], tpc[r, u], cnt[r], 1), rules[r]))
+        cands.sort(key=lambda c: -c[0])  # best first (a stable sort: the earlier of two equals)
+        best_obj, best = cands[0]
+        top = [c[1] for c in cands[:TOP_PAIRS]]
         masks = [split.flat(r) for r in top]
         p, w = split.pos[u], split.weight[u]
         n_neg_u = max(split.n - len(p), 1)
-        pair_gain, pair = -np.inf, None
+        pair_obj, pair = -np.inf, None
         for i in range(len(top)):
             for j in range(i + 1, len(top)):
                 pk = (key(top[i]), key(top[j]))
                 m_p = masks[i][p] & masks[j][p]
                 if pk not in pair_counts:
                     pair_counts[pk] = int(np.count_nonzero(masks[i] & masks[j]))
-                g = float(w @ m_p) - (pair_counts[pk] - int(m_p.sum())) / n_neg_u
-                if g > pair_gain:
-                    pair_gain, pair = g, {"kind": "and", "rules": [top[i], top[j]]}
-        # gain = 2 x detection - 1: CONJ_GAIN of detection is twice that of gain
-        out.append(pair if pair_gain > best_gain + 2 * CONJ_GAIN else best)
+                hit = int(m_p.sum())
+                o = objective(float(w @ m_p) - (pair_counts[pk] - hit) / n_neg_u, hit, pair_counts[pk],
+                              _size(top[i]) + _size(top[j]))
+                if o > pair_obj:
+                    pair_obj, pair = o, {"kind": "and", "rules": [top[i], top[j]]}
+        out.append(pair if pair_obj > best_obj + CONJ_GAIN else best)
         if progress is not None and u % 64 == 63:
             progress(u + 1, split.U)
     return out
+
+
+def _size(rule) -> int:
+    return len(rule.get("tokens", [None]))
+
+
+def objective(gain: float, hits: float, count: float, size: int) -> float:
+    """What the search maximises: the detection score (0.5 + gain / 2, gain = TPR - FPR), plus PRECISION_WEIGHT
+    times the rule's precision over the search split (hits / positions matched: balanced accuracy hardly sees
+    precision when a unit is rare, the fuzzing score does), less SIZE_COST per token a rule lists beyond one."""
+    return 0.5 + 0.5 * float(gain) + PRECISION_WEIGHT * float(hits) / max(float(count), 1.0) - SIZE_COST * (size - 1)
 
 
 def explain(ids, acts, tokenizer, seed: int = 0, progress=None) -> list[dict]:
