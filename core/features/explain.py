@@ -87,12 +87,18 @@ SIZE_COST = 0.001       # and less this per token listed beyond one (a class bea
 MAX_NGRAMS = 1500       # "after" candidates: the commonest 2- and 3-character endings of the text before a token
 MIN_NGRAM = 5           # an ending seen fewer times in the search split is no candidate
 MAX_WINDOWS = 512       # held-out windows read: half search, half scoring
+MAX_ACT_BYTES = 256 * 2**20  # and fewer when the units' activations on them would take more (float32)
+MAX_CELLS = 2**24       # numbers in one (rules x units) table of the search: units are searched in chunks
 MAX_FILE_BYTES = 32 * 2**20
 CLASSES = ("capital", "vowel", "digit", "space", "punctuation", "newline")
 PAIRS = {"quotes": ('"“', '"”'), "brackets": ("([{", ")]}")}
 POSITIONS = ((0, 1), (1, 4), (4, 16), (16, 32), (32, 64), (64, 1 << 30))
 CLASS_WORDS = {"capital": "a capital letter", "vowel": "a vowel", "digit": "a digit", "space": "a space",
                "punctuation": "punctuation", "newline": "a line break"}
+# a token of several characters is classed by its first one (a space before it aside): said so
+TOKEN_CLASS_WORDS = {"capital": "a token starting with a capital letter", "vowel": "a token starting with a vowel",
+                     "digit": "a token starting with a digit", "space": "a token starting with a space",
+                     "punctuation": "a token starting with punctuation", "newline": "a token holding a line break"}
 
 
 # ------------------------------------------------------------------ rules: checked, applied, said
@@ -275,21 +281,25 @@ def _quoted(texts) -> str:
     return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " or " + said[-1]
 
 
-def _noun(rule) -> str | None:
+def _class_words(rule, unit: str) -> str:
+    return (CLASS_WORDS if unit == "character" else TOKEN_CLASS_WORDS)[rule["class"]]
+
+
+def _noun(rule, unit: str) -> str | None:
     """The thing a rule names, when it names the current token itself."""
     if rule["kind"] == "token_in":
         return _quoted(rule["tokens"])
     if rule["kind"] == "class" and rule["offset"] == 0:
-        return CLASS_WORDS[rule["class"]]
+        return _class_words(rule, unit)
     return None
 
 
-def _modifier(rule) -> str:
+def _modifier(rule, unit: str) -> str:
     """A phrase placing a token: 'after ...', 'at the start of a line'."""
     kind = rule["kind"]
     if kind in ("prev", "class") and rule["offset"] > 0:
         back = "" if rule["offset"] == 1 else f"{rule['offset']} places "
-        what = _quoted(rule["tokens"]) if kind == "prev" else CLASS_WORDS[rule["class"]]
+        what = _quoted(rule["tokens"]) if kind == "prev" else _class_words(rule, unit)
         return f"{back}after {what}"
     if kind == "line_start":
         return "at the start of a line"
@@ -307,7 +317,7 @@ def _modifier(rule) -> str:
         return f"at positions {lo} to {hi - 1} of the context" if hi < 1 << 30 else f"from position {lo} on"
     if kind == "token_in":
         return f"that is {_quoted(rule['tokens'])}"
-    return f"that is {CLASS_WORDS[rule['class']]}"
+    return f"that is {_class_words(rule, unit)}"
 
 
 def words(rule, unit: str = "token") -> str:
@@ -316,14 +326,14 @@ def words(rule, unit: str = "token") -> str:
         return UNEXPLAINED
     if rule["kind"] == "and":
         a, b = rule["rules"]
-        if _noun(a) is None and _noun(b) is not None:
+        if _noun(a, unit) is None and _noun(b, unit) is not None:
             a, b = b, a
-        noun = _noun(a)
+        noun = _noun(a, unit)
         if noun is None:
-            return f"any {unit} {_modifier(a)} and {_modifier(b)}"
-        return f"{noun} {_modifier(b)}"
-    noun = _noun(rule)
-    return noun if noun is not None else f"any {unit} {_modifier(rule)}"
+            return f"any {unit} {_modifier(a, unit)} and {_modifier(b, unit)}"
+        return f"{noun} {_modifier(b, unit)}"
+    noun = _noun(rule, unit)
+    return noun if noun is not None else f"any {unit} {_modifier(rule, unit)}"
 
 
 # ------------------------------------------------------------------ the units' firing on one split
@@ -374,20 +384,22 @@ class Split:
 
 
 # ------------------------------------------------------------------ the search
-def _atoms(split: Split) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, dict]:
+def _atoms(split: Split, units: range) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, dict]:
     """Every atomic rule on the search split with, per unit, its weighted firing count (TPR), its firing count and
     its count of positions: (rules, tpw (R, U), tpc (R, U), cnt (R,), {offset: rows of that token family}). A family
     of rules that puts each position in at most one category (tokens, endings, positions) is summed over the firing
-    entries with one bincount; the other rules one by one."""
-    ctx, U = split.ctx, split.U
+    entries with one bincount; the other rules one by one. Only ``units`` (a range): their columns, 0 for the first."""
+    ctx, U = split.ctx, len(units)
     rules, tpw, tpc, cnt, families = [], [], [], [], {}
+    mine = (split.ent_unit >= units.start) & (split.ent_unit < units.stop)
+    ent_pos, ent_unit, ent_w = split.ent_pos[mine], split.ent_unit[mine] - units.start, split.ent_w[mine]
 
     def family(cats: np.ndarray, labels: list, make):
         K = len(labels)
-        c = cats[split.ent_pos]
+        c = cats[ent_pos]
         ok = c >= 0
-        flat = c[ok] * U + split.ent_unit[ok]  # (category, unit) of each firing entry, as one index
-        tpw.append(np.bincount(flat, split.ent_w[ok], minlength=K * U).reshape(K, U))
+        flat = c[ok] * U + ent_unit[ok]  # (category, unit) of each firing entry, as one index
+        tpw.append(np.bincount(flat, ent_w[ok], minlength=K * U).reshape(K, U))
         tpc.append(np.bincount(flat, minlength=K * U).reshape(K, U).astype(np.float64))
         cnt.append(np.bincount(cats[cats >= 0], minlength=K).astype(np.float64))
         start = len(rules)
@@ -421,9 +433,9 @@ def _atoms(split: Split) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, dict
     binary += [{"kind": "inside", "pair": p} for p in PAIRS]
     for r in binary:
         m = split.flat(r)
-        hit = m[split.ent_pos]
-        tpw.append(np.bincount(split.ent_unit[hit], split.ent_w[hit], minlength=U)[None])
-        tpc.append(np.bincount(split.ent_unit[hit], minlength=U)[None].astype(np.float64))
+        hit = m[ent_pos]
+        tpw.append(np.bincount(ent_unit[hit], ent_w[hit], minlength=U)[None])
+        tpc.append(np.bincount(ent_unit[hit], minlength=U)[None].astype(np.float64))
         cnt.append(np.array([m.sum()], dtype=np.float64))
         rules.append(r)
     return rules, np.concatenate(tpw), np.concatenate(tpc), np.concatenate(cnt), families
@@ -431,35 +443,44 @@ def _atoms(split: Split) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, dict
 
 def _search(split: Split, progress=None) -> list:
     """The best rule of each unit on the search split (None for a unit that fires fewer than MIN_FIRES times), by
-    ``objective``."""
-    rules, tpw, tpc, cnt, families = _atoms(split)
-    n_neg = np.maximum(split.n - split.n_fire, 1)
+    ``objective``. Units go in chunks whose (rules x units) tables hold at most MAX_CELLS numbers each."""
+    out, pair_counts = [], {}
+    chunk = max(1, MAX_CELLS // (3 * split.ctx.V + MAX_NGRAMS + 32))
+    for u0 in range(0, split.U, chunk):
+        out += _search_units(split, range(u0, min(split.U, u0 + chunk)), pair_counts)
+        if progress is not None:
+            progress(len(out), split.U)
+    return out
+
+
+def _search_units(split: Split, units: range, pair_counts: dict) -> list:
+    rules, tpw, tpc, cnt, families = _atoms(split, units)
+    n_neg = np.maximum(split.n - split.n_fire[units.start:units.stop], 1)
     gain = tpw - (cnt[:, None] - tpc) / n_neg[None, :]  # (R, U): TPR - FPR = 2 x detection - 1
     token_rows = {off: np.array(rows) for off, rows in families.items()}
     single = np.ones(len(rules), dtype=bool)
     for rows in token_rows.values():
         single[rows] = False  # the token families enter through their sets
     other = np.flatnonzero(single)
-    pair_counts: dict = {}
     out = []
-    for u in range(split.U):
+    for c, u in enumerate(units):  # c: the unit's column in the tables
         if split.n_fire[u] < MIN_FIRES:
             out.append(None)
             continue
         cands = []  # (objective, rule)
         for off, rows in token_rows.items():
-            g = gain[rows, u]
+            g = gain[rows, c]
             top = np.argsort(-g, kind="stable")[:MAX_SET]
             k = 1 + int(np.cumprod(g[top[1:]] >= MIN_TOKEN_GAIN).sum())
             toks = [rules[rows[j]]["tokens"][0] for j in top[:k]]
             rule = {"kind": "token_in", "tokens": toks} if off == 0 else {"kind": "prev", "offset": off,
                                                                           "tokens": toks}
             chosen = rows[top[:k]]
-            cands.append((objective(g[top[:k]].sum(), tpc[chosen, u].sum(), cnt[chosen].sum(), k), rule))
-        g = gain[other, u]
+            cands.append((objective(g[top[:k]].sum(), tpc[chosen, c].sum(), cnt[chosen].sum(), k), rule))
+        g = gain[other, c]
         for j in np.argsort(-g, kind="stable")[:TOP_PAIRS]:
             r = other[j]
-            cands.append((objective(g[j], tpc[r, u], cnt[r], 1), rules[r]))
+            cands.append((objective(g[j], tpc[r, c], cnt[r], 1), rules[r]))
         cands.sort(key=lambda c: -c[0])  # best first (a stable sort: the earlier of two equals)
         best_obj, best = cands[0]
         top = [c[1] for c in cands[:TOP_PAIRS]]
@@ -479,8 +500,6 @@ def _search(split: Split, progress=None) -> list:
                 if o > pair_obj:
                     pair_obj, pair = o, {"kind": "and", "rules": [top[i], top[j]]}
         out.append(pair if pair_obj > best_obj + CONJ_GAIN else best)
-        if progress is not None and u % 64 == 63:
-            progress(u + 1, split.U)
     return out
 
 
@@ -547,25 +566,27 @@ def unit_activations(model, windows: torch.Tensor, site: str, encode=None, batch
     return np.concatenate(out)
 
 
-def held_windows(model, tokenizer, training, held=None) -> torch.Tensor:
-    """The held-out windows explanations read: at most MAX_WINDOWS of them."""
+def held_windows(model, tokenizer, training, held=None, units: int = 1) -> torch.Tensor:
+    """The held-out windows explanations read: at most MAX_WINDOWS of them, and no more than ``units``' float32
+    activations on them fit in MAX_ACT_BYTES (at least two: one to search on, one to score on)."""
     if held is None:
         from core.data.held_out import model_held_out
 
         held = model_held_out(model, tokenizer, training)
-    return held.windows[:MAX_WINDOWS]
+    fit = MAX_ACT_BYTES // (4 * held.windows.shape[1] * max(units, 1))
+    return held.windows[:max(2, min(MAX_WINDOWS, fit))]
 
 
 def explain_sae(model, tokenizer, sae, training=None, held=None, reads: str | None = None, progress=None) -> list:
     """Explanations of every latent of ``sae`` (a transcoder: ``reads``, the MLP input it encodes)."""
-    windows = held_windows(model, tokenizer, training, held)
+    windows = held_windows(model, tokenizer, training, held, sae.config.d_sae)
     acts = unit_activations(model, windows, reads or sae.site, sae.encode)
     return explain(windows.numpy(), acts, tokenizer, progress=progress)
 
 
 def explain_neurons(model, tokenizer, layer: int, training=None, held=None) -> list:
     """Explanations of every MLP neuron of block ``layer`` (its activation after the nonlinearity)."""
-    windows = held_windows(model, tokenizer, training, held)
+    windows = held_windows(model, tokenizer, training, held, model.config.d_ff)
     acts = unit_activations(model, windows, f"blocks.{layer}.mlp.hook_post")
     return explain(windows.numpy(), acts, tokenizer)
 
@@ -653,9 +674,8 @@ def write_explanations(folder, explanations: list, replace: bool = True) -> Path
             raise FileExistsError(f"{path} is not an explanations file this app wrote; it is left as it is") from None
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{FILE}.")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(explanations, f, ensure_ascii=False, indent=0)
-            f.write("\n")
+        with os.fdopen(fd, "w") as f:  # one unit a line: a diff of two runs reads unit by unit
+            f.write("[\n" + ",\n".join(json.dumps(e, ensure_ascii=False) for e in explanations) + "\n]\n")
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
