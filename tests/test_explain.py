@@ -1,4 +1,4 @@
-"""Explanations without a language model (core.features.explain, issue 58): rules applied to a hand-made text, the
+"""Explanations without a language model (core.features.explain, .rules, .explanations; issue 58): rules applied to a hand-made text, the
 scores against hand counts, planted rules recovered from synthetic activations, the file checked on load."""
 import json
 import math
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from core.features import explain as E
+from core.features import explanations as X
 from core.nn.tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,9 +252,9 @@ def good(n=3):
 
 
 def test_explanations_round_trip(tmp_path):
-    E.write_explanations(tmp_path, good())
-    assert E.load_explanations(tmp_path, 3) == good()
-    assert E.load_explanations(tmp_path / "none") is None
+    X.write_explanations(tmp_path, good())
+    assert X.load_explanations(tmp_path, 3) == good()
+    assert X.load_explanations(tmp_path / "none") is None
 
 
 @pytest.mark.parametrize("breakage, says", [
@@ -268,37 +269,37 @@ def test_explanations_round_trip(tmp_path):
     (lambda d: [{**e, "words": ""} for e in d], "words"),
 ])
 def test_a_broken_explanations_file_is_refused_by_name(tmp_path, breakage, says):
-    (tmp_path / E.FILE).write_text(json.dumps(breakage(good()), allow_nan=True))
+    (tmp_path / X.FILE).write_text(json.dumps(breakage(good()), allow_nan=True))
     with pytest.raises(ValueError, match=says) as e:
-        E.load_explanations(tmp_path, 3)
-    assert str(tmp_path / E.FILE) in str(e.value)
+        X.load_explanations(tmp_path, 3)
+    assert str(tmp_path / X.FILE) in str(e.value)
 
 
 def test_unreadable_json_is_refused_by_name(tmp_path):
-    (tmp_path / E.FILE).write_text("[{")
+    (tmp_path / X.FILE).write_text("[{")
     with pytest.raises(ValueError, match="explanations.json: not a readable"):
-        E.load_explanations(tmp_path)
+        X.load_explanations(tmp_path)
 
 
 def test_a_file_it_did_not_write_is_never_overwritten(tmp_path):
-    (tmp_path / E.FILE).write_text("my notes")
+    (tmp_path / X.FILE).write_text("my notes")
     with pytest.raises(FileExistsError):
-        E.write_explanations(tmp_path, good())
-    assert (tmp_path / E.FILE).read_text() == "my notes"
+        X.write_explanations(tmp_path, good())
+    assert (tmp_path / X.FILE).read_text() == "my notes"
     ok = tmp_path / "ok"
     ok.mkdir()
-    E.write_explanations(ok, good())
+    X.write_explanations(ok, good())
     with pytest.raises(FileExistsError):
-        E.write_explanations(ok, good(2), replace=False)
-    E.write_explanations(ok, good(2))  # its own file: replaced
-    assert len(E.load_explanations(ok)) == 2
+        X.write_explanations(ok, good(2), replace=False)
+    X.write_explanations(ok, good(2))  # its own file: replaced
+    assert len(X.load_explanations(ok)) == 2
 
 
 def test_the_cli_refuses_an_existing_file_without_overwrite(tmp_path, capsys):
-    (tmp_path / E.FILE).write_text("my notes")
+    (tmp_path / X.FILE).write_text("my notes")
     assert E.main([str(tmp_path)]) == 2
     assert "exists" in capsys.readouterr().err
-    assert (tmp_path / E.FILE).read_text() == "my notes"
+    assert (tmp_path / X.FILE).read_text() == "my notes"
 
 
 def shipped_folders():
@@ -312,7 +313,7 @@ def shipped_folders():
 def test_the_shipped_explanations_load(folder):
     from core.analysis.sae import read_sae_config
 
-    out = E.load_explanations(folder, read_sae_config(folder).d_sae)
-    assert out is not None, f"{folder} has no {E.FILE}"
+    out = X.load_explanations(folder, read_sae_config(folder).d_sae)
+    assert out is not None, f"{folder} has no {X.FILE}"
     alive = [e for e in out if e["rule"] is not None]
     assert sum(e["words"] != E.UNEXPLAINED for e in alive) > len(alive) / 2

@@ -22,7 +22,7 @@ SAE_FILES = (("config.json", lambda p: json_with(p, "site", "d_in", "d_sae")), (
 
 
 def explanations_file(path) -> bool:
-    from core.features.explain import load_explanations  # local: numpy and torch load only for the work
+    from core.features.explanations import load_explanations  # local: numpy loads only for the work
 
     try:
         return load_explanations(Path(path).parent) is not None
@@ -132,7 +132,8 @@ def main(argv=None) -> int:
     from core.features.activations import MAX_BYTES, MAX_VECTORS
     from core.data.held_out import model_held_out
     from core.analysis.sae import sae_folder, save_sae
-    from core.features.explain import explain_sae, write_explanations
+    from core.features.explain import explain_sae
+    from core.features.explanations import write_explanations
     from core.analysis.sites import check_site, site_width
     from core.features.train import train_sae
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
@@ -179,7 +180,8 @@ def transcoders_main(args) -> int:
     import torch
     from core.features.activations import MAX_VECTORS
     from core.data.held_out import model_held_out
-    from core.features.explain import explain_sae, write_explanations
+    from core.features.explain import explain_sae
+    from core.features.explanations import write_explanations
     from core.features.transcoder import (MAX_PAIRS, load_transcoders, reads, replacement_losses, save_transcoder,
                                           train_transcoder, transcoder_folder, writes)
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config

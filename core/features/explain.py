@@ -3,29 +3,13 @@
 A unit (an SAE latent, a transcoder feature, an MLP neuron) is explained by a **rule** over the context, searched in
 a small grammar on held-out text, and the rule is **scored** on other held-out text the search never saw.
 
-Rules are JSON, and ``matches(rule, ids, tokenizer)`` applies one to any text (one bool per position):
-
-    {"kind": "token_in", "tokens": ["a", "e"]}           the current token is one of these (its decoded text)
-    {"kind": "prev", "offset": 1, "tokens": ["o"]}        the token ``offset`` places back is one of these
-    {"kind": "class", "class": "capital", "offset": 0}    the token (``offset`` back) is of a class, read from its
-                                                          decoded text's first non-space character: capital, vowel,
-                                                          digit, punctuation; space: its text starts with a space or
-                                                          tab; newline: its text holds a line break
-    {"kind": "line_start"}                                the text before it ends in a line break
-    {"kind": "word_start"}                                it starts a word: its text is a letter after optional
-                                                          spaces, and it has a leading space or follows a non-letter
-    {"kind": "after", "ngram": "th"}                      the text before it ends with these characters
-    {"kind": "inside", "pair": "quotes"}                  an opened double quote (or bracket: "brackets") before it
-                                                          is not yet closed
-    {"kind": "position", "lo": 0, "hi": 4}                its position in the context is lo <= p < hi
-    {"kind": "and", "rules": [a, b]}                      both
-
-Only the ids given are read: position 0 has no text before it (no line start, no "after"; a word start when it
-begins with a letter). Classes come from each token's decoded text, so the same rules read a BPE model.
+Rules are JSON, in the grammar of core.features.rules, and ``matches(rule, ids, tokenizer)`` applies one to any
+text (one bool per position).
 
 **Search** (``explain``): the held-out windows alternate between a search split and a scoring split. On the search
-split every atomic rule's detection score is computed for every unit at once (per-category sums of the firing
-weights: ``index_add_`` over token ids, n-grams and positions, a matrix product for the rest); the token families
+split every atomic rule's detection score is computed for every unit at once (one bincount of the firing entries
+per family of rules that puts a position in one category: token ids, endings, positions; one per other rule), so
+no (positions x units) table is ever multiplied; the token families
 (current, previous, two back) also give each unit its best token set (tokens in order of gain, each kept while it adds
 MIN_TOKEN_GAIN); then the best conjunction of two of its TOP_PAIRS best rules is kept when it beats the best single
 rule by CONJ_GAIN. "Best" is by ``objective``: the detection score, with a little weight on precision (balanced
@@ -51,7 +35,7 @@ A unit whose detection is not above max(control, 0.5) by MARGIN keeps its rule a
 rule null, words "unexplained", detection and control 0.5 (chance), fuzzing 0.
 
 Stored beside an SAE or transcoder as ``explanations.json`` (a list of {"unit", "rule", "words", "detection",
-"fuzz_precision", "fuzz_recall", "control"}), read back by ``load_explanations``, checked.
+"fuzz_precision", "fuzz_recall", "control"}), written and read back, checked, by core.features.explanations.
 
     python -m core.features.explain FOLDER [--overwrite]    (an sae/<site> or transcoders/layer-L folder)
 """
@@ -59,21 +43,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from core.serve.fmt import visible
+from core.features.explanations import FILE, summary, write_explanations
+# matches: the issue's contract names it here too (core.features.explain.matches), beside the scorer
+from core.features.rules import CLASSES, PAIRS, POSITIONS, UNEXPLAINED, Context, key, matches, words  # noqa: F401
 
-FILE = "explanations.json"
-FIELDS = ("unit", "rule", "words", "detection", "fuzz_precision", "fuzz_recall", "control")
-UNEXPLAINED = "unexplained"
 QUANTILES = 10          # activation quantiles the firing contexts are drawn across
 CONTEXT = 32            # tokens of a fuzzing context (Paulo et al. show 32-token contexts)
 MARGIN = 0.1            # detection must beat max(control, chance) by this to count as explained
@@ -89,251 +69,6 @@ MIN_NGRAM = 5           # an ending seen fewer times in the search split is no c
 MAX_WINDOWS = 512       # held-out windows read: half search, half scoring
 MAX_ACT_BYTES = 256 * 2**20  # and fewer when the units' activations on them would take more (float32)
 MAX_CELLS = 2**24       # numbers in one (rules x units) table of the search: units are searched in chunks
-MAX_FILE_BYTES = 32 * 2**20
-CLASSES = ("capital", "vowel", "digit", "space", "punctuation", "newline")
-PAIRS = {"quotes": ('"“', '"”'), "brackets": ("([{", ")]}")}
-POSITIONS = ((0, 1), (1, 4), (4, 16), (16, 32), (32, 64), (64, 1 << 30))
-CLASS_WORDS = {"capital": "a capital letter", "vowel": "a vowel", "digit": "a digit", "space": "a space",
-               "punctuation": "punctuation", "newline": "a line break"}
-# a token of several characters is classed by its first one (a space before it aside): said so
-TOKEN_CLASS_WORDS = {"capital": "a token starting with a capital letter", "vowel": "a token starting with a vowel",
-                     "digit": "a token starting with a digit", "space": "a token starting with a space",
-                     "punctuation": "a token starting with punctuation", "newline": "a token holding a line break"}
-
-
-# ------------------------------------------------------------------ rules: checked, applied, said
-def check_rule(rule) -> dict:
-    """``rule`` if it is a rule of the grammar above; ValueError saying what is wrong otherwise."""
-    if not isinstance(rule, dict) or not isinstance(rule.get("kind"), str):
-        raise ValueError(f"a rule is a JSON object with a kind, got {str(rule)[:80]!r}")
-    kind = rule["kind"]
-
-    def whole(name, lo, hi):
-        v = rule.get(name)
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise ValueError(f"a {kind} rule's {name} must be a whole number from {lo} to {hi}, got {v!r}")
-
-    def tokens():
-        t = rule.get("tokens")
-        if not isinstance(t, list) or not t or len(t) > 256 or not all(isinstance(s, str) and s for s in t):
-            raise ValueError(f"a {kind} rule's tokens must be a list of 1 to 256 token texts")
-    if kind == "token_in":
-        tokens()
-    elif kind == "prev":
-        tokens()
-        whole("offset", 1, 64)
-    elif kind == "class":
-        if rule.get("class") not in CLASSES:
-            raise ValueError(f"a class rule's class must be one of {', '.join(CLASSES)}, got {rule.get('class')!r}")
-        whole("offset", 0, 64)
-    elif kind == "after":
-        if not isinstance(rule.get("ngram"), str) or not 1 <= len(rule["ngram"]) <= 16:
-            raise ValueError("an after rule's ngram must be text of 1 to 16 characters")
-    elif kind == "inside":
-        if rule.get("pair") not in PAIRS:
-            raise ValueError(f"an inside rule's pair must be one of {', '.join(PAIRS)}, got {rule.get('pair')!r}")
-    elif kind == "position":
-        whole("lo", 0, 1 << 30)
-        whole("hi", 1, 1 << 30)
-        if rule["hi"] <= rule["lo"]:
-            raise ValueError("a position rule's hi must be above its lo")
-    elif kind == "and":
-        parts = rule.get("rules")
-        if not isinstance(parts, list) or len(parts) != 2 or any(p.get("kind") == "and" for p in parts
-                                                                 if isinstance(p, dict)):
-            raise ValueError("an and rule joins exactly two rules, neither itself an and")
-        for p in parts:
-            check_rule(p)
-    elif kind not in ("line_start", "word_start"):
-        raise ValueError(f"unknown rule kind {kind!r}")
-    return rule
-
-
-def key(rule) -> str:
-    return json.dumps(rule, sort_keys=True, ensure_ascii=False)
-
-
-class Context:
-    """What the rules read at every position of token windows ``ids`` (W, T): the tokens a few places back, each
-    token's class, and the text before it (its last characters, open quotes and brackets). ``mask(rule)`` is the
-    rule's (W, T) bool matches; masks are cached by the rule."""
-
-    def __init__(self, ids, tokenizer):
-        self.ids = np.asarray(ids, dtype=np.int64)
-        if self.ids.ndim != 2:
-            raise ValueError("ids must be (windows, positions)")
-        pieces = list(tokenizer.pieces)
-        self.by_text: dict[str, list[int]] = {}
-        for i, p in enumerate(pieces):
-            self.by_text.setdefault(p, []).append(i)
-        lead = [p.lstrip(" \t") for p in pieces]
-        first = [s[:1] for s in lead]
-        self.cls = {  # (V,) bool per class, from each token's decoded text
-            "capital": np.array([c.isalpha() and c.isupper() for c in first]),
-            "vowel": np.array([bool(c) and c in "aeiouAEIOU" for c in first]),
-            "digit": np.array([c.isdigit() for c in first]),
-            "space": np.array([p[:1] in (" ", "\t") for p in pieces]),
-            "punctuation": np.array([bool(c) and not c.isalnum() and not c.isspace() for c in first]),
-            "newline": np.array(["\n" in p for p in pieces]),
-        }
-        letter = np.array([c.isalpha() for c in first])
-        spaced = np.array([len(s) < len(p) for s, p in zip(lead, pieces)])
-        W, T = self.ids.shape
-        tail = np.empty((W, T), dtype=object)       # the last 3 characters of the text before each position
-        quote = np.zeros((W, T), dtype=bool)        # inside double quotes
-        bracket = np.zeros((W, T), dtype=bool)      # inside brackets
-        prev_letter = np.zeros((W, T), dtype=bool)  # the character just before is a letter
-        for w in range(W):
-            text, q, depth = "", False, 0
-            for t, i in enumerate(self.ids[w].tolist()):
-                tail[w, t], quote[w, t], bracket[w, t] = text, q, depth > 0
-                prev_letter[w, t] = text[-1:].isalpha()
-                p = pieces[i]
-                for ch in p:
-                    if ch in PAIRS["quotes"][0] and (ch != '"' or not q):
-                        q = True
-                    elif ch in PAIRS["quotes"][1] and q:
-                        q = False
-                    elif ch in PAIRS["brackets"][0]:
-                        depth += 1
-                    elif ch in PAIRS["brackets"][1]:
-                        depth = max(0, depth - 1)
-                text = (text + p)[-3:]
-        # (W, T) the last 1, 2, 3 characters of the text before each position, as fixed-width text arrays: an
-        # "after" rule is then one vectorised comparison
-        self.ends = {n: np.array([s[-n:] for s in tail.reshape(-1)], dtype=f"<U{n}").reshape(W, T)
-                     for n in (1, 2, 3)}
-        self.inside = {"quotes": quote, "brackets": bracket}
-        self.line_start = self.ends[1] == "\n"
-        self.word_start = letter[self.ids] & (spaced[self.ids] | ~prev_letter)
-        self.position = np.broadcast_to(np.arange(T), (W, T))
-        self.V = len(pieces)
-        self._cache: dict[str, np.ndarray] = {}
-        self._back: dict[int, np.ndarray] = {}
-
-    def back(self, offset: int) -> np.ndarray:
-        """(W, T) the token id ``offset`` places back, -1 where the window has none."""
-        if offset not in self._back:
-            out = np.full_like(self.ids, -1)
-            if offset < self.ids.shape[1]:
-                out[:, offset:] = self.ids[:, :self.ids.shape[1] - offset]
-            self._back[offset] = out
-        return self._back[offset]
-
-    def member(self, texts) -> np.ndarray:
-        """(V + 1,) bool: which token ids have one of ``texts``; the last entry (id -1: no token) is False."""
-        out = np.zeros(self.V + 1, dtype=bool)
-        out[[i for s in texts for i in self.by_text.get(s, [])]] = True
-        return out
-
-    def mask(self, rule) -> np.ndarray:
-        k = key(rule)
-        if k not in self._cache:
-            self._cache[k] = self._mask(rule)
-        return self._cache[k]
-
-    def _mask(self, rule) -> np.ndarray:
-        kind = rule["kind"]
-        if kind in ("token_in", "prev"):
-            return self.member(rule["tokens"])[self.back(rule.get("offset", 0))]  # id -1 reads the False at the end
-        if kind == "class":
-            return np.append(self.cls[rule["class"]], False)[self.back(rule["offset"])]
-        if kind == "line_start":
-            return self.line_start
-        if kind == "word_start":
-            return self.word_start
-        if kind == "after":
-            ng = rule["ngram"]
-            if len(ng) > 3:  # the ends keep 3 characters: a longer ending is read from the decoded text
-                return self._after_long(ng)
-            return self.ends[len(ng)] == ng
-        if kind == "inside":
-            return self.inside[rule["pair"]]
-        if kind == "position":
-            return (self.position >= rule["lo"]) & (self.position < rule["hi"])
-        a, b = rule["rules"]
-        return self.mask(a) & self.mask(b)
-
-    def _after_long(self, ng: str) -> np.ndarray:
-        pieces = {i: s for s, ids in self.by_text.items() for i in ids}
-        out = np.zeros(self.ids.shape, dtype=bool)
-        for w in range(len(self.ids)):
-            text = ""
-            for t, i in enumerate(self.ids[w].tolist()):
-                out[w, t] = text.endswith(ng)
-                text = (text + pieces[i])[-len(ng):]
-        return out
-
-
-def matches(rule, ids, tokenizer) -> np.ndarray:
-    """One bool per position of the token ids ``ids`` (a text of len(ids) tokens, from position 0): where ``rule``
-    holds. Anyone can score a rule with it, without this module's scorer."""
-    check_rule(rule)
-    ids = np.asarray(ids, dtype=np.int64).reshape(1, -1)  # (n,) -> (1, n): one window
-    return Context(ids, tokenizer).mask(rule)[0].copy()
-
-
-def _quoted(texts) -> str:
-    def one(t):
-        named = {"\n": "a line break", " ": "a space", "'": "an apostrophe", "\n\n": "a blank line"}
-        return named.get(t, f"'{visible(t)}'")
-    said = [one(t) for t in texts]
-    return said[0] if len(said) == 1 else ", ".join(said[:-1]) + " or " + said[-1]
-
-
-def _class_words(rule, unit: str) -> str:
-    return (CLASS_WORDS if unit == "character" else TOKEN_CLASS_WORDS)[rule["class"]]
-
-
-def _noun(rule, unit: str) -> str | None:
-    """The thing a rule names, when it names the current token itself."""
-    if rule["kind"] == "token_in":
-        return _quoted(rule["tokens"])
-    if rule["kind"] == "class" and rule["offset"] == 0:
-        return _class_words(rule, unit)
-    return None
-
-
-def _modifier(rule, unit: str) -> str:
-    """A phrase placing a token: 'after ...', 'at the start of a line'."""
-    kind = rule["kind"]
-    if kind in ("prev", "class") and rule["offset"] > 0:
-        back = "" if rule["offset"] == 1 else f"{rule['offset']} places "
-        what = _quoted(rule["tokens"]) if kind == "prev" else _class_words(rule, unit)
-        return f"{back}after {what}"
-    if kind == "line_start":
-        return "at the start of a line"
-    if kind == "word_start":
-        return "at the start of a word"
-    if kind == "after":
-        ng = rule["ngram"]
-        return f"after {_quoted([ng])}"
-    if kind == "inside":
-        return f"inside {rule['pair']}"
-    if kind == "position":
-        lo, hi = rule["lo"], rule["hi"]
-        if (lo, hi) == (0, 1):
-            return "at the context's first position"
-        return f"at positions {lo} to {hi - 1} of the context" if hi < 1 << 30 else f"from position {lo} on"
-    if kind == "token_in":
-        return f"that is {_quoted(rule['tokens'])}"
-    return f"that is {_class_words(rule, unit)}"
-
-
-def words(rule, unit: str = "token") -> str:
-    """What ``rule`` says, in words a learner reads: "'u' after 'o'", "a line break after a blank line"."""
-    if rule is None:
-        return UNEXPLAINED
-    if rule["kind"] == "and":
-        a, b = rule["rules"]
-        if _noun(a, unit) is None and _noun(b, unit) is not None:
-            a, b = b, a
-        noun = _noun(a, unit)
-        if noun is None:
-            return f"any {unit} {_modifier(a, unit)} and {_modifier(b, unit)}"
-        return f"{noun} {_modifier(b, unit)}"
-    noun = _noun(rule, unit)
-    return noun if noun is not None else f"any {unit} {_modifier(rule, unit)}"
 
 
 # ------------------------------------------------------------------ the units' firing on one split
@@ -590,98 +325,6 @@ def explain_neurons(model, tokenizer, layer: int, training=None, held=None) -> l
     acts = unit_activations(model, windows, f"blocks.{layer}.mlp.hook_post")
     return explain(windows.numpy(), acts, tokenizer)
 
-
-def summary(explanations: list) -> dict:
-    """Median and quartiles of detection and control over the units that could be scored (alive), the median
-    fuzzing numbers, and the share of them unexplained."""
-    alive = [e for e in explanations if e["rule"] is not None]
-    if not alive:
-        return {"units": len(explanations), "alive": 0}
-    det = np.array([e["detection"] for e in alive])
-    q = np.quantile(det, [0.25, 0.5, 0.75])
-    return {"units": len(explanations), "alive": len(alive), "detection_q1": round(float(q[0]), 3),
-            "detection_median": round(float(q[1]), 3), "detection_q3": round(float(q[2]), 3),
-            "control_median": round(float(np.median([e["control"] for e in alive])), 3),
-            "fuzz_precision_median": round(float(np.median([e["fuzz_precision"] for e in alive])), 3),
-            "fuzz_recall_median": round(float(np.median([e["fuzz_recall"] for e in alive])), 3),
-            "unexplained_share": round(sum(e["words"] == UNEXPLAINED for e in alive) / len(alive), 3)}
-
-
-# ------------------------------------------------------------------ the file
-def check_explanations(data, n_units: int | None = None, name: str = FILE) -> list:
-    """``data`` if it is a valid explanations list (for ``n_units`` units, when given); ValueError naming ``name``
-    and the first problem otherwise."""
-    def bad(problem):
-        return ValueError(f"{name}: {problem}")
-    if not isinstance(data, list):
-        raise bad("not a JSON list of explanations")
-    if n_units is not None and len(data) != n_units:
-        raise bad(f"it explains {len(data):,} units, but there are {n_units:,}")
-    seen = set()
-    for i, e in enumerate(data):
-        if not isinstance(e, dict) or set(e) != set(FIELDS):
-            raise bad(f"entry {i} must have exactly the fields {', '.join(FIELDS)}")
-        u = e["unit"]
-        if isinstance(u, bool) or not isinstance(u, int) or u < 0 or (n_units is not None and u >= n_units):
-            raise bad(f"entry {i}'s unit {u!r} is not a unit number")
-        if u in seen:
-            raise bad(f"unit {u} is explained twice")
-        seen.add(u)
-        if e["rule"] is not None:
-            try:
-                check_rule(e["rule"])
-            except ValueError as err:
-                raise bad(f"unit {u}'s rule: {err}") from None
-        if not isinstance(e["words"], str) or not 0 < len(e["words"]) <= 500:
-            raise bad(f"unit {u}'s words must be text of 1 to 500 characters")
-        for f in FIELDS[3:]:
-            v = e[f]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1:
-                raise bad(f"unit {u}'s {f} must be a finite number from 0 to 1, got {v!r}")
-    return data
-
-
-def load_explanations(folder, n_units: int | None = None) -> list | None:
-    """The explanations saved in ``folder`` (None when there is no file), checked: at most MAX_FILE_BYTES, inside
-    the folder, valid JSON, ``check_explanations``. ValueError naming the file otherwise."""
-    from core.serve.folder_files import read_text_inside
-
-    path = Path(folder) / FILE
-    if not path.exists() and not path.is_symlink():
-        return None
-    try:
-        data = json.loads(read_text_inside(folder, FILE, MAX_FILE_BYTES))
-    except RecursionError:
-        raise ValueError(f"{path}: JSON nested too deep") from None
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: not a readable explanations file ({e})") from None
-    return check_explanations(data, n_units, str(path))
-
-
-def write_explanations(folder, explanations: list, replace: bool = True) -> Path:
-    """Write ``explanations`` (checked first) as ``folder``/explanations.json, atomically. A file already there is
-    replaced only with ``replace`` and only when it is itself an explanations file (one this module writes): any
-    other file of that name is refused (FileExistsError), never overwritten."""
-    folder = Path(folder)
-    check_explanations(explanations)
-    path = folder / FILE
-    if path.exists() or path.is_symlink():
-        if not replace:
-            raise FileExistsError(f"{path} exists (replace it with --overwrite)")
-        try:
-            load_explanations(folder)
-        except ValueError:
-            raise FileExistsError(f"{path} is not an explanations file this app wrote; it is left as it is") from None
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{FILE}.")
-    try:
-        with os.fdopen(fd, "w") as f:  # one unit a line: a diff of two runs reads unit by unit
-            f.write("[\n" + ",\n".join(json.dumps(e, ensure_ascii=False) for e in explanations) + "\n]\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def explain_folder(folder, progress=None) -> list:

@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.features import forming
 from core.analysis.sae import MAX_D_SAE, sae_folder, save_sae
-from core.features.explain import write_explanations
+from core.features.explanations import write_explanations
 from core.analysis.sites import Site, site_words, sites
 from core.features.job import MAX_STEPS, SAEJob, check_settings
 from core.features.train import DEFAULT_K, EXPANSION, SAESettings
