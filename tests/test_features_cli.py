@@ -1,5 +1,5 @@
-"""python -m core.features on a tiny saved model: it writes the SAE's three files, and every bad argument ends with
-status 2 and one line naming the problem, before any training."""
+"""python -m core.features on a tiny saved model: it writes the SAE's three files and its explanations, and every
+bad argument ends with status 2 and one line naming the problem, before any training."""
 import json
 import os
 import subprocess
@@ -37,7 +37,7 @@ def test_the_command_line_trains_and_saves(model_folder, tmp_path):
                         "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in out.iterdir()) == [CONFIG, METRICS, WEIGHTS]
+    assert sorted(p.name for p in out.iterdir()) == sorted([CONFIG, METRICS, WEIGHTS, "explanations.json"])
     sae = load_sae(out, site="blocks.1.hook_resid_mid", d_in=16)
     assert (sae.config.d_sae, sae.config.k, sae.config.kind) == (128, 4, "topk")
     metrics = json.loads((out / METRICS).read_text())

@@ -18,7 +18,16 @@ from core.training.cli_args import OneLineParser, Outputs, json_with, out_proble
 PROG = "python -m core.features"
 # what save_sae writes; a config.json is an SAE's when it says its site and sizes (a model's has none of them)
 SAE_FILES = (("config.json", lambda p: json_with(p, "site", "d_in", "d_sae")), ("sae.safetensors", None),
-             ("metrics.json", None))
+             ("metrics.json", None), ("explanations.json", lambda p: explanations_file(p)))
+
+
+def explanations_file(path) -> bool:
+    from core.features.explanations import load_explanations  # local: numpy loads only for the work
+
+    try:
+        return load_explanations(Path(path).parent) is not None
+    except ValueError:
+        return False
 SAE_OUT = Outputs(PROG, "an SAE", files=SAE_FILES)
 TRANSCODER_OUT = Outputs(PROG + " --transcoder", "a transcoder", files=SAE_FILES, fixed=True)
 
@@ -47,7 +56,7 @@ def parser() -> OneLineParser:
     p.add_argument("--out", default=None, help="an SAE's folder (default MODEL/sae/SITE); one that holds an SAE "
                    "or other files is refused unless --overwrite. Transcoders live in MODEL/transcoders/layer-L/")
     p.add_argument("--overwrite", action="store_true", help="replace the SAE (or the transcoders) there: their "
-                   "own three files only, every other file stays as it is")
+                   "own files only (with its explanations.json), every other file stays as it is")
     return p
 
 
@@ -123,6 +132,8 @@ def main(argv=None) -> int:
     from core.features.activations import MAX_BYTES, MAX_VECTORS
     from core.data.held_out import model_held_out
     from core.analysis.sae import sae_folder, save_sae
+    from core.features.explain import explain_sae
+    from core.features.explanations import write_explanations
     from core.analysis.sites import check_site, site_width
     from core.features.train import train_sae
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
@@ -153,6 +164,7 @@ def main(argv=None) -> int:
     result = train_sae(model, tokenizer, args.site, training, settings, held=held, progress=progress)
     try:
         save_sae(result.sae, out, result.metrics)  # its three files, each replaced alone: the rest stays
+        write_explanations(out, explain_sae(model, tokenizer, result.sae, held=held))  # each latent's words
     except OSError as e:  # the place changed during the run
         return error(f"the SAE could not be saved in {out}: {e}")
     print(json.dumps({k: result.metrics[k] for k in ("l0", "explained_variance", "dead_fraction", "ce_loss_score",
@@ -168,7 +180,9 @@ def transcoders_main(args) -> int:
     import torch
     from core.features.activations import MAX_VECTORS
     from core.data.held_out import model_held_out
-    from core.features.transcoder import (MAX_PAIRS, load_transcoders, replacement_losses, save_transcoder,
+    from core.features.explain import explain_sae
+    from core.features.explanations import write_explanations
+    from core.features.transcoder import (MAX_PAIRS, load_transcoders, reads, replacement_losses, save_transcoder,
                                           train_transcoder, transcoder_folder, writes)
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
 
@@ -193,7 +207,8 @@ def transcoders_main(args) -> int:
         return error(str(e))
     for layer in layers:
         r = train_transcoder(model, tokenizer, layer, training, settings, held=held)
-        save_transcoder(r.sae, args.model, layer, r.metrics)
+        folder = save_transcoder(r.sae, args.model, layer, r.metrics)
+        write_explanations(folder, explain_sae(model, tokenizer, r.sae, held=held, reads=reads(layer)))
         print(f"layer {layer}: " + json.dumps({k: round(r.metrics[k], 4) for k in (
             "l0", "explained_variance", "dead_fraction", "ce_clean", "ce_replaced", "ce_mlps_zeroed",
             "train_s")}), flush=True)

@@ -22,6 +22,7 @@ import torch
 
 from core.analysis.sae import SAE
 from core.analysis.sites import Site, as_site
+from core.features.explain import explain_sae
 from core.features.train import EVAL_EVERY, EVAL_TOKENS, SAESettings, memory_estimate, train_on, train_sae
 from core.serve.fmt import binary_bytes
 from core.data.corpus import TRAIN_FRACTION
@@ -106,10 +107,13 @@ class SAEJob(BackgroundJob):
             trained = train_sae(model, tokenizer, site, training, settings, progress=report,
                                 should_stop=progress.stopped)
             progress.check()  # stopped during training: no result (train_sae still measured what it had)
+            progress.phase("explaining the latents")  # explanations.json, saved beside the SAE with it
+            self.explanations = explain_sae(model, tokenizer, trained.sae, training)
             return trained
 
         super().__init__(work, f"training an SAE on {site}", settings.steps, memory, owner, threads)
         self.site, self.settings = site, settings
+        self.explanations = None  # core.features.explain's, once trained: a page saves them with the SAE
 
 
 # An SAE job is more than its steps (measured on the shipped models: the form said "under a minute" from the steps

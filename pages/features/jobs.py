@@ -7,6 +7,7 @@ import streamlit as st
 
 from core.features import forming
 from core.analysis.sae import MAX_D_SAE, sae_folder, save_sae
+from core.features.explanations import write_explanations
 from core.analysis.sites import Site, site_words, sites
 from core.features.job import MAX_STEPS, SAEJob, check_settings
 from core.features.train import DEFAULT_K, EXPANSION, SAESettings
@@ -145,6 +146,7 @@ def _offer_save(entry) -> None:
                  help="Replaces an SAE saved there before."):
         try:
             save_sae(trained.sae, folder, trained.metrics)
+            write_explanations(folder, rec["job"].explanations)
         except OSError as e:
             st.error(f"Not saved: {e.strerror or e}")
         else:
