@@ -145,7 +145,7 @@ def test_features_refuses_the_shipped_sae_without_overwrite(model, capsys, no_wo
     assert hashes(model) == before
 
 
-def test_features_overwrite_replaces_the_saes_own_files_only(model):
+def test_features_overwrite_replaces_the_saes_three_files_only(model):
     before = hashes(model)
     assert features_cli.main(["--model", str(model), "--site", "blocks.0.hook_resid_post", "--features", "64",
                               "--k", "4", "--steps", "5", "--batch", "64", "--threads", "1", "--overwrite"]) == 0
