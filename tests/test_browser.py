@@ -96,7 +96,7 @@ def test_deep_link_right_after_start_runs_inside_the_frame(browser, tmp_path, pa
 
 def test_a_feature_opens_from_the_prompt_view(server, browser):
     """Features page: a click on a feature firing at a prompt position opens that feature's card."""
-    if not (ROOT / "assets/models/shakespeare-char/sae/blocks.0.hook_resid_post/sae.safetensors").exists():
+    if not (ROOT / "assets/models/shakespeare-char/sae/blocks.0.hook_resid_post/sae_weights.safetensors").exists():
         pytest.skip("the shipped SAE is not in this checkout")
     page = browser.new_page(viewport={"width": 1400, "height": 2400})
     errors = []

@@ -150,7 +150,8 @@ def test_features_overwrite_replaces_the_saes_three_files_only(model):
     assert features_cli.main(["--model", str(model), "--site", "blocks.0.hook_resid_post", "--features", "64",
                               "--k", "4", "--steps", "5", "--batch", "64", "--threads", "1", "--overwrite"]) == 0
     after = hashes(model)
-    own = {f"{SAE}/{n}" for n in ("config.json", "sae.safetensors", "metrics.json", "explanations.json")}
+    own = {f"{SAE}/{n}" for n in ("config.json", "cfg.json", "sae_weights.safetensors", "metrics.json",
+                                  "explanations.json")}
     unchanged_but(before, after, lambda p: p in own)
     assert f"{SAE}/README.md" in after  # the card written beside it by hand stays
     assert all(after[p] != before[p] for p in own)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.features.__main__ import main
-from core.analysis.sae import CONFIG, METRICS, WEIGHTS, load_sae
+from core.analysis.sae import CONFIG, METRICS, SAELENS_CONFIG, WEIGHTS, load_sae
 from core.nn.model_store import save_checkpoint
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
@@ -37,7 +37,8 @@ def test_the_command_line_trains_and_saves(model_folder, tmp_path):
                         "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in out.iterdir()) == sorted([CONFIG, METRICS, WEIGHTS, "explanations.json"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([CONFIG, SAELENS_CONFIG, METRICS, WEIGHTS,
+                                                            "explanations.json"])
     sae = load_sae(out, site="blocks.1.hook_resid_mid", d_in=16)
     assert (sae.config.d_sae, sae.config.k, sae.config.kind) == (128, 4, "topk")
     metrics = json.loads((out / METRICS).read_text())

@@ -8,8 +8,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from core.analysis.sae import (CONFIG, METRICS, SAE, WEIGHTS, SAEConfig, SAEFileError, load_sae, read_metrics,
-                               read_sae_config, sae_folder, save_sae, saved_sites)
+from core.analysis.sae import (CONFIG, LEGACY_WEIGHTS, METRICS, SAE, SAELENS_CONFIG, WEIGHTS, SAEConfig, SAEFileError,
+                               fold_input_centring, load_sae, read_metrics, read_sae_config, sae_folder, save_sae,
+                               saved_sites)
 
 SITE = "blocks.1.hook_resid_mid"
 
@@ -32,13 +33,15 @@ def saved(tmp_path):
 
 def test_round_trip_is_bit_identical(saved):
     folder, sae = saved
-    assert sorted(os.listdir(folder)) == [CONFIG, METRICS, WEIGHTS]  # no temporary file left behind
+    # no temporary file left behind; SAELens's names for the weights and its config
+    assert sorted(os.listdir(folder)) == sorted([CONFIG, SAELENS_CONFIG, METRICS, WEIGHTS])
+    assert (WEIGHTS, SAELENS_CONFIG) == ("sae_weights.safetensors", "cfg.json")
     back = load_sae(folder, site=SITE, d_in=8)
     for name, t in sae.tensors().items():
         assert torch.equal(getattr(back, name), t), name
     assert back.config == sae.config
     assert json.loads((folder / CONFIG).read_text()) == {"site": SITE, "d_in": 8, "d_sae": 32, "kind": "topk",
-                                                         "k": 4, "l1": 0.0}
+                                                         "k": 4, "l1": 0.0, "apply_b_dec_to_input": True}
     assert read_metrics(folder) == {"l0": 4.0, "ce_loss_score": 0.93, "corpus": "x"}
     x = torch.randn(5, 8)
     assert torch.equal(back(x), sae(x).detach())
@@ -179,3 +182,73 @@ def test_an_sae_too_large_to_load_again_is_refused_before_training():
     with pytest.raises(ValueError, match="more than the 256 MiB an SAE file may be"):
         SAESettings(d_sae=131_072).config("blocks.0.mlp.hook_post", 256)
     SAESettings(d_sae=65_536).config("blocks.0.mlp.hook_post", 256)  # 128 MiB: fine
+
+
+def test_cfg_json_says_what_saelens_reads(saved, tmp_path):
+    """cfg.json carries the fields SAELens 6's SAE.load_from_disk reads (architecture, sizes, k, the centring) and
+    the hook it reads; a transcoder's: no centring, the hook it reads and the one it writes; a ReLU SAE is
+    SAELens's "standard", a ReLU transcoder its "transcoder"."""
+    folder, _ = saved
+    cfg = json.loads((folder / SAELENS_CONFIG).read_text())
+    assert cfg == {"architecture": "topk", "k": 4, "rescale_acts_by_decoder_norm": False, "d_in": 8, "d_sae": 32,
+                   "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True, "normalize_activations": "none",
+                   "reshape_activations": "none",
+                   "metadata": {"sae_lens_version": "6.0.0", "hook_name": SITE, "prepend_bos": False}}
+    tc = SAE(SAEConfig(site="blocks.1.hook_mlp_out", d_in=8, d_sae=32, kind="relu", k=4,
+                       apply_b_dec_to_input=False, reads="blocks.1.hook_mlp_in"))
+    cfg = json.loads((save_sae(tc, tmp_path / "tc") / SAELENS_CONFIG).read_text())
+    assert (cfg["architecture"], cfg["d_out"], cfg["apply_b_dec_to_input"]) == ("transcoder", 8, False)
+    assert cfg["metadata"]["hook_name"] == "blocks.1.hook_mlp_in"
+    assert cfg["metadata"]["hook_name_out"] == "blocks.1.hook_mlp_out"
+    relu = SAE(SAEConfig(site=SITE, d_in=8, d_sae=32, kind="relu", k=4))
+    assert json.loads((save_sae(relu, tmp_path / "relu") / SAELENS_CONFIG).read_text())["architecture"] == "standard"
+
+
+def write_old_layout(folder, sae):
+    """A folder as save_sae wrote it before issue 57: sae.safetensors, a config.json without the centring field."""
+    folder.mkdir(parents=True)
+    save_file(sae.tensors(), str(folder / LEGACY_WEIGHTS))
+    cfg = {k: v for k, v in sae.config.to_dict().items() if k not in ("apply_b_dec_to_input", "reads")}
+    (folder / CONFIG).write_text(json.dumps(cfg))
+
+
+def test_an_old_layout_folder_loads_and_encodes_as_before(tmp_path):
+    """No field: the b_dec-centred encoder every folder had then, read as such: encodings bit-identical to
+    (x - b_dec) @ W_enc + b_enc. Saving it again writes the new names and drops the old weights file."""
+    sae = make_sae(3)
+    folder = tmp_path / "sae" / SITE
+    write_old_layout(folder, sae)
+    assert saved_sites(tmp_path) == [SITE]
+    back = load_sae(folder, site=SITE, d_in=8)
+    assert back.config.apply_b_dec_to_input is True
+    x = torch.randn(6, 8)
+    pre = (x - sae.b_dec) @ sae.W_enc + sae.b_enc  # the old formula, written out
+    assert torch.equal(back.pre_acts(x), pre.detach())
+    assert torch.equal(back.encode(x), sae.activate(pre).detach())
+    save_sae(back, folder)
+    assert sorted(os.listdir(folder)) == sorted([CONFIG, SAELENS_CONFIG, WEIGHTS])
+    assert torch.equal(load_sae(folder).encode(x), back.encode(x))
+
+
+def test_fold_moves_the_centring_into_b_enc():
+    """(x - b_dec) W + b = x W + (b - b_dec W): the folded SAE's b_enc is that, its pre-activations the same to
+    float32 rounding, its other tensors untouched; an SAE already uncentred is returned as it is."""
+    sae = make_sae(4)
+    folded = fold_input_centring(sae)
+    assert folded.config.apply_b_dec_to_input is False and sae.config.apply_b_dec_to_input is True
+    W, b, c = sae.W_enc.double(), sae.b_enc.double(), sae.b_dec.double()
+    want = [b[j] - sum(c[i] * W[i, j] for i in range(8)) for j in range(32)]  # by hand, in float64
+    assert torch.allclose(folded.b_enc.double(), torch.stack(want), atol=1e-6)
+    for name in ("W_enc", "W_dec", "b_dec"):
+        assert torch.equal(getattr(folded, name), getattr(sae, name))
+    x = torch.randn(50, 8)
+    assert torch.allclose(folded.pre_acts(x), sae.pre_acts(x), atol=1e-5)
+    assert torch.allclose(folded.pre_acts(x, [3, 7]), sae.pre_acts(x, [3, 7]), atol=1e-5)
+    assert fold_input_centring(folded) is folded
+
+
+def test_a_bad_centring_field_is_refused(saved):
+    folder, _ = saved
+    edit_config(folder, apply_b_dec_to_input="yes")
+    with pytest.raises(SAEFileError, match="apply_b_dec_to_input must be true or false"):
+        load_sae(folder)

@@ -85,11 +85,26 @@ def test_reconstruction_stats_against_loops():
     dead = sum(1 for j in range(F.shape[1]) if all(F[r, j] == 0 for r in range(n))) / F.shape[1]
     stats = reconstruction_stats(sae, acts, chunk=8)  # chunks of 8: the sums across chunks are tested too
     assert stats["l0"] == pytest.approx(l0)
-    assert stats["mse"] == pytest.approx(sq / (n * d), rel=1e-5)
+    assert stats["mse"] == pytest.approx(sq / n, rel=1e-5)  # SAELens's: summed over the d numbers, mean over tokens
     assert stats["explained_variance"] == pytest.approx(1 - sq / var, rel=1e-5)
     assert stats["dead_fraction"] == pytest.approx(dead)
     assert 0 < dead < 1  # the case tests something: some latents dead, some alive
     assert stats["fires"].tolist() == [int((F[:, j] > 0).sum()) for j in range(F.shape[1])]
+
+
+def test_mse_is_saelens_s_on_a_count_by_hand():
+    """Two tokens of 3 numbers and an SAE that writes nothing (f = 0, x_hat = b_dec = 0): the errors are the
+    tokens themselves, [1, 2, 2] and [0, 0, 3], 9 each. SAELens's mse is 9 (summed over the numbers of a token,
+    averaged over the tokens), not 3 (a mean per number); explained variance 1 - 9 / (E||x||^2 - ||E x||^2) =
+    1 - 9 / (9 - (0.25 + 1 + 6.25)) = -5."""
+    sae = SAE(SAEConfig(site="blocks.0.hook_resid_post", d_in=3, d_sae=2, kind="relu", k=1))
+    with torch.no_grad():
+        for t in (sae.W_enc, sae.b_enc, sae.W_dec, sae.b_dec):
+            t.zero_()
+    stats = reconstruction_stats(sae, torch.tensor([[1.0, 2.0, 2.0], [0.0, 0.0, 3.0]]))
+    assert stats["mse"] == pytest.approx(9.0)
+    assert stats["explained_variance"] == pytest.approx(-5.0)
+    assert (stats["l0"], stats["dead_fraction"]) == (0.0, 1.0)
 
 
 def test_ce_loss_score_formula():

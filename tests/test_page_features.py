@@ -20,7 +20,7 @@ def _ok(at):
 
 @pytest.fixture(scope="module")
 def shipped_page(open_page_once):
-    if not (SHIPPED / "sae" / SITE / "sae.safetensors").exists():
+    if not (SHIPPED / "sae" / SITE / "sae_weights.safetensors").exists():
         pytest.skip("the shipped SAE is not in this checkout")
     return open_page_once(PAGE, timeout=300)
 
@@ -83,7 +83,7 @@ def test_a_broken_sae_folder_is_refused_by_name(open_page, tmp_path):
     bad = folder / "sae" / SITE
     bad.mkdir(parents=True)
     (bad / "config.json").write_text('{"site": "blocks.0.hook_resid_post", "d_in": 64, "d_sae": 8, "kind": "topk", "k": 2}')
-    (bad / "sae.safetensors").write_bytes(b"not a safetensors file")
+    (bad / "sae_weights.safetensors").write_bytes(b"not a safetensors file")
     at = open_page(PAGE, timeout=300, models_dir=tmp_path, state={"te_model_name": "copy"})
     shown = [w.value.replace("\\", "") for w in at.warning]  # markdown escapes taken out
     assert any(f"sae/{SITE}" in w and "not a safetensors file" in w for w in shown), shown

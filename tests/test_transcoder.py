@@ -2,6 +2,8 @@
 SAE's file rules and loaded back checked; the replacement hooks splice them in; a transcoder that equals its MLP
 leaves the model's loss unchanged; the command line refuses what it cannot do."""
 import json
+import shutil
+from dataclasses import replace
 
 import pytest
 import torch
@@ -42,7 +44,8 @@ def untrained_metrics(model, held, layer: int, settings: SAESettings) -> dict:
 
     train_part, eval_held = split_held_out(held)
     x, y = T.collect_pairs(model, train_part.windows, layer, min(settings.max_vectors, T.MAX_PAIRS))
-    tc = SAE(settings.config(T.writes(layer), x.shape[1]), generator=torch.Generator().manual_seed(settings.seed))
+    config = replace(settings.config(T.writes(layer), x.shape[1]), apply_b_dec_to_input=False, reads=T.reads(layer))
+    tc = SAE(config, generator=torch.Generator().manual_seed(settings.seed))
     _init_from(tc, y)
     tc.requires_grad_(False)
     m = T.fit_stats(tc, *T.collect_pairs(model, eval_part(eval_held, model.config.n_ctx).windows, layer))
@@ -59,6 +62,8 @@ def test_train_save_and_load_back(tiny):
     settings = SAESettings(steps=100, batch_size=256, d_sae=64, k=4, lr=5e-3)
     r = T.train_transcoder(model, tok, 1, held=held, settings=settings)
     m, u = r.metrics, untrained_metrics(model, held, 1, settings)
+    # trained in the layout SAELens and circuit-tracer read: no b_dec on the input, and what it reads recorded
+    assert r.sae.config.apply_b_dec_to_input is False and r.sae.config.reads == "blocks.1.hook_mlp_in"
     assert m["reads"] == "blocks.1.hook_mlp_in" and m["writes"] == "blocks.1.hook_mlp_out"
     assert 0 < m["l0"] <= 4 and m["ce_clean"] == pytest.approx(u["ce_clean"])  # the same evaluation tokens
     assert m["mse"] < u["mse"] / 50 and m["explained_variance"] > u["explained_variance"]
@@ -68,6 +73,10 @@ def test_train_save_and_load_back(tiny):
     assert sorted(back) == [1] and T.missing_layers(back, model.config) == [0]
     x = torch.randn(5, model.config.d_model)
     torch.testing.assert_close(back[1](x), r.sae(x))
+    assert back[1].config == r.sae.config
+    cfg = json.loads((T.transcoder_folder(folder, 1) / "cfg.json").read_text())
+    assert (cfg["apply_b_dec_to_input"], cfg["metadata"]["hook_name"], cfg["metadata"]["hook_name_out"]) == (
+        False, "blocks.1.hook_mlp_in", "blocks.1.hook_mlp_out")
     # a transcoder of another width is refused by name, not spliced in
     cfg = json.loads((T.transcoder_folder(folder, 1) / "config.json").read_text())
     (T.transcoder_folder(folder, 1) / "config.json").write_text(json.dumps({**cfg, "d_in": 16}))
@@ -91,3 +100,36 @@ def test_the_command_line_refuses_a_bad_layer(tiny, capsys):
     assert "--layer" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--model", str(folder)])  # neither --site nor --transcoder
+
+
+def test_upgrade_folds_an_old_transcoder_and_measures_it_again(tiny, tmp_path):
+    """core.features.upgrade on a model whose transcoder was saved b_dec-centred, as before issue 57: folded
+    (the same encodings), saved under SAELens's names, its numbers measured again (mse now summed per token, as
+    fit_stats computes it on the same evaluation pairs) and its training record kept."""
+    from core.analysis.sae import LEGACY_WEIGHTS, WEIGHTS
+    from core.features.train import eval_part, split_held_out
+    from core.features.upgrade import upgrade
+    from tests.test_transcoder_fold import unfolded
+
+    source, model, tok, held = tiny
+    folder = tmp_path / "m"
+    shutil.copytree(source, folder, ignore=shutil.ignore_patterns(T.TRANSCODER_DIR))
+    r = T.train_transcoder(model, tok, 0, held=held, settings=SAESettings(steps=30, batch_size=256, d_sae=64, k=4))
+    old = unfolded(r.sae)
+    place = T.transcoder_folder(folder, 0)
+    place.mkdir(parents=True)
+    from safetensors.torch import save_file
+    save_file(old.tensors(), str(place / LEGACY_WEIGHTS))
+    (place / "config.json").write_text(json.dumps(
+        {k: v for k, v in old.config.to_dict().items() if k != "apply_b_dec_to_input"}))
+    (place / "metrics.json").write_text(json.dumps({"mse": 123.0, "steps": 30}))
+    (row,) = upgrade(folder, held=held)
+    assert row["folded"] is True and row["changed"]["mse"][0] == 123.0
+    assert (place / WEIGHTS).is_file() and not (place / LEGACY_WEIGHTS).exists()
+    (tc,) = T.load_transcoders(folder, model.config).values()
+    assert tc.config.apply_b_dec_to_input is False and tc.config.reads == "blocks.0.hook_mlp_in"
+    x = torch.randn(30, model.config.d_model, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(tc.pre_acts(x), old.pre_acts(x), atol=1e-5, rtol=0)
+    metrics = json.loads((place / "metrics.json").read_text())
+    pairs = T.collect_pairs(model, eval_part(split_held_out(held)[1], model.config.n_ctx).windows, 0)
+    assert metrics["steps"] == 30 and metrics["mse"] == pytest.approx(T.fit_stats(tc, *pairs)["mse"])

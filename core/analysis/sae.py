@@ -1,17 +1,25 @@
 """The sparse autoencoder: an activation x (d_in) written as a sparse, non-negative mix of d_sae learned directions.
 
-    encode(x) = act((x - b_dec) @ W_enc + b_enc)        f: (..., d_sae), most entries 0
+    encode(x) = act((x - b_dec) @ W_enc + b_enc)        f: (..., d_sae), most entries 0   (apply_b_dec_to_input)
+    encode(x) = act(x @ W_enc + b_enc)                  the same without it: a transcoder's
     decode(f) = f @ W_dec + b_dec                       x_hat: (..., d_in)
 
 ``act`` is TopK (the k largest pre-activations kept, a ReLU on them, every other latent 0: Gao et al. 2024, the
 default) or a ReLU trained with an L1 penalty (Anthropic 2023). Each row of W_dec is a feature's direction, of unit
-norm, so a feature's activation is its size in the stream. Tensor names and shapes are SAELens's, so its users read
-ours without a dictionary.
+norm, so a feature's activation is its size in the stream. Tensor names, shapes and the ``apply_b_dec_to_input``
+switch are SAELens's, so its users read ours without a dictionary. An SAE centres its input on b_dec, the mean of
+what it reconstructs; a transcoder reads one vector and writes another, so b_dec (the bias of its *output*) has no
+business on its input: its encoder is ``x @ W_enc + b_enc``, as SAELens's ``Transcoder`` and circuit-tracer's
+``SingleLayerTranscoder`` compute it (``fold_input_centring`` turns the one layout into the other exactly).
 
-On disk (beside a model, ``sae/<site>/``): ``sae.safetensors`` (the four tensors), ``config.json`` (site, d_in,
-d_sae, kind, k, and ``trained_on``: the fingerprint of the model weights it was trained on) and ``metrics.json``
-(the health numbers). Loading reads only safetensors and JSON, inside the folder, bounded and checked (names,
-shapes, finite values, the model it was trained for) before anything trusts them."""
+On disk (beside a model, ``sae/<site>/``, or ``transcoders/layer-L/``): ``sae_weights.safetensors`` (the four
+tensors), ``config.json`` (site, d_in, d_sae, kind, k, apply_b_dec_to_input, a transcoder's ``reads``, and
+``trained_on``: the fingerprint of the model weights it was trained on), ``cfg.json`` (the same SAE as SAELens's
+``SAE.load_from_disk`` reads it: see core/features/README.md) and ``metrics.json`` (the health numbers). A folder
+written before these names (``sae.safetensors``, a config.json without apply_b_dec_to_input: b_dec-centred, as
+every SAE and transcoder then was) loads as it is and encodes exactly as before. Loading reads only safetensors
+and JSON, inside the folder, bounded and checked (names, shapes, finite values, the model it was trained for)
+before anything trusts them."""
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +28,7 @@ import math
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -31,13 +39,18 @@ from core.nn.safetensors_header import read_header
 from core.serve.folder_files import OutsideFolder, inside, is_inside, read_text_inside
 
 SAE_DIR = "sae"
-WEIGHTS, CONFIG, METRICS = "sae.safetensors", "config.json", "metrics.json"
+# SAELens's file names (sae_lens/constants.py: SAE_WEIGHTS_FILENAME, SAE_CFG_FILENAME) for the weights and its config;
+# config.json is ours (what this app checks), cfg.json is written for SAELens and never read here
+WEIGHTS, CONFIG, METRICS, SAELENS_CONFIG = "sae_weights.safetensors", "config.json", "metrics.json", "cfg.json"
+LEGACY_WEIGHTS = "sae.safetensors"  # the weights' name before issue 57: still read, replaced when saved again
+SAELENS_FORMAT = "6.0.0"  # the cfg.json format written (SAELens reads a config without it as a pre-6.0 one)
 KINDS = ("topk", "relu")
 MAX_D_IN = 8192
 MAX_D_SAE = 131_072
 MAX_SAE_BYTES = 256 * 2**20
 MAX_JSON_BYTES = 64 * 1024
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{16,64}")
+_HOOK = re.compile(r"blocks\.\d{1,4}\.[a-z0-9_.]{1,64}")  # a transcoder's input: a hook name (not an SAE site)
 
 
 class SAEFileError(Exception):
@@ -90,6 +103,9 @@ class SAEConfig:
     k: int = 8
     l1: float = 0.0  # the L1 penalty a ReLU SAE was trained with (0 for TopK)
     trained_on: str | None = None  # model_fingerprint of the weights it was trained on (None: not recorded)
+    # SAELens's name: the encoder centres its input on b_dec (an SAE: True; a transcoder: False, see the docstring)
+    apply_b_dec_to_input: bool = True
+    reads: str | None = None  # the site a transcoder reads (None: an SAE, which reads the site it writes)
 
     def __post_init__(self):
         if isinstance(self.site, Site):  # checked against its model when it was made: only its name is stored
@@ -108,11 +124,40 @@ class SAEConfig:
         if self.trained_on is not None and not (isinstance(self.trained_on, str) and
                                                 _FINGERPRINT.fullmatch(self.trained_on)):
             raise ValueError(f"trained_on must be a model fingerprint (sha256:...), got {str(self.trained_on)[:80]!r}")
+        if not isinstance(self.apply_b_dec_to_input, bool):
+            raise ValueError(f"apply_b_dec_to_input must be true or false, got {self.apply_b_dec_to_input!r}")
+        if self.reads is not None and not (isinstance(self.reads, str) and _HOOK.fullmatch(self.reads)):
+            raise ValueError(f"reads must be a hook name such as blocks.0.hook_mlp_in, got {str(self.reads)[:80]!r}")
 
     def to_dict(self) -> dict:
         out = {"site": self.site, "d_in": self.d_in, "d_sae": self.d_sae, "kind": self.kind, "k": self.k,
-               "l1": self.l1}
+               "l1": self.l1, "apply_b_dec_to_input": self.apply_b_dec_to_input}
+        if self.reads is not None:
+            out["reads"] = self.reads
         return out if self.trained_on is None else {**out, "trained_on": self.trained_on}
+
+
+def saelens_config(config: SAEConfig) -> dict:
+    """cfg.json: ``config`` as SAELens 6 reads it (``SAE.load_from_disk``: sae_lens/saes/sae.py SAEConfig and
+    TopKSAEConfig fields; unknown keys are ignored there). A TopK SAE is its ``topk`` architecture, a ReLU one its
+    ``standard``; a transcoder keeps its input uncentred (apply_b_dec_to_input false) and names what it reads
+    (hook_name) and writes (hook_name_out). SAELens has no TopK transcoder class: a TopK transcoder (it reads and
+    writes d_model numbers) is written as a ``topk`` SAE without input centring, which computes exactly its
+    encode and decode; a ReLU transcoder is SAELens's ``transcoder``."""
+    transcoder = config.reads is not None
+    if config.kind == "topk":
+        arch = {"architecture": "topk", "k": config.k, "rescale_acts_by_decoder_norm": False}
+    elif transcoder:
+        arch = {"architecture": "transcoder", "d_out": config.d_in}
+    else:
+        arch = {"architecture": "standard"}
+    meta = {"sae_lens_version": SAELENS_FORMAT, "hook_name": config.reads if transcoder else config.site,
+            "prepend_bos": False}  # these models have no beginning-of-text token
+    if transcoder:
+        meta["hook_name_out"] = config.site
+    return {**arch, "d_in": config.d_in, "d_sae": config.d_sae, "dtype": "float32", "device": "cpu",
+            "apply_b_dec_to_input": config.apply_b_dec_to_input, "normalize_activations": "none",
+            "reshape_activations": "none", "metadata": meta}
 
 
 class SAE(torch.nn.Module):
@@ -134,9 +179,11 @@ class SAE(torch.nn.Module):
     def pre_acts(self, x: torch.Tensor, latents=None) -> torch.Tensor:
         """(..., d_in) -> (..., d_sae): every latent's pre-activation; with ``latents`` (an index, or a list of them)
         only those: (...) or (..., len(latents)), the rest never computed (an attribution target reads one)."""
+        if self.config.apply_b_dec_to_input:  # an SAE's input centred on b_dec (SAELens's process_sae_in)
+            x = x - self.b_dec
         if latents is None:
-            return (x - self.b_dec) @ self.W_enc + self.b_enc
-        return (x - self.b_dec) @ self.W_enc[:, latents] + self.b_enc[latents]
+            return x @ self.W_enc + self.b_enc
+        return x @ self.W_enc[:, latents] + self.b_enc[latents]
 
     def activate(self, pre: torch.Tensor) -> torch.Tensor:
         if self.config.kind == "relu":
@@ -166,6 +213,21 @@ class SAE(torch.nn.Module):
         return expected_shapes(self.config)
 
 
+@torch.no_grad()
+def fold_input_centring(sae: SAE) -> SAE:
+    """The same map in the layout without b_dec on the input: (x - b_dec) @ W_enc + b_enc = x @ W_enc + b_enc',
+    b_enc' = b_enc - b_dec @ W_enc (exact up to float32 rounding; computed in float64). ``sae`` itself when it
+    already has that layout."""
+    if not sae.config.apply_b_dec_to_input:
+        return sae
+    out = SAE(replace(sae.config, apply_b_dec_to_input=False))
+    for name, t in sae.tensors().items():
+        getattr(out, name).copy_(t)
+    out.b_enc.copy_((sae.b_enc.double() - sae.b_dec.double() @ sae.W_enc.double()).float())  # (d_in,) @ (d_in, d_sae)
+    out.requires_grad_(sae.b_enc.requires_grad)
+    return out.train(sae.training)
+
+
 def expected_shapes(config: SAEConfig) -> dict[str, tuple[int, ...]]:
     return {"W_enc": (config.d_in, config.d_sae), "b_enc": (config.d_sae,), "W_dec": (config.d_sae, config.d_in),
             "b_dec": (config.d_in,)}
@@ -190,7 +252,7 @@ def saved_sites(model_folder) -> list[str]:
         except ValueError:
             continue
         # a linked folder is not listed: its files would lie outside the model's folder
-        if child.is_dir() and not child.is_symlink() and (child / WEIGHTS).exists():
+        if child.is_dir() and not child.is_symlink() and weights_name(child) is not None:
             out.append(child.name)
     return out
 
@@ -207,9 +269,16 @@ def linked_out(model_folder) -> list[str]:
             if child.is_symlink() and not is_inside(child, model_folder)]
 
 
+def weights_name(folder) -> str | None:
+    """The weights file's name in ``folder``: SAELens's (sae_weights.safetensors), else the one used before it
+    (sae.safetensors); None when there is neither."""
+    return next((n for n in (WEIGHTS, LEGACY_WEIGHTS) if os.path.lexists(Path(folder) / n)), None)
+
+
 def save_sae(sae: SAE, folder, metrics: dict | None = None) -> Path:
-    """Write ``sae`` into ``folder`` (made if missing); each file written to a temporary name and renamed, so a
-    reader never sees half a file."""
+    """Write ``sae`` into ``folder`` (made if missing): weights, config.json, SAELens's cfg.json and metrics; each
+    file written to a temporary name and renamed, so a reader never sees half a file. A weights file of the name
+    used before (sae.safetensors) is removed once the new one is there: one copy of the weights."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -226,8 +295,12 @@ def save_sae(sae: SAE, folder, metrics: dict | None = None) -> Path:
 
     atomic(WEIGHTS, lambda p: save_file(sae.tensors(), p))
     atomic(CONFIG, lambda p: Path(p).write_text(json.dumps(sae.config.to_dict(), indent=2) + "\n"))
+    atomic(SAELENS_CONFIG, lambda p: Path(p).write_text(json.dumps(saelens_config(sae.config), indent=2) + "\n"))
     if metrics is not None:
         atomic(METRICS, lambda p: Path(p).write_text(json.dumps(metrics, indent=2) + "\n"))
+    legacy = folder / LEGACY_WEIGHTS
+    if legacy.is_file() and not legacy.is_symlink():
+        legacy.unlink()
     return folder
 
 
@@ -254,8 +327,11 @@ def read_sae_config(folder) -> SAEConfig:
     if missing:
         raise SAEFileError(folder / CONFIG, f"it lacks {', '.join(missing)}")
     try:
+        # no apply_b_dec_to_input: a folder written before the field, when every SAE and transcoder centred its
+        # input on b_dec; read as such, it encodes exactly as it did
         return SAEConfig(site=data["site"], d_in=data["d_in"], d_sae=data["d_sae"], kind=data["kind"], k=data["k"],
-                         l1=data.get("l1", 0.0), trained_on=data.get("trained_on"))
+                         l1=data.get("l1", 0.0), trained_on=data.get("trained_on"),
+                         apply_b_dec_to_input=data.get("apply_b_dec_to_input", True), reads=data.get("reads"))
     except (TypeError, ValueError) as e:
         raise SAEFileError(folder / CONFIG, str(e)) from None
 
@@ -296,12 +372,13 @@ def load_sae(folder, site: Site | str | None = None, d_in: int | None = None, tr
         raise SAEFileError(folder / CONFIG, f"it is an SAE of {config.site}, not of {site}")
     if d_in is not None and config.d_in != d_in:
         raise SAEFileError(folder / CONFIG, f"its d_in is {config.d_in}, but the site's vectors have {d_in} numbers")
-    path = folder / WEIGHTS
+    name = weights_name(folder) or WEIGHTS
+    path = folder / name
     try:
-        real = inside(folder, WEIGHTS)
+        real = inside(folder, name)
         if real.stat().st_size > MAX_SAE_BYTES:
             raise SAEFileError(path, f"larger than the {MAX_SAE_BYTES // 2**20} MiB an SAE may be")
-        header = read_header(folder, WEIGHTS)
+        header = read_header(folder, name)
     except FileNotFoundError:
         raise SAEFileError(path, "missing") from None
     except (OSError, ValueError) as e:

@@ -9,6 +9,8 @@ line build on training's).
     job          SAE work in a background thread of the server: slots, the memory budget, progress, stop
     forming      features forming: small SAEs at training snapshots matched to the final one by decoder cosine
     index, browse, units, steering   the feature browser: top examples, cards, a unit's steering
+    upgrade      folders saved before issue 57 brought to SAELens's layout and numbers (README.md: loading
+                 ours in SAELens and circuit-tracer)
 
 ``python -m core.features --model FOLDER --site NAME`` trains one from the command line."""
 from core.features.train import SAESettings, TrainedSAE, evaluate, train_sae

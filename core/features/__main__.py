@@ -16,9 +16,12 @@ from pathlib import Path
 from core.training.cli_args import OneLineParser, Outputs, json_with, out_problem
 
 PROG = "python -m core.features"
-# what save_sae writes; a config.json is an SAE's when it says its site and sizes (a model's has none of them)
-SAE_FILES = (("config.json", lambda p: json_with(p, "site", "d_in", "d_sae")), ("sae.safetensors", None),
-             ("metrics.json", None), ("explanations.json", lambda p: explanations_file(p)))
+# what save_sae writes (core.analysis.sae's names: ours, SAELens's cfg.json and weights, and the weights' name
+# before them, which save_sae removes) and the explanations written after it; a config.json is an SAE's when it says
+# its site and sizes (a model's has none of them), a cfg.json when it says the sizes (SAELens's own)
+SAE_FILES = (("config.json", lambda p: json_with(p, "site", "d_in", "d_sae")),
+             ("cfg.json", lambda p: json_with(p, "d_in", "d_sae")), ("sae_weights.safetensors", None),
+             ("sae.safetensors", None), ("metrics.json", None), ("explanations.json", lambda p: explanations_file(p)))
 
 
 def explanations_file(path) -> bool:

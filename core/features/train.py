@@ -1,12 +1,17 @@
-"""Training an SAE on one site of a model, and its health numbers, named as SAELens names them.
+"""Training an SAE on one site of a model, and its health numbers, named as SAELens names them and computed as
+its ``run_evals`` computes them (sae_lens/evals.py, 6.54: get_sparsity_and_variance_metrics and
+get_downstream_reconstruction_metrics), over the N evaluation tokens, x (d_in) each, f = encode(x):
 
-    l0                  mean number of latents active per token
-    explained_variance  1 - E||x - x_hat||^2 / E||x - E x||^2
-    mse                 mean squared error per number, E (x - x_hat)^2
-    dead_fraction       share of latents that never fire on the evaluation tokens
-    ce_loss_score       (CE with the site zeroed - CE with the SAE spliced in) / (CE zeroed - CE clean):
+    l0                  E_tokens #{j : f_j > 0}, the latents active on a token
+    mse                 E_tokens ||x - x_hat||^2, summed over the d_in numbers of a token (not a mean per number:
+                        SAELens's convention, as in its training loss), then averaged over the tokens
+    explained_variance  1 - E||x - x_hat||^2 / (E||x||^2 - ||E x||^2) = 1 - sum ||x - x_hat||^2 / sum ||x - mean x||^2
+    ce_loss_score       (ce_zero_ablated - ce_spliced) / (ce_zero_ablated - ce_clean): SAELens's
+                        (ce_loss_with_ablation - ce_loss_with_sae) / (ce_loss_with_ablation - ce_loss_without_sae),
                         1 when the reconstruction serves the model as well as the real activation, 0 when as badly as
-                        nothing at all
+                        the site zeroed; each CE the mean next-token cross-entropy over the tokens (nats)
+    dead_fraction       share of latents that never fire on the evaluation tokens: of SAELens's feature_density,
+                        the share that is 0 (SAELens reports the densities, not this share)
 
 The held-out windows are split: every fifth window is kept for the evaluation, the rest trains the SAE, so the
 numbers are measured on tokens the SAE never saw. Dead latents are fought with the auxiliary loss of Gao et al.
@@ -115,9 +120,9 @@ def ce_loss_score(clean: float, spliced: float, zeroed: float) -> float:
 
 @torch.no_grad()
 def reconstruction_stats(sae: SAE, acts: torch.Tensor, chunk: int = 8192) -> dict:
-    """l0, mse, explained_variance and dead_fraction of ``sae`` on activations (N, d_in), with the fire count of each
-    latent."""
-    n, d = acts.shape
+    """l0, mse, explained_variance and dead_fraction of ``sae`` on activations (N, d_in), as the module's docstring
+    defines them, with the fire count of each latent."""
+    n = len(acts)
     mean = acts.mean(0)
     err = var = l0 = 0.0
     fires = torch.zeros(sae.config.d_sae, dtype=torch.long)
@@ -129,7 +134,8 @@ def reconstruction_stats(sae: SAE, acts: torch.Tensor, chunk: int = 8192) -> dic
         l0 += active.sum().item()
         err += (sae.decode(f) - x).pow(2).sum().item()
         var += (x - mean).pow(2).sum().item()
-    return {"l0": l0 / n, "mse": err / (n * d), "explained_variance": 1 - err / var if var > 0 else float("nan"),
+    # mse per token, summed over its d numbers (SAELens's): err / n, not err / (n * d)
+    return {"l0": l0 / n, "mse": err / n, "explained_variance": 1 - err / var if var > 0 else float("nan"),
             "dead_fraction": (fires == 0).float().mean().item(), "fires": fires}
 
 

@@ -3,9 +3,11 @@ LayerNorm's output) to what the MLP writes (``hook_mlp_out``), trained as the SA
 default, the same AuxK against dead latents, the same held-out windows).
 
 A transcoder is an SAE whose encoder reads one vector and whose decoder writes another, so it is stored as one:
-``transcoders/layer-{l}/`` beside the model, with ``sae.safetensors``, ``config.json`` (its site is the output it
-writes, ``blocks.{l}.hook_mlp_out``) and ``metrics.json`` (which names what it reads). Loading takes the same
-checks. Replacing every MLP by its transcoder gives the *replacement model* of Ameisen et al. (2025), whose loss
+``transcoders/layer-{l}/`` beside the model, with ``sae_weights.safetensors``, ``config.json`` (its site is the
+output it writes, ``blocks.{l}.hook_mlp_out``; ``reads`` the input, ``blocks.{l}.hook_mlp_in``), SAELens's
+``cfg.json`` and ``metrics.json``. Loading takes the same checks. Its encoder is ``x @ W_enc + b_enc``: no b_dec on
+its input (``apply_b_dec_to_input`` false), as SAELens's and circuit-tracer's transcoders compute it; a folder
+saved before that layout (b_dec-centred, no field) still loads and encodes as it did (core.analysis.sae). Replacing every MLP by its transcoder gives the *replacement model* of Ameisen et al. (2025), whose loss
 is reported beside the model's own and beside the loss with every MLP zero-ablated."""
 from __future__ import annotations
 
@@ -69,13 +71,15 @@ def zero_mlp_hooks(layers) -> list:
 
 @torch.no_grad()
 def fit_stats(tc: SAE, x: torch.Tensor, y: torch.Tensor) -> dict:
-    """l0, dead fraction, mse and the explained variance of the MLP's output, of transcoder ``tc`` on pairs."""
+    """l0, dead_fraction, mse and explained_variance of transcoder ``tc`` on pairs (x, y), each (N, d), computed as
+    core.features.train's docstring defines them for an SAE, with y (the MLP's output) in the place of the
+    activation it reconstructs: mse = E_tokens ||y - y_hat||^2 (summed over the d numbers)."""
     f = tc.encode(x)
     y_hat = tc.decode(f)
     err = (y_hat - y).pow(2).sum().item()
     var = (y - y.mean(0)).pow(2).sum().item()
     return {"l0": (f > 0).sum(-1).float().mean().item(), "dead_fraction": ((f > 0).sum(0) == 0).float().mean().item(),
-            "mse": err / y.numel(), "explained_variance": 1 - err / var if var > 0 else float("nan")}
+            "mse": err / len(y), "explained_variance": 1 - err / var if var > 0 else float("nan")}
 
 
 @torch.no_grad()
@@ -108,7 +112,10 @@ def train_transcoder(model, tokenizer, layer: int, training: dict | None = None,
     x, y = collect_pairs(model, train_part.windows, layer, min(settings.max_vectors, MAX_PAIRS))
     collect_s = time.perf_counter() - t0
     # it records the weights it reads (model_fingerprint): loaded beside other weights, it is refused, not spliced in
-    config = replace(settings.config(writes(layer), x.shape[1]), trained_on=model_fingerprint(model, cache=False))
+    # no b_dec on the input (the bias of what it writes, not of what it reads): the layout SAELens and
+    # circuit-tracer compute
+    config = replace(settings.config(writes(layer), x.shape[1]), trained_on=model_fingerprint(model, cache=False),
+                     apply_b_dec_to_input=False, reads=reads(layer))
     tc = SAE(config, generator=torch.Generator().manual_seed(settings.seed))
     model_was = model.training
     model.eval()
@@ -141,8 +148,11 @@ def load_transcoders(model_folder, config, trained_on: str | None = None) -> dic
         folder = transcoder_folder(model_folder, layer)
         if not folder.is_dir():
             continue
-        out[layer] = load_sae(folder, site=writes(layer), d_in=config.d_model, trained_on=trained_on,
-                              root=model_folder, what="transcoder")
+        tc = load_sae(folder, site=writes(layer), d_in=config.d_model, trained_on=trained_on,
+                      root=model_folder, what="transcoder")
+        if tc.config.reads not in (None, reads(layer)):  # None: saved before the field, when it was always this
+            raise SAEFileError(folder / "config.json", f"it reads {tc.config.reads}, not {reads(layer)}")
+        out[layer] = tc
     return out
 
 

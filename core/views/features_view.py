@@ -9,19 +9,22 @@ import math
 
 from core.features.browse import Context, PromptUnits
 
-# the health numbers, SAELens's names, each with how to read it
+# the health numbers, SAELens's names and SAELens's formulas (core.features.train's docstring), each with how to read it
 HEALTH = (
-    ("l0", "L0", "{:.1f}", "How many latents are active on a token, on average: a small number means each token is "
-                           "described by a few features (TopK fixes it at k)."),
+    ("l0", "L0", "{:.1f}", "How many latents are active on a token, on average (E #{j: f_j > 0}): a small number "
+                           "means each token is described by a few features (TopK fixes it at k)."),
     ("explained_variance", "explained variance", "{:.3f}",
-     "The share of the activations' variance the reconstruction keeps: 1 is perfect, 0 is no better than the mean."),
+     "The share of the activations' variance the reconstruction keeps, 1 − E‖x − x̂‖² / E‖x − E x‖²: 1 is perfect, "
+     "0 is no better than the mean."),
     ("dead_fraction", "dead latents", "{:.1%}", "Latents that never fire on the held-out text: wasted capacity; a few "
                                                "percent is fine, half is a failed run."),
     ("ce_loss_score", "CE loss score", "{:.3f}",
      "The model's loss with the SAE's reconstruction spliced in, scaled so that 1 is the clean model and 0 is the "
-     "site zeroed: how much of what the model needs the SAE kept."),
-    ("mse", "MSE", "{:.4f}", "Mean squared error of the reconstruction per number: small against the activations' "
-                             "own size (see explained variance)."),
+     "site zeroed, (CE zeroed − CE spliced) / (CE zeroed − CE clean): how much of what the model needs the SAE "
+     "kept."),
+    ("mse", "MSE", "{:.4f}", "SAELens's mse: the squared error of the reconstruction, E‖x − x̂‖², summed over a "
+                             "token's numbers and averaged over the tokens: small against the activations' own size "
+                             "(see explained variance)."),
 )
 
 
