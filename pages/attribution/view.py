@@ -17,6 +17,8 @@ from core.analysis.attribution_prune import Pruned
 from core.serve.fmt import binary_bytes, visible
 from core.serve.sizes import size_setting
 from core.serve.fmt import duration_words
+from core.analysis.supernodes import AGREE, propose
+from core.analysis.trace import direct_read
 
 MEMORY_ENV = "TE_ATTRIBUTION_MEMORY"
 DEFAULT_GRAPH_MEMORY = 2**30  # one graph's peak; the shipped models' 64-token graphs take about 0.35 GiB
@@ -210,14 +212,59 @@ def node_place(g: Graph, i: int) -> tuple[float, float]:
     return float(n - 1) + 1.0 + 0.15 * (i - sl["logits"].start), float(g.n_layers + 1)
 
 
-def pruned_lists(g: Graph, pr: Pruned, token_text) -> tuple[list[dict], list[dict]]:
-    """(nodes, edges) of the pruned graph: each node with its label, kind, place and influence; each edge with its
-    ends and weight, strongest first."""
+def node_cell(g: Graph, i: int) -> tuple[int, int]:
+    """(position, row) of a node's cell in the drawn graph: row 0 the embeddings, l + 1 block l (its features and
+    its error node), n_layers + 1 the output (position: the logit's rank)."""
+    sl, n = g.slices(), g.n_pos
+    kind = node_kind(g, i)
+    if kind == "features":
+        l, p, _ = (int(v) for v in g.features[i])
+        return p, l + 1
+    if kind == "errors":
+        k = i - sl["errors"].start
+        return k % n, k // n + 1
+    if kind == "logits":
+        return i - sl["logits"].start, g.n_layers + 1
+    return i - sl[kind].start, 0  # an embedding: tokens (and positions, where the graph has that slice)
+
+
+def top_tokens(model, transcoders: dict, features, token_text) -> list[str]:
+    """Each (layer, feature)'s short text on the graph: the token its decoder row promotes most when read straight
+    through to the output (core.analysis.trace.direct_read). The one source of a feature's label: word
+    explanations (core.features.explain) replace it here."""
+    out = []
+    for l, f in features:
+        effect = direct_read(model, transcoders[l].W_dec[int(f)].detach())  # (m,)
+        out.append(visible(token_text(int(torch.argmax(effect)))))
+    return out
+
+
+def node_text(g: Graph, i: int, token_text, feature_text: dict | None = None) -> str:
+    """The short text drawn beside a node: a feature's label (``feature_text[node]``, "→ its top token"), an
+    embedding's token, an error node's block, a logit's token and probability."""
+    kind = node_kind(g, i)
+    if kind == "features":
+        return f"→{(feature_text or {}).get(i, '?')}"
+    p, row = node_cell(g, i)
+    if kind == "errors":
+        return f"err L{row}"
+    if kind == "tokens":
+        return visible(token_text(g.ids[p]))
+    if kind == "positions":
+        return f"pos {p + 1}"
+    return f"{visible(token_text(g.logit_tokens[p]))} {g.logit_probs[p]:.2f}"
+
+
+def pruned_lists(g: Graph, pr: Pruned, token_text, feature_text: dict | None = None):
+    """(nodes, edges) of the pruned graph: each node with its label, short text, kind, cell (pos, row) and
+    influence; each edge with its ends and weight, strongest first."""
     nodes = []
     for i in np.flatnonzero(pr.node_mask):
-        x, y = node_place(g, int(i))
-        nodes.append({"node": int(i), "label": node_label(g, int(i), token_text), "kind": node_kind(g, int(i)),
-                      "x": x, "y": y, "influence": float(pr.node_influence[i])})
+        i = int(i)
+        p, row = node_cell(g, i)
+        nodes.append({"node": i, "label": node_label(g, i, token_text), "kind": node_kind(g, i), "pos": p,
+                      "row": row, "text": node_text(g, i, token_text, feature_text),
+                      "influence": float(pr.node_influence[i])})
     t, s = np.nonzero(pr.edge_mask)
     w = g.adjacency[t, s]
     order = np.argsort(-np.abs(w))
@@ -300,3 +347,20 @@ def feature_words(profile: dict, layer: int, feature: int, ids: list[int], token
     return (f"**Block {layer + 1}, feature #{feature}**: {acts[pos]:.2f} here, at {visible(token_text(ids[pos]))!r} "
             f"({pos + 1}); in this prompt it fires most at {where}. Read straight through to the output, "
             f"its direction favours {up} and disfavours {down}.")
+
+
+def proposed_groups(g: Graph, nodes: list[dict], transcoders: dict, feature_text: dict,
+                    threshold: float = AGREE) -> list[tuple[str, list[int]]]:
+    """The supernodes the page proposes, (name, member nodes): kept features of one block whose decoder rows have
+    cosine ≥ ``threshold`` (core.analysis.supernodes.propose), named by block, the first member's text and size."""
+    feats = [n["node"] for n in sorted(nodes, key=lambda n: -n["influence"]) if n["kind"] == "features"]
+    if len(feats) < 2:
+        return []
+    layers = [int(g.features[i][0]) for i in feats]
+    rows = np.stack([transcoders[l].W_dec[int(g.features[i][2])].detach().double().numpy()
+                     for l, i in zip(layers, feats)])  # (k, d)
+    out = []
+    for found in propose(layers, rows, threshold):
+        members = [feats[j] for j in found]
+        out.append((f"L{layers[found[0]] + 1} →{feature_text.get(members[0], '?')} ×{len(members)}", members))
+    return out
