@@ -19,9 +19,9 @@ MARGIN = dict(l=80, r=20, t=40, b=70)
 DIM = 0.3  # a node's opacity when another is selected and no kept edge joins them
 
 
-def _edge_traces(shown: list[dict], lay: Layout, selected) -> list:
-    """One line trace per sign and width class (a trace per edge would make hundreds), then the selected node's own
-    edges drawn over them."""
+def _edge_traces(shown: list[dict], mine: list[dict], lay: Layout, dim: bool) -> list:
+    """One line trace per sign and width class (a trace per edge would make hundreds), dimmed when a node is
+    selected; then its own edges (``mine``, every kept one) drawn over them."""
     top = max((abs(e["weight"]) for e in shown), default=1.0) or 1.0
     traces = []
     for sign, color in ((1, PROMOTE), (-1, SUPPRESS)):
@@ -35,13 +35,12 @@ def _edge_traces(shown: list[dict], lay: Layout, selected) -> list:
             if xs:
                 traces.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
                                          line=dict(color=color, width=width),
-                                         opacity=0.35 if selected is None else 0.08))
-    for e in shown if selected is not None else ():
-        if selected in (e["source"], e["target"]):
-            traces.append(go.Scatter(x=[lay.x[e["source"]], lay.x[e["target"]]],
-                                     y=[lay.y[e["source"]], lay.y[e["target"]]], mode="lines", showlegend=False,
-                                     hoverinfo="skip", line=dict(color=PROMOTE if e["weight"] > 0 else SUPPRESS,
-                                                                 width=1 + 3 * abs(e["weight"]) / top)))
+                                         opacity=0.08 if dim else 0.35))
+    for e in mine:
+        traces.append(go.Scatter(x=[lay.x[e["source"]], lay.x[e["target"]]],
+                                 y=[lay.y[e["source"]], lay.y[e["target"]]], mode="lines", showlegend=False,
+                                 hoverinfo="skip", line=dict(color=PROMOTE if e["weight"] > 0 else SUPPRESS,
+                                                             width=1 + 3 * min(1.0, abs(e["weight"]) / top))))
     return traces
 
 
@@ -57,11 +56,11 @@ def _edge_hover(shown: list[dict], lay: Layout, labels: dict) -> go.Scatter:
 def graph_figure(nodes: list[dict], edges: list[dict], n_layers: int, n_pos: int, selected: int | None = None,
                  max_edges: int = 400, pinned=(), lay: Layout | None = None) -> go.Figure:
     lay = lay or place(nodes, n_pos)
-    shown = [e for e in edges if e["source"] in lay.x and e["target"] in lay.x][:max_edges]
-    labels = {n["node"]: n["label"] for n in nodes}
-    near = None if selected is None else {selected} | {e["source"] for e in shown if e["target"] == selected} \
-        | {e["target"] for e in shown if e["source"] == selected}
-    traces = _edge_traces(shown, lay, selected) + [_edge_hover(shown, lay, labels)]
+    drawn = [e for e in edges if e["source"] in lay.x and e["target"] in lay.x]
+    shown, labels = drawn[:max_edges], {n["node"]: n["label"] for n in nodes}
+    mine = [] if selected is None else [e for e in drawn if selected in (e["source"], e["target"])]
+    near = None if selected is None else {selected} | {v for e in mine for v in (e["source"], e["target"])}
+    traces = _edge_traces(shown, mine, lay, selected is not None) + [_edge_hover(shown, lay, labels)]
     for kind, (symbol, color) in KIND_STYLE.items():
         mine = [n for n in nodes if n["kind"] == kind]
         if not mine:
@@ -69,7 +68,9 @@ def graph_figure(nodes: list[dict], edges: list[dict], n_layers: int, n_pos: int
         traces.append(go.Scatter(
             x=[lay.x[n["node"]] for n in mine], y=[lay.y[n["node"]] for n in mine], mode="markers+text",
             name=kind.rstrip("s"), customdata=[n["node"] for n in mine], hovertext=[n["label"] for n in mine],
-            text=[n["text"] for n in mine], textposition="middle right", textfont=dict(size=lay.font),
+            text=[n["text"] for n in mine], textfont=dict(size=lay.font, shadow=HALO),
+            textposition=[("top center" if lay.above[n["node"]] else "bottom center") if n["node"] in lay.above
+                          else "middle right" for n in mine],
             marker=dict(symbol=symbol, size=[lay.size[n["node"]] for n in mine], color=color,
                         opacity=[1 if near is None or n["node"] in near else DIM for n in mine],
                         line=dict(color="black" if kind != "positions" else color, width=1)),
@@ -85,12 +86,11 @@ def graph_figure(nodes: list[dict], edges: list[dict], n_layers: int, n_pos: int
     return go.Figure(traces, dict(
         height=lay.height + MARGIN["t"] + MARGIN["b"], template="plotly_white", margin=MARGIN, dragmode="pan",
         legend=dict(orientation="h", y=-0.02, yanchor="top", x=0), showlegend=True,
-        xaxis=dict(range=[0, lay.width], showgrid=False, zeroline=False, showticklabels=False,
-                   title=dict(text="position in the prompt →", standoff=4)),
+        xaxis=dict(range=[0, lay.width], showgrid=False, zeroline=False, showticklabels=False),
         yaxis=dict(range=[0, lay.height], tickvals=[y for y, _ in lay.bands],
                    ticktext=[names.get(r, "") for _, r in lay.bands], zeroline=False, showgrid=False, fixedrange=True),
         annotations=[dict(x=0, y=1.0, xref="paper", yref="paper", showarrow=False, xanchor="left", yanchor="bottom",
-                          text="blue: promotes its target · red: suppresses it · size: influence on the output",
+                          text="the prompt left to right · blue: promotes its target · red: suppresses it · size: influence on the output",
                           font=dict(size=12, shadow=HALO)),
                      dict(x=lay.output_x, y=lay.height, xref="x", yref="y", showarrow=False, yanchor="bottom",
                           text="output", font=dict(size=12))]))

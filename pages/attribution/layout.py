@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-WIDTH = 1000        # px of plot area the layout fits: Streamlit's wide layout at 1280-1400 px, less the sidebar
+WIDTH = 840         # px of plot area the layout fits: the chart's at a 1400 px window, sidebar open (measured)
 SIZES = (9.0, 24.0)  # px of the least and most influential feature's marker; embeddings, logits and errors in between
 FONT = 11           # px of a node's text
 CHAR = 0.62         # a character's width in FONT units (Plotly's default sans-serif, generous)
@@ -21,6 +21,8 @@ GAP = 5.0           # px between a marker and its text, and after the text
 ROWS = 3            # nodes stacked in one cell before it opens another column
 PITCH = 30.0        # px from one stacked node to the next (above SIZES[1])
 BAND_PAD = 18.0     # px between two bands
+EMBED = 12.0        # px of an embedding's and a logit's marker
+EMBED_PITCH = 24.0  # px between the two staggered levels of the embeddings (their text above and below)
 
 
 @dataclass
@@ -32,6 +34,7 @@ class Layout:
     height: float = 0.0                        # the plot area's height in px (and the y axis's span)
     font: float = FONT
     bands: list = field(default_factory=list)  # (y centre, row) of each band, bottom up
+    above: dict = field(default_factory=dict)  # embedding node -> its text above its marker (else below)
     output_x: float = 0.0                      # the logits column's x
 
 
@@ -39,12 +42,17 @@ def text_px(text: str, font: float = FONT) -> float:
     return len(text) * font * CHAR
 
 
+def _sub(members: list[dict], size: dict) -> float:
+    """px of one column of a cell's grid: its widest marker and text."""
+    return max(size[n["node"]] + GAP + text_px(n["text"]) + GAP for n in members)
+
+
 def marker_px(node: dict, big: float) -> float:
     """A node's marker: features and groups by the square root of their influence, the others a fixed middle size."""
     if node["kind"] in ("features", "groups", "errors"):
         lo, hi = SIZES
         return lo + (hi - lo) * math.sqrt(max(node["influence"], 0.0) / big)
-    return 13.0
+    return EMBED
 
 
 def place(nodes: list[dict], n_pos: int, width: float = WIDTH) -> Layout:
@@ -61,11 +69,13 @@ def place(nodes: list[dict], n_pos: int, width: float = WIDTH) -> Layout:
     rows_of = {}  # row -> stacked nodes its busiest cell needs
     col_w = {p: 0.0 for p in range(n_pos)}
     for (p, row), members in cells.items():
+        if row == 0:  # the embeddings: stacked, every other position a level lower, so a column takes half its text
+            rows_of[0] = max(rows_of.get(0, 1), len(members))
+            col_w[p] = max(col_w[p], max(max(size[n["node"]], text_px(n["text"])) + GAP for n in members) / 2)
+            continue
         stack = min(ROWS, len(members))
         rows_of[row] = max(rows_of.get(row, 1), stack)
-        sub = max(size[n["node"]] + GAP + text_px(n["text"]) + GAP for n in members)
-        col_w[p] = max(col_w[p], math.ceil(len(members) / stack) * sub)
-    col_w = {p: max(w, SIZES[0] + 2 * GAP) for p, w in col_w.items()}
+        col_w[p] = max(col_w[p], math.ceil(len(members) / stack) * _sub(members, size))
     left, x0 = {}, GAP
     for p in range(n_pos):
         left[p], x0 = x0, x0 + col_w[p]
@@ -77,15 +87,24 @@ def place(nodes: list[dict], n_pos: int, width: float = WIDTH) -> Layout:
     y0 = BAND_PAD
     band_y = {}
     for row in range(0, max(band_rows) + 1):
-        h = rows_of.get(row, 1) * PITCH
+        h = 2 * rows_of.get(0, 1) * EMBED_PITCH + PITCH if row == 0 else rows_of.get(row, 1) * PITCH
         band_y[row] = (y0, h)
         lay.bands.append((y0 + h / 2, row))
         y0 += h + BAND_PAD
     lay.height = max(y0, len(logits) * PITCH + 2 * BAND_PAD)
     for (p, row), members in cells.items():
-        stack = min(ROWS, len(members))
-        sub = max(size[n["node"]] + GAP + text_px(n["text"]) + GAP for n in members)
         base, h = band_y[row]
+        if row == 0:  # even positions on the upper levels (text above), odd ones below (text below)
+            first = base + h / 2 + (len(members) - 0.5) * EMBED_PITCH if p % 2 == 0 else base + h / 2 - EMBED_PITCH / 2
+            # the token outermost, its text outside the band's middle: above on the upper levels, below on the lower
+            members = sorted(members, key=lambda n: (n["kind"] != "tokens") == (p % 2 == 0))
+            for k, n in enumerate(members):
+                lay.x[n["node"]] = left[p] + col_w[p] / 2
+                lay.y[n["node"]] = first - k * EMBED_PITCH
+                lay.above[n["node"]] = p % 2 == 0
+            continue
+        stack = min(ROWS, len(members))
+        sub = _sub(members, size)
         top = base + h / 2 + (stack - 1) * PITCH / 2  # the stack centred in its band
         for k, n in enumerate(members):
             col, r = divmod(k, stack)

@@ -250,8 +250,8 @@ def node_text(g: Graph, i: int, token_text, feature_text: dict | None = None) ->
         return f"err L{row}"
     if kind == "tokens":
         return visible(token_text(g.ids[p]))
-    if kind == "positions":
-        return f"pos {p + 1}"
+    if kind == "positions":  # drawn in the token's column, between the staggered tokens: no room for text
+        return ""
     return f"{visible(token_text(g.logit_tokens[p]))} {g.logit_probs[p]:.2f}"
 
 
