@@ -45,8 +45,12 @@ def _edge_traces(shown: list[dict], mine: list[dict], lay: Layout, dim: bool) ->
 
 
 def _edge_hover(shown: list[dict], lay: Layout, labels: dict) -> go.Scatter:
-    """An invisible marker at each edge's middle names its ends and weight."""
-    mid = shown[:150]
+    """An invisible marker at each edge's middle names its ends and weight; none over a node's marker, where it
+    would take the node's click (Plotly gives a click to the nearest point, a small one first)."""
+    def clear(e):
+        x, y = (lay.x[e["source"]] + lay.x[e["target"]]) / 2, (lay.y[e["source"]] + lay.y[e["target"]]) / 2
+        return all(abs(x - lay.x[n]) > s / 2 + 8 or abs(y - lay.y[n]) > s / 2 + 8 for n, s in lay.size.items())
+    mid = [e for e in shown[:150] if clear(e)]
     return go.Scatter(x=[(lay.x[e["source"]] + lay.x[e["target"]]) / 2 for e in mid],
                       y=[(lay.y[e["source"]] + lay.y[e["target"]]) / 2 for e in mid], mode="markers",
                       showlegend=False, name="edges", marker=dict(size=6, color="rgba(0,0,0,0)"), hoverinfo="text",
