@@ -4,7 +4,7 @@ from core.analysis import attribution as A
 from core.analysis.attribution_prune import prune, scores
 from core.analysis import attribution_probes as P
 from core.analysis.picks import nan_argmax
-from pages.attribution.figures import graph_figure
+from core.figures.attribution_graph import graph_figure
 from core.nn.tokenizer_base import fragment_note
 from core.serve.fmt import head_label, visible
 from pages.attribution import view as av

@@ -14,8 +14,8 @@ from core.analysis.attribution_prune import prune
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 from pages.attribution import view as av
-from pages.attribution.figures import graph_figure
-from pages.attribution.layout import WIDTH
+from core.figures.attribution_graph import graph_figure
+from core.figures.attribution_layout import WIDTH
 
 MODELS = Path(__file__).resolve().parent.parent / "assets" / "models"
 DEFAULT = "Long live the king! Long live the queen! Long live the k"

@@ -95,9 +95,11 @@ def graph_groups(graph_key, feats: list[int], label, proposals: list[tuple[str, 
 
     with st.expander(f"Group features into supernodes ({len(groups)} now)"):
         c1, c2, c3 = st.columns([3, 2, 1], vertical_alignment="bottom")
-        members = c1.multiselect("Features to group", feats, format_func=label, key="attr_group_members")
-        name = c2.text_input("Group name", key="attr_group_name", placeholder=f"group {len(groups) + 1}")
-        c3.button("Group", key="attr_group", disabled=not members, on_click=lambda: add(name.strip(), members))
+        c1.multiselect("Features to group", feats, format_func=label, key="attr_group_members")
+        c2.text_input("Group name", key="attr_group_name", placeholder=f"group {len(groups) + 1}")
+        # the callback reads the boxes as they are at the press (a name typed and not yet sent comes with it)
+        c3.button("Group", key="attr_group", on_click=lambda: add(st.session_state.get("attr_group_name", "").strip(),
+                                                                  st.session_state.get("attr_group_members", [])))
         for k, (proposed, found) in enumerate(proposals):
             p1, p2 = st.columns([5, 1], vertical_alignment="center")
             p1.caption(f"Proposed, **{proposed}**: " + ", ".join(label(i) for i in found)

@@ -55,6 +55,15 @@ def marker_px(node: dict, big: float) -> float:
     return EMBED
 
 
+def _embeddings(lay: Layout, p: int, members: list[dict], x: float, middle: float):
+    """One position's embeddings: even positions on the band's upper levels (text above), odd ones on its lower
+    levels (text below), so two neighbours share the width of one text; the token outermost."""
+    upper = p % 2 == 0
+    first = middle + (len(members) - 0.5) * EMBED_PITCH if upper else middle - EMBED_PITCH / 2
+    for k, n in enumerate(sorted(members, key=lambda n: (n["kind"] != "tokens") == upper)):
+        lay.x[n["node"]], lay.y[n["node"]], lay.above[n["node"]] = x, first - k * EMBED_PITCH, upper
+
+
 def place(nodes: list[dict], n_pos: int, width: float = WIDTH) -> Layout:
     """The layout of ``nodes`` (dicts with "node", "kind", "pos", "row", "influence", "text"; logits carry their
     rank as "pos") over ``n_pos`` positions."""
@@ -94,14 +103,8 @@ def place(nodes: list[dict], n_pos: int, width: float = WIDTH) -> Layout:
     lay.height = max(y0, len(logits) * PITCH + 2 * BAND_PAD)
     for (p, row), members in cells.items():
         base, h = band_y[row]
-        if row == 0:  # even positions on the upper levels (text above), odd ones below (text below)
-            first = base + h / 2 + (len(members) - 0.5) * EMBED_PITCH if p % 2 == 0 else base + h / 2 - EMBED_PITCH / 2
-            # the token outermost, its text outside the band's middle: above on the upper levels, below on the lower
-            members = sorted(members, key=lambda n: (n["kind"] != "tokens") == (p % 2 == 0))
-            for k, n in enumerate(members):
-                lay.x[n["node"]] = left[p] + col_w[p] / 2
-                lay.y[n["node"]] = first - k * EMBED_PITCH
-                lay.above[n["node"]] = p % 2 == 0
+        if row == 0:
+            _embeddings(lay, p, members, left[p] + col_w[p] / 2, base + h / 2)
             continue
         stack = min(ROWS, len(members))
         sub = _sub(members, size)

@@ -1,5 +1,5 @@
 """The attribution graph drawn (issues 46, 57): positions left to right, the embeddings at the bottom and each block
-above them, the output's logits in a column of their own at the right (pages.attribution.layout places every node
+above them, the output's logits in a column of their own at the right (core.figures.attribution_layout places every node
 clear of the others); node size by influence on the output, each node's short text beside it; edges blue where they
 promote their target and red where they suppress it, thicker for larger weights. The selected node's edges are drawn
 over the rest and every node it has no kept edge with is dimmed. Pure function of the page's node and edge lists
@@ -9,7 +9,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from core.figures.scaling_figures import HALO
-from pages.attribution.layout import Layout, place
+from core.figures.attribution_layout import Layout, place
 
 PROMOTE, SUPPRESS = "#1c7ed6", "#e03131"
 KIND_STYLE = {"features": ("circle", "#f08c00"), "groups": ("hexagon", "#e8590c"), "errors": ("square", "#868e96"),
