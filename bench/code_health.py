@@ -48,7 +48,6 @@ EXCEPTIONS = {
                                         "whole",
     "core/figures/attention_panels.py::head_panels": "the lecture's four panels for one head, a figure read top "
                                                      "to bottom",
-    "pages/attribution/figures.py::graph_figure": "the attribution graph's traces and layout in one figure",
     "core/figures/scaling_figures.py::loss_map": "the loss map's contours, compute lines, frontier and models in "
                                                  "one figure",
     "pages/classroom/": "the Class page's three screens (teacher, student, projector) with the identity of a voter and "

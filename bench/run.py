@@ -809,6 +809,7 @@ def bench_attribution(quick: bool):
            higher_is_better=False, note=f"peer: the home page's rerun; target 300 ms: "
                                         f"{'met' if t['graph'] < 0.3 else 'missed'}")
     _graph_export(A, model, tok, tcs, quick)
+    _graph_drawn(A, model, tok, tcs, quick)
     _graph_bounds(A, model, tok, tcs, ids, quick)
     if quick:
         return
@@ -847,12 +848,54 @@ def _graph_export(A, model, tok, tcs, quick: bool):
            note=f"peer: pruning that graph; target 500 ms: {'met' if t['export'] <= 0.5 else 'missed'}")
 
 
+def _graph_drawn(A, model, tok, tcs, quick: bool):
+    """Issue 57's rows: the pruned graph's layout and figure on the page's default prompt (target 150 ms), against
+    pruning it; the page's rerun after a click on a node and after a group is made (target 300 ms each)."""
+    from core.analysis.attribution_prune import prune
+    from core.figures.attribution_graph import graph_figure
+    from pages.attribution import view as av
+
+    ids = tok.encode("Long live the king! Long live the queen! Long live the k")
+    g = A.attribution_graph(model, tcs, ids)
+    pr = prune(g, 0.8)
+    text = lambda t: tok.shown_text([t])  # noqa: E731
+    kept = [i for i in range(g.n_features) if pr.node_mask[i]]
+    feature_text = dict(zip(kept, av.top_tokens(model, tcs, [(int(g.features[i][0]), int(g.features[i][2]))
+                                                              for i in kept], text)))
+
+    def drawn():
+        nodes, edges = av.pruned_lists(g, pr, text, feature_text)
+        graph_figure(nodes, edges, g.n_layers, g.n_pos, selected=g.slices()["logits"].start).to_plotly_json()
+    reps = 3 if quick else 7
+    t = interleaved({"drawn": drawn, "prune": lambda: prune(g, 0.8)}, rounds=3, reps=reps)
+    record("Attribution graph: layout and figure (default prompt)", t["drawn"] * 1e3, t["prune"] * 1e3, "ms",
+           higher_is_better=False, note=f"peer: pruning the graph; target 150 ms: "
+                                        f"{'met' if t['drawn'] <= 0.15 else 'missed'}")
+
+    def click(at, i):  # the node a click inspects (the click's callback sets the same box), the i-th kept feature
+        feats = [o for o in at.selectbox(key="attr_node").options if o.startswith("L")]
+        at.selectbox(key="attr_node").select(feats[i % len(feats)])
+
+    def group(at, i):  # a group of two features made (odd i), then undone (even i)
+        if i % 2 == 0:
+            at.button(key="attr_ungroup").click()
+            return
+        feats = at.multiselect(key="attr_group_members").options
+        at.multiselect(key="attr_group_members").set_value(feats[:2])
+        at.button(key="attr_group").click()
+    t = interleaved({"click": page_rerun("pages/attribution.py", click), "group": page_rerun("pages/attribution.py", group),
+                     "home": page_rerun("pages/home.py")}, rounds=3, reps=3 if quick else 5)
+    for name, what in (("click", "a node clicked"), ("group", "a group made or undone")):
+        record(f"Attribution graph page, {what}", t[name] * 1e3, t["home"] * 1e3, "ms", higher_is_better=False,
+               note=f"peer: the home page's rerun; target 300 ms: {'met' if t[name] < 0.3 else 'missed'}")
+
+
 def _graph_bounds(A, model, tok, tcs, ids, quick: bool):
     """Issue 55's rows: the graph's estimate (one forward pass, no graph) and its refusal of densely firing
     transcoders (ReLU, b_enc = 5; target: the words within 1 s) against building the shipped graph; the estimate
     against the real peak and time of the shipped 64-token graph, pruned and scored."""
     from core.analysis import attribution_prune as P
-    from pages.attribution import view as av
+    from core.analysis import attribution_cost as av
     from core.analysis.sae import SAE, SAEConfig
 
     print("\nAttribution graph bounds (issue 55): the estimate and the refusal, against a real graph")

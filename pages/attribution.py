@@ -3,13 +3,15 @@ import streamlit as st
 from core.analysis import attribution as A
 from core.analysis.attribution_prune import prune, scores
 from core.analysis import attribution_probes as P
+from core.analysis import attribution_cost as AC
 from core.analysis.picks import nan_argmax
-from pages.attribution.figures import graph_figure
+from core.figures.attribution_graph import graph_figure
 from core.nn.tokenizer_base import fragment_note
 from core.serve.fmt import head_label, visible
 from pages.attribution import share as ash, view as av
 from ui import chart, ensure_frame, model_key, prompt_input, require_model
-from pages.attribution.parts import transcoders_of
+from pages.attribution.parts import graph_groups, transcoders_of
+from core.analysis.supernodes import group_id, group_id_of, merge
 from ui.caching import model_cache
 from ui.code_box import code_box
 from core.views import snippets as SN
@@ -52,10 +54,6 @@ if prompt.empty or len(prompt.ids) < 2:
 ids = tuple(prompt.ids[-MAX_TOKENS:])
 if len(prompt.ids) > MAX_TOKENS:
     st.caption(f"The graph reads the last {MAX_TOKENS} of the prompt's {len(prompt.ids)} {tok.units}.")
-if st.session_state.get("attr_for") != (mkey, ids):  # a new prompt (or model): its own outputs and nodes
-    st.session_state["attr_for"] = (mkey, ids)
-    for stale in ("attr_token", "attr_node", "attr_pinned"):
-        st.session_state.pop(stale, None)
 cap = st.number_input("Feature nodes at most", 1, None, None, 500, key="attr_cap", placeholder="every active feature",
                       help="circuit-tracer's max_feature_nodes: the features with the most influence on the output "
                            "are kept, and what the others write joins their block's error node (every edge stays "
@@ -63,11 +61,11 @@ cap = st.number_input("Feature nodes at most", 1, None, None, 500, key="attr_cap
 cap = None if cap is None else int(cap)
 # its size before it is built (one forward pass): densely firing transcoders would ask for tens of GiB
 try:
-    budget = av.graph_budget()
+    budget = AC.graph_budget()
 except ValueError as e:
     st.error(f"No graph can be built: {e}.")
     st.stop()
-plan = model_cache(lambda ids, cap, budget: av.plan_graph(model, tcs, list(ids), cap, budget, units=tok.units), 16,
+plan = model_cache(lambda ids, cap, budget: AC.plan_graph(model, tcs, list(ids), cap, budget, units=tok.units), 16,
                    what="sizing the graph")(mkey, ids, cap, budget)
 if plan.refusal:
     st.warning(plan.refusal, icon=":material/memory:")
@@ -90,7 +88,13 @@ def _sources(ids, token, cap, batch):
 
 first = graph_of(mkey, ids, None, *at)
 text = lambda t: tok.shown_text([t])  # noqa: E731  one token id -> its text (a byte fragment as ⟨f0⟩, never �)
-choices = ash.apply_output(first.logit_tokens, text)  # a link's output applied, after the reset on a new prompt
+choices = first.logit_tokens
+if st.session_state.get("attr_for") != (mkey, ids):  # a new prompt (or model): its own outputs and nodes
+    st.session_state["attr_for"] = (mkey, ids)
+    # set, not popped: a popped box's closed text kept the old graph's value in the browser until another rerun
+    st.session_state["attr_token"] = choices[0]
+    st.session_state.pop("attr_graph_for", None)
+choices = ash.apply_output(choices, text)  # a link's output applied, after the reset on a new prompt
 if note := fragment_note(" ".join(text(t) for t in [*ids, *choices])):  # said once, where a byte piece first shows
     st.caption(note)
 explain = st.selectbox("Output to explain", choices, format_func=lambda t: f"{visible(text(t))!r}  "
@@ -98,9 +102,10 @@ explain = st.selectbox("Output to explain", choices, format_func=lambda t: f"{vi
                        help="The likeliest next tokens, as many as cover 95 % of the probability (at most 10).")
 g = graph_of(mkey, ids, (explain,), *at) if explain != choices[0] else first
 token = None if g is first else (explain,)
-if st.session_state.get("attr_graph_for") != explain:  # node numbers are a graph's own: another output, other nodes
-    st.session_state["attr_graph_for"] = explain
-    for stale in ("attr_node", "attr_pinned"):
+graph_key = (mkey, ids, explain, cap)
+if st.session_state.get("attr_graph_for") != graph_key:  # node numbers are a graph's own: other output, other nodes
+    st.session_state["attr_graph_for"] = graph_key
+    for stale in ("attr_node", "attr_pinned", "attr_group_members"):
         st.session_state.pop(stale, None)
 node_share = st.slider("Keep the nodes that carry this share of the influence on the output", 0.5, 0.99, 0.8, 0.01,
                        key="attr_nodes", help="circuit-tracer's pruning: 0.8 by default; edges are then kept up "
@@ -118,13 +123,19 @@ m2.metric("Completeness score", av.fmt_score(completeness),
 m3.metric("Active features", f"{g.n_features:,}", help="Over every position and block, before pruning"
           + (f"; {g.dropped:,} more are folded into the error nodes by the cap." if g.dropped else "."))
 m4.metric("Features · edges kept", f"{int(pr.node_mask[:g.n_features].sum())} · {int(pr.edge_mask.sum())}")
-nodes, edges = av.pruned_lists(g, pr, text)
-ticks = [f"{visible(text(t))}" for t in g.ids] + ["→"]
+kept = tuple((int(g.features[i][0]), int(g.features[i][2])) for i in range(g.n_features) if pr.node_mask[i])
+tops = model_cache(lambda feats: av.top_tokens(model, tcs, feats, text), 32)(mkey, kept)
+feature_text = dict(zip((i for i in range(g.n_features) if pr.node_mask[i]), tops))
+nodes, edges = av.pruned_lists(g, pr, text, feature_text)
 pickable = sorted((n for n in nodes if n["kind"] in ("features", "logits")), key=lambda n: -n["influence"])
+if st.session_state.get("attr_node") not in {n["node"] for n in pickable}:  # this graph's own: its top logit
+    st.session_state["attr_node"] = g.slices()["logits"].start
 ash.apply_nodes(g, pickable)  # a link's node and features off, after the reset on a new output
 sel = st.selectbox("Node to inspect", [n["node"] for n in pickable],
-                   format_func=lambda i: av.node_label(g, i, text), key="attr_node",
-                   index=next((k for k, n in enumerate(pickable) if n["kind"] == "logits"), 0))
+                   format_func=lambda i: av.node_label(g, i, text), key="attr_node")
+feats = [n["node"] for n in pickable if n["kind"] == "features"]
+groups = graph_groups(graph_key, feats, lambda i: av.node_label(g, i, text),
+                      av.proposed_groups(g, nodes, tcs, feature_text))
 
 
 def _clicked():
@@ -138,9 +149,13 @@ def _clicked():
             return
 
 
-chart(graph_figure(nodes, edges, g.n_layers, ticks, selected=sel, pinned=st.session_state.get("attr_pinned", ())),
+options = feats + [group_id(k) for k in range(len(groups))]
+pinned = st.session_state["attr_pinned"] = [i for i in st.session_state.get("attr_pinned", []) if i in options]
+chart(graph_figure(*merge(nodes, edges, groups), g.n_layers, g.n_pos, selected=sel,
+                   pinned=pinned),
       width="stretch", key="attr_fig", on_select=_clicked, selection_mode="points")
-st.caption("Click a feature or the output to inspect it below; hover an edge's middle for its ends and weight.")
+st.caption("Each feature is labelled with the token it promotes most (read straight through to the output). Click a "
+           "feature or the output to inspect it below: its edges light up; hover an edge's middle for its weight.")
 ash.share_row(LINK, g, pr, text, entry.name, tok.decode(list(ids)), explain, node_share, sel)
 if av.node_kind(g, sel) == "features":
     l, p, f = (int(v) for v in g.features[sel])
@@ -157,12 +172,13 @@ st.caption("Each edge split by the paths it takes, exactly, since the patterns a
            "residual stream alone, L·H· through that one head, *composed* through two heads in turn.")
 
 st.subheader("Switch features off")
-feats = [n["node"] for n in pickable if n["kind"] == "features"]
-pinned = st.multiselect("Features to switch off", feats, format_func=lambda i: av.node_label(g, i, text),
+pinned = st.multiselect("Features to switch off", options,
+                        format_func=lambda i: f"group {groups[group_id_of(i)][0]}" if i < 0 else av.node_label(g, i, text),
                         key="attr_pinned", max_selections=12)
 if pinned:
     off = model_cache(lambda ids, feats: P.switch_off(model, tcs, list(ids), feats), 16, what="the switched-off run")
-    result = off(mkey, ids, tuple(tuple(int(v) for v in g.features[i]) for i in pinned))
+    every = sorted({i for p in pinned for i in (groups[group_id_of(p)][1] if p < 0 else [p])})  # groups: members
+    result = off(mkey, ids, tuple(tuple(int(v) for v in g.features[i]) for i in every))
     st.markdown(av.switch_words(result, text, g.logit_tokens[0]))
 
 st.subheader("Why a head attends here, by features")

@@ -50,7 +50,7 @@ def dense(model, tcs) -> dict:
 
 
 def test_a_dense_transcoder_graph_is_refused_in_words_within_a_second(shipped):
-    from pages.attribution import view as av
+    from core.analysis import attribution_cost as av
 
     model, tok, tcs = shipped
     heavy = dense(model, tcs)
@@ -76,7 +76,7 @@ def test_a_dense_transcoder_graph_is_refused_in_words_within_a_second(shipped):
 def test_the_estimate_bounds_the_graph_it_describes(shipped):
     """The estimate is at least what building, pruning and scoring the graph really takes (measured in a process of
     its own), and not wildly more."""
-    from pages.attribution import view as av
+    from core.analysis import attribution_cost as av
 
     model, tok, tcs = shipped
     for name, n in (("shipped", 32), ("dense", 4)):

@@ -131,3 +131,36 @@ def test_a_feature_node_shows_where_it_fires_and_what_it_writes(open_page):
         _, cache = model.run_with_cache(torch.as_tensor(ids)[None], names=[f"blocks.{layer}.hook_mlp_in"])
         act = float(tcs[layer].encode(cache[f"blocks.{layer}.hook_mlp_in"][0])[pos, number])
     assert card.startswith(f"**Block {layer + 1}, feature #{number}**: {act:.2f} here") and f"({pos + 1})" in card
+
+
+def test_a_new_prompt_sets_both_boxes_to_the_new_graphs_own(open_page):
+    """Issue 57: after a new prompt the closed boxes named the old graph's output and node. The page now sets both
+    to the new graph's own on the same run: read once, after typing."""
+    at = open_page(PAGE, timeout=300)
+    old = at.selectbox(key="attr_token").value
+    at.text_area(key="attr_prompt").input("To be, or not to be, that is the question: to b").run()
+    assert not at.exception
+    model, tok = load_checkpoint(SHIPPED)
+    tcs = load_transcoders(SHIPPED, model.config)
+    g = A.attribution_graph(model.eval(), tcs, tok.encode("To be, or not to be, that is the question: to b"))
+    token, node = at.selectbox(key="attr_token"), at.selectbox(key="attr_node")
+    assert token.value == g.logit_tokens[0] != old and token.index == 0
+    assert node.value == g.slices()["logits"].start
+    assert node.format_func(node.value) == av.node_label(g, node.value, lambda t: tok.shown_text([t]))
+
+
+def test_a_group_is_drawn_as_one_node_and_switched_off_at_once(open_page):
+    at = open_page(PAGE, timeout=300)
+    feats = at.multiselect(key="attr_group_members").options
+    at.multiselect(key="attr_group_members").select(feats[0]).select(feats[1]).run()
+    at.text_input(key="attr_group_name").input("pair").run()
+    at.button(key="attr_group").click().run()
+    assert not at.exception
+    import json
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    group = next(t for t in spec["data"] if t.get("name") == "group")
+    assert group["text"] == ["pair"] and group["customdata"] == [-1]
+    off = at.multiselect(key="attr_pinned")
+    assert "group pair" in off.options
+    off.select("group pair").run()
+    assert not at.exception and "with them off in the replacement" in text_of(at)

@@ -27,7 +27,7 @@ fed at ``hook_embed``. A batch of B copies of the prompt computes the derivative
 
 Nodes, in order (circuit-tracer's): active features (layer, position, feature), error nodes (layer, position),
 token embeddings (position), logits; ``adjacency[t, s]`` is the edge from s to t. N nodes hold N x N float64
-numbers (the page estimates it first, pages.attribution.view; pruned in core.analysis.attribution_prune);
+numbers (the page estimates it first, core.analysis.attribution_cost; pruned in core.analysis.attribution_prune);
 ``max_feature_nodes`` keeps the most influential features, as circuit-tracer does, and what the others write joins
 their block's error node (still exact).
 """

@@ -1,4 +1,4 @@
-"""The Attribution graph page's caches: a model's transcoders, read from beside it once per server and read again
+"""The Attribution graph page's parts: the learner's supernodes (graph_groups), and its caches: a model's transcoders, read from beside it once per server and read again
 when their files change (core.features.transcoder checks them as it loads: shapes, the model weights they were
 trained on, no linked folder leading out of the model's), with the fingerprint that names them in every graph cache."""
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 import streamlit as st
 import torch
 
+from core.analysis.supernodes import AGREE
 from core.analysis.sae import SAEFileError, model_fingerprint
 from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers
 from core.serve.folder_files import lstamp
@@ -80,3 +81,31 @@ def transcoders_of(entry, model) -> Transcoders:
                f"{', '.join(map(str, missing))}, counted from 0; one run each)")
             + " (about a minute each on one core)."))
     return Transcoders(tcs, key, None)
+
+
+def graph_groups(graph_key, feats: list[int], label, proposals: list[tuple[str, list[int]]]) -> list[tuple[str, list[int]]]:
+    """The learner's supernodes of this graph (core.analysis.supernodes): kept features grouped under a name, kept
+    in the session per graph (``graph_key``); the page's proposals offered one button each. Returns the groups as
+    (name, member nodes)."""
+    groups = st.session_state.setdefault("attr_groups", {}).setdefault(graph_key, [])
+
+    def add(name, members):
+        if members and all(name != n for n, _ in groups):
+            groups.append((name or f"group {len(groups) + 1}", sorted(int(m) for m in members)))
+
+    with st.expander(f"Group features into supernodes ({len(groups)} now)"):
+        c1, c2, c3 = st.columns([3, 2, 1], vertical_alignment="bottom")
+        c1.multiselect("Features to group", feats, format_func=label, key="attr_group_members")
+        c2.text_input("Group name", key="attr_group_name", placeholder=f"group {len(groups) + 1}")
+        # the callback reads the boxes as they are at the press (a name typed and not yet sent comes with it)
+        c3.button("Group", key="attr_group", on_click=lambda: add(st.session_state.get("attr_group_name", "").strip(),
+                                                                  st.session_state.get("attr_group_members", [])))
+        for k, (proposed, found) in enumerate(proposals):
+            p1, p2 = st.columns([5, 1], vertical_alignment="center")
+            p1.caption(f"Proposed, **{proposed}**: " + ", ".join(label(i) for i in found)
+                       + f" (one block, decoder directions with cosine ≥ {AGREE})")
+            p2.button("Group these", key=f"attr_propose_{k}", on_click=lambda n=proposed, f=found: add(n, f))
+        if groups:
+            st.caption("Groups: " + "; ".join(f"**{n}** ({len(m)} features)" for n, m in groups))
+            st.button("Ungroup all", key="attr_ungroup", on_click=groups.clear)
+    return groups
