@@ -31,9 +31,10 @@ st.markdown(
     "an exact direct effect: the source's activation times how much its target's input moves per unit of it.")
 st.latex(r"w_{s \to t} = a_s \, \frac{\partial\, x_t}{\partial a_s}\Big|_{\text{patterns, LN scales frozen}}, "
          r"\qquad x_t = \sum_s w_{s \to t} + b_t")
-st.caption("x_t is the target's input: a feature's pre-activation or an output logit; b_t collects the biases and "
-           "LayerNorm shifts no node carries. Ameisen et al. (2025), *Circuit Tracing*; the open circuit-tracer "
-           "computes the same graph for large pretrained models on GPUs.")
+st.caption("x_t is the target's input: a feature's pre-activation, or an output's logit minus the mean logit over "
+           "the vocabulary (circuit-tracer's target: what makes this token likelier than the rest); b_t collects what "
+           "no node carries: the biases, the LayerNorm shifts and the position embeddings. Ameisen et al. (2025), "
+           "*Circuit Tracing*; the open circuit-tracer computes the same graph for large pretrained models on GPUs.")
 
 entry, model, tok = require_model(": the graph runs a real model")
 problem = av.too_big(model.config)
