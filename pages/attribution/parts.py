@@ -14,6 +14,7 @@ from core.analysis.supernodes import AGREE
 from core.analysis.sae import SAEFileError, model_fingerprint
 from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers
 from core.serve.folder_files import lstamp
+from core.serve.fmt import md_escape
 from core.serve.paths import REPO_ROOT
 
 
@@ -90,6 +91,9 @@ def graph_groups(graph_key, feats: list[int], label, proposals: list[tuple[str, 
     groups = st.session_state.setdefault("attr_groups", {}).setdefault(graph_key, [])
 
     def add(name, members):
+        # a name is drawn on the graph (Plotly reads <b>, <a> in its text) and written in Markdown: one short line,
+        # no angle brackets, escaped where it is printed
+        name = " ".join(str(name).replace("<", "‹").replace(">", "›").split())[:40]
         if members and all(name != n for n, _ in groups):
             groups.append((name or f"group {len(groups) + 1}", sorted(int(m) for m in members)))
 
@@ -106,6 +110,6 @@ def graph_groups(graph_key, feats: list[int], label, proposals: list[tuple[str, 
                        + f" (one block, decoder directions with cosine ≥ {AGREE})")
             p2.button("Group these", key=f"attr_propose_{k}", on_click=lambda n=proposed, f=found: add(n, f))
         if groups:
-            st.caption("Groups: " + "; ".join(f"**{n}** ({len(m)} features)" for n, m in groups))
+            st.caption("Groups: " + "; ".join(f"**{md_escape(n)}** ({len(m)} features)" for n, m in groups))
             st.button("Ungroup all", key="attr_ungroup", on_click=groups.clear)
     return groups
