@@ -5,6 +5,7 @@ lane (about a minute: a rerun per click)."""
 import pytest
 
 from tests.browser_app import SHOTS, browser, clean_page, no_exception, server, wait_idle  # noqa: F401
+from tests.polling import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +67,6 @@ def test_a_new_prompt_names_its_own_output_and_node(server, clean_page):
     wait_idle(page, 120_000)  # the new graph's run has ended: the boxes are read with no other widget moved
     # on a loaded machine the last elements of the run may land a moment after the status clears: wait (up to 60 s,
     # no widget touched) for the output box to leave the old graph's value; the bug kept it there for good
-    from tests.polling import wait_until
     try:
         wait_until(lambda: shown(page, "Output to explain") != before[0], timeout=60, every=0.5)
     except AssertionError:
