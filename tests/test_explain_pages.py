@@ -218,3 +218,14 @@ def test_a_broken_explanations_file_is_named_and_the_page_goes_on(open_page, tmp
     assert buttons and all("—" not in b for b in buttons)
     assert any("explanations.json was refused" in _plain(m.value) for m in at.markdown)
     assert any("Switched off" in m.value for m in at.markdown)
+
+
+@pytest.mark.slow
+def test_steerings_feature_picker_says_the_features_words(open_page):
+    at = open_page("pages/generation.py", timeout=300)
+    said = _shipped()
+    feature = at.number_input(key="gen_steer_feature").value
+    e = said[feature]
+    line = f"**Feature {feature}** " + ("is unexplained" if e["words"] == "unexplained" else
+                                         f"stands for: {e['words']} (detection {e['detection']:.2f}")
+    assert any(_plain(m.value).startswith(line) for m in at.markdown), line

@@ -83,8 +83,19 @@ def unit_label(word: str, unit: int, value: float, e: dict | None) -> str:
 def unit_help(e: dict | None) -> str:
     if e is None:
         return ""
-    return (f" It stands for: {e['words']} (detection {e['detection']:.2f}; chance 0.50, another unit's rule "
-            f"{e['control']:.2f}).")
+    said = "It is unexplained" if e["words"] == UNEXPLAINED else f"It stands for: {e['words']}"
+    return f" {said} (detection {e['detection']:.2f}; chance 0.50, another unit's rule {e['control']:.2f})."
+
+
+def unit_line(name: str, e: dict | None) -> str:
+    """One line of markdown saying what a unit stands for: "**Feature 12** stands for: 'u' after 'o' (detection
+    0.93; chance 0.50, another unit's rule 0.49)"; said as unexplained when it is; "" without an explanation."""
+    if e is None:
+        return ""
+    if e["words"] == UNEXPLAINED:
+        return f"**{name}** is unexplained: no rule tells where it fires better than chance and another unit's rule."
+    return f"**{name}** stands for: {md_escape(e['words'])} (detection {e['detection']:.2f}; chance 0.50, another " \
+           f"unit's rule {e['control']:.2f})."
 
 
 def explanation(e: dict | None, unit_word: str, tok_unit: str, none_words: str) -> None:
