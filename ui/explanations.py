@@ -11,6 +11,7 @@ from pathlib import Path
 import streamlit as st
 
 from core.analysis.sae import sae_folder
+from core.features.explain import MARGIN
 from core.features.explanations import FILE, context_marks, load_explanations, search, short_words
 from core.features.rules import UNEXPLAINED, words
 from core.serve.fmt import md_escape
@@ -110,8 +111,10 @@ def explanation(e: dict | None, unit_word: str, tok_unit: str, none_words: str) 
         return
     if e["words"] == UNEXPLAINED:
         st.markdown(f"**Unexplained**: no rule of the grammar tells where it fires clearly better than chance and "
-                    f"another unit's rule. The best one found, *{md_escape(words(e['rule'], tok_unit))}*, is no "
-                    "explanation: its scores are below, its matches underlined in the contexts.")
+                    f"another unit's rule. The best one found, *{md_escape(words(e['rule'], tok_unit))}*, scores "
+                    f"{e['detection']:.2f}, against {max(e['control'], 0.5):.2f} for "
+                    + ("chance" if e["control"] <= 0.5 else "another unit's rule")
+                    + f": a rule must beat both by {MARGIN:.2f} to count. Its matches are underlined in the contexts.")
     else:
         st.markdown(f"**What it stands for**: {md_escape(e['words'])}")
     st.markdown(f"Detection **{e['detection']:.2f}** (chance 0.50; another unit's rule, the control: "
@@ -136,15 +139,17 @@ def search_box(sets: list, open_unit) -> None:
     for kind, word, layer, found, top in sets:
         hits = search(found, query, top)
         place = "" if layer is None else f" of block {layer + 1}"
-        st.caption(f"{len(hits) if len(hits) < 50 else '50 or more'} {word}s{place} match"
-                   + (f"; the best {SHOWN} here: explained ones first, the closest and best scored first." if len(hits) > SHOWN
-                      else "."))
-        for j, h in enumerate(hits[:SHOWN]):
+        count = f"{len(hits)}" if len(hits) < 50 else "50 or more"  # search() returns 50 at most
+        st.caption(f"{count} {word}s{place} match" + (f"; the best {SHOWN} here: explained ones first, the closest "
+                                                      "and best scored first." if len(hits) > SHOWN else "."))
+        shown = hits[:SHOWN]
+        cols = st.columns(2)  # the first half on the left: read down either way, and in order when a phone stacks them
+        for j, h in enumerate(shown):
             by_output = h["matched"] == "the tokens it promotes"  # not by what it reads: said on the button
-            st.button(f"{word} {h['unit']} — {md_escape(short_words(h))}" + (" · promotes it" if by_output else ""),
-                      key=f"feat_search_{kind}_{j}",
-                      on_click=open_unit, args=(kind, h["unit"], layer),
-                      help=f"Matched by {h['matched']}. Opens its card.{unit_help(h)}")
+            label = f"{word} {h['unit']} — {md_escape(short_words(h))}" + (" · promotes it" if by_output else "")
+            cols[j >= (len(shown) + 1) // 2].button(label, key=f"feat_search_{kind}_{j}", on_click=open_unit,
+                                                    args=(kind, h["unit"], layer),
+                                                    help=f"Matched by {h['matched']}. Opens its card.{unit_help(h)}")
 
 
 def card_marks(e: dict | None, card, windows, tok) -> tuple[list, list]:
