@@ -644,6 +644,52 @@ def bench_explain(quick: bool):
     record("Explanations: one unit's search and scores", ours_one * 1e3, peer / sae.config.d_sae * 1e3, "ms",
            higher_is_better=False, note="from its activations on the held-out windows; peer: its single rules one "
                                         f"at a time; target 300 ms: {'met' if ours_one <= 0.3 else 'missed'}")
+    _explain_page(model, tok, sae, training, held, folder / "sae" / "blocks.0.hook_resid_post", ours, quick)
+
+
+def _explain_page(model, tok, sae, training, held, sae_dir, all_s: float, quick: bool):
+    """Issue 58's rows for the Features page: a learner's click on a unit (its card with its explanation: the card,
+    the rule's matches in its contexts, the HTML; target <= 300 ms) against the card alone; the search box over the
+    shipped SAE's explanations and promoted tokens (target <= 100 ms) against reading explanations.json; a block's
+    MLP neurons explained on demand against every latent of the SAE."""
+    from core.features import explanations as X
+    from core.features.browse import unit_card
+    from core.features.explain import explain_neurons
+    from core.features.index import build_index
+    from core.features.units import feature_units
+    from core.views.features_view import contexts_html
+
+    units = feature_units(model, sae)
+    index = build_index(model, units, held)
+    said = {e["unit"]: e for e in X.load_explanations(sae_dir, sae.config.d_sae)}
+    unit = next(u for u, e in said.items() if e["words"] != "unexplained")
+    reps = 3 if quick else 7
+
+    def card_alone():
+        card = unit_card(model, tok, units, index, unit)
+        return card, contexts_html(card.contexts), [contexts_html(cs) for _, cs in card.bands]
+
+    def card_explained():
+        card = unit_card(model, tok, units, index, unit)
+        e = said[unit]
+        top = X.context_marks(e["rule"], card.contexts, index.held.windows, tok)
+        bands = [X.context_marks(e["rule"], cs, index.held.windows, tok) for _, cs in card.bands]
+        return contexts_html(card.contexts, marks=top), [contexts_html(cs, None, m) for (_, cs), m in
+                                                         zip(card.bands, bands)], X.short_words(e)
+    times = interleaved({"alone": card_alone, "explained": card_explained}, 3, reps)
+    record("Explanations: a unit's card with its explanation (a click)", times["explained"] * 1e3,
+           times["alone"] * 1e3, "ms", higher_is_better=False,
+           note=f"peer: the card without it; target 300 ms: {'met' if times['explained'] <= 0.3 else 'missed'}")
+    top = X.promoted_tokens(model, units.writes, tok)
+    queries = ["line break", "u", "capital", "th", "space"]
+    ours = median_time(lambda: [X.search(said, q, top) for q in queries], reps) / len(queries)
+    peer = median_time(lambda: X.load_explanations(sae_dir, sae.config.d_sae), reps)
+    record("Explanations: the search box (shipped SAE)", ours * 1e3, peer * 1e3, "ms", higher_is_better=False,
+           note=f"mean of {len(queries)} queries over {len(said)} units and their promoted tokens; peer: reading "
+                f"explanations.json; target 100 ms: {'met' if ours <= 0.1 else 'missed'}")
+    neurons = median_time(lambda: explain_neurons(model, tok, 0, training, held), 1)
+    record(f"Explanations: a block's {model.config.d_ff} neurons on demand", neurons, all_s, "s",
+           higher_is_better=False, note=f"peer: all {sae.config.d_sae} latents of the SAE (the row above)")
 
 
 def bench_steering(quick: bool):

@@ -7,6 +7,7 @@ from core.views import features_view as FV
 from ui import ensure_frame, metric_row, model_key, prompt_input, require_model
 from pages.features import cards as FC, share as FS
 from pages.features.jobs import forming_panel, training_panel
+from ui import explanations as UX
 from ui.features import Browser, training_record
 from ui.saes import PICK_KEY, available_saes
 from ui.code_box import code_box
@@ -38,7 +39,7 @@ for line in refused:
     st.warning(f"An SAE was not used: {md_escape(line)}", icon="⚠️")
 
 st.header("1. The autoencoder")
-choice = None
+choice, explained, broken = None, None, None  # the SAE picked; its units' explanations ({unit: explanation}), or why not
 if choices:
     labels = [ch.label for ch in choices]
     if st.session_state.get(PICK_KEY) in labels:  # an SAE this session just trained: show it, not the saved one
@@ -57,6 +58,9 @@ if choices:
                    "(section 3's forming panel shows when each appeared).", icon=":material/history:")
     metric_row([(label, value, words) for label, value, words in FV.health_rows(choice.metrics)], 5)
     st.markdown("\n".join(f"- **{label}**: {words}" for label, _, words in FV.health_rows(choice.metrics)))
+    explained, broken = UX.sae_explanations(entry, choice)
+    if broken:  # said by name; the page goes on without its words
+        st.warning(f"This SAE's explanations were not used: {md_escape(broken)}", icon="⚠️")
 else:
     st.info("This model has no SAE yet: train one in the panel below. Its MLP neurons are shown on this page "
             "meanwhile, with every view a feature would get.", icon=":material/info:")
@@ -90,18 +94,25 @@ if choice:
     pu_feat = prompt_units(model, browser.units(FEATURES), ids, tokenizer=tok)
     with left:
         st.markdown(f"**SAE features at {pos + 1} ('{md_escape(tokens[pos])}')**")
-        FC.firing_buttons(pu_feat, pos, FC.KINDS[0], None, "feat_fire")
+        FC.firing_buttons(pu_feat, pos, FC.KINDS[0], None, "feat_fire", explained)
 if layers:
     with right:
         lay = st.selectbox("MLP of block", [l + 1 for l in layers], key="feat_prompt_block") - 1
         pu_neur = prompt_units(model, browser.units(("neuron", lay)), ids, tokenizer=tok)
         st.markdown(f"**Neurons of block {lay + 1} at {pos + 1} ('{md_escape(tokens[pos])}')**")
-        FC.firing_buttons(pu_neur, pos, FC.KINDS[1], lay, "neur_fire")
+        neurons_said = UX.neuron_explanations(browser, lay)
+        FC.firing_buttons(pu_neur, pos, FC.KINDS[1], lay, "neur_fire", neurons_said)
+        if neurons_said is None:
+            UX.explain_neurons_button(browser, lay, "feat_explain_prompt")
 with st.expander("Every position at once"):
     if pu_feat is not None:
         st.dataframe(FV.prompt_rows(pu_feat, "feature"), hide_index=True, height=260)
     if layers:
         st.dataframe(FV.prompt_rows(pu_neur, "neuron"), hide_index=True, height=260)
+searched = ([(FC.KINDS[0], "feature", None, explained, browser.promoted(FEATURES))] if explained else []) + (
+    [(FC.KINDS[1], "neuron", lay, neurons_said, browser.promoted(("neuron", lay)))] if layers and neurons_said else [])
+if searched:
+    UX.search_box(searched, FC.open_unit)
 
 # ------------------------------------------------------------------ 3. a unit's card
 
@@ -124,6 +135,13 @@ else:
     unit = cols[1].number_input(f"Neuron (0 to {n - 1})", 0, n - 1, key=FC.OPEN_NEURON, step=1)
     word = "neuron"
 st.subheader(f"{kind} {unit}" + (f" of block {spec[1] + 1}" if spec[0] == "neuron" else ""))
+said = explained if word == "feature" else UX.neuron_explanations(browser, spec[1])
+e = said.get(int(unit)) if said else None
+UX.explanation(e, word, tok.unit, f"not searched yet: the button explains every neuron of block {spec[1] + 1}."
+               if word == "neuron" else "its explanations.json was refused (section 1 says why)." if broken else
+               "none is stored beside this SAE (python -m core.features.explain makes them for a saved one).")
+if said is None and word == "neuron":
+    UX.explain_neurons_button(browser, spec[1], "feat_explain_card")
 too_big = browser.refusal(spec)  # estimated before anything is indexed: a dense or huge SAE took minutes, then failed
 if too_big:
     st.warning(too_big, icon=":material/memory:")
@@ -131,7 +149,8 @@ else:
     index = browser.index(spec)
     st.caption(f"From {index.total:,} held-out tokens of {md_escape(index.held.corpus)}, which the model never "
                "trained on.")
-    FC.draw_card(browser.card(spec, int(unit)), word)
+    card = browser.card(spec, int(unit))
+    FC.draw_card(card, word, UX.card_marks(e, card, index.held.windows, tok))
 
 st.markdown(f"**Switch it off on your prompt.** Every position's {word} set to 0 "
             + ("(its share f_i(x)·d_i taken out of the stream, the rest of the vector, the SAE's error included, kept)"

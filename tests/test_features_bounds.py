@@ -238,7 +238,9 @@ def test_the_sae_forms_estimate_is_timed_in_the_compute_line_for_ten_minutes(ope
 def test_a_units_button_says_what_it_is_and_a_click_brings_its_card_into_view(open_page):
     at = open_page(PAGE, timeout=300)
     buttons = [b for b in at.button if b.key and b.key.startswith("feat_fire_")]
-    assert buttons and all(re.fullmatch(r"feature \d+: fires \d+\.\d\d", b.label) for b in buttons), \
+    # "feature 159: fires 1.26", then its words and detection score (issue 58): " — 'u' after 'o' · 0.93"
+    assert buttons and all(re.fullmatch(r"feature \d+: fires \d+\.\d\d — .+ · [01]\\?\.\d\d", b.label)
+                           for b in buttons), \
         [b.label for b in buttons]
     assert not [h for h in at.get("html") if "scrollIntoView" in h.proto.body]
     buttons[1].click().run(timeout=300)

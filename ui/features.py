@@ -14,6 +14,8 @@ import torch
 from core.data.held_out import corpus_text, model_held_out
 from core.features.index import build_index
 from core.features.browse import token_purity, unit_card, unit_off_losses
+from core.features.explain import explain_neurons
+from core.features.explanations import promoted_tokens
 from core.features.index import index_budget, index_cost, index_refusal, pass_flops
 from core.features.job import held_tokens_bound, job_seconds, memory_problem, memory_words, pace
 from core.analysis.sites import Site, as_site
@@ -95,7 +97,8 @@ def max_tokens(model) -> int:
 
 class Browser:
     """The cached feature work on one page run's model: ``index(spec)``, ``card(spec, i)``, ``off(spec, i, ids)``,
-    ``purity(spec)``; ``units(spec)`` builds the unit set (cheap) from the page's SAE."""
+    ``purity(spec)``, ``neuron_explanations(layer)``, ``promoted(spec)``; ``units(spec)`` builds the unit set (cheap)
+    from the page's SAE."""
 
     def __init__(self, key: str, entry, model, tok, sae=None):
         self.key, self.model, self.tok, self.sae = key, model, tok, sae
@@ -113,6 +116,11 @@ class Browser:
                                 resource=True, what="your prompt with a unit off")
         self._purity = model_cache(lambda spec: token_purity(self.index(spec), self.held()), 8, resource=True,
                                    what="token purity")
+        self._neurons = model_cache(lambda layer: {e["unit"]: e for e in explain_neurons(
+            model, tok, layer, training, self.held())}, 8, resource=True, what="explaining a block's neurons",
+            lane="long", spinner="Explaining every neuron of the block (once per server) ...")
+        self._promoted = model_cache(lambda spec: promoted_tokens(model, self.units(spec).writes, tok), 16,
+                                     resource=True, what="the tokens each unit promotes")
 
     def units(self, spec: tuple):
         if spec[0] == "feature":
@@ -156,3 +164,11 @@ class Browser:
 
     def purity(self, spec: tuple):
         return self._purity(self.key, spec)
+
+    def neuron_explanations(self, layer: int) -> dict:
+        """{neuron: explanation} of block ``layer`` (core.features.explain.explain_neurons on the held-out text)."""
+        return self._neurons(self.key, layer)
+
+    def promoted(self, spec: tuple) -> dict:
+        """{unit: the 5 token texts its direction promotes most}, for the search."""
+        return self._promoted(self.key, spec)

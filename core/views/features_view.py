@@ -52,26 +52,34 @@ def _shade(a: float, top: float) -> str:
     return f"rgba(230,85,13,{0.85 * s:.2f})"
 
 
-def context_html(c: Context, top: float | None = None) -> str:
+MARK = "#2c7fb8"  # blue: where a unit's explanation (its rule) holds, under the orange of its activation
+
+
+def context_html(c: Context, top: float | None = None, marks: list[bool] | None = None) -> str:
     """One context as a line of HTML: the tokens (already visible strings: ␣ ⏎), shaded by activation against
-    ``top`` (default: this context's own largest), the centre token outlined, each activation in its tooltip."""
+    ``top`` (default: this context's own largest), the centre token outlined, each activation in its tooltip; with
+    ``marks`` (one bool per token), the tokens where the unit's rule holds underlined in blue."""
     top = max(c.acts) if top is None else top
     cells = []
     for j, (t, a) in enumerate(zip(c.tokens, c.acts)):
         border = "2px solid #222" if j == c.at else "1px solid #ddd"
-        cells.append(f'<span title="{html.escape(f"{t}: {a:.3f}", quote=True)}" style="background:{_shade(a, top)};'
+        marked = bool(marks and marks[j])
+        tip = f"{t}: {a:.3f}" + (" (the rule holds here)" if marked else "")
+        line = f"box-shadow:inset 0 -4px 0 {MARK};" if marked else ""
+        cells.append(f'<span title="{html.escape(tip, quote=True)}" style="background:{_shade(a, top)};{line}'
                      f'border:{border};padding:0 2px;margin:0 1px;border-radius:3px;white-space:pre">'
                      f'{html.escape(t)}</span>')
     return (f'<div style="font-family:monospace;font-size:15px;line-height:1.9;overflow-x:auto;white-space:nowrap">'
             f'<span style="display:inline-block;width:4.5em;color:#666">{c.value:.2f}</span>{"".join(cells)}</div>')
 
 
-def contexts_html(contexts: list[Context], top: float | None = None) -> str:
-    """Contexts one per line, all shaded against ``top`` (default: the largest of them)."""
+def contexts_html(contexts: list[Context], top: float | None = None, marks: list | None = None) -> str:
+    """Contexts one per line, all shaded against ``top`` (default: the largest of them); ``marks``: one list of
+    bools per context, where the unit's rule holds (core.features.explanations.context_marks)."""
     if not contexts:
-        return '<div style="color:#666">none on the held-out text</div>'
+        return f'<div style="color:#666">{html.escape("none on the held-out text")}</div>'  # escaped: the check reads it
     top = max(c.value for c in contexts) if top is None else top
-    return "".join(context_html(c, top) for c in contexts)
+    return "".join(context_html(c, top, marks[i] if marks else None) for i, c in enumerate(contexts))
 
 
 def prompt_rows(pu: PromptUnits, kind: str, last: int | None = None) -> list[dict]:

@@ -9,6 +9,7 @@ import streamlit as st
 from pages.features import figures as FF
 from core.serve.fmt import md_escape
 from core.views import features_view as FV
+from ui import explanations as UX
 from ui.charts import chart
 
 OPEN_KIND, OPEN_FEATURE, OPEN_LAYER, OPEN_NEURON = "feat_kind", "feat_unit", "feat_layer", "feat_neuron"
@@ -17,7 +18,7 @@ CARD_ANCHOR = "unit-card"    # section 3's heading
 SCROLL_KEY = "feat_scroll"   # clicks on a unit so far: the run after one scrolls its card into view
 
 
-def _open(kind: str, unit: int, layer: int | None = None):
+def open_unit(kind: str, unit: int, layer: int | None = None):
     """Button callback (runs before the script, so it may set the card's widgets)."""
     st.session_state[SCROLL_KEY] = st.session_state.get(SCROLL_KEY, 0) + 1
     st.session_state[OPEN_KIND] = kind
@@ -27,18 +28,21 @@ def _open(kind: str, unit: int, layer: int | None = None):
         st.session_state[OPEN_LAYER], st.session_state[OPEN_NEURON] = layer + 1, unit
 
 
-def firing_buttons(pu, pos: int, kind: str, layer: int | None, key: str):
-    """One button per unit firing at ``pos``; a click opens that unit's card below."""
+def firing_buttons(pu, pos: int, kind: str, layer: int | None, key: str, explained: dict | None = None):
+    """One button per unit firing at ``pos``, with its words and detection score when ``explained`` ({unit:
+    explanation}) has them; a click opens that unit's card below."""
     units = FV.firing_units(pu, pos)
     if not units:
         st.caption("Nothing fires here." if kind == KINDS[0] else "No neuron of this block is above 0 here.")
         return
     word = "feature" if kind == KINDS[0] else "neuron"
-    st.caption(f"Each button: a {word} and how strongly it fires here (its activation; 0 is silent). A click opens "
-               "its card below.")
+    st.caption(f"Each button: a {word} and how strongly it fires here (its activation; 0 is silent)"
+               + (", then what it stands for and its detection score (0.5 is chance)" if explained else "")
+               + ". A click opens its card below.")
     for j, (u, v) in enumerate(units):
-        st.button(f"{word} {u}: fires {v:.2f}", key=f"{key}_{j}", on_click=_open, args=(kind, u, layer),
-                  help=f"Open {kind.lower()} {u}'s card (its activation here: {v:.3f})")
+        e = explained.get(u) if explained else None
+        st.button(UX.unit_label(word, u, v, e), key=f"{key}_{j}", on_click=open_unit, args=(kind, u, layer),
+                  help=f"Open {kind.lower()} {u}'s card (its activation here: {v:.3f}).{UX.unit_help(e)}")
 
 
 def card_heading(title: str):
@@ -51,17 +55,18 @@ def card_heading(title: str):
         st.html(FV.scroll_script(CARD_ANCHOR, clicks), unsafe_allow_javascript=True)  # our own script, no text
 
 
-def draw_card(card, unit_word: str):
-    """A unit's card: contexts, lower bands, histogram, promoted and suppressed tokens, switch-off losses."""
+def draw_card(card, unit_word: str, marks: tuple = (None, None)):
+    """A unit's card: contexts (``marks``: where its rule holds in the top ones and each band's, underlined), lower
+    bands, histogram, promoted and suppressed tokens, switch-off losses."""
     st.markdown(f"**Top {len(card.contexts)} contexts** on the held-out text: each line is ±8 tokens around one of "
                 f"the {unit_word}'s largest activations (the number at the left), the token itself outlined, the "
                 "shade its activation there. Hover a token for its value.")
-    st.html(FV.contexts_html(card.contexts))
+    st.html(FV.contexts_html(card.contexts, marks=marks[0]))
     top = max((c.value for c in card.contexts), default=None)
     with st.expander("Samples from lower activations (a quarter, a half, three quarters of its largest)"):
-        for (lo, hi), contexts in card.bands:
+        for j, ((lo, hi), contexts) in enumerate(card.bands):
             st.markdown(f"Activation in ({lo:.0%}, {hi:.0%}] of its largest:")
-            st.html(FV.contexts_html(contexts, top))
+            st.html(FV.contexts_html(contexts, top, marks[1][j] if marks[1] else None))
     left, right = st.columns(2)
     with left:
         chart(FF.histogram_figure(card), width="stretch", key="feat_hist")

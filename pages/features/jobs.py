@@ -18,6 +18,7 @@ from ui.charts import chart
 from ui.compute import session_alive, session_id
 from ui.jobs import session_owner
 from ui.features import form_estimate, sae_pace
+from ui.explanations import keep_session
 from ui.saes import add_session_sae
 
 JOB_KEY = "te_sae_job"         # {"job", "kind" ("train" or "forming"), "path", "entry", "label", "done"}
@@ -68,6 +69,7 @@ def _live(kind: str, polling: bool):
     if s.state == "finished" and not rec["done"]:
         rec["done"] = True
         if kind == "train":
+            keep_session(job.result.sae, job.explanations)  # its words on the page, before it is ever saved
             add_session_sae(rec["entry"], job.result.sae, job.result.metrics)
         else:
             st.session_state.setdefault(FORMING_KEY, {})[(rec["path"], rec["label"])] = job.result

@@ -18,6 +18,7 @@ from core.serve import fmt
 from core.serve.links import Field
 from ui.cached import shared_draw
 from ui.caching import model_cache
+from ui.explanations import sae_explanations, unit_line
 from ui.features import fingerprint, training_record
 from ui.models import model_key
 from ui.saes import available_saes
@@ -111,6 +112,8 @@ def section(entry, model, tok, draw_key: tuple, gen_ids, n_new: int, decoding: t
         _no_sae(refused)
         return ""
     choice, scales, feature, alpha = _pickers(choices, lambda sae: typical_sizes(entry, model, tok, sae), tok.pieces)
+    if said := unit_line(f"Feature {feature}", (sae_explanations(entry, choice)[0] or {}).get(feature)):
+        st.markdown(said)  # its explanation (issue 58), when the SAE has them
     s_i = scales.scale(feature)
     described = _describe(tok, choice, scales, feature, s_i)
     hooks = feature_hooks(choice.sae, feature, alpha, s_i)
