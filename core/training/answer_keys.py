@@ -146,7 +146,7 @@ def card(task: Task, scores: dict, made: dict, tokenizer) -> str:
 
 **Key (the circuit).** {", ".join(task.components)}. Edges: {edges}.
 {task.notes} Each edge, cut alone, costs at least 40 % of the clean accuracy (checked in the tests); which of a
-head's query, key or value an edge runs through is a description, not checked.
+head's query, key or value an edge runs through, and how each component works inside, are described, not checked.
 
 | accuracy on task.json ({task.examples} prompts) | |
 |---|---|
