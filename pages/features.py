@@ -112,7 +112,7 @@ with st.expander("Every position at once"):
 searched = ([(FC.KINDS[0], "feature", None, explained, browser.promoted(FEATURES))] if explained else []) + (
     [(FC.KINDS[1], "neuron", lay, neurons_said, browser.promoted(("neuron", lay)))] if layers and neurons_said else [])
 if searched:
-    UX.search_box(searched, FC.open_unit)
+    UX.search_box(searched, FC.open_unit, "feat_search")
 
 # ------------------------------------------------------------------ 3. a unit's card
 

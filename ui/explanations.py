@@ -128,10 +128,10 @@ def explanation(e: dict | None, unit_word: str, tok_unit: str, none_words: str) 
                "in blue: a shaded token with no line is one the rule misses, a line under no shade a false alarm.")
 
 
-def search_box(sets: list, open_unit) -> None:
+def search_box(sets: list, open_unit, key: str) -> None:
     """Find units by what they stand for: ``sets`` [(kind, word, layer, {unit: explanation}, {unit: promoted
     tokens})]; each hit a button that calls ``open_unit(kind, unit, layer)`` (a card's callback)."""
-    query = st.text_input("Find a unit by what it stands for", key="feat_search",
+    query = st.text_input("Find a unit by what it stands for", key=key,
                           placeholder="a token or words: u, line break, capital",
                           help="Searches the explanations' rules and words, and the tokens each unit promotes.")
     if not query:
@@ -147,7 +147,7 @@ def search_box(sets: list, open_unit) -> None:
         for j, h in enumerate(shown):
             by_output = h["matched"] == "the tokens it promotes"  # not by what it reads: said on the button
             label = f"{word} {h['unit']} — {md_escape(short_words(h))}" + (" · promotes it" if by_output else "")
-            cols[j >= (len(shown) + 1) // 2].button(label, key=f"feat_search_{kind}_{j}", on_click=open_unit,
+            cols[j >= (len(shown) + 1) // 2].button(label, key=f"{key}_{kind}_{j}", on_click=open_unit,
                                                     args=(kind, h["unit"], layer),
                                                     help=f"Matched by {h['matched']}. Opens its card.{unit_help(h)}")
 
