@@ -10,7 +10,7 @@ from core.nn.tokenizer_base import fragment_note
 from core.serve.fmt import head_label, visible
 from pages.attribution import share as ash, view as av
 from ui import chart, ensure_frame, model_key, prompt_input, require_model
-from pages.attribution.parts import graph_groups, transcoders_of
+from pages.attribution.parts import graph_groups, transcoders_of, with_words
 from core.analysis.supernodes import group_id, group_id_of, merge
 from ui.caching import model_cache
 from ui.code_box import code_box
@@ -128,6 +128,7 @@ kept = tuple((int(g.features[i][0]), int(g.features[i][2])) for i in range(g.n_f
 tops = model_cache(lambda feats: av.top_tokens(model, tcs, feats, text), 32)(mkey, kept)
 feature_text = dict(zip((i for i in range(g.n_features) if pr.node_mask[i]), tops))
 nodes, edges = av.pruned_lists(g, pr, text, feature_text)
+nodes = with_words(entry, g.n_layers, nodes, g)  # each feature's explanation in its hover text
 pickable = sorted((n for n in nodes if n["kind"] in ("features", "logits")), key=lambda n: -n["influence"])
 if st.session_state.get("attr_node") not in {n["node"] for n in pickable}:  # this graph's own: its top logit
     st.session_state["attr_node"] = g.slices()["logits"].start
@@ -155,8 +156,9 @@ pinned = st.session_state["attr_pinned"] = [i for i in st.session_state.get("att
 chart(graph_figure(*merge(nodes, edges, groups), g.n_layers, g.n_pos, selected=sel,
                    pinned=pinned),
       width="stretch", key="attr_fig", on_select=_clicked, selection_mode="points")
-st.caption("Each feature is labelled with the token it promotes most (read straight through to the output). Click a "
-           "feature or the output to inspect it below: its edges light up; hover an edge's middle for its weight.")
+st.caption("Each feature is labelled with the token it promotes most (read straight through to the output); hover it "
+           "for what it reads, in words with their detection score (its explanation). Click a feature or the output "
+           "to inspect it below: its edges light up; hover an edge's middle for its weight.")
 ash.share_row(LINK, g, pr, text, entry.name, tok.decode(list(ids)), explain, node_share, sel)
 if av.node_kind(g, sel) == "features":
     l, p, f = (int(v) for v in g.features[sel])

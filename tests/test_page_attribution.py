@@ -164,3 +164,24 @@ def test_a_group_is_drawn_as_one_node_and_switched_off_at_once(open_page):
     assert "group pair" in off.options
     off.select("group pair").run()
     assert not at.exception and "with them off in the replacement" in text_of(at)
+
+
+def test_a_feature_node_says_what_it_stands_for_on_hover(page):
+    """Each kept feature's hover text carries the explanation saved beside its transcoder (issue 58), read here from
+    the file itself: its words and detection score."""
+    import json
+
+    from core.features.explanations import load_explanations
+    from core.features.transcoder import transcoder_folder
+
+    spec = json.loads(page.get("plotly_chart")[0].proto.spec)
+    feature = next(t for t in spec["data"] if t.get("name") == "feature")
+    said = {l: {e["unit"]: e for e in load_explanations(transcoder_folder(SHIPPED, l))} for l in (0, 1)}
+    checked = 0
+    for hover in feature["hovertext"]:
+        l, f = int(hover.split()[0][1:]) - 1, int(hover.split()[1][1:])  # "L1 #294 at 'k' (56): ..." -> 0, 294
+        e = said[l].get(f)
+        if e is not None and e["words"] != "unexplained":
+            assert f"{e['detection']:.2f}" in hover and e["words"][:20] in hover, (hover, e)
+            checked += 1
+    assert checked >= 3

@@ -12,7 +12,8 @@ import torch
 
 from core.analysis.supernodes import AGREE
 from core.analysis.sae import SAEFileError, model_fingerprint
-from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers
+from core.features.explanations import load_explanations, short_words
+from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers, transcoder_folder
 from core.serve.folder_files import lstamp
 from core.serve.fmt import md_escape
 from core.serve.paths import REPO_ROOT
@@ -113,3 +114,20 @@ def graph_groups(graph_key, feats: list[int], label, proposals: list[tuple[str, 
             st.caption("Groups: " + "; ".join(f"**{md_escape(n)}** ({len(m)} features)" for n, m in groups))
             st.button("Ungroup all", key="attr_ungroup", on_click=groups.clear)
     return groups
+
+
+def with_words(entry, n_layers: int, nodes: list[dict], g) -> list[dict]:
+    """The graph's feature nodes with their explanation (issue 58, the explanations.json beside each transcoder) in
+    their hover text; unchanged where a block has none, or a broken one (the Features page names a broken file)."""
+    said = {}
+    for layer in range(n_layers):
+        try:
+            said[layer] = {e["unit"]: e for e in load_explanations(transcoder_folder(entry.path, layer)) or []}
+        except ValueError:
+            said[layer] = {}
+    for n in nodes:
+        if n["kind"] == "features":
+            l, _, f = (int(v) for v in g.features[n["node"]])
+            if words := short_words(said[l].get(f), 60):
+                n["label"] = f"{n['label']}: {words}"
+    return nodes
