@@ -11,7 +11,7 @@ from core.serve.fmt import head_label, visible
 from pages.attribution import share as ash, view as av
 from ui import chart, ensure_frame, model_key, prompt_input, require_model
 from pages.attribution.parts import graph_groups, transcoders_of, with_words
-from core.analysis.supernodes import group_id, group_id_of, merge
+from core.analysis.supernodes import group_id, group_id_of, merge, switched_off
 from ui.caching import model_cache
 from ui.code_box import code_box
 from core.views import snippets as SN
@@ -159,7 +159,7 @@ chart(graph_figure(*merge(nodes, edges, groups), g.n_layers, g.n_pos, selected=s
 st.caption("Each feature is labelled with the token it promotes most (read straight through to the output); hover it "
            "for what it reads, in words with their detection score (its explanation). Click a feature or the output "
            "to inspect it below: its edges light up; hover an edge's middle for its weight.")
-ash.share_row(LINK, g, pr, text, entry.name, tok.decode(list(ids)), explain, node_share, sel)
+ash.share_row(LINK, g, pr, text, entry.name, tok.decode(list(ids)), explain, node_share, sel, groups)
 if av.node_kind(g, sel) == "features":
     l, p, f = (int(v) for v in g.features[sel])
     prof = model_cache(lambda ids, l, f: P.feature_profile(model, tcs, list(ids), l, f), 32)(mkey, ids, l, f)
@@ -180,7 +180,7 @@ pinned = st.multiselect("Features to switch off", options,
                         key="attr_pinned", max_selections=12)
 if pinned:
     off = model_cache(lambda ids, feats: P.switch_off(model, tcs, list(ids), feats), 16, what="the switched-off run")
-    every = sorted({i for p in pinned for i in (groups[group_id_of(p)][1] if p < 0 else [p])})  # groups: members
+    every = sorted(switched_off(pinned, groups))  # a group: its members
     result = off(mkey, ids, tuple(tuple(int(v) for v in g.features[i]) for i in every))
     st.markdown(av.switch_words(result, text, g.logit_tokens[0]))
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from conftest import SHIPPED
 from core.analysis import attribution as A
 from core.analysis import graph_json as GJ
+from core.analysis import supernodes as S
 from core.analysis.attribution_prune import prune
 from core.features.transcoder import load_transcoders
 from core.nn.checkpoint import load_checkpoint
@@ -182,3 +183,29 @@ def test_the_slug_names_the_file_and_differs_by_prompt_and_output():
     a = GJ.slug_for("Shakespeare Char!", [1, 2, 3])
     assert a.startswith("attribution-shakespeare-char-") and len(a.split("-")[-1]) == 8
     assert a != GJ.slug_for("Shakespeare Char!", [1, 2, 4]) and a != GJ.slug_for("Shakespeare Char!", [1, 2, 3], 5)
+
+
+def test_a_group_switched_off_is_written_as_its_members_never_as_the_last_node(built):
+    """A group's node is negative (core.analysis.supernodes.group_id): read as an index it named the graph's last
+    feature in a link's off= and pinned the last logit in the export."""
+    g, pr, tok = built
+    kept = [int(i) for i in np.flatnonzero(pr.node_mask[:g.n_features])]
+    groups = [("mine", kept[:2])]
+    assert GJ.node_name(g, S.group_id(0)) is None
+    assert S.switched_off([kept[3], S.group_id(0), kept[0], S.group_id(5)], groups) == [kept[3], kept[0], kept[1]]
+    out = _export(g, pr, tok, pinned=[S.group_id(0)], clicked=S.group_id(0))
+    assert out["qParams"]["pinnedIds"] == [] and out["qParams"]["clickedId"] == ""
+    out = _export(g, pr, tok, pinned=S.switched_off([S.group_id(0)], groups))
+    assert out["qParams"]["pinnedIds"] == [_expected_id(g, i) for i in kept[:2]]
+
+
+def test_a_links_off_counts_each_feature_once_and_names_what_its_cap_leaves_out(built):
+    g, pr, _ = built
+    kept = [int(i) for i in np.flatnonzero(pr.node_mask[:g.n_features])]
+    pickable = [{"node": i, "kind": "features"} for i in kept]
+    a, b = GJ.node_name(g, kept[0]), GJ.node_name(g, kept[1])
+    _, off, ignored = GJ.link_nodes(g, None, ",".join([a] * 12 + [b]), pickable)
+    assert off == [kept[0], kept[1]] and ignored == []  # twelve copies of one name are one feature
+    names = [GJ.node_name(g, i) for i in kept[:14]]
+    _, off, ignored = GJ.link_nodes(g, None, ",".join(names), pickable)
+    assert off == kept[:12] and [k for k, _ in ignored] == ["off"] and "last 2 named" in ignored[0][1]

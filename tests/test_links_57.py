@@ -66,6 +66,21 @@ def test_a_bad_attribution_link_names_each_field_and_opens_the_default(open_page
     assert at.multiselect(key="attr_pinned").value == []
 
 
+def test_a_group_switched_off_goes_into_the_link_as_its_members(open_page, graphs):
+    """A group's node number is negative: written as a node it named the graph's last feature in off=."""
+    first, _, _ = graphs
+    pr = prune(first, 0.8)
+    kept = [int(i) for i in np.flatnonzero(pr.node_mask[:first.n_features])]
+    at = open_page("pages/attribution.py", timeout=300, query={"prompt": PROMPT})
+    at.multiselect(key="attr_group_members").set_value(kept[:2]).run()
+    at.button(key="attr_group").click().run()
+    at.multiselect(key="attr_pinned").set_value([-1]).run()
+    assert not at.exception
+    assert _url(at, "off") == ",".join(GJ.node_name(first, i) for i in kept[:2])
+    again = open_page("pages/attribution.py", timeout=300, query={"prompt": PROMPT, "off": _url(at, "off")})
+    assert not _ignored(again) and again.multiselect(key="attr_pinned").value == kept[:2]
+
+
 def test_a_features_link_opens_its_sae_feature_and_prompt(open_page):
     at = open_page("pages/features.py", timeout=300, query={"prompt": "To be or not", "feature": "17"})
     sae = at.selectbox(key="feat_sae").value

@@ -155,8 +155,9 @@ def graph_json(g: Graph, pr: Pruned, token_text, *, slug: str, scan: str, prompt
     meta = {"slug": slug, "scan": scan, "transcoder_list": [],
             "prompt_tokens": [process_token(token_text(int(t))) for t in g.ids], "prompt": prompt,
             "node_threshold": float(node_threshold), "schema_version": SCHEMA_VERSION}
-    q = {"pinnedIds": [name[int(group[i])] for i in pinned if int(group[i]) in name], "supernodes": [],
-         "linkType": "both", "clickedId": name.get(int(group[clicked]), "") if clicked is not None else "",
+    real = lambda i: i is not None and 0 <= int(i) < g.n_nodes  # noqa: E731  a group's node is none of the graph's
+    q = {"pinnedIds": [name[int(group[i])] for i in pinned if real(i) and int(group[i]) in name], "supernodes": [],
+         "linkType": "both", "clickedId": name.get(int(group[clicked]), "") if real(clicked) else "",
          "sg_pos": ""}
     return {"metadata": meta, "qParams": q, "nodes": list(shown.values()),
             "links": [{"source": name[s], "target": name[t], "weight": w} for s, t, w in links]}
@@ -181,6 +182,8 @@ def node_name(g: Graph, i: int) -> str | None:
     """A feature node as "L<block>.<position>.<latent>" (block and position from 1), a logit as "logit.<token id>";
     None for errors and embeddings (a link never names them)."""
     sl = g.slices()
+    if not 0 <= i < g.n_nodes:  # a group's node (negative, core.analysis.supernodes) is none of the graph's
+        return None
     if i < g.n_features:
         l, p, f = (int(v) for v in g.features[i])
         return f"L{l + 1}.{p + 1}.{f}"
@@ -243,8 +246,12 @@ def link_nodes(g: Graph, node: str | None, off: str | None, pickable: list[dict]
         i, why = _resolve(g, node, {n["node"] for n in pickable})
         if why:
             ignored.append(("node", f"{why}: the page inspects its default node"))
-    found = [_resolve(g, s.strip(), switchable) for s in (off or "").split(",") if s.strip()][:most]
+    names = list(dict.fromkeys(s.strip() for s in (off or "").split(",") if s.strip()))  # each once, then the cap
+    found = [_resolve(g, s, switchable) for s in names[:most]]
     bad = [why for _, why in found if why]
     if bad:
         ignored.append(("off", "; ".join(bad) + (": those stay on" if len(bad) > 1 else ": it stays on")))
+    if len(names) > most:
+        ignored.append(("off", f"at most {most} features are switched off at once: the last {len(names) - most:,} "
+                               "named stay on"))
     return i, list(dict.fromkeys(j for j, why in found if why is None)), ignored

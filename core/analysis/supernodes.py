@@ -22,6 +22,18 @@ def group_id_of(node: int) -> int:
     return -1 - node
 
 
+def switched_off(pinned, groups: list[tuple[str, list[int]]]) -> list[int]:
+    """The feature nodes that switching off ``pinned`` switches off: a feature node itself, a group's node
+    (``group_id``) its members; each once, in order. A link or an export names these, never a group's number."""
+    out = []
+    for i in map(int, pinned):
+        if i >= 0:
+            out.append(i)
+        elif group_id_of(i) < len(groups):  # a group since ungrouped is nothing
+            out += groups[group_id_of(i)][1]
+    return list(dict.fromkeys(int(i) for i in out))
+
+
 def merge(nodes: list[dict], edges: list[dict], groups: list[tuple[str, list[int]]]):
     """(nodes, edges) with each group's members replaced by one node: kind "groups", its label the group's name,
     its influence the members' sum, at the latest member's position in the highest member's row; an edge between

@@ -95,8 +95,12 @@ def graph_groups(graph_key, feats: list[int], label, proposals: list[tuple[str, 
         # a name is drawn on the graph (Plotly reads <b>, <a> in its text) and written in Markdown: one short line,
         # no angle brackets, escaped where it is printed
         name = " ".join(str(name).replace("<", "‹").replace(">", "›").split())[:40]
-        if members and all(name != n for n, _ in groups):
-            groups.append((name or f"group {len(groups) + 1}", sorted(int(m) for m in members)))
+        taken = {n for n, _ in groups}
+        # an unnamed group takes the first free "group k" (a learner may have named one so already)
+        name = name or next(f"group {k}" for k in range(len(groups) + 1, len(groups) + 2 + len(taken))
+                            if f"group {k}" not in taken)
+        if members and name not in taken:
+            groups.append((name, sorted(int(m) for m in members)))
 
     with st.expander(f"Group features into supernodes ({len(groups)} now)"):
         c1, c2, c3 = st.columns([3, 2, 1], vertical_alignment="bottom")
@@ -107,7 +111,8 @@ def graph_groups(graph_key, feats: list[int], label, proposals: list[tuple[str, 
                                                                   st.session_state.get("attr_group_members", [])))
         for k, (proposed, found) in enumerate(proposals):
             p1, p2 = st.columns([5, 1], vertical_alignment="center")
-            p1.caption(f"Proposed, **{proposed}**: " + ", ".join(label(i) for i in found)
+            # a proposal's name and labels hold token text ("*", "$", "[" on a character model): escaped
+            p1.caption(f"Proposed, **{md_escape(proposed)}**: " + ", ".join(md_escape(label(i)) for i in found)
                        + f" (one block, decoder directions with cosine ≥ {AGREE})")
             p2.button("Group these", key=f"attr_propose_{k}", on_click=lambda n=proposed, f=found: add(n, f))
         if groups:

@@ -1,6 +1,7 @@
 """The Attribution page's link, its nodes by stable names held until the graph is built (ui.links.hold), and export."""
 import streamlit as st
 from core.analysis import graph_json as GJ
+from core.analysis.supernodes import switched_off
 from core.serve.links import Field, LinkSpec
 from ui.links import hold, link_box, say_ignored, take, use_link
 
@@ -26,8 +27,10 @@ def apply_nodes(g, pickable: list[dict]):
     say_ignored(ignored)
 
 
-def share_row(spec, g, pr, token_text, model_name: str, prompt: str, explain: int, share: float, selected: int):
-    pinned = st.session_state.get("attr_pinned") or []
+def share_row(spec, g, pr, token_text, model_name: str, prompt: str, explain: int, share: float, selected: int,
+              groups=()):
+    # a group switched off is written as its members (a link and circuit-tracer's file name graph nodes only)
+    pinned = switched_off(st.session_state.get("attr_pinned") or [], list(groups))
     link_box(spec, {"output": explain, "node": GJ.node_name(g, selected),
                     "off": ",".join(GJ.node_name(g, i) for i in pinned) or None})
     st.download_button("Download the graph (circuit-tracer's JSON)", lambda: GJ.graph_file(
