@@ -1,0 +1,83 @@
+"""Grading the explorer's methods on the answer keys (issue 59 §2): every method of core.analysis.grading on every key
+of assets/answer_keys/, with its two null controls (a random-weight twin, the task's answers shuffled).
+
+    python -m bench.answer_keys [--only KEY ...] [--methods M ...] [--examples 64] [--out bench/results/answer-keys.csv]
+
+Columns: key, method, auroc, precision, recall, random_twin, nonsense_task (the contract's, in this order), then what
+the AUROC is over (components or edges), the key's members and non-members among them, the page's threshold, the
+verdict, the method's seconds and the controls' seconds (both together), with the app's torch thread setting
+(TE_TORCH_THREADS, default 1). A method the keys cannot grade (core.analysis.grading.SKIPPED) gets a row with no
+numbers and the reason. Targets: one method on one key within 30 s; the controls within twice the method's time.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import write_csv  # noqa: E402
+from core.analysis import grading as G  # noqa: E402
+from core.analysis.answer_keys import list_keys, load_key  # noqa: E402
+from core.serve.threads import page_threads, use_threads  # noqa: E402
+
+OUT = ROOT / "bench" / "results" / "answer-keys.csv"
+METHOD_S = 30.0     # one method on one key, at most
+CONTROL_RATIO = 2.0  # both controls together, at most this many times the method's own time
+
+
+def _num(x: float, digits: int = 3):
+    return "" if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), digits)
+
+
+def row(g: G.Grade) -> dict:
+    return {"key": g.key, "method": g.method, "auroc": _num(g.auroc), "precision": _num(g.precision),
+            "recall": _num(g.recall), "random_twin": _num(g.random_twin), "nonsense_task": _num(g.nonsense_task),
+            "over": g.level, "members": g.positives, "others": g.negatives, "threshold": _num(g.threshold, 4),
+            "stands": g.stands if not math.isnan(g.auroc) else "", "seconds": round(g.seconds, 2),
+            "control_seconds": round(g.control_seconds, 2), "note": g.verdict}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*", default=None, help="keys to grade (default all)")
+    ap.add_argument("--methods", nargs="*", default=list(G.METHODS))
+    ap.add_argument("--examples", type=int, default=G.EXAMPLES)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    threads = use_threads(page_threads())
+    rows = []
+    for name in args.only or list_keys():
+        loaded = load_key(name)
+        for method in args.methods:
+            g = G.grade(name, method, args.examples, loaded=loaded)
+            rows.append(row(g))
+            print(f"{name:10s} {method:14s} auroc {g.auroc:.2f} ({g.level}, {g.positives}+/{g.negatives}-) "
+                  f"P {g.precision:.2f} R {g.recall:.2f} | twin {g.random_twin:.2f} nonsense {g.nonsense_task:.2f} "
+                  f"| {g.seconds:.1f} s, controls {g.control_seconds:.1f} s", flush=True)
+        for method, why in G.SKIPPED.items():
+            rows.append({**{k: "" for k in rows[-1]}, "key": name, "method": method, "note": f"not graded: {why}"})
+    write_csv(rows, args.out)
+    graded = [r for r in rows if r["seconds"] != ""]
+    slowest = max(graded, key=lambda r: r["seconds"])
+    worst = max(graded, key=lambda r: r["control_seconds"] / max(r["seconds"], 1e-9))
+    print(f"\n{threads} torch thread(s), load {os.getloadavg()[0]:.1f}. Slowest method: {slowest['method']} on "
+          f"{slowest['key']}, {slowest['seconds']} s (target {METHOD_S:.0f} s). Largest control ratio: "
+          f"{worst['control_seconds'] / max(worst['seconds'], 1e-9):.2f}x ({worst['method']} on {worst['key']}; "
+          f"target {CONTROL_RATIO:.0f}x); over every row, controls / method = "
+          f"{sum(r['control_seconds'] for r in graded) / max(sum(r['seconds'] for r in graded), 1e-9):.2f}x.")
+    n_keys = len(args.only or list_keys())
+    for method in args.methods:  # which keys each method recovers: AUROC >= 0.9, and that and above both controls
+        high = [r for r in graded if r["method"] == method and r["auroc"] != "" and r["auroc"] >= 0.9]
+        ok = [r["key"] for r in high if r["stands"] is True]
+        print(f"{method:14s} AUROC >= 0.9 on {len(high)} of {n_keys} ({', '.join(r['key'] for r in high)}); "
+              f"standing above both controls too on {len(ok)} ({', '.join(ok)})")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
