@@ -4,6 +4,7 @@ from core import lesson as LS
 from core.figures.class_figures import projector_css
 from core.serve.class_rules import ClassError, choice_key, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input
+from pages.classroom.describe import describe_round
 from pages.classroom.forecast import forecast_reveal, forecast_round
 from pages.classroom.identity import client_address, student_link, voter_id
 from pages.classroom.teacher import (csv_download, durability_note, private_link, shift_table, start_form, take_back,
@@ -126,10 +127,18 @@ def student(code: str):
 # ------------------------------------------------------------------ the teacher: questions, votes, the answer
 def new_question(entry, model, tok):
     """The question the teacher may open next: (question, choices, meta, private answer or None), or None."""
-    kind = st.radio("Ask", ["A Lesson step, on your prompt", "Forecast the next run", "Your own question"],
-                    horizontal=True, key="class_kind")
-    if kind.startswith("A Lesson") and model is None:
-        st.info("No model is loaded: pick one in the sidebar to ask a Lesson step, or ask a question of your own.")
+    kind = st.radio("Ask", ["A Lesson step, on your prompt", "Which description fits a feature",
+                            "Forecast the next run", "Your own question"], horizontal=True, key="class_kind")
+    if kind.startswith(("A Lesson", "Which")) and model is None:
+        st.info("No model is loaded: pick one in the sidebar to ask about it, or ask a question of your own.")
+    elif kind.startswith("Which"):  # issue 58: graded by the descriptions' scores on the feature
+        made = describe_round(entry, model, tok, prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT,
+                                                              "class_prompt", tok, model.config.n_ctx, height=70))
+        if isinstance(made, str):
+            st.info(f"Not as a class question: {made}.")
+            return None
+        preview(made, expanded=False)
+        return made
     elif kind.startswith("A Lesson"):
         prompt = prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT, "class_prompt", tok,
                               model.config.n_ctx, height=70)
