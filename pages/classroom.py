@@ -132,13 +132,7 @@ def new_question(entry, model, tok):
     if kind.startswith(("A Lesson", "Which")) and model is None:
         st.info("No model is loaded: pick one in the sidebar to ask about it, or ask a question of your own.")
     elif kind.startswith("Which"):  # issue 58: graded by the descriptions' scores on the feature
-        made = describe_round(entry, model, tok, prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT,
-                                                              "class_prompt", tok, model.config.n_ctx, height=70))
-        if isinstance(made, str):
-            st.info(f"Not as a class question: {made}.")
-            return None
-        preview(made, expanded=False)
-        return made
+        return describe_round(entry, model, tok, DEFAULT_PROMPT)
     elif kind.startswith("A Lesson"):
         prompt = prompt_input("Your prompt (the model runs on it)", DEFAULT_PROMPT, "class_prompt", tok,
                               model.config.n_ctx, height=70)

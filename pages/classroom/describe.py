@@ -10,10 +10,12 @@ import torch
 from core.features.describe import build_question, explained, reveal_words
 from core.features.explain import held_windows, unit_activations
 from core.serve.fmt import visible
+from pages.classroom.parts import preview
 from ui.caching import model_cache
 from ui.explanations import sae_explanations
 from ui.features import training_record
 from ui.models import model_key
+from ui.prompts import prompt_input
 from ui.saes import available_saes
 
 PICKS = 12  # features the teacher may pick from: the strongest on the prompt first
@@ -31,16 +33,26 @@ def _question(entry, model, tok, choice, said: dict, unit: int):
                        "on the feature ...")(model_key(entry), choice.key, unit)
 
 
-def describe_round(entry, model, tok, prompt) -> tuple | str:
-    """(question, choices, meta, (right choice, reveal words)) of a round on a feature that fires on ``prompt``, or
-    why there is none."""
+def describe_round(entry, model, tok, default_prompt: str) -> tuple | None:
+    """The teacher's prompt, SAE and feature, then (question, choices, meta, (right choice, reveal words)) of a round
+    on that feature, previewed; None after saying why there is none."""
+    made = _round(entry, model, tok, prompt_input("Your prompt (the model runs on it)", default_prompt,
+                                                  "class_prompt", tok, model.config.n_ctx, height=70))
+    if isinstance(made, str):
+        st.info(f"Not as a class question: {made}.")
+        return None
+    preview(made, expanded=False)
+    return made
+
+
+def _round(entry, model, tok, prompt) -> tuple | str:
     if prompt.empty or len(prompt.ids) < 2:
         return f"type a prompt of at least two {tok.units}"
     saes = [c for c in available_saes(entry, model)[0] if sae_explanations(entry, c)[0]]
     if not saes:
         return "no SAE of this model has explanations (an SAE trained on the Features page gets them)"
-    choice = st.selectbox("SAE", saes, format_func=lambda c: c.label, key="class_desc_sae") if len(saes) > 1 \
-        else saes[0]
+    labels = [c.label for c in saes]
+    choice = saes[labels.index(st.selectbox("SAE", labels, key="class_desc_sae"))] if len(saes) > 1 else saes[0]
     said = explained(sae_explanations(entry, choice)[0])
     acts = unit_activations(model, torch.tensor([prompt.ids]), choice.site, choice.sae.encode)[0]  # (T, U)
     # position 0 left out: with no context before it, many features fire there alike
