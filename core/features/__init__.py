@@ -11,6 +11,10 @@ line build on training's).
     index, browse, units, steering   the feature browser: top examples, cards, a unit's steering
     upgrade      folders saved before issue 57 brought to SAELens's layout and numbers (README.md: loading
                  ours in SAELens and circuit-tracer)
+    rules        the explanations' grammar (issue 58): rules as JSON, ``matches`` (a rule on a text), ``words``
+    explain      a unit explained: the rule search on held-out text and its scores (detection, fuzzing, control)
+    explanations explanations.json beside an SAE or transcoder: checked, read, written; the search box's ``search``
+    describe     the Class's "which description fits this feature?": three descriptions scored on one feature
 
 ``python -m core.features --model FOLDER --site NAME`` trains one from the command line."""
 from core.features.train import SAESettings, TrainedSAE, evaluate, train_sae
