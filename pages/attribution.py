@@ -128,7 +128,7 @@ kept = tuple((int(g.features[i][0]), int(g.features[i][2])) for i in range(g.n_f
 tops = model_cache(lambda feats: av.top_tokens(model, tcs, feats, text), 32)(mkey, kept)
 feature_text = dict(zip((i for i in range(g.n_features) if pr.node_mask[i]), tops))
 nodes, edges = av.pruned_lists(g, pr, text, feature_text)
-nodes = with_words(entry, g.n_layers, nodes, g)  # each feature's explanation in its hover text
+explained = with_words(entry, g.n_layers, nodes, g)  # each feature's explanation in its hover text
 pickable = sorted((n for n in nodes if n["kind"] in ("features", "logits")), key=lambda n: -n["influence"])
 if st.session_state.get("attr_node") not in {n["node"] for n in pickable}:  # this graph's own: its top logit
     st.session_state["attr_node"] = g.slices()["logits"].start
@@ -137,7 +137,7 @@ sel = st.selectbox("Node to inspect", [n["node"] for n in pickable],
                    format_func=lambda i: av.node_label(g, i, text), key="attr_node")
 feats = [n["node"] for n in pickable if n["kind"] == "features"]
 groups = graph_groups(graph_key, feats, lambda i: av.node_label(g, i, text),
-                      av.proposed_groups(g, nodes, tcs, feature_text))
+                      av.proposed_groups(g, nodes, tcs, feature_text, words=explained))
 
 
 def _clicked():

@@ -143,4 +143,9 @@ def test_proposals_join_features_of_one_block_whose_decoders_agree():
     assert S.propose([0, 0, 0, 0, 0], dirs, 0.5) == [[0, 1, 3]]
     c = S.cosines(dirs)
     assert c[0, 3] == pytest.approx(1.0) and c[0, 4] == pytest.approx(-1.0)
+    # explanations that read the same join features whose directions do not agree (2 and 4 in block 0), never across
+    # blocks (3 in block 1 says the same), and a feature with none (None) joins nothing by words
+    words = [None, None, "a capital after a stop", "a capital after a stop", "a capital after a stop"]
+    assert S.propose([0, 0, 0, 1, 0], dirs, 0.5, words) == [[0, 1], [2, 4]]
+    assert S.propose([0, 0, 0, 1, 0], dirs, 0.5, [None] * 5) == [[0, 1]]
     assert S.group_id_of(S.group_id(3)) == 3 and S.group_id(0) < 0

@@ -70,11 +70,14 @@ def cosines(directions: np.ndarray) -> np.ndarray:
     return unit @ unit.T
 
 
-def propose(layers: list[int], directions: np.ndarray, threshold: float = AGREE) -> list[list[int]]:
+def propose(layers: list[int], directions: np.ndarray, threshold: float = AGREE,
+            words: list[str | None] | None = None) -> list[list[int]]:
     """Groups of indices into ``layers``/``directions`` (one row per kept feature: its block and its decoder row):
-    features of one block joined whenever their cosine is at least ``threshold``, the joined sets (connected
+    features of one block joined whenever their cosine is at least ``threshold``, or their explanations read the
+    same (``words``: one per feature, None where it has none or is unexplained), the joined sets (connected
     components) of two or more, largest first. The same feature at two positions has cosine 1: one group."""
     c = cosines(directions)
+    said = words or [None] * len(layers)
     parent = list(range(len(layers)))
 
     def root(i):
@@ -84,7 +87,7 @@ def propose(layers: list[int], directions: np.ndarray, threshold: float = AGREE)
         return i
     for i in range(len(layers)):
         for j in range(i + 1, len(layers)):
-            if layers[i] == layers[j] and c[i, j] >= threshold:
+            if layers[i] == layers[j] and (c[i, j] >= threshold or (said[i] is not None and said[i] == said[j])):
                 parent[root(i)] = root(j)
     sets: dict = {}
     for i in range(len(layers)):

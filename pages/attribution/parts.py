@@ -13,6 +13,7 @@ import torch
 from core.analysis.supernodes import AGREE
 from core.analysis.sae import SAEFileError, model_fingerprint
 from core.features.explanations import load_explanations, short_words
+from core.features.rules import UNEXPLAINED
 from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers, transcoder_folder
 from core.serve.folder_files import lstamp
 from core.serve.fmt import md_escape
@@ -121,10 +122,11 @@ def graph_groups(graph_key, feats: list[int], label, proposals: list[tuple[str, 
     return groups
 
 
-def with_words(entry, n_layers: int, nodes: list[dict], g) -> list[dict]:
+def with_words(entry, n_layers: int, nodes: list[dict], g) -> dict:
     """The graph's feature nodes with their explanation (issue 58, the explanations.json beside each transcoder) in
-    their hover text; unchanged where a block has none, or a broken one (the Features page names a broken file)."""
-    said = {}
+    their hover text; unchanged where a block has none, or a broken one (the Features page names a broken file).
+    Returns {node: words} of the explained ones, for the proposed groups."""
+    said, explained = {}, {}
     for layer in range(n_layers):
         try:
             said[layer] = {e["unit"]: e for e in load_explanations(transcoder_folder(entry.path, layer)) or []}
@@ -133,6 +135,9 @@ def with_words(entry, n_layers: int, nodes: list[dict], g) -> list[dict]:
     for n in nodes:
         if n["kind"] == "features":
             l, _, f = (int(v) for v in g.features[n["node"]])
-            if words := short_words(said[l].get(f), 60):
+            e = said[l].get(f)
+            if words := short_words(e, 60):
                 n["label"] = f"{n['label']}: {words}"
-    return nodes
+            if e is not None and e["rule"] is not None and e["words"] != UNEXPLAINED:
+                explained[n["node"]] = e["words"]
+    return explained

@@ -195,9 +195,10 @@ def feature_words(profile: dict, layer: int, feature: int, ids: list[int], token
 
 
 def proposed_groups(g: Graph, nodes: list[dict], transcoders: dict, feature_text: dict,
-                    threshold: float = AGREE) -> list[tuple[str, list[int]]]:
+                    threshold: float = AGREE, words: dict | None = None) -> list[tuple[str, list[int]]]:
     """The supernodes the page proposes, (name, member nodes): kept features of one block whose decoder rows have
-    cosine ≥ ``threshold`` (core.analysis.supernodes.propose), named by block, the first member's text and size."""
+    cosine ≥ ``threshold`` or whose explanations read the same (``words``: node -> words, explained features only;
+    core.analysis.supernodes.propose), named by block, the first member's text and size."""
     feats = [n["node"] for n in sorted(nodes, key=lambda n: -n["influence"]) if n["kind"] == "features"]
     if len(feats) < 2:
         return []
@@ -205,7 +206,7 @@ def proposed_groups(g: Graph, nodes: list[dict], transcoders: dict, feature_text
     rows = np.stack([transcoders[l].W_dec[int(g.features[i][2])].detach().double().numpy()
                      for l, i in zip(layers, feats)])  # (k, d)
     out = []
-    for found in propose(layers, rows, threshold):
+    for found in propose(layers, rows, threshold, [(words or {}).get(i) for i in feats]):
         members = [feats[j] for j in found]
         out.append((f"L{layers[found[0]] + 1} →{feature_text.get(members[0], '?')} ×{len(members)}", members))
     return out
