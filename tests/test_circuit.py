@@ -51,7 +51,8 @@ def test_no_circuit_when_the_path_head_does_not_look_back_or_carries_nothing():
     assert c.path_head == (0, 0) and not c.circuit and "K-composition" not in c.text
     assert f"not a previous-token head (below {PREVIOUS_TOKEN:.2f})" in c.text
     c = read_circuit(reading, score, PREV, {(0, 0): 0.01, (0, 1): 0.0, (0, 2): CARRIES / 2})
-    assert c.path_head == (0, 2) and not c.circuit and "No path into the keys carries the answer" in c.text
+    assert c.path_head == (0, 2) and not c.circuit and "No single earlier head's path into the keys carries the answer" in c.text
+    assert "more than any other" not in c.text
 
 
 def test_a_source_that_is_no_head_and_paths_that_are_missing_or_undefined():

@@ -138,6 +138,10 @@ def read_circuit(reading, score: float, previous_token: np.ndarray,
         text += " No head sits in an earlier layer, so no other head builds this head's keys."
     elif best is None:
         text += " Path patching is undefined here: the two runs agree on the measure."
+    elif p_share < CARRIES:  # the largest of paths that carry nothing is no finding: said as none carrying it
+        text += (f" No single earlier head's path into the keys carries the answer: the largest, {head_label(*best)}'s "
+                 f"(previous-token score {p_prev:.2f}), restores {share_text(p_share)} of the clean answer (none "
+                 f"restores {share_text(CARRIES)}).")
     else:
         text += (f" Path patching finds **{head_label(*best)}** (previous-token score {p_prev:.2f}): its clean "
                  f"output reaching only this head's keys restores {share_text(p_share)} of the clean answer, more "
@@ -149,8 +153,6 @@ def read_circuit(reading, score: float, previous_token: np.ndarray,
                 text += (f" The largest part of the score and the path are different heads: {reading.key_builder} "
                          "adds the most to the score, but what the corruption changed reaches the keys through "
                          f"{head_label(*best)}.")
-        elif p_share < CARRIES:
-            text += f" No path into the keys carries the answer (none restores {share_text(CARRIES)})."
         else:
             text += (f" It is not a previous-token head (below {PREVIOUS_TOKEN:.2f}): this head's keys are built "
                      "by something other than the induction circuit's first half.")

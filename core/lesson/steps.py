@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from core.analysis import patching as P
-from core.analysis.circuit import read_circuit, sources_view
+from core.analysis.circuit import CARRIES, PREVIOUS_TOKEN, read_circuit, share_text, sources_view
 from core.analysis.cost import training_flops
 from core.analysis.generation import draw
 from core.analysis.induction import head_scores
@@ -335,37 +335,81 @@ def _patch_reveal(q, m, grade, guess=None):
 def _circuit_ask(ctx):
     clean, bad, period, again = example_pair(ctx.model, ctx.tokenizer, seed=2000)
     l, h = ctx.induction_head
+    u = ctx.tokenizer.unit
     w = M.key_weights(ctx.model, clean, l, h)
-    # the score asked about is the one the head acts on: from the last position to the key it weighs most
+    # the score split shown at the reveal is of the score the head acts on: from the last position to the key it
+    # weighs most
     i, j = len(clean) - 1, int(np.nanargmax(w))
-    names = M.source_names(ctx.model, l, h)
+    senders = [(s, r) for s in range(l) for r in range(ctx.config.n_heads)]
+    text = (_pair_text(ctx, period, again) + f" {head_label(l, h)} (this model's induction head, induction score "
+            f"{ctx.scores.induction[l, h]:.2f}) looks from the last position to position {j + 1} (weight {w[j]:.2f}). "
+            f"To find it, its key there must say which {u} came before. Corrupt the earlier occurrence of the last "
+            f"{u} (position {bad.position + 1}), then put one earlier head's clean output back into **only this "
+            "head's keys** (path patching), and see how much of the clean answer returns.")
+    if not senders:  # a head of the first layer: no earlier head writes its keys
+        return Question(text, blocked=f"{head_label(l, h)} sits in the first layer: no earlier head writes its keys.")
     return Question(
-        _pair_text(ctx, period, again) + f" {head_label(l, h)} (this model's induction head, induction score "
-        f"{ctx.scores.induction[l, h]:.2f}) looks from the last position to position {j + 1} (weight {w[j]:.2f}). "
-        "Its score there is a sum of parts, one per pair of sources that wrote the query's and the key's streams.",
-        shows=_pair_shows(ctx, clean),
-        ask="Which source wrote the part of the key that adds most to this score?", widget="select",
-        choices=tuple(names), labels=tuple(names), button="Take the score apart",
-        link={"layer": l + 1, "head": h + 1}, data={"clean": tuple(clean), "corrupt": tuple(bad.ids), "head": (l, h), "i": i, "j": j})
+        text, shows=_pair_shows(ctx, clean),
+        ask=f"Through which earlier head does the induction circuit reach {head_label(l, h)}'s keys: whose path "
+            "restores most of the clean answer?", widget="select",
+        choices=tuple(senders), labels=tuple(head_label(*p) for p in senders), button="Follow every path",
+        link={"layer": l + 1, "head": h + 1},
+        data={"clean": tuple(clean), "corrupt": tuple(bad.ids), "head": (l, h), "i": i, "j": j})
 
 
 def _circuit_measure(ctx, q):
     # the measure runs at Reveal, not at ask: the path patching below is the step's costliest work
     (l, h), d = q.data["head"], q.data
-    # the previous-token scores and every earlier head's path into the keys: what core.analysis.circuit's reading of
-    # the split puts beside the key's largest source, and the head path patching finds
+    # every earlier head's path into the keys (what the step grades: the method the answer keys check) and the score
+    # split beside it (what the figure draws), with the previous-token scores that name a head's habit
     clean, bad = list(d["clean"]), list(d["corrupt"])
     paths = P.paths_into(ctx.model, clean, bad, (l, h), P.Metric(*P.default_answers(ctx.model, clean, bad)))
     return dict(M.key_sources(ctx.model, clean, l, h, d["i"], d["j"]), previous_token=ctx.scores.previous_token,
                 paths=paths)
 
 
+def _circuit_grade(q, m, guess):
+    paths = {p: m["paths"][p] for p in q.choices}
+    g = grade_choice(paths, guess, label=lambda p: head_label(*p), say=share_text, unit=" of the clean answer")
+    best = g.answer
+    # a path that restores less than CARRIES carries nothing: there is no circuit head to name, so no mark
+    if best is not None and not paths[best] >= CARRIES:
+        return Grade(None, best, f"no earlier head's path restores {share_text(CARRIES)} of the clean answer; the "
+                                 f"largest, {head_label(*best)}'s, restores {share_text(paths[best])}",
+                     call="no single head carries it")
+    return g
+
+
 def _circuit_reveal(q, m, grade, guess=None):
     shown, rows, cols, reading = sources_view(m["table"], m["names"], k=10)
-    circuit = read_circuit(reading, m["score"], m["previous_token"], m.get("paths"))
-    return Reveal(circuit.text,  # it names the key's largest source (the answer), its previous-token score, the path
-                  figure=("sources", dict(table=shown, rows=rows, cols=cols,
-                                          title=f"{head_label(*q.data['head'])}: score {m['score']:.2f}, split by source")))
+    c = read_circuit(reading, m["score"], m["previous_token"], m["paths"])
+    (l, h), prev = q.data["head"], np.asarray(m["previous_token"], dtype=float)
+    if grade.answer is None:
+        words = "Path patching is undefined here: the two runs agree on the measure."
+    elif not m["paths"][grade.answer] >= CARRIES:
+        words = (f"No single earlier head's path into {head_label(l, h)}'s keys carries the answer: the largest, "
+                 f"**{head_label(*grade.answer)}**'s (previous-token score {prev[grade.answer]:.2f}), restores "
+                 f"{share_text(m['paths'][grade.answer])} of the clean answer (a path carries it from "
+                 f"{share_text(CARRIES)}). What the corruption changed reaches the keys some other way: through more "
+                 "than one head, or through a later writer such as an MLP.")
+    else:
+        p = grade.answer
+        looks = prev[p] >= PREVIOUS_TOKEN
+        words = (f"**{head_label(*p)}**: its clean output reaching only {head_label(l, h)}'s keys restores "
+                 f"{share_text(m['paths'][p])} of the clean answer. Its previous-token score is {prev[p]:.2f} ("
+                 + ("a previous-token head). That is the induction circuit, **K-composition**: a previous-token head "
+                    "writes at each position which token came before, and this head's keys are read from it."
+                    if looks else f"not a previous-token head, below {PREVIOUS_TOKEN:.2f}): the keys are built by "
+                    "something other than the induction circuit's first half."))
+    # the score split is a different measure: which writer adds most to the score on the clean prompt, whatever the
+    # corruption changes; said as such, so that its largest part is not read as the circuit's head
+    words += (f" The figure splits the score ({m['score']:.2f}) by source on the clean prompt, a different measure: "
+              f"the largest part of the key's side is **{c.builder}**'s, {c.builder_total:+.2f}")
+    if c.builder_previous is not None and grade.answer is not None and c.builder != head_label(*grade.answer):
+        words += (f" (previous-token score {c.builder_previous:.2f}; its path restores {share_text(c.builder_path)}"
+                  "): it adds to the score whatever the earlier token was, so it does not say where to look")
+    return Reveal(words + ".", figure=("sources", dict(table=shown, rows=rows, cols=cols,
+                                                        title=f"{head_label(l, h)}: score {m['score']:.2f}, split by source")))
 
 
 # ---------------------------------------------------------------- the steps, in the lecture's order
@@ -426,9 +470,10 @@ STEPS = [
          _patch_ask, lambda ctx, q: M.head_patching(ctx.model, q.data["clean"], q.data["corrupt"]), _patch_grade,
          _patch_reveal, needs=("induction",), on="model"),
     Step("circuit", "The induction circuit", "pages/cause_effect.py",
-         "The induction head's score for the key it finds, split by the sources that wrote its query and its key.",
-         "the two largest key-side parts within 5% of each other", _circuit_ask, _circuit_measure,
-         lambda q, m, guess: grade_choice(m["key_totals"], guess, unit=" of the score"), _circuit_reveal,
+         "How much of the clean answer each earlier head's output brings back when it reaches only the induction "
+         "head's keys (path patching), and the head's score split by the sources that wrote its query and its key.",
+         f"the two best paths within 5% of each other; no path restoring {CARRIES:.0%}: no head to name",
+         _circuit_ask, _circuit_measure, _circuit_grade, _circuit_reveal,
          needs=("induction", "lecture block"), on="model"),
 ]
 STEP = {s.key: s for s in STEPS}
