@@ -407,7 +407,7 @@ def _circuit_reveal(q, m, grade, guess=None):
               f"the largest part of the key's side is **{c.builder}**'s, {c.builder_total:+.2f}")
     if c.builder_previous is not None and grade.answer is not None and c.builder != head_label(*grade.answer):
         words += (f" (previous-token score {c.builder_previous:.2f}; its path restores {share_text(c.builder_path)}"
-                  "): it adds to the score whatever the earlier token was, so it does not say where to look")
+                  "): a large part of the score, but what the corruption changed does not reach the keys through it")
     return Reveal(words + ".", figure=("sources", dict(table=shown, rows=rows, cols=cols,
                                                         title=f"{head_label(l, h)}: score {m['score']:.2f}, split by source")))
 
