@@ -18,8 +18,10 @@ def _widget(at, kind, prefix):
 
 
 def _marks(at):
+    # a verdict: right, wrong, or one of the unmarked calls (too close, neither, nothing, no single head carries it)
     return [x.value for x in [*at.success, *at.error, *at.info] if x.value.startswith(("**Right", "**Not", "**Too",
-                                                                                         "**Neither", "**Nothing"))]
+                                                                                         "**Neither", "**Nothing",
+                                                                                         "**No single"))]
 
 
 def _known_answers():
