@@ -166,7 +166,7 @@ def test_lesson_step_11_a_head_of_the_circuit_restores_the_clean_answer(lesson, 
         assert_induction_head(model, probe, head)
 
 
-def test_lesson_step_12_names_the_induction_head_and_finds_its_sender(lesson, bpe, probe, best_head):
+def test_lesson_step_12_names_the_induction_head_and_says_no_single_path_carries_it(lesson, bpe, probe, best_head):
     model, _ = bpe
     at = lesson
     _goto(at, 12)
@@ -181,7 +181,11 @@ def test_lesson_step_12_names_the_induction_head_and_finds_its_sender(lesson, bp
     assert shown.split(" · ") == tok.visible_tokens(clean)
     _guess(at, "lesson_circuit_guess").select_index(0).run()
     at.button(key="lesson_check").click().run()
-    assert "Path patching finds" in words(at)
+    # on this model no single earlier head's path into the induction head's keys restores 10 % (issue 59): the step
+    # says so, marks nothing, and never calls a 0 % path "more than any other"
+    said = words(at)
+    assert f"No single earlier head's path into L{head[0] + 1} H{head[1] + 1}'s keys carries the answer" in said, said
+    assert "more than any other" not in said
 
 
 def test_switch_heads_off_repeats_the_sentence_and_the_head_copies_it(open_page, bpe, probe, best_head):
