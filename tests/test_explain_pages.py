@@ -229,32 +229,3 @@ def test_steerings_feature_picker_says_the_features_words(open_page):
     line = f"**Feature {feature}** " + ("is unexplained" if e["words"] == "unexplained" else
                                          f"stands for: {e['words']} (detection {e['detection']:.2f}")
     assert any(_plain(m.value).startswith(line) for m in at.markdown), line
-
-
-@pytest.mark.slow
-def test_an_sae_trained_on_the_page_shows_its_jobs_explanations(open_page):
-    """No explanations.json exists for an SAE trained in this session: its words come from its job."""
-    from core.jobs import jobs
-
-    at = open_page(PAGE, timeout=300)
-    at.number_input(key="te_sae_latents").set_value(64)
-    at.number_input(key="te_sae_k").set_value(4)
-    at.number_input(key="te_sae_steps").set_value(50).run()
-    at.button(key="te_sae_start").click().run(timeout=300)
-    _ok(at)
-    job = at.session_state["te_sae_job"]["job"]
-    try:
-        assert job.join(240) and job.status().state == "finished", job.status().message
-        at.run(timeout=300)
-        at.run(timeout=300)
-        at.selectbox(key="feat_sae").set_value(f"yours: {SITE}").run(timeout=300)
-        at.number_input(key="feat_unit").set_value(3).run(timeout=300)
-        _ok(at)
-        e = {x["unit"]: x for x in job.explanations}[3]
-        md = [_plain(m.value) for m in at.markdown]
-        lead = (f"**What it stands for**: {e['words']}" if e["words"] != "unexplained" else "**Unexplained**")
-        assert any(m.startswith(lead) for m in md), md[:14]
-        assert not any("none is stored" in m for m in md)
-    finally:
-        for j in jobs("sae"):
-            j.stop(wait=30)

@@ -115,6 +115,14 @@ def test_an_sae_trained_on_the_page_joins_the_picker_and_its_numbers_show(open_p
         # the L0 metric is the run's own (k = 4 caps it), not the shipped SAE's 12.0
         l0 = float({m.label: m.value for m in at.metric}["L0"])
         assert 0 < l0 <= 4
+        # no explanations.json exists for an SAE trained in this session: its words come from its job (issue 58)
+        at.number_input(key="feat_unit").set_value(3).run(timeout=300)
+        _ok(at)
+        e = {x["unit"]: x for x in job.explanations}[3]
+        md = [m.value.replace("\\", "") for m in at.markdown]  # markdown escapes taken out
+        lead = (f"**What it stands for**: {e['words']}" if e["words"] != "unexplained" else "**Unexplained**")
+        assert any(m.startswith(lead) for m in md), md[:14]
+        assert not any("none is stored" in m for m in md)
     finally:
         for j in jobs("sae"):
             j.stop(wait=30)
