@@ -128,9 +128,10 @@ def with_words(entry, n_layers: int, nodes: list[dict], g) -> dict:
     Returns {node: words} of the explained ones, for the proposed groups."""
     said, explained = {}, {}
     for layer in range(n_layers):
-        try:
-            said[layer] = {e["unit"]: e for e in load_explanations(transcoder_folder(entry.path, layer)) or []}
-        except ValueError:
+        folder = transcoder_folder(entry.path, layer)
+        try:  # read once per version of the folder, not on every rerun (each file holds hundreds of units)
+            said[layer] = _explanations(str(folder), lstamp(folder)) if folder.is_dir() else {}
+        except (OSError, ValueError):
             said[layer] = {}
     for n in nodes:
         if n["kind"] == "features":
@@ -141,3 +142,9 @@ def with_words(entry, n_layers: int, nodes: list[dict], g) -> dict:
             if e is not None and e["rule"] is not None and e["words"] != UNEXPLAINED:
                 explained[n["node"]] = e["words"]
     return explained
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _explanations(folder: str, stamp: tuple) -> dict:
+    """{unit: explanation} of one transcoder folder as it is at ``stamp`` (core.serve.folder_files.lstamp)."""
+    return {e["unit"]: e for e in load_explanations(folder) or []}
