@@ -11,6 +11,7 @@ from ui.code_box import code_box
 from core.views import snippets as SN
 from ui import approved, cached_figure, ensure_frame, in_steps, model_key, prompt_input, require_model, shared_chart
 from pages.cause_effect.parts import make_corrupted, make_example, make_one_length, path_section, patching_runs, sources_section
+from pages.cause_effect.hunt import hunt, hunt_mode
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -20,6 +21,8 @@ GRID_AUTO_S = 15   # a grid expected to take longer waits for a button press
 CANDIDATES = 8     # answer tokens offered: each run's likeliest next tokens
 
 st.title("Cause and effect")
+if hunt_mode():  # issue 59's hunt for a known circuit: a view of its own, which stops the page
+    hunt()
 st.markdown(
     "Two prompts that differ in one token make the model predict two different things. Which parts of the "
     "network carry that difference? **Activation patching** answers it: run the *corrupted* prompt, but put back "
