@@ -5,13 +5,14 @@ from core.figures.class_figures import projector_css
 from core.serve.class_rules import ClassError, choice_key, normalize_code
 from ui import current, ensure_frame, model_key, prompt_input
 from pages.classroom.describe import describe_round
+from pages.classroom.key_round import KEY_KIND, key_round
 from pages.classroom.forecast import forecast_reveal, forecast_round
 from pages.classroom.identity import client_address, student_link, voter_id
 from pages.classroom.teacher import (csv_download, durability_note, private_link, shift_table, start_form, take_back,
                               teacher_counts)
 from pages.classroom.views import choice_label, plain, show_counts, show_question, waiting_screen
 from pages.classroom.parts import (KEYS, MAX_OWN_CHOICES, REFRESH_S, TEACHER, act, admit, current_round, join_code_box,
-                          lesson_round, open_store, preview, preview_answer, reveal_round)
+                          lesson_round, offered, open_store, preview_answer, reveal_round)
 from ui.lesson_context import lesson_context
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
@@ -128,7 +129,9 @@ def student(code: str):
 def new_question(entry, model, tok):
     """The question the teacher may open next: (question, choices, meta, private answer or None), or None."""
     kind = st.radio("Ask", ["A Lesson step, on your prompt", "Which description fits a feature",
-                            "Forecast the next run", "Your own question"], horizontal=True, key="class_kind")
+                            "Forecast the next run", KEY_KIND, "Your own question"], horizontal=True, key="class_kind")
+    if kind == KEY_KIND:  # issue 59: the answer key's model, not the sidebar's; the key answers
+        return key_round()
     if kind.startswith(("A Lesson", "Which")) and model is None:
         st.info("No model is loaded: pick one in the sidebar to ask about it, or ask a question of your own.")
     elif kind.startswith("Which"):  # issue 58: graded by the descriptions' scores on the feature
@@ -141,20 +144,10 @@ def new_question(entry, model, tok):
         if prompt.empty or len(prompt.ids) < 4:
             st.info(f"Type a prompt of at least four {tok.units}.")
             return None
-        made = lesson_round(LS.STEPS[k], lesson_context(entry, model, tok, prompt.ids), entry.name, prompt.text,
-                            model_key(entry))
-        if isinstance(made, str):
-            st.info(f"Not as a class question: {made}.")
-            return None
-        preview(made, expanded=False)
-        return (*made, None)
-    elif kind.startswith("Forecast"):
-        made = forecast_round()  # the run the shipped law proposes, or the one set on Your scaling law
-        if isinstance(made, str):
-            st.info(f"Not as a class question: {made}.")
-            return None
-        preview(made, expanded=True)
-        return (*made, None)
+        return offered(lesson_round(LS.STEPS[k], lesson_context(entry, model, tok, prompt.ids), entry.name,
+                                    prompt.text, model_key(entry)), expanded=False)
+    elif kind.startswith("Forecast"):  # the run the shipped law proposes, or the one set on Your scaling law
+        return offered(forecast_round(), expanded=True)
     else:
         q = st.text_input("Question (plain text, shown as typed)", key="class_own_q", max_chars=300)
         lines = st.text_area(f"Choices, one per line (2 to {MAX_OWN_CHOICES}, each at most 300 characters)",

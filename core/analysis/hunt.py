@@ -16,6 +16,7 @@ from pathlib import Path
 
 from core.analysis.answer_keys import INPUT, OUTPUT, AnswerKey, TaskSet, all_components, parse_component
 from core.analysis.grading import SCORERS, Scores, pairs
+from core.serve.fmt import head_label
 from core.serve.paths import REPO_ROOT
 
 GRADES_CSV = REPO_ROOT / "bench" / "results" / "answer-keys.csv"  # written by python -m bench.answer_keys
@@ -103,6 +104,21 @@ def induction_head(key: AnswerKey) -> str:
         raise ValueError(f"the key {key.name!r} has {'no' if not heads else len(heads)} head-to-head edge "
                          f"targets: it names no single induction head")
     return heads.pop()
+
+
+def induction_question(key: AnswerKey, config) -> tuple[str, tuple[str, ...], str, str]:
+    """A Class round on the key: (question, every head of the model as a choice, the key's induction head, the
+    answer's words). The answer is read from the key (``induction_head``), never typed in."""
+    right = induction_head(key)
+    heads = tuple(head_label(l, h) for l in range(config.n_layers) for h in range(config.n_heads))
+    sender = next(s for s, t in key.edges if t == right and s not in (INPUT, OUTPUT))
+    question = (f"This small model was trained so that its circuit is known (the answer key “{key.name}”). Its task: "
+                f"{key.task}. Which of its {len(heads)} heads is the induction head, the one that finds the earlier "
+                "occurrence and copies the token after it?")
+    words = (f"The key says {right}: the circuit runs {sender} {ARROW} {right}. {sender}, in the earlier layer, "
+             f"writes at each position what came before it; {right} reads that to find the earlier occurrence of the "
+             "current token and copies the token that followed it.")
+    return question, heads, right, words
 
 
 # ------------------------------------------------------------------------------------------------ the measured table

@@ -104,6 +104,16 @@ def preview(made: tuple, expanded: bool):
         plain("  ·  ".join(made[1]))
 
 
+def offered(made: tuple | str, expanded: bool) -> tuple | None:
+    """A question made for the next round (question, choices, meta), previewed, with no private answer: the Lesson's
+    and the forecast's are measured at the reveal. None after saying why there is none (``made`` is the reason)."""
+    if isinstance(made, str):
+        st.info(f"Not as a class question: {made}.")
+        return None
+    preview(made, expanded=expanded)
+    return (*made, None)
+
+
 def act(fn, *args) -> bool:
     """A store call of the teacher's, its refusal said in words (a class gone, a secret that is not this class's)."""
     try:
