@@ -81,3 +81,71 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+
+
+# ------------------------------------------------------------------------------------ bench.run's answer_keys rows
+GRADED = ("ioi", "path_patching")  # the slowest grade of the table (about 2.4 s of 36 rows; the controls, 4.3 s)
+SCORE_MS = 300.0                   # the hunt's *Score my pick*: the page's rerun, at most
+
+
+def _hunt_page(at_hunt):
+    """A function rerunning the Cause and effect page's hunt after a press of *Score my pick* (an AppTest session
+    opened on the hunt, the induction key, one right head and one wrong picked): the server time of the rerun."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.session_state["cause_mode"], at.session_state["hunt_key"] = "hunt", "induction"
+    at.run()
+    at.switch_page("pages/cause_effect.py")
+    at.run()
+    at.multiselect(key="hunt_pick_induction").set_value(at_hunt)
+    at.run()
+    if at.exception:
+        raise RuntimeError(f"the hunt: {at.exception[0].message}")
+
+    def again():
+        at.button(key="hunt_score").click()
+        at.run()
+    return again
+
+
+def bench_row(quick: bool):
+    """Issue 59's measured rows, for ``python -m bench.run --only answer_keys``: one method graded on one key (the
+    slowest of the table; target 30 s) against the key's whole task through the model once; its two null controls
+    against the method's own time (target 2x); the hunt's *Score my pick* as the page's rerun (AppTest server time,
+    target 300 ms) and as core work (the score and the key's figure), each against the home page's rerun."""
+    from bench import run as R  # looked up at call time: the smoke test cuts bench.run's timing helpers
+    from core.analysis.answer_keys import accuracy, all_components
+    from core.analysis.hunt import score_pick
+    from core.figures.answer_key_figures import key_figure
+
+    print("\nAnswer keys (issue 59): one method graded on one key, its null controls, the hunt's scoring")
+    name, method = GRADED
+    loaded = load_key(name)
+    model, _, key, task = loaded
+    count = G.EXAMPLES // 4 if quick else G.EXAMPLES
+    grades = [G.grade(name, method, count, loaded=loaded) for _ in range(1 if quick else 3)]
+    method_s = sorted(g.seconds for g in grades)[len(grades) // 2]
+    control_s = sorted(g.control_seconds for g in grades)[len(grades) // 2]
+    peer_s = R.median_time(lambda: accuracy(model, task), 3)
+    R.record(f"Answer keys: {method} graded on {name} ({count} examples)", method_s, peer_s, "s",
+             higher_is_better=False, note=f"peer: the key's {len(task.prompts)} prompts through the model once; "
+                                          f"target {METHOD_S:.0f} s: {'met' if method_s <= METHOD_S else 'missed'}")
+    R.record("Answer keys: both null controls against the method's own time", control_s, method_s, "s",
+             note=f"the ratio is controls / method; target ≤ {CONTROL_RATIO:.0f}x: "
+                  f"{'met' if control_s <= CONTROL_RATIO * method_s else 'missed'}")
+    ind = load_key("induction")
+    c = ind[0].config
+    pick = ["L2 H1", "L1 H1"]
+
+    def core():
+        score_pick(ind[2], pick, c)
+        key_figure(tuple(all_components(c)), ind[2].components, ind[2].edges, c.n_layers, c.n_heads,
+                   "key").to_plotly_json()
+    t = R.interleaved({"page": _hunt_page(pick), "core": core, "home": R.page_rerun("pages/home.py")},
+                      rounds=3, reps=3 if quick else 7)
+    R.record("Hunt: Score my pick, the page's rerun", t["page"] * 1e3, t["home"] * 1e3, "ms", higher_is_better=False,
+             note=f"peer: the home page's rerun; target {SCORE_MS:.0f} ms: "
+                  f"{'met' if t['page'] * 1e3 <= SCORE_MS else 'missed'}")
+    R.record("Hunt: the score and the key's figure (core)", t["core"] * 1e3, t["home"] * 1e3, "ms",
+             higher_is_better=False, note="peer: the home page's rerun")

@@ -982,13 +982,20 @@ def _one_by_one(A, model, tcs, ids, k: int):
     A._edges(model, tcs, run, rows, batch=1)
 
 
+def bench_answer_keys(quick: bool):
+    """Issue 59's rows (bench/answer_keys.py): one method graded on one key, its null controls, the hunt's scoring."""
+    from bench import answer_keys
+
+    answer_keys.bench_row(quick)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
                             "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
-                            "classroom", "forecast", "attribution", "explain"])
+                            "classroom", "forecast", "attribution", "explain", "answer_keys"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

@@ -9,7 +9,7 @@ import pytest
 
 from core.analysis.answer_keys import AnswerKey
 from core.analysis.hunt import (edge_lines, failures, induction_head, induction_question, pick_words, read_grades,
-                                score_pick)
+                                score_pick, stands_on)
 from core.nn.config import ModelConfig
 
 KEY = AnswerKey("toy", "a toy task", ("L1 H2", "L2 H1", "L1 MLP"),
@@ -74,7 +74,8 @@ def test_the_measured_table_and_its_failures(tmp_path):
     assert [r["stands"] for r in got] == [True, False, False, None, None] and math.isnan(got[3]["auroc"])
     bad = failures(got)
     assert set(bad) == {"ablation", "dla", "path_patching", "attribution_graph"}  # dla on a stands: no failure
-    assert bad["ablation"] == [("a", "AUROC 0.50, below 0.9")]
-    assert bad["dla"] == [("b", "AUROC 1.00, but a control scores as high: random twin 0.30, nonsense task 1.00")]
-    assert bad["attribution_graph"] == [("b", "not graded")]
+    assert bad["ablation"] == {"AUROC below 0.9": ["a"]}
+    assert bad["dla"] == {"AUROC high, but a null control scores as high": ["b"]}
+    assert bad["attribution_graph"] == {"not graded": ["b"]}
+    assert stands_on(got) == {"dla": ["a"]}
     assert read_grades(tmp_path / "none.csv") == []

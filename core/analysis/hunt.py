@@ -142,19 +142,27 @@ def read_grades(path=None) -> list[dict]:
     return rows
 
 
-def failures(rows: list[dict]) -> dict[str, list[tuple[str, str]]]:
-    """For each method, the keys it fails on and why, in words: no grade (the key holds nothing it scores, or it was
-    not run), an AUROC below RECOVERS, or a finding that does not stand above both null controls."""
-    out: dict[str, list[tuple[str, str]]] = {}
+def failures(rows: list[dict]) -> dict[str, dict[str, list[str]]]:
+    """For each method, the keys it fails on, grouped by why (in words): a finding that does not stand above both
+    null controls, an AUROC below RECOVERS, no grade (the key holds nothing it scores), or not graded at all."""
+    out: dict[str, dict[str, list[str]]] = {}
     for r in rows:
         if r["stands"] is None:
-            why = "not graded" if r["note"].startswith("not graded") else "no grade: nothing of the key to score"
+            why = "not graded" if r["note"].startswith("not graded") else "no grade (the key holds nothing it scores)"
         elif r["auroc"] < RECOVERS:
-            why = f"AUROC {r['auroc']:.2f}, below {RECOVERS}"
+            why = f"AUROC below {RECOVERS}"
         elif not r["stands"]:
-            why = (f"AUROC {r['auroc']:.2f}, but a control scores as high: random twin {r['random_twin']:.2f}, "
-                   f"nonsense task {r['nonsense_task']:.2f}")
+            why = "AUROC high, but a null control scores as high"
         else:
             continue
-        out.setdefault(r["method"], []).append((r["key"], why))
+        out.setdefault(r["method"], {}).setdefault(why, []).append(r["key"])
+    return out
+
+
+def stands_on(rows: list[dict]) -> dict[str, list[str]]:
+    """For each method, the keys where its finding stands above both controls."""
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        if r["stands"]:
+            out.setdefault(r["method"], []).append(r["key"])
     return out

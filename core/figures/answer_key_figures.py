@@ -27,22 +27,23 @@ def scores_figure(labels: tuple[str, ...], values: tuple[float, ...], threshold:
                     marker_color=colour, text=[f"{values[i]:.2f}" for i in rows], textposition="auto",
                     hovertemplate="%{y}: %{x:.3f}<extra></extra>")
     fig.add_vline(x=threshold, line_dash="dash", line_color="#495057",
-                  annotation_text=f"the page's threshold {threshold:.2f}", annotation_position="top")
+                  annotation_text=f"threshold {threshold:.2f}", annotation_position="bottom right")
     fig.update_layout(title=dict(text=title, font_size=14), height=110 + ROW_PX * len(order), barmode="overlay",
-                      margin=dict(l=10, r=10, t=60, b=30), showlegend=members is not None,
-                      legend=dict(orientation="h", y=-0.12), yaxis=dict(categoryorder="array",
+                      margin=dict(l=10, r=10, t=50, b=30), showlegend=members is not None,
+                      legend=dict(orientation="h", y=-0.12), yaxis=dict(automargin=True, categoryorder="array",
                                                                        categoryarray=[labels[i] for i in order]))
     return fig
 
 
 def _places(components: tuple[str, ...], n_layers: int, n_heads: int) -> dict[str, tuple[float, float]]:
     """(x, y) of every node: the tokens at the bottom left, each layer's heads in a row and its MLP in the row above
-    (a block's heads write before its MLP reads), the logits at the top left. The left column holds nothing else,
-    so that a direct tokens -> logits edge crosses no node."""
+    (a block's heads write before its MLP reads), right of the heads, the logits at the top left. The left column
+    holds nothing else, so that a direct tokens -> logits edge crosses no node, nor does a head -> head edge cross an
+    MLP."""
     at = {"tokens": (0.0, 0.0)}
     for name in components:
         c = parse_component(name)
-        at[name] = ((n_heads + 1) / 2, 2 * c.layer + 2) if c.kind == "mlp" else (c.head + 1.0, 2 * c.layer + 1)
+        at[name] = (n_heads + 0.8, 2 * c.layer + 2) if c.kind == "mlp" else (c.head + 1.0, 2 * c.layer + 1)
     at["logits"] = (0.0, 2 * n_layers + 1)
     return at
 
@@ -67,6 +68,6 @@ def key_figure(components: tuple[str, ...], key: tuple[str, ...], edges: tuple[t
                         name="the key" if group else "not in the key", hovertemplate="%{text}<extra></extra>")
     fig.update_layout(title=dict(text=title, font_size=14), height=120 + 60 * (2 * n_layers + 1),
                       margin=dict(l=10, r=10, t=50, b=10), showlegend=False,
-                      xaxis=dict(visible=False, range=[-0.5, n_heads + 1.2]),
+                      xaxis=dict(visible=False, range=[-0.5, n_heads + 2]),
                       yaxis=dict(visible=False, range=[-0.6, 2 * n_layers + 1.6]))
     return fig

@@ -11,7 +11,8 @@ import streamlit as st
 
 from core.analysis import grading as G
 from core.analysis.answer_keys import accuracy, all_components, chance, list_keys, load_key
-from core.analysis.hunt import edge_label, edge_lines, failures, method_scores, pick_words, read_grades, score_pick
+from core.analysis.hunt import (edge_label, edge_lines, failures, method_scores, pick_words, read_grades, score_pick,
+                                stands_on)
 from core.figures.answer_key_figures import key_figure, scores_figure
 from ui.charts import cached_figure, shared_chart
 from ui.compute import gated
@@ -19,17 +20,19 @@ from ui.compute import gated
 MODES = {"patching": "Patch a prompt pair", "hunt": "Hunt a known circuit (answer keys)"}
 EXAMPLES = 8     # examples of the task a method is run on here, live (the bench's table: G.EXAMPLES)
 LIVE_S = 30      # a live grade expected to take longer is refused, in words
+NUMBERS = ("AUROC", "precision", "recall", "random twin", "nonsense task")  # the table's columns of numbers
 SCORED = "hunt_scored"  # session state: {key name: the pick that was scored}; the key shows once it is there
 METHOD_WORDS = {"patching": "Activation patching", "ablation": "Switching each head off", "dla": "Direct logit "
-                "attribution", "path_patching": "Path patching (head → head)", "edge_ablation": "Cutting each edge"}
+                "attribution", "path_patching": "Path patching (head → head)", "edge_ablation": "Cutting each edge",
+                "attribution_graph": "The attribution graph"}
 TEACH = (
     "Every method on this page says *where* the model computes something. None of them can tell, on its own, "
     "whether the circuit it points at is the real one. These small models were trained so that their circuit is "
     "known: the **answer key**. Run a method on one, decide which heads and MLPs you believe form the circuit, and "
     "score your pick against the key. **Precision** asks how much of your pick is right; **recall** asks how much "
     "of the circuit you found; **F1** is high only when both are.")
-F1 = (r"\text{precision} = \frac{|\text{pick} \cap \text{key}|}{|\text{pick}|}, \quad \text{recall} = "
-      r"\frac{|\text{pick} \cap \text{key}|}{|\text{key}|}, \quad F_1 = \frac{2\,PR}{P + R}")
+F1 = (r"\begin{gathered}P = \text{precision} = \frac{|\text{pick} \cap \text{key}|}{|\text{pick}|} \\ R = \text{recall} = "
+      r"\frac{|\text{pick} \cap \text{key}|}{|\text{key}|} \\ F_1 = \frac{2\,PR}{P + R}\end{gathered}")  # one a line: a phone
 
 
 def hunt_mode() -> bool:
@@ -156,13 +159,16 @@ def _table(name: str, method: str, seconds: float):
             [{"key": r["key"], "method": r["method"], "AUROC": r["auroc"], "precision": r["precision"],
               "recall": r["recall"], "random twin": r["random_twin"], "nonsense task": r["nonsense_task"],
               "verdict": {True: "stands", False: "does not stand", None: "no grade"}[r["stands"]]} for r in rows]),
-            hide_index=True, width="stretch", height=300)
+            hide_index=True, width="stretch", height=300, column_config={c: st.column_config.NumberColumn(format="%.2f")
+                                                                         for c in NUMBERS})
         st.caption(f"Measured by `python -m bench.answer_keys` ({G.EXAMPLES} examples a grade; "
                    "bench/results/answer-keys.csv). The controls are the same method's AUROC on a random-weight "
                    f"twin of the model and on the task with its answers shuffled; a finding stands when it beats both "
                    f"by {G.MARGIN}.")
-        st.markdown("**Where the methods fail** (a failure is a result):\n" + "\n".join(
-            f"- {METHOD_WORDS.get(m, m)}: " + "; ".join(f"{k} ({why})" for k, why in bad)
+        good = stands_on(rows)
+        st.markdown("**Where the methods fail** (a failure is a result, not a bug):\n" + "\n".join(
+            f"- {METHOD_WORDS.get(m, m)}: " + "; ".join(f"{why} on {', '.join(keys)}" for why, keys in bad.items())
+            + (f". It stands on {', '.join(good[m])}." if m in good else ". It stands on no key.")
             for m, bad in failures(rows).items()))
     else:
         st.info("The measured table (bench/results/answer-keys.csv) is missing: run `python -m bench.answer_keys`.")
