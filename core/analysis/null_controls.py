@@ -53,7 +53,8 @@ from core.serve.fmt import head_label
 
 TWIN_SEED = 0        # the random twin's initialisation
 NONSENSE_SEED = 1    # the nonsense task's draw (random labels, the shuffle)
-NONSENSE_DRAWS = 2   # random label pairs a patching claim is checked against (each a patched run per layer)
+NONSENSE_DRAWS = 1   # random label pairs a patching claim is checked against: one patched run per layer each, and
+#                      the controls stay within twice the method's time (the twin costs one method run)
 PATH_KINDS = ("z", "mlp_out")  # what path patching records of a pair's runs (core.analysis.patching.path_patch_senders)
 WHY = ("A method always finds something: the strongest head of a random network, the best path for a question "
        "with no answer. A finding counts only when it is clearly larger than what the same method finds where there "
