@@ -98,9 +98,9 @@ def control(value, twin, nonsense, unit="share", missing=None):
 def test_the_verdict_in_words_and_its_margin():
     assert control(0.56, 0.0, 0.46).stands  # exactly the margin above (floats: 0.56 - 0.46 is 0.0999...)
     assert not control(0.56, 0.47, 0.0).stands and not control(0.56, 0.0, 0.47).stands
-    assert control(0.56, 0.02, 0.13).verdict == ("The finding stands above both controls: its 56% is at least 10% "
+    assert control(0.56, 0.02, 0.13).verdict == ("The finding stands above both controls: its 56% is at least 10 points "
                                                  "above the random twin's 2% and the nonsense task's 13%.")
-    assert control(0.3, 0.02, 0.25).verdict == ("It does not stand above both controls: its 30% is not 10% above the "
+    assert control(0.3, 0.02, 0.25).verdict == ("It does not stand above both controls: its 30% is not 10 points above the "
                                                 "random twin's 2% and the nonsense task's 25%.")
     assert not control(math.nan, 0.0, 0.0).stands and not control(0.5, math.nan, 0.0).stands
     assert "+1.734 nats" in control(1.734, 0.002, 0.987, unit="nats").verdict
@@ -108,7 +108,7 @@ def test_the_verdict_in_words_and_its_margin():
 
 def test_a_missing_twin_is_said_and_only_the_nonsense_task_counts():
     c = control(0.5, math.nan, 0.2, missing="no transcoders")
-    assert c.stands and c.verdict == ("The finding stands above the nonsense task: its 50% is at least 10% above the "
+    assert c.stands and c.verdict == ("The finding stands above the nonsense task: its 50% is at least 10 points above the "
                                       "nonsense task's 20%. The random twin cannot be graded: no transcoders.")
     assert not control(0.5, math.nan, 0.45, missing="no transcoders").stands
 

@@ -11,7 +11,7 @@ from core.analysis.null_controls import WHY, Control
 from core.serve.fmt import md_escape
 from ui.compute import approved
 
-INTRO = ("**Is it real?** " + WHY + " So the same method runs twice more: on a **random twin** (this model's shape "
+INTRO = (WHY + " So the same method runs twice more: on a **random twin** (this model's shape "
          "with fresh random weights, which learned nothing) and on a **nonsense task** (the question changed so that "
          "no circuit answers it). The finding stands only when its effect clears the largest either control finds.")
 

@@ -95,7 +95,7 @@ class Control:
     @property
     def verdict(self) -> str:
         """The verdict in words, with the three numbers."""
-        m = share_text(self.margin) if self.unit == "share" else f"{self.margin:.1f} nats"
+        m = f"{100 * self.margin:.0f} points" if self.unit == "share" else f"{self.margin:.1f} nats"
         twin = f"the random twin's {self.fmt(self.twin)}" if not self.twin_missing else None
         ctl = " and ".join(x for x in (twin, f"the nonsense task's {self.fmt(self.nonsense)}") if x)
         both = "both controls" if not self.twin_missing else "the nonsense task"
@@ -143,6 +143,10 @@ def random_labels(metric: Metric, vocab_size: int, draws: int = NONSENSE_DRAWS, 
     return out
 
 
+def _random_pairs(draws: int) -> str:
+    return f"the same prompts, measured on {'a pair' if draws == 1 else f'{draws} pairs'} of random tokens instead"
+
+
 def _lead(model, clean, corrupt, metric: Metric, kinds: tuple[str, ...]) -> float:
     """M(clean) - M(corrupted): the lead a share is a share of, read from the pair's runs that the method itself
     kept (core.analysis.patching's cache of the two runs, by the kinds it records): no forward of its own."""
@@ -171,7 +175,7 @@ def head_patching(model, clean, corrupt, metric: Metric, what: str = "z", draws:
                    lead) for m in labels)
     return Control(f"{head_label(*best)}'s {what} restores {share_text(table[best])} of the clean answer",
                    abs(float(table[best])), t, n, CARRIES, "share",
-                   f"the same pair measured on {draws} pairs of random tokens", seconds=time.perf_counter() - t0)
+                   _random_pairs(draws), seconds=time.perf_counter() - t0)
 
 
 def path_patching(model, clean, corrupt, receiver: tuple[int, int], metric: Metric, via: str = "k",
@@ -195,7 +199,7 @@ def path_patching(model, clean, corrupt, receiver: tuple[int, int], metric: Metr
                                                                                     draws))
     return Control(f"{head_label(*best)}'s path into {head_label(*receiver)}'s {via} restores "
                    f"{share_text(paths[best])} of the clean answer", float(np.nan_to_num(paths[best], nan=math.nan)),
-                   t, n, CARRIES, "share", f"the same pair measured on {draws} pairs of random tokens",
+                   t, n, CARRIES, "share", _random_pairs(draws),
                    seconds=time.perf_counter() - t0)
 
 
