@@ -989,13 +989,20 @@ def bench_answer_keys(quick: bool):
     answer_keys.bench_row(quick)
 
 
+def bench_null_controls(quick: bool):
+    """Issue 59 §2: the null controls' time beside the method's own on two page claims (bench.null_controls)."""
+    from bench.null_controls import run
+    run(record, quick)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
                             "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
-                            "classroom", "forecast", "attribution", "explain", "answer_keys"])
+                            "classroom", "forecast", "attribution", "explain", "answer_keys",
+                            "null_controls"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

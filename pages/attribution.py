@@ -11,6 +11,7 @@ from core.serve.fmt import head_label, visible
 from pages.attribution import share as ash, view as av
 from ui import chart, ensure_frame, model_key, prompt_input, require_model
 from pages.attribution.parts import graph_groups, transcoders_of, with_words
+from pages.attribution.controls import controls_section
 from core.analysis.supernodes import group_id, group_id_of, merge, switched_off
 from ui.caching import model_cache
 from ui.code_box import code_box
@@ -160,6 +161,8 @@ st.caption("Each feature is labelled with the token it promotes most (read strai
            "for what it reads, in words with their detection score (its explanation). Click a feature or the output "
            "to inspect it below: its edges light up; hover an edge's middle for its weight.")
 ash.share_row(LINK, g, pr, text, entry.name, tok.decode(list(ids)), explain, node_share, sel, groups)
+controls_section(graph_of, mkey, ids, token, at, model.config.vocab_size, lambda gr, i: av.node_label(gr, i, text),
+                 plan.seconds)
 if av.node_kind(g, sel) == "features":
     l, p, f = (int(v) for v in g.features[sel])
     prof = model_cache(lambda ids, l, f: P.feature_profile(model, tcs, list(ids), l, f), 32)(mkey, ids, l, f)

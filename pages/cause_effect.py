@@ -234,6 +234,9 @@ st.latex(r"s_{ij} = \frac{1}{\sqrt{d_h}} \Big(\sum_a W_Q\,\tilde x^{(a)}_i\Big)^
          r" = \sum_{a,b} \frac{(W_Q \tilde x^{(a)}_i)^\top (W_K \tilde x^{(b)}_j)}{\sqrt{d_h}}")
 sl, i = sources_section(R, mkey, c, a_ids, b_ids, metric, tokens, (hl, hh), pair, GRID_AUTO_S)
 
+from pages.cause_effect.controls import controls_section  # noqa: E402  (here: the page's first lines are another's)
+controls_section(model, mkey, a_ids, b_ids, metric, sl, R.seconds(mkey, c.n_heads, n))
+
 st.divider()
 link_box(LINK, {"layer": sl[0], "head": sl[1], "pos": i})
 code_box(SN.cause_effect(entry.path, entry.step, tok, clean.text, a_ids, corrupt.text, b_ids, metric, what))

@@ -7,14 +7,16 @@ from core.analysis import head_ranking as HR
 from core.figures import intervention_figures as IF
 from core.analysis.attention import head_attention, induction_chance
 from core.serve.fmt import code_text, head_label, heads_label, shown_pos
-from core.analysis.induction import THRESHOLD, head_scores, induction_score, model_period, model_probe, probe_choices
+from core.analysis.induction import THRESHOLD, head_scores, induction_score, model_period, probe_choices
 from core.analysis.interventions import (MODES, greedy_continuation, layer_head_losses, next_token_probs, repeat_ids,
                                 repeat_period, token_losses)
 from core.analysis.timing import forward_seconds
 from core.serve.links import Field, LinkSpec, format_heads
 from ui.links import link_box, use_link
-from ui import (approved, cached_figure, ensure_frame, in_steps, model_cache, model_key, prompt_ids_now, prompt_input, require_model,
-                set_prompt_ids, shared_chart)
+from pages.heads.controls import controls_section
+from pages.heads.parts import random_twice, repeat_prompt
+from ui import (approved, cached_figure, ensure_frame, in_steps, model_cache, model_key, prompt_input, require_model,
+                shared_chart)
 
 ensure_frame()  # run inside app.py's frame even when this page's URL is the first request
 
@@ -62,25 +64,6 @@ next_token_bars, stripe_figure = map(cached_figure, (IF.next_token_bars, IF.stri
 
 
 # ------------------------------------------------------------------ the prompt
-def _repeat(tok, n_ctx: int):
-    """Button callback (runs before the script, so it may set the prompt box): the ids the model reads, written
-    twice as ids. Their text encoded again could differ for a BPE (the copies can merge at the seam)."""
-    ids = prompt_ids_now(PROMPT_KEY, tok)
-    if ids:
-        doubled, cut = repeat_ids(ids, n_ctx)
-        set_prompt_ids(PROMPT_KEY, tok, doubled)
-        st.session_state["heads_repeat_note"] = (tok.decode(doubled), cut, len(ids))
-
-
-def _random_twice(model, tok):
-    """Button callback: one row of the induction probe (a BPE's whole tokens, or the box would show '�'), where
-    nothing but copying predicts the second copy; a fresh draw each press."""
-    seed = int(st.session_state.get("heads_random_draws", 0))
-    st.session_state["heads_random_draws"] = seed + 1
-    set_prompt_ids(PROMPT_KEY, tok, model_probe(model, tok, n_seqs=1, seed=1000 + seed)[0].tolist())
-    st.session_state.pop("heads_repeat_note", None)
-
-
 # the default text goes into the box's state, not its value: the Repeat button writes that state too, and a
 # box given both logs a warning. The key is PROMPT_KEY, written out: tests/test_bad_input.py finds boxes by key
 heads_key = f"heads_off_{c.n_layers}x{c.n_heads}"  # a model of another shape gets a box of its own
@@ -91,8 +74,8 @@ use_link(LINK)
 st.session_state.setdefault(PROMPT_KEY, DEFAULT_PROMPT)
 prompt = prompt_input("Your prompt", None, "heads_prompt", tok, c.n_ctx, height=150)
 b, note = st.columns([1, 4], vertical_alignment="center")
-b.button("Repeat my prompt", key="heads_repeat", on_click=_repeat, args=(tok, c.n_ctx), disabled=prompt.empty)
-b.button(f"Random {tok.units}, twice", key="heads_random", on_click=_random_twice, args=(model, tok),
+b.button("Repeat my prompt", key="heads_repeat", on_click=repeat_prompt, args=(PROMPT_KEY, tok, c.n_ctx), disabled=prompt.empty)
+b.button(f"Random {tok.units}, twice", key="heads_random", on_click=random_twice, args=(PROMPT_KEY, model, tok),
          help=f"Replaces your prompt by distinct random {tok.units} written twice: text no language model can predict "
               "the first time, and only copying can predict the second time."
               + ("" if tok.kind == "char" else " Only tokens that are whole printable text are drawn, so the box "
@@ -205,6 +188,7 @@ elif approved((mkey, ids, mode), expected, RANK_AUTO_S, "Rank every head", HR.ra
     st.dataframe(IF.ranking_table(ranking.effects, ranking.second, scores.induction), hide_index=True,
                  width="stretch", key="heads_rank")
     st.markdown(HR.ranking_text(ranking, scores.induction, mode, scores.previous_token))
+    controls_section(model, mkey, ids, mode, period, expected)
 
 # ------------------------------------------------------------------ the induction stripe
 st.header("The induction stripe")

@@ -2,6 +2,7 @@ import streamlit as st
 
 from core import lesson as LS
 from pages.lesson.figures import step_figure
+from pages.lesson.controls import circuit_controls
 from core.nn.tokenizer_base import fragment_note
 from ui import ensure_frame, model_cache, model_key, prompt_input, require_model, shared_chart
 from ui.lesson_context import WHAT, lesson_context
@@ -161,6 +162,8 @@ else:
             shared_chart(step_figure(*shown.figure), width="stretch", theme=None, key="lesson_fig")
         if shown.caption:
             st.caption(shown.caption)
+        if step.key == "circuit":  # the step's path claim beside its null controls (issue 59)
+            circuit_controls(model, mkey, q)
 
 # ------------------------------------------------------------------ moving on
 st.divider()

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from core.analysis import grading as G
+from core.analysis import null_controls as NC
 from core.analysis.answer_keys import AnswerKey, list_keys, load_key
 from core.serve.paths import REPO_ROOT
 
@@ -74,11 +75,11 @@ def test_nonsense_task_shuffles_the_answers_only(copy_key):
 def test_random_twin_has_the_config_and_fresh_weights(copy_key):
     model = copy_key[0]
     state = torch.random.get_rng_state()
-    twin = G.random_twin(model)
+    twin = NC.random_twin(model)
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's RNG is left as it was
     assert twin.config == model.config
     assert not torch.equal(twin.tok_emb.weight, model.tok_emb.weight)
-    assert torch.equal(G.random_twin(model).tok_emb.weight, twin.tok_emb.weight)  # the same seed, the same twin
+    assert torch.equal(NC.random_twin(model).tok_emb.weight, twin.tok_emb.weight)  # the same seed, the same twin
 
 
 def test_the_copy_key_graded_by_the_ablation_ranking(copy_key):

@@ -37,7 +37,7 @@ pair's gap (clean - corrupted metric): the summed restored difference over the s
 sign (a share restores the answer or pushes against it): averaged over examples, a share that follows the answer
 adds up, one that follows nothing cancels, which is what the nonsense control asks.
 
-The controls: the random twin is ``Transformer(config)`` freshly initialised with ``TWIN_SEED``, graded against the
+The controls: the random twin is ``core.analysis.null_controls.random_twin`` (its ``TWIN_SEED``), graded against the
 same key on the same task; the nonsense task is the key's task with its answers shuffled among the examples
 (``NONSENSE_SEED``). The verdict: a finding stands when its AUROC exceeds both controls' by at least ``MARGIN``.
 """
@@ -55,14 +55,13 @@ from core.analysis.answer_keys import (INPUT, OUTPUT, AnswerKey, TaskSet, all_co
 from core.analysis.circuit import CARRIES
 from core.analysis.head_ranking import COPY_GAIN
 from core.analysis.interventions import rank_heads
+from core.analysis.null_controls import random_twin
 from core.analysis.patching import Metric, patch_heads, paths_into
 from core.analysis.trace import direct_logit_attribution, trace
-from core.nn.model import Transformer
 from core.serve.fmt import head_label
 
 EXAMPLES = 64       # examples of the task a method is run on (each with its corrupted counterpart)
 PAIR_SEED = 0       # which examples, and which counterpart each gets
-TWIN_SEED = 0       # the random twin's initialisation
 NONSENSE_SEED = 1   # the shuffle of the nonsense task's answers
 MARGIN = 0.2        # AUROC above both controls by at least this: the finding stands
 DIGITS = 6          # scores are compared to this many decimals (nats, shares, logits)
@@ -144,14 +143,6 @@ def nonsense(task: TaskSet, seed: int = NONSENSE_SEED) -> TaskSet:
     """The task with its answers shuffled among the examples: the same prompts, answers that no circuit computes."""
     order = np.random.default_rng(seed).permutation(len(task.answers))
     return TaskSet(task.prompts, tuple(task.answers[i] for i in order))
-
-
-def random_twin(model, seed: int = TWIN_SEED) -> Transformer:
-    """A model of the same config with fresh random weights (the global RNG is left as it was)."""
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        twin = Transformer(model.config)
-    return twin.eval().requires_grad_(False)
 
 
 def _gap_mean(shares: list[np.ndarray], gaps: list[float]) -> np.ndarray:
