@@ -141,3 +141,90 @@ def test_the_build_writes_a_key_that_passes_its_checks(tmp_path):
     assert K.accuracy(model, task) >= 0.95
     assert K.accuracy(model, task, off=key.components) <= K.chance(task) + 0.05
     assert B.main(["build", "--only", "copy", "--out", str(tmp_path)]) == 0  # its own folder: replaced
+
+
+# --------------------------------------------------------------------------------- cut edges against a hand forward
+HAND_CUTS = {  # edge sets on a random 2-layer, 2-head model; several targets of one layer with different sources
+    "into a key's head": [("L1 H1", "L2 H2")],
+    "from the input into the first layer": [("tokens", "L1 H2")],
+    "two heads of one layer": [("L1 H1", "L2 H1"), ("L1 H2", "L2 H2"), ("tokens", "L2 H2"), ("L1 MLP", "L2 H1")],
+    "into MLPs and the logits": [("L1 H2", "L1 MLP"), ("L1 MLP", "L2 MLP"), ("L2 H1", "L2 MLP"),
+                                 ("L2 MLP", "logits"), ("tokens", "logits")],
+    "a cut upstream changes a write downstream": [("tokens", "L1 H1"), ("L1 H1", "L2 H1"), ("L2 H1", "logits")],
+}
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    from core.nn.config import ModelConfig
+    from core.nn.model import Transformer
+    torch.manual_seed(0)
+    m = Transformer(ModelConfig(vocab_size=13, n_ctx=16, d_model=16, n_heads=2, n_layers=2, bias=True)).eval().double()
+    with torch.no_grad():
+        for p in m.parameters():  # biases and LayerNorm's gain and shift too: nothing sits at its init
+            p.normal_(0, 1.0 if p.dim() == 2 else 0.5)
+    return m
+
+
+def hand_cut(model, ids, edges):
+    """The logits (n, m) of ``ids`` with ``edges`` cut, written out on tests/hand_forward.py: a target head's q, k
+    and v are LN1(its stream - the sources' writes) through its rows of W_QKV; a target MLP reads LN2(the stream after
+    attention - the writes); the logits read the final stream - the writes. Each write is this run's."""
+    from hand_forward import _act, _lin, hand_forward
+    import torch.nn.functional as F
+    c = model.config
+    d, dh = c.d_model, c.d_head
+    seen = {}  # (kind, layer) -> what this run continues with
+
+    def write(src):  # (n, d)
+        if src == K.INPUT:
+            return seen[("resid", 0)]
+        comp = K.parse_component(src)
+        if comp.kind == "mlp":
+            return seen[("mlp_out", comp.layer)]
+        cols = slice(comp.head * dh, (comp.head + 1) * dh)
+        return seen[("z", comp.layer)][comp.head] @ model.blocks[comp.layer].attn.out.weight[:, cols].T  # (n, d)
+
+    def minus(stream, target):
+        return stream - sum(write(s) for s, t in edges if t == target)
+
+    def ln(x, norm):
+        return F.layer_norm(x, (d,), norm.weight, norm.bias, norm.eps)
+
+    def edit(kind, layer, t):
+        block = model.blocks[min(layer, c.n_layers - 1)]
+        targets = {t_ for _, t_ in edges}
+        if kind in ("q", "k", "v"):
+            t = t.clone()
+            for h in range(c.n_heads):
+                if f"L{layer + 1} H{h + 1}" in targets:
+                    rows = slice("qkv".index(kind) * d + h * dh, "qkv".index(kind) * d + (h + 1) * dh)
+                    u = ln(minus(seen[("resid", layer)], f"L{layer + 1} H{h + 1}"), block.ln1)
+                    t[h] = u @ block.attn.qkv.weight[rows].T + block.attn.qkv.bias[rows]  # (n, d_h)
+        elif kind == "mlp_out" and f"L{layer + 1} MLP" in targets:
+            mid = seen[("resid", layer)] + seen[("attn_out", layer)]  # the stream after attention
+            u = ln(minus(mid, f"L{layer + 1} MLP"), block.ln2)
+            t = _lin(_act(c, _lin(u, block.mlp.w1)), block.mlp.w2)
+        elif kind == "resid" and layer == c.n_layers:
+            t = minus(t, K.OUTPUT)
+        seen[(kind, layer)] = t
+        return t
+    return hand_forward(model, ids, edit)[0]
+
+
+@pytest.mark.parametrize("case", list(HAND_CUTS))
+def test_a_cut_edge_is_the_hand_written_cut(random_model, case):
+    edges, ids = HAND_CUTS[case], [1, 2, 3, 4, 5, 1, 2, 3]
+    with torch.no_grad():
+        got = random_model(torch.tensor([ids]), hooks=K.cut_hooks(random_model, edges)).logits[0]
+        plain = random_model(torch.tensor([ids])).logits[0]
+    want = hand_cut(random_model, ids, edges)
+    assert not torch.allclose(want, plain, atol=1e-3)  # the cut changes the answer: the comparison below can fail
+    assert torch.allclose(got, want, atol=1e-9), (got - want).abs().max()
+
+
+def test_an_edge_runs_only_downstream():
+    model = K.load_key("induction")[0]
+    for s, t in [("L2 H1", "L1 H1"), ("L1 H1", "L1 H2"), ("L1 MLP", "L1 H1"), ("logits", "L2 H1"), ("L1 H1", "tokens")]:
+        with pytest.raises(ValueError, match="no edge runs"):
+            K.cut_hooks(model, [(s, t)])

@@ -27,6 +27,7 @@ import torch
 
 from core.analysis.interventions import ablation_hooks, z_name
 from core.nn.checkpoint import load_checkpoint
+from core.nn.hooks import HookRun
 from core.serve.fmt import head_label
 from core.serve.paths import REPO_ROOT
 
@@ -170,24 +171,48 @@ def _write(model, comp: Component | str, acts: dict) -> torch.Tensor:
     return z @ w_o.T  # (B, n, d/h) x (d/h, d) -> (B, n, d)
 
 
+def _rank(node) -> tuple[int, int]:
+    """Where a node writes or reads in the forward: (layer, 0 for a head, 1 for an MLP); the input first, the logits
+    last. A reader reads only what a node of lower rank wrote (a block's heads read the stream before its MLP writes)."""
+    if node == INPUT:
+        return (-1, 1)
+    if node == OUTPUT:
+        return (1 << 30, 0)
+    return (node.layer, 0 if node.kind == "head" else 1)
+
+
+def _by_target(config, edges):
+    """The edges' sources grouped by what reads them: ({layer: {head: sources}}, {layer: the MLP's sources}, the
+    logits' sources). ValueError for an edge that does not run downstream."""
+    heads: dict[int, dict[int, list]] = {}
+    mlps: dict[int, list] = {}
+    final: list = []
+    for s, t in edges:
+        src, dst = parse_node(s, config), parse_node(t, config)
+        if src == OUTPUT or dst == INPUT or _rank(src) >= _rank(dst):
+            raise ValueError(f"no edge runs from {s} to {t}")
+        if dst == OUTPUT:
+            final.append(src)
+        elif dst.kind == "mlp":
+            mlps.setdefault(dst.layer, []).append(src)
+        else:
+            heads.setdefault(dst.layer, {}).setdefault(dst.head, []).append(src)
+    return heads, mlps, final
+
+
 def cut_hooks(model, edges) -> list:
     """Hooks that cut each (source, target) edge: the target reads the stream without the source's write (the same
     run's write: a cut upstream changes it too); every other reader still sees it. A head target reads the cut stream
-    in its query, key and value; an MLP target in its input; OUTPUT, the logits, in the final stream."""
+    in its query, key and value; an MLP target in its input; OUTPUT, the logits, in the final stream.
+
+    Nothing of the block is written again here: what a head or an MLP would read from the cut stream is a second
+    pass of the model's own forward through the target's block, fed the cut stream at its hook point
+    (``hook_resid_pre`` for a head, ``hook_resid_mid`` for an MLP) and read at the target's input hooks
+    (``attn.hook_q/k/v``, ``hook_mlp_in``); the real run takes the target's part of them there (as
+    ``core.analysis.patching``'s path patching splices a receiver's input)."""
     c = model.config
-    acts: dict[str, torch.Tensor] = {}
-    cuts: dict[str, list] = {}  # hook name of the target's input -> sources
-    for s, t in edges:
-        src, dst = parse_node(s, c), parse_node(t, c)
-        if src == OUTPUT or dst == INPUT:
-            raise ValueError(f"no edge runs from {s} to {t}")
-        if dst == OUTPUT:
-            where = f"blocks.{c.n_layers - 1}.hook_resid_post"
-        elif dst.kind == "mlp":
-            where = f"blocks.{dst.layer}.hook_mlp_in"
-        else:
-            where = f"blocks.{dst.layer}.attn.head{dst.head}"  # a key of ours: handled by the q/k/v hooks below
-        cuts.setdefault(where, []).append(src)
+    heads, mlps, final = _by_target(c, edges)
+    acts: dict[str, torch.Tensor] = {}  # this run's activations the writes and the second passes need
 
     def keep(x, name):
         acts[name] = x
@@ -195,43 +220,53 @@ def cut_hooks(model, edges) -> list:
 
     record = ["blocks.0.hook_resid_pre"] + [z_name(l) for l in range(c.n_layers)]
     record += [f"blocks.{l}.hook_mlp_out" for l in range(c.n_layers) if c.mlp]
-    record += [f"blocks.{l}.hook_resid_pre" for l in range(1, c.n_layers)]
-    record += [f"blocks.{l}.hook_resid_mid" for l in range(c.n_layers) if c.mlp]
+    record += [f"blocks.{l}.hook_resid_pre" for l in mlps]
+    record += [f"blocks.{l}.hook_resid_mid" for l in mlps]
     hooks = [(name, keep) for name in dict.fromkeys(record)]
 
     def removed(sources):
         return sum(_write(model, s, acts) for s in sources)
 
-    for where, sources in cuts.items():
-        if where.endswith("hook_resid_post"):
-            hooks.append((where, lambda x, name, sources=sources: x - removed(sources)))
-        elif where.endswith("hook_mlp_in"):
-            layer = int(where.split(".")[1])
-            ln = model.blocks[layer].ln2
-            hooks.append((where, lambda x, name, ln=ln, layer=layer, sources=sources:
-                          ln(acts[f"blocks.{layer}.hook_resid_mid"] - removed(sources))))
-        else:
-            layer, head = int(where.split(".")[1]), int(where.split("head")[-1])
-            for which, part in enumerate(("q", "k", "v")):
-                hooks.append((f"blocks.{layer}.attn.hook_{part}",
-                              lambda x, name, layer=layer, head=head, which=which, sources=sources:
-                              _recompute(model, x, acts[f"blocks.{layer}.hook_resid_pre"] - removed(sources),
-                                         layer, head, which)))
+    if final:
+        hooks.append((f"blocks.{c.n_layers - 1}.hook_resid_post", lambda x, name: x - removed(final)))
+    for layer, sources in mlps.items():
+        hooks.append((f"blocks.{layer}.hook_mlp_in", lambda u, name, layer=layer, sources=sources:
+                      _mlp_input(model, layer, acts[f"blocks.{layer}.hook_resid_pre"],
+                                 acts[f"blocks.{layer}.hook_resid_mid"] - removed(sources))))
+    for layer, targets in heads.items():
+        read: dict[str, torch.Tensor] = {}  # "q", "k", "v" -> (T B, n, h, d/h), this run's second pass
+
+        def second_pass(x, name, layer=layer, targets=targets, read=read):
+            streams = torch.cat([x - removed(sources) for sources in targets.values()])  # T x (B, n, d) -> (T B, n, d)
+            read.update(_head_inputs(model, layer, streams))
+
+        def splice(t, name, layer=layer, targets=targets, read=read):  # t: (B, n, h, d/h)
+            got, B = read[name.rsplit("_", 1)[-1]], t.shape[0]
+            t = t.clone()
+            for i, head in enumerate(targets):  # target i's inputs are rows i B .. (i + 1) B of the second pass
+                t[:, :, head] = got[i * B:(i + 1) * B, :, head]
+            return t
+        hooks.append((f"blocks.{layer}.hook_resid_pre", second_pass))
+        hooks += [(f"blocks.{layer}.attn.hook_{part}", splice) for part in "qkv"]
     return hooks
 
 
-def _recompute(model, x, stream, layer: int, head: int, which: int) -> torch.Tensor:
-    """x (B, n, h, d/h), the q, k or v (``which`` 0, 1, 2) of every head of ``layer``, with ``head``'s computed from
-    ``stream`` (B, n, d) instead."""
-    attn, d, dh = model.blocks[layer].attn, model.config.d_model, model.config.d_head
-    rows = slice(which * d + head * dh, which * d + (head + 1) * dh)  # the head's rows of the (3d, d) W_QKV
-    u = model.blocks[layer].ln1(stream)  # (B, n, d): the pre-norm block reads LN(x)
-    part = u @ attn.qkv.weight[rows].T  # (B, n, d) x (d, d/h) -> (B, n, d/h)
-    if attn.qkv.bias is not None:
-        part = part + attn.qkv.bias[rows]
-    x = x.clone()
-    x[:, :, head] = part
-    return x
+def _head_inputs(model, layer: int, streams: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{"q", "k", "v": (B, n, h, d/h)}: what the heads of block ``layer`` compute from the streams (B, n, d) entering
+    it, read at their hooks on a pass of the model's own forward through that block."""
+    run = HookRun(names=[f"blocks.{layer}.attn.hook_{part}" for part in "qkv"], record=True)
+    model.blocks_from(streams, layer, layer + 1, hooks=run)
+    return {part: run.store[f"blocks.{layer}.attn.hook_{part}"] for part in "qkv"}
+
+
+def _mlp_input(model, layer: int, resid_pre: torch.Tensor, resid_mid: torch.Tensor) -> torch.Tensor:
+    """(B, n, d): what the MLP of block ``layer`` reads (``hook_mlp_in``) when the stream before it is ``resid_mid``,
+    read on a pass of the model's own forward through that block with ``hook_resid_mid`` replaced (``resid_pre``, the
+    stream entering the block, only starts that pass: what its attention adds is replaced)."""
+    name = f"blocks.{layer}.hook_mlp_in"
+    run = HookRun([(f"blocks.{layer}.hook_resid_mid", lambda x, _: resid_mid)], names=[name], record=True)
+    model.blocks_from(resid_pre, layer, layer + 1, hooks=run)
+    return run.store[name]
 
 
 # ----------------------------------------------------------------------------------------------------- the checks
