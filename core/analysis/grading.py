@@ -246,23 +246,25 @@ def score_patching(model, examples: list[Pair], labels: list[Metric] | None = No
 
 def score_dla(model, examples: list[Pair], labels: list[Metric] | None = None, norm: float | None = None) -> Scores:
     """Each head's and MLP's direct logit difference answer - wrong (``direct_logit_attribution``), mean over
-    examples; the finding a share of the total size (``norm``, the trained model's, for a twin), the threshold
-    CARRIES of it. ``labels``: the nonsense task's, attributed on the same traces."""
-    total, fake = 0.0, 0.0
+    examples; the threshold CARRIES of the mean's total size. The finding is a share of ``norm`` (the trained
+    model's, for a twin): the total size of the bars the page draws for one example, mean over the examples (a
+    writer that only adds noise, pushing one way on one example and the other on the next, fills the bars and
+    leaves no mean). ``labels``: the nonsense task's, attributed on the same traces."""
+    total, fake, size = 0.0, 0.0, 0.0
     for e, bad in _each(examples, labels):
         tr, pos = trace(model, list(e.clean)), len(e.clean) - 1
         a = direct_logit_attribution(model, tr, e.answer, pos)
-        total = total + a.values - direct_logit_attribution(model, tr, e.wrong, pos).values
+        keep = [i for i, n in enumerate(a.names) if _is_component(n)]  # not the embedding, nor a W_O bias
+        v = (a.values - direct_logit_attribution(model, tr, e.wrong, pos).values)[keep]
+        total, size = total + v, size + float(np.abs(v).sum())
         if bad is not None:
             fake = fake + (direct_logit_attribution(model, tr, bad.answer, pos).values
-                           - direct_logit_attribution(model, tr, bad.wrong, pos).values)
-    keep = [i for i, n in enumerate(a.names) if _is_component(n)]  # not the embedding, nor a W_O bias
-    names, values = [a.names[i] for i in keep], total[keep] / len(examples)
-    own = float(np.abs(values).sum())
-    norm = own if norm is None else norm
+                           - direct_logit_attribution(model, tr, bad.wrong, pos).values)[keep]
+    names, values = [a.names[i] for i in keep], total / len(examples)
+    norm = size / len(examples) if norm is None else norm
     at = _largest(values, "share")
-    return Scores(names, values, CARRIES * own, "components", _effect(values / norm, "share"),
-                  _effect(fake[keep] / len(examples) / norm, "share") if labels is not None else math.nan, norm,
+    return Scores(names, values, CARRIES * float(np.abs(values).sum()), "components", _effect(values / norm, "share"),
+                  _effect(fake / len(examples) / norm, "share") if labels is not None else math.nan, norm,
                   "share", f"{names[at]} writes {share_text(values[at] / norm)} of the heads' and MLPs' direct "
                            "logit difference")
 

@@ -163,8 +163,8 @@ def failures(rows: list[dict]) -> dict[str, dict[str, list[str]]]:
         elif not r["stands"]:
             nulls = [w for c, w in (("random_twin", "a random-weight twin"), ("nonsense_task", "random labels"))
                      if _within(r, c)]
-            why = (f"its finding does not stand: {' and '.join(nulls) or 'a control'} "
-                   f"{'score' if len(nulls) > 1 else 'scores'} within the margin of it")
+            verb = "scores" if nulls == ["a random-weight twin"] else "score"  # random labels score
+            why = f"its finding does not stand: {' and '.join(nulls) or 'the controls'} {verb} within the margin of it"
         else:
             continue
         out.setdefault(r["method"], {}).setdefault(why, []).append(r["key"])
