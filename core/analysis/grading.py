@@ -52,10 +52,14 @@ claim, is larger than what the same method finds where there is nothing to find.
 
 Units: patching and path patching, restored logits over the trained model's summed gaps on the same examples (a
 twin's share of its own gap would be scale-free: a random net's tiny gap gives huge shares of nothing); DLA, the
-direct logit difference over the trained model's total |DLA| of the heads and MLPs (the size the threshold is a
-share of, so one unit and one margin with patching; the answer's own logit difference can be small while writers
-cancel); ablation and edge ablation, nats of the answer's (or the random token's) loss. The finding stands when it is
-at least the method's margin above both controls (``MARGINS``: CARRIES, 10 points, for shares; COPY_GAIN, 0.1 nats).
+mean direct logit difference over the trained model's total |DLA|: the size of the heads' and MLPs' bars the page
+draws for one example, mean over the examples (a share, so one unit and one margin with patching; the answer's own
+logit difference can be small while writers cancel; and a share of the mean's own size could not fail, as the
+largest of K writers holds at least 1/K of it, while a writer that only adds noise fills each example's bars and
+leaves no mean); ablation and edge ablation, nats of the answer's (or the random token's) loss. The finding stands
+when it is at least the method's margin above both controls (``MARGINS``: CARRIES, 10 points, for shares;
+COPY_GAIN, 0.1 nats). The controls' own noise at EXAMPLES examples is about 0.1 to 0.3 of a share on a random
+network, so on a random network used as "the model" the verdict is mostly, not always, "does not stand".
 """
 from __future__ import annotations
 
