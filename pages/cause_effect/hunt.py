@@ -188,4 +188,4 @@ def _table(name: str, method: str, seconds: float):
         g = gated(_grade, "grading a method")(name, method)
         st.markdown(f"Measured now on {G.EXAMPLES} examples in {g.seconds + g.control_seconds:.1f} s: AUROC "
                     f"{_f(g.auroc)}, precision {_f(g.precision)}, recall {_f(g.recall)}. The finding: "
-                    f"{g.scores.claim or 'none'}. {g.verdict}")
+                    f"{g.scores.claim or 'none'}. Verdict: {g.verdict}")
