@@ -73,8 +73,8 @@ def test_the_measured_table_and_its_failures(tmp_path):
         w.writerow(["key", "method", "auroc", "precision", "recall", "random_twin", "nonsense_task", "finding", "unit",
                     "margin", "stands", "note"])
         for key, method, auc, stands, finding, twin, nonsense, note in rows:
-            w.writerow([key, method, auc, auc, auc, twin, nonsense, finding, "share", "0.1" if auc else "", stands,
-                        note])
+            w.writerow([key, method, auc, auc, auc, twin, nonsense, finding, "share", "0.1" if finding else "",
+                        stands, note])
     got = read_grades(path)
     assert [r["stands"] for r in got] == [True, False, False, False, None, None] and math.isnan(got[4]["auroc"])
     assert (got[2]["finding"], got[2]["nonsense_task"], got[2]["margin"], got[2]["unit"]) == (0.5, 0.45, 0.1, "share")
@@ -84,7 +84,8 @@ def test_the_measured_table_and_its_failures(tmp_path):
     assert bad["dla"] == {"its finding does not stand: random labels score within the margin of it": ["b"],
                           "its finding does not stand: a random-weight twin and random labels score within the "
                           "margin of it": ["c"]}
-    assert bad["path_patching"] == {"no grade (the key holds nothing it scores)": ["b"]}
+    assert bad["path_patching"] == {  # a finding of 0 on a key with nothing to find: the right answer, said
+        "no grade (the key holds nothing it scores; rightly, its finding there does not stand)": ["b"]}
     assert bad["attribution_graph"] == {"not graded": ["b"]}
     assert stands_on(got) == {"dla": ["a"]}
     assert read_grades(tmp_path / "none.csv") == []

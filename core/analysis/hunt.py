@@ -23,6 +23,7 @@ GRADES_CSV = REPO_ROOT / "bench" / "results" / "answer-keys.csv"  # written by p
 RECOVERS = 0.9  # the issue's bar: a method recovers a key when its AUROC is at least this
 ARROW = "→"
 NODE_WORDS = {INPUT: "tokens", OUTPUT: "logits"}
+CONTROLS = {"random_twin": "a random-weight twin", "nonsense_task": "random labels"}  # the table's columns, in words
 
 
 @dataclass(frozen=True)
@@ -152,17 +153,19 @@ def _within(r: dict, control: str) -> bool:
 
 def failures(rows: list[dict]) -> dict[str, dict[str, list[str]]]:
     """For each method, the keys it fails on, grouped by why (in words): not graded at all, no grade (the key holds
-    nothing it scores), an AUROC below RECOVERS (the scores miss the key), or a finding that does not stand: the
-    method's largest score is not the margin above the largest it gives on the random twin, or on random labels."""
+    nothing it scores; said to be right when the finding there does not stand), an AUROC below RECOVERS (the scores
+    miss the key), or a finding that does not stand: the method's largest score is not the margin above the largest
+    it gives on the random twin, or on random labels."""
     out: dict[str, dict[str, list[str]]] = {}
     for r in rows:
         if r["stands"] is None:
             why = "not graded" if r["note"].startswith("not graded") else "no grade (the key holds nothing it scores)"
+            if why != "not graded" and math.isfinite(r["finding"]) and any(_within(r, c) for c in CONTROLS):
+                why = "no grade (the key holds nothing it scores; rightly, its finding there does not stand)"
         elif r["auroc"] < RECOVERS:
             why = f"its scores miss the key (AUROC below {RECOVERS})"
         elif not r["stands"]:
-            nulls = [w for c, w in (("random_twin", "a random-weight twin"), ("nonsense_task", "random labels"))
-                     if _within(r, c)]
+            nulls = [w for c, w in CONTROLS.items() if _within(r, c)]
             verb = "scores" if nulls == ["a random-weight twin"] else "score"  # random labels score
             why = f"its finding does not stand: {' and '.join(nulls) or 'the controls'} {verb} within the margin of it"
         else:
