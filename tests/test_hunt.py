@@ -63,19 +63,29 @@ def test_the_induction_head_is_the_later_end_of_the_head_to_head_edge():
 
 def test_the_measured_table_and_its_failures(tmp_path):
     path = tmp_path / "grades.csv"
-    rows = [("a", "dla", "1.0", "True", ""), ("a", "ablation", "0.5", "False", ""), ("b", "dla", "1.0", "False", ""),
-            ("b", "path_patching", "", "", "no grade: ..."), ("b", "attribution_graph", "", "", "not graded: ...")]
+    # key, method, auroc, stands, the finding, the twin's and the nonsense task's largest scores, note (margin 0.1)
+    rows = [("a", "dla", "1.0", "True", "0.9", "0.0", "0.1", ""), ("a", "ablation", "0.5", "False", "0.5", "0.0", "0.0", ""),
+            ("b", "dla", "1.0", "False", "0.5", "0.1", "0.45", ""), ("c", "dla", "1.0", "False", "0.5", "0.45", "0.42", ""),
+            ("b", "path_patching", "", "", "0.0", "0.0", "0.0", "no grade: ..."),
+            ("b", "attribution_graph", "", "", "", "", "", "not graded: ...")]
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["key", "method", "auroc", "precision", "recall", "random_twin", "nonsense_task", "stands", "note"])
-        for key, method, auc, stands, note in rows:
-            w.writerow([key, method, auc, auc, auc, "0.3" if auc else "", "1.0" if auc else "", stands, note])
+        w.writerow(["key", "method", "auroc", "precision", "recall", "random_twin", "nonsense_task", "finding", "unit",
+                    "margin", "stands", "note"])
+        for key, method, auc, stands, finding, twin, nonsense, note in rows:
+            w.writerow([key, method, auc, auc, auc, twin, nonsense, finding, "share", "0.1" if finding else "",
+                        stands, note])
     got = read_grades(path)
-    assert [r["stands"] for r in got] == [True, False, False, None, None] and math.isnan(got[3]["auroc"])
+    assert [r["stands"] for r in got] == [True, False, False, False, None, None] and math.isnan(got[4]["auroc"])
+    assert (got[2]["finding"], got[2]["nonsense_task"], got[2]["margin"], got[2]["unit"]) == (0.5, 0.45, 0.1, "share")
     bad = failures(got)
     assert set(bad) == {"ablation", "dla", "path_patching", "attribution_graph"}  # dla on a stands: no failure
-    assert bad["ablation"] == {"AUROC below 0.9": ["a"]}
-    assert bad["dla"] == {"AUROC high, but a null control scores as high": ["b"]}
+    assert bad["ablation"] == {"its scores miss the key (AUROC below 0.9)": ["a"]}
+    assert bad["dla"] == {"its finding does not stand: random labels score within the margin of it": ["b"],
+                          "its finding does not stand: a random-weight twin and random labels score within the "
+                          "margin of it": ["c"]}
+    assert bad["path_patching"] == {  # a finding of 0 on a key with nothing to find: the right answer, said
+        "no grade (the key holds nothing it scores; rightly, its finding there does not stand)": ["b"]}
     assert bad["attribution_graph"] == {"not graded": ["b"]}
     assert stands_on(got) == {"dla": ["a"]}
     assert read_grades(tmp_path / "none.csv") == []

@@ -46,7 +46,7 @@ def test_a_live_grade_says_its_verdict(open_page):
     at = _hunt(open_page, hunt_key="copy", hunt_method="dla")
     at.button(key="hunt_grade").click().run()
     assert not at.exception
-    assert "Measured now on 64 examples" in words(at) and "Verdict: the finding" in words(at)
+    assert "Measured now on 64 examples" in words(at) and "Verdict: The finding stands above both controls" in words(at)
 
 
 def test_a_key_gone_from_the_shelf_is_said_in_words(open_page):

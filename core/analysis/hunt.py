@@ -23,6 +23,7 @@ GRADES_CSV = REPO_ROOT / "bench" / "results" / "answer-keys.csv"  # written by p
 RECOVERS = 0.9  # the issue's bar: a method recovers a key when its AUROC is at least this
 ARROW = "→"
 NODE_WORDS = {INPUT: "tokens", OUTPUT: "logits"}
+CONTROLS = {"random_twin": "a random-weight twin", "nonsense_task": "random labels"}  # the table's columns, in words
 
 
 @dataclass(frozen=True)
@@ -127,32 +128,46 @@ def _num(x: str) -> float:
 
 
 def read_grades(path=None) -> list[dict]:
-    """The rows of bench/results/answer-keys.csv: key, method, auroc, precision, recall, random_twin,
-    nonsense_task (floats, NaN where empty), stands (True, False or None: no grade) and note. [] without the file."""
+    """The rows of bench/results/answer-keys.csv: key, method, auroc, precision, recall, random_twin, nonsense_task,
+    finding and margin (floats, NaN where empty; the last four in the finding's ``unit``, "share" or "nats"), stands
+    (True, False or None: no grade) and note. [] without the file."""
     path = Path(path) if path is not None else GRADES_CSV
     if not path.is_file():
         return []
     rows = []
     with open(path, newline="", encoding="utf-8") as fh:
         for r in csv.DictReader(fh):
-            out = {k: _num(r.get(k, "")) for k in ("auroc", "precision", "recall", "random_twin", "nonsense_task")}
-            out.update(key=r["key"], method=r["method"], note=r.get("note", ""),
+            out = {k: _num(r.get(k, "")) for k in ("auroc", "precision", "recall", "random_twin", "nonsense_task",
+                                                   "finding", "margin")}
+            out.update(key=r["key"], method=r["method"], note=r.get("note", ""), unit=r.get("unit", ""),
                        stands={"True": True, "False": False}.get(r.get("stands", "")))
             rows.append(out)
     return rows
 
 
+def _within(r: dict, control: str) -> bool:
+    """Whether a control's largest score comes within the margin of the finding (NaN: it cannot be told apart)."""
+    gap = r["finding"] - r[control]
+    return not gap >= r["margin"] - 1e-9  # a NaN anywhere compares False: within
+
+
 def failures(rows: list[dict]) -> dict[str, dict[str, list[str]]]:
-    """For each method, the keys it fails on, grouped by why (in words): a finding that does not stand above both
-    null controls, an AUROC below RECOVERS, no grade (the key holds nothing it scores), or not graded at all."""
+    """For each method, the keys it fails on, grouped by why (in words): not graded at all, no grade (the key holds
+    nothing it scores; said to be right when the finding there does not stand), an AUROC below RECOVERS (the scores
+    miss the key), or a finding that does not stand: the method's largest score is not the margin above the largest
+    it gives on the random twin, or on random labels."""
     out: dict[str, dict[str, list[str]]] = {}
     for r in rows:
         if r["stands"] is None:
             why = "not graded" if r["note"].startswith("not graded") else "no grade (the key holds nothing it scores)"
+            if why != "not graded" and math.isfinite(r["finding"]) and any(_within(r, c) for c in CONTROLS):
+                why = "no grade (the key holds nothing it scores; rightly, its finding there does not stand)"
         elif r["auroc"] < RECOVERS:
-            why = f"AUROC below {RECOVERS}"
+            why = f"its scores miss the key (AUROC below {RECOVERS})"
         elif not r["stands"]:
-            why = "AUROC high, but a null control scores as high"
+            nulls = [w for c, w in CONTROLS.items() if _within(r, c)]
+            verb = "scores" if nulls == ["a random-weight twin"] else "score"  # random labels score
+            why = f"its finding does not stand: {' and '.join(nulls) or 'the controls'} {verb} within the margin of it"
         else:
             continue
         out.setdefault(r["method"], {}).setdefault(why, []).append(r["key"])

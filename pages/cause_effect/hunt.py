@@ -20,7 +20,7 @@ from ui.compute import gated
 MODES = {"patching": "Patch a prompt pair", "hunt": "Hunt a known circuit (answer keys)"}
 EXAMPLES = 8     # examples of the task a method is run on here, live (the bench's table: G.EXAMPLES)
 LIVE_S = 30      # a live grade expected to take longer is refused, in words
-NUMBERS = ("AUROC", "precision", "recall", "random twin", "nonsense task")  # the table's columns of numbers
+NUMBERS = ("AUROC", "precision", "recall", "finding", "random twin", "nonsense task")  # the table's numbers
 SCORED = "hunt_scored"  # session state: {key name: the pick that was scored}; the key shows once it is there
 METHOD_WORDS = {"patching": "Activation patching", "ablation": "Switching each head off", "dla": "Direct logit "
                 "attribution", "path_patching": "Path patching (head → head)", "edge_ablation": "Cutting each edge",
@@ -157,22 +157,28 @@ def _table(name: str, method: str, seconds: float):
     if rows:
         st.dataframe(pd.DataFrame(
             [{"key": r["key"], "method": r["method"], "AUROC": r["auroc"], "precision": r["precision"],
-              "recall": r["recall"], "random twin": r["random_twin"], "nonsense task": r["nonsense_task"],
+              "recall": r["recall"], "finding": r["finding"], "random twin": r["random_twin"],
+              "nonsense task": r["nonsense_task"], "unit": r["unit"],
               "verdict": {True: "stands", False: "does not stand", None: "no grade"}[r["stands"]]} for r in rows]),
             hide_index=True, width="stretch", height=300, column_config={c: st.column_config.NumberColumn(format="%.2f")
                                                                          for c in NUMBERS})
         st.caption(f"Measured by `python -m bench.answer_keys` ({G.EXAMPLES} examples a grade; "
-                   "bench/results/answer-keys.csv). The controls are the same method's AUROC on a random-weight "
-                   f"twin of the model and on the task with its answers shuffled; a finding stands when it beats both "
-                   f"by {G.MARGIN}.")
-        good = stands_on(rows)
+                   "bench/results/answer-keys.csv). AUROC, precision and recall grade the method's scores against "
+                   "the key. The **finding** is the method's largest score, what its page would claim; the controls "
+                   "are the largest score the same method gives on a random-weight twin of the model and on the "
+                   "same examples measured on random tokens, in the same unit (a share of the trained model's "
+                   "answer, or nats of loss). A finding stands when it is at least "
+                   f"{100 * G.MARGINS['share']:.0f} points (shares) or {G.MARGINS['nats']:.1f} nats above both.")
+        good, bad = stands_on(rows), failures(rows)
         st.markdown("**Where the methods fail** (a failure is a result, not a bug):\n" + "\n".join(
-            f"- {METHOD_WORDS.get(m, m)}: " + "; ".join(f"{why} on {', '.join(keys)}" for why, keys in bad.items())
-            + (f". It stands on {', '.join(good[m])}." if m in good else ". It stands on no key.")
-            for m, bad in failures(rows).items()))
+            f"- {METHOD_WORDS.get(m, m)}: " + ("; ".join(f"{why} on {', '.join(keys)}" for why, keys in
+                                                     bad.get(m, {}).items()) or "fails on no key")
+            + (f". Its finding stands on {', '.join(good[m])}." if m in good else ". Its finding stands on no key.")
+            for m in dict.fromkeys(r["method"] for r in rows)))
     else:
         st.info("The measured table (bench/results/answer-keys.csv) is missing: run `python -m bench.answer_keys`.")
-    est = seconds / EXAMPLES * G.EXAMPLES * 3  # the method on G.EXAMPLES examples, then on its two controls
+    est = seconds / EXAMPLES * G.EXAMPLES * 2  # the method on G.EXAMPLES examples, then on the twin (the nonsense
+    #                                             labels are read off the method's own runs)
     if est > LIVE_S:
         st.info(f"Grading {METHOD_WORDS[method].lower()} on {name} live would take about {est:.0f} s, over the "
                 f"{LIVE_S} s a live grade may take here; its row above was measured by the bench.")
@@ -181,5 +187,5 @@ def _table(name: str, method: str, seconds: float):
         st.session_state.setdefault("hunt_graded", set()).add((name, method))
         g = gated(_grade, "grading a method")(name, method)
         st.markdown(f"Measured now on {G.EXAMPLES} examples in {g.seconds + g.control_seconds:.1f} s: AUROC "
-                    f"{_f(g.auroc)}, precision {_f(g.precision)}, recall {_f(g.recall)}; random twin "
-                    f"{_f(g.random_twin)}, nonsense task {_f(g.nonsense_task)}. Verdict: {g.verdict}.")
+                    f"{_f(g.auroc)}, precision {_f(g.precision)}, recall {_f(g.recall)}. The finding: "
+                    f"{g.scores.claim or 'none'}. Verdict: {g.verdict}")
