@@ -717,6 +717,16 @@ def bench_steering(quick: bool):
     steering.main(quick)
 
 
+def bench_peers(quick: bool):
+    """Issue 60's peers, each in its own environment (bench/peers/: python -m bench.peers.setup installs it):
+    run_with_cache against TransformerLens, the attribution graph against circuit-tracer, the SAE trainer against
+    SAELens; skipped, saying why, where the environment is missing."""
+    from bench.peers import rows
+
+    section("The field's libraries as peers (issue 60): TransformerLens, circuit-tracer, SAELens")
+    rows.main(quick, record, RESULTS, _peak_growth)
+
+
 def bench_classroom(quick: bool):
     """Issue 44's view: a student's Class page rerun (the question, 60 votes in the store, the vote box) against the
     home page's rerun in the same run, AppTest server time; the store on SQLite in a temporary folder."""
@@ -1002,10 +1012,10 @@ def _one_by_one(A, model, tcs, ids, k: int):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
-                                                 "over_training", "variants", "patching", "lesson"],
+                                                 "over_training", "variants", "patching", "lesson", "peers"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
                             "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
-                            "classroom", "forecast", "attribution", "explain"])
+                            "classroom", "forecast", "attribution", "explain", "peers"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

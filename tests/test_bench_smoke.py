@@ -17,6 +17,9 @@ SKIPPED = {
     # checks out the commit before core/nn/hooks.py as a git worktree and times fresh processes in both trees: it
     # writes to the repository's .git and needs its history, which a test must not assume
     "hooks": "adds a git worktree of an older commit to the repository",
+    # runs the field's libraries from bench/peers/.venv, which no test installs; tests/test_bench_peers.py checks the
+    # row skips, saying why, without it
+    "peers": "needs the peers' environment (python -m bench.peers.setup)",
 }
 # The pages row reruns every page of app.py (each one's first run and three reruns: over two minutes); here only the
 # pages its own branches name (a new pair, new prompts, the Inside page's position, the scaling slider), so that every
