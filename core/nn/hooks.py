@@ -116,7 +116,7 @@ class HookRun:
     name, None for every one, or nothing kept when ``record`` is False) and which functions to run on which hook.
     The model calls ``run(name, tensor)`` at each hook point it has and continues with what comes back."""
 
-    __slots__ = ("fns", "keep", "store", "_wants")
+    __slots__ = ("fns", "keep", "store", "_wants", "_any", "_record")
 
     def __init__(self, hooks: Iterable[tuple[str, HookFn]] = (), names=None, record: bool = False):
         self.fns: dict[str, list[HookFn]] = {}
@@ -125,8 +125,10 @@ class HookRun:
                 raise TypeError(f"a hook is a (name, function) pair, got {(name, fn)!r}")
             self.fns.setdefault(name, []).append(fn)
         self.keep = _predicate(names) if record else (lambda name: False)
+        self._record = record
         self.store: dict[str, torch.Tensor] = {}
         self._wants: dict[str, bool] = {}
+        self._any: dict[tuple, bool] = {}  # wants_any's answers: asked per block on every forward of a generation
 
     def wants(self, name: str) -> bool:
         """Whether anything reads or changes ``name`` in this run (the model skips work nobody asked for)."""
@@ -136,17 +138,27 @@ class HookRun:
         return w
 
     def wants_any(self, prefix: str, names: Iterable[str]) -> bool:
-        return any(self.wants(prefix + name) for name in names)
+        """Whether anything reads or changes ``prefix + name`` for any of ``names``; a tuple of names is answered once
+        per run (one lookup after that, where each name would be a string built and looked up)."""
+        if not isinstance(names, tuple):
+            return any(self.wants(prefix + name) for name in names)
+        w = self._any.get((prefix, names))
+        if w is None:
+            w = self._any[(prefix, names)] = any(self.wants(prefix + name) for name in names)
+        return w
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        for fn in self.fns.get(name, ()):
-            out = fn(x, name)
-            if out is not None:
-                if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-                    raise ValueError(f"the hook on {name} returned {getattr(out, 'shape', type(out).__name__)}; "
-                                     f"it must return a tensor of the shape it was given, {tuple(x.shape)} (or None)")
-                x = out
-        if self.keep(name):
+        fns = self.fns.get(name)
+        if fns is not None:
+            for fn in fns:
+                out = fn(x, name)
+                if out is not None:
+                    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+                        raise ValueError(f"the hook on {name} returned {getattr(out, 'shape', type(out).__name__)}; "
+                                         f"it must return a tensor of the shape it was given, {tuple(x.shape)} "
+                                         "(or None)")
+                    x = out
+        if self._record and self.keep(name):  # a run that records nothing asks no predicate
             self.store[name] = x
         return x
 
