@@ -42,6 +42,7 @@ def smallest(monkeypatch):
     peak = R.matmul_flops
     monkeypatch.setattr(R, "median_time", once)
     monkeypatch.setattr(R, "interleaved", lambda fns, rounds, reps: {k: once(f) for k, f in fns.items()})
+    monkeypatch.setattr(R, "cpu_times", lambda fns, rounds: {k: once(f) for k, f in fns.items()})
     monkeypatch.setattr(R, "matmul_flops", lambda n=1024, reps=20: peak(64, 1))
     monkeypatch.setattr(R, "RESULTS", [])
     monkeypatch.delenv("TE_CLASS_STORE", raising=False)  # recorded: the row's own setting is undone after

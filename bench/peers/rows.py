@@ -197,7 +197,7 @@ def sae_row(quick, record, peak_growth, peer, folder, model, tok) -> None:
     n = steps * SAE_BATCH
     threads = torch.get_num_threads()
     record(f"peers: TopK SAE training, {SAE_LATENTS} latents, k={SAE_K}, {steps} steps x {SAE_BATCH}, "
-           f"{threads} threads", n / o_s, n / p_s, "acts/s", target=1.5,
+           f"{threads} thread{'s' if threads != 1 else ''}", n / o_s, n / p_s, "acts/s", target=1.5,
            note=f"peer: SAELens {peer.hello['versions']['sae-lens']} SAETrainer, lr {SAE_LR} decayed over the last "
                 f"{steps // 5} steps; {len(train):,} training activations ({corpus})")
     record(f"peers: TopK SAE explained variance on {held_n:,} held-out activations", o_ev, p_ev, "EV", target=1.0,
