@@ -116,7 +116,7 @@ class HookRun:
     name, None for every one, or nothing kept when ``record`` is False) and which functions to run on which hook.
     The model calls ``run(name, tensor)`` at each hook point it has and continues with what comes back."""
 
-    __slots__ = ("fns", "keep", "store", "_wants", "_any", "_record")
+    __slots__ = ("fns", "keep", "store", "_wants", "_any", "_record", "_kept")
 
     def __init__(self, hooks: Iterable[tuple[str, HookFn]] = (), names=None, record: bool = False):
         self.fns: dict[str, list[HookFn]] = {}
@@ -129,6 +129,7 @@ class HookRun:
         self.store: dict[str, torch.Tensor] = {}
         self._wants: dict[str, bool] = {}
         self._any: dict[tuple, bool] = {}  # wants_any's answers: asked per block on every forward of a generation
+        self._kept: dict[str, bool] = {}  # keep's answers (a predicate is a Python call at every hook point)
 
     def wants(self, name: str) -> bool:
         """Whether anything reads or changes ``name`` in this run (the model skips work nobody asked for)."""
@@ -158,13 +159,17 @@ class HookRun:
                                          f"it must return a tensor of the shape it was given, {tuple(x.shape)} "
                                          "(or None)")
                     x = out
-        if self._record and self.keep(name):  # a run that records nothing asks no predicate
-            self.store[name] = x
+        if self._record:  # a run that records nothing asks no predicate
+            kept = self._kept.get(name)
+            if kept is None:
+                kept = self._kept[name] = bool(self.keep(name))
+            if kept:
+                self.store[name] = x
         return x
 
     def check_names(self, known: Iterable[str]):
         """ValueError naming a hook the model does not have (a typo would otherwise do nothing, silently)."""
-        known = frozenset(known)
+        known = known if isinstance(known, frozenset) else frozenset(known)
         unknown = sorted(set(self.fns) - known)
         if unknown:
             raise ValueError(f"this model has no hook {unknown[0]!r} (model.hook_names() lists its {len(known)} hooks)")

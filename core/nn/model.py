@@ -225,6 +225,7 @@ class Transformer(nn.Module):
         self.pos_emb = nn.Embedding(config.n_ctx, config.d_model) if config.positions else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self._block_hooks = tuple(block_hook_names(config))  # asked per block per forward: built once
+        self._hook_names = frozenset(hook_names(config))  # checked on every run_with_cache: built once
         # pre-norm leaves the stream's scale to grow, so it is normalised before the output map; post-norm's stream
         # leaves a LayerNorm already, and "none" has none
         self.ln_f = nn.LayerNorm(config.d_model, eps=config.ln_eps) if config.norm == "pre" else nn.Identity()
@@ -327,13 +328,13 @@ class Transformer(nn.Module):
         hook names, a predicate on a name, or None for all of them; a GPT-2's patterns at 1,024 tokens are 600 MB, so
         ask for what you read). ``hooks``: (name, fn) pairs that run too (the cache holds what they return)."""
         run = HookRun(hooks, names=names, record=True)
-        run.check_names(self.hook_names())
+        run.check_names(self._hook_names)
         if isinstance(names, (list, tuple, set, frozenset)):
-            unknown = sorted(set(names) - set(self.hook_names()))
+            unknown = sorted(set(names) - self._hook_names)
             if unknown:
                 raise ValueError(f"this model has no hook {unknown[0]!r} (model.hook_names() lists its hooks)")
         out = self(torch.as_tensor(idx), hooks=run, **kwargs)
-        return out.logits, ActivationCache(run.store, self.hook_names())
+        return out.logits, ActivationCache(run.store, self._hook_names)
 
     def run_with_hooks(self, idx, hooks=(), **kwargs) -> torch.Tensor:
         """The logits of a forward in which each (name, fn) of ``hooks`` runs at its hook point: ``fn(tensor, name)``
