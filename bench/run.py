@@ -23,6 +23,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+if __name__ == "__main__":
+    # `python -m bench.run` runs this file as __main__: the rows that import bench.run (bench.features, bench.steering,
+    # ...) must get this module, its RESULTS and record, not a second copy whose rows never reach the JSON
+    sys.modules["bench.run"] = sys.modules[__name__]
 
 from core.nn.config import LECTURE, ModelConfig  # noqa: E402
 from core.nn.model import Transformer  # noqa: E402
@@ -32,10 +36,23 @@ from core.serve.threads import page_threads, use_threads  # noqa: E402
 RESULTS: list[dict] = []
 
 
+def conditions() -> dict:
+    """What every row is measured under: torch's threads and the machine's load (1-minute average) now."""
+    return {"threads": torch.get_num_threads(), "load": round(os.getloadavg()[0], 2)}
+
+
+def section(title: str) -> str:
+    """A row's header, saying the threads it runs with (whatever --threads set) and the load."""
+    c = conditions()
+    line = f"\n{title}, {c['threads']} thread{'s' if c['threads'] != 1 else ''}, load {c['load']:.2f}"
+    print(line, flush=True)
+    return line
+
+
 def record(name, ours, peer, unit, target=None, higher_is_better=True, note=""):
     ratio = ours / peer if higher_is_better else peer / ours
     row = {"benchmark": name, "ours": ours, "peer": peer, "unit": unit, "ratio": ratio, "target": target,
-           "met": None if target is None else ratio >= target, "note": note}
+           "met": None if target is None else ratio >= target, "note": note, **conditions()}
     RESULTS.append(row)
     mark = "" if target is None else (" ✓" if row["met"] else " ✗")
     print(f"  {name:<52} ours {ours:>12.4g}  peer {peer:>12.4g} {unit:<9} ratio {ratio:5.2f}x"
@@ -63,6 +80,19 @@ def interleaved(fns: dict, rounds: int, reps: int) -> dict:
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def cpu_times(fns: dict, rounds: int) -> dict:
+    """The least thread CPU seconds per call of each function over alternating rounds: beside the wall clock's
+    medians, a figure the machine's load disturbs less (the time this thread waited for a core is not counted).
+    One torch thread: the calling thread does all of the work then."""
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t = time.thread_time()
+            f()
+            best[k] = min(best[k], time.thread_time() - t)
+    return best
+
+
 def gpt2_peer(cfg: ModelConfig):
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -80,7 +110,7 @@ def matmul_flops(n: int = 1024, reps: int = 20) -> float:
 
 
 def bench_train(quick: bool):
-    print("\nTraining throughput at the lecture's configuration (d=64, h=4, L=2, n_ctx=128, batch 32, AdamW)")
+    section("Training throughput at the lecture's configuration (d=64, h=4, L=2, n_ctx=128, batch 32, AdamW)")
     cfg = LECTURE
     torch.manual_seed(0)
     ours = Transformer(cfg).train()
@@ -125,7 +155,7 @@ def bench_train(quick: bool):
 
 @torch.no_grad()
 def bench_forward(quick: bool):
-    print("\nForward pass with the attention returned (batch 1): ours run_with_cache (every hook_attn_scores and hook_pattern) vs peer output_attentions=True")
+    section("Forward pass with the attention returned (batch 1): ours run_with_cache (every hook_attn_scores and hook_pattern) vs peer output_attentions=True")
     cfg = LECTURE
     ours = Transformer(cfg).eval()
     peer = gpt2_peer(cfg).eval()
@@ -146,7 +176,7 @@ def bench_generate(quick: bool):
     except ImportError:
         print("\n(generation benchmark skipped: core.analysis.sampling is not available)")
         return
-    print("\nGreedy generation that fills the context: 8-token prompt to n_ctx=128 tokens")
+    section("Greedy generation that fills the context: 8-token prompt to n_ctx=128 tokens")
     cfg = LECTURE
     torch.manual_seed(0)
     ours = Transformer(cfg).eval()
@@ -168,7 +198,10 @@ def bench_generate(quick: bool):
     assert torch.equal(a, b), "cached and uncached greedy decoding disagree"
     t = interleaved({"cached": ours_cached, "uncached": ours_uncached, "peer": peer_cached},
                     rounds=3, reps=2 if quick else 4)
-    record("generation to n_ctx: cache vs no cache", new / t["cached"], new / t["uncached"], "tok/s", target=2.0)
+    cpu = cpu_times({"cached": ours_cached, "uncached": ours_uncached}, 3 if quick else 6)
+    record("generation to n_ctx: cache vs no cache", new / t["cached"], new / t["uncached"], "tok/s", target=2.0,
+           note=f"(thread CPU time, least of rounds: {new / cpu['cached']:,.0f} vs {new / cpu['uncached']:,.0f} tok/s,"
+                f" {cpu['uncached'] / cpu['cached']:.2f}x{'' if torch.get_num_threads() == 1 else '; > 1 thread'})")
     record("generation to n_ctx: ours vs peer generate", new / t["cached"], new / t["peer"], "tok/s", target=1.5)
     slide = 2 * cfg.n_ctx - prompt.shape[1]
     ts = interleaved({"cached": lambda: generate(ours, prompt, slide, temperature=0.0),
@@ -186,7 +219,7 @@ def page_files() -> list[str]:
 def bench_pages(quick: bool):
     from streamlit.testing.v1 import AppTest
 
-    print("\nPage reruns with AppTest (server time of a rerun with the default input; median of several)")
+    section("Page reruns with AppTest (server time of a rerun with the default input; median of several)")
     print("  peer: the home page's rerun, the cheapest page, measured in the same run")
     reps = 3 if quick else 7
 
@@ -274,7 +307,7 @@ def bench_snapshots(quick: bool):
     if len(steps) < 2:
         print(f"\nSnapshots: {model} kept none; nothing to measure")
         return
-    print(f"\nSnapshots of {model} ({len(steps)} of them), a 128-character prompt, one thread")
+    section(f"Snapshots of {model} ({len(steps)} of them), a 128-character prompt")
     prompt = ("The old man walked slowly to the river and sat down by the water. " * 2)[:128]
 
     def page_time(page, state, box, text):
@@ -334,8 +367,8 @@ def bench_over_training(quick: bool):
 
 
 def bench_variants(quick: bool):
-    """Seconds per 1,000 training steps of each variant of the Why each piece study (core.training.variants), one
-    thread, batch 32 of 128 characters, against the lecture's model measured in the same alternating rounds."""
+    """Seconds per 1,000 training steps of each variant of the Why each piece study (core.training.variants), at
+    --threads, batch 32 of 128 characters, against the lecture's model measured in the same alternating rounds."""
     from core.data.corpus import read_text_file, shakespeare_path
     from core.training.recipes import TrainConfig
     from core.training.trainer import Trainer
@@ -347,7 +380,7 @@ def bench_variants(quick: bool):
         return
     text = read_text_file(path)[:200_000]  # the step's cost does not depend on the corpus's length
     steps = 5 if quick else 15
-    print(f"\nVariants: seconds per 1,000 steps (median of rounds of {steps} steps), one thread")
+    section(f"Variants: seconds per 1,000 steps (median of rounds of {steps} steps)")
     trainers = {}
     for v in VARIANTS:
         tr = Trainer(text, model_shape(v), TrainConfig.recipe("muon", steps=10**6, heads_interval=0, snapshots=0))
@@ -367,7 +400,7 @@ def bench_variants(quick: bool):
 
 
 def bench_patching(quick: bool):
-    """Issue 30's targets on the shipped character model at 64 tokens, one thread: the residual grid and the head
+    """Issue 30's targets on the shipped character model at 64 tokens: the residual grid and the head
     table, batched (one forward per stage, every position at once), against the same cells patched one at a time."""
     from core.analysis.patching import Metric, _forward, patch_heads, patch_residual
     from core.nn.checkpoint import load_checkpoint
@@ -391,7 +424,7 @@ def bench_patching(quick: bool):
 
     t = interleaved({"batched": lambda: patch_residual(model, clean, corrupt, metric), "loop": one_at_a_time},
                     rounds=2 if quick else 3, reps=1)
-    print("\nPatching, shipped character model, 64 tokens, one thread")
+    section("Patching, shipped character model, 64 tokens")
     record("residual grid, batched vs one patch a forward", t["batched"], t["loop"], "s", higher_is_better=False,
            note=f"(target: batched <= 0.5 s; {t['batched'] * 1e3:.0f} ms)")
     heads = median_time(lambda: patch_heads(model, clean, corrupt, metric, "z"), 3)
@@ -412,7 +445,7 @@ LESSON_ANSWERS = {  # step -> (widget kind, key prefix, value): what a learner a
 
 
 def bench_lesson(quick: bool):
-    """Issue 31's target: every lesson step renders in <= 300 ms server time on the shipped model, one thread: the
+    """Issue 31's target: every lesson step renders in <= 300 ms server time on the shipped model: the
     rerun that reveals the model's answer, on a prompt typed new for each round (nothing cached), median of rounds.
     Peer: the home page's rerun in the same run."""
     from streamlit.testing.v1 import AppTest
@@ -428,7 +461,7 @@ def bench_lesson(quick: bool):
     home.run()
     home_t = median_time(home.run, 5)
     at = fresh()
-    print("\nLesson steps: the reveal's rerun, a new prompt each round (server time, one thread)")
+    section("Lesson steps: the reveal's rerun, a new prompt each round (server time)")
     rounds = 2 if quick else 4
     for step, (kind, prefix, value) in LESSON_ANSWERS.items():
         times = []
@@ -477,8 +510,8 @@ def bench_patching_gpt2(quick: bool):
     single = median_time(lambda: metric(model, corrupt), 3)  # one forward of one 64-token row: a loop's cell
     # the batched stage includes its two recorded runs (clean, corrupted); the grid needs them once
     grid, loop = stages * (one_stage - 2 * single) + 2 * single, stages * n * single
-    print(f"\nPatching, GPT-2 small's shape (random weights), 64 tokens, one thread\n"
-          f"  one stage batched {one_stage:.1f} s, one 64-token forward {single:.2f} s")
+    section("Patching, GPT-2 small's shape (random weights), 64 tokens")
+    print(f"  one stage batched {one_stage:.1f} s, one 64-token forward {single:.2f} s")
     record("GPT-2 small residual grid, batched vs one patch a forward (extrapolated from one stage)", grid, loop, "s",
            higher_is_better=False, note=f"(target: <= 150 s; {grid:.0f} s)")
 
@@ -529,7 +562,7 @@ def bench_hooks(quick: bool):
     """The one forward with hook points against the commit before it, in the same run (bench/hooks.py)."""
     from bench import hooks
 
-    print("\nHook points (issue 41): each measurement in this tree and in the one before core/nn/hooks.py")
+    section("Hook points (issue 41): each measurement in this tree and in the one before core/nn/hooks.py")
     RESULTS.extend(hooks.main(["--quick"] if quick else []))
 
 
@@ -537,7 +570,7 @@ def bench_feature_views(quick: bool):
     """The Features page's card and prompt view against their 300 ms budget (bench/feature_views.py)."""
     from bench import feature_views
 
-    print("\nFeature views (issue 42): a unit's card and the prompt view, after the index is built")
+    section("Feature views (issue 42): a unit's card and the prompt view, after the index is built")
     feature_views.main(["--quick"] if quick else [], record=record)
 
 
@@ -576,7 +609,7 @@ def _index_bounds(quick: bool):
     from core.features.units import feature_units
     from core.nn.checkpoint import load_checkpoint, read_config
 
-    print("\nFeatures index bounds (issue 55): the estimate and the refusal, against a real index")
+    section("Features index bounds (issue 55): the estimate and the refusal, against a real index")
     folder = ROOT / "assets" / "models" / "shakespeare-char"
     model, tok = load_checkpoint(folder)
     model.eval()
@@ -618,7 +651,7 @@ def bench_explain(quick: bool):
     from core.features import explain as E
     from core.nn.checkpoint import load_checkpoint, read_config
 
-    print("\nExplanations (issue 58): rules searched and scored for every latent of the shipped SAE")
+    section("Explanations (issue 58): rules searched and scored for every latent of the shipped SAE")
     folder = ROOT / "assets" / "models" / "shakespeare-char"
     model, tok = load_checkpoint(folder)
     training = read_config(folder)[2]
@@ -696,8 +729,18 @@ def bench_steering(quick: bool):
     """A steered generation against the plain one of the same length, interleaved (bench/steering.py)."""
     from bench import steering
 
-    print("\nSteering (issue 42): the Generation page's text plain and steered with an SAE feature")
+    section("Steering (issue 42): the Generation page's text plain and steered with an SAE feature")
     steering.main(quick)
+
+
+def bench_peers(quick: bool):
+    """Issue 60's peers, each in its own environment (bench/peers/: python -m bench.peers.setup installs it):
+    run_with_cache against TransformerLens, the attribution graph against circuit-tracer, the SAE trainer against
+    SAELens; skipped, saying why, where the environment is missing."""
+    from bench.peers import rows
+
+    section("The field's libraries as peers (issue 60): TransformerLens, circuit-tracer, SAELens")
+    rows.main(quick, record, RESULTS, _peak_growth)
 
 
 def bench_classroom(quick: bool):
@@ -709,7 +752,7 @@ def bench_classroom(quick: bool):
 
     from core.serve.class_sqlite import SqliteStore
 
-    print("\nThe Class page (issue 44): a student's page with a round open and 60 votes in the store")
+    section("The Class page (issue 44): a student's page with a round open and 60 votes in the store")
     reps = 3 if quick else 7
     folder = Path(tempfile.mkdtemp(prefix="te-bench-class-"))
     os.environ["TE_CLASS_STORE"] = str(folder / "class.sqlite")
@@ -783,7 +826,7 @@ def bench_forecast(quick: bool):
     from core.training.study_files import SHIPPED_STUDY, read_meta, read_rows, rows_to_arrays
     from core.views.scaling_forecast import new_record, settle
 
-    print("\nForecasts (issue 45): the proposal and its score, the batched bootstrap, the two pages' reruns")
+    section("Forecasts (issue 45): the proposal and its score, the batched bootstrap, the two pages' reruns")
     reps = 3 if quick else 7
     meta, rows = read_meta(SHIPPED_STUDY), read_rows(SHIPPED_STUDY / "runs.csv")
     N, D, L = rows_to_arrays(rows)
@@ -832,7 +875,7 @@ def bench_attribution(quick: bool):
     from core.features.transcoder import load_transcoders, train_transcoder
     from core.nn.checkpoint import load_checkpoint, read_config
 
-    print("\nAttribution graphs (issue 46): the graph at 64 tokens, the page's rerun, the transcoders")
+    section("Attribution graphs (issue 46): the graph at 64 tokens, the page's rerun, the transcoders")
     folder = ROOT / "assets" / "models" / "shakespeare-char"
     model, tok = load_checkpoint(folder)
     model.eval()
@@ -944,7 +987,7 @@ def _graph_bounds(A, model, tok, tcs, ids, quick: bool):
     from core.analysis import attribution_cost as av
     from core.analysis.sae import SAE, SAEConfig
 
-    print("\nAttribution graph bounds (issue 55): the estimate and the refusal, against a real graph")
+    section("Attribution graph bounds (issue 55): the estimate and the refusal, against a real graph")
     dense = {}
     for layer, tc in tcs.items():
         t = SAE(SAEConfig(site=tc.config.site, d_in=tc.config.d_in, d_sae=tc.config.d_sae, kind="relu", k=12))
@@ -998,11 +1041,11 @@ def bench_null_controls(quick: bool):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", default=["train", "forward", "generate", "pages", "discovery", "snapshots",
-                                                 "over_training", "variants", "patching", "lesson"],
+                                                 "over_training", "variants", "patching", "lesson", "peers"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
                             "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
                             "classroom", "forecast", "attribution", "explain", "answer_keys",
-                            "null_controls"])
+                            "null_controls", "peers"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),
@@ -1010,13 +1053,34 @@ def main(argv=None):
                         "TE_TORCH_THREADS or 1)")
     args = p.parse_args(argv)
     use_threads(args.threads)
-    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads")
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} with {torch.get_num_threads()} threads, "
+          f"load {os.getloadavg()[0]:.2f}")
     for name in args.only:
-        globals()[f"bench_{name}"](args.quick)
-    if args.json:
-        Path(args.json).write_text(json.dumps(RESULTS, indent=2))
+        run_row(name, args.quick, args.threads)
+        if args.json:  # after every row: a row that fails, or a run cut short, still leaves the rows before it
+            Path(args.json).write_text(json.dumps(RESULTS, indent=2, default=str))
     return RESULTS
 
 
+def run_row(name: str, quick: bool, threads: int) -> None:
+    """Runs the row ``bench_<name>``; a failure becomes a row of its own (its error and traceback), and the rows
+    after it still run. Every row it recorded gets the conditions it ran under (threads, load) where it lacks them.
+    The threads are set again first: a row may change them (the transcoders use every core)."""
+    import traceback
+
+    use_threads(threads)
+    first = len(RESULTS)
+    try:
+        globals()[f"bench_{name}"](quick)
+    except Exception as e:  # noqa: BLE001 - any failure of a row is recorded, and the next row runs
+        print(f"  row {name} FAILED: {type(e).__name__}: {e}", flush=True)
+        RESULTS.append({"benchmark": f"row {name}", "row": name, "error": f"{type(e).__name__}: {e}",
+                        "traceback": traceback.format_exc(limit=8), "met": False})
+    for r in RESULTS[first:]:
+        r.setdefault("row", name)
+        for k, v in conditions().items():
+            r.setdefault(k, v)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(1 if any("error" in r for r in main()) else 0)

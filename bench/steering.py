@@ -69,7 +69,7 @@ def setup():
 
 def texts(quick: bool = False, parts=None) -> dict:
     """{"plain": s, "steered": s}: median seconds of one text of each kind, in alternating rounds."""
-    from bench.run import interleaved
+    from bench.run import cpu_times, interleaved
     from core.analysis import generation as G
     from core.features.steering import DEFAULT_ALPHA, feature_hooks
 
@@ -78,7 +78,9 @@ def texts(quick: bool = False, parts=None) -> dict:
     plain = lambda: G.draw(model, ids, N_NEW, 1.0, seed=0, chars=tok.pieces)  # noqa: E731
     steered = lambda: G.draw(model, ids, N_NEW, 1.0, seed=0, chars=tok.pieces, hooks=hooks)  # noqa: E731
     rounds, reps = (4, 2) if quick else (16, 2)  # many short rounds: this machine's load drifts within seconds
-    return interleaved({"plain": plain, "steered": steered}, rounds, reps)
+    t = interleaved({"plain": plain, "steered": steered}, rounds, reps)
+    cpu = cpu_times({"plain": plain, "steered": steered}, rounds // 2)  # beside it: the load disturbs it less
+    return {**t, "cpu_plain": cpu["plain"], "cpu_steered": cpu["steered"]}
 
 
 def tenth(values) -> float:
@@ -151,7 +153,8 @@ def main(quick: bool = False, write: bool = False) -> list[dict]:
     row = record(f"steering adds ≤ 10% to a generation ({N_NEW} chars)", t["steered"], t["plain"], "s",
                  target=round(TARGET, 3), higher_is_better=False,
                  note=f"(plain {t['plain'] * 1e3:.0f} ms, steered {t['steered'] * 1e3:.0f} ms: "
-                      f"{(t['steered'] / t['plain'] - 1) * 100:+.1f}%)")
+                      f"{(t['steered'] / t['plain'] - 1) * 100:+.1f}%; thread CPU time, least of rounds: "
+                      f"{(t['cpu_steered'] / t['cpu_plain'] - 1) * 100:+.1f}%)")
     seeds = 8 if quick else SEEDS
     rows = sweep(parts, seeds)
     text = table(rows, parts[4], seeds)

@@ -17,6 +17,9 @@ SKIPPED = {
     # checks out the commit before core/nn/hooks.py as a git worktree and times fresh processes in both trees: it
     # writes to the repository's .git and needs its history, which a test must not assume
     "hooks": "adds a git worktree of an older commit to the repository",
+    # runs the field's libraries from bench/peers/.venv, which no test installs; tests/test_bench_peers.py checks the
+    # row skips, saying why, without it
+    "peers": "needs the peers' environment (python -m bench.peers.setup)",
 }
 # The pages row reruns every page of app.py (each one's first run and three reruns: over two minutes); here only the
 # pages its own branches name (a new pair, new prompts, the Inside page's position, the scaling slider), so that every
@@ -40,6 +43,7 @@ def smallest(monkeypatch):
     peak = R.matmul_flops
     monkeypatch.setattr(R, "median_time", once)
     monkeypatch.setattr(R, "interleaved", lambda fns, rounds, reps: {k: once(f) for k, f in fns.items()})
+    monkeypatch.setattr(R, "cpu_times", lambda fns, rounds: {k: once(f) for k, f in fns.items()})
     monkeypatch.setattr(R, "matmul_flops", lambda n=1024, reps=20: peak(64, 1))
     monkeypatch.setattr(R, "RESULTS", [])
     monkeypatch.delenv("TE_CLASS_STORE", raising=False)  # recorded: the row's own setting is undone after

@@ -116,7 +116,7 @@ class HookRun:
     name, None for every one, or nothing kept when ``record`` is False) and which functions to run on which hook.
     The model calls ``run(name, tensor)`` at each hook point it has and continues with what comes back."""
 
-    __slots__ = ("fns", "keep", "store", "_wants")
+    __slots__ = ("fns", "keep", "store", "_wants", "_any", "_record", "_kept")
 
     def __init__(self, hooks: Iterable[tuple[str, HookFn]] = (), names=None, record: bool = False):
         self.fns: dict[str, list[HookFn]] = {}
@@ -125,8 +125,11 @@ class HookRun:
                 raise TypeError(f"a hook is a (name, function) pair, got {(name, fn)!r}")
             self.fns.setdefault(name, []).append(fn)
         self.keep = _predicate(names) if record else (lambda name: False)
+        self._record = record
         self.store: dict[str, torch.Tensor] = {}
         self._wants: dict[str, bool] = {}
+        self._any: dict[tuple, bool] = {}  # wants_any's answers: asked per block on every forward of a generation
+        self._kept: dict[str, bool] = {}  # keep's answers (a predicate is a Python call at every hook point)
 
     def wants(self, name: str) -> bool:
         """Whether anything reads or changes ``name`` in this run (the model skips work nobody asked for)."""
@@ -136,23 +139,37 @@ class HookRun:
         return w
 
     def wants_any(self, prefix: str, names: Iterable[str]) -> bool:
-        return any(self.wants(prefix + name) for name in names)
+        """Whether anything reads or changes ``prefix + name`` for any of ``names``; a tuple of names is answered once
+        per run (one lookup after that, where each name would be a string built and looked up)."""
+        if not isinstance(names, tuple):
+            return any(self.wants(prefix + name) for name in names)
+        w = self._any.get((prefix, names))
+        if w is None:
+            w = self._any[(prefix, names)] = any(self.wants(prefix + name) for name in names)
+        return w
 
     def __call__(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        for fn in self.fns.get(name, ()):
-            out = fn(x, name)
-            if out is not None:
-                if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-                    raise ValueError(f"the hook on {name} returned {getattr(out, 'shape', type(out).__name__)}; "
-                                     f"it must return a tensor of the shape it was given, {tuple(x.shape)} (or None)")
-                x = out
-        if self.keep(name):
-            self.store[name] = x
+        fns = self.fns.get(name)
+        if fns is not None:
+            for fn in fns:
+                out = fn(x, name)
+                if out is not None:
+                    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+                        raise ValueError(f"the hook on {name} returned {getattr(out, 'shape', type(out).__name__)}; "
+                                         f"it must return a tensor of the shape it was given, {tuple(x.shape)} "
+                                         "(or None)")
+                    x = out
+        if self._record:  # a run that records nothing asks no predicate
+            kept = self._kept.get(name)
+            if kept is None:
+                kept = self._kept[name] = bool(self.keep(name))
+            if kept:
+                self.store[name] = x
         return x
 
     def check_names(self, known: Iterable[str]):
         """ValueError naming a hook the model does not have (a typo would otherwise do nothing, silently)."""
-        known = frozenset(known)
+        known = known if isinstance(known, frozenset) else frozenset(known)
         unknown = sorted(set(self.fns) - known)
         if unknown:
             raise ValueError(f"this model has no hook {unknown[0]!r} (model.hook_names() lists its {len(known)} hooks)")

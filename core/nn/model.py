@@ -36,18 +36,23 @@ class KVCache:
         shape = (config.n_layers, batch, config.n_heads, config.n_ctx, config.d_head)  # (L, B, h, n_ctx, d/h)
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
+        # each layer's (B, h, n_ctx, d/h) view, made once and written and read through ``narrow``: one op each, where
+        # indexing [layer, :, :, a:b] is four (a decoding step of the lecture's model is a few dozen small ops)
+        self._layers = [(self.k[l], self.v[l]) for l in range(config.n_layers)]
         self.length = 0  # positions filled so far
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Write this call's (B, h, n, d/h) keys and values after the cached ones; return all of them."""
-        end = self.length + k.shape[2]
-        self.k[layer, :, :, self.length:end] = k
-        self.v[layer, :, :, self.length:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, h, length + n, d/h) views
+        n, end = k.shape[2], self.length + k.shape[2]
+        ks, vs = self._layers[layer]
+        ks.narrow(2, self.length, n).copy_(k)
+        vs.narrow(2, self.length, n).copy_(v)
+        return ks.narrow(2, 0, end), vs.narrow(2, 0, end)  # (B, h, length + n, d/h) views
 
     def __getitem__(self, layer: int):
         """(keys, values) of a layer so far, each (B, h, length, d/h)."""
-        return self.k[layer, :, :, :self.length], self.v[layer, :, :, :self.length]
+        ks, vs = self._layers[layer]
+        return ks.narrow(2, 0, self.length), vs.narrow(2, 0, self.length)
 
 
 def future_mask(n: int, n_k: int | None = None, device=None) -> torch.Tensor:
@@ -101,7 +106,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:  # incremental decoding: the cached keys and values come first
             k, v = cache.append(layer, k, v)  # (B, h, n_past + n, d/h) each
         written = hooks.wants_any(pre, ("hook_attn_scores", "hook_pattern"))  # the fused kernel never forms them
-        if last_query and not written:
+        if last_query and not written and n > 1:  # (a cached decoding step has one query already)
             q, n = q[:, :, -1:], 1  # (B, h, n, d/h) -> (B, h, 1, d/h): the last query sees every key
         n_k = k.shape[2]
         if written or self.mask == "after_softmax":  # the weights written out (the variant has no fused kernel)
@@ -192,7 +197,7 @@ class Block(nn.Module):
         # pre-norm residual updates: the stream x is read from and added to, never overwritten
         u = x if self.post else layer_norm(self.ln1, x, hooks, pre + "ln1.hook_scale")
         a = self.attn(u, cache=cache, layer=layer, last_query=last_only, hooks=hooks)
-        if last_only:
+        if last_only and x.shape[1] > 1:
             x = x[:, -1:]  # (B, n, d) -> (B, 1, d)
         a = hooks(pre + "hook_attn_out", a)
         x = self._add(x, a, self.ln1, hooks, pre + "ln1.hook_scale")
@@ -220,6 +225,7 @@ class Transformer(nn.Module):
         self.pos_emb = nn.Embedding(config.n_ctx, config.d_model) if config.positions else None
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self._block_hooks = tuple(block_hook_names(config))  # asked per block per forward: built once
+        self._hook_names = frozenset(hook_names(config))  # checked on every run_with_cache: built once
         # pre-norm leaves the stream's scale to grow, so it is normalised before the output map; post-norm's stream
         # leaves a LayerNorm already, and "none" has none
         self.ln_f = nn.LayerNorm(config.d_model, eps=config.ln_eps) if config.norm == "pre" else nn.Identity()
@@ -305,7 +311,9 @@ class Transformer(nn.Module):
         x = self.blocks_from(self.embed(idx, offset, hooks), 0, cache=cache, last_only=shortcut, hooks=hooks)
         if cache is not None:
             cache.length += n
-        logits = self.readout(x[:, -1:] if last_only else x, hooks)  # (B, n, m), or (B, 1, m)
+        # (B, n, m), or (B, 1, m); the shortcut's last block already left (B, 1, d): no slice of it (a decoding step
+        # is a few dozen small ops, each a few microseconds)
+        logits = self.readout(x[:, -1:] if last_only and x.shape[1] > 1 else x, hooks)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(B * n, -1), targets.reshape(B * n).to(logits.device))  # (B*n, m) vs (B*n,)
@@ -320,13 +328,13 @@ class Transformer(nn.Module):
         hook names, a predicate on a name, or None for all of them; a GPT-2's patterns at 1,024 tokens are 600 MB, so
         ask for what you read). ``hooks``: (name, fn) pairs that run too (the cache holds what they return)."""
         run = HookRun(hooks, names=names, record=True)
-        run.check_names(self.hook_names())
+        run.check_names(self._hook_names)
         if isinstance(names, (list, tuple, set, frozenset)):
-            unknown = sorted(set(names) - set(self.hook_names()))
+            unknown = sorted(set(names) - self._hook_names)
             if unknown:
                 raise ValueError(f"this model has no hook {unknown[0]!r} (model.hook_names() lists its hooks)")
         out = self(torch.as_tensor(idx), hooks=run, **kwargs)
-        return out.logits, ActivationCache(run.store, self.hook_names())
+        return out.logits, ActivationCache(run.store, self._hook_names)
 
     def run_with_hooks(self, idx, hooks=(), **kwargs) -> torch.Tensor:
         """The logits of a forward in which each (name, fn) of ``hooks`` runs at its hook point: ``fn(tensor, name)``
