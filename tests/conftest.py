@@ -1,19 +1,11 @@
+import ast
 import os
 import sys
+from pathlib import Path
 
-# bytecode caches kept even where PYTHONDONTWRITEBYTECODE is set (this dev box sets it): without them every test
-# worker compiles each module from source and rewrites the asserts of all ~190 test files again at collection,
-# about 11 s of CPU per worker on each run (pytest keeps its rewritten test files beside the .pyc files, in the
-# gitignored __pycache__ folders); the processes the tests start inherit it
-sys.dont_write_bytecode = False
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-
-import ast  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
