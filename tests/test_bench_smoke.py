@@ -1,8 +1,8 @@
 """Smoke test of ``python -m bench.run`` (issue 55: ``--only lesson`` called an AppTest method that does not exist, and
 no test imported bench/run.py). Every row runs through bench.run's own command line with ``--quick`` and one thread,
 and with bench.run's timing helpers cut to one call each (median_time and interleaved time a single call, the matmul
-peak is measured on 64 x 64), and the slowest rows' sizes cut (see ``smallest``): the numbers mean nothing here, what is checked is that each row runs to its end and
-records its rows. Slow lane."""
+peak is measured on 64 x 64) and the slowest rows' sizes cut (see ``smallest``): the numbers mean nothing here, what
+is checked is that each row runs to its end and records its rows. Slow lane."""
 import argparse
 import math
 import time
