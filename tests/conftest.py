@@ -128,11 +128,16 @@ def ray_local():
 
 
 # The files that take longest, started first: with the suite spread over the cores (pytest.ini: -n auto
-# --dist loadfile, whole files per worker), a long file collected last would run alone at the end while the
-# other workers sit idle. Within a file the order stays as written.
-LONG_FILES_FIRST = ("test_induction_live.py", "test_study_shipped.py", "test_browser.py", "test_replicas.py",
-                    "test_browser_attention.py", "test_browser_training.py", "test_training_job.py",
-                    "test_browser_pages.py", "test_page_training.py", "test_study.py", "test_load.py")
+# --dist loadfile --no-loadscope-reorder, whole files per worker, handed out in this order), a long file handed out
+# last would run alone at the end while the other workers sit idle. Within a file the order stays as written. The
+# order is the files' total time in a quiet full run (pytest --junitxml, its test times summed per file), longest
+# first; a file not named here follows in alphabetical order.
+LONG_FILES_FIRST = ("test_induction_live.py", "test_bench_smoke.py", "test_bad_input.py", "test_replicas.py",
+                    "test_browser.py", "test_training_job.py", "test_study.py", "test_browser_attention.py",
+                    "test_browser_training.py", "test_browser_pages.py", "test_browser_forecast.py",
+                    "test_page_scaling_fit.py", "test_page_training.py", "test_browser_class_hall.py",
+                    "test_browser_classroom.py", "test_study_job.py", "test_command_lines.py", "test_load.py",
+                    "test_features_bounds.py", "test_links_pages.py")
 
 
 def pytest_collection_modifyitems(config, items):

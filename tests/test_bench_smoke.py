@@ -1,8 +1,8 @@
 """Smoke test of ``python -m bench.run`` (issue 55: ``--only lesson`` called an AppTest method that does not exist, and
 no test imported bench/run.py). Every row runs through bench.run's own command line with ``--quick`` and one thread,
 and with bench.run's timing helpers cut to one call each (median_time and interleaved time a single call, the matmul
-peak is measured on 64 x 64): the numbers mean nothing here, what is checked is that each row runs to its end and
-records its rows. Slow lane."""
+peak is measured on 64 x 64) and the slowest rows' sizes cut (see ``smallest``): the numbers mean nothing here, what
+is checked is that each row runs to its end and records its rows. Slow lane."""
 import argparse
 import math
 import time
@@ -10,7 +10,12 @@ import time
 import pytest
 import torch
 
+import bench.over_training
 import bench.run as R
+import bench.steering
+import core.analysis.forecast
+import core.analysis.scaling
+import core.training.variants
 
 # Rows the smoke test leaves out, and why (each is run by ``python -m bench.run --only <row> --quick`` by hand):
 SKIPPED = {
@@ -46,6 +51,18 @@ def smallest(monkeypatch):
     monkeypatch.setattr(R, "cpu_times", lambda fns, rounds: {k: once(f) for k, f in fns.items()})
     monkeypatch.setattr(R, "matmul_flops", lambda n=1024, reps=20: peak(64, 1))
     monkeypatch.setattr(R, "RESULTS", [])
+    # the rows' sizes cut where they set only how long a row takes, not which of its lines run: the variants' steps
+    # on 16-token windows (each variant's own switches kept), 20 new characters a steered text, the over training
+    # page's big model 2 layers of 64 wide, the scaling fits and bootstraps from every 15th start of the grid, the
+    # forecast row's one-by-one bootstrap on 1 resample
+    shape, grid = core.training.variants.model_shape, core.analysis.scaling.start_grid
+    boot = core.analysis.scaling.bootstrap_fit
+    monkeypatch.setattr(core.training.variants, "model_shape", lambda v: dict(shape(v), n_ctx=16))
+    monkeypatch.setattr(bench.steering, "N_NEW", 20)
+    monkeypatch.setattr(bench.over_training, "BIG_SHAPE", dict(bench.over_training.BIG_SHAPE, d_model=64, n_layers=2))
+    for module in (core.analysis.scaling, core.analysis.forecast):  # forecast's batched bootstrap: its own import
+        monkeypatch.setattr(module, "start_grid", lambda: grid()[::15])
+    monkeypatch.setattr(core.analysis.scaling, "bootstrap_fit", lambda *a, resamples=200, **k: boot(*a, resamples=1, **k))
     monkeypatch.delenv("TE_CLASS_STORE", raising=False)  # recorded: the row's own setting is undone after
     threads = torch.get_num_threads()
     yield
