@@ -142,6 +142,14 @@ ON_DEMAND = {  # key: (page, how to make the box appear)
     "class_own_choices": ("pages/classroom.py", _reveal_class_own),
 }
 ALWAYS = [(page, key) for page, keys in sorted(EXPECTED.items()) for key in sorted(keys) if key not in ON_DEMAND]
+# the boxes whose eight reruns take longest (5 to 16 s each on a quiet 2-core machine, a full run's junit): typed into
+# in the full suite (CI), left out of the fast lane, which keeps every other box and each page's own tests
+HEAVY = {"scal_paste", "train_save_name", "var_save_name", "attr_prompt", "gen_prompt", "feat_prompt", "over_prompt"}
+
+
+def heavy(*values):
+    """A parameter marked slow when its box is one of HEAVY."""
+    return pytest.param(*values, marks=pytest.mark.slow) if values[-1] in HEAVY else pytest.param(*values)
 
 
 # ------------------------------------------------------------------ checks
@@ -193,7 +201,7 @@ def assert_boxes_as_scanned(at, page):
     assert always <= shown, f"{page}: {always - shown} not on the page when opened: list them in ON_DEMAND"
 
 
-@pytest.mark.parametrize("page, key", ALWAYS)
+@pytest.mark.parametrize("page, key", [heavy(page, key) for page, key in ALWAYS])
 def test_bad_prompt_never_raises(page, key, open_page, tmp_path):
     """Every bad prompt typed in turn into one session's box (each one a rerun of the page); first, the page as
     opened shows the boxes the scan found (``test_every_page_is_covered`` checks the pages without such a box)."""
@@ -203,9 +211,8 @@ def test_bad_prompt_never_raises(page, key, open_page, tmp_path):
         type_in(at, page, key, name)
 
 
-# the Why each piece page's box appears only after a real run: slow, as the other training tests (it runs in CI)
-@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) if k == "var_save_name" else k
-                                 for k in ON_DEMAND])
+# the Why each piece page's box appears only after a real run: slow (HEAVY), as the other training tests
+@pytest.mark.parametrize("key", [heavy(k) for k in ON_DEMAND])
 def test_bad_prompts_in_boxes_that_appear_on_demand(key, open_page, tmp_path):
     page, reveal = ON_DEMAND[key]
     at = open_page(page, timeout=90, models_dir=tmp_path / "models")
