@@ -550,6 +550,11 @@ def bench_features(quick: bool):
     _index_bounds(quick)
 
 
+def bench_sae_train(quick: bool):
+    from bench import sae_train
+    sae_train.main(quick)
+
+
 def _peak_growth(fn):
     """(fn's result, seconds, how far this process's peak resident memory rose while it ran, MiB): Linux's VmHWM,
     reset through /proc/self/clear_refs (None where that cannot be done)."""
@@ -988,7 +993,7 @@ def main(argv=None):
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
                             "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
-                            "classroom", "forecast", "attribution", "explain"])
+                            "classroom", "forecast", "attribution", "explain", "sae_train"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

@@ -23,7 +23,8 @@ SKIPPED = {
 # line of the row runs. Every page's own rerun is tested by its tests/test_page_*.py.
 PAGES = ("pages/cause_effect.py", "pages/attention.py", "pages/generation.py", "pages/inside.py", "pages/scaling.py")
 ROWS = ["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training", "variants", "patching",
-        "lesson", "feature_views", "features", "steering", "classroom", "forecast", "attribution", "explain"]
+        "lesson", "feature_views", "features", "steering", "classroom", "forecast", "attribution", "explain",
+        "sae_train"]
 
 
 def once(fn, reps=1) -> float:
