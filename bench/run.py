@@ -550,6 +550,11 @@ def bench_features(quick: bool):
     _index_bounds(quick)
 
 
+def bench_precision(quick: bool):
+    from bench import precision
+    precision.main(quick)
+
+
 def bench_sae_train(quick: bool):
     from bench import sae_train
     sae_train.main(quick)
@@ -993,7 +998,7 @@ def main(argv=None):
                                                  "over_training", "variants", "patching", "lesson"],
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
                             "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
-                            "classroom", "forecast", "attribution", "explain", "sae_train"])
+                            "classroom", "forecast", "attribution", "explain", "sae_train", "precision"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

@@ -141,3 +141,55 @@ def test_an_auto_sae_run_records_its_precision_and_probes_once(tmp_path, monkeyp
         assert calls == [False, False]
     with pytest.raises(ValueError):
         T.SAESettings(precision="bfloat16")  # never bf16 by the setting alone
+
+
+def _lm_losses(precision: str, steps: int = 6) -> list[float]:
+    from core.nn.config import LECTURE
+    from core.training.recipes import TrainConfig
+    from core.training.trainer import Trainer
+
+    g = torch.Generator().manual_seed(0)
+    text = "".join(chr(97 + i) for i in torch.randint(20, (6_000,), generator=g).tolist())
+    shape = {**LECTURE.to_dict(), "d_model": 32, "n_ctx": 32, "d_ff": 64}
+    shape.pop("vocab_size")
+    tc = TrainConfig(batch_size=8, steps=steps, seed=0, warmup=1, heads_interval=0, snapshots=0, eval_batches=2)
+    tr = Trainer(text, shape, tc)
+    tr.precision = precision  # imposed for the comparison (a run's own comes from the probe)
+    return [tr.step()["loss"] for _ in range(steps)]
+
+
+def test_bf16_and_fp32_training_steps_agree_within_one_percent():
+    l32, l16 = _lm_losses(P.FP32), _lm_losses(P.BF16)
+    assert l32[-1] < l32[0]  # it trained
+    assert l16 != l32  # bf16 really ran (its rounding shows)
+    for a, b in zip(l32, l16):
+        assert abs(a - b) <= 0.01 * a, (l32, l16)  # stated tolerance: 1 % of each step's loss
+
+
+def test_attention_stays_fp32_under_a_bf16_autocast():
+    from core.nn.model import sdpa
+
+    q = torch.randn(1, 2, 5, 4)
+    with P.autocast(P.BF16):
+        assert torch.nn.functional.linear(q, torch.randn(4, 4)).dtype == torch.bfloat16  # autocast is on
+        y = sdpa(q.bfloat16(), q.bfloat16(), q.bfloat16(), is_causal=True)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, torch.nn.functional.scaled_dot_product_attention(
+        q.bfloat16().float(), q.bfloat16().float(), q.bfloat16().float(), is_causal=True))
+
+
+def test_a_trainer_with_auto_records_the_probes_choice(tmp_path, monkeypatch):
+    from core.training.trainer import Trainer, training_record
+
+    monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path))
+    from core.training.recipes import TrainConfig
+    text = "".join(chr(97 + i % 7) for i in range(3_000))
+    tc = TrainConfig(batch_size=4, steps=2, seed=0, heads_interval=0, snapshots=0, eval_batches=1)
+    shape = {"n_ctx": 16, "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+    tr = Trainer(text, shape, tc, precision="auto")
+    assert tr.precision in (P.FP32, P.BF16) and tr.precision_probe["probed"] == P.has_bf16_units()
+    tr.step()
+    assert training_record(tr, "t", len(text), 1.0)["precision"] == tr.precision
+    assert Trainer(text, shape, tc).precision == P.FP32  # the default: fp32, nothing probed
+    if P.has_bf16_units():
+        assert not Trainer(text, shape, tc, precision="auto").precision_probe["probed"]  # read from the cache

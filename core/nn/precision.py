@@ -5,7 +5,7 @@ A CPU with bf16 units (the ``avx512_bf16`` or ``amx_bf16`` flag) multiplies bf16
 one without them emulates bf16 and runs it 44-499x *slower* (pytorch#146508), and even with them some kernels are
 slower in bf16 (the CPU flash-attention backward: 5x). So no flag decides: ``choose`` first checks the CPU flag
 (no flag: float32, nothing run), then times a few steps of the run in each precision on copies of its tensors
-(``probe(dtype) -> (seconds, loss)``) and picks bf16 only when it is at least ``MIN_GAIN`` faster and its loss is
+(``probe(precision) -> (seconds of a step, loss)``) and picks bf16 only when it is at least ``MIN_GAIN`` faster and its loss is
 within ``LOSS_TOL`` of fp32's. The choice is kept in a small JSON file (``precision.json``, under the folder the
 caller names: the models folder) keyed by the CPU, torch's version and the run's shape, so the next run of that
 shape reads it instead of probing again.
