@@ -79,7 +79,7 @@ def main(quick: bool = False, record=None):
     if not has_bf16_units():
         print("\n(precision rows skipped: this CPU has no bf16 units, so bf16 is never chosen)")
         return
-    steps = 20 if quick else 300
+    steps = 20 if quick else 150
     load = "load %.2f %.2f %.2f" % os.getloadavg()
     print(f"\nTraining precision: bf16 products, attention fp32, vs fp32; batch 32, AdamW, "
           f"{torch.get_num_threads()} threads; held-out loss after {steps} steps")

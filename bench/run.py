@@ -552,12 +552,12 @@ def bench_features(quick: bool):
 
 def bench_precision(quick: bool):
     from bench import precision
-    precision.main(quick)
+    precision.main(quick, record=record)  # this module's record: its RESULTS reach --json
 
 
 def bench_sae_train(quick: bool):
     from bench import sae_train
-    sae_train.main(quick)
+    sae_train.main(quick, record=record)
 
 
 def _peak_growth(fn):
