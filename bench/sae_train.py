@@ -112,6 +112,7 @@ def main(quick: bool = False, record=None):
           f"lr {LR}, {threads} torch threads ({len(acts):,} training / {len(ev):,} evaluation activations)")
     python = peer_python()
     ours, peer, fast = [], [], []
+    models = os.environ.get("TE_MODELS_DIR")
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "acts.pt")
         torch.save({"train": acts, "eval": ev}, path)
@@ -123,7 +124,12 @@ def main(quick: bool = False, record=None):
                 except Exception as e:  # the peer's failure is reported, never replaced by a number
                     print(f"  SAELens row skipped: {e}")
                     python = None
-            fast.append(train_ours(acts, ev, steps, precision="auto"))
+            os.environ["TE_MODELS_DIR"] = tmp  # the probe's cache: fresh, so the row measures the probe itself
+            try:
+                fast.append(train_ours(acts, ev, steps, precision="auto"))
+            finally:
+                os.environ.pop("TE_MODELS_DIR") if models is None else os.environ.__setitem__("TE_MODELS_DIR", models)
+                Path(tmp, "precision.json").unlink(missing_ok=True)
     rate = lambda runs: steps * BATCH / min(r["s"] for r in runs)  # noqa: E731 (the best round of each)
     o_ev = ours[-1]["ev"]
     if peer:
