@@ -583,6 +583,16 @@ def bench_features(quick: bool):
     _index_bounds(quick)
 
 
+def bench_precision(quick: bool):
+    from bench import precision
+    precision.main(quick, record=record)  # this module's record: its RESULTS reach --json
+
+
+def bench_sae_train(quick: bool):
+    from bench import sae_train
+    sae_train.main(quick, record=record)
+
+
 def _peak_growth(fn):
     """(fn's result, seconds, how far this process's peak resident memory rose while it ran, MiB): Linux's VmHWM,
     reset through /proc/self/clear_refs (None where that cannot be done)."""
@@ -1045,7 +1055,7 @@ def main(argv=None):
                    choices=["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training",
                             "variants", "patching", "lesson", "hooks", "feature_views", "features", "steering",
                             "classroom", "forecast", "attribution", "explain", "answer_keys",
-                            "null_controls", "peers"])
+                            "null_controls", "peers", "sae_train", "precision"])
     p.add_argument("--quick", action="store_true", help="fewer repetitions (noisier)")
     p.add_argument("--json", help="also write the results to this file")
     p.add_argument("--threads", type=int, default=page_threads(),

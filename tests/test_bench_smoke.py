@@ -32,7 +32,7 @@ SKIPPED = {
 PAGES = ("pages/cause_effect.py", "pages/attention.py", "pages/generation.py", "pages/inside.py", "pages/scaling.py")
 ROWS = ["train", "forward", "generate", "pages", "discovery", "snapshots", "over_training", "variants", "patching",
         "lesson", "feature_views", "features", "steering", "classroom", "forecast", "attribution", "explain",
-        "answer_keys", "null_controls"]
+        "answer_keys", "null_controls", "sae_train", "precision"]
 
 
 def once(fn, reps=1) -> float:

@@ -77,6 +77,16 @@ def attention_weights(scores: torch.Tensor, mask: str = "scores") -> torch.Tenso
     return F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
 
 
+def sdpa(q, k, v, **kw):
+    """F.scaled_dot_product_attention, kept in fp32 under a bf16 autocast: the CPU's flash-attention backward runs
+    about 5x slower in bf16, and bf16 everywhere made the lecture-shape step 0.7-0.8x fp32 (issue 60). Its output is
+    fp32; the next product (W_O) casts it back."""
+    if torch.is_autocast_enabled("cpu"):
+        with torch.autocast("cpu", enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kw)
+    return F.scaled_dot_product_attention(q, k, v, **kw)
+
+
 class MultiHeadAttention(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
@@ -119,12 +129,12 @@ class MultiHeadAttention(nn.Module):
                 y, n = y[:, :, -1:], 1  # the scores were asked for in full; only the last query goes on
         elif n == 1 or self.mask == "none":
             # a single new query sees every cached key: no mask needed
-            y = F.scaled_dot_product_attention(q, k, v)
+            y = sdpa(q, k, v)
         elif n == n_k:
             # fused fast path: same math, the (n, n) matrix is never materialised
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = sdpa(q, k, v, is_causal=True)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=~future_mask(n, n_k, device=x.device))
+            y = sdpa(q, k, v, attn_mask=~future_mask(n, n_k, device=x.device))
         z = hooks(pre + "hook_z", y.transpose(1, 2))  # (B, h, n, d/h) -> (B, n, h, d/h), TransformerLens's shape
         if hooks.wants(pre + "hook_result"):  # each head's write after W_O, (B, n, h, d): h times the work, when asked
             # (B, n, h, d/h) x (d, h, d/h) -> (B, n, h, d): head k's z through its own d/h columns of W_O

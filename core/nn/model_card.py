@@ -81,6 +81,8 @@ def model_card(name: str, config: ModelConfig, training: dict, tokenizer: Tokeni
         f"| recipe | {_recipe(t.get('train_config'))} |",
         f"| tokens seen | {_fmt(t.get('tokens_seen'), ',')} |",
         f"| wall time | {_fmt(t.get('wall_time_s'), '.0f')} s |",
+        *([f"| precision | {text('precision')} matrix products" + (" (attention fp32), chosen by a measured probe "
+           "(core.nn.precision)" if t.get("precision") == "bfloat16" else "") + " |"] if t.get("precision") else []),
         f"| final train loss | {_fmt(t.get('train_loss'), '.4f')} nats/{per} |",
         f"| final validation loss | {_fmt(t.get('val_loss'), '.4f')} nats/{per} |",
     ]

@@ -9,6 +9,7 @@ The command line, ``python -m core.train``, is core.training.train_cli (its ``ma
 """
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ from core.data.corpus import TRAIN_FRACTION, split_description, split_train_val
 from core.analysis.induction import HeadRecorder
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
+from core.nn.precision import FP32, autocast, choose
+from core.serve.paths import user_models_dir
 from core.nn.snapshots import snapshot_state, snapshot_steps
 from core.nn.tokenizer import CharTokenizer
 from core.nn.tokenizer_base import Tokenizer
@@ -46,10 +49,15 @@ class Trainer:
     # the generators that make a seed repeat the run exactly. No I/O: the command line below and the training
     # process (core.training.training_child) drive it one step() at a time and decide what to show.
     def __init__(self, text: str, model_config: ModelConfig | dict, train_config: TrainConfig | None = None,
-                 tokenizer: Tokenizer | None = None, bpe_vocab_size: int | None = None):
+                 tokenizer: Tokenizer | None = None, bpe_vocab_size: int | None = None, precision: str = FP32):
         """A run on ``text``: its first 90% trains, the rest is held out. The tokenizer is ``tokenizer`` if given;
         else a byte-level BPE of ``bpe_vocab_size`` tokens learned from the training part alone, or, without a
-        size, one token per distinct character of the whole text (so the held-out part has no unknown ones)."""
+        size, one token per distinct character of the whole text (so the held-out part has no unknown ones).
+        ``precision``: "float32", or "auto": bf16 products (attention kept fp32) where a few probe steps at this
+        shape measure them faster with the same loss (core.nn.precision, cached in the models folder); the choice
+        is ``self.precision`` and the card's training record says it."""
+        if precision not in (FP32, "auto"):
+            raise ValueError(f"precision must be float32 or auto, got {precision!r}")
         self.tc = train_config or TrainConfig()
         train_text, val_text = split_train_val(text)
         if tokenizer is None:
@@ -83,6 +91,8 @@ class Trainer:
             self.model = Transformer(model_config)
         self.model.train()
         self.optimizers = make_optimizers(self.model, self.tc)
+        self.precision_probe = self._probe_precision() if precision == "auto" else {}
+        self.precision = self.precision_probe.get("precision", FP32)
         # generators of its own, not torch's global one: another session's sampling cannot shift this run's
         # batches, and the evaluation's windows do not consume the training draws
         self.batch_gen = torch.Generator().manual_seed(self.tc.seed)
@@ -97,6 +107,32 @@ class Trainer:
         self.snapshot_plan = frozenset(snapshot_steps(self.tc.steps, self.tc.snapshots))
         self.snapshots: dict[int, dict[str, torch.Tensor]] = {}
         self.snapshot_rows: list[dict] = []  # step, train_loss, val_loss at each snapshot: the loss a view states
+
+    def _probe_precision(self, steps: int = 4) -> dict:
+        """core.nn.precision.choose for this run's shape: ``steps`` steps (after one untimed) of each precision on
+        copies of the model and optimisers, the same batch, timed, with the loss the last one reached."""
+        c, tc = self.config, self.tc
+        x, y = get_batch(self.train_data, c.n_ctx, tc.batch_size, torch.Generator().manual_seed(tc.seed + 2))
+
+        def probe(precision: str) -> tuple[float, float]:
+            model = copy.deepcopy(self.model)
+            opts = make_optimizers(model, tc)
+            times = []
+            for _ in range(steps + 1):
+                t = time.perf_counter()
+                with autocast(precision):  # around the forward only: its bf16 weight copies die with it
+                    loss = model(x, targets=y).loss
+                for opt in opts:
+                    opt.zero_grad(set_to_none=True)
+                loss.backward()
+                for opt in opts:
+                    opt.step()
+                times.append(time.perf_counter() - t)
+            return min(times[1:]), loss.item()  # the fastest step: a load spike on a shared CPU falls on one
+
+        shape = (f"lm d={c.d_model} h={c.n_heads} L={c.n_layers} d_ff={c.d_ff} n_ctx={c.n_ctx} m={c.vocab_size} "
+                 f"batch={tc.batch_size} {tc.optimizer} threads={torch.get_num_threads()}")
+        return choose(shape, probe, cache_dir=user_models_dir())
 
     def take_snapshot(self) -> bool:
         """Keep the weights (and the estimated losses) if this step is one of the plan's; True if kept."""
@@ -136,7 +172,8 @@ class Trainer:
             for group in opt.param_groups:
                 group["lr"] = group["peak_lr"] * scale
         x, y = self.next_batch()
-        loss = self.model(x, targets=y).loss
+        with autocast(self.precision):  # bf16 where the probe chose it (core.nn.precision), per forward
+            loss = self.model(x, targets=y).loss
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -224,6 +261,7 @@ def training_record(trainer: Trainer, corpus_name: str, corpus_chars: int, wall_
         "train_config": asdict(tc),  # every setting: with the command or the page's form, enough to rerun it
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),  # the wall time above depends on it
+        "precision": getattr(trainer, "precision", FP32),  # the matrix products' (core.nn.precision)
     }
     if trainer.snapshot_rows:
         record["snapshots"] = list(trainer.snapshot_rows)  # the losses at each kept step (core.nn.snapshots)
