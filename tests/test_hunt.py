@@ -80,7 +80,10 @@ def test_the_measured_table_and_its_failures(tmp_path):
     assert (got[2]["finding"], got[2]["nonsense_task"], got[2]["margin"], got[2]["unit"]) == (0.5, 0.45, 0.1, "share")
     bad = failures(got)
     assert set(bad) == {"ablation", "dla", "path_patching", "attribution_graph"}  # dla on a stands: no failure
-    assert bad["ablation"] == {"its scores miss the key (AUROC below 0.9)": ["a"]}
+    assert bad["ablation"] == {"its scores miss the key (AUROC below 0.9)": ["a"],  # and its call at the threshold:
+                               "at its page's threshold it misses part of the key (recall below 1)": ["a"],
+                               "at its page's threshold it also calls what the key does not hold (precision below 1)":
+                               ["a"]}
     assert bad["dla"] == {"its finding does not stand: random labels score within the margin of it": ["b"],
                           "its finding does not stand: a random-weight twin and random labels score within the "
                           "margin of it": ["c"]}

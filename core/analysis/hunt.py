@@ -155,23 +155,34 @@ def failures(rows: list[dict]) -> dict[str, dict[str, list[str]]]:
     """For each method, the keys it fails on, grouped by why (in words): not graded at all, no grade (the key holds
     nothing it scores; said to be right when the finding there does not stand), an AUROC below RECOVERS (the scores
     miss the key), or a finding that does not stand: the method's largest score is not the margin above the largest
-    it gives on the random twin, or on random labels."""
+    it gives on the random twin, or on random labels. A graded row fails in part, too, where the call its page would
+    make (score at or above the threshold) misses part of the key (recall below 1) or takes in what the key does not
+    hold (precision below 1); a row can fail in more than one way."""
     out: dict[str, dict[str, list[str]]] = {}
     for r in rows:
-        if r["stands"] is None:
-            why = "not graded" if r["note"].startswith("not graded") else "no grade (the key holds nothing it scores)"
-            if why != "not graded" and math.isfinite(r["finding"]) and any(_within(r, c) for c in CONTROLS):
-                why = "no grade (the key holds nothing it scores; rightly, its finding there does not stand)"
-        elif r["auroc"] < RECOVERS:
-            why = f"its scores miss the key (AUROC below {RECOVERS})"
-        elif not r["stands"]:
-            nulls = [w for c, w in CONTROLS.items() if _within(r, c)]
-            verb = "scores" if nulls == ["a random-weight twin"] else "score"  # random labels score
-            why = f"its finding does not stand: {' and '.join(nulls) or 'the controls'} {verb} within the margin of it"
-        else:
-            continue
-        out.setdefault(r["method"], {}).setdefault(why, []).append(r["key"])
+        for why in _whys(r):
+            out.setdefault(r["method"], {}).setdefault(why, []).append(r["key"])
     return out
+
+
+def _whys(r: dict) -> list[str]:
+    if r["stands"] is None:
+        why = "not graded" if r["note"].startswith("not graded") else "no grade (the key holds nothing it scores)"
+        if why != "not graded" and math.isfinite(r["finding"]) and any(_within(r, c) for c in CONTROLS):
+            why = "no grade (the key holds nothing it scores; rightly, its finding there does not stand)"
+        return [why]
+    whys = []
+    if r["auroc"] < RECOVERS:
+        whys.append(f"its scores miss the key (AUROC below {RECOVERS})")
+    elif not r["stands"]:  # (a miss of the key says enough)
+        nulls = [w for c, w in CONTROLS.items() if _within(r, c)]
+        verb = "scores" if nulls == ["a random-weight twin"] else "score"  # random labels score
+        whys.append(f"its finding does not stand: {' and '.join(nulls) or 'the controls'} {verb} within the margin of it")
+    if math.isfinite(r.get("recall", math.nan)) and r["recall"] < 1:
+        whys.append("at its page's threshold it misses part of the key (recall below 1)")
+    if math.isfinite(r.get("precision", math.nan)) and r["precision"] < 1:
+        whys.append("at its page's threshold it also calls what the key does not hold (precision below 1)")
+    return whys
 
 
 def stands_on(rows: list[dict]) -> dict[str, list[str]]:
