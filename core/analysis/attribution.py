@@ -199,7 +199,7 @@ class _Run:
     by_layer: dict
     dropped: int = 0  # active features left out (by a cap), written through the error nodes
     target: str = "demeaned"  # what a logit target is (TARGETS)
-    writes: list = field(default_factory=list)  # per block (k_l, d): each feature's activation x its decoder row
+    writes: list = field(default_factory=list)  # per block (_by_position): what its features write, by position
 
     @property
     def n_sources(self) -> int:
@@ -250,9 +250,22 @@ def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, 
     by_layer = {l: (np.flatnonzero(fa[:, 0] == l), torch.as_tensor(fa[fa[:, 0] == l, 1]),
                     torch.as_tensor(fa[fa[:, 0] == l, 2])) for l in range(len(acts))}
     # (k_l,) activations x (k_l, d) decoder rows: what each kept feature writes into its block's MLP output
-    writes = [acts[l][p, f][:, None] * transcoders[l].W_dec[f] for l, (_, p, f) in by_layer.items()]
+    writes = [_by_position(p, acts[l][p, f][:, None] * transcoders[l].W_dec[f], len(ids))
+              for l, (_, p, f) in by_layer.items()]
     return (_Run(ids, cache, acts, errors, feats, tokens, by_layer, active - len(feats), target, writes), logit_row,
             probs)
+
+
+def _by_position(pos: torch.Tensor, writes: torch.Tensor, n: int):
+    """((n, d, k_max) the writes (k, d) of the features at each position side by side, zero-padded; (k,) each
+    feature's slot there): at each position one small product reads all its features' edges (``_source_row``)."""
+    counts = torch.bincount(pos, minlength=n)  # (n,) features per position
+    order = torch.argsort(pos, stable=True)
+    slot = torch.empty_like(pos)
+    slot[order] = torch.arange(len(pos)) - (torch.cumsum(counts, 0) - counts)[pos[order]]  # rank within its position
+    padded = writes.new_zeros(n, int(counts.max()) if len(pos) else 0, writes.shape[1])  # (n, k_max, d)
+    padded[pos, slot] = writes
+    return padded.transpose(1, 2).contiguous(), slot  # (n, k_max, d) -> (n, d, k_max)
 
 
 def _source_row(run: _Run, grads: dict, leaves: dict) -> np.ndarray:
@@ -265,8 +278,10 @@ def _source_row(run: _Run, grads: dict, leaves: dict) -> np.ndarray:
     for l in range(L):
         idx, pos, _ = run.by_layer[l]  # node indices and positions of layer l's active features
         g = grads[f"w{l}"]  # (B, n, d)
-        # (B, n, d) -> (B, k_l, d) at each feature's position, . (k_l, d) its write -> (B, k_l)
-        out[:, idx] = torch.einsum("bkd,kd->bk", g[:, pos], run.writes[l]).numpy()
+        padded, slot = run.writes[l]  # (n, d, k_max), (k_l,)
+        # (n, B, d) x (n, d, k_max) -> (n, B, k_max): at each position, the gradient . each of its features' writes;
+        # then each feature's (B,) column, (k_l, B) -> (B, k_l)
+        out[:, idx] = torch.bmm(g.transpose(0, 1), padded)[pos, :, slot].T.numpy()
         out[:, F_n + l * n: F_n + (l + 1) * n] = (g * run.errors[l]).sum(-1).numpy()  # (B, n, d) -> (B, n)
     at = F_n + L * n
     out[:, at: at + n] = (grads["tok"] * leaves["tok"]).sum(-1).numpy()  # (B, n, d) -> (B, n)
