@@ -22,8 +22,10 @@ BOS; the shipped models have none); and a capped graph's left-out features join 
 where circuit-tracer drops them.
 
 It all runs through hooks on the model's one forward (core.nn.hooks): the frozen values replace ``hook_scale`` and
-``attn.hook_pattern``, the replacement MLP output replaces ``hook_mlp_out``, and the token embeddings are leaves
-fed at ``hook_embed``. A batch of B copies of the prompt computes the derivatives of B targets in one backward pass.
+``attn.hook_pattern``, the replacement MLP output (a leaf: the transcoder's write plus the error) replaces
+``hook_mlp_out``, and the token embeddings are leaves fed at ``hook_embed``. One forward pass of B copies of the
+prompt, its graph kept, then one backward pass per B targets (circuit-tracer's order of work): a source's edge is the
+gradient where it writes (its block's MLP output, or ``hook_embed``) dotted with what it writes.
 
 Nodes, in order (circuit-tracer's): active features (layer, position, feature), error nodes (layer, position),
 token embeddings (position), logits; ``adjacency[t, s]`` is the edge from s to t. N nodes hold N x N float64
