@@ -22,8 +22,10 @@ BOS; the shipped models have none); and a capped graph's left-out features join 
 where circuit-tracer drops them.
 
 It all runs through hooks on the model's one forward (core.nn.hooks): the frozen values replace ``hook_scale`` and
-``attn.hook_pattern``, the replacement MLP output replaces ``hook_mlp_out``, and the token embeddings are leaves
-fed at ``hook_embed``. A batch of B copies of the prompt computes the derivatives of B targets in one backward pass.
+``attn.hook_pattern``, the replacement MLP output (a leaf: the transcoder's write plus the error) replaces
+``hook_mlp_out``, and the token embeddings are leaves fed at ``hook_embed``. One forward pass of B copies of the
+prompt, its graph kept, then one backward pass per B targets (circuit-tracer's order of work): a source's edge is the
+gradient where it writes (its block's MLP output, or ``hook_embed``) dotted with what it writes.
 
 Nodes, in order (circuit-tracer's): active features (layer, position, feature), error nodes (layer, position),
 token embeddings (position), logits; ``adjacency[t, s]`` is the edge from s to t. N nodes hold N x N float64
@@ -99,17 +101,21 @@ def _record(model, ids: torch.Tensor, transcoders: dict[int, SAE]):
 
 def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_grad: bool,
                  zero_embeddings: bool = False, gates: dict | None = None, capture=(), live: dict | None = None):
-    """B copies of the replacement run, from leaves: (leaves, mlp inputs by layer, logits (B, n, m)). ``live``: {layer:
-    (n, F) 0/1 active mask}: an activation is also mask x pre-activation, its gradient through later features.
-    The position embedding is no leaf: the model adds its own, a constant (circuit-tracer's convention), also
-    when ``zero_embeddings`` zeroes the token embeddings."""
+    """B copies of the replacement run, from leaves: (leaves, mlp inputs by layer, logits (B, n, m)). The leaves are
+    "tok", the token embeddings (B, n, d) at ``hook_embed``, and "w{l}", block l's MLP output (B, n, d) at
+    ``hook_mlp_out``: its transcoder's decoding of the held activations plus the error node. Every source of block l
+    writes there (a feature a x its decoder row, an error node its vector), so its edge is the gradient at "w{l}" dotted
+    with that write (``_source_row``; circuit-tracer's feature_output_hook), and no (B, n, F) leaf of activations is
+    decoded or differentiated. ``live``: {layer: (n, F) 0/1 active mask}: the MLP output also gets (mask x
+    pre-activation) @ W_dec, so that the gradient flows through later features. The position embedding is no leaf: the
+    model adds its own, a constant (circuit-tracer's convention), also when ``zero_embeddings`` zeroes the tokens'."""
     tok = model.tok_emb.weight[ids].detach()  # (n, d)
     if zero_embeddings:
         tok = torch.zeros_like(tok)
     leaves = {"tok": tok.expand(B, -1, -1).clone().requires_grad_(requires_grad)}
     for l in range(model.config.n_layers):
-        leaves[f"a{l}"] = acts[l].detach().expand(B, -1, -1).clone().requires_grad_(requires_grad)
-        leaves[f"e{l}"] = errors[l].detach().expand(B, -1, -1).clone().requires_grad_(requires_grad)
+        write = transcoders[l].decode(acts[l].detach()) + errors[l].detach()  # (n, F) -> (n, d)
+        leaves[f"w{l}"] = write.expand(B, -1, -1).clone().requires_grad_(requires_grad)
     mlp_in = {}
 
     def frozen(name):
@@ -122,9 +128,9 @@ def _replacement(model, ids, transcoders, cache, acts, errors, B: int, requires_
             hooks.append((name, frozen(name)))
     for l, tc in transcoders.items():
         hooks.append((f"blocks.{l}.hook_mlp_in", lambda x, name, l=l: mlp_in.__setitem__(l, x) or x))
-        # the MLP's output: the transcoder's decoding of the held activations, plus the error node
-        hooks.append((f"blocks.{l}.hook_mlp_out", lambda y, name, l=l, tc=tc: (leaves[f"a{l}"] + (
-            live[l] * tc.pre_acts(mlp_in[l]) if live else 0)) @ tc.W_dec + tc.b_dec + leaves[f"e{l}"]))
+        # the MLP's output: the held write (the transcoder's decoding plus the error node), the live features' too
+        hooks.append((f"blocks.{l}.hook_mlp_out", lambda y, name, l=l, tc=tc: leaves[f"w{l}"] + (
+            (live[l] * tc.pre_acts(mlp_in[l])) @ tc.W_dec if live else 0)))
     for l, gate in (gates or {}).items():  # a head switched off: its output is zero; its frozen pattern is unchanged
         # gate (h,) -> (1, 1, h, 1): one factor per head, over z (B, n, h, d_head)
         hooks.append((f"blocks.{l}.attn.hook_z", lambda z, name, g=gate: z * g.view(1, 1, -1, 1)))
@@ -144,15 +150,28 @@ def replacement_logits(model, transcoders: dict[int, SAE], ids) -> tuple[torch.T
     return real, logits[0]
 
 
-def _target(kind: str, key, mlp_in: dict, logits: torch.Tensor, b: int, transcoders: dict[int, SAE],
-            n: int, target: str = "demeaned") -> torch.Tensor:
-    """A target's input in row ``b`` of a replacement run: a feature's pre-activation, or a logit at the last position
-    (``target`` "demeaned": minus the mean logit over the vocabulary, as circuit-tracer's; "raw": the logit)."""
-    if kind == "f":
-        l, p, f = key
-        return transcoders[l].pre_acts(mlp_in[l][b, p], f)  # the feature's own encoder row: (d,) -> ()
-    row = logits[b, n - 1]  # (m,)
-    return row[key] - row.mean() if target == "demeaned" else row[key]
+def _target_values(chunk, mlp_in: dict, logits: torch.Tensor, rows, transcoders: dict[int, SAE], n: int,
+                   target: str = "demeaned") -> torch.Tensor:
+    """(len(chunk),) each target's input, target i read in copy ``rows[i]`` of a replacement run: a feature's
+    pre-activation, or a logit at the last position (``target`` "demeaned": minus the mean logit over the vocabulary,
+    as circuit-tracer's; "raw": the logit). One gather per block and one for the logits, not one op per target."""
+    rows = torch.as_tensor(rows)
+    z = torch.zeros(len(chunk), dtype=logits.dtype)
+    kinds = np.array([kind == "f" for kind, _ in chunk])
+    keys = [key for _, key in chunk]
+    for l in {key[0] for kind, key in chunk if kind == "f"}:
+        at = [i for i, (kind, key) in enumerate(chunk) if kind == "f" and key[0] == l]
+        pos, feat = torch.tensor([keys[i][1] for i in at]), torch.tensor([keys[i][2] for i in at])
+        x = mlp_in[l][rows[at], pos]  # (k, d): each target's own copy and position
+        # (k, d) x (d, k) -> (k, k), the diagonal: target i's own encoder row on its own input
+        z = z.index_put((torch.tensor(at),), transcoders[l].pre_acts(x, feat).diagonal())
+    if not kinds.all():
+        at = np.flatnonzero(~kinds)
+        row = logits[rows[at], n - 1]  # (k, m)
+        if target == "demeaned":
+            row = row - row.mean(-1, keepdim=True)
+        z = z.index_put((torch.as_tensor(at),), row[torch.arange(len(at)), torch.tensor([keys[i] for i in at])])
+    return z
 
 
 def _check_target(target: str) -> str:
@@ -182,6 +201,7 @@ class _Run:
     by_layer: dict
     dropped: int = 0  # active features left out (by a cap), written through the error nodes
     target: str = "demeaned"  # what a logit target is (TARGETS)
+    writes: list = field(default_factory=list)  # per block (_by_position): what its features write, by position
 
     @property
     def n_sources(self) -> int:
@@ -196,9 +216,11 @@ def _influence(model, transcoders, ids, cache, acts, errors, tokens, probs, targ
                                      True, live={l: (a > 0).to(a.dtype) for l, a in enumerate(acts)})
     row = logits[0, -1] - (logits[0, -1].mean() if target == "demeaned" else 0)  # (m,) the logit targets' row
     out = (row[list(tokens)] * torch.as_tensor(np.asarray(probs), dtype=logits.dtype)).sum()
-    grads = torch.autograd.grad(out, [leaves[f"a{l}"] for l in range(len(acts))], allow_unused=True)
-    # [a > 0] reads row-major (position, feature): the order of _targets' features
-    return torch.cat([(a * (0 if g is None else g[0])).abs()[a > 0] for a, g in zip(acts, grads)]).detach()
+    grads = torch.autograd.grad(out, [leaves[f"w{l}"] for l in range(len(acts))], allow_unused=True)
+    # d(out)/d(activation) = W_dec (the MLP output's gradient): (n, d) x (d, F) -> (n, F); [a > 0] reads row-major
+    # (position, feature): the order of _targets' features
+    return torch.cat([(a * (0 if g is None else g[0] @ transcoders[l].W_dec.T)).abs()[a > 0]
+                      for l, (a, g) in enumerate(zip(acts, grads))]).detach()
 
 
 def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, logit_tokens=None, cap=None,
@@ -229,49 +251,76 @@ def _run(model, transcoders, ids, max_logits=MAX_LOGITS, logit_mass=LOGIT_MASS, 
     fa = np.array(feats, dtype=np.int64).reshape(-1, 3)  # (F, 3): (layer, position, latent); (0, 3) if none
     by_layer = {l: (np.flatnonzero(fa[:, 0] == l), torch.as_tensor(fa[fa[:, 0] == l, 1]),
                     torch.as_tensor(fa[fa[:, 0] == l, 2])) for l in range(len(acts))}
-    return _Run(ids, cache, acts, errors, feats, tokens, by_layer, active - len(feats), target), logit_row, probs
+    # (k_l,) activations x (k_l, d) decoder rows: what each kept feature writes into its block's MLP output
+    writes = [_by_position(p, acts[l][p, f][:, None] * transcoders[l].W_dec[f], len(ids))
+              for l, (_, p, f) in by_layer.items()]
+    return (_Run(ids, cache, acts, errors, feats, tokens, by_layer, active - len(feats), target, writes), logit_row,
+            probs)
+
+
+def _by_position(pos: torch.Tensor, writes: torch.Tensor, n: int):
+    """((n, d, k_max) the writes (k, d) of the features at each position side by side, zero-padded; (k,) each
+    feature's slot there): at each position one small product reads all its features' edges (``_source_row``)."""
+    counts = torch.bincount(pos, minlength=n)  # (n,) features per position
+    order = torch.argsort(pos, stable=True)
+    slot = torch.empty_like(pos)
+    slot[order] = torch.arange(len(pos)) - (torch.cumsum(counts, 0) - counts)[pos[order]]  # rank within its position
+    padded = writes.new_zeros(n, int(counts.max()) if len(pos) else 0, writes.shape[1])  # (n, k_max, d)
+    padded[pos, slot] = writes
+    return padded.transpose(1, 2).contiguous(), slot  # (n, k_max, d) -> (n, d, k_max)
 
 
 def _source_row(run: _Run, grads: dict, leaves: dict) -> np.ndarray:
-    """(B, S): every source's edge into each of the batch's B targets, activation x derivative, in node order."""
+    """(B, S): every source's edge into each of the batch's B targets, in node order: the gradient at the MLP output
+    its block writes into (at its position) dotted with what it writes there (a feature: activation x decoder row; an
+    error node: its vector); a token embedding's, the gradient at ``hook_embed`` dotted with the embedding."""
     n, L, F_n = len(run.ids), len(run.acts), len(run.feats)
     B = leaves["tok"].shape[0]
     out = np.zeros((B, run.n_sources))
     for l in range(L):
-        sel = run.by_layer[l]  # node indices, positions and feature numbers of layer l's active features
-        out[:, sel[0]] = (grads[f"a{l}"] * run.acts[l])[:, sel[1], sel[2]].numpy()  # (B, n, F_l) -> (B, k_l)
-        out[:, F_n + l * n: F_n + (l + 1) * n] = (grads[f"e{l}"] * run.errors[l]).sum(-1).numpy()
+        idx, pos, _ = run.by_layer[l]  # node indices and positions of layer l's active features
+        g = grads[f"w{l}"]  # (B, n, d)
+        padded, slot = run.writes[l]  # (n, d, k_max), (k_l,)
+        # (n, B, d) x (n, d, k_max) -> (n, B, k_max): at each position, the gradient . each of its features' writes;
+        # then each feature's (B,) column, (k_l, B) -> (B, k_l)
+        out[:, idx] = torch.bmm(g.transpose(0, 1), padded)[pos, :, slot].T.numpy()
+        out[:, F_n + l * n: F_n + (l + 1) * n] = (g * run.errors[l]).sum(-1).numpy()  # (B, n, d) -> (B, n)
     at = F_n + L * n
     out[:, at: at + n] = (grads["tok"] * leaves["tok"]).sum(-1).numpy()  # (B, n, d) -> (B, n)
     return out
 
 
-def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=None, out=None):
-    """(edges (R, S), inputs (R,), constants (R,)) of the targets ``rows`` ([("f", (l, p, f)) or ("logit", t)]). The
-    constants are measured on their own: the replacement run with every source set to zero (it is linear in them),
-    so that edges + constants = input is a check of the edges, not a definition. ``out``: the edges' (R, S) array."""
+def _edges(model, transcoders, run: _Run, rows: list, batch: int = BATCH, gates=None, out=None, at=None):
+    """(edges (R, S), inputs (R,), constants (R,)) of the targets ``rows`` ([("f", (l, p, f)) or ("logit", t)]).
+    One forward pass of ``batch`` copies of the replacement run, its graph kept; then one backward pass per batch of
+    targets, target i of a batch read in copy i (circuit-tracer's order of work: the forward is not repeated). The
+    constants are measured on their own: the replacement run with every source set to zero (it is linear in them), so
+    that edges + constants = input is a check of the edges, not a definition. ``out``: the array the edges are written
+    into, target i's to row ``at[i]`` (default i)."""
     n = len(run.ids)
     edges = np.zeros((len(rows), run.n_sources)) if out is None else out
+    at = np.arange(len(rows)) if at is None else np.asarray(at)
     inputs, constants = np.zeros(len(rows)), np.zeros(len(rows))
     zero = [torch.zeros_like(a) for a in run.acts], [torch.zeros_like(e) for e in run.errors]
     with torch.no_grad():
         _, mlp0, logits0 = _replacement(model, run.ids, transcoders, run.cache, *zero, 1, False,
                                         zero_embeddings=True, gates=gates)
-    for start in range(0, len(rows), batch):
-        chunk = rows[start:start + batch]
-        leaves, mlp_in, logits = _replacement(model, run.ids, transcoders, run.cache, run.acts, run.errors, len(chunk),
-                                              True, gates=gates)
-        z = torch.stack([_target(kind, key, mlp_in, logits, b, transcoders, n, run.target)
-                         for b, (kind, key) in enumerate(chunk)])
-        names = list(leaves)
-        grads = dict(zip(names, torch.autograd.grad(z.sum(), [leaves[k] for k in names], allow_unused=True)))
-        # a leaf no target of this batch depends on (the last block's features, for targets in block 0) has none
-        grads = {k: torch.zeros_like(leaves[k]) if v is None else v for k, v in grads.items()}
+        constants[:] = _target_values(rows, mlp0, logits0, [0] * len(rows), transcoders, n, run.target).numpy()
+    B = max(1, min(batch, len(rows)))
+    leaves, mlp_in, logits = _replacement(model, run.ids, transcoders, run.cache, run.acts, run.errors, B, True,
+                                          gates=gates)
+    names = list(leaves)
+    for start in range(0, len(rows), B):
+        chunk = rows[start:start + B]
+        z = _target_values(chunk, mlp_in, logits, range(len(chunk)), transcoders, n, run.target)
+        # the forward's graph is kept for the next batch, freed after the last
+        grads = torch.autograd.grad(z.sum(), [leaves[k] for k in names], allow_unused=True,
+                                    retain_graph=start + B < len(rows))
+        # a leaf no target of this batch depends on (the last block's output, for targets in block 0) has none
+        grads = {k: torch.zeros_like(leaves[k]) if v is None else v for k, v in zip(names, grads)}
         with torch.no_grad():
-            edges[start:start + len(chunk)] = _source_row(run, grads, leaves)
+            edges[at[start:start + len(chunk)]] = _source_row(run, grads, leaves)[:len(chunk)]
             inputs[start:start + len(chunk)] = z.detach().numpy()
-            constants[start:start + len(chunk)] = [float(_target(kind, key, mlp0, logits0, 0, transcoders, n,
-                                                                 run.target)) for kind, key in chunk]
     return edges, inputs, constants
 
 
@@ -294,11 +343,12 @@ def attribution_graph(model, transcoders: dict[int, SAE], ids, max_logits: int =
                                  target=target)
     F, S, N = len(run.feats), run.n_sources, run.n_sources + len(run.tokens)
     adjacency, inputs, constants = np.zeros((N, N)), np.zeros(N), np.zeros(N)
-    # the features' rows, then the logits': each written straight into its block of the adjacency, not held twice
-    _, inputs[:F], constants[:F] = _edges(model, transcoders, run, [("f", k) for k in run.feats], batch,
-                                          out=adjacency[:F, :S])
-    _, inputs[S:], constants[S:] = _edges(model, transcoders, run, [("logit", t) for t in run.tokens], batch,
-                                          out=adjacency[S:, :S])
+    # the features' rows, then the logits', in one pass of _edges (one forward): each written straight into its row
+    # of the adjacency, not held twice
+    rows = [("f", k) for k in run.feats] + [("logit", t) for t in run.tokens]
+    targets = np.r_[np.arange(F), np.arange(S, N)]  # the rows' node indices
+    _, inputs[targets], constants[targets] = _edges(model, transcoders, run, rows, batch, out=adjacency[:, :S],
+                                                    at=targets)
     model.train(was)
     # (F, 3) rows of (layer, position, latent)
     return Graph(ids=ids.tolist(), features=np.array(run.feats, dtype=np.int64).reshape(-1, 3),

@@ -45,8 +45,9 @@ def graph_budget(value: str | None = None) -> int | None:
 
 def _per_copy(config, widths, features: int, n: int) -> int:
     """Bytes one copy of the prompt's replacement run holds while its targets' gradients are taken: per position,
-    in float32, each block's feature leaves, their gradients and products (3 x width), about 40 d-wide activations
-    and gradients per block, the logits and their gradient, the frozen patterns; and its row of edges (float64)."""
+    in float32, 3 x width per block (the MLP's and the transcoder's products; an upper bound, the graph's leaves being
+    d-wide), about 40 d-wide activations and gradients per block, the logits and their gradient, the frozen patterns;
+    and its row of edges (float64)."""
     L = config.n_layers
     S = features + (L + 1) * n  # sources: features, error nodes, token embeddings
     return 4 * n * (3 * sum(widths) + 40 * L * config.d_model + 2 * config.vocab_size + 2 * L * config.n_heads * n) \
@@ -62,8 +63,12 @@ def graph_cost(config, widths, features: int, n: int, batch: int = BATCH, logits
     N, R = S + logits, features + logits
     B = max(1, min(batch, R))
     memory = max(8 * N * N + B * _per_copy(config, widths, features, n), PEAK_COPIES * 8 * N * N)
-    flops = 6 * n * (L * (4 * d * d + 2 * n * d) + sum(widths) * d + d * m)  # one copy, forward and backward
-    seconds = math.ceil(R / B) * (B * (flops / FLOPS + S * SOURCE_S) + BATCH_S) + SOURCE_S * N * N * 1.5
+    # one copy's forward (attention, the transcoders, the output map), once for the B copies; its backward, once per
+    # batch of targets (the transcoders' decoding is no part of it: the leaves are the MLP outputs)
+    forward = 2 * n * (L * (4 * d * d + 2 * n * d) + sum(widths) * d + d * m)
+    backward = 4 * n * (L * (4 * d * d + 2 * n * d) + d * m)
+    seconds = B * forward / FLOPS + math.ceil(R / B) * (B * (backward / FLOPS + S * SOURCE_S) + BATCH_S) \
+        + SOURCE_S * N * N * 1.5
     return int(memory), seconds
 
 
