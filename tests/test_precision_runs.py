@@ -179,3 +179,28 @@ def test_a_studys_run_reports_its_precision_beside_its_row():
     row = G.train_one(spec)
     assert row["precision"] == P.FP32  # this suite's setting
     assert set(G.ROW_FIELDS) < set(row)  # the runs.csv columns untouched: precision is beside them
+
+
+def test_the_study_session_records_which_runs_trained_in_bf16(tmp_path):
+    from core.data.corpus import pydoc_text
+    from core.training.study_files import read_rows
+    from core.training.study_grid import Grid, train_one
+    from core.training.study_run import run_study
+
+    class SaysBf16ForD16:  # an engine whose d = 16 runs report bf16, as a probe that measured it faster would
+        name = "inline"
+
+        def check(self):
+            pass
+
+        def run(self, specs, should_stop):
+            for s in specs:
+                yield {**train_one(s), **({"precision": P.BF16} if s.d_model == 16 else {})}
+
+    grid = Grid("one", widths=(8, 16), tokens=(1024,), n_ctx=32, batch_size=8)
+    rows = run_study(grid, pydoc_text(), "pydoc", tmp_path, SaysBf16ForD16())
+    assert all("precision" not in r for r in rows)  # moved into the session's record
+    (session,) = json.loads((tmp_path / "study.json").read_text())["sessions"]
+    assert session["precision"] == P.FP32  # the suite's setting
+    assert session["bfloat16_runs"] == [r["run_id"] for r in rows if r["d_model"] == 16] != []
+    assert len(read_rows(tmp_path / "runs.csv")) == 2  # runs.csv's columns as before: its strict reader reads it
