@@ -51,7 +51,8 @@ if choices:
     choice = next(ch for ch in choices if ch.label == label)
     cfg = choice.sae.config
     st.markdown(f"It reads **{site_words(choice.site)}** (`{choice.site}`): {cfg.d_sae:,} latents for vectors of "
-                f"{cfg.d_in} numbers, " + (f"TopK with k = {cfg.k}." if cfg.kind == "topk" else "ReLU with an L1 penalty."))
+                f"{cfg.d_in} numbers, " + (f"TopK with k = {cfg.k}." if cfg.kind == "topk" else "ReLU with an L1 penalty.")
+                + FV.precision_words(choice.metrics))
     if choice.source == "saved" and entry.step is not None:
         st.warning(f"This SAE was trained on the finished model; you are looking at step {entry.step:,}. Its "
                    "numbers below describe the finished model, and its features may not exist yet at this step "

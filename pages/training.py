@@ -196,7 +196,7 @@ def live_view(job: TrainingJob, polling: bool):
     s = job.status()
     job_controls(job, s, polling, "train",
                  stop_help="End the run here; the weights trained so far are kept and can be saved.")
-    st.caption(view.run_summary(job.corpus_name, job.settings, s.vocab_size, job.threads))
+    st.caption(view.run_summary(job.corpus_name, job.settings, s.vocab_size, job.threads, s.precision))
     st.progress(s.fraction, text=f"{view.STATE_LABELS[s.state]}: step {s.step:,} of {s.total_steps:,}")
     if s.state == "failed":
         st.error(f"Training failed: {s.message}")

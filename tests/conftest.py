@@ -11,6 +11,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 # the app's config shows users only an error's type (.streamlit/config.toml); the tests read the whole message
 os.environ.setdefault("STREAMLIT_CLIENT_SHOW_ERROR_DETAILS", "full")
+# every run the app starts asks core.nn.precision.run_precision(), "auto" by default: bf16 where a probe measures it
+# faster. The suite's parity, oracle and shipped-number tests compare fp32 numbers, so the whole suite (and every
+# process it starts: they inherit this) runs fp32; tests/test_precision.py asks for "auto" by argument where it
+# tests the probe itself.
+os.environ["TE_PRECISION"] = "float32"
 
 from core.data.corpus import shakespeare_path  # noqa: E402
 from core.nn.config import ModelConfig  # noqa: E402

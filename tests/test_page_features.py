@@ -31,6 +31,7 @@ def test_shipped_sae_health_numbers_and_prompt_buttons(shipped_page):
     labels = {m.label: m.value for m in at.metric}
     assert {"L0", "explained variance", "dead latents", "CE loss score", "MSE"} <= set(labels)
     assert labels["L0"] == "12.0"
+    assert not any("Trained in" in m.value for m in at.markdown)  # saved before SAEs recorded a precision: no claim
     # the buttons at the last position are the features the SAE itself puts first there
     model, tok = load_checkpoint(SHIPPED)
     sae = load_sae(SHIPPED / "sae" / SITE)
@@ -148,5 +149,6 @@ def test_a_model_without_an_mlp_offers_features_only(open_page, tmp_path):
     save_sae(t.sae, sae_folder(folder, SITE), t.metrics)
     at = open_page(PAGE, timeout=300, models_dir=tmp_path, state={"te_model_name": "attn-only"})
     _ok(at)
+    assert any("Trained in float32." in m.value for m in at.markdown)  # its metrics.json's precision, said
     assert at.radio(key="feat_kind").options == ["SAE feature"]
     assert not [s for s in at.selectbox if s.key == "feat_prompt_block"]

@@ -121,6 +121,7 @@ def test_a_cpu_without_bf16_units_never_chooses_it_nor_probes(tmp_path, monkeypa
 def test_an_auto_sae_run_records_its_precision_and_probes_once(tmp_path, monkeypatch):
     monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path))
     monkeypatch.setattr(T, "PROBE_STEPS", 1)
+    monkeypatch.setattr(P, "PROBE_SHARE", 100.0)  # a 3-step run may probe (tests/test_precision_runs.py: the rule)
     calls = []
     real = P.choose
 
@@ -182,6 +183,7 @@ def test_a_trainer_with_auto_records_the_probes_choice(tmp_path, monkeypatch):
     from core.training.trainer import Trainer, training_record
 
     monkeypatch.setenv("TE_MODELS_DIR", str(tmp_path))
+    monkeypatch.setattr(P, "PROBE_SHARE", 100.0)  # a 2-step run may probe (tests/test_precision_runs.py: the rule)
     from core.training.recipes import TrainConfig
     text = "".join(chr(97 + i % 7) for i in range(3_000))
     tc = TrainConfig(batch_size=4, steps=2, seed=0, heads_interval=0, snapshots=0, eval_batches=1)

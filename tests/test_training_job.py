@@ -80,6 +80,7 @@ def test_job_trains_in_the_background_and_loss_falls():
     assert all(len(text) == SAMPLE_TOKENS for _, text in s.samples)
     assert s.sample_prompt == "To "
     assert s.tokens_per_s > 0 and s.elapsed_s > 0 and s.can_save and not s.can_resume
+    assert s.precision == "float32"  # reported by the process: the suite's TE_PRECISION (tests/conftest.py)
 
 
 @pytest.mark.slow  # a real training process for several seconds: the fast lane leaves it to CI

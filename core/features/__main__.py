@@ -54,6 +54,9 @@ def parser() -> OneLineParser:
     p.add_argument("--batch", type=int, default=None, help="activations per step (default 2,048)")
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--seed", type=int, default=None, help="default 0")
+    p.add_argument("--precision", choices=("auto", "float32"), default=None,
+                   help="auto: bfloat16 products where a short probe measures them faster on this CPU at this shape "
+                        "with the same loss (recorded in metrics.json); float32: never (default: TE_PRECISION, auto)")
     p.add_argument("--threads", type=int, default=None, help="torch threads, 1 to this machine's cores "
                                                              "(default: torch's own)")
     p.add_argument("--out", default=None, help="an SAE's folder (default MODEL/sae/SITE); one that holds an SAE "
@@ -100,9 +103,11 @@ def settings_for(args, config, site: str, held, cap: int):
     from core.features.job import memory_problem
     from core.analysis.sites import site_width
     from core.features.train import SAESettings, memory_estimate, split_held_out
+    from core.nn.precision import run_precision
 
     given = {"d_sae": args.features, "k": args.k, "kind": args.kind, "l1": args.l1, "steps": args.steps,
-             "batch_size": args.batch, "lr": args.lr, "seed": args.seed}
+             "batch_size": args.batch, "lr": args.lr, "seed": args.seed,
+             "precision": args.precision or run_precision()}  # a bad TE_PRECISION: a ValueError in words
     settings = SAESettings(**{k: v for k, v in given.items() if v is not None})
     cfg = settings.config(site, site_width(config, site))  # a bad --features, --l1 or a site's shape, in words
     if args.k is not None and args.k > cfg.d_sae:
@@ -171,7 +176,7 @@ def main(argv=None) -> int:
     except OSError as e:  # the place changed during the run
         return error(f"the SAE could not be saved in {out}: {e}")
     print(json.dumps({k: result.metrics[k] for k in ("l0", "explained_variance", "dead_fraction", "ce_loss_score",
-                                                      "mse")}, indent=2))
+                                                      "mse", "precision")}, indent=2))
     print(f"saved {out}")
     return 0
 
@@ -212,9 +217,9 @@ def transcoders_main(args) -> int:
         r = train_transcoder(model, tokenizer, layer, training, settings, held=held)
         folder = save_transcoder(r.sae, args.model, layer, r.metrics)
         write_explanations(folder, explain_sae(model, tokenizer, r.sae, held=held, reads=reads(layer)))
-        print(f"layer {layer}: " + json.dumps({k: round(r.metrics[k], 4) for k in (
+        print(f"layer {layer}: " + json.dumps({**{k: round(r.metrics[k], 4) for k in (
             "l0", "explained_variance", "dead_fraction", "ce_clean", "ce_replaced", "ce_mlps_zeroed",
-            "train_s")}), flush=True)
+            "train_s")}, "precision": r.metrics["precision"]}), flush=True)
     every = load_transcoders(args.model, model.config)
     print("every saved transcoder spliced in: " + json.dumps(
         {k: round(v, 4) for k, v in replacement_losses(model, every, held).items()}))

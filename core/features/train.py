@@ -30,7 +30,7 @@ from core.data.held_out import HeldOut, model_held_out
 from core.features.activations import MAX_BYTES, MAX_VECTORS, collect
 from core.analysis.sae import MAX_SAE_BYTES, SAE, SAEConfig, model_fingerprint
 from core.features.sparse_code import sparse_code
-from core.nn.precision import FP32, autocast, choose
+from core.nn.precision import FP32, autocast, choose, worth_probing
 from core.serve.paths import user_models_dir
 
 EXPANSION = 8           # d_sae = 8 x d_in by default
@@ -279,7 +279,8 @@ def _probe_precision(sae: SAE, acts, ys, var, settings: SAESettings) -> dict:
 
     c = sae.config
     shape = f"sae d_in={c.d_in} d_sae={c.d_sae} k={c.k} batch={bs} threads={torch.get_num_threads()}"
-    return choose(shape, probe, cache_dir=user_models_dir())
+    # a run under 20 x the probe's 14 steps reads a cached choice or trains in fp32 (core.nn.precision.worth_probing)
+    return choose(shape, probe, cache_dir=user_models_dir(), may_probe=worth_probing(settings.steps, PROBE_STEPS))
 
 
 def _relu_losses(sae: SAE, x, y, var):

@@ -130,7 +130,8 @@ def train_transcoder(model, tokenizer, layer: int, training: dict | None = None,
     metrics.update({"kind": "transcoder", "reads": reads(layer), "writes": writes(layer), "layer": layer,
                     "d_sae": tc.config.d_sae, "k": tc.config.k, "train_vectors": len(x), "steps": settings.steps,
                     "batch_size": settings.batch_size, "lr": settings.lr, "seed": settings.seed,
-                    "collect_s": round(collect_s, 2), "train_s": round(train_s, 2), "corpus": held.corpus})
+                    "collect_s": round(collect_s, 2), "train_s": round(train_s, 2), "corpus": held.corpus,
+                    "precision": getattr(tc, "trained_precision", "float32")})  # the products' (core.nn.precision)
     return TrainedSAE(tc, metrics, curve)
 
 

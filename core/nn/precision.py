@@ -8,7 +8,15 @@ slower in bf16 (the CPU flash-attention backward: 5x). So no flag decides: ``cho
 (``probe(precision) -> (seconds of a step, loss)``) and picks bf16 only when it is at least ``MIN_GAIN`` faster and its loss is
 within ``LOSS_TOL`` of fp32's. The choice is kept in a small JSON file (``precision.json``, under the folder the
 caller names: the models folder) keyed by the CPU, torch's version and the run's shape, so the next run of that
-shape reads it instead of probing again.
+shape reads it instead of probing again. A file that cannot be read (truncated, edited by hand, not JSON) counts as
+empty and is rewritten whole; a write that fails (a read-only folder, a full disk) loses the cache, not the run.
+
+Which runs probe: the app's runs (training, a study's runs, the variants, SAE and transcoder jobs and their command
+lines) ask for ``run_precision()``: "auto" unless ``TE_PRECISION=float32`` (read here and nowhere else; the test
+suite sets it, so every parity, oracle and shipped-number test stays fp32). A probe of ``s`` steps of each precision
+costs about 2 (s + 1) of the run's steps, so ``worth_probing`` lets it run only where that is at most
+``PROBE_SHARE`` (5 %) of the run: a shorter run reads a choice cached for its shape, and without one trains in fp32
+(the probe would cost more than bf16 could save it).
 
 Autocast is entered around each forward, never around a whole loop: an autocast block that spans optimiser steps
 keeps its first bf16 copies of the weights and trains on stale ones."""
@@ -30,6 +38,24 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIN_GAIN = 1.1      # bf16 must be this many times faster: a near tie keeps fp32's exactness
 LOSS_TOL = 0.005    # |loss_bf16 - loss_fp32| / |loss_fp32| at most this after the probe's steps (0.5 %)
 CACHE_NAME = "precision.json"
+PROBE_SHARE = 0.05  # a probe may cost at most this share of the run's own steps (see worth_probing)
+ENV = "TE_PRECISION"  # "auto" (default) or "float32": the precision the app's runs ask for (run_precision)
+
+
+def run_precision() -> str:
+    """What the app's runs ask for: ``TE_PRECISION`` ("auto" when unset; "float32" keeps every product fp32, as the
+    tests do). Never "bfloat16": only a measured probe chooses it. ValueError naming the setting otherwise."""
+    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if value not in ("auto", FP32):
+        raise ValueError(f"{ENV} must be auto or float32, got {value!r}")
+    return value
+
+
+def worth_probing(run_steps: int, probe_steps: int) -> bool:
+    """True when a probe of ``probe_steps`` timed steps of each precision (plus one untimed each) costs at most
+    PROBE_SHARE of a run of ``run_steps``: at best bf16 saves about 3/4 of a step's time, so a probe longer than a
+    few percent of the run cannot pay for itself once fp32 wins, and a cached choice is free anyway."""
+    return 2 * (probe_steps + 1) <= PROBE_SHARE * run_steps
 
 
 def cpu_flags() -> set[str]:
@@ -61,27 +87,34 @@ def autocast(precision: str):
 
 
 def _read(path: Path) -> dict:
+    """The cache's entries; {} for a missing, truncated, hand-edited or hostile file (no traceback: probed anew)."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError; RecursionError: "[[[[..."
         return {}
 
 
 def _write(path: Path, data: dict):
+    """Atomically: a reader sees the old file or the new one, never half of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # no stray temporary file left beside the cache
+        raise
 
 
 def choose(shape: str, probe: Callable[[str], tuple[float, float]], cache_dir=None,
-           bf16_units: bool | None = None) -> dict:
+           bf16_units: bool | None = None, may_probe: bool = True) -> dict:
     """The precision for a run of ``shape`` (a string naming what sets its cost, e.g. "sae d_in=64 d_sae=512 k=12
     batch=2048"): {"precision", "fp32_s", "bf16_s", "fp32_loss", "bf16_loss", "probed"}. ``probe(precision)`` runs a
     few steps on copies and returns (seconds, loss). With ``cache_dir`` the choice is read from and written to its
-    precision.json (``probed`` False when read). ``bf16_units`` overrides the CPU flag check (tests)."""
+    precision.json (``probed`` False when read). ``bf16_units`` overrides the CPU flag check (tests). Without
+    ``may_probe`` (a run too short to pay for it: worth_probing) only a cached choice can give bf16."""
     units = has_bf16_units() if bf16_units is None else bf16_units
     if not units:  # emulated bf16 is many times slower: never probed, never chosen
         return {"precision": FP32, "probed": False, "reason": "the CPU has no bf16 units"}
@@ -91,6 +124,8 @@ def choose(shape: str, probe: Callable[[str], tuple[float, float]], cache_dir=No
         known = _read(path).get(key)
         if isinstance(known, dict) and known.get("precision") in (FP32, BF16):
             return {**known, "probed": False}
+    if not may_probe:
+        return {"precision": FP32, "probed": False, "reason": "the run is too short to pay for a probe"}
     t32, l32 = probe(FP32)
     t16, l16 = probe(BF16)
     same_loss = abs(l16 - l32) <= LOSS_TOL * max(abs(l32), 1e-12)
@@ -99,5 +134,8 @@ def choose(shape: str, probe: Callable[[str], tuple[float, float]], cache_dir=No
     if path is not None:
         data = _read(path)
         data[key] = out
-        _write(path, data)
+        try:
+            _write(path, data)
+        except OSError:
+            pass  # a read-only or full models folder: the next run probes again, this one trains on
     return {**out, "probed": True}

@@ -87,6 +87,19 @@ def comparison_rows(law, intervals: dict | None = None) -> list[dict]:
     return rows
 
 
+def precision_words(session: dict) -> str:
+    """What a session's record says of its runs' matrix products (core.nn.precision); "" for a session recorded
+    before runs chose one (they were all float32)."""
+    if "precision" not in session:
+        return ""
+    bf16 = [r for r in session.get("bfloat16_runs") or [] if isinstance(r, str)]
+    if not bf16:
+        auto = session["precision"] == "auto"
+        return "; float32 matrix products" + (" (auto: no probe measured bfloat16 faster)" if auto else "")
+    return (f"; bfloat16 matrix products (attention float32, measured faster by a probe at their shape) in "
+            f"{', '.join(bf16)}, float32 in the others")
+
+
 def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
     """The study's card (README.md): what was trained, how, on what, how long it took, and the fit."""
     g = meta["grid"]
@@ -108,7 +121,7 @@ def write_card(folder, meta: dict, rows: list[dict], fit: dict | None) -> str:
     for s in sessions:  # the exact command of each session: how to make the study again
         lines.append(f"- `{s['command']}`: engine {s['engine']}, runs {s['runs_before']} to {s['runs_after']}, "
                      f"wall time {s['wall_s'] / 60:.1f} min, started {s['started']}, on {s['machine']}; load average "
-                     f"{s.get('load_start')} at the start, {s.get('load_end')} at the end"
+                     f"{s.get('load_start')} at the start, {s.get('load_end')} at the end" + precision_words(s)
                      + (f". {s['note']}" if s.get("note") else ""))
     lines += ["", f"Wall time {wall / 60:.1f} min in all; the runs' CPU time adds up to {cpu / 60:.1f} min.", ""]
     if fit is None and meta.get("fit_error"):

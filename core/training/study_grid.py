@@ -24,6 +24,7 @@ from core.data.corpus import TRAIN_FRACTION, read_text_file
 from core.analysis.cost import FLOPS_PER_PARAM_TOKEN
 from core.nn.config import ModelConfig
 from core.nn.params import count_parameters
+from core.nn.precision import run_precision
 from core.serve.threads import use_threads
 from core.training.job_settings import JobSettings, MAX_STEPS, validate_settings
 from core.training.recipes import RECIPES, TrainConfig
@@ -271,7 +272,9 @@ def non_embedding(counts: dict) -> int:
 
 
 def train_one(spec: RunSpec) -> dict:
-    """Train one model of ``spec`` from its seed on one thread and measure it: a runs.csv row."""
+    """Train one model of ``spec`` from its seed on one thread and measure it: a runs.csv row, and under
+    "precision" the matrix products' (core.nn.precision: bf16 only where a probe measured it faster at this shape;
+    not a runs.csv column, run_study keeps it in the session's record)."""
     use_threads(1)  # one thread per worker, whatever the engine: the same kernels, so the same numbers
     if not spec.text:
         raise StudyError(f"run {spec.run_id}: the spec carries no corpus")
@@ -281,7 +284,7 @@ def train_one(spec: RunSpec) -> dict:
     tc = TrainConfig.recipe(spec.recipe, steps=spec.steps, batch_size=spec.batch_size, seed=spec.seed,
                             heads_interval=0, eval_interval=spec.steps)
     tr = trainer.Trainer(spec.text, dict(n_ctx=spec.n_ctx, d_model=spec.d_model, n_heads=spec.n_heads,
-                                         n_layers=spec.n_layers), tc)
+                                         n_layers=spec.n_layers), tc, precision=run_precision())
     report = StepReport(spec.live_file, spec.run_id, spec.steps)
     while not tr.done:
         out = tr.step()
@@ -296,7 +299,8 @@ def train_one(spec: RunSpec) -> dict:
             "N_total": counts["total"], "D": tr.tokens_seen, "loss": round(val, 6), "train_loss": round(train, 6),
             "flops": float(FLOPS_PER_PARAM_TOKEN * n * tr.tokens_seen), "seed": spec.seed, "recipe": spec.recipe,
             # seconds; the only columns an engine or a busy machine may change (TIMING_FIELDS)
-            "wall_s": round(time.perf_counter() - wall0, 2), "cpu_s": round(time.process_time() - cpu0, 2)}
+            "wall_s": round(time.perf_counter() - wall0, 2), "cpu_s": round(time.process_time() - cpu0, 2),
+            "precision": tr.precision}
 
 
 def run_cost(spec: RunSpec) -> float:

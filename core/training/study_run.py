@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from core.data.corpus import TRAIN_FRACTION, split_description
+from core.nn.precision import BF16, run_precision
 from core.training.study_engines import ShouldStop, StudyStopped
 from core.training.study_files import PROGRESS_JSON, RUNS_CSV, STUDY_JSON, format_rows, read_rows
 from core.serve.folder_files import write_atomic
@@ -140,7 +141,7 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
     # one entry per session: the card says how each part of the study was made, on what and how busy it was
     session = {"engine": engine.name, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_description(),
                "command": command, "runs_before": len(rows), "runs_after": len(rows), "wall_s": 0.0,
-               "load_start": _load()}
+               "load_start": _load(), "precision": run_precision(), "bfloat16_runs": []}
     if note:
         session["note"] = note
     sessions.append(session)
@@ -179,6 +180,8 @@ def run_study(grid: Grid, text: str, corpus_name: str, out_dir, engine, *, comma
         for row in each_row(engine, todo, rows, lambda all_rows: write_atomic(folder / RUNS_CSV,
                                                                             format_rows(all_rows)), stop_or_report):
             live.drop(row["run_id"])
+            if row.pop("precision", None) == BF16:  # not a runs.csv column: the session says which runs used bf16
+                session["bfloat16_runs"].append(row["run_id"])
             p.done, p.new, p.row = len(rows), p.new + 1, row
             p.cost_done += cost[row["run_id"]]
             save_meta()

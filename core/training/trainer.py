@@ -21,7 +21,7 @@ from core.data.corpus import TRAIN_FRACTION, split_description, split_train_val
 from core.analysis.induction import HeadRecorder
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer
-from core.nn.precision import FP32, autocast, choose
+from core.nn.precision import FP32, autocast, choose, worth_probing
 from core.serve.paths import user_models_dir
 from core.nn.snapshots import snapshot_state, snapshot_steps
 from core.nn.tokenizer import CharTokenizer
@@ -54,8 +54,9 @@ class Trainer:
         else a byte-level BPE of ``bpe_vocab_size`` tokens learned from the training part alone, or, without a
         size, one token per distinct character of the whole text (so the held-out part has no unknown ones).
         ``precision``: "float32", or "auto": bf16 products (attention kept fp32) where a few probe steps at this
-        shape measure them faster with the same loss (core.nn.precision, cached in the models folder); the choice
-        is ``self.precision`` and the card's training record says it."""
+        shape measure them faster with the same loss (core.nn.precision, cached in the models folder; a run under
+        20 x the probe's 10 steps only reads the cache: worth_probing); the choice is ``self.precision`` and the
+        card's training record says it. The app's runs pass core.nn.precision.run_precision()."""
         if precision not in (FP32, "auto"):
             raise ValueError(f"precision must be float32 or auto, got {precision!r}")
         self.tc = train_config or TrainConfig()
@@ -132,7 +133,7 @@ class Trainer:
 
         shape = (f"lm d={c.d_model} h={c.n_heads} L={c.n_layers} d_ff={c.d_ff} n_ctx={c.n_ctx} m={c.vocab_size} "
                  f"batch={tc.batch_size} {tc.optimizer} threads={torch.get_num_threads()}")
-        return choose(shape, probe, cache_dir=user_models_dir())
+        return choose(shape, probe, cache_dir=user_models_dir(), may_probe=worth_probing(tc.steps, steps))
 
     def take_snapshot(self) -> bool:
         """Keep the weights (and the estimated losses) if this step is one of the plan's; True if kept."""

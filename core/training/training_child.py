@@ -25,6 +25,7 @@ from core.analysis.induction import induction_summary
 from core.jobs.process import lower_priority
 from core.training.job_settings import JobSettings
 from core.nn.params import count_parameters
+from core.nn.precision import run_precision
 from core.training.quota import RETIRED_PREFIX
 from core.analysis.sampling import generate
 from core.serve.threads import use_threads
@@ -82,7 +83,9 @@ class _Run:
         self.text, self.corpus_name, self.threads, self.conn, self.send = text, corpus_name, threads, conn, send
         self.tc = settings.train_config()
         # m comes from the tokenizer: the corpus's characters, or a BPE learned here from the training part
-        self.trainer = tr = Trainer(text, settings.shape(0), self.tc, bpe_vocab_size=settings.bpe_vocab_size)
+        # bf16 products only where a probe at this shape measures them faster (core.nn.precision; TE_PRECISION)
+        self.trainer = tr = Trainer(text, settings.shape(0), self.tc, bpe_vocab_size=settings.bpe_vocab_size,
+                                    precision=run_precision())
         # a prompt of characters the corpus never uses is empty: start from its first character
         self.prompt_ids = Prompt(tr.tokenizer, sample_prompt, tr.config.n_ctx).ids or tr.tokenizer.encode(text[0])
         self.state, self.stopping = "running", False
@@ -103,7 +106,7 @@ class _Run:
         self.elapsed += time.perf_counter() - t0
         self.report(sample_prompt=tr.tokenizer.decode(self.prompt_ids), vocab_size=tr.tokenizer.vocab_size,
                     n_params=count_parameters(tr.config)["total"], units=tr.tokenizer.units,
-                    val_chars_per_token=tr.val_chars / max(1, len(tr.val_data)))
+                    val_chars_per_token=tr.val_chars / max(1, len(tr.val_data)), precision=tr.precision)
         while not self.retired:
             self.obey(wait=self.state != "running")  # paused or stopped: block on the pipe, no loop spinning a core
             if self.retired:

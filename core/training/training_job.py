@@ -70,6 +70,7 @@ class TrainingStatus(JobStatus):
     heads: list[dict] = field(default_factory=list, repr=False)  # heads.csv rows measured so far
     units: str = "characters"    # what a token is, in the page's words ("characters" or "tokens")
     val_chars_per_token: float = 1.0  # of the held-out part: nats per token / ln 2 / this = bits per character
+    precision: str = ""           # the matrix products' (core.nn.precision), once the process has chosen it
     resumable: bool = True       # False once the run's process has been retired (its weights are kept for saving)
 
     @property
@@ -131,6 +132,7 @@ class TrainingJob(Job):
         # what the process has reported so far; the lists grow by the parts it sends
         self._p = dict(state="preparing", message=None, step=0, tokens_seen=0, tokens_per_s=None, elapsed=0.0,
                        sample_prompt=sample_prompt, n_params=0, vocab_size=0, reply=None, val_chars_per_token=1.0,
+                       precision="",
                        units="tokens" if self._settings.tokenizer == "bpe" else "characters", retired=None,
                        **{k: [] for k in LISTS})
         self._stop, self._go = False, True  # requests not yet acknowledged show as "stopping" / "pausing"
@@ -176,7 +178,7 @@ class TrainingJob(Job):
                 step_losses=list(p["step_losses"]), evals=[dict(r) for r in p["evals"]], samples=list(p["samples"]),
                 sample_prompt=p["sample_prompt"], n_params=p["n_params"], vocab_size=p["vocab_size"],
                 heads=list(p["heads"]), units=p["units"], val_chars_per_token=p["val_chars_per_token"],
-                resumable=p["retired"] is None,
+                precision=p["precision"], resumable=p["retired"] is None,
             )
 
     def start(self):

@@ -25,6 +25,7 @@ import torch
 from core.analysis.sampling import generate
 from core.nn.model import Transformer
 from core.nn.params import count_parameters
+from core.nn.precision import run_precision
 from core.serve.folder_files import write_atomic
 from core.serve.threads import use_threads
 from core.training.cli_args import MODEL_BY_NAME, Outputs, remove_own, save_model, study_parser, study_problem
@@ -89,7 +90,7 @@ def train_variant(spec: TableSpec) -> dict:
     t0 = time.perf_counter()
     tc = TrainConfig.recipe(RECIPE, steps=spec.steps, seed=spec.seed, heads_interval=0, snapshots=0,
                             eval_interval=max(1, spec.steps // 20), eval_batches=8)
-    tr = trainer.Trainer(spec.text, model_shape(v), tc)
+    tr = trainer.Trainer(spec.text, model_shape(v), tc, precision=run_precision())  # bf16 only where measured faster
     tr.log_eval()
     while not tr.done:
         tr.step()
@@ -117,6 +118,7 @@ def train_variant(spec: TableSpec) -> dict:
             "params": count_parameters(model.config)["total"], "steps": spec.steps, "seconds": round(seconds, 1),
             "train_loss": round(windowed_loss(model, tr.train_data[: len(tr.val_data)]), 4),
             "val_loss": round(val, 4), "causal_val_loss": round(causal, 4), "sample": sample,
+            "precision": tr.precision,  # not a variants.csv column; a kept model's card records it
             "curve": [{"variant": v.id, "step": r["step"], "train_loss": round(r["train_loss"], 4),
                        "val_loss": round(r["val_loss"], 4)} for r in tr.log]}
 

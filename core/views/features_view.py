@@ -46,6 +46,16 @@ def health_rows(metrics: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
+def precision_words(metrics: dict) -> str:
+    """A sentence saying which precision trained the SAE (its metrics.json's "precision", core.nn.precision); "" for
+    one saved before SAEs recorded it, or a value that is neither (a hand-edited file says nothing)."""
+    p = metrics.get("precision") if isinstance(metrics, dict) else None
+    if p == "bfloat16":
+        return (" Trained with bfloat16 matrix products, which a short probe measured faster on this CPU at this "
+                "shape with the same loss.")
+    return " Trained in float32." if p == "float32" else ""
+
+
 def _shade(a: float, top: float) -> str:
     """An orange background whose strength is the activation's share of ``top`` (none at 0 or below)."""
     s = 0.0 if top <= 0 or a <= 0 else min(1.0, a / top)

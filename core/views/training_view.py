@@ -29,14 +29,23 @@ def unit_word(units: str) -> str:
     return "character" if units == "characters" else "token"
 
 
-def run_summary(corpus_name: str, cfg, vocab_size: int | None, threads: int) -> str:
+def run_summary(corpus_name: str, cfg, vocab_size: int | None, threads: int, precision: str = "") -> str:
     """One line naming a run's corpus, tokens, shape and recipe (``cfg``: its JobSettings; ``vocab_size``: the
-    learned BPE's, 0 or None before the run has learned it, when the size asked for is shown)."""
+    learned BPE's, 0 or None before the run has learned it, when the size asked for is shown) and, once the run
+    has chosen it, ``precision``: its matrix products' (core.nn.precision)."""
     # vocab_size is 0 until the run has learned its BPE, which may end smaller than asked (few pairs to merge)
     tokens = "characters" if cfg.tokenizer == "char" else f"byte-level BPE of {vocab_size or cfg.bpe_vocab:,} tokens"
     return (f"This run: {corpus_name} · {tokens} · d={cfg.d_model} · h={cfg.n_heads} · L={cfg.n_layers} · "
             f"n_ctx={cfg.n_ctx} · batch {cfg.batch_size} · {RECIPE_TITLES[cfg.recipe]}, AdamW lr {cfg.lr:g} · "
-            f"seed {cfg.seed} · {threads} CPU thread{'s' if threads != 1 else ''}")
+            f"seed {cfg.seed} · {threads} CPU thread{'s' if threads != 1 else ''}" + precision_words(precision))
+
+
+def precision_words(precision: str) -> str:
+    """" · <precision> products" for a run summary: bf16 said with why (a probe measured it faster here, attention
+    kept fp32); "" when unknown (a run not yet started, a model saved before runs recorded it)."""
+    if precision == "bfloat16":
+        return " · bfloat16 matrix products (attention float32), measured faster on this CPU at this shape"
+    return f" · {precision} matrix products" if precision else ""
 
 
 def bits_per_char(nats_per_token: float, chars_per_token: float) -> float:

@@ -11,6 +11,7 @@ from core.features.explanations import write_explanations
 from core.analysis.sites import Site, site_words, sites
 from core.features.job import MAX_STEPS, SAEJob, check_settings
 from core.features.train import DEFAULT_K, EXPANSION, SAESettings
+from core.nn.precision import run_precision
 from pages.features.forming import forming_figure, forming_rows
 from core.nn.snapshots import checkpoint_steps
 from core.jobs import JobBusy, about
@@ -106,7 +107,7 @@ def _training_form(model):
                         help="TopK keeps this many latents per token, every other one exactly 0.")
     steps = c4.number_input("Steps", 50, MAX_STEPS, DEFAULT_STEPS, step=250, key="te_sae_steps",
                             help="Optimiser steps of 2,048 activations each.")
-    return site, SAESettings(d_sae=int(d_sae), k=int(k), steps=int(steps))
+    return site, SAESettings(d_sae=int(d_sae), k=int(k), steps=int(steps), precision=run_precision())  # bf16 if faster
 
 
 def training_panel(entry, model, tok, training) -> None:
