@@ -165,7 +165,7 @@ def failures(rows: list[dict]) -> dict[str, dict[str, list[str]]]:
         elif r["auroc"] < RECOVERS:
             why = f"its scores miss the key (AUROC below {RECOVERS})"
         elif not r["stands"]:
-            nulls = [w for c, w in CONTROLS.items() if _within(r, c)]
+            nulls = [w for c, w in CONTROLS.items() if math.isfinite(r[c]) and _within(r, c)]  # NaN: not run
             verb = "scores" if nulls == ["a random-weight twin"] else "score"  # random labels score
             why = f"its finding does not stand: {' and '.join(nulls) or 'the controls'} {verb} within the margin of it"
         else:

@@ -111,7 +111,10 @@ def health(model, tc: SAE, layer: int, prompts, answers) -> dict:
     clean, _ = task_losses(model, prompts, answers)
     replaced, _ = task_losses(model, prompts, answers, replace_hooks({layer: tc}))
     zeroed, _ = task_losses(model, prompts, answers, zero_mlp_hooks([layer]))
-    return {**fit_stats(tc, x, y), "ce_clean": clean, "ce_replaced": replaced, "ce_mlps_zeroed": zeroed,
+    # an MLP the key keeps out of the circuit writes next to nothing: its variance is ~0, so explained_variance and
+    # ce_loss_score (a share of ~0 nats) say little; out_norm2 (E||y||^2) and mse show how little there is to miss
+    return {**fit_stats(tc, x, y), "out_norm2": float(y.pow(2).sum(-1).mean()), "ce_clean": clean,
+            "ce_replaced": replaced, "ce_mlps_zeroed": zeroed,
             "ce_loss_score": ce_loss_score(clean, replaced, zeroed), "eval_tokens": len(x),
             "eval_prompts": len(prompts)}
 
@@ -163,8 +166,10 @@ def train_key(task: Task, folder: Path, log=print, settings=SETTINGS) -> list[di
 
 
 def card(task: Task, metrics: list[dict]) -> str:
-    rows = "\n".join(f"| {m['layer'] + 1} | {m['d_sae']} | {m['k']} | {m['l0']:.1f} | {m['explained_variance']:.3f} | "
-                     f"{m['ce_loss_score']:.3f} | {m['dead_fraction']:.2f} | {m['train_vectors']:,} |" for m in metrics)
+    rows = "\n".join(f"| {m['layer'] + 1} | {m['d_sae']} | {m['k']} | {m['l0']:.2f} | {m['out_norm2']:.3g} | {m['mse']:.3g} | "
+                     f"{m['explained_variance']:.3g} | {m['ce_mlps_zeroed'] - m['ce_clean']:+.4f} | "
+                     f"{m['ce_replaced'] - m['ce_clean']:+.4f} | {m['ce_loss_score']:.3g} | {m['dead_fraction']:.2f} | "
+                     f"{m['train_vectors']:,} |" for m in metrics)
     m = metrics[0]
     return f"""# Transcoders of the answer key "{task.name}"
 
@@ -178,9 +183,14 @@ Attribution page). Made by `python -m core.training.answer_keys transcoders --on
 Measured on task.json's {m['eval_prompts']} prompts ({m['eval_tokens']:,} positions); the losses at each prompt's
 last position, against its answer:
 
-| block | latents | k | l0 | explained variance | ce_loss_score | dead | pairs trained on |
-|---|---|---|---|---|---|---|---|
+| block | latents | k | l0 | E‖y‖² | mse | explained variance | MLP zeroed (nats) | replaced (nats) | ce_loss_score | dead | pairs |
+|---|---|---|---|---|---|---|---|---|---|---|---|
 {rows}
+
+E‖y‖² is the MLP's output's size and mse what the transcoder misses of it; the two loss columns are the rise of the
+answer's loss over the clean model's with the MLP zeroed and with it replaced. An MLP the key keeps out of the circuit
+writes next to nothing (zeroing it costs ~0 nats): its explained variance and ce_loss_score (a share of ~0) mean
+little there, and its error nodes are as small as its mse.
 
 Every block's transcoder spliced in at once: the answer's loss {m['ce_all_replaced']:.3f} nats (clean
 {m['ce_clean']:.3f}); accuracy {100 * m['accuracy_replaced']:.1f} % (clean {100 * m['accuracy_clean']:.1f} %).
