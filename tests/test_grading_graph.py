@@ -105,6 +105,7 @@ def test_the_copy_keys_head_routes_against_a_plain_forward():
     for h in range(model.config.n_heads):
         assert parts[f"L1H{h + 1}"][0].sum() == pytest.approx(_frozen_part(model, list(e.clean), answer, h, cache),
                                                              abs=1e-4)
+    assert parts["L1H3"][0].sum() > 1.0  # the key's head writes the answer: the check above is not of zeros only
     got = GG.example_scores(model, tcs, e.clean, [e.answer])[0]
     assert max(got["components"], key=got["components"].get) == "L1 H3" and got["components"]["L1 H3"] > 0.5
     gr = G.grade("copy", "attribution_graph", count=4, loaded=(model, None, key, task))

@@ -35,8 +35,15 @@ answer). The nonsense task: the same graph explained for the example's nonsense 
 first token, never the answer nor the counterpart's) as a second logit node, read off the same graph and head split
 (the features and edges into them do not depend on the target), its scores weighted by its own mass over the
 answer's summed mass: a random output's share counts as much of the answer as its edges weigh. The random twin
-cannot be run: it has no transcoders (``null_controls.TWIN_GRAPH``). Cost: GRAPH_EXAMPLES examples, not
-grading.EXAMPLES: one graph and one head split of its kept rows each.
+cannot be run: it has no transcoders (``null_controls.TWIN_GRAPH``). Cost: the same examples as the other methods
+(grading.EXAMPLES), one graph and one head split of its kept rows each, both outputs on them: about 0.03 s an example
+on these models.
+
+What this shows, by key (bench/results/answer-keys.csv): on a one-step circuit (copy, sort) the key's head carries
+nearly all of the answer's influence. Where the circuit is two heads in turn (induction: L1 H2's write read by L2
+H1's values), most of the flow is "composed" (one L1 head, then one L2 head), which head_split, and so the page, does
+not split by pair: it is credited to no head, and the heads' single hops left are small. That is what the page shows
+a learner too ("composed" in its edge table), so the grade keeps it so rather than guessing the pair.
 """
 from __future__ import annotations
 
@@ -53,7 +60,6 @@ from core.analysis.circuit import CARRIES, share_text
 from core.analysis.sae import model_fingerprint
 from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers
 
-GRAPH_EXAMPLES = 16   # examples a grade of the graph runs on (grading.EXAMPLES is 64): each is a graph and a split
 _FOUND: dict[str, dict] = {}  # model fingerprint -> its transcoders ({} when none)
 
 
@@ -162,7 +168,7 @@ def _scores(model, examples, labels, level: str):
         raise NoTranscoders("this model has no transcoder for every block: the attribution graph cannot be built")
     names = all_components(model.config) if level == "components" else graph_edges(model.config)
     real, fake, mass = np.zeros(len(names)), np.zeros(len(names)), 0.0
-    for i, e in enumerate(examples[:GRAPH_EXAMPLES]):
+    for i, e in enumerate(examples):
         targets = [e.answer] + ([labels[i].answer] if labels is not None else [])
         got = example_scores(model, tcs, e.clean, targets)
         real += got[0]["mass"] * np.array([got[0][level].get(n, 0.0) for n in names])
@@ -179,7 +185,7 @@ def _scores(model, examples, labels, level: str):
 
 def score_graph(model, examples, labels=None, norm=None):
     """Each head's and MLP's share of the answer's influence in the pruned graph (the module's doc), weighted mean
-    over GRAPH_EXAMPLES examples; ``labels``: the nonsense tokens, read off the same graphs. ``norm``: unused (a twin
+    over the examples; ``labels``: the nonsense tokens, read off the same graphs. ``norm``: unused (a twin
     has no transcoders). NoTranscoders where the model has none."""
     return _scores(model, examples, labels, "components")
 

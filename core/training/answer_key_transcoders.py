@@ -1,9 +1,9 @@
 """Transcoders for the answer keys (issue 59 §2): one per block of each key's model, so that the attribution graph
 can be graded against the key (core.analysis.grading_graph) and a key model opens on the Attribution page.
 
-    python -m core.training.answer_keys transcoders [--only NAME] [--out assets/answer_keys] [--threads 1]
+    python -m core.training.answer_keys transcoders [--only NAME] [--out assets/answer_keys] [--threads 1] [--measure]
 
-Trained as ``python -m core.features --model FOLDER --transcoder`` trains the shipped ones (core.features.transcoder:
+(``--measure``: no training, the saved transcoders measured again.) Trained as ``python -m core.features --model FOLDER --transcoder`` trains the shipped ones (core.features.transcoder:
 its settings, SAESettings' defaults: TopK, k 12, 8 x d_model latents, 2,000 steps of 2,048, lr 2e-3, seed 0, the
 same ``train_on`` with AuxK), and saved in the same layout (``transcoders/layer-L/``: sae_weights.safetensors,
 config.json, cfg.json, metrics.json), with a card ``transcoders/README.md``. What differs is the data: a key's model
@@ -134,34 +134,46 @@ def train_key(task: Task, folder: Path, log=print, settings=SETTINGS) -> list[di
         if target.exists() and not _ours(target):
             raise FileExistsError(f"{target} exists and was not written by {SOURCE}: move it away first")
     model, _ = load_checkpoint(folder)
-    ts = read_task(folder)
-    prompts, answers = [list(p) for p in ts.prompts], list(ts.answers)
     rng = np.random.default_rng(SEED_BASE + task.seed)
     seqs = [task.sequence(rng) for _ in range(SEQUENCES)]
     ids = torch.tensor([s[0] for s in seqs], dtype=torch.long)  # (S, n_ctx)
     mask = prompt_mask(torch.tensor([s[1] for s in seqs], dtype=torch.long))
-    out, tcs = [], {}
+    records, tcs = [], {}
     for layer in range(task.config.n_layers):
         t0 = time.perf_counter()
-        tc, n = train_layer(model, task, layer, ids, mask, settings)
-        m = health(model, tc, layer, prompts, answers)
-        m.update({"kind": "transcoder", "reads": reads(layer), "writes": writes(layer), "layer": layer,
-                  "d_sae": tc.config.d_sae, "k": tc.config.k, "train_vectors": n,
-                  "train_sequences": SEQUENCES, "sequence_seed": SEED_BASE + task.seed, "steps": settings.steps,
-                  "batch_size": settings.batch_size, "lr": settings.lr, "seed": settings.seed,
-                  "train_s": round(time.perf_counter() - t0, 2), "corpus": f"the {task.name} task's generator",
-                  "source": SOURCE})
-        tcs[layer] = tc
-        out.append(m)
-        log(f"  {task.name} layer {layer}: " + ", ".join(f"{k} {m[k]:.4g}" for k in (
-            "explained_variance", "ce_loss_score", "l0", "dead_fraction", "train_s")))
+        tcs[layer], n = train_layer(model, task, layer, ids, mask, settings)
+        records.append({"kind": "transcoder", "reads": reads(layer), "writes": writes(layer), "layer": layer,
+                        "d_sae": tcs[layer].config.d_sae, "k": tcs[layer].config.k, "train_vectors": n,
+                        "train_sequences": SEQUENCES, "sequence_seed": SEED_BASE + task.seed, "steps": settings.steps,
+                        "batch_size": settings.batch_size, "lr": settings.lr, "seed": settings.seed,
+                        "train_s": round(time.perf_counter() - t0, 2), "corpus": f"the {task.name} task's generator",
+                        "source": SOURCE})
+    for layer, tc in tcs.items():
+        save_transcoder(tc, folder, layer, records[layer])
+    return measure_key(task, folder, log)
+
+
+def measure_key(task: Task, folder: Path, log=print) -> list[dict]:
+    """The health numbers of the key's saved transcoders (the module's doc), loaded as the page loads them, written
+    into each metrics.json beside its training record, and the card; returns each block's metrics."""
+    model, _ = load_checkpoint(folder)
+    tcs = load_transcoders(folder, model.config, trained_on=model_fingerprint(model))
+    if not tcs:
+        raise FileNotFoundError(f"{folder} holds no transcoders to measure: train them first")
+    ts = read_task(folder)
+    prompts, answers = [list(p) for p in ts.prompts], list(ts.answers)
     _, acc = task_losses(model, prompts, answers)
     every, acc_all = task_losses(model, prompts, answers, replace_hooks(tcs))
-    for layer, m in enumerate(out):
-        m.update({"ce_all_replaced": every, "accuracy_clean": acc, "accuracy_replaced": acc_all})
-        save_transcoder(tcs[layer], folder, layer, m)
+    out = []
+    for layer, tc in sorted(tcs.items()):
+        path = transcoder_folder(folder, layer) / "metrics.json"
+        m = {**json.loads(path.read_text(encoding="utf-8")), **health(model, tc, layer, prompts, answers),
+             "ce_all_replaced": every, "accuracy_clean": acc, "accuracy_replaced": acc_all}
+        path.write_text(json.dumps(m, indent=2) + "\n", encoding="utf-8")
+        out.append(m)
+        log(f"  {task.name} layer {layer}: " + ", ".join(f"{k} {m[k]:.4g}" for k in (
+            "explained_variance", "ce_loss_score", "mse", "out_norm2", "l0", "dead_fraction", "train_s")))
     (folder / TRANSCODER_DIR / "README.md").write_text(card(task, out), encoding="utf-8")
-    load_transcoders(folder, model.config, trained_on=model_fingerprint(model))  # loads as the page loads them
     return out
 
 
