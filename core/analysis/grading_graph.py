@@ -41,9 +41,16 @@ on these models.
 
 What this shows, by key (bench/results/answer-keys.csv): on a one-step circuit (copy, sort) the key's head carries
 nearly all of the answer's influence. Where the circuit is two heads in turn (induction: L1 H2's write read by L2
-H1's values), most of the flow is "composed" (one L1 head, then one L2 head), which head_split, and so the page, does
-not split by pair: it is credited to no head, and the heads' single hops left are small. That is what the page shows
-a learner too ("composed" in its edge table), so the grade keeps it so rather than guessing the pair.
+H1's values), most of the flow (50 to 78 %) is "composed" (one L1 head, then one L2 head), which head_split, and so
+the page, does not split by pair: it is credited to no head, and the single hops left are small (L2 H1 15 %), so the
+finding does not stand above the nonsense task. That is what the page shows a learner too ("composed" in its edge
+table), so the grade keeps it so rather than guessing the pair.
+
+The transcoders matter. An MLP the key keeps out of the circuit writes next to nothing (E||y||^2 from 1e-8 to 1e-3),
+and its TopK transcoder still fires a few features whose writes are larger than the MLP's own output (mse above
+E||y||^2) and cancel among themselves; normalized |A| counts their sizes, not their sum, so such a block gets
+influence the model does not give it: sort's L1 MLP 73 %, counting's L2 MLP 12 %, the false positives of those
+grades. The transcoders' numbers are in each key's transcoders/README.md.
 """
 from __future__ import annotations
 
