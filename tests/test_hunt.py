@@ -67,7 +67,8 @@ def test_the_measured_table_and_its_failures(tmp_path):
     rows = [("a", "dla", "1.0", "True", "0.9", "0.0", "0.1", ""), ("a", "ablation", "0.5", "False", "0.5", "0.0", "0.0", ""),
             ("b", "dla", "1.0", "False", "0.5", "0.1", "0.45", ""), ("c", "dla", "1.0", "False", "0.5", "0.45", "0.42", ""),
             ("b", "path_patching", "", "", "0.0", "0.0", "0.0", "no grade: ..."),
-            ("b", "attribution_graph", "", "", "", "", "", "not graded: ...")]
+            ("b", "attribution_graph", "", "", "", "", "", "not graded: ..."),
+            ("d", "attribution_graph", "1.0", "False", "0.3", "", "0.25", "")]  # no twin run: only labels named
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["key", "method", "auroc", "precision", "recall", "random_twin", "nonsense_task", "finding", "unit",
@@ -76,7 +77,7 @@ def test_the_measured_table_and_its_failures(tmp_path):
             w.writerow([key, method, auc, auc, auc, twin, nonsense, finding, "share", "0.1" if finding else "",
                         stands, note])
     got = read_grades(path)
-    assert [r["stands"] for r in got] == [True, False, False, False, None, None] and math.isnan(got[4]["auroc"])
+    assert [r["stands"] for r in got] == [True, False, False, False, None, None, False] and math.isnan(got[4]["auroc"])
     assert (got[2]["finding"], got[2]["nonsense_task"], got[2]["margin"], got[2]["unit"]) == (0.5, 0.45, 0.1, "share")
     bad = failures(got)
     assert set(bad) == {"ablation", "dla", "path_patching", "attribution_graph"}  # dla on a stands: no failure
@@ -89,6 +90,7 @@ def test_the_measured_table_and_its_failures(tmp_path):
                           "margin of it": ["c"]}
     assert bad["path_patching"] == {  # a finding of 0 on a key with nothing to find: the right answer, said
         "no grade (the key holds nothing it scores; rightly, its finding there does not stand)": ["b"]}
-    assert bad["attribution_graph"] == {"not graded": ["b"]}
+    assert bad["attribution_graph"] == {"not graded": ["b"], "its finding does not stand: random labels score "
+                                                             "within the margin of it": ["d"]}
     assert stands_on(got) == {"dla": ["a"]}
     assert read_grades(tmp_path / "none.csv") == []

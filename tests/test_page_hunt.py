@@ -52,3 +52,12 @@ def test_a_live_grade_says_its_verdict(open_page):
 def test_a_key_gone_from_the_shelf_is_said_in_words(open_page):
     at = _hunt(open_page, hunt_key="no-such-key")
     assert "The answer key 'no-such-key' is gone" in words(at) and not at.exception
+
+
+def test_the_attribution_graph_is_a_hunt_method_and_its_grade_says_the_twin_has_no_transcoders(open_page):
+    at = _hunt(open_page, hunt_key="copy", hunt_method="attribution_graph")
+    assert "The attribution graph" in at.radio(key="hunt_method").options and not at.exception
+    at.button(key="hunt_grade").click().run()
+    assert not at.exception
+    shown = words(at)
+    assert "L1 H3 carries" in shown and "The random twin cannot be graded" in shown

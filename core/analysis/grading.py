@@ -23,9 +23,9 @@ Every method runs through the project's own functions:
   rise of the answer's loss (``core.analysis.answer_keys.cut_hooks``, path ablation). It is the key's own check
   (the key's edges were tested with it), not a page of the explorer: an upper bound for edge methods, no rival.
   Threshold: COPY_GAIN, as for the heads.
-
-The attribution graph (its edges split by head, ``core.analysis.attribution.head_split``) needs a transcoder per
-layer; no answer key ships one, so it is not graded (``SKIPPED``).
+- ``attribution_graph``, ``attribution_graph_edges``: the attribution graph, edges split by head, on the key's own
+  transcoders: each head's and MLP's (edge's) share of the answer's influence in the page's pruned graph; threshold
+  CARRIES. What is faithful, and what it cannot see, in ``core.analysis.grading_graph``; no twin (``TWINLESS``).
 
 The examples: ``EXAMPLES`` prompts of the key's task.json, each paired with a corrupted counterpart for the methods
 that patch: another example of the same length whose answer differs. The metric is the logit difference between
@@ -75,7 +75,8 @@ from core.analysis.answer_keys import (INPUT, OUTPUT, AnswerKey, TaskSet, all_co
 from core.analysis.circuit import CARRIES, share_text
 from core.analysis.head_ranking import COPY_GAIN
 from core.analysis.interventions import ablate_heads
-from core.analysis.null_controls import Control, random_labels, random_twin
+from core.analysis.grading_graph import score_graph, score_graph_edges
+from core.analysis.null_controls import TWIN_GRAPH, Control, random_labels, random_twin
 from core.analysis.patching import Metric, patch_heads, paths_into
 from core.analysis.trace import direct_logit_attribution, trace
 from core.serve.fmt import head_label
@@ -85,10 +86,12 @@ PAIR_SEED = 0       # which examples, and which counterpart each gets
 NONSENSE_SEED = 1   # the nonsense task's random labels
 MARGINS = {"share": CARRIES, "nats": COPY_GAIN}  # the finding above both controls by at least this: it stands
 DIGITS = 6          # scores are compared to this many decimals (nats, shares, logits)
-METHODS = ("patching", "ablation", "dla", "path_patching", "edge_ablation")
-SKIPPED = {"attribution_graph": "the attribution graph needs a transcoder per layer; no answer key ships one"}
+METHODS = ("patching", "ablation", "dla", "path_patching", "edge_ablation", "attribution_graph",
+           "attribution_graph_edges")
+SKIPPED: dict[str, str] = {}  # a method the keys cannot grade: its reason (none now)
+TWINLESS = {"attribution_graph": TWIN_GRAPH, "attribution_graph_edges": TWIN_GRAPH}  # no twin to run: why
 NONSENSE_IS = ("the same examples, each measured on two tokens drawn at random (never its answer nor its "
-               "counterpart's)")
+               "counterpart's; the graph explains the first)")
 
 
 @dataclass(frozen=True)
@@ -377,7 +380,7 @@ def score_edges(model, examples: list[Pair], labels: list[Metric] | None = None,
 
 
 SCORERS = {"patching": score_patching, "ablation": score_ablation, "dla": score_dla, "path_patching": score_paths,
-           "edge_ablation": score_edges}
+           "edge_ablation": score_edges, "attribution_graph": score_graph, "attribution_graph_edges": score_graph_edges}
 
 
 def _is_component(name: str) -> bool:
@@ -438,9 +441,9 @@ def grade(name: str, method: str, count: int = EXAMPLES, controls: bool = True, 
               negatives=int((~members).sum()), seconds=seconds, scores=s)
     if controls:
         t0 = time.perf_counter()
-        twin = SCORERS[method](random_twin(model), examples, norm=s.norm)  # the trained model's unit
+        twin = None if method in TWINLESS else SCORERS[method](random_twin(model), examples, norm=s.norm)  # its unit
         g.control_seconds = time.perf_counter() - t0
-        g.random_twin, g.nonsense_task = twin.effect, s.nonsense
-        g.control = Control(s.claim, s.effect, twin.effect, s.nonsense, g.margin, s.unit, NONSENSE_IS,
-                            seconds=g.control_seconds)
+        g.random_twin, g.nonsense_task = twin.effect if twin else math.nan, s.nonsense
+        g.control = Control(s.claim, s.effect, g.random_twin, s.nonsense, g.margin, s.unit, NONSENSE_IS,
+                            TWINLESS.get(method), seconds=g.control_seconds)
     return g

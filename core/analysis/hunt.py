@@ -175,7 +175,7 @@ def _whys(r: dict) -> list[str]:
     if r["auroc"] < RECOVERS:
         whys.append(f"its scores miss the key (AUROC below {RECOVERS})")
     elif not r["stands"]:  # (a miss of the key says enough)
-        nulls = [w for c, w in CONTROLS.items() if _within(r, c)]
+        nulls = [w for c, w in CONTROLS.items() if math.isfinite(r[c]) and _within(r, c)]  # NaN: not run
         verb = "scores" if nulls == ["a random-weight twin"] else "score"  # random labels score
         whys.append(f"its finding does not stand: {' and '.join(nulls) or 'the controls'} {verb} within the margin of it")
     if math.isfinite(r.get("recall", math.nan)) and r["recall"] < 1:

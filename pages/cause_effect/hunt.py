@@ -24,7 +24,7 @@ NUMBERS = ("AUROC", "precision", "recall", "finding", "random twin", "nonsense t
 SCORED = "hunt_scored"  # session state: {key name: the pick that was scored}; the key shows once it is there
 METHOD_WORDS = {"patching": "Activation patching", "ablation": "Switching each head off", "dla": "Direct logit "
                 "attribution", "path_patching": "Path patching (head → head)", "edge_ablation": "Cutting each edge",
-                "attribution_graph": "The attribution graph"}
+                "attribution_graph": "The attribution graph", "attribution_graph_edges": "The attribution graph's edges"}
 TEACH = (
     "Every method on this page says *where* the model computes something. None of them can tell, on its own, "
     "whether the circuit it points at is the real one. These small models were trained so that their circuit is "
