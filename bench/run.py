@@ -882,7 +882,8 @@ def bench_attribution(quick: bool):
     from core.analysis import attribution as A
     from core.data.held_out import model_held_out
     from core.features.train import SAESettings
-    from core.features.transcoder import load_transcoders, train_transcoder
+    from core.features.transcoder import train_transcoder
+    from core.analysis.transcoders import load_transcoders
     from core.nn.checkpoint import load_checkpoint, read_config
 
     section("Attribution graphs (issue 46): the graph at 64 tokens, the page's rerun, the transcoders")

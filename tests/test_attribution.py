@@ -13,7 +13,7 @@ import torch
 from core.analysis import attribution as A
 from core.analysis import attribution_prune as P
 from core.analysis.sae import SAE, SAEConfig
-from core.features.transcoder import load_transcoders
+from core.analysis.transcoders import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 from core.nn.config import ModelConfig
 from core.nn.model import Transformer

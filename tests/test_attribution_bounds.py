@@ -17,7 +17,7 @@ from conftest import SHIPPED
 from core.analysis import attribution as A
 from core.analysis import attribution_prune as P
 from core.analysis.sae import SAE, SAEConfig, SAEFileError, model_fingerprint, save_sae
-from core.features.transcoder import load_transcoders, transcoder_folder, writes
+from core.analysis.transcoders import load_transcoders, transcoder_folder, writes
 from core.nn.checkpoint import load_checkpoint
 from core.serve.threads import torch_threads
 from tests.memory_probe import fresh_peak, peak_growth

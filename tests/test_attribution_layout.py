@@ -11,7 +11,7 @@ import pytest
 from core.analysis import attribution as A
 from core.analysis import supernodes as S
 from core.analysis.attribution_prune import prune
-from core.features.transcoder import load_transcoders
+from core.analysis.transcoders import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 from pages.attribution import view as av
 from core.figures.attribution_graph import graph_figure

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from core.analysis import grading as G
+from core.analysis import grading_scores as GS
 from core.analysis import null_controls as NC
 from core.analysis.answer_keys import AnswerKey, list_keys, load_key
 from core.analysis.interventions import rank_heads
@@ -154,7 +155,7 @@ def test_a_wrong_key_gets_a_low_grade(copy_key):
 @pytest.mark.parametrize("name", list_keys())
 def test_every_key_edge_is_a_candidate_edge(name):
     model, _, key, _ = load_key(name)
-    assert set(map(tuple, key.edges)) <= set(G.candidate_edges(model.config))
+    assert set(map(tuple, key.edges)) <= set(GS.candidate_edges(model.config))
 
 
 def test_the_bench_table_holds_the_contract_columns():

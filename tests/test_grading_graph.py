@@ -1,5 +1,5 @@
 """The attribution graph graded against the answer keys (core.analysis.grading_graph, issue 59 §2) and the keys'
-transcoders (core.training.answer_key_transcoders): the scoring on a hand-made graph whose answer is counted by hand;
+transcoders (core.features.answer_key_transcoders): the scoring on a hand-made graph whose answer is counted by hand;
 on the copy key, the head split the scores rest on against a plain forward with the patterns and scales frozen; the
 shipped transcoders load and their health numbers are what the files say, recomputed from the raw weights."""
 import json
@@ -14,7 +14,7 @@ from core.analysis import grading_graph as GG
 from core.analysis.answer_keys import KEYS_DIR, list_keys, load_key
 from core.analysis.attribution import Graph
 from core.analysis.sae import model_fingerprint
-from core.features.transcoder import load_transcoders
+from core.analysis.transcoders import load_transcoders
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from core.analysis import attribution as A
 from core.analysis import graph_json as GJ
 from core.analysis import supernodes as S
 from core.analysis.attribution_prune import prune
-from core.features.transcoder import load_transcoders
+from core.analysis.transcoders import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 
 PROMPT = "Long live the king! Long live the queen! Long live the k"  # the Attribution page's default

@@ -9,7 +9,7 @@ from conftest import SHIPPED
 from core.analysis import attribution as A
 from core.analysis import graph_json as GJ
 from core.analysis.attribution_prune import prune
-from core.features.transcoder import load_transcoders
+from core.analysis.transcoders import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 
 PROMPT = "To be or not to "  # the shipped character model spreads its next character over ten outputs here

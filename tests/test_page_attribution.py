@@ -8,7 +8,7 @@ import torch
 
 from core.analysis import attribution as A
 from core.analysis import attribution_prune as P
-from core.features.transcoder import load_transcoders
+from core.analysis.transcoders import load_transcoders
 from core.nn.checkpoint import load_checkpoint
 from pages.attribution import view as av
 from core.nn.config import ModelConfig
@@ -172,7 +172,7 @@ def test_a_feature_node_says_what_it_stands_for_on_hover(page):
     import json
 
     from core.features.explanations import load_explanations
-    from core.features.transcoder import transcoder_folder
+    from core.analysis.transcoders import transcoder_folder
 
     spec = json.loads(page.get("plotly_chart")[0].proto.spec)
     feature = next(t for t in spec["data"] if t.get("name") == "feature")

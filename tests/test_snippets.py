@@ -19,7 +19,7 @@ from core.analysis.attention import head_attention
 from core.analysis.patching import Metric, patch_heads
 from core.analysis.sae import load_sae, sae_folder
 from core.features.browse import site_acts, unit_off_losses
-from core.features.transcoder import load_transcoders
+from core.analysis.transcoders import load_transcoders
 from core.features.units import feature_units, neuron_units
 from core.nn.checkpoint import load_checkpoint
 from core.views import snippets as SN

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from core.analysis import transcoders as TF
 from core.features import transcoder as T
 from core.features.__main__ import main
 from core.data.held_out import held_out_windows
@@ -44,7 +45,7 @@ def untrained_metrics(model, held, layer: int, settings: SAESettings) -> dict:
 
     train_part, eval_held = split_held_out(held)
     x, y = T.collect_pairs(model, train_part.windows, layer, min(settings.max_vectors, T.MAX_PAIRS))
-    config = replace(settings.config(T.writes(layer), x.shape[1]), apply_b_dec_to_input=False, reads=T.reads(layer))
+    config = replace(settings.config(TF.writes(layer), x.shape[1]), apply_b_dec_to_input=False, reads=TF.reads(layer))
     tc = SAE(config, generator=torch.Generator().manual_seed(settings.seed))
     _init_from(tc, y)
     tc.requires_grad_(False)
@@ -69,19 +70,19 @@ def test_train_save_and_load_back(tiny):
     assert m["mse"] < u["mse"] / 50 and m["explained_variance"] > u["explained_variance"]
     assert m["ce_replaced"] < min(u["ce_replaced"], m["ce_mlps_zeroed"]) and m["ce_loss_score"] > 0.3
     T.save_transcoder(r.sae, folder, 1, m)
-    back = T.load_transcoders(folder, model.config)
-    assert sorted(back) == [1] and T.missing_layers(back, model.config) == [0]
+    back = TF.load_transcoders(folder, model.config)
+    assert sorted(back) == [1] and TF.missing_layers(back, model.config) == [0]
     x = torch.randn(5, model.config.d_model)
     torch.testing.assert_close(back[1](x), r.sae(x))
     assert back[1].config == r.sae.config
-    cfg = json.loads((T.transcoder_folder(folder, 1) / "cfg.json").read_text())
+    cfg = json.loads((TF.transcoder_folder(folder, 1) / "cfg.json").read_text())
     assert (cfg["apply_b_dec_to_input"], cfg["metadata"]["hook_name"], cfg["metadata"]["hook_name_out"]) == (
         False, "blocks.1.hook_mlp_in", "blocks.1.hook_mlp_out")
     # a transcoder of another width is refused by name, not spliced in
-    cfg = json.loads((T.transcoder_folder(folder, 1) / "config.json").read_text())
-    (T.transcoder_folder(folder, 1) / "config.json").write_text(json.dumps({**cfg, "d_in": 16}))
+    cfg = json.loads((TF.transcoder_folder(folder, 1) / "config.json").read_text())
+    (TF.transcoder_folder(folder, 1) / "config.json").write_text(json.dumps({**cfg, "d_in": 16}))
     with pytest.raises(SAEFileError, match="d_in"):
-        T.load_transcoders(folder, model.config)
+        TF.load_transcoders(folder, model.config)
 
 
 def test_a_transcoder_equal_to_its_mlp_changes_nothing():
@@ -113,10 +114,10 @@ def test_upgrade_folds_an_old_transcoder_and_measures_it_again(tiny, tmp_path):
 
     source, model, tok, held = tiny
     folder = tmp_path / "m"
-    shutil.copytree(source, folder, ignore=shutil.ignore_patterns(T.TRANSCODER_DIR))
+    shutil.copytree(source, folder, ignore=shutil.ignore_patterns(TF.TRANSCODER_DIR))
     r = T.train_transcoder(model, tok, 0, held=held, settings=SAESettings(steps=30, batch_size=256, d_sae=64, k=4))
     old = unfolded(r.sae)
-    place = T.transcoder_folder(folder, 0)
+    place = TF.transcoder_folder(folder, 0)
     place.mkdir(parents=True)
     from safetensors.torch import save_file
     save_file(old.tensors(), str(place / LEGACY_WEIGHTS))
@@ -126,7 +127,7 @@ def test_upgrade_folds_an_old_transcoder_and_measures_it_again(tiny, tmp_path):
     (row,) = upgrade(folder, held=held)
     assert row["folded"] is True and row["changed"]["mse"][0] == 123.0
     assert (place / WEIGHTS).is_file() and not (place / LEGACY_WEIGHTS).exists()
-    (tc,) = T.load_transcoders(folder, model.config).values()
+    (tc,) = TF.load_transcoders(folder, model.config).values()
     assert tc.config.apply_b_dec_to_input is False and tc.config.reads == "blocks.0.hook_mlp_in"
     x = torch.randn(30, model.config.d_model, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(tc.pre_acts(x), old.pre_acts(x), atol=1e-5, rtol=0)

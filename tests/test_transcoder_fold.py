@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from core.analysis import attribution as A
 from core.analysis.sae import CONFIG, LEGACY_WEIGHTS, SAE, SAELENS_CONFIG, WEIGHTS
-from core.features.transcoder import load_transcoders, reads, transcoder_folder
+from core.analysis.transcoders import load_transcoders, reads, transcoder_folder
 from core.nn.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -126,7 +126,7 @@ ATTRIBUTION_CASES = ((14, 10), (64, None))  # (tokens, logit targets: None, our 
 
 def attribution_row(quick, record, peak_growth, peer, folder, model, tok) -> None:
     """Each of ATTRIBUTION_CASES: our graph and circuit-tracer's on the same prompt and logit targets, one thread."""
-    from core.features.transcoder import load_transcoders
+    from core.analysis.transcoders import load_transcoders
 
     torch.set_num_threads(1)  # the issue's condition: one thread on both sides
     tcs = load_transcoders(MODEL, model.config)

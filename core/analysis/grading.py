@@ -70,12 +70,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from core.analysis.answer_keys import (INPUT, OUTPUT, AnswerKey, TaskSet, all_components, cut_hooks, load_key,
+from core.analysis.answer_keys import (AnswerKey, TaskSet, cut_hooks, load_key,
                                        parse_component)
 from core.analysis.circuit import CARRIES, share_text
 from core.analysis.head_ranking import COPY_GAIN
 from core.analysis.interventions import ablate_heads
 from core.analysis.grading_graph import score_graph, score_graph_edges
+from core.analysis.grading_scores import Scores, _effect, _largest, candidate_edges
 from core.analysis.null_controls import TWIN_GRAPH, Control, random_labels, random_twin
 from core.analysis.patching import Metric, patch_heads, paths_into
 from core.analysis.trace import direct_logit_attribution, trace
@@ -85,7 +86,6 @@ EXAMPLES = 64       # examples of the task a method is run on (each with its cor
 PAIR_SEED = 0       # which examples, and which counterpart each gets
 NONSENSE_SEED = 1   # the nonsense task's random labels
 MARGINS = {"share": CARRIES, "nats": COPY_GAIN}  # the finding above both controls by at least this: it stands
-DIGITS = 6          # scores are compared to this many decimals (nats, shares, logits)
 METHODS = ("patching", "ablation", "dla", "path_patching", "edge_ablation", "attribution_graph",
            "attribution_graph_edges")
 SKIPPED: dict[str, str] = {}  # a method the keys cannot grade: its reason (none now)
@@ -100,27 +100,6 @@ class Pair:
     corrupt: tuple[int, ...]  # another example of the same length
     answer: int               # the clean prompt's answer
     wrong: int                # the corrupted prompt's answer (never the clean one)
-
-
-@dataclass
-class Scores:
-    """A method's scores: one per name (a component "L1 H2", or an edge (source, target)), larger = more in the
-    circuit; the threshold the page uses on them; what they are over ("components" or "edges"). Then the finding:
-    ``effect``, the largest score in ``unit`` ("share" of ``norm``, or "nats"), said in ``claim``; ``nonsense``, the
-    same read off the same runs for the nonsense labels (NaN when none were given)."""
-    names: list
-    values: np.ndarray
-    threshold: float
-    level: str
-    effect: float = math.nan
-    nonsense: float = math.nan
-    norm: float = 1.0      # what a share is a share of: the summed gaps (patching), the total |DLA|; 1 for nats
-    unit: str = "nats"
-    claim: str = ""
-
-    def __post_init__(self):
-        # differences below DIGITS decimals are rounding (a head trained to do nothing scores +-1e-8): ties, not a rank
-        self.values = np.round(np.asarray(self.values, dtype=float), DIGITS)
 
 
 @dataclass
@@ -185,21 +164,6 @@ def nonsense_labels(examples: list[Pair], vocab_size: int, seed: int = NONSENSE_
     answer nor its counterpart's. The loss methods read the first token's loss."""
     seeds = np.random.default_rng(seed).integers(2**32, size=len(examples))
     return [random_labels(Metric(e.answer, e.wrong), vocab_size, 1, int(s))[0] for e, s in zip(examples, seeds)]
-
-
-def _largest(values, unit: str) -> int | None:
-    """Where the finding is: the largest score in size (shares: a push against the answer is a finding too), or the
-    largest rise (nats: switching off what does nothing for the answer may lower its loss). None when empty."""
-    v = np.nan_to_num(np.asarray(values, dtype=float).reshape(-1), nan=-np.inf)
-    if v.size == 0:
-        return None
-    return int(np.argmax(np.abs(v) if unit == "share" else v))
-
-
-def _effect(values, unit: str) -> float:
-    at = _largest(values, unit)
-    v = np.asarray(values, dtype=float).reshape(-1)
-    return math.nan if at is None else float(abs(v[at]) if unit == "share" else v[at])
 
 
 # ------------------------------------------------------------------------------------------------ the methods
@@ -353,21 +317,6 @@ def score_ablation(model, examples: list[Pair], labels: list[Metric] | None = No
     heads = [(l, h) for l in range(c.n_layers) for h in range(c.n_heads)]
     rise, fake = _rises(model, examples, labels, heads, lambda idx, hd: ablate_heads(model, idx, [hd]).logits[:, -1])
     return _nats([head_label(*hd) for hd in heads], rise, fake, "components", lambda n: f"switching off {n}")
-
-
-def candidate_edges(config) -> list[tuple[str, str]]:
-    """Every edge a key could hold: from the input or a component to a later component or the logits (a block's
-    heads read the stream before its MLP writes; heads of one layer never read each other)."""
-    order = [INPUT] + all_components(config) + [OUTPUT]
-
-    def rank(n):  # (layer, 0 for a head, 1 for an MLP); the input before all, the logits after
-        if n == INPUT:
-            return (-1, 1)
-        if n == OUTPUT:
-            return (config.n_layers, 0)
-        comp = parse_component(n, config)
-        return (comp.layer, 0 if comp.kind == "head" else 1)
-    return [(s, t) for s in order[:-1] for t in order[1:] if rank(s) < rank(t) and s != t]
 
 
 def score_edges(model, examples: list[Pair], labels: list[Metric] | None = None, norm=None) -> Scores:

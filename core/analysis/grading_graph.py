@@ -64,8 +64,9 @@ from core.analysis.answer_keys import INPUT, KEYS_DIR, OUTPUT, all_components, l
 from core.analysis.attribution import Graph, attribution_graph, head_split
 from core.analysis.attribution_prune import influence, normalize, prune
 from core.analysis.circuit import CARRIES, share_text
+from core.analysis.grading_scores import Scores, _effect, _largest, candidate_edges
 from core.analysis.sae import model_fingerprint
-from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers
+from core.analysis.transcoders import TRANSCODER_DIR, load_transcoders, missing_layers
 
 _FOUND: dict[str, dict] = {}  # model fingerprint -> its transcoders ({} when none)
 
@@ -160,7 +161,6 @@ def route(g: Graph, n_layers: int, rows: list[int], parts: dict, flow: np.ndarra
 
 def graph_edges(config) -> list[tuple[str, str]]:
     """The candidate edges the graph scores: grading's, less head -> head."""
-    from core.analysis.grading import candidate_edges  # local: grading imports this module
 
     def head(n):
         return n not in (INPUT, OUTPUT) and parse_component(n, config).kind == "head"
@@ -168,7 +168,6 @@ def graph_edges(config) -> list[tuple[str, str]]:
 
 
 def _scores(model, examples, labels, level: str):
-    from core.analysis.grading import Scores, _effect, _largest  # local: grading imports this
 
     tcs = key_transcoders(model)
     if not tcs or missing_layers(tcs, model.config):

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.analysis.answer_keys import INPUT, OUTPUT, AnswerKey, TaskSet, all_components, parse_component
-from core.analysis.grading import SCORERS, Scores, pairs
+from core.analysis.grading import SCORERS, pairs
+from core.analysis.grading_scores import Scores
 from core.serve.fmt import head_label
 from core.serve.paths import REPO_ROOT
 

@@ -190,8 +190,8 @@ def transcoders_main(args) -> int:
     from core.data.held_out import model_held_out
     from core.features.explain import explain_sae
     from core.features.explanations import write_explanations
-    from core.features.transcoder import (MAX_PAIRS, load_transcoders, reads, replacement_losses, save_transcoder,
-                                          train_transcoder, transcoder_folder, writes)
+    from core.features.transcoder import MAX_PAIRS, replacement_losses, save_transcoder, train_transcoder
+    from core.analysis.transcoders import load_transcoders, reads, transcoder_folder, writes
     from core.nn.checkpoint import CheckpointError, load_checkpoint, read_config
 
     try:

@@ -338,7 +338,7 @@ def explain_folder(folder, progress=None) -> list:
     model, tokenizer = load_checkpoint(model_folder)
     _, _, training = read_config(model_folder)
     if folder.parent.name == "transcoders":
-        from core.features.transcoder import reads
+        from core.analysis.transcoders import reads
 
         layer = int(folder.name.removeprefix("layer-"))
         sae = load_sae(folder, trained_on=model_fingerprint(model), root=model_folder, what="transcoder")

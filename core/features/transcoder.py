@@ -18,25 +18,11 @@ from pathlib import Path
 import torch
 
 from core.data.held_out import HeldOut, model_held_out
-from core.analysis.sae import SAE, SAEFileError, load_sae, model_fingerprint, save_sae
+from core.analysis.sae import SAE, SAEFileError, model_fingerprint, save_sae
+from core.analysis import transcoders as TF  # the folder layout and the sites (module-qualified: no re-export)
 from core.features.train import SAESettings, TrainedSAE, eval_part, mean_ce, split_held_out, train_on
 
-TRANSCODER_DIR = "transcoders"
 MAX_PAIRS = 400_000  # (input, output) pairs collected per layer: Tiny Shakespeare's held-out part is ~110k tokens
-
-
-def reads(layer: int) -> str:
-    return f"blocks.{layer}.hook_mlp_in"
-
-
-def writes(layer: int) -> str:
-    return f"blocks.{layer}.hook_mlp_out"
-
-
-def transcoder_folder(model_folder, layer: int) -> Path:
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < 1000:
-        raise ValueError(f"a layer is a whole number from 0, got {layer!r}")
-    return Path(model_folder) / TRANSCODER_DIR / f"layer-{layer}"
 
 
 @torch.no_grad()
@@ -45,10 +31,10 @@ def collect_pairs(model, windows: torch.Tensor, layer: int, max_vectors: int = M
     """(inputs, outputs), each (N, d): what block ``layer``'s MLP read and wrote at every token of ``windows``."""
     xs, ys, n = [], [], 0
     for i in range(0, len(windows), batch):
-        _, cache = model.run_with_cache(windows[i:i + batch], names=[reads(layer), writes(layer)])
-        d = cache[reads(layer)].shape[-1]
-        xs.append(cache[reads(layer)].reshape(-1, d))  # (B, n_ctx, d) -> (B * n_ctx, d)
-        ys.append(cache[writes(layer)].reshape(-1, d))
+        _, cache = model.run_with_cache(windows[i:i + batch], names=[TF.reads(layer), TF.writes(layer)])
+        d = cache[TF.reads(layer)].shape[-1]
+        xs.append(cache[TF.reads(layer)].reshape(-1, d))  # (B, n_ctx, d) -> (B * n_ctx, d)
+        ys.append(cache[TF.writes(layer)].reshape(-1, d))
         n += len(xs[-1])
         if n >= max_vectors:
             break
@@ -60,13 +46,13 @@ def replace_hooks(transcoders: dict) -> list:
     seen = {}
     out = []
     for layer, tc in transcoders.items():
-        out.append((reads(layer), lambda x, name, l=layer: seen.__setitem__(l, x) or x))
-        out.append((writes(layer), lambda y, name, l=layer, tc=tc: tc(seen[l]).to(y.dtype)))
+        out.append((TF.reads(layer), lambda x, name, l=layer: seen.__setitem__(l, x) or x))
+        out.append((TF.writes(layer), lambda y, name, l=layer, tc=tc: tc(seen[l]).to(y.dtype)))
     return out
 
 
 def zero_mlp_hooks(layers) -> list:
-    return [(writes(l), lambda y, name: torch.zeros_like(y)) for l in layers]
+    return [(TF.writes(l), lambda y, name: torch.zeros_like(y)) for l in layers]
 
 
 @torch.no_grad()
@@ -114,8 +100,8 @@ def train_transcoder(model, tokenizer, layer: int, training: dict | None = None,
     # it records the weights it reads (model_fingerprint): loaded beside other weights, it is refused, not spliced in
     # no b_dec on the input (the bias of what it writes, not of what it reads): the layout SAELens and
     # circuit-tracer compute
-    config = replace(settings.config(writes(layer), x.shape[1]), trained_on=model_fingerprint(model, cache=False),
-                     apply_b_dec_to_input=False, reads=reads(layer))
+    config = replace(settings.config(TF.writes(layer), x.shape[1]), trained_on=model_fingerprint(model, cache=False),
+                     apply_b_dec_to_input=False, reads=TF.reads(layer))
     tc = SAE(config, generator=torch.Generator().manual_seed(settings.seed))
     model_was = model.training
     model.eval()
@@ -127,7 +113,7 @@ def train_transcoder(model, tokenizer, layer: int, training: dict | None = None,
     metrics = fit_stats(tc, ex, ey)
     metrics.update(replacement_losses(model, {layer: tc}, eval_held))
     model.train(model_was)
-    metrics.update({"kind": "transcoder", "reads": reads(layer), "writes": writes(layer), "layer": layer,
+    metrics.update({"kind": "transcoder", "reads": TF.reads(layer), "writes": TF.writes(layer), "layer": layer,
                     "d_sae": tc.config.d_sae, "k": tc.config.k, "train_vectors": len(x), "steps": settings.steps,
                     "batch_size": settings.batch_size, "lr": settings.lr, "seed": settings.seed,
                     "collect_s": round(collect_s, 2), "train_s": round(train_s, 2), "corpus": held.corpus,
@@ -136,31 +122,8 @@ def train_transcoder(model, tokenizer, layer: int, training: dict | None = None,
 
 
 def save_transcoder(tc: SAE, model_folder, layer: int, metrics: dict | None = None) -> Path:
-    return save_sae(tc, transcoder_folder(model_folder, layer), metrics)
+    return save_sae(tc, TF.transcoder_folder(model_folder, layer), metrics)
 
 
-def load_transcoders(model_folder, config, trained_on: str | None = None) -> dict:
-    """{layer: transcoder} of every layer that has one beside the model, each checked as an SAE is (safetensors
-    only, shapes, finite values, inside the model's folder: no linked folder leading out) and against the model (it
-    writes that block's MLP output, d_model wide; with ``trained_on``, a model fingerprint, it was trained on those
-    weights); a broken one raises SAEFileError naming its file. {} when there are none."""
-    out = {}
-    for layer in range(config.n_layers):
-        folder = transcoder_folder(model_folder, layer)
-        if not folder.is_dir():
-            continue
-        tc = load_sae(folder, site=writes(layer), d_in=config.d_model, trained_on=trained_on,
-                      root=model_folder, what="transcoder")
-        if tc.config.reads not in (None, reads(layer)):  # None: saved before the field, when it was always this
-            raise SAEFileError(folder / "config.json", f"it reads {tc.config.reads}, not {reads(layer)}")
-        out[layer] = tc
-    return out
-
-
-def missing_layers(transcoders: dict, config) -> list[int]:
-    return [l for l in range(config.n_layers) if l not in transcoders]
-
-
-__all__ = ["SAEFileError", "TRANSCODER_DIR", "collect_pairs", "fit_stats", "load_transcoders", "missing_layers",
-           "reads", "replace_hooks", "replacement_losses", "save_transcoder", "train_transcoder",
-           "transcoder_folder", "writes", "zero_mlp_hooks"]
+__all__ = ["SAEFileError", "collect_pairs", "fit_stats", "replace_hooks", "replacement_losses", "save_transcoder",
+           "train_transcoder", "zero_mlp_hooks"]

@@ -28,8 +28,8 @@ def upgrade(model_folder, write: bool = True, held=None) -> list[dict]:
     from core.analysis.sae import fold_input_centring, load_sae, read_metrics, sae_folder, save_sae, saved_sites
     from core.data.held_out import model_held_out
     from core.features.train import eval_part, evaluate, split_held_out
-    from core.features.transcoder import (collect_pairs, fit_stats, load_transcoders, reads, replacement_losses,
-                                          transcoder_folder)
+    from core.features.transcoder import collect_pairs, fit_stats, replacement_losses
+    from core.analysis.transcoders import load_transcoders, reads, transcoder_folder
     from core.nn.checkpoint import load_checkpoint, read_config
 
     model, tok = load_checkpoint(model_folder)

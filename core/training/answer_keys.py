@@ -1,10 +1,9 @@
 """Making the answer keys (issue 59): small models trained so that a planted circuit carries their task.
 
     python -m core.training.answer_keys build [--only NAME] [--out assets/answer_keys] [--threads 1]
-    python -m core.training.answer_keys transcoders [--only NAME] [--out assets/answer_keys] [--threads 1] [--measure]
 
-``transcoders``: a transcoder per block of each key's model (core.training.answer_key_transcoders), for the
-attribution graph's grade; into a key folder ``build`` wrote, never over transcoders it did not write.
+A transcoder per block of each key's model, for the attribution graph's grade, is made afterwards by
+``python -m core.features.answer_key_transcoders`` (above this package: it trains with core.features).
 
 Each task (core.training.answer_key_tasks) is trained with its circuit forced, in the spirit of InterpBench's SIIT.
 Every step runs the batch three times in one forward:
@@ -215,37 +214,15 @@ def build(task: Task, out: Path, log=print) -> dict:
     return {**scores, "seconds": made["seconds"]}
 
 
-def transcoders(task: Task, out: Path, again: bool = False) -> bool:
-    """The ``transcoders`` command on one key (``again``: the saved ones measured again, no training); False (said
-    on stderr) where it refuses."""
-    from core.training.answer_key_transcoders import measure_key, train_key  # local: only this command needs them
-
-    folder = out / task.name
-    if not ours(folder):
-        print(f"{folder} was not written by {MADE_BY} (or is missing): build the key first", file=sys.stderr)
-        return False
-    try:
-        measure_key(task, folder) if again else train_key(task, folder)
-    except (FileExistsError, FileNotFoundError) as e:
-        print(e, file=sys.stderr)
-        return False
-    return True
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m core.training.answer_keys", description=__doc__.split("\n\n")[0])
-    p.add_argument("command", choices=["build", "transcoders"])
+    p.add_argument("command", choices=["build"])
     p.add_argument("--only", choices=sorted(BY_NAME), action="append", help="build this key only (repeatable)")
     p.add_argument("--out", default=str(KEYS_DIR), help="the folder of the keys (default assets/answer_keys)")
-    p.add_argument("--measure", action="store_true", help="transcoders: measure the saved ones again, no training")
     p.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared; default 1)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     for task in [BY_NAME[n] for n in args.only] if args.only else TASKS:
-        if args.command == "transcoders":
-            if not transcoders(task, Path(args.out), args.measure):
-                return 1
-            continue
         try:
             s = build(task, Path(args.out))
         except FileExistsError as e:

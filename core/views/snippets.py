@@ -138,7 +138,7 @@ def attribution(path, step, tok, text: str, ids, logit_tokens, cap: int | None, 
     return _program(_head(path, step, [
         "from core.analysis.attribution import attribution_graph",
         "from core.analysis.attribution_prune import prune, scores",
-        "from core.features.transcoder import load_transcoders", "import numpy as np"]) + _prompt(
+        "from core.analysis.transcoders import load_transcoders", "import numpy as np"]) + _prompt(
         "prompt", tok, text, ids) + [
         f"tcs = load_transcoders({model_folder(path)!r}, model.config)  # one transcoder a block, beside the model",
         f"g = attribution_graph(model, tcs, prompt_ids, logit_tokens={tokens!r}, max_feature_nodes={cap!r})",

@@ -14,7 +14,7 @@ from core.analysis.supernodes import AGREE
 from core.analysis.sae import SAEFileError, model_fingerprint
 from core.features.explanations import load_explanations, short_words
 from core.features.rules import UNEXPLAINED
-from core.features.transcoder import TRANSCODER_DIR, load_transcoders, missing_layers, transcoder_folder
+from core.analysis.transcoders import TRANSCODER_DIR, load_transcoders, missing_layers, transcoder_folder
 from core.serve.folder_files import lstamp
 from core.serve.fmt import md_escape
 from core.serve.paths import REPO_ROOT

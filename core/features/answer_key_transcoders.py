@@ -1,7 +1,7 @@
 """Transcoders for the answer keys (issue 59 §2): one per block of each key's model, so that the attribution graph
 can be graded against the key (core.analysis.grading_graph) and a key model opens on the Attribution page.
 
-    python -m core.training.answer_keys transcoders [--only NAME] [--out assets/answer_keys] [--threads 1] [--measure]
+    python -m core.features.answer_key_transcoders [--only NAME] [--out assets/answer_keys] [--threads 1] [--measure]
 
 (``--measure``: no training, the saved transcoders measured again.) Trained as ``python -m core.features --model FOLDER --transcoder`` trains the shipped ones (core.features.transcoder:
 its settings, SAESettings' defaults: TopK, k 12, 8 x d_model latents, 2,000 steps of 2,048, lr 2e-3, seed 0, the
@@ -20,11 +20,13 @@ knows its task and nothing else, so the (MLP input, MLP output) pairs come from 
   computes it; then with every block's transcoder spliced in together, that loss (``ce_all_replaced``) and the task's
   accuracy (``accuracy_replaced``, beside ``accuracy_clean``).
 
-It writes only the transcoders of a key folder this command's ``build`` wrote (key.json's made_by), and replaces a
+It writes only the transcoders of a key folder ``python -m core.training.answer_keys build`` wrote (key.json's made_by), and replaces a
 ``transcoders/layer-L`` folder only when it wrote it too (its metrics.json's ``source``); anything else is refused."""
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,15 +35,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from core.analysis.answer_keys import read_task
+from core.analysis.answer_keys import KEYS_DIR, read_task
 from core.analysis.sae import SAE, model_fingerprint
 from core.features.train import SAESettings, ce_loss_score, train_on
-from core.features.transcoder import (TRANSCODER_DIR, fit_stats, load_transcoders, reads, replace_hooks,
-                                      save_transcoder, transcoder_folder, writes, zero_mlp_hooks)
+from core.features.transcoder import fit_stats, replace_hooks, save_transcoder, zero_mlp_hooks
+from core.analysis.transcoders import TRANSCODER_DIR, load_transcoders, reads, transcoder_folder, writes
 from core.nn.checkpoint import load_checkpoint
-from core.training.answer_key_tasks import Task
+from core.training.answer_key_tasks import BY_NAME, TASKS, Task
+from core.training.answer_keys import MADE_BY, ours
 
-SOURCE = "core.training.answer_keys transcoders"  # metrics.json's "source": the folders this command may replace
+SOURCE = "core.features.answer_key_transcoders"  # metrics.json's "source": the folders this command may replace
 SEQUENCES = 8192   # task sequences the pairs are read from (about 60k to 100k pairs per block)
 SEED_BASE = 2000   # their draw: SEED_BASE + the task's seed
 SETTINGS = SAESettings()  # the shipped transcoders' settings (core.features' defaults)
@@ -187,8 +190,8 @@ def card(task: Task, metrics: list[dict]) -> str:
 
 One per block, each from what the block's MLP reads (`blocks.L.hook_mlp_in`) to what it writes
 (`blocks.L.hook_mlp_out`), so the attribution graph runs on this model (the grade of issue 59 §2, and the
-Attribution page). Made by `python -m core.training.answer_keys transcoders --only {task.name}`
-(core.training.answer_key_transcoders), with the settings of `python -m core.features --transcoder` (TopK,
+Attribution page). Made by `python -m core.features.answer_key_transcoders --only {task.name}`
+(core.features.answer_key_transcoders), with the settings of `python -m core.features --transcoder` (TopK,
 {m['steps']:,} steps of {m['batch_size']:,}, lr {m['lr']}, seed {m['seed']}), on the MLPs' inputs and outputs over
 {m['train_sequences']:,} fresh sequences of the task (seed {m['sequence_seed']}), at the positions a prompt covers.
 
@@ -208,3 +211,37 @@ Every block's transcoder spliced in at once: the answer's loss {m['ce_all_replac
 {m['ce_clean']:.3f}); accuracy {100 * m['accuracy_replaced']:.1f} % (clean {100 * m['accuracy_clean']:.1f} %).
 What a transcoder misses is the graph's error node at its block: the lower its explained variance, the larger they are.
 """
+
+
+def run(task: Task, out: Path, again: bool = False) -> bool:
+    """The command on one key (``again``: the saved ones measured again, no training); False (said on stderr) where
+    it refuses."""
+    folder = out / task.name
+    if not ours(folder):
+        print(f"{folder} was not written by {MADE_BY} (or is missing): build the key first", file=sys.stderr)
+        return False
+    try:
+        measure_key(task, folder) if again else train_key(task, folder)
+    except (FileExistsError, FileNotFoundError) as e:
+        print(e, file=sys.stderr)
+        return False
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m core.features.answer_key_transcoders",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", choices=sorted(BY_NAME), action="append", help="this key only (repeatable)")
+    p.add_argument("--out", default=str(KEYS_DIR), help="the folder of the keys (default assets/answer_keys)")
+    p.add_argument("--measure", action="store_true", help="measure the saved ones again, no training")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared; default 1)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    for task in [BY_NAME[n] for n in args.only] if args.only else TASKS:
+        if not run(task, Path(args.out), args.measure):
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
