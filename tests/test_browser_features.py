@@ -25,6 +25,10 @@ def test_a_click_on_a_unit_brings_its_card_into_view(server, browser):  # noqa: 
     assert card_top() > 900  # below the fold before the click
     button = page.locator(".st-key-feat_fire_1 button:visible").first
     label = button.inner_text()
+    # the page scrolls smoothly (it brings the card into view that way): scrolled to the button first and left to
+    # settle, the click lands on it; Playwright's own scroll-then-click could land mid-scroll on another widget
+    button.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)
     button.click()
     wait_idle(page, timeout=180_000)
     page.wait_for_timeout(1500)  # the smooth scroll
