@@ -290,6 +290,14 @@ def _relu_losses(sae: SAE, x, y, var):
     return rec, loss, (f > 0).any(0)
 
 
+def _start(sae: SAE, ys: torch.Tensor):
+    """b_dec and W_dec as ``_init_from`` sets them, then W_enc at ENC_INIT times W_dec's transpose (measured against
+    SAELens at 512 steps: explained variance 0.9399 -> 0.9588, issue 60)."""
+    _init_from(sae, ys)
+    with torch.no_grad():
+        sae.W_enc.copy_(ENC_INIT * sae.W_dec.t())
+
+
 def train_on(sae: SAE, acts: torch.Tensor, settings: SAESettings, progress=None, should_stop=None,
              targets: torch.Tensor | None = None) -> list:
     """Train ``sae`` on activations (N, d_in) in place; returns the curve [(step, normalised loss)].
@@ -298,9 +306,7 @@ def train_on(sae: SAE, acts: torch.Tensor, settings: SAESettings, progress=None,
     input and writes its output (core.features.transcoder)."""
     g = torch.Generator().manual_seed(settings.seed)
     ys = acts if targets is None else targets  # (N, d_in): what the decoder must write
-    _init_from(sae, ys)
-    with torch.no_grad():
-        sae.W_enc.copy_(ENC_INIT * sae.W_dec.t())
+    _start(sae, ys)
     n = len(acts)
     var = (ys - ys.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)  # E||y - E y||^2: the loss's unit
     topk = sae.config.kind == "topk"
