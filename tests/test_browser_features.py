@@ -10,6 +10,11 @@ from tests.browser_app import browser, go_to, server, wait_idle  # noqa: F401  f
 pytestmark = pytest.mark.slow
 
 
+# About one run in four (also at the commit before issue 59's work) the page ends on the BPE model with an MLP neuron's
+# card after the click, its address showing model=shakespeare-bpe; the cause is not found yet. Marked so that it still
+# runs and its result shows (XFAIL / XPASS in the summary) without failing the suite on that open bug.
+@pytest.mark.xfail(strict=False, reason="open: about one run in four the page comes back on the BPE model after "
+                                        "the click (cause not found)")
 def test_a_click_on_a_unit_brings_its_card_into_view(server, browser):  # noqa: F811
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     errors = []
