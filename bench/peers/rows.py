@@ -83,6 +83,8 @@ def write_model(folder: Path, model, ids: list[int]) -> None:
 
 
 def cache_row(quick, record, peak_growth, peer, folder, model, tok) -> None:
+    from bench.run import median_time  # bench.run's own timer (it calls this module, so looked up here)
+
     ids = tok.encode(PROMPT * 2)[:64]
     write_model(folder, model, ids)
     hooks = peer.ask("load_cache", folder=str(folder))["hooks"]
@@ -103,21 +105,12 @@ def cache_row(quick, record, peak_growth, peer, folder, model, tok) -> None:
     ours()
     o, p = [], []
     for _ in range(3 if quick else 5):  # alternating rounds, each the median of reps calls inside its own process
-        o.append(median_seconds(ours, reps))
+        o.append(median_time(ours, reps))
         p.append(peer.ask("time_cache", reps=reps)["seconds"])
     record(f"peers: run_with_cache, every hook, 64 tokens ({len(cache)} vs {hooks} hooks)", median(o) * 1e3,
            median(p) * 1e3, "ms", higher_is_better=False,
            note=f"peer: TransformerLens {peer.hello['versions']['transformer-lens']} HookedTransformer with our "
                 f"weights; {len(common)} common activations agree to {diff:.1e}")
-
-
-def median_seconds(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return median(times)
 
 
 ATTRIBUTION_CASES = ((14, 10), (64, None))  # (tokens, logit targets: None, our graph's own choice; else the top k);
